@@ -1,0 +1,3 @@
+from specplay.cli import main
+
+raise SystemExit(main())

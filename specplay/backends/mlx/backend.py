@@ -1,0 +1,62 @@
+"""The MLX backend: one target and named drafters sharing one token mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import mlx.core as mx
+
+from specplay.backends.mlx.lane import MlxLane, ModelCache
+from specplay.backends.mlx.loading import LoadedModel, check_token_mapping, load_model, rewindable_cache, vocab_table
+from specplay.engine.backend import Detokenizer
+
+TARGET = "target"
+
+
+class MlxBackend:
+    """Models loaded once; each `open_lane` gets fresh caches, so lanes can run side by side."""
+
+    def __init__(self, target: LoadedModel, drafters: Mapping[str, LoadedModel]) -> None:
+        self.target = target
+        self.models = {TARGET: target, **drafters}
+        self.drafters = tuple(drafters)
+        vocab = vocab_table(target.tokenizer)
+        for drafter in drafters.values():
+            check_token_mapping(target, drafter, vocab)
+            rewindable_cache(drafter)  # refuse now rather than at the first round
+        rewindable_cache(target)
+        self.vocab_size = max(vocab.values()) + 1
+        self.tokenizer = target.tokenizer
+        self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
+
+    def encode(self, prompt: str, raw: bool) -> list[int]:
+        if raw or not self.tokenizer.has_chat_template:
+            return list(self.tokenizer.encode(prompt))
+        messages = [{"role": "user", "content": prompt}]
+        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+    def detokenizer(self) -> Detokenizer:
+        return self.tokenizer.detokenizer
+
+    def open_lane(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> MlxLane:
+        """Fresh caches; `prefill` names the models (None: the target) to bring up to the prompt now."""
+        caches = {
+            name: ModelCache(name, loaded.model, rewindable_cache(loaded), self.vocab_size)
+            for name, loaded in self.models.items()
+        }
+        target = caches.pop(TARGET)
+        lane = MlxLane(target, caches, prompt_token_ids)
+        for name in prefill:
+            lane.prefill(target if name is None else caches[name])
+        return lane
+
+
+def load_mlx_backend(target: str, drafters: Sequence[tuple[str, str]] = ()) -> MlxBackend:
+    """Load `target` and each (name, folder or Hugging Face id) drafter; call on the MLX thread."""
+    return MlxBackend(load_model(TARGET, target), {name: load_model(name, spec) for name, spec in drafters})
+
+
+def release_thread() -> None:
+    """Free the calling thread's MLX streams; a thread that evaluated MLX work must call it before it
+    ends, or the process aborts at exit."""
+    mx.clear_streams()

@@ -1,0 +1,176 @@
+"""One generation's caches on MLX, and the draft / verify / step computations.
+
+Everything here runs on the one MLX thread. Work stays on the device until a round's single
+transfer of results to the host; the engine's uniforms come in as a small array, so drafting
+needs no host round trip per token (except under a policy that asks after each token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import trim_prompt_cache
+
+from specplay.engine.accept import inverse_cdf_sample, residual_distribution, tv_distance
+from specplay.engine.backend import VerifiedDraft
+from specplay.engine.sampling import sampling_probs, softmax
+from specplay.engine.settings import SamplingParams
+
+PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
+CLEAR_EVERY = 256  # return MLX's buffer cache to the system every so many tokens, as mlx-lm does
+
+
+class ModelCache:
+    """A model, its KV cache, and how many of the lane's tokens the cache holds."""
+
+    def __init__(self, name: str, model: Any, cache: list[Any], vocab_size: int) -> None:
+        self.name, self.model, self.cache, self.vocab_size = name, model, cache, vocab_size
+        self.length = 0
+
+    def forward(self, token_ids: mx.array) -> mx.array:
+        """Logits [len(token_ids), vocab] for the positions after each token; caches them."""
+        logits = self.model(token_ids[None], cache=self.cache)[0]
+        self.length += token_ids.shape[0]
+        width = logits.shape[-1]
+        if width > self.vocab_size:  # embedding rows padded past the tokenizer
+            return logits[:, : self.vocab_size]
+        if width < self.vocab_size:  # ids this model cannot produce
+            pad = mx.full((logits.shape[0], self.vocab_size - width), -mx.inf, dtype=logits.dtype)
+            return mx.concatenate([logits, pad], axis=-1)
+        return logits
+
+    def trim_to(self, length: int) -> None:
+        if length < self.length:
+            trim_prompt_cache(self.cache, self.length - length)
+            self.length = length
+
+    def offset(self) -> int:
+        """What the cache itself says it holds (for checks)."""
+        return int(self.cache[0].offset)
+
+
+@dataclass
+class MlxDraft:
+    drafter: ModelCache
+    tokens: mx.array  # [k] int
+    p_draft: mx.array  # [k, vocab] float32
+
+
+def _uniforms(values: Sequence[float]) -> mx.array:
+    return mx.array(np.asarray(values, dtype=np.float32))
+
+
+class MlxLane:
+    """Caches for one sequence. Between rounds every cache holds a prefix of `tokens[:-1]`."""
+
+    def __init__(self, target: ModelCache, drafters: dict[str, ModelCache], prompt_token_ids: Sequence[int]) -> None:
+        self.target, self.drafters = target, drafters
+        self.tokens = list(prompt_token_ids)
+        self._cleared_at = 0
+
+    def _models(self) -> list[ModelCache]:
+        return [self.target, *self.drafters.values()]
+
+    def prefill(self, model: ModelCache) -> None:
+        """Bring `model`'s cache to all committed tokens but the last, chunk by chunk."""
+        while len(self.tokens) - 1 - model.length > 0:
+            chunk = self.tokens[model.length : min(model.length + PREFILL_CHUNK, len(self.tokens) - 1)]
+            model.forward(mx.array(chunk))
+            mx.eval([c.state for c in model.cache])
+
+    def _pending(self, model: ModelCache) -> mx.array:
+        """The tokens `model` has yet to see, the last committed one included."""
+        if len(self.tokens) - model.length > PREFILL_CHUNK:
+            self.prefill(model)
+        return mx.array(self.tokens[model.length :])
+
+    def draft(
+        self,
+        drafter: str,
+        k: int,
+        sampling: SamplingParams,
+        uniforms: Sequence[float],
+        keep_drafting: Callable[[Sequence[float]], bool] | None,
+    ) -> MlxDraft:
+        model = self.drafters[drafter]
+        u = _uniforms(uniforms)
+        inputs = self._pending(model)
+        tokens, rows, confidences = [], [], []
+        for i in range(k):
+            logits = model.forward(inputs)[-1:]
+            probs = sampling_probs(logits, sampling, mx)
+            token = inverse_cdf_sample(probs, u[i : i + 1], mx)
+            tokens.append(token)
+            rows.append(probs)
+            if keep_drafting is None:
+                mx.async_eval(token)  # overlap this step's compute with building the next
+            else:
+                # At temperature 0 the drafter's own confidence is its softmax, not the one-hot.
+                belief = softmax(logits, mx) if sampling.greedy else probs
+                confidences.append(mx.take_along_axis(belief, token[:, None], axis=-1).item())
+                if not keep_drafting(confidences):
+                    break
+            inputs = token
+        draft = MlxDraft(model, mx.concatenate(tokens), mx.concatenate(rows))
+        mx.eval(draft.tokens, draft.p_draft)  # drafting ends here, so draft time is measured honestly
+        return draft
+
+    def verify(
+        self, draft: MlxDraft, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
+    ) -> VerifiedDraft:
+        k = draft.tokens.shape[0]
+        inputs = mx.concatenate([self._pending(self.target), draft.tokens.astype(mx.int32)])
+        p_target = sampling_probs(self.target.forward(inputs)[-(k + 1) :], sampling, mx)
+        head, p_draft, x = p_target[:k], draft.p_draft, draft.tokens[:, None]
+        u = _uniforms([*residual_uniforms, bonus_uniform])
+        results = (
+            draft.tokens,
+            mx.take_along_axis(head, x, axis=-1)[:, 0],
+            mx.take_along_axis(p_draft, x, axis=-1)[:, 0],
+            tv_distance(head, p_draft),
+            mx.argmax(head, axis=-1),
+            inverse_cdf_sample(residual_distribution(head, p_draft, mx), u[:k], mx),
+            inverse_cdf_sample(p_target[k:], u[k:], mx),
+        )
+        mx.eval(*results)  # the round's one transfer to the host
+        drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus = (r.tolist() for r in results)
+        return VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus[0])
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        self.tokens.extend(tokens)
+        for model in self._models():
+            model.trim_to(len(self.tokens) - 1)
+        self._maybe_clear()
+
+    def _maybe_clear(self) -> None:
+        if len(self.tokens) - self._cleared_at >= CLEAR_EVERY:
+            mx.clear_cache()
+            self._cleared_at = len(self.tokens)
+
+    def generate(self, model_name: str | None, sampling: SamplingParams, draw: Callable[[], float]) -> Iterator[int]:
+        model = self.target if model_name is None else self.drafters[model_name]
+
+        def step(inputs: mx.array) -> mx.array:
+            probs = sampling_probs(model.forward(inputs)[-1:], sampling, mx)
+            return inverse_cdf_sample(probs, _uniforms([draw()]), mx)
+
+        # Pipelined as mlx-lm's generate_step: token t + 1 is computing while t goes to the host.
+        token = step(self._pending(model))
+        mx.async_eval(token)
+        try:
+            while True:
+                following = step(token)
+                mx.async_eval(following)
+                self.tokens.append(token.item())
+                self._maybe_clear()
+                yield self.tokens[-1]
+                token = following
+        finally:
+            model.trim_to(len(self.tokens) - 1)  # forget the step in flight
+
+    def cache_lengths(self) -> dict[str, int]:
+        return {model.name: model.offset() for model in self._models()}

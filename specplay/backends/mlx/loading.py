@@ -1,0 +1,103 @@
+"""Find, load and pair mlx-lm models, offline: local folders or the user's Hugging Face cache."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Never reach a hub at run time: a model absent from the cache must fail at once, not hang.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
+from specplay.errors import ModelError
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    name: str
+    source: str
+    """What the user passed: a folder or a Hugging Face id."""
+    path: Path
+    model: nn.Module
+    tokenizer: TokenizerWrapper
+
+
+def resolve_model_path(spec: str) -> Path:
+    """A local model folder, or the cached snapshot of a Hugging Face id; never a download."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"model {spec!r} has no config.json; pass an mlx-lm model folder")
+        return path
+    looks_like_path = spec.startswith((".", "/", "~")) or spec.count("/") != 1
+    if not looks_like_path:
+        from huggingface_hub import snapshot_download
+
+        try:
+            return Path(snapshot_download(spec, local_files_only=True))
+        except Exception:
+            pass
+    raise ModelError(
+        f"model {spec!r} not found: no such folder, and not in the Hugging Face cache "
+        f"(download it first, e.g. `hf download {spec}`, or pass a local folder)"
+    )
+
+
+def load_model(name: str, spec: str) -> LoadedModel:
+    from mlx_lm import load
+
+    path = resolve_model_path(spec)
+    try:
+        model, tokenizer = load(str(path))
+    except Exception as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise ModelError(f"could not load model {spec!r}: {detail}") from exc
+    if mx.default_device() == mx.cpu:
+        model.set_dtype(mx.float32)  # bf16 and fp16 run several times slower than fp32 on CPUs
+    return LoadedModel(name, spec, path, model, tokenizer)
+
+
+def vocab_table(tokenizer: TokenizerWrapper) -> dict[str, int]:
+    return dict(tokenizer.get_vocab())
+
+
+def check_token_mapping(target: LoadedModel, drafter: LoadedModel, target_vocab: dict[str, int]) -> None:
+    """Drafters receive the target's token ids, so both must map every id to the same token."""
+    drafter_vocab = vocab_table(drafter.tokenizer)
+    if drafter_vocab == target_vocab:
+        return
+    by_id_target = {i: t for t, i in target_vocab.items()}
+    by_id_drafter = {i: t for t, i in drafter_vocab.items()}
+    first = min(i for i in by_id_target.keys() | by_id_drafter.keys() if by_id_target.get(i) != by_id_drafter.get(i))
+    raise ModelError(
+        f"drafter {drafter.name!r} ({drafter.source}) does not share the target's token mapping: "
+        f"id {first} is {by_id_target.get(first)!r} in the target but {by_id_drafter.get(first)!r} in the drafter; "
+        "use a drafter with the target's tokenizer"
+    )
+
+
+def rewindable_cache(loaded: LoadedModel) -> list[Any]:
+    """The model's cache with every layer rewindable, or a clear refusal.
+
+    Sliding-window layers get a plain KVCache: the model still applies the window through its
+    attention mask, and a RotatingKVCache stops trimming silently once its window wraps.
+    """
+    cache = []
+    for layer_cache in make_prompt_cache(loaded.model):
+        if isinstance(layer_cache, RotatingKVCache):
+            layer_cache = KVCache()
+        elif not layer_cache.is_trimmable():
+            raise ModelError(
+                f"model {loaded.name!r} ({loaded.source}) keeps a {type(layer_cache).__name__}, "
+                "state that cannot be rewound (recurrent or state-space layers); speculative "
+                "decoding needs models with attention caches"
+            )
+        cache.append(layer_cache)
+    return cache

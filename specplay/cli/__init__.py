@@ -1,0 +1,38 @@
+"""The `specplay` command line."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from specplay import __version__
+from specplay.cli import run
+from specplay.cli.options import Parser, config_error_line
+from specplay.errors import ConfigError, SpecplayError
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="specplay", description="A playground for seeing speculative decoding.")
+    parser.add_argument("--version", action="version", version=f"specplay {__version__}")
+    subparsers = parser.add_subparsers(metavar="COMMAND", parser_class=Parser)
+    run.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from folders or the local cache only
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "command"):
+        parser.print_help()
+        return 0
+    try:
+        return args.command(args)
+    except ConfigError as error:
+        print(f"specplay: error: {config_error_line(error)}", file=sys.stderr)
+    except SpecplayError as error:
+        print(f"specplay: error: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("specplay: interrupted", file=sys.stderr)
+        return 130
+    return 2

@@ -1,0 +1,92 @@
+"""What the engine needs from a backend. The engine owns every random draw and every decision;
+a backend runs the models, keeps their caches, and reports the numbers acceptance needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from specplay.engine.settings import SamplingParams
+
+
+class Detokenizer(Protocol):
+    """Streaming detokenizer: text arrives per token, multi-byte characters on their last byte."""
+
+    def add_token(self, token: int) -> None: ...
+
+    def finalize(self) -> None: ...
+
+    @property
+    def last_segment(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedDraft:
+    """Host copy of a verified round: per drafted position i, what the rules need."""
+
+    drafted: list[int]
+    p_target: list[float]
+    """p_target(x_i) after sampling settings."""
+    p_draft: list[float]
+    tv_distance: list[float]
+    target_argmax: list[int]
+    corrections: list[int]
+    """A draw from the residual at each position; only the first rejection's is used."""
+    bonus: int
+    """A draw from the target's distribution after the last drafted token."""
+
+
+class Lane(Protocol):
+    """One sequence being generated: its committed tokens and the model caches behind them."""
+
+    tokens: list[int]
+    """Prompt and committed tokens."""
+
+    def draft(
+        self,
+        drafter: str,
+        k: int,
+        sampling: SamplingParams,
+        uniforms: Sequence[float],
+        keep_drafting: Callable[[Sequence[float]], bool] | None,
+    ) -> Any:
+        """Draft up to k tokens after `tokens`, drawing token i with uniforms[i]. When given,
+        `keep_drafting(confidences)` is asked after each token, confidences being the drafter's
+        probabilities of its own tokens so far. Returns once drafting is complete."""
+        ...
+
+    def verify(
+        self, draft: Any, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
+    ) -> VerifiedDraft:
+        """Score every drafted position with the target in one forward pass."""
+        ...
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        """Append the round's committed tokens and rewind every cache to them."""
+        ...
+
+    def generate(self, model: str | None, sampling: SamplingParams, draw: Callable[[], float]) -> Iterator[int]:
+        """Autoregressive tokens from the target (None) or a drafter, each committed before it is
+        yielded; `draw()` supplies each token's uniform. Closing it rewinds work in flight."""
+        ...
+
+    def cache_lengths(self) -> dict[str, int]:
+        """Tokens held by each model's cache, by model name ("target" for the target)."""
+        ...
+
+
+class Backend(Protocol):
+    drafters: tuple[str, ...]
+    eos_token_ids: frozenset[int]
+
+    def encode(self, prompt: str, raw: bool) -> list[int]:
+        """Prompt to token ids: through the chat template when there is one, unless `raw`."""
+        ...
+
+    def detokenizer(self) -> Detokenizer: ...
+
+    def open_lane(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> Lane:
+        """Fresh caches for one generation; the models in `prefill` (None: the target) process
+        the prompt now, the others when first used."""
+        ...

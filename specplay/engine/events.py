@@ -1,0 +1,113 @@
+"""The engine's event stream: the only thing a UI, a session writer or a test sees of a run.
+
+Events are frozen and hold plain Python values, so they can cross threads and become JSON with
+`dataclasses.asdict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Source = Literal["accepted", "budget", "corrected", "bonus", "target", "draft"]
+"""Where a committed token came from. accepted: a draft token the verifier kept. budget: kept only
+thanks to the TV budget (lossless acceptance would have rejected it under the same draw).
+corrected: drawn from the residual after a rejection (vLLM: recovered). bonus: the target's own
+token after a fully accepted round. target / draft: the single model of a non-speculative run."""
+
+Outcome = Literal["accepted", "budget", "rejected", "unreached"]
+"""A drafted position's fate; positions after the first rejection are never judged."""
+
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One committed output token."""
+
+    token_id: int
+    text: str
+    """Its share of the decoded text; empty while bytes of a character are still held back."""
+    source: Source
+
+
+@dataclass(frozen=True, slots=True)
+class DraftPosition:
+    """What the verifier knew and decided at one drafted position."""
+
+    token_id: int
+    p_target: float
+    """p_target(x) for the drafted token x, after sampling settings (one-hot at temperature 0)."""
+    p_draft: float
+    """p_draft(x), likewise."""
+    uniform: float
+    """The acceptance draw u: accepted iff u < min(1, pi(x) / p_draft(x))."""
+    tv_distance: float
+    """d = TV(p_target, p_draft) at this position."""
+    theta: float
+    """Mentored-decoding interpolation weight min(1, D / d)."""
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class StartEvent:
+    mode: str
+    route: str | None
+    """The drafter serving the request (None in target mode)."""
+    auto_route: str | None
+    """The router's choice for this prompt, used whenever the route setting is 'auto'."""
+    prompt_token_ids: tuple[int, ...]
+    seed: int
+    settings: Any
+    """The SpecSettings in force at the first round."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlEvent:
+    """Live changes that take effect from the token at `token_index`."""
+
+    token_index: int
+    changes: tuple[tuple[str, Any, Any], ...]
+    """(setting, old value, new value) for each setting that changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundEvent:
+    """One draft-then-verify round of speculative decoding."""
+
+    index: int
+    token_index: int
+    """Index, in the generated tokens, of the round's first committed token."""
+    route: str
+    k: int
+    """Tokens drafted this round (the policy's proposal, cut by early stop or the token limit)."""
+    drafted: tuple[int, ...]
+    positions: tuple[DraftPosition, ...]
+    num_accepted: int
+    tokens: tuple[Token, ...]
+    draft_ms: float
+    verify_ms: float
+    overhead_ms: float
+    """Host work: acceptance, cache rewind, detokenizing, bookkeeping."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """One token of a target-only or draft-only run."""
+
+    token_index: int
+    route: str | None
+    token: Token
+    step_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    finish_reason: FinishReason
+    token_ids: tuple[int, ...]
+    """Generated tokens; an EOS that ended the run is not among them."""
+    text: str
+    metrics: dict[str, Any]
+
+
+Event = StartEvent | ControlEvent | RoundEvent | StepEvent | DoneEvent

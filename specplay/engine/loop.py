@@ -1,0 +1,287 @@
+"""The generation loop: speculative, target-only and draft-only over one Backend.
+
+A speculative round: the routed drafter drafts k tokens keeping its distribution at each
+position; the target scores all k + 1 positions in one forward pass; acceptance runs left to
+right; the first rejection takes a correction from the residual; a fully accepted round earns a
+bonus token from the target; the caches rewind to the committed tokens.
+
+The engine owns the one seeded random source and every decision, and reports through events.
+It knows nothing of a UI, HTTP, files or any model library; its clock is injected.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specplay.engine.accept import judge, mentored_theta
+from specplay.engine.backend import Backend, Lane, VerifiedDraft
+from specplay.engine.controls import LiveControls, settings_diff
+from specplay.engine.events import (
+    ControlEvent,
+    DoneEvent,
+    DraftPosition,
+    Event,
+    FinishReason,
+    RoundEvent,
+    Source,
+    StartEvent,
+    StepEvent,
+    Token,
+)
+from specplay.engine.metrics import Metrics
+from specplay.engine.policies import make_policy
+from specplay.engine.router import CodeProseRouter, Router, check_route_map, default_route_map, resolve_route
+from specplay.engine.settings import MODES, Mode
+from specplay.errors import ConfigError
+
+Clock = Callable[[], float]
+_POLICY_FIELDS = {
+    "k",
+    "policy",
+    "k_min",
+    "k_max",
+    "low_acceptance",
+    "high_acceptance",
+    "ema_alpha",
+    "confidence_threshold",
+}
+_STREAM_FIELDS = {"route", "temperature", "top_p", "top_k", "min_p"}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One generation: the prompt and what stays fixed for the whole run."""
+
+    prompt: str
+    """The text the router classifies."""
+    prompt_token_ids: tuple[int, ...]
+    mode: Mode = "speculative"
+    seed: int = 0
+    max_tokens: int = 256
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError("mode", f"must be one of {', '.join(MODES)} (got {self.mode!r})")
+        if self.max_tokens < 1:
+            raise ConfigError("max_tokens", f"must be at least 1 (got {self.max_tokens})")
+        if not self.prompt_token_ids:
+            raise ConfigError("prompt", "encodes to no tokens; give a non-empty prompt")
+
+
+class SpecEngine:
+    def __init__(
+        self,
+        backend: Backend,
+        router: Router | None = None,
+        route_map: Mapping[str, str] | None = None,
+        clock: Clock = time.perf_counter,
+    ) -> None:
+        self.backend = backend
+        self.router = router or CodeProseRouter()
+        self.route_map = dict(
+            route_map or (default_route_map(self.router.classes, backend.drafters) if backend.drafters else {})
+        )
+        if backend.drafters:
+            check_route_map(self.route_map, self.router.classes, backend.drafters)
+        self.clock = clock
+
+    def auto_route(self, prompt: str) -> str:
+        """The drafter the router picks for this prompt."""
+        return self.route_map[self.router.classify(prompt)]
+
+    def generate(self, request: Request, controls: LiveControls) -> Iterator[Event]:
+        """Run `request`, reading `controls` before every round; ends with a DoneEvent."""
+        if request.mode != "target" and not self.backend.drafters:
+            raise ConfigError("draft", f"is needed in {request.mode} mode; give at least one drafter")
+        return _Run(self, request, controls).events()
+
+
+class _Run:
+    """The state of one generation."""
+
+    def __init__(self, engine: SpecEngine, request: Request, controls: LiveControls) -> None:
+        self.backend, self.clock = engine.backend, engine.clock
+        self.request, self.controls = request, controls
+        self.settings = controls.settings
+        self.rng = np.random.default_rng(request.seed)
+        self.metrics = Metrics(speculative=request.mode == "speculative")
+        self.auto_route = engine.auto_route(request.prompt) if request.mode != "target" else None
+        self.route = resolve_route(self.settings.route, self.auto_route) if self.auto_route else None
+        self.policy = make_policy(self.settings.policy, self.settings.k, self.settings.policy_params)
+        self.detokenizer = self.backend.detokenizer()
+        self.generated: list[int] = []
+        self.text_parts: list[str] = []
+
+    def events(self) -> Iterator[Event]:
+        self.metrics.start_s = self.clock()
+        users = {"speculative": (None, self.route), "target": (None,), "draft": (self.route,)}
+        lane = self.backend.open_lane(self.request.prompt_token_ids, prefill=users[self.request.mode])
+        yield StartEvent(
+            self.request.mode,
+            self.route,
+            self.auto_route,
+            self.request.prompt_token_ids,
+            self.request.seed,
+            self.settings,
+        )
+        run = self._rounds(lane) if self.request.mode == "speculative" else self._steps(lane)
+        finish = yield from run
+        self.detokenizer.finalize()
+        self.text_parts.append(self.detokenizer.last_segment)
+        yield DoneEvent(finish, tuple(self.generated), "".join(self.text_parts), self.metrics.to_dict())
+
+    def _take_controls(self) -> ControlEvent | None:
+        """Adopt settings changed since the last round; say which, at which token."""
+        new = self.controls.settings
+        if new is self.settings:
+            return None
+        changes = settings_diff(self.settings, new)
+        self.settings = new
+        if not changes:
+            return None
+        names = {name for name, _, _ in changes}
+        if names & _POLICY_FIELDS:
+            self.policy = make_policy(new.policy, new.k, new.policy_params)
+        if "route" in names and self.auto_route:
+            self.route = resolve_route(new.route, self.auto_route)
+        return ControlEvent(len(self.generated), changes)
+
+    def _emit(self, committed: Sequence[tuple[int, Source]]) -> tuple[list[Token], FinishReason | None]:
+        """Detokenize committed tokens, stopping at EOS (which is not output) or the token limit."""
+        out: list[Token] = []
+        for token_id, source in committed:
+            if token_id in self.backend.eos_token_ids and not self.request.ignore_eos:
+                return out, "stop"
+            self.detokenizer.add_token(token_id)
+            text = self.detokenizer.last_segment
+            self.text_parts.append(text)
+            self.generated.append(token_id)
+            out.append(Token(token_id, text, source))
+            if len(self.generated) == self.request.max_tokens:
+                return out, "length"
+        return out, None
+
+    def _ends(self, token_id: int, num_tokens: int, remaining: int) -> bool:
+        eos = token_id in self.backend.eos_token_ids and not self.request.ignore_eos
+        return eos or num_tokens == remaining
+
+    def _rounds(self, lane: Lane) -> Generator[Event, None, FinishReason]:
+        for index in itertools.count():
+            if event := self._take_controls():
+                yield event
+            if self.controls.stop_requested:
+                return "cancelled"
+            assert self.route is not None
+            start = self.clock()
+            sampling = self.settings.sampling
+            remaining = self.request.max_tokens - len(self.generated)
+            k = min(self.policy.propose(), remaining)
+            # Every draw of the round comes from the engine's generator, in a fixed layout:
+            # k to draft, k to accept, k for corrections, one for the bonus.
+            uniforms = self.rng.random(3 * k + 1)
+            keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
+            draft = lane.draft(self.route, k, sampling, uniforms[:k], keep_drafting)
+            drafted_at = self.clock()
+            verified = lane.verify(draft, sampling, uniforms[2 * k : 3 * k], float(uniforms[3 * k]))
+            verified_at = self.clock()
+
+            positions, committed = self._judge(verified, uniforms[k : 2 * k], remaining)
+            lane.commit([token_id for token_id, _ in committed])
+            token_index = len(self.generated)
+            tokens, finish = self._emit(committed)
+            num_accepted = sum(p.outcome in ("accepted", "budget") for p in positions)
+            self.policy.update(len(verified.drafted), num_accepted)
+            done_at = self.clock()
+
+            event = RoundEvent(
+                index=index,
+                token_index=token_index,
+                route=self.route,
+                k=len(verified.drafted),
+                drafted=tuple(verified.drafted),
+                positions=tuple(positions),
+                num_accepted=num_accepted,
+                tokens=tuple(tokens),
+                draft_ms=1000 * (drafted_at - start),
+                verify_ms=1000 * (verified_at - drafted_at),
+                overhead_ms=1000 * (done_at - verified_at),
+            )
+            self.metrics.add_round(event)
+            self.metrics.add_tokens([t.source for t in tokens], done_at)
+            yield event
+            if finish:
+                return finish
+        raise AssertionError("unreachable")
+
+    def _judge(
+        self, verified: VerifiedDraft, accept_uniforms: Sequence[float], remaining: int
+    ) -> tuple[list[DraftPosition], list[tuple[int, Source]]]:
+        """Acceptance left to right; stops at the first rejection, an EOS, or the token limit."""
+        budget, greedy = self.settings.tv_budget, self.settings.sampling.greedy
+        positions: list[DraftPosition] = []
+        committed: list[tuple[int, Source]] = []
+        judging = True
+        for i, token_id in enumerate(verified.drafted):
+            uniform, tv = float(accept_uniforms[i]), verified.tv_distance[i]
+            p_target, p_draft = verified.p_target[i], verified.p_draft[i]
+            if not judging:
+                theta = mentored_theta(tv, budget)
+                positions.append(DraftPosition(token_id, p_target, p_draft, uniform, tv, theta, "unreached"))
+                continue
+            verdict = judge(token_id, p_target, p_draft, tv, verified.target_argmax[i], budget, greedy, uniform)
+            if verdict.accepted:
+                outcome: Source = "budget" if verdict.by_budget else "accepted"
+                committed.append((token_id, outcome))
+            else:
+                committed.append((verified.corrections[i], "corrected"))
+                judging = False
+            positions.append(
+                DraftPosition(
+                    token_id,
+                    p_target,
+                    p_draft,
+                    uniform,
+                    tv,
+                    verdict.theta,
+                    "rejected" if not verdict.accepted else outcome,
+                )
+            )
+            if self._ends(committed[-1][0], len(committed), remaining):
+                judging = False
+        if judging:
+            committed.append((verified.bonus, "bonus"))
+        return positions, committed
+
+    def _steps(self, lane: Lane) -> Generator[Event, None, FinishReason]:
+        """Target-only or draft-only: one token per step, no acceptance."""
+        source: Source = "target" if self.request.mode == "target" else "draft"
+        stream: Iterator[int] | None = None
+        try:
+            while True:
+                if event := self._take_controls():
+                    yield event
+                    if stream is not None and {name for name, _, _ in event.changes} & _STREAM_FIELDS:
+                        stream.close()  # drop the step in flight so the change applies to the next token
+                        stream = None
+                if self.controls.stop_requested:
+                    return "cancelled"
+                if stream is None:
+                    stream = lane.generate(self.route, self.settings.sampling, lambda: float(self.rng.random()))
+                start = self.clock()
+                token_index = len(self.generated)
+                tokens, finish = self._emit([(next(stream), source)])
+                done_at = self.clock()
+                if tokens:
+                    self.metrics.add_tokens([source], done_at)
+                    yield StepEvent(token_index, self.route, tokens[0], 1000 * (done_at - start))
+                if finish:
+                    return finish
+        finally:
+            if stream is not None:
+                stream.close()

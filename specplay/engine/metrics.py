@@ -1,0 +1,93 @@
+"""Run metrics, named as vLLM names its speculative-decoding metrics."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from specplay.engine.events import RoundEvent, Source
+
+
+class Metrics:
+    """Accumulates one lane's counters as rounds and steps arrive."""
+
+    def __init__(self, speculative: bool) -> None:
+        self.speculative = speculative
+        self.num_spec_steps = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_draft_tokens = 0
+        self.drafted_per_position: list[int] = []
+        self.accepted_per_position: list[int] = []
+        self.tokens_by_source: Counter[Source] = Counter()
+        self.tv_spent = 0.0
+        self.draft_ms = self.verify_ms = self.overhead_ms = 0.0
+        self.num_tokens = 0
+        self.start_s: float | None = None
+        self.first_token_s: float | None = None
+        self.last_token_s: float | None = None
+
+    def add_tokens(self, sources: list[Source], now_s: float) -> None:
+        if not sources:
+            return
+        if self.first_token_s is None:
+            self.first_token_s = now_s
+        self.last_token_s = now_s
+        self.num_tokens += len(sources)
+        self.tokens_by_source.update(sources)
+
+    def add_round(self, event: RoundEvent) -> None:
+        self.num_spec_steps += 1
+        self.num_draft_tokens += event.k
+        self.num_accepted_draft_tokens += event.num_accepted
+        for i, position in enumerate(event.positions):
+            if i == len(self.drafted_per_position):
+                self.drafted_per_position.append(0)
+                self.accepted_per_position.append(0)
+            self.drafted_per_position[i] += 1
+            if position.outcome in ("accepted", "budget"):
+                self.accepted_per_position[i] += 1
+            # Each judged position emitted a token distributed as pi, which is theta * d from the
+            # target in TV; unreached positions emitted nothing.
+            if position.outcome != "unreached":
+                self.tv_spent += position.theta * position.tv_distance
+        self.draft_ms += event.draft_ms
+        self.verify_ms += event.verify_ms
+        self.overhead_ms += event.overhead_ms
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Tokens after the first over the time since the first: mlx-lm's generation_tps."""
+        if self.first_token_s is None or self.last_token_s is None or self.num_tokens < 2:
+            return None
+        elapsed_s = self.last_token_s - self.first_token_s
+        return (self.num_tokens - 1) / elapsed_s if elapsed_s > 0 else None
+
+    def acceptance_per_position(self) -> list[float]:
+        """At each draft position, accepted / drafted over the rounds that drafted that far."""
+        pairs = zip(self.accepted_per_position, self.drafted_per_position, strict=True)
+        return [accepted / drafted for accepted, drafted in pairs]
+
+    def to_dict(self) -> dict[str, Any]:
+        spec = self.speculative
+        steps, drafted = self.num_spec_steps, self.num_draft_tokens
+        ttft_ms = None
+        if self.first_token_s is not None and self.start_s is not None:
+            ttft_ms = 1000 * (self.first_token_s - self.start_s)
+        return {
+            "num_tokens": self.num_tokens,
+            "tokens_per_s": self.tokens_per_s,
+            "time_to_first_token_ms": ttft_ms,
+            "num_tokens_by_source": dict(self.tokens_by_source),
+            "num_spec_steps": steps if spec else None,
+            "num_draft_tokens": drafted if spec else None,
+            "num_accepted_draft_tokens": self.num_accepted_draft_tokens if spec else None,
+            "mean_acceptance_length": (1 + self.num_accepted_draft_tokens / steps) if spec and steps else None,
+            "draft_acceptance_rate": (self.num_accepted_draft_tokens / drafted) if spec and drafted else None,
+            "acceptance_per_position": self.acceptance_per_position() if spec else None,
+            "num_drafted_per_position": list(self.drafted_per_position) if spec else None,
+            "num_accepted_per_position": list(self.accepted_per_position) if spec else None,
+            "tv_spent": self.tv_spent if spec else None,
+            "draft_ms": self.draft_ms if spec else None,
+            "verify_ms": self.verify_ms if spec else None,
+            "overhead_ms": self.overhead_ms if spec else None,
+        }

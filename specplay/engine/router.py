@@ -1,0 +1,76 @@
+"""Routing for a mixture of speculators: pick the drafter that serves a request.
+
+A `Router` labels a prompt with a class ("code", "prose"...); a route map sends each class to
+a drafter. A pinned route (a drafter's name) bypasses the router. Anything with `classes` and
+`classify` can replace the heuristic here, a trained classifier for instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from specplay.engine.settings import AUTO_ROUTE
+from specplay.errors import ConfigError
+
+
+class Router(Protocol):
+    classes: tuple[str, ...]
+
+    def classify(self, prompt: str) -> str: ...
+
+
+# Characters far denser in source code than in prose. str.translate deletes them all in one C
+# pass, so scoring a 2 KB prompt takes about 10 microseconds.
+_CODE_CHARS = str.maketrans("", "", "{}[]()=_;<>#*/\\|&+-%!@$^~`\"'")
+_SAMPLE_CHARS = 2048
+
+
+class CodeProseRouter:
+    """Code vs prose from the first 2 KB of a prompt: the density of code characters plus a
+    weight on the share of indented lines.
+
+    The weight and threshold were fitted on windows of the standard library's source against
+    its documentation and docstrings (95% correct there). A prompt that is neither, a short
+    question or a list of words, scores low and goes to prose; a mix goes where its score falls.
+    """
+
+    classes = ("code", "prose")
+
+    def __init__(self, threshold: float = 0.215, indent_weight: float = 0.25) -> None:
+        self.threshold = threshold
+        self.indent_weight = indent_weight
+
+    def score(self, prompt: str) -> float:
+        text = prompt[:_SAMPLE_CHARS]
+        code_chars = len(text) - len(text.translate(_CODE_CHARS))
+        indented = text.count("\n    ") + text.count("\n\t")
+        return code_chars / max(len(text), 1) + self.indent_weight * indented / max(text.count("\n"), 1)
+
+    def classify(self, prompt: str) -> str:
+        return "code" if self.score(prompt) >= self.threshold else "prose"
+
+
+def default_route_map(classes: Sequence[str], drafters: Sequence[str]) -> dict[str, str]:
+    """Each class to the drafter of the same name if there is one, else to the first drafter."""
+    return {c: (c if c in drafters else drafters[0]) for c in classes}
+
+
+def check_route_map(route_map: Mapping[str, str], classes: Sequence[str], drafters: Sequence[str]) -> None:
+    for cls, drafter in route_map.items():
+        if cls not in classes:
+            raise ConfigError("route_map", f"names class {cls!r}; the router's classes are {', '.join(classes)}")
+        if drafter not in drafters:
+            raise ConfigError(
+                "route_map", f"sends {cls!r} to {drafter!r}, which is not a drafter ({', '.join(drafters)})"
+            )
+
+
+def check_route(route: str, drafters: Sequence[str]) -> None:
+    if route != AUTO_ROUTE and route not in drafters:
+        raise ConfigError("route", f"{route!r} is not a drafter; use auto or one of: {', '.join(drafters)}")
+
+
+def resolve_route(route: str, auto_choice: str) -> str:
+    """The drafter a round uses: the pinned one, or the router's choice for this request."""
+    return auto_choice if route == AUTO_ROUTE else route

@@ -1,0 +1,104 @@
+"""The settings of one generation. Frozen values: a live change replaces the whole object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from specplay.errors import ConfigError
+
+Mode = Literal["speculative", "target", "draft"]
+MODES: tuple[Mode, ...] = ("speculative", "target", "draft")
+
+PolicyName = Literal["fixed", "acceptance-rate", "accepted-length", "confidence"]
+POLICIES: tuple[PolicyName, ...] = ("fixed", "acceptance-rate", "accepted-length", "confidence")
+
+AUTO_ROUTE = "auto"
+K_LIMIT = 64  # beyond this a draft is never worth its cost, and a typo is likelier than intent
+
+
+def _check(ok: bool, name: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(name, message)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How logits become a distribution; applied identically to target and drafter."""
+
+    temperature: float = 0.0
+    """0 means greedy: every distribution is one-hot at its argmax."""
+    top_p: float = 1.0
+    """Keep the most probable tokens whose mass reaches top_p; 1 turns it off."""
+    top_k: int = 0
+    """Keep the k most probable tokens; 0 turns it off."""
+    min_p: float = 0.0
+    """Drop tokens below min_p times the top probability; 0 turns it off."""
+
+    def __post_init__(self) -> None:
+        _check(self.temperature >= 0, "temperature", f"must be 0 or more (got {self.temperature})")
+        _check(0 < self.top_p <= 1, "top_p", f"must be in (0, 1] (got {self.top_p})")
+        _check(self.top_k >= 0, "top_k", f"must be 0 (off) or more (got {self.top_k})")
+        _check(0 <= self.min_p < 1, "min_p", f"must be in [0, 1) (got {self.min_p})")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyParams:
+    """Bounds and thresholds of the adaptive draft-length policies."""
+
+    k_min: int = 1
+    k_max: int = 8
+    low_acceptance: float = 0.4
+    """acceptance-rate: k - 1 when a round's accepted/proposed is below this."""
+    high_acceptance: float = 0.8
+    """acceptance-rate: k + 1 when a round's accepted/proposed is above this."""
+    ema_alpha: float = 0.2
+    """accepted-length: weight of the newest round in the moving average."""
+    confidence_threshold: float = 0.5
+    """confidence: stop drafting once the estimated chance of a rejection exceeds this."""
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.k_min <= K_LIMIT, "k_min", f"must be between 1 and {K_LIMIT} (got {self.k_min})")
+        _check(self.k_min <= self.k_max <= K_LIMIT, "k_max", f"must be between k_min and {K_LIMIT} (got {self.k_max})")
+        _check(0 <= self.low_acceptance <= 1, "low_acceptance", f"must be in [0, 1] (got {self.low_acceptance})")
+        _check(
+            self.low_acceptance < self.high_acceptance <= 1,
+            "high_acceptance",
+            f"must be above low_acceptance and at most 1 (got {self.high_acceptance})",
+        )
+        _check(0 < self.ema_alpha <= 1, "ema_alpha", f"must be in (0, 1] (got {self.ema_alpha})")
+        _check(
+            0 < self.confidence_threshold < 1,
+            "confidence_threshold",
+            f"must be in (0, 1) (got {self.confidence_threshold})",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SpecSettings:
+    """Everything a user may change while a generation runs."""
+
+    k: int = 4
+    policy: PolicyName = "fixed"
+    route: str = AUTO_ROUTE
+    tv_budget: float = 0.0
+    """Mentored decoding: how far (in total variation, per token) the output may move toward the drafter."""
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    policy_params: PolicyParams = field(default_factory=PolicyParams)
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.k <= K_LIMIT, "k", f"must be between 1 and {K_LIMIT} (got {self.k})")
+        _check(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)} (got {self.policy!r})")
+        _check(0 <= self.tv_budget <= 1, "tv_budget", f"must be in [0, 1] (got {self.tv_budget})")
+        _check(bool(self.route), "route", "must name a drafter or be 'auto'")
+
+    def changed(self, **changes: object) -> SpecSettings:
+        """A copy with `changes`; sampling fields (temperature, top_p...) may be given directly."""
+        sampling_fields = {k: changes.pop(k) for k in list(changes) if k in SamplingParams.__dataclass_fields__}
+        if sampling_fields:
+            changes["sampling"] = replace(self.sampling, **sampling_fields)
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,20 @@
+"""Errors a user can act on. The CLI prints their message as one line, without a traceback."""
+
+from __future__ import annotations
+
+
+class SpecplayError(Exception):
+    """A problem with the user's input or environment, worded as problem and fix."""
+
+
+class ConfigError(SpecplayError, ValueError):
+    """A setting out of range or inconsistent; `field` names the setting so a CLI can name its flag."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field} {message}")
+        self.field = field
+        self.detail = message
+
+
+class ModelError(SpecplayError):
+    """A model that cannot be found, loaded or paired with the others."""

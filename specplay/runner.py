@@ -1,0 +1,96 @@
+"""The one long-lived thread that owns the models.
+
+MLX binds streams and random state to the thread that made them, so loading, caches and every
+round run on this thread; other threads submit work and read results. It knows nothing of MLX.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_END = object()
+
+
+class EventStream:
+    """Items of a generator running on the model thread, read from another thread.
+
+    An exception raised while waiting (Ctrl-C) leaves the stream readable: the caller can ask
+    the generator to stop and keep reading until it ends.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue()
+
+    def put(self, item: Any, error: BaseException | None = None) -> None:
+        self._queue.put((item, error))
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            try:
+                item, error = self._queue.get(timeout=0.1)  # a timeout keeps Ctrl-C responsive
+            except queue.Empty:
+                continue
+            if error is not None:
+                raise error
+            if item is _END:
+                self._queue.put((_END, None))  # stay exhausted
+                raise StopIteration
+            return item
+
+
+class ModelThread:
+    def __init__(self, name: str = "specplay-models", on_exit: Callable[[], None] | None = None) -> None:
+        """`on_exit` runs on the thread as it ends, to release what the thread owns."""
+        self._on_exit = on_exit
+        self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+        if self._on_exit is not None:
+            self._on_exit()
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+
+        def job() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self._jobs.put(job)
+        return future
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the model thread and return its result (or raise its exception) here."""
+        return self.submit(fn).result()
+
+    def stream(self, make_items: Callable[[], Iterator[T]]) -> EventStream:
+        """Run the generator `make_items()` on the model thread; read its items from the stream."""
+        stream = EventStream()
+
+        def job() -> None:
+            try:
+                for item in make_items():
+                    stream.put(item)
+                stream.put(_END)
+            except BaseException as exc:
+                stream.put(None, exc)
+
+        self._jobs.put(job)
+        return stream
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
