@@ -1,0 +1,90 @@
+"""Tiny real MLX models, built once per test session from the standard library's text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
+from specplay.backends.mlx import MlxBackend, load_mlx_backend
+from specplay.backends.mlx.build import (
+    CHATML_TEMPLATE,
+    llama_config,
+    read_texts,
+    stdlib_sources,
+    train_tokenizer,
+    write_model,
+    write_perturbed_copy,
+)
+
+VOCAB = 512
+CODE_PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
+PROSE_PROMPT = "The module provides a way of using the operating system and its files."
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    root: Path
+    target: Path
+    near: Path  # a noisy copy of the target: accepted often, not always
+    far: Path  # a different architecture (qwen2), random: rarely accepted
+    swa_target: Path  # sliding window of 8 tokens on alternate layers
+    swa_near: Path
+    chat_target: Path  # same weights as target, tokenizer with a ChatML template
+    other_vocab: Path  # same vocabulary size, different id -> token table
+    recurrent: Path  # a Mamba model: caches that cannot be rewound
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    root = tmp_path_factory.mktemp("tiny")
+    sources = stdlib_sources()
+    train_tokenizer(read_texts(sources[:20]), root / "tok", VOCAB)
+    train_tokenizer(
+        read_texts(sources[:20]), root / "chat_tok", VOCAB, eos_token="<|im_end|>", chat_template=CHATML_TEMPLATE
+    )
+    train_tokenizer(read_texts(sources[-20:]), root / "other_tok", VOCAB)
+
+    untied = {"tie_word_embeddings": False}
+    write_model(root / "target", llama_config(64, 2, VOCAB, **untied), root / "tok", seed=0, output_scale=4.0)
+    write_perturbed_copy(root / "target", root / "near", noise=0.05, seed=3)
+    qwen = llama_config(32, 1, VOCAB, **untied) | {"model_type": "qwen2"}
+    write_model(root / "far", qwen, root / "tok", seed=1, output_scale=4.0)
+    swa = llama_config(64, 2, VOCAB, layer_types=["sliding_attention", "full_attention"], sliding_window=8, **untied)
+    write_model(root / "swa_target", swa, root / "tok", seed=4, output_scale=4.0)
+    write_perturbed_copy(root / "swa_target", root / "swa_near", noise=0.05, seed=5)
+    write_model(root / "chat_target", llama_config(64, 2, VOCAB, **untied), root / "chat_tok", seed=0, output_scale=4.0)
+    write_model(root / "other_vocab", llama_config(32, 1, VOCAB), root / "other_tok", seed=6)
+    mamba = {
+        "model_type": "mamba",
+        "vocab_size": VOCAB,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "state_size": 4,
+        "num_hidden_layers": 1,
+        "conv_kernel": 4,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "time_step_rank": 4,
+    }
+    write_model(root / "recurrent", mamba, root / "tok", seed=7)
+    return TinyModels(
+        root,
+        root / "target",
+        root / "near",
+        root / "far",
+        root / "swa_target",
+        root / "swa_near",
+        root / "chat_target",
+        root / "other_vocab",
+        root / "recurrent",
+    )
+
+
+@pytest.fixture(scope="session")
+def backend(tiny: TinyModels) -> MlxBackend:
+    """Target with three drafters: near, far, and the target itself."""
+    drafters = [("near", str(tiny.near)), ("far", str(tiny.far)), ("self", str(tiny.target))]
+    return load_mlx_backend(str(tiny.target), drafters)
