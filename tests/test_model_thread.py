@@ -1,0 +1,56 @@
+"""Live control from another thread while the model thread generates, as the playground does it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from specplay.backends.mlx import load_mlx_backend, release_thread
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import ControlEvent, DoneEvent, RoundEvent
+from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.settings import SpecSettings
+from specplay.runner import ModelThread
+from tests.conftest import CODE_PROMPT, TinyModels
+
+
+def test_changes_and_stop_from_another_thread(tiny: TinyModels) -> None:
+    thread = ModelThread(on_exit=release_thread)
+    try:
+        backend = thread.call(
+            lambda: load_mlx_backend(str(tiny.target), [("near", str(tiny.near)), ("far", str(tiny.far))])
+        )
+        engine = SpecEngine(backend)
+        controls = LiveControls(SpecSettings(k=5, route="near"), backend.drafters)
+        request = Request(CODE_PROMPT, tuple(backend.encode(CODE_PROMPT, raw=True)), max_tokens=400, ignore_eos=True)
+        events, seen_rounds = [], 0
+        for event in thread.stream(lambda: engine.generate(request, controls)):
+            events.append(event)
+            if isinstance(event, RoundEvent):
+                seen_rounds += 1
+                if seen_rounds == 2:
+                    controls.update(k=2, route="far")  # from this (the main) thread
+                if seen_rounds == 12:
+                    controls.request_stop()
+    finally:
+        thread.close()
+
+    change = next(i for i, e in enumerate(events) if isinstance(e, ControlEvent))
+    before = [e for e in events[:change] if isinstance(e, RoundEvent)]
+    after = [e for e in events[change:] if isinstance(e, RoundEvent)]
+    assert before and all(r.k == 5 and r.route == "near" for r in before)
+    assert after and all(r.k == 2 and r.route == "far" for r in after)
+    assert events[change].token_index == sum(len(r.tokens) for r in before)
+    final = events[-1]
+    assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"
+    assert len(final.token_ids) < 400
+
+
+def test_engine_never_imports_a_ui_a_model_library_or_http() -> None:
+    forbidden = ("textual", "mlx", "mlx_lm", "httpx", "requests", "rich")
+    code = (
+        "import sys; import specplay.engine.loop, specplay.engine.accept, specplay.engine.sampling, specplay.runner; "
+        f"bad = [m for m in sys.modules if m.split('.')[0] in {forbidden}]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
