@@ -9,6 +9,7 @@ import pytest
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StartEvent
+from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import POLICIES
 from tests.conftest import CODE_PROMPT, PROSE_PROMPT, TinyModels
 from tests.helpers import Observed, done, rounds, run, sources
@@ -187,3 +188,10 @@ def test_chat_template_is_applied_unless_raw(tiny: TinyModels) -> None:
     chat = backend.encode("hello", raw=False)
     assert backend.tokenizer.decode(chat) == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
     assert backend.encode("hello", raw=True) == backend.tokenizer.encode("hello")
+
+
+def test_auto_route_uses_the_route_map(backend: MlxBackend) -> None:
+    engine = SpecEngine(backend, route_map={"code": "far"})  # prose keeps its default, the first drafter
+    assert engine.auto_route(CODE_PROMPT) == "far" and engine.auto_route(PROSE_PROMPT) == "near"
+    start = run(backend, CODE_PROMPT, max_tokens=2)[0]
+    assert isinstance(start, StartEvent) and start.auto_route == start.route == "near"

@@ -27,6 +27,7 @@ from specplay.engine.events import (
     DraftPosition,
     Event,
     FinishReason,
+    Outcome,
     RoundEvent,
     Source,
     StartEvent,
@@ -84,10 +85,9 @@ class SpecEngine:
     ) -> None:
         self.backend = backend
         self.router = router or CodeProseRouter()
-        self.route_map = dict(
-            route_map or (default_route_map(self.router.classes, backend.drafters) if backend.drafters else {})
-        )
-        if backend.drafters:
+        self.route_map: dict[str, str] = {}
+        if backend.drafters:  # classes the user's map leaves out keep their default drafter
+            self.route_map = default_route_map(self.router.classes, backend.drafters) | dict(route_map or {})
             check_route_map(self.route_map, self.router.classes, backend.drafters)
         self.clock = clock
 
@@ -120,8 +120,8 @@ class _Run:
 
     def events(self) -> Iterator[Event]:
         self.metrics.start_s = self.clock()
-        users = {"speculative": (None, self.route), "target": (None,), "draft": (self.route,)}
-        lane = self.backend.open_lane(self.request.prompt_token_ids, prefill=users[self.request.mode])
+        models = {"speculative": (None, self.route), "target": (None,), "draft": (self.route,)}
+        lane = self.backend.open_lane(self.request.prompt_token_ids, prefill=models[self.request.mode])
         yield StartEvent(
             self.request.mode,
             self.route,
@@ -236,22 +236,13 @@ class _Run:
                 continue
             verdict = judge(token_id, p_target, p_draft, tv, verified.target_argmax[i], budget, greedy, uniform)
             if verdict.accepted:
-                outcome: Source = "budget" if verdict.by_budget else "accepted"
+                outcome: Outcome = "budget" if verdict.by_budget else "accepted"
                 committed.append((token_id, outcome))
             else:
+                outcome = "rejected"
                 committed.append((verified.corrections[i], "corrected"))
                 judging = False
-            positions.append(
-                DraftPosition(
-                    token_id,
-                    p_target,
-                    p_draft,
-                    uniform,
-                    tv,
-                    verdict.theta,
-                    "rejected" if not verdict.accepted else outcome,
-                )
-            )
+            positions.append(DraftPosition(token_id, p_target, p_draft, uniform, tv, verdict.theta, outcome))
             if self._ends(committed[-1][0], len(committed), remaining):
                 judging = False
         if judging:
