@@ -18,10 +18,13 @@ def softmax(logits: Array, xp: Any) -> Array:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
+def one_hot(tokens: Array, vocab_size: int, xp: Any) -> Array:
+    return (xp.arange(vocab_size) == tokens[..., None]).astype(xp.float32)
+
+
 def one_hot_argmax(logits: Array, xp: Any) -> Array:
     """Temperature 0 as a distribution: all mass on the argmax (the first one on ties)."""
-    top = xp.argmax(logits, axis=-1)
-    return (xp.arange(logits.shape[-1]) == top[..., None]).astype(xp.float32)
+    return one_hot(xp.argmax(logits, axis=-1), logits.shape[-1], xp)
 
 
 def _keep(probs: Array, mask: Array, xp: Any) -> Array:

@@ -17,7 +17,7 @@ from mlx_lm.models.cache import trim_prompt_cache
 
 from specplay.engine.accept import inverse_cdf_sample, residual_distribution, tv_distance
 from specplay.engine.backend import VerifiedDraft
-from specplay.engine.sampling import sampling_probs, softmax
+from specplay.engine.sampling import one_hot, sampling_probs, softmax
 from specplay.engine.settings import SamplingParams
 
 PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
@@ -64,6 +64,15 @@ def _uniforms(values: Sequence[float]) -> mx.array:
     return mx.array(np.asarray(values, dtype=np.float32))
 
 
+def _draw(logits: mx.array, sampling: SamplingParams, uniforms: mx.array) -> tuple[mx.array, mx.array | None]:
+    """One token per row of logits, and the distribution it was drawn from (None when greedy:
+    the argmax needs no distribution, and its one-hot is built only where needed)."""
+    if sampling.greedy:
+        return mx.argmax(logits, axis=-1), None
+    probs = sampling_probs(logits, sampling, mx)
+    return inverse_cdf_sample(probs, uniforms, mx), probs
+
+
 class MlxLane:
     """Caches for one sequence. Between rounds every cache holds a prefix of `tokens[:-1]`."""
 
@@ -102,22 +111,22 @@ class MlxLane:
         tokens, rows, confidences = [], [], []
         for i in range(k):
             logits = model.forward(inputs)[-1:]
-            probs = sampling_probs(logits, sampling, mx)
-            token = inverse_cdf_sample(probs, u[i : i + 1], mx)
+            token, probs = _draw(logits, sampling, u[i : i + 1])
             tokens.append(token)
             rows.append(probs)
             if keep_drafting is None:
                 mx.async_eval(token)  # overlap this step's compute with building the next
             else:
                 # At temperature 0 the drafter's own confidence is its softmax, not the one-hot.
-                belief = softmax(logits, mx) if sampling.greedy else probs
+                belief = softmax(logits, mx) if probs is None else probs
                 confidences.append(mx.take_along_axis(belief, token[:, None], axis=-1).item())
                 if not keep_drafting(confidences):
                     break
             inputs = token
-        draft = MlxDraft(model, mx.concatenate(tokens), mx.concatenate(rows))
-        mx.eval(draft.tokens, draft.p_draft)  # drafting ends here, so draft time is measured honestly
-        return draft
+        drafted = mx.concatenate(tokens)
+        mx.eval(drafted)  # drafting ends here, so draft time is measured honestly
+        p_draft = one_hot(drafted, model.vocab_size, mx) if sampling.greedy else mx.concatenate(rows)
+        return MlxDraft(model, drafted, p_draft)
 
     def verify(
         self, draft: MlxDraft, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
@@ -155,8 +164,8 @@ class MlxLane:
         model = self.target if model_name is None else self.drafters[model_name]
 
         def step(inputs: mx.array) -> mx.array:
-            probs = sampling_probs(model.forward(inputs)[-1:], sampling, mx)
-            return inverse_cdf_sample(probs, _uniforms([draw()]), mx)
+            logits = model.forward(inputs)[-1:]
+            return mx.argmax(logits, axis=-1) if sampling.greedy else _draw(logits, sampling, _uniforms([draw()]))[0]
 
         # Pipelined as mlx-lm's generate_step: token t + 1 is computing while t goes to the host.
         token = step(self._pending(model))
