@@ -35,6 +35,7 @@ class TinyModels:
     chat_target: Path  # same weights as target, tokenizer with a ChatML template
     other_vocab: Path  # same vocabulary size, different id -> token table
     recurrent: Path  # a Mamba model: caches that cannot be rewound
+    padded: Path  # a drafter whose embedding has rows past the tokenizer's vocabulary
 
 
 @pytest.fixture(scope="session")
@@ -70,6 +71,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
         "time_step_rank": 4,
     }
     write_model(root / "recurrent", mamba, root / "tok", seed=7)
+    write_model(root / "padded", llama_config(32, 1, VOCAB + 64, **untied), root / "tok", seed=8, output_scale=4.0)
     return TinyModels(
         root,
         root / "target",
@@ -80,6 +82,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
         root / "chat_target",
         root / "other_vocab",
         root / "recurrent",
+        root / "padded",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -126,3 +127,21 @@ def test_usage_errors_are_one_line() -> None:
         [sys.executable, "-m", "specplay", "run", "--k", "x"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_in_the_hugging_face_cache_loads_offline(tiny: TinyModels, tmp_path) -> None:
+    # The cache layout huggingface_hub writes: refs/main names a snapshot folder.
+    repo = tmp_path / "hub" / "models--someone--tiny-target"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for file in tiny.target.iterdir():
+        (snapshot / file.name).write_bytes(file.read_bytes())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub")}
+    command = [sys.executable, "-m", "specplay", "run", "--target", "someone/tiny-target", "--mode", "target"]
+    result = subprocess.run(
+        [*command, "--prompt", "x", "--max-tokens", "3", "--json"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["token_ids"]) == 3

@@ -195,3 +195,11 @@ def test_auto_route_uses_the_route_map(backend: MlxBackend) -> None:
     assert engine.auto_route(CODE_PROMPT) == "far" and engine.auto_route(PROSE_PROMPT) == "near"
     start = run(backend, CODE_PROMPT, max_tokens=2)[0]
     assert isinstance(start, StartEvent) and start.auto_route == start.route == "near"
+
+
+def test_a_drafter_with_padded_vocabulary_pairs_with_the_target(tiny: TinyModels) -> None:
+    backend = load_mlx_backend(str(tiny.target), [("padded", str(tiny.padded))])
+    reference = done(run(backend, CODE_PROMPT, mode="target")).token_ids
+    assert done(run(backend, CODE_PROMPT, k=3)).token_ids == reference
+    sampled = done(run(backend, CODE_PROMPT, k=3, temperature=1.0))
+    assert max(sampled.token_ids) < backend.vocab_size
