@@ -73,6 +73,21 @@ def _draw(logits: mx.array, sampling: SamplingParams, uniforms: mx.array) -> tup
     return inverse_cdf_sample(probs, uniforms, mx), probs
 
 
+class PendingVerification:
+    """A round queued on the device: drafting first, then verification."""
+
+    def __init__(self, results: tuple[mx.array, ...]) -> None:
+        self.results = results
+
+    def wait_for_draft(self) -> None:
+        mx.eval(self.results[0])
+
+    def result(self) -> VerifiedDraft:
+        mx.eval(*self.results)  # the round's one transfer to the host
+        drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus = (r.tolist() for r in self.results)
+        return VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus[0])
+
+
 class MlxLane:
     """Caches for one sequence. Between rounds every cache holds a prefix of `tokens[:-1]`."""
 
@@ -124,13 +139,12 @@ class MlxLane:
                     break
             inputs = token
         drafted = mx.concatenate(tokens)
-        mx.eval(drafted)  # drafting ends here, so draft time is measured honestly
         p_draft = one_hot(drafted, model.vocab_size, mx) if sampling.greedy else mx.concatenate(rows)
         return MlxDraft(model, drafted, p_draft)
 
     def verify(
         self, draft: MlxDraft, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
-    ) -> VerifiedDraft:
+    ) -> PendingVerification:
         k = draft.tokens.shape[0]
         inputs = mx.concatenate([self._pending(self.target), draft.tokens.astype(mx.int32)])
         p_target = sampling_probs(self.target.forward(inputs)[-(k + 1) :], sampling, mx)
@@ -145,9 +159,9 @@ class MlxLane:
             inverse_cdf_sample(residual_distribution(head, p_draft, mx), u[:k], mx),
             inverse_cdf_sample(p_target[k:], u[k:], mx),
         )
-        mx.eval(*results)  # the round's one transfer to the host
-        drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus = (r.tolist() for r in results)
-        return VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus[0])
+        # Queue verification behind the draft now, so the device never waits for the host between them.
+        mx.async_eval(*results)
+        return PendingVerification(results)
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.tokens.extend(tokens)
