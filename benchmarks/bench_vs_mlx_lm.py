@@ -22,7 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,22 +36,15 @@ import mlx_lm
 from mlx.utils import tree_flatten
 from mlx_lm.sample_utils import make_sampler
 
-from specplay.backends.mlx import MlxBackend, blas, load_mlx_backend
-from specplay.backends.mlx.build import (
-    llama_config,
-    read_texts,
-    stdlib_sources,
-    train_tokenizer,
-    write_model,
-    write_perturbed_copy,
-)
+from specplay.backends.mlx import MlxBackend, blas, build, load_mlx_backend
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StepEvent
 from specplay.engine.loop import Request, SpecEngine
-from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.engine.settings import Mode, SamplingParams, SpecSettings
 
 DRAFTER = "near"
 DEFAULT_PROMPT = "def main(args):\n    "
+WARMUP_TOKENS = 32  # enough to allocate caches and buffers once per side
 
 
 @dataclass
@@ -60,6 +55,7 @@ class Run:
     times: list[float] = field(default_factory=list)
     from_draft: list[bool] = field(default_factory=list)  # mlx-lm only
     metrics: dict[str, Any] = field(default_factory=dict)  # specplay only
+    cpu_s: float = 0.0  # process CPU time, all threads: shows BLAS threads spinning
 
     def arrive(self, token_id: int, from_draft: bool = False) -> None:
         self.times.append(time.perf_counter())
@@ -73,18 +69,18 @@ class Run:
 def build_models(root: Path) -> tuple[Path, Path]:
     """The random target and its noisy copy; reused when `root` already holds them."""
     if not (root / DRAFTER / "model.safetensors").exists():
-        train_tokenizer(read_texts(stdlib_sources(40)), root / "tokenizer", vocab_size=512)
-        config = llama_config(384, 6, 512, tie_word_embeddings=False)
-        write_model(root / "target", config, root / "tokenizer", seed=0, output_scale=4.0)
-        write_perturbed_copy(root / "target", root / DRAFTER, noise=0.1, seed=3)
+        build.train_tokenizer(build.read_texts(build.stdlib_sources(40)), root / "tokenizer", vocab_size=512)
+        config = build.llama_config(384, 6, 512, tie_word_embeddings=False)
+        build.write_model(root / "target", config, root / "tokenizer", seed=0, output_scale=4.0)
+        build.write_perturbed_copy(root / "target", root / DRAFTER, noise=0.1, seed=3)
     return root / "target", root / DRAFTER
 
 
 class Sides:
-    """specplay and mlx-lm over the same loaded weights."""
+    """specplay and mlx-lm over the same loaded weights, each returning a timed Run."""
 
-    def __init__(self, backend: MlxBackend, prompt: str, k: int, max_tokens: int) -> None:
-        self.backend, self.prompt, self.k, self.n = backend, prompt, k, max_tokens
+    def __init__(self, backend: MlxBackend, prompt: str, k: int) -> None:
+        self.backend, self.prompt, self.k = backend, prompt, k
         self.engine = SpecEngine(backend)
         self.ids = backend.encode(prompt, raw=True)
         self.target = backend.models["target"].model
@@ -93,10 +89,10 @@ class Sides:
         self.tokenizer = copy.copy(backend.tokenizer)
         self.tokenizer.eos_token_ids = ()
 
-    def specplay(self, mode: str, temperature: float = 0.0, seed: int = 0) -> Run:
+    def specplay(self, mode: Mode, n: int, temperature: float = 0.0, seed: int = 0) -> Run:
         settings = SpecSettings(k=self.k, route=DRAFTER, sampling=SamplingParams(temperature=temperature))
-        request = Request(self.prompt, tuple(self.ids), mode=mode, seed=seed, max_tokens=self.n, ignore_eos=True)  # type: ignore[arg-type]
-        run = Run()
+        request = Request(self.prompt, tuple(self.ids), mode=mode, seed=seed, max_tokens=n, ignore_eos=True)
+        run, cpu = Run(), time.process_time()
         for event in self.engine.generate(request, LiveControls(settings, self.backend.drafters)):
             if isinstance(event, RoundEvent):
                 for token in event.tokens:
@@ -105,20 +101,22 @@ class Sides:
                 run.arrive(event.token.token_id)
             elif isinstance(event, DoneEvent):
                 run.metrics = event.metrics
+        run.cpu_s = time.process_time() - cpu
         return run
 
-    def mlx_lm(self, speculative: bool, temperature: float = 0.0, seed: int = 0) -> Run:
+    def mlx_lm(self, speculative: bool, n: int, temperature: float = 0.0, seed: int = 0) -> Run:
         mx.random.seed(seed)
         extra: dict[str, Any] = {"sampler": make_sampler(temp=temperature)}
         if speculative:
             extra.update(draft_model=self.draft, num_draft_tokens=self.k)
-        run = Run()
-        for response in mlx_lm.stream_generate(self.target, self.tokenizer, self.ids, max_tokens=self.n, **extra):
+        run, cpu = Run(), time.process_time()
+        for response in mlx_lm.stream_generate(self.target, self.tokenizer, self.ids, max_tokens=n, **extra):
             run.arrive(response.token, response.from_draft)
+        run.cpu_s = time.process_time() - cpu
         return run
 
 
-def mlx_lm_acceptance(from_draft: list[bool], k: int, max_tokens: int) -> tuple[float, float]:
+def mlx_lm_acceptance(from_draft: list[bool], k: int) -> tuple[float, float]:
     """(accepted / drafted, tokens per round) from mlx-lm's from_draft flags.
 
     A round yields its accepted drafts then one target token, drafting min(k, tokens left).
@@ -127,32 +125,28 @@ def mlx_lm_acceptance(from_draft: list[bool], k: int, max_tokens: int) -> tuple[
     open_round = False
     for emitted, flag in enumerate(from_draft):
         if not open_round:
-            rounds, drafted = rounds + 1, drafted + min(k, max_tokens - emitted)
+            rounds, drafted = rounds + 1, drafted + min(k, len(from_draft) - emitted)
         accepted += flag
         open_round = flag  # the target's token closes the round
     return accepted / drafted, 1 + accepted / rounds  # counted as specplay's mean_acceptance_length
 
 
-def alternate(repeats: int, first: Any, second: Any) -> tuple[list[Run], list[Run]]:
-    """Each side once as warm-up, then `repeats` pairs, flipping who goes first each time."""
-    first(), second()
-    a_runs, b_runs = [], []
+def alternate(repeats: int, n: int, ours: Callable[[int], Run], theirs: Callable[[int], Run]) -> list[list[Run]]:
+    """A short warm-up of each side, then `repeats` pairs of n tokens, flipping who goes first."""
+    ours(WARMUP_TOKENS), theirs(WARMUP_TOKENS)
+    runs: list[list[Run]] = [[], []]
     for i in range(repeats):
-        if i % 2 == 0:
-            a_runs.append(first())
-            b_runs.append(second())
-        else:
-            b_runs.append(second())
-            a_runs.append(first())
-    return a_runs, b_runs
+        for side in (0, 1) if i % 2 == 0 else (1, 0):
+            runs[side].append((ours, theirs)[side](n))
+    return runs
 
 
 def speed_row(label: str, ours: list[Run], theirs: list[Run]) -> str:
     ratios = [a.tokens_per_s() / b.tokens_per_s() for a, b in zip(ours, theirs, strict=True)]
-    ours_tps = statistics.median(r.tokens_per_s() for r in ours)
-    theirs_tps = statistics.median(r.tokens_per_s() for r in theirs)
+    cells = [statistics.median(r.tokens_per_s() for r in side) for side in (ours, theirs)]
+    cells += [statistics.median(1000 * r.cpu_s / len(r.ids) for r in side) for side in (ours, theirs)]
     spread = f"{min(ratios):.2f}..{max(ratios):.2f}"
-    return f"{label:<30}{ours_tps:>10.1f}{theirs_tps:>10.1f}{statistics.median(ratios):>10.2f}  {spread}"
+    return f"{label:<28}" + "".join(f"{c:>10.1f}" for c in cells) + f"{statistics.median(ratios):>8.2f}  {spread}"
 
 
 def blas_description() -> str:
@@ -175,67 +169,61 @@ def print_header(backend: MlxBackend, args: argparse.Namespace) -> None:
         params = sum(v.size for _, v in tree_flatten(loaded.model.parameters()))
         dtype = next(v.dtype for _, v in tree_flatten(loaded.model.parameters()))
         print(f"model {name}: {params / 1e6:.2f}M parameters, {dtype}, from {loaded.path.name}")
-    print(f"k={args.k}, max_tokens={args.max_tokens}, repeats={args.repeats}, seeds={args.seeds}")
+    print(f"k={args.k}, max_tokens={args.max_tokens}, repeats={args.repeats}, warm-up {WARMUP_TOKENS} tokens per side")
     print(f"prompt: {args.prompt!r} ({len(backend.encode(args.prompt, raw=True))} tokens)")
 
 
 def measure(args: argparse.Namespace, target: Path, draft: Path) -> None:
     backend = load_mlx_backend(str(target), [(DRAFTER, str(draft))])
-    sides = Sides(backend, args.prompt, args.k, args.max_tokens)
+    sides = Sides(backend, args.prompt, args.k)
     print_header(backend, args)
 
-    spec_ours, spec_theirs = alternate(
-        args.repeats, lambda: sides.specplay("speculative"), lambda: sides.mlx_lm(speculative=True)
-    )
-    target_ours, target_theirs = alternate(
-        args.repeats, lambda: sides.specplay("target"), lambda: sides.mlx_lm(speculative=False)
-    )
-    print(f"\n{'tokens/s (median)':<30}{'specplay':>10}{'mlx-lm':>10}{'ratio':>10}  spread (min..max)")
-    print(speed_row(f"greedy speculative, k={args.k}", spec_ours, spec_theirs))
-    print(speed_row("target only", target_ours, target_theirs))
+    n, k = args.max_tokens, args.k
+    spec = alternate(args.repeats, n, partial(sides.specplay, "speculative"), partial(sides.mlx_lm, True))
+    target_only = alternate(args.repeats, n, partial(sides.specplay, "target"), partial(sides.mlx_lm, False))
+    print(f"\n{'median over repeats':<28}{'specplay':>10}{'mlx-lm':>10}{'specplay':>10}{'mlx-lm':>10}")
+    print(f"{'':<28}{'tokens/s':>20}{'CPU ms/token':>20}{'ratio':>8}  spread (min..max)")
+    print(speed_row(f"greedy speculative, k={k}", *spec))
+    print(speed_row("target only", *target_only))
 
-    same_spec = all(a.ids == b.ids for a, b in zip(spec_ours, spec_theirs, strict=True))
-    same_target = all(a.ids == b.ids for a, b in zip(target_ours, target_theirs, strict=True))
-    same_across = spec_ours[0].ids == target_ours[0].ids
-    print(f"identical greedy ids: speculative {same_spec}, target-only {same_target}, spec == target {same_across}")
-    greedy_theirs = mlx_lm_acceptance(spec_theirs[0].from_draft, args.k, args.max_tokens)
-    metrics = spec_ours[0].metrics
+    same = [all(a.ids == b.ids for a, b in zip(*runs, strict=True)) for runs in (spec, target_only)]
+    print(f"identical greedy ids: speculative {same[0]}, target-only {same[1]}, ", end="")
+    print(f"speculative == target-only {spec[0][0].ids == target_only[0][0].ids}")
+    theirs = mlx_lm_acceptance(spec[1][0].from_draft, k)
+    ours = spec[0][0].metrics
     print(
-        f"greedy acceptance rate: specplay {metrics['draft_acceptance_rate']:.3f}, mlx-lm {greedy_theirs[0]:.3f}; "
-        f"tokens per round: specplay {metrics['mean_acceptance_length']:.2f}, mlx-lm {greedy_theirs[1]:.2f}"
+        f"greedy acceptance rate: specplay {ours['draft_acceptance_rate']:.3f}, mlx-lm {theirs[0]:.3f}; "
+        f"tokens per round: specplay {ours['mean_acceptance_length']:.2f}, mlx-lm {theirs[1]:.2f}"
     )
-    split = {
-        key: statistics.median(r.metrics[key] / r.metrics["num_spec_steps"] for r in spec_ours)
+    per_round = [
+        f"{key} {statistics.median(r.metrics[key] / r.metrics['num_spec_steps'] for r in spec[0]):.2f}"
         for key in ("draft_ms", "verify_ms", "overhead_ms")
-    }
-    print("specplay per round (median): " + ", ".join(f"{key} {value:.2f}" for key, value in split.items()))
+    ]
+    print("specplay per round (median): " + ", ".join(per_round))
     print_acceptance(sides, args)
 
 
 def print_acceptance(sides: Sides, args: argparse.Namespace) -> None:
-    ours = [sides.specplay("speculative", temperature=1.0, seed=s).metrics for s in range(args.seeds)]
-    theirs = [
-        mlx_lm_acceptance(sides.mlx_lm(speculative=True, temperature=1.0, seed=s).from_draft, args.k, args.max_tokens)
-        for s in range(args.seeds)
-    ]
-    rate_ours = [m["draft_acceptance_rate"] for m in ours]
-    length_ours = [m["mean_acceptance_length"] for m in ours]
-    rate_theirs, length_theirs = zip(*theirs, strict=True)
-    title = f"temperature 1, k={args.k}, {args.seeds} seeds"
-    print(f"\n{title:<30}{'specplay (lossless)':>22}{'mlx-lm (exact match)':>22}")
-    print(f"{'draft acceptance rate':<30}{_mean_range(rate_ours):>22}{_mean_range(rate_theirs):>22}")
-    print(f"{'tokens per round':<30}{_mean_range(length_ours):>22}{_mean_range(length_theirs):>22}")
+    n, seeds = args.accept_tokens, range(args.seeds)
+    ours = [sides.specplay("speculative", n, temperature=1.0, seed=s).metrics for s in seeds]
+    theirs = [mlx_lm_acceptance(sides.mlx_lm(True, n, temperature=1.0, seed=s).from_draft, args.k) for s in seeds]
+    rates = ([m["draft_acceptance_rate"] for m in ours], [rate for rate, _ in theirs])
+    lengths = ([m["mean_acceptance_length"] for m in ours], [length for _, length in theirs])
+    title = f"temp 1, k={args.k}, {n} tokens x {args.seeds} seeds"
+    print(f"\n{title:<34}{'specplay (lossless)':>22}{'mlx-lm (exact match)':>22}")
+    print(f"{'draft acceptance rate':<34}{_mean_range(rates[0]):>22}{_mean_range(rates[1]):>22}")
+    print(f"{'tokens per round':<34}{_mean_range(lengths[0]):>22}{_mean_range(lengths[1]):>22}")
 
 
-def _mean_range(values: Any) -> str:
-    values = list(values)
+def _mean_range(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ({min(values):.2f}..{max(values):.2f})"
 
 
 def rerun_per_blas_thread_count(args: argparse.Namespace, target: Path, draft: Path) -> None:
     """OpenBLAS reads its thread count when it loads, so each setting runs in a fresh process."""
-    passed = ["--target", str(target), "--draft", str(draft), "--k", str(args.k), "--max-tokens", str(args.max_tokens)]
-    passed += ["--repeats", str(args.repeats), "--seeds", str(args.seeds), "--prompt", args.prompt]
+    passed = ["--target", str(target), "--draft", str(draft), "--prompt", args.prompt]
+    for name in ("k", "max_tokens", "repeats", "seeds", "accept_tokens"):
+        passed += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     for threads in ("1", "2"):
         print(f"\n===== OPENBLAS_NUM_THREADS={threads} =====", flush=True)
         env = dict(os.environ, OPENBLAS_NUM_THREADS=threads)
@@ -244,15 +232,17 @@ def rerun_per_blas_thread_count(args: argparse.Namespace, target: Path, draft: P
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", type=Path, help="folder to build the random models in, or reuse (default: temp)")
-    parser.add_argument("--target", type=Path, help="an mlx-lm model folder to use as target (with --draft)")
-    parser.add_argument("--draft", type=Path, help="an mlx-lm model folder sharing the target's tokenizer")
-    parser.add_argument("--k", type=int, default=4, help="draft tokens per round (default 4)")
-    parser.add_argument("--max-tokens", type=int, default=200, help="tokens per generation (default 200)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per side (default 5)")
-    parser.add_argument("--seeds", type=int, default=5, help="seeds for the temperature-1 acceptance (default 5)")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
-    parser.add_argument("--blas-threads", action="store_true", help="rerun with OPENBLAS_NUM_THREADS=1 and 2")
+    add = parser.add_argument
+    add("--models", type=Path, help="folder to build the random models in, or reuse (default: a temp dir)")
+    add("--target", type=Path, help="an mlx-lm model folder to use as target instead (with --draft)")
+    add("--draft", type=Path, help="an mlx-lm model folder sharing the target's tokenizer")
+    add("--k", type=int, default=4, help="draft tokens per round (default 4)")
+    add("--max-tokens", type=int, default=200, help="tokens per timed generation (default 200)")
+    add("--repeats", type=int, default=5, help="timed repeats per side (default 5)")
+    add("--seeds", type=int, default=3, help="seeds for the temperature-1 acceptance (default 3)")
+    add("--accept-tokens", type=int, default=100, help="tokens per temperature-1 generation (default 100)")
+    add("--prompt", default=DEFAULT_PROMPT)
+    add("--blas-threads", action="store_true", help="rerun in subprocesses with OPENBLAS_NUM_THREADS=1 and 2")
     args = parser.parse_args()
     if (args.target is None) != (args.draft is None):
         parser.error("--target and --draft go together")

@@ -139,6 +139,9 @@ class MlxLane:
                     break
             inputs = token
         drafted = mx.concatenate(tokens)
+        # Its own evaluation: arrays queued together complete together, and the engine times the
+        # draft by waiting for these tokens alone.
+        mx.async_eval(drafted)
         p_draft = one_hot(drafted, model.vocab_size, mx) if sampling.greedy else mx.concatenate(rows)
         return MlxDraft(model, drafted, p_draft)
 
