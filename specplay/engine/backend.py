@@ -37,16 +37,6 @@ class VerifiedDraft:
     """A draw from the target's distribution after the last drafted token."""
 
 
-class PendingVerification(Protocol):
-    """A round whose verification has been started."""
-
-    def wait_for_draft(self) -> None:
-        """Return once the drafted tokens exist (the engine times drafting up to here)."""
-        ...
-
-    def result(self) -> VerifiedDraft: ...
-
-
 class Lane(Protocol):
     """One sequence being generated: its committed tokens and the model caches behind them."""
 
@@ -63,13 +53,13 @@ class Lane(Protocol):
     ) -> Any:
         """Draft up to k tokens after `tokens`, drawing token i with uniforms[i]. When given,
         `keep_drafting(confidences)` is asked after each token, confidences being the drafter's
-        probabilities of its own tokens so far. May return before the drafting work is done."""
+        probabilities of its own tokens so far. Returns once the drafted tokens exist."""
         ...
 
     def verify(
         self, draft: Any, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
-    ) -> PendingVerification:
-        """Start scoring every drafted position with the target in one forward pass."""
+    ) -> VerifiedDraft:
+        """Score every drafted position with the target in one forward pass."""
         ...
 
     def commit(self, tokens: Sequence[int]) -> None:

@@ -187,10 +187,8 @@ class _Run:
             uniforms = self.rng.random(3 * k + 1)
             keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
             draft = lane.draft(self.route, k, sampling, uniforms[:k], keep_drafting)
-            pending = lane.verify(draft, sampling, uniforms[2 * k : 3 * k], float(uniforms[3 * k]))
-            pending.wait_for_draft()
             drafted_at = self.clock()
-            verified = pending.result()
+            verified = lane.verify(draft, sampling, uniforms[2 * k : 3 * k], float(uniforms[3 * k]))
             verified_at = self.clock()
 
             positions, committed = self._judge(verified, uniforms[k : 2 * k], remaining)

@@ -73,21 +73,6 @@ def _draw(logits: mx.array, sampling: SamplingParams, uniforms: mx.array) -> tup
     return inverse_cdf_sample(probs, uniforms, mx), probs
 
 
-class PendingVerification:
-    """A round queued on the device: drafting first, then verification."""
-
-    def __init__(self, results: tuple[mx.array, ...]) -> None:
-        self.results = results
-
-    def wait_for_draft(self) -> None:
-        mx.eval(self.results[0])
-
-    def result(self) -> VerifiedDraft:
-        mx.eval(*self.results)  # the round's one transfer to the host
-        drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus = (r.tolist() for r in self.results)
-        return VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus[0])
-
-
 class MlxLane:
     """Caches for one sequence. Between rounds every cache holds a prefix of `tokens[:-1]`."""
 
@@ -139,15 +124,16 @@ class MlxLane:
                     break
             inputs = token
         drafted = mx.concatenate(tokens)
-        # Its own evaluation: arrays queued together complete together, and the engine times the
-        # draft by waiting for these tokens alone.
-        mx.async_eval(drafted)
+        # Wait for the draft, so draft and verify times are measured apart. It costs the device the
+        # time the host takes to build the verify graph; on CPUs, where MLX dispatch blocks on work
+        # in flight, nothing (benchmarks/bench_vs_mlx_lm.py).
+        mx.eval(drafted)
         p_draft = one_hot(drafted, model.vocab_size, mx) if sampling.greedy else mx.concatenate(rows)
         return MlxDraft(model, drafted, p_draft)
 
     def verify(
         self, draft: MlxDraft, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
-    ) -> PendingVerification:
+    ) -> VerifiedDraft:
         k = draft.tokens.shape[0]
         inputs = mx.concatenate([self._pending(self.target), draft.tokens.astype(mx.int32)])
         p_target = sampling_probs(self.target.forward(inputs)[-(k + 1) :], sampling, mx)
@@ -162,9 +148,9 @@ class MlxLane:
             inverse_cdf_sample(residual_distribution(head, p_draft, mx), u[:k], mx),
             inverse_cdf_sample(p_target[k:], u[k:], mx),
         )
-        # Queue verification behind the draft now, so the device never waits for the host between them.
-        mx.async_eval(*results)
-        return PendingVerification(results)
+        mx.eval(*results)  # the round's one transfer to the host
+        drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus = (r.tolist() for r in results)
+        return VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus[0])
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.tokens.extend(tokens)
