@@ -97,6 +97,12 @@ def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_sessions_dir_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--sessions-dir", metavar="DIR", help="where sessions live (default: $SPECPLAY_SESSIONS_DIR, else ./sessions)"
+    )
+
+
 def settings_from(args: argparse.Namespace) -> SpecSettings:
     """Validated settings; a bad value raises ConfigError naming its field."""
     return SpecSettings(

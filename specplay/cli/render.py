@@ -30,6 +30,8 @@ class RunRecord:
     rounds: list[RoundEvent] = field(default_factory=list)
     changes: list[ControlEvent] = field(default_factory=list)
     done: DoneEvent | None = None
+    session: str | None = None
+    """The session file the run was saved to."""
 
     def add(self, event: Event) -> None:
         if isinstance(event, StartEvent):
@@ -79,8 +81,13 @@ class RunRecord:
         }
 
 
-def json_line(record: RunRecord) -> str:
-    return json.dumps(record.to_json(), ensure_ascii=False)
+def json_line(record: RunRecord, baseline: RunRecord | None = None) -> str:
+    out = record.to_json()
+    if record.session:
+        out["session"] = record.session
+    if baseline is not None and baseline.done is not None:
+        out["baseline"] = {"token_ids": list(baseline.done.token_ids), "metrics": baseline.done.metrics}
+    return json.dumps(out, ensure_ascii=False)
 
 
 def legend() -> Text:
@@ -94,7 +101,7 @@ def token_text(token: Token) -> Text:
     return Text(token.text, style=SOURCE_STYLES[token.source])
 
 
-def summary(record: RunRecord) -> str:
+def summary(record: RunRecord, baseline: RunRecord | None = None) -> str:
     assert record.start is not None and record.done is not None
     m, s = record.done.metrics, record.start.settings
     parts = [record.start.mode]
@@ -114,6 +121,10 @@ def summary(record: RunRecord) -> str:
         if m["tv_spent"]:
             parts.append(f"TV spent {m['tv_spent']:.2f}")
     parts.append(record.done.finish_reason)
+    if baseline is not None and baseline.done is not None:
+        target_tps = baseline.done.metrics["tokens_per_s"]
+        if target_tps and m["tokens_per_s"]:
+            parts.append(f"target-only {target_tps:.1f} tokens/s, speedup {m['tokens_per_s'] / target_tps:.2f}x")
     return " · ".join(parts)
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
+
+from rich.console import Console
 
 from specplay.cli.options import (
     add_decoding_flags,
     add_model_flags,
     add_prompt_flags,
+    add_sessions_dir_flag,
     drafters_from,
     prompt_from,
     route_map_from,
@@ -22,6 +26,7 @@ from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.router import check_route
 from specplay.errors import ConfigError
 from specplay.runner import ModelThread
+from specplay.store import SessionWriter, sessions_dir
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +39,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     output.add_argument("--ignore-eos", action="store_true", help="generate --max-tokens tokens whatever comes")
     output.add_argument("--samples", type=int, default=1, metavar="N", help="N generations, seeds S..S+N-1")
     output.add_argument("--json", action="store_true", help="one JSON object per sample, one per line")
+    sessions = parser.add_argument_group("sessions")
+    sessions.add_argument("--save", action="store_true", help="save each sample as a session")
+    sessions.add_argument(
+        "--no-baseline", action="store_true", help="with --save, skip the target-only comparison lane"
+    )
+    add_sessions_dir_flag(sessions)
     parser.set_defaults(command=run)
 
 
@@ -52,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if drafters:
         check_route(settings.route, [name for name, _ in drafters])
 
+    directory = sessions_dir(args.sessions_dir) if args.save else None
+
     from specplay.backends.mlx import blas, load_mlx_backend, release_thread
 
     if message := blas.slow_blas_warning():
@@ -59,35 +72,68 @@ def run(args: argparse.Namespace) -> int:
     thread = ModelThread(on_exit=release_thread)
     try:
         backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
+        identity = thread.call(backend.describe) if args.save else {}
         engine = SpecEngine(backend, route_map=route_map or None)
         token_ids = tuple(backend.encode(prompt, raw=args.raw))
         console = make_console()
         for seed in range(args.seed, args.seed + args.samples):
             request = Request(prompt, token_ids, args.mode, seed, args.max_tokens, args.ignore_eos)
-            controls = LiveControls(settings, backend.drafters)
-            record = _run_one(thread, engine, request, controls, console, args.json, args.samples > 1)
+            lanes = [args.mode] + (["target"] if args.mode == "speculative" and not args.no_baseline else [])
+            writer = None
+            if directory is not None:
+                about = {"mode": args.mode, "seed": seed, "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos}
+                about |= {"raw": args.raw, "route_map": engine.route_map}
+                writer = SessionWriter(directory, prompt, list(token_ids), lanes, identity, about)
+            try:
+                if not args.json and args.samples > 1:
+                    console.print(f"--- sample seed {seed} ---", style="dim")
+                controls = LiveControls(settings, backend.drafters)
+                record = _run_lane(thread, engine, request, controls, console, not args.json, writer)
+                cancelled = record.done is not None and record.done.finish_reason == "cancelled"
+                baseline = None
+                if writer is not None and len(lanes) > 1 and not cancelled:
+                    # The comparison: target-only with the same prompt, settings and seed.
+                    target_only = replace(request, mode="target")
+                    baseline = _run_lane(thread, engine, target_only, LiveControls(settings), console, False, writer)
+                if writer is not None:
+                    record.session = str(writer.finalize())
+            finally:
+                if writer is not None:
+                    writer.close()
             if args.json:
-                print(json_line(record), flush=True)
-            if record.done is not None and record.done.finish_reason == "cancelled":
+                print(json_line(record, baseline), flush=True)
+            else:
+                console.print(summary(record, baseline), style="dim")
+                if record.session:
+                    console.print(f"saved {record.session}", style="dim")
+            if cancelled:
                 return 130
     finally:
         thread.close()
     return 0
 
 
-def _run_one(thread, engine, request, controls, console, as_json: bool, numbered: bool) -> RunRecord:
+def _run_lane(
+    thread: ModelThread,
+    engine: SpecEngine,
+    request: Request,
+    controls: LiveControls,
+    console: Console,
+    show: bool,
+    writer: SessionWriter | None,
+) -> RunRecord:
+    """One generation on the model thread; tokens are printed (when `show`) and saved as they come."""
     record = RunRecord()
-    if not as_json:
-        if numbered:
-            console.print(f"--- sample seed {request.seed} ---", style="dim")
-        if request.mode == "speculative":
-            console.print(legend(), style="dim")
+    if show and request.mode == "speculative":
+        console.print(legend(), style="dim")
     events = thread.stream(lambda: engine.generate(request, controls))
     while True:
         try:
             for event in events:
                 record.add(event)
-                if as_json:
+                if writer is not None:
+                    writer.write_event(request.mode, event)
+                if not show:
                     continue
                 if isinstance(event, RoundEvent):
                     for token in event.tokens:
@@ -99,8 +145,7 @@ def _run_one(thread, engine, request, controls, console, as_json: bool, numbered
             break
         except KeyboardInterrupt:
             controls.request_stop()  # the engine ends at the next round; keep reading its last events
-    if not as_json:
+    if show:
         sys.stdout.flush()
         console.print()
-        console.print(summary(record), style="dim")
     return record

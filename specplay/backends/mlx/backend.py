@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import mlx.core as mx
 
 from specplay.backends.mlx.lane import MlxLane, ModelCache
-from specplay.backends.mlx.loading import LoadedModel, check_token_mapping, load_model, rewindable_cache, vocab_table
+from specplay.backends.mlx.loading import (
+    LoadedModel,
+    check_token_mapping,
+    folder_identity,
+    load_model,
+    rewindable_cache,
+    vocab_table,
+)
 from specplay.engine.backend import Detokenizer
 
 TARGET = "target"
@@ -28,6 +36,14 @@ class MlxBackend:
         self.vocab_size = max(vocab.values()) + 1
         self.tokenizer = target.tokenizer
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
+
+    def describe(self) -> dict[str, Any]:
+        """Backend and model identity for session files (paths and hashes; nothing secret)."""
+        return {
+            "backend": "mlx",
+            "device": str(mx.default_device()),
+            "models": {name: folder_identity(loaded) for name, loaded in self.models.items()},
+        }
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         if raw or not self.tokenizer.has_chat_template:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,3 +102,38 @@ def rewindable_cache(loaded: LoadedModel) -> list[Any]:
             )
         cache.append(layer_cache)
     return cache
+
+
+_FULL_HASH_LIMIT = 256 * 2**20  # beyond this, hash each file's size and its first and last 4 MiB
+_SAMPLE = 4 * 2**20
+
+
+def folder_identity(loaded: LoadedModel) -> dict[str, str]:
+    """What a session records of a model: where it came from and hashes of its config and weights.
+
+    Weights above 256 MiB in all are fingerprinted (size, first and last 4 MiB of each file), so
+    identifying a large model costs milliseconds instead of a full read.
+    """
+    config = hashlib.sha256((loaded.path / "config.json").read_bytes()).hexdigest()
+    files = sorted(loaded.path.glob("*.safetensors"))
+    full = sum(f.stat().st_size for f in files) <= _FULL_HASH_LIMIT
+    weights = hashlib.sha256()
+    for file in files:
+        weights.update(file.name.encode())
+        with file.open("rb") as handle:
+            if full:
+                for block in iter(lambda: handle.read(2**20), b""):
+                    weights.update(block)
+            else:
+                size = file.stat().st_size
+                weights.update(str(size).encode())
+                weights.update(handle.read(_SAMPLE))
+                handle.seek(max(0, size - _SAMPLE))
+                weights.update(handle.read(_SAMPLE))
+    return {
+        "source": loaded.source,
+        "path": str(loaded.path),
+        "config_sha256": config,
+        "weights_sha256": weights.hexdigest(),
+        "weights_hash": "full" if full else "sampled",
+    }

@@ -1,0 +1,89 @@
+"""Writing a session so that nothing is lost.
+
+Records are appended and flushed as the run goes, so a crash, Ctrl-C or SIGKILL leaves a file
+every command can read (as incomplete). Finishing rewrites the whole file beside it and renames
+it into place, so a reader sees either the growing file or the final one, never a mix. Files are
+created exclusively: an existing session is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from specplay import __version__
+from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent
+from specplay.store.format import SCHEMA_VERSION, SUFFIX, SessionError
+
+_KINDS = {StartEvent: "start", ControlEvent: "control", RoundEvent: "round", StepEvent: "step", DoneEvent: "done"}
+
+
+def _new_name(now: datetime) -> str:
+    return f"{now.strftime('%Y-%m-%dT%H-%M-%S')}_{secrets.token_hex(3)}{SUFFIX}"
+
+
+class SessionWriter:
+    def __init__(
+        self,
+        directory: Path,
+        prompt: str,
+        prompt_token_ids: list[int],
+        lanes: list[str],
+        backend: dict[str, Any],
+        request: dict[str, Any],
+    ) -> None:
+        now = datetime.now(UTC)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.path = directory / _new_name(now)
+            self._file = self.path.open("x", encoding="utf-8")
+        except OSError as exc:
+            raise SessionError(
+                f"cannot write sessions to {directory}: {exc.strerror or exc}; "
+                "choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR"
+            ) from None
+        self._lines: list[str] = []
+        self._write(
+            {
+                "type": "header",
+                "schema_version": SCHEMA_VERSION,
+                "specplay_version": __version__,
+                "created": now.isoformat(timespec="seconds"),
+                "prompt": prompt,
+                "prompt_token_ids": list(prompt_token_ids),
+                "lanes": lanes,
+                "backend": backend,
+                "request": request,
+            }
+        )
+
+    def _write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False)
+        self._lines.append(line)
+        self._file.write(line + "\n")
+        self._file.flush()  # in the OS's hands: survives the process being killed
+
+    def write_event(self, lane: str, event: Event) -> None:
+        self._write({"type": "event", "lane": lane, "kind": _KINDS[type(event)], "data": asdict(event)})
+
+    def finalize(self) -> Path:
+        """Mark the session complete, atomically."""
+        self._file.close()
+        self._lines.append(json.dumps({"type": "end"}))
+        partial = self.path.with_name(self.path.name + ".tmp")
+        with partial.open("w", encoding="utf-8") as out:
+            out.write("\n".join(self._lines) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, self.path)
+        return self.path
+
+    def close(self) -> None:
+        """Stop writing without finalizing: the session stays readable, marked incomplete."""
+        if not self._file.closed:
+            self._file.close()
