@@ -6,7 +6,7 @@ import os
 import sys
 
 from specplay import __version__
-from specplay.cli import run
+from specplay.cli import diff, export, fidelity, run, sessions
 from specplay.cli.options import Parser, config_error_line
 from specplay.errors import ConfigError, SpecplayError
 
@@ -16,6 +16,10 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"specplay {__version__}")
     subparsers = parser.add_subparsers(metavar="COMMAND", parser_class=Parser)
     run.add_parser(subparsers)
+    sessions.add_parser(subparsers)
+    fidelity.add_parser(subparsers)
+    diff.add_parser(subparsers)
+    export.add_parser(subparsers)
     return parser
 
 
@@ -23,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from folders or the local cache only
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if not hasattr(args, "command"):
         parser.print_help()
         return 0

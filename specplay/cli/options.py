@@ -28,10 +28,10 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def add_model_flags(parser: argparse.ArgumentParser) -> None:
+def add_model_flags(parser: argparse.ArgumentParser, required: bool = True) -> None:
     group = parser.add_argument_group("models")
     group.add_argument(
-        "--target", metavar="PATH|ID", required=True, help="target model: mlx-lm folder or cached Hugging Face id"
+        "--target", metavar="PATH|ID", required=required, help="target model: mlx-lm folder or cached Hugging Face id"
     )
     group.add_argument(
         "--draft",
@@ -42,9 +42,9 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_prompt_flags(parser: argparse.ArgumentParser) -> None:
+def add_prompt_flags(parser: argparse.ArgumentParser, required: bool = True) -> None:
     group = parser.add_argument_group("prompt")
-    source = group.add_mutually_exclusive_group(required=True)
+    source = group.add_mutually_exclusive_group(required=required)
     source.add_argument("--prompt", metavar="TEXT")
     source.add_argument("--prompt-file", metavar="F", type=Path)
     group.add_argument("--raw", action="store_true", help="encode the prompt as written, without the chat template")

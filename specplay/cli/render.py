@@ -10,15 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent, Token
-
-SOURCE_STYLES = {
-    "accepted": "green",
-    "budget": "yellow",
-    "corrected": "red",
-    "bonus": "bold blue",
-    "target": "",
-    "draft": "",
-}
+from specplay.palette import SOURCE_STYLES, visible
 
 
 @dataclass
@@ -98,7 +90,7 @@ def legend() -> Text:
 
 
 def token_text(token: Token) -> Text:
-    return Text(token.text, style=SOURCE_STYLES[token.source])
+    return Text(visible(token.text), style=SOURCE_STYLES[token.source])
 
 
 def summary(record: RunRecord, baseline: RunRecord | None = None) -> str:

@@ -24,15 +24,17 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, RoundEvent, StepEvent
 from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.router import check_route
+from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError
 from specplay.runner import ModelThread
-from specplay.store import SessionWriter, sessions_dir
+from specplay.store import SessionWriter, find_session, load_session, sessions_dir
+from specplay.store.replay import replay_flags
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="run one prompt headless and print the result")
-    add_model_flags(parser)
-    add_prompt_flags(parser)
+    add_model_flags(parser, required=False)  # a --replay session supplies them
+    add_prompt_flags(parser, required=False)
     add_decoding_flags(parser)
     output = parser.add_argument_group("output")
     output.add_argument("--max-tokens", type=int, default=256)
@@ -44,25 +46,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sessions.add_argument(
         "--no-baseline", action="store_true", help="with --save, skip the target-only comparison lane"
     )
+    sessions.add_argument(
+        "--replay", metavar="SESSION", help="re-run a saved session; flags given here change its settings"
+    )
     add_sessions_dir_flag(sessions)
-    parser.set_defaults(command=run)
+    parser.set_defaults(command=run, parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    # Everything that can be checked without models is checked before loading them.
-    settings = settings_from(args)
-    drafters = drafters_from(args)
-    route_map = route_map_from(args)
-    prompt = prompt_from(args)
-    if args.max_tokens < 1:
-        raise ConfigError("max_tokens", f"must be at least 1 (got {args.max_tokens})")
-    if args.samples < 1:
-        raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
-    if args.mode != "target" and not drafters:
-        raise ConfigError("draft", f"is needed in {args.mode} mode: give at least one drafter")
-    if drafters:
-        check_route(settings.route, [name for name, _ in drafters])
-
+    if args.replay:
+        # The session's own flags first, then the user's: later flags win.
+        session = load_session(find_session(args.replay, sessions_dir(args.sessions_dir)))
+        args = args.parser.parse_args([*replay_flags(session), *_without_replay(args.argv)])
+    settings, drafters, prompt = _checked(args)
     directory = sessions_dir(args.sessions_dir) if args.save else None
 
     from specplay.backends.mlx import blas, load_mlx_backend, release_thread
@@ -73,44 +69,88 @@ def run(args: argparse.Namespace) -> int:
     try:
         backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
         identity = thread.call(backend.describe) if args.save else {}
-        engine = SpecEngine(backend, route_map=route_map or None)
+        engine = SpecEngine(backend, route_map=route_map_from(args) or None)
         token_ids = tuple(backend.encode(prompt, raw=args.raw))
         console = make_console()
         for seed in range(args.seed, args.seed + args.samples):
             request = Request(prompt, token_ids, args.mode, seed, args.max_tokens, args.ignore_eos)
-            lanes = [args.mode] + (["target"] if args.mode == "speculative" and not args.no_baseline else [])
             writer = None
             if directory is not None:
+                lanes = [args.mode] + (["target"] if args.mode == "speculative" and not args.no_baseline else [])
                 about = {"mode": args.mode, "seed": seed, "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos}
                 about |= {"raw": args.raw, "route_map": engine.route_map}
                 writer = SessionWriter(directory, prompt, list(token_ids), lanes, identity, about)
-            try:
-                if not args.json and args.samples > 1:
-                    console.print(f"--- sample seed {seed} ---", style="dim")
-                controls = LiveControls(settings, backend.drafters)
-                record = _run_lane(thread, engine, request, controls, console, not args.json, writer)
-                cancelled = record.done is not None and record.done.finish_reason == "cancelled"
-                baseline = None
-                if writer is not None and len(lanes) > 1 and not cancelled:
-                    # The comparison: target-only with the same prompt, settings and seed.
-                    target_only = replace(request, mode="target")
-                    baseline = _run_lane(thread, engine, target_only, LiveControls(settings), console, False, writer)
-                if writer is not None:
-                    record.session = str(writer.finalize())
-            finally:
-                if writer is not None:
-                    writer.close()
+            if not args.json and args.samples > 1:
+                console.print(f"--- sample seed {seed} ---", style="dim")
+            record, baseline = _run_sample(thread, engine, request, settings, console, not args.json, writer)
             if args.json:
                 print(json_line(record, baseline), flush=True)
             else:
                 console.print(summary(record, baseline), style="dim")
                 if record.session:
                     console.print(f"saved {record.session}", style="dim")
-            if cancelled:
+            if record.done is not None and record.done.finish_reason == "cancelled":
                 return 130
     finally:
         thread.close()
     return 0
+
+
+def _checked(args: argparse.Namespace) -> tuple[SpecSettings, list[tuple[str, str]], str]:
+    """Everything that can be checked without models, checked before loading them."""
+    if args.target is None:
+        raise ConfigError("target", "is required (or --replay SESSION)")
+    if args.prompt is None and args.prompt_file is None:
+        raise ConfigError("prompt", "or --prompt-file is required (or --replay SESSION)")
+    settings, drafters, prompt = settings_from(args), drafters_from(args), prompt_from(args)
+    route_map_from(args)
+    if args.max_tokens < 1:
+        raise ConfigError("max_tokens", f"must be at least 1 (got {args.max_tokens})")
+    if args.samples < 1:
+        raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
+    if args.mode != "target" and not drafters:
+        raise ConfigError("draft", f"is needed in {args.mode} mode: give at least one drafter")
+    if drafters:
+        check_route(settings.route, [name for name, _ in drafters])
+    return settings, drafters, prompt
+
+
+def _run_sample(
+    thread: ModelThread,
+    engine: SpecEngine,
+    request: Request,
+    settings: SpecSettings,
+    console: Console,
+    show: bool,
+    writer: SessionWriter | None,
+) -> tuple[RunRecord, RunRecord | None]:
+    """The requested lane, then, when saving a speculative run, its target-only comparison."""
+    try:
+        record = _run_lane(
+            thread, engine, request, LiveControls(settings, engine.backend.drafters), console, show, writer
+        )
+        cancelled = record.done is not None and record.done.finish_reason == "cancelled"
+        baseline = None
+        if writer is not None and request.mode == "speculative" and writer.lanes[1:] and not cancelled:
+            target_only = replace(request, mode="target")
+            baseline = _run_lane(thread, engine, target_only, LiveControls(settings), console, False, writer)
+        if writer is not None:
+            record.session = str(writer.finalize())
+        return record, baseline
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _without_replay(argv: list[str]) -> list[str]:
+    """The user's `run` flags, minus the command name and --replay with its value."""
+    flags = argv[argv.index("run") + 1 :]
+    for i, flag in enumerate(flags):
+        if flag == "--replay":
+            return flags[:i] + flags[i + 2 :]
+        if flag.startswith("--replay="):
+            return flags[:i] + flags[i + 1 :]
+    return flags
 
 
 def _run_lane(

@@ -47,6 +47,7 @@ class SessionWriter:
                 f"cannot write sessions to {directory}: {exc.strerror or exc}; "
                 "choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR"
             ) from None
+        self.lanes = list(lanes)
         self._lines: list[str] = []
         self._write(
             {

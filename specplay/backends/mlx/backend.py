@@ -7,7 +7,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from specplay.backends.mlx.lane import MlxLane, ModelCache
+from specplay.backends.mlx.lane import MlxLane, ModelCache, fit_vocab
 from specplay.backends.mlx.loading import (
     LoadedModel,
     check_token_mapping,
@@ -65,6 +65,20 @@ class MlxBackend:
         for name in prefill:
             lane.prefill(target if name is None else caches[name])
         return lane
+
+    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+        """The target's log-probability, at temperature 1, of each of `token_ids` after the prompt.
+
+        One forward pass without a cache, so no lane's state is touched; call on the MLX thread.
+        """
+        if not token_ids:
+            return []
+        logits = self.target.model(mx.array([[*prompt_token_ids, *token_ids]]))[0].astype(mx.float32)
+        # Position i predicts token i + 1; the generated tokens start after the prompt.
+        logits = fit_vocab(logits[len(prompt_token_ids) - 1 : -1], self.vocab_size)
+        log_probs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        ids = mx.array(list(token_ids))[:, None]
+        return mx.take_along_axis(log_probs, ids, axis=-1)[:, 0].tolist()
 
 
 def load_mlx_backend(target: str, drafters: Sequence[tuple[str, str]] = ()) -> MlxBackend:

@@ -24,6 +24,18 @@ PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stre
 CLEAR_EVERY = 256  # return MLX's buffer cache to the system every so many tokens, as mlx-lm does
 
 
+def fit_vocab(logits: mx.array, vocab_size: int) -> mx.array:
+    """Logits [rows, vocab_size]: rows past the tokenizer (embedding padding) dropped, ids the model
+    cannot produce given -inf."""
+    width = logits.shape[-1]
+    if width > vocab_size:
+        return logits[:, :vocab_size]
+    if width < vocab_size:
+        pad = mx.full((logits.shape[0], vocab_size - width), -mx.inf, dtype=logits.dtype)
+        return mx.concatenate([logits, pad], axis=-1)
+    return logits
+
+
 class ModelCache:
     """A model, its KV cache, and how many of the lane's tokens the cache holds."""
 
@@ -35,13 +47,7 @@ class ModelCache:
         """Logits [len(token_ids), vocab] for the positions after each token; caches them."""
         logits = self.model(token_ids[None], cache=self.cache)[0]
         self.length += token_ids.shape[0]
-        width = logits.shape[-1]
-        if width > self.vocab_size:  # embedding rows padded past the tokenizer
-            return logits[:, : self.vocab_size]
-        if width < self.vocab_size:  # ids this model cannot produce
-            pad = mx.full((logits.shape[0], self.vocab_size - width), -mx.inf, dtype=logits.dtype)
-            return mx.concatenate([logits, pad], axis=-1)
-        return logits
+        return fit_vocab(logits, self.vocab_size)
 
     def trim_to(self, length: int) -> None:
         if length < self.length:

@@ -132,7 +132,7 @@ def folder_identity(loaded: LoadedModel) -> dict[str, str]:
                 weights.update(handle.read(_SAMPLE))
     return {
         "source": loaded.source,
-        "path": str(loaded.path),
+        "path": str(loaded.path.resolve()),
         "config_sha256": config,
         "weights_sha256": weights.hexdigest(),
         "weights_hash": "full" if full else "sampled",

@@ -1,0 +1,138 @@
+"""`specplay diff`: two generations token by token, and whether a lossless run broke its promise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.text import Text
+
+from specplay.cli.options import add_sessions_dir_flag
+from specplay.cli.render import make_console
+from specplay.palette import visible
+from specplay.store import LaneRecord, Session, SessionError, find_session, load_session, sessions_dir
+from specplay.store.diff import TokenDiff, is_lossless_greedy, token_diff, violation
+
+ONLY_A = "red strike"
+ONLY_B = "green"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "diff", help="compare a session with its target-only lane, or with another session, token by token"
+    )
+    parser.add_argument("a", metavar="A", help="session path or id")
+    parser.add_argument(
+        "b", metavar="B", nargs="?", help="session path or id to compare with (default: A's own target-only lane)"
+    )
+    add_sessions_dir_flag(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON object with the numbers and opcodes")
+    parser.set_defaults(command=diff)
+
+
+def open_session(name: str, directory_option: str | None) -> Session:
+    return load_session(find_session(name, sessions_dir(directory_option)))
+
+
+def main_lane(session: Session) -> LaneRecord:
+    lanes = session.header.get("lanes") or []
+    if not lanes or lanes[0] not in session.lanes:
+        raise SessionError(f"session {session.path} is corrupt: its header names no lanes")
+    return session.main
+
+
+def _lanes(args: argparse.Namespace) -> tuple[Session, LaneRecord, Session, LaneRecord]:
+    a = open_session(args.a, args.sessions_dir)
+    if args.b is not None:
+        b = open_session(args.b, args.sessions_dir)
+        return a, main_lane(a), b, main_lane(b)
+    if a.baseline is None:
+        raise SessionError(
+            f"session {a.id} has no target-only lane to compare with; save a speculative run with "
+            "`specplay run --save` (without --no-baseline), or give a second session B"
+        )
+    return a, main_lane(a), a, a.baseline
+
+
+def diff(args: argparse.Namespace) -> int:
+    a, lane_a, b, lane_b = _lanes(args)
+    result = token_diff(lane_a.token_ids, lane_b.token_ids)
+    # Only a run against its own baseline promises equality: same prompt, models, seed and settings.
+    checked = args.b is None and is_lossless_greedy(lane_a.settings)
+    broken_at = violation(lane_a, lane_b, result) if checked else None
+    if args.json:
+        print(json.dumps(_json(a, lane_a, b, lane_b, result, checked, broken_at), ensure_ascii=False))
+    else:
+        _show(a, lane_a, b, lane_b, result, broken_at)
+    return 1 if broken_at is not None else 0
+
+
+def _side(session: Session, lane: LaneRecord) -> dict[str, Any]:
+    return {"session": session.id, "lane": lane.name, "num_tokens": len(lane.token_ids), "complete": lane.complete}
+
+
+def _json(
+    a: Session,
+    lane_a: LaneRecord,
+    b: Session,
+    lane_b: LaneRecord,
+    result: TokenDiff,
+    checked: bool,
+    broken_at: int | None,
+) -> dict[str, Any]:
+    return {
+        "a": _side(a, lane_a),
+        "b": _side(b, lane_b),
+        "identical": result.identical,
+        **result.to_dict(),
+        "lossless_greedy": checked,
+        "violation": broken_at,
+    }
+
+
+def _span(lane: LaneRecord, start: int, end: int) -> str:
+    text = visible("".join(lane.texts[start:end]))
+    # A changed token whose text is empty (bytes of a character still held back) would be invisible.
+    if not text and end > start:
+        return "⟨" + " ".join(str(t) for t in lane.token_ids[start:end]) + "⟩"
+    return text
+
+
+def render_diff(lane_a: LaneRecord, lane_b: LaneRecord, result: TokenDiff) -> Text:
+    """A's text with what only A has struck out in red and what only B has in green."""
+    out = Text()
+    for op in result.opcodes:
+        if op.tag == "equal":
+            out.append(visible("".join(lane_a.texts[op.a_start : op.a_end])))
+            continue
+        if op.tag in ("delete", "replace"):
+            out.append(_span(lane_a, op.a_start, op.a_end), style=ONLY_A)
+        if op.tag in ("insert", "replace"):
+            out.append(_span(lane_b, op.b_start, op.b_end), style=ONLY_B)
+    return out
+
+
+def _label(session: Session, lane: LaneRecord, other: Session) -> str:
+    return lane.name if session is other else f"{session.id} {lane.name}"
+
+
+def _show(
+    a: Session, lane_a: LaneRecord, b: Session, lane_b: LaneRecord, result: TokenDiff, broken_at: int | None
+) -> None:
+    console = make_console()
+    label_a, label_b = _label(a, lane_a, b), _label(b, lane_b, a)
+    legend = Text("A ").append(label_a).append(" → B ").append(label_b).append(": ")
+    legend.append("only in A", style=ONLY_A).append(" ").append("only in B", style=ONLY_B)
+    console.print(legend, style="dim")
+    console.print(render_diff(lane_a, lane_b, result))
+    parts = [f"similarity {result.similarity:.3f}"]
+    if result.identical:
+        parts.append("identical")
+    else:
+        parts.append(f"first divergence at token {result.first_divergence}")
+    parts.append(f"A {result.len_a} tokens, B {result.len_b} tokens")
+    parts += [f"{name} incomplete" for name, lane in (("A", lane_a), ("B", lane_b)) if not lane.complete]
+    console.print(" · ".join(parts), style="dim")
+    if broken_at is not None:
+        console.print(f"VIOLATION: lossless greedy run diverged at token {broken_at}", style="bold red")

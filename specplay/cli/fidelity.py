@@ -1,0 +1,246 @@
+"""`specplay fidelity`: what did I give up for the speed?
+
+Samples target-only, draft-only and speculative decoding at several TV budgets with the same
+seeds, scores every output under the target, and prints, saves and plots the comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NamedTuple
+
+from rich import box
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from specplay import __version__
+from specplay.cli.options import (
+    add_decoding_flags,
+    add_model_flags,
+    add_prompt_flags,
+    add_sessions_dir_flag,
+    drafters_from,
+    prompt_from,
+    route_map_from,
+    settings_from,
+    warn,
+)
+from specplay.cli.render import make_console
+from specplay.engine.loop import SpecEngine
+from specplay.engine.router import check_route
+from specplay.engine.settings import SpecSettings
+from specplay.errors import ConfigError
+from specplay.fidelity import (
+    DEFAULT_BUDGETS,
+    FidelityReport,
+    FidelityRow,
+    check_budgets,
+    check_writable,
+    engine_generator,
+    measure_fidelity,
+    report_path,
+    write_report,
+)
+from specplay.runner import ModelThread
+from specplay.store import sessions_dir
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fidelity",
+        help="measure what speculative decoding with a TV budget gives up for its speed",
+        description="Sample target-only, draft-only and speculative decoding at each TV budget with the same "
+        "seeds; score every output under the target (temperature 1) and compare.",
+    )
+    add_model_flags(parser)
+    add_prompt_flags(parser)
+    add_decoding_flags(parser)
+    parser.set_defaults(temperature=1.0)  # fidelity is about sampled text: greedy would hide the spread
+    output = parser.add_argument_group("fidelity")
+    output.add_argument(
+        "--budgets",
+        default=",".join(f"{b:g}" for b in DEFAULT_BUDGETS),
+        metavar="D,D,...",
+        help="TV budgets, one speculative row each (default: %(default)s)",
+    )
+    output.add_argument("--samples", type=int, default=8, metavar="N", help="samples per row, seeds S..S+N-1")
+    output.add_argument("--max-tokens", type=int, default=64)
+    output.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    output.add_argument(
+        "--plot", type=Path, metavar="FILE.png", help="where the plot goes (default: beside the report)"
+    )
+    add_sessions_dir_flag(parser.add_argument_group("sessions"))
+    parser.set_defaults(command=fidelity)
+
+
+def parse_budgets(text: str) -> list[float]:
+    try:
+        budgets = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError("budgets", f"takes TV budgets in [0, 1] separated by commas (got {text!r})") from None
+    return check_budgets(budgets)
+
+
+class _Checked(NamedTuple):
+    settings: SpecSettings
+    drafters: list[tuple[str, str]]
+    route_map: dict[str, str]
+    prompt: str
+    budgets: list[float]
+
+
+def _checked(args: argparse.Namespace) -> _Checked:
+    """Everything that can be checked without models, checked before loading them."""
+    if args.mode != "speculative":
+        raise ConfigError("mode", "does not apply: fidelity runs target-only, draft-only and speculative rows")
+    if args.tv != 0:
+        raise ConfigError("tv", "does not apply: give the TV budgets with --budgets")
+    budgets = parse_budgets(args.budgets)
+    settings = settings_from(args)
+    drafters = drafters_from(args)
+    route_map = route_map_from(args)
+    prompt = prompt_from(args)
+    if not drafters:
+        raise ConfigError("draft", "is needed: fidelity compares a drafter's speculation with the target")
+    check_route(settings.route, [name for name, _ in drafters])
+    if args.samples < 1:
+        raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
+    if args.max_tokens < 1:
+        raise ConfigError("max_tokens", f"must be at least 1 (got {args.max_tokens})")
+    if args.plot is not None and not args.plot.parent.is_dir():
+        raise ConfigError("plot", f"goes to a folder that does not exist ({str(args.plot.parent)!r})")
+    return _Checked(settings, drafters, route_map, prompt, budgets)
+
+
+def fidelity(args: argparse.Namespace) -> int:
+    settings, drafters, route_map, prompt, budgets = _checked(args)
+    directory = sessions_dir(args.sessions_dir)
+    check_writable(directory)
+
+    from specplay.backends.mlx import blas, load_mlx_backend, release_thread
+
+    if message := blas.slow_blas_warning():
+        warn(message)
+    thread = ModelThread(on_exit=release_thread)
+    try:
+        backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
+        identity = thread.call(backend.describe)
+        engine = SpecEngine(backend, route_map=route_map or None)
+        token_ids = tuple(backend.encode(prompt, raw=args.raw))
+        generate = engine_generator(engine, prompt, token_ids, settings, args.max_tokens)
+        seeds = range(args.seed, args.seed + args.samples)
+        with _progress() as on_sample:
+            report = measure_fidelity(
+                # Both run on the model thread, which owns every MLX array.
+                lambda mode, budget, seed: thread.call(lambda: generate(mode, budget, seed)),
+                lambda ids: thread.call(lambda: backend.score(token_ids, ids)),
+                budgets,
+                seeds,
+                on_sample,
+            )
+    finally:
+        thread.close()
+
+    now = datetime.now(UTC)
+    about = {
+        "specplay_version": __version__,
+        "created": now.isoformat(timespec="seconds"),
+        "prompt": prompt,
+        "prompt_token_ids": list(token_ids),
+        "raw": args.raw,
+        "max_tokens": args.max_tokens,
+        "settings": asdict(settings) | {"tv_budget": None},  # each speculative row has its own
+        "route_map": engine.route_map,
+        "backend": identity,
+    }
+    content = about | report.to_dict()
+    saved = write_report(content, report_path(directory, now))
+    from specplay.cli.plots import plot_fidelity
+
+    plot = plot_fidelity(report, args.plot or saved.with_suffix(".png"))
+    if args.json:
+        print(json.dumps(content | {"report": str(saved), "plot": str(plot)}, ensure_ascii=False))
+    else:
+        console = make_console()
+        console.print(fidelity_table(report))
+        console.print(f"saved {saved}\nplot {plot}", style="dim")
+    return 0
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr when it is a terminal; otherwise nothing."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("sampling", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _row_cells(row: FidelityRow) -> list[str]:
+    ll = _number(row.log_likelihood_per_token)
+    if row.log_likelihood_se is not None:
+        ll += f" ± {row.log_likelihood_se:.2f}"
+    return [
+        row.label,
+        _number(row.draft_acceptance_rate),
+        _number(row.mean_acceptance_length),
+        _number(row.tokens_per_s, 1),
+        ll,
+        _number(row.distinct_1),
+        _number(row.distinct_2),
+        _number(row.mean_length, 1),
+        _number(row.similarity_to_target),
+        _number(row.tv_spent_per_token, 3),
+    ]
+
+
+# Short headers keep the table within 80 columns; the caption spells them out.
+_HEADERS = (
+    "acc.\nrate",
+    "acc.\nlen",
+    "tok/s",
+    "log-lik\n± s.e.",
+    "dist\n1",
+    "dist\n2",
+    "mean\nlen",
+    "sim.",
+    "TV\n/tok",
+)
+_CAPTION = (
+    "acc. rate, len: draft acceptance rate, mean acceptance length\n"
+    "tok/s: median over samples · mean len: tokens per sample\n"
+    "log-lik: per token under the target (temperature 1), ± 1 standard error\n"
+    "dist 1, 2: distinct-1, distinct-2 · TV/tok: TV spent per token\n"
+    "sim.: mean normalized Levenshtein similarity to the target-only samples"
+)
+
+
+def fidelity_table(report: FidelityReport) -> Table:
+    table = Table(
+        title=f"fidelity · drafter {report.route} · {len(report.seeds)} samples per row",
+        caption=_CAPTION,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("row", no_wrap=True)
+    for header in _HEADERS:
+        table.add_column(header, justify="right", no_wrap=True)
+    for row in report.rows:
+        table.add_row(*_row_cells(row))
+    return table

@@ -1,0 +1,97 @@
+"""`specplay sessions`: the saved runs, a line each."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from specplay.cli.options import add_sessions_dir_flag
+from specplay.cli.render import make_console
+from specplay.store import Session, SessionError, list_session_files, load_session, sessions_dir
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("sessions", help="list saved sessions")
+    add_sessions_dir_flag(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON object per session, one per line")
+    parser.set_defaults(command=list_sessions)
+
+
+def summarize(session: Session) -> dict[str, Any]:
+    """What the listing shows of a session."""
+    lane, baseline = session.main, session.baseline
+    settings, metrics = lane.settings, lane.metrics
+    models = session.header.get("backend", {}).get("models", {})
+    row: dict[str, Any] = {
+        "id": session.id,
+        "created": session.header.get("created"),
+        "prompt": session.prompt,
+        "target": Path(models.get("target", {}).get("source", "?")).name,
+        "mode": lane.start.get("mode"),
+        "route": lane.start.get("route"),
+        "k": settings.get("k"),
+        "policy": settings.get("policy"),
+        "tv_budget": settings.get("tv_budget"),
+        "temperature": settings.get("sampling", {}).get("temperature"),
+        "draft_acceptance_rate": metrics.get("draft_acceptance_rate"),
+        "mean_acceptance_length": metrics.get("mean_acceptance_length"),
+        "speedup": None,
+        "similarity_to_target": None,
+        "complete": session.complete,
+    }
+    from specplay.store.diff import token_diff
+
+    if baseline is not None and baseline.token_ids:
+        tokens_per_s, target_tokens_per_s = metrics.get("tokens_per_s"), baseline.metrics.get("tokens_per_s")
+        if tokens_per_s and target_tokens_per_s:
+            row["speedup"] = tokens_per_s / target_tokens_per_s
+        row["similarity_to_target"] = token_diff(lane.token_ids, baseline.token_ids).similarity
+    return row
+
+
+def _fmt(value: Any, pattern: str = "{}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def list_sessions(args: argparse.Namespace) -> int:
+    directory = sessions_dir(args.sessions_dir)
+    console = make_console()
+    table = Table("created", "id", "prompt", "models", "settings", "acceptance", "speedup", "vs target", "")
+    for path in list_session_files(directory):
+        try:
+            row = summarize(load_session(path))
+        except SessionError as error:
+            if args.json:
+                print(json.dumps({"id": path.stem, "error": str(error)}))
+            else:
+                table.add_row("", path.stem, f"[red]{error}[/red]", "", "", "", "", "", "unreadable")
+            continue
+        if args.json:
+            print(json.dumps(row, ensure_ascii=False))
+            continue
+        models = row["target"] + (f" + {row['route']}" if row["route"] else "")
+        settings = f"{row['mode']} T={_fmt(row['temperature'], '{:g}')}"
+        if row["mode"] == "speculative":
+            settings += f" k={row['k']} {row['policy']} D={_fmt(row['tv_budget'], '{:g}')}"
+        prompt = " ".join(row["prompt"].split())
+        table.add_row(
+            (row["created"] or "")[:19].replace("T", " "),
+            row["id"],
+            prompt[:40] + ("…" if len(prompt) > 40 else ""),
+            models,
+            settings,
+            f"{_fmt(row['draft_acceptance_rate'], '{:.0%}')} τ={_fmt(row['mean_acceptance_length'], '{:.2f}')}",
+            _fmt(row["speedup"], "{:.2f}x"),
+            _fmt(row["similarity_to_target"], "{:.0%}"),
+            "" if row["complete"] else "incomplete",
+        )
+    if not args.json:
+        if table.row_count:
+            console.print(table)
+        else:
+            console.print(f"no sessions in {directory}; save one with `specplay run --save`")
+    return 0

@@ -1,0 +1,310 @@
+"""Fidelity: what speculative decoding with a TV budget gives up for its speed.
+
+For each row (target-only, draft-only, one per TV budget) the same seeds are sampled and the
+outputs are judged against the target: their log-likelihood under it, their diversity, and how
+close they are to the target-only samples. Generating and scoring come in as callables, so this
+module knows no model library and no UI; it runs wherever those callables run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rapidfuzz.distance import Levenshtein
+
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import DoneEvent, StartEvent
+from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.settings import Mode, SpecSettings
+from specplay.errors import ConfigError, SpecplayError
+
+DEFAULT_BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
+TARGET_ROW, DRAFT_ROW = "target-only", "draft-only"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One finished generation, as the report needs it."""
+
+    seed: int
+    token_ids: tuple[int, ...]
+    """Generated tokens, without the EOS that ended the run."""
+    finish_reason: str
+    metrics: Mapping[str, Any]
+    """The engine's metrics (tokens_per_s, tv_spent, num_draft_tokens...)."""
+    route: str | None = None
+
+
+Generate = Callable[[Mode, float, int], Sample]
+"""(mode, TV budget, seed) -> one sample; the budget matters in speculative mode only."""
+Score = Callable[[Sequence[int]], Sequence[float]]
+"""Generated token ids -> the target's log-probability (temperature 1) of each."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowSpec:
+    label: str
+    mode: Mode
+    tv_budget: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredSample:
+    seed: int
+    token_ids: list[int]
+    finish_reason: str
+    tokens_per_s: float | None
+    log_likelihood_per_token: float | None
+    """None for an empty output: it has no tokens to average over."""
+    similarity_to_target: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FidelityRow:
+    label: str
+    mode: Mode
+    tv_budget: float | None
+    num_samples: int
+    draft_acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    tokens_per_s: float | None
+    """Median over the samples: robust to the first run's warm-up."""
+    log_likelihood_per_token: float | None
+    """Mean over samples of each sample's mean log-probability per token under the target."""
+    log_likelihood_se: float | None
+    """Standard error of that mean, from the spread of the per-sample values."""
+    distinct_1: float | None
+    distinct_2: float | None
+    mean_length: float
+    similarity_to_target: float | None
+    tv_spent_per_token: float | None
+    samples: list[ScoredSample] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class FidelityReport:
+    seeds: list[int]
+    budgets: list[float]
+    route: str | None
+    """The drafter of the draft-only and speculative rows."""
+    rows: list[FidelityRow]
+
+    def row(self, label: str) -> FidelityRow:
+        return next(r for r in self.rows if r.label == label)
+
+    @property
+    def speculative_rows(self) -> list[FidelityRow]:
+        return [r for r in self.rows if r.mode == "speculative"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Statistics: pure functions on token id lists and numbers.
+
+
+def ngrams(token_ids: Sequence[int], n: int) -> list[tuple[int, ...]]:
+    return [tuple(token_ids[i : i + n]) for i in range(len(token_ids) - n + 1)]
+
+
+def distinct_n(samples: Iterable[Sequence[int]], n: int) -> float | None:
+    """Unique n-grams over total n-grams, pooled over the samples (n-grams never span two samples)."""
+    every = [gram for sample in samples for gram in ngrams(sample, n)]
+    return len(set(every)) / len(every) if every else None
+
+
+def similarities(
+    samples: Sequence[Sequence[int]], references: Sequence[Sequence[int]], leave_one_out: bool = False
+) -> list[float | None]:
+    """For each sample, its mean normalized Levenshtein similarity to the references.
+
+    `leave_one_out` skips the reference at the sample's own index: comparing the reference set
+    with itself would otherwise count each sample's perfect match with itself.
+    """
+    out: list[float | None] = []
+    for i, sample in enumerate(samples):
+        others = [ref for j, ref in enumerate(references) if not (leave_one_out and j == i)]
+        values = [Levenshtein.normalized_similarity(sample, ref) for ref in others]
+        out.append(statistics.fmean(values) if values else None)
+    return out
+
+
+def mean_and_se(values: Iterable[float | None]) -> tuple[float | None, float | None]:
+    """Mean of the known values and its standard error (None below two values)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return None, None
+    mean = statistics.fmean(known)
+    se = statistics.stdev(known) / len(known) ** 0.5 if len(known) > 1 else None
+    return mean, se
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def _total(samples: Sequence[Sample], metric: str) -> float:
+    return sum(s.metrics.get(metric) or 0 for s in samples)
+
+
+# The measurement.
+
+
+def check_budgets(budgets: Sequence[float]) -> list[float]:
+    """Sorted, without repeats; each in [0, 1]."""
+    if not budgets:
+        raise ConfigError("budgets", "needs at least one TV budget in [0, 1]")
+    for budget in budgets:
+        if not 0 <= budget <= 1:
+            raise ConfigError("budgets", f"must each be in [0, 1] (got {budget:g})")
+    return sorted(set(budgets))
+
+
+def row_specs(budgets: Sequence[float]) -> list[RowSpec]:
+    return [
+        RowSpec(TARGET_ROW, "target"),
+        RowSpec(DRAFT_ROW, "draft"),
+        *(RowSpec(f"D={budget:g}", "speculative", budget) for budget in budgets),
+    ]
+
+
+def measure_fidelity(
+    generate: Generate,
+    score: Score,
+    budgets: Sequence[float] = DEFAULT_BUDGETS,
+    seeds: Sequence[int] = range(8),
+    on_sample: Callable[[int, int], None] | None = None,
+) -> FidelityReport:
+    """Sample every row with every seed, score each output under the target, and summarise.
+
+    Rows are interleaved seed by seed, so a slow drift of the machine's speed spreads over all
+    rows instead of biasing whichever row ran last. `on_sample(done, total)` reports progress.
+    """
+    specs = row_specs(check_budgets(budgets))
+    samples: dict[str, list[Sample]] = {spec.label: [] for spec in specs}
+    total = len(specs) * len(seeds)
+    for i, seed in enumerate(seeds):
+        for j, spec in enumerate(specs):
+            samples[spec.label].append(generate(spec.mode, spec.tv_budget or 0.0, seed))
+            if on_sample is not None:
+                on_sample(i * len(specs) + j + 1, total)
+    reference = [list(s.token_ids) for s in samples[TARGET_ROW]]
+    rows = [_row(spec, samples[spec.label], reference, score) for spec in specs]
+    route = samples[DRAFT_ROW][0].route if seeds else None
+    return FidelityReport(list(seeds), [r.tv_budget for r in rows if r.tv_budget is not None], route, rows)
+
+
+def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[int]], score: Score) -> FidelityRow:
+    outputs = [list(s.token_ids) for s in samples]
+    per_token = [statistics.fmean(score(ids)) if ids else None for ids in outputs]
+    similar = similarities(outputs, reference, leave_one_out=spec.mode == "target")
+    scored = [
+        ScoredSample(s.seed, ids, s.finish_reason, s.metrics.get("tokens_per_s"), ll, sim)
+        for s, ids, ll, sim in zip(samples, outputs, per_token, similar, strict=True)
+    ]
+    log_likelihood, se = mean_and_se(per_token)
+    speculative = spec.mode == "speculative"
+    accepted = _total(samples, "num_accepted_draft_tokens")
+    num_tokens = sum(len(ids) for ids in outputs)
+    return FidelityRow(
+        label=spec.label,
+        mode=spec.mode,
+        tv_budget=spec.tv_budget,
+        num_samples=len(samples),
+        draft_acceptance_rate=_ratio(accepted, _total(samples, "num_draft_tokens")) if speculative else None,
+        mean_acceptance_length=(
+            1 + accepted / steps if speculative and (steps := _total(samples, "num_spec_steps")) else None
+        ),
+        tokens_per_s=median(s.tokens_per_s for s in scored),
+        log_likelihood_per_token=log_likelihood,
+        log_likelihood_se=se,
+        distinct_1=distinct_n(outputs, 1),
+        distinct_2=distinct_n(outputs, 2),
+        mean_length=statistics.fmean(len(ids) for ids in outputs) if outputs else 0.0,
+        similarity_to_target=mean_and_se(similar)[0],
+        tv_spent_per_token=_ratio(_total(samples, "tv_spent"), num_tokens) if speculative else None,
+        samples=scored,
+    )
+
+
+def engine_generator(
+    engine: SpecEngine, prompt: str, prompt_token_ids: Sequence[int], settings: SpecSettings, max_tokens: int
+) -> Generate:
+    """A Generate over the engine; call the result where the engine's backend may run."""
+
+    def generate(mode: Mode, tv_budget: float, seed: int) -> Sample:
+        # EOS ends a sample as it would end a real answer: length is part of what may change.
+        request = Request(prompt, tuple(prompt_token_ids), mode, seed, max_tokens, ignore_eos=False)
+        controls = LiveControls(replace(settings, tv_budget=tv_budget), engine.backend.drafters)
+        route, done = None, None
+        for event in engine.generate(request, controls):
+            if isinstance(event, StartEvent):
+                route = event.route
+            elif isinstance(event, DoneEvent):
+                done = event
+        assert done is not None
+        return Sample(seed, done.token_ids, done.finish_reason, done.metrics, route)
+
+    return generate
+
+
+# The report file.
+
+
+def report_path(directory: Path, now: datetime, suffix: str = ".json") -> Path:
+    """fidelity_<timestamp><suffix>, with a counter if a report of the same second exists."""
+    stem = f"fidelity_{now.strftime('%Y-%m-%dT%H-%M-%S')}"
+    path, count = directory / f"{stem}{suffix}", 1
+    while path.exists():
+        count += 1
+        path = directory / f"{stem}_{count}{suffix}"
+    return path
+
+
+def _unwritable(directory: Path, exc: OSError) -> SpecplayError:
+    return SpecplayError(
+        f"cannot write the fidelity report to {directory}: {exc.strerror or exc}; "
+        "choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR"
+    )
+
+
+def check_writable(directory: Path) -> None:
+    """Fail before the models run, not after, when the report could not be saved."""
+    probe = directory / f".fidelity-probe-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise _unwritable(directory, exc) from None
+
+
+def write_report(report: Mapping[str, Any], path: Path) -> Path:
+    """Write atomically: a reader sees no report or the whole one, never half of it."""
+    partial = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with partial.open("w", encoding="utf-8") as out:
+            json.dump(report, out, ensure_ascii=False, indent=1)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise _unwritable(path.parent, exc) from None
+    return path

@@ -1,0 +1,118 @@
+"""Token-level comparison of two generations, and when a difference is a bug.
+
+A lossless greedy speculative run (temperature 0, TV budget 0) must equal greedy target-only
+decoding token for token, so any divergence from its target-only lane is a violation: of the
+acceptance rule, or of numerics (the verify pass and single steps disagreeing on an argmax).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rapidfuzz.distance import Levenshtein
+
+from specplay.store.format import LaneRecord
+
+OpTag = Literal["equal", "insert", "delete", "replace"]
+
+# Live changes that leave lossless greedy decoding; the target-only lane never sees them.
+_LOSSY_FIELDS = ("temperature", "tv_budget")
+
+
+@dataclass(frozen=True, slots=True)
+class Opcode:
+    """Turn a[a_start:a_end] into b[b_start:b_end]."""
+
+    tag: OpTag
+    a_start: int
+    a_end: int
+    b_start: int
+    b_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDiff:
+    opcodes: tuple[Opcode, ...]
+    """Levenshtein alignment of a onto b, covering both sequences in order."""
+    similarity: float
+    """Normalized Levenshtein similarity: 1 - distance / max(len(a), len(b)); 1.0 is identical."""
+    first_divergence: int | None
+    """Index of the first position where a and b differ (or one ends); None if identical."""
+    len_a: int
+    len_b: int
+
+    @property
+    def identical(self) -> bool:
+        return self.first_divergence is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "similarity": self.similarity,
+            "first_divergence": self.first_divergence,
+            "num_tokens_a": self.len_a,
+            "num_tokens_b": self.len_b,
+            "opcodes": [
+                {"tag": op.tag, "a_start": op.a_start, "a_end": op.a_end, "b_start": op.b_start, "b_end": op.b_end}
+                for op in self.opcodes
+            ],
+        }
+
+
+def token_diff(a: Sequence[int], b: Sequence[int]) -> TokenDiff:
+    a, b = list(a), list(b)
+    opcodes = tuple(
+        Opcode(op.tag, op.src_start, op.src_end, op.dest_start, op.dest_end) for op in Levenshtein.opcodes(a, b)
+    )
+    return TokenDiff(opcodes, Levenshtein.normalized_similarity(a, b), first_divergence(a, b), len(a), len(b))
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    # Read off the sequences, not the opcodes: an optimal alignment may match a later repeat of
+    # a token and so start its first edit before the true first difference.
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def is_lossless_greedy(settings: Mapping[str, Any]) -> bool:
+    """Start settings under which the output must equal greedy target-only decoding."""
+    sampling = settings.get("sampling") or {}
+    return sampling.get("temperature") == 0 and settings.get("tv_budget") == 0
+
+
+def lossy_from(lane: LaneRecord) -> int | None:
+    """The token index from which a live change (temperature or TV budget above 0) made the lane lossy."""
+    sampling = lane.settings.get("sampling") or {}
+    current = {"temperature": sampling.get("temperature"), "tv_budget": lane.settings.get("tv_budget")}
+    for change in lane.changes:
+        for name, _old, new in change["changes"]:
+            if name in _LOSSY_FIELDS:
+                current[name] = new
+        if any(current.values()):
+            return change["token_index"]
+    return None
+
+
+def _cut_short(lane: LaneRecord) -> bool:
+    return lane.done is None or lane.done["finish_reason"] == "cancelled"
+
+
+def violation(main: LaneRecord, baseline: LaneRecord, diff: TokenDiff) -> int | None:
+    """The token at which a lossless greedy lane left its target-only baseline, if it did.
+
+    `diff` is token_diff(main.token_ids, baseline.token_ids). Divergence after a live change to a
+    lossy setting is expected, and so is one lane simply ending early because it was cut short.
+    """
+    at = diff.first_divergence
+    if at is None or not is_lossless_greedy(main.settings):
+        return None
+    lossy = lossy_from(main)
+    if lossy is not None and at >= lossy:
+        return None
+    shorter = main if diff.len_a < diff.len_b else baseline
+    if at == min(diff.len_a, diff.len_b) and _cut_short(shorter):
+        return None
+    return at

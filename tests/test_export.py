@@ -1,0 +1,301 @@
+"""`specplay export`: Markdown, HTML and JSONL from a session written from hand-made engine events."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from specplay import __version__
+from specplay.cli import main
+from specplay.engine.events import (
+    ControlEvent,
+    DoneEvent,
+    DraftPosition,
+    Event,
+    RoundEvent,
+    StartEvent,
+    StepEvent,
+    Token,
+)
+from specplay.engine.metrics import Metrics
+from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.store import SessionWriter, load_session
+from specplay.store.export import md_escape, md_fence, to_html, to_jsonl, to_markdown
+
+PROMPT_IDS = (5, 6, 7)
+SCRIPT = "<script>alert(1)</script>"
+IMG = '"><img src=x onerror=alert(1)>'
+# Spoken-for speculative output: one round of two accepted drafts and a bonus, one with a budget
+# token and a correction.
+ROUNDS = [
+    [Token(10, "def", "accepted"), Token(11, " fib", "accepted"), Token(12, "(", "bonus")],
+    [Token(13, "n", "budget"), Token(14, "):", "corrected")],
+]
+
+
+def settings(temperature: float = 0.0, tv_budget: float = 0.0) -> SpecSettings:
+    return SpecSettings(tv_budget=tv_budget, sampling=SamplingParams(temperature))
+
+
+def _position(token: Token) -> DraftPosition:
+    outcome = "rejected" if token.source == "corrected" else token.source
+    return DraftPosition(token.token_id, 0.5, 0.5, 0.1, 0.2, 0.0, outcome)  # type: ignore[arg-type]
+
+
+def _metrics(speculative: bool, rounds: list[RoundEvent], sources: list[str], seconds: float) -> dict:
+    metrics = Metrics(speculative)
+    for event in rounds:
+        metrics.add_round(event)
+    # First token at 0 s, the rest at `seconds`: tokens_per_s = (n - 1) / seconds.
+    metrics.add_tokens(sources[:1], 0.0)  # type: ignore[arg-type]
+    metrics.add_tokens(sources[1:], seconds)  # type: ignore[arg-type]
+    return metrics.to_dict()
+
+
+def speculative_events(
+    rounds: Sequence[Sequence[Token]] = ROUNDS,
+    temperature: float = 0.0,
+    tv_budget: float = 0.0,
+    changes: Sequence[ControlEvent] = (),
+    finish: str | None = "length",
+    seconds: float = 1.0,
+) -> list[Event]:
+    """A speculative lane; `changes` go in before the round that starts at their token index."""
+    events: list[Event] = [StartEvent("speculative", "near", "near", PROMPT_IDS, 0, settings(temperature, tv_budget))]
+    round_events, tokens = [], []
+    for index, round_tokens in enumerate(rounds):
+        events += [c for c in changes if c.token_index == len(tokens)]
+        drafted = [t for t in round_tokens if t.source != "bonus"]
+        accepted = sum(t.source in ("accepted", "budget") for t in round_tokens)
+        event = RoundEvent(
+            index,
+            len(tokens),
+            "near",
+            len(drafted),
+            tuple(t.token_id for t in drafted),
+            tuple(_position(t) for t in drafted),
+            accepted,
+            tuple(round_tokens),
+            1.0,
+            2.0,
+            0.1,
+        )
+        events.append(event)
+        round_events.append(event)
+        tokens += round_tokens
+    if finish is not None:
+        metrics = _metrics(True, round_events, [t.source for t in tokens], seconds)
+        events.append(DoneEvent(finish, tuple(t.token_id for t in tokens), "".join(t.text for t in tokens), metrics))  # type: ignore[arg-type]
+    return events
+
+
+def target_events(
+    tokens: Sequence[tuple[int, str]], temperature: float = 0.0, finish: str | None = "length", seconds: float = 2.0
+) -> list[Event]:
+    events: list[Event] = [StartEvent("target", None, "near", PROMPT_IDS, 0, settings(temperature))]
+    events += [StepEvent(i, None, Token(token_id, text, "target"), 1.0) for i, (token_id, text) in enumerate(tokens)]
+    if finish is not None:
+        metrics = _metrics(False, [], ["target"] * len(tokens), seconds)
+        events.append(DoneEvent(finish, tuple(i for i, _ in tokens), "".join(t for _, t in tokens), metrics))  # type: ignore[arg-type]
+    return events
+
+
+def same_as_rounds(rounds: Sequence[Sequence[Token]] = ROUNDS) -> list[tuple[int, str]]:
+    return [(t.token_id, t.text) for r in rounds for t in r]
+
+
+def write_session(
+    directory: Path,
+    lanes: dict[str, list[Event]],
+    prompt: str = "def fib(n):",
+    finalize: bool = True,
+    source: str = "models/target",
+) -> Path:
+    identity = {"source": source, "path": source, "weights_sha256": "ab" * 32, "weights_hash": "full"}
+    backend = {"backend": "mlx", "device": "cpu", "models": {"target": identity, "near": identity | {"source": "near"}}}
+    request = {"mode": next(iter(lanes)), "seed": 0, "max_tokens": 5, "ignore_eos": False, "raw": True}
+    writer = SessionWriter(directory, prompt, list(PROMPT_IDS), list(lanes), backend, request)
+    for name, events in lanes.items():
+        for event in events:
+            writer.write_event(name, event)
+    if finalize:
+        return writer.finalize()
+    writer.close()
+    return writer.path
+
+
+@pytest.fixture
+def session_path(tmp_path: Path) -> Path:
+    change = ControlEvent(3, (("k", 4, 2),))
+    lanes = {"speculative": speculative_events(changes=[change]), "target": target_events(same_as_rounds())}
+    return write_session(tmp_path, lanes)
+
+
+# --- Markdown ------------------------------------------------------------------------------
+
+
+def test_markdown_transcript(session_path: Path) -> None:
+    session = load_session(session_path)
+    md = to_markdown(session)
+    assert md.startswith("# specplay session ")
+    assert f"by specplay {__version__}, backend mlx on cpu." in md
+    assert "```\ndef fib(n):\n```" in md
+    assert "| target | models/target | abababababab |" in md
+    assert "| `tv_budget` | 0 |" in md and "| `temperature` | 0 |" in md
+    # accepted plain, bonus italic, budget underlined, corrected bold; Markdown in the text escaped
+    assert "### speculative\n\ndef fib<i>\\(</i><ins>n</ins><b>\\):</b>" in md
+    assert "### target (target-only baseline)\n\ndef fib\\(n\\):" in md
+    assert "- token 3: k 4 → 2" in md
+    for name in ("mean_acceptance_length", "draft_acceptance_rate", "num_spec_steps", "tokens_per_s"):
+        assert f"| `{name}` |" in md
+    assert "| `num_spec_steps` | 2 | - |" in md
+    # 5 tokens: 4 / 1 s speculative against 4 / 2 s target-only
+    assert "| `tokens_per_s` | 4.000 | 2.000 |" in md
+    assert "speedup vs target-only: 2.00x (4.0 vs 2.0 tokens\\_per\\_s)" in md
+    assert "Incomplete" not in md
+
+
+def test_markdown_escapes_model_output(tmp_path: Path) -> None:
+    hostile = [
+        Token(1, SCRIPT, "accepted"),
+        Token(2, "**not bold** [link](http://x) `code`", "corrected"),
+        Token(3, "\n# not a heading\n    not code\n1. not a list", "bonus"),
+    ]
+    path = write_session(tmp_path, {"speculative": speculative_events([hostile])}, source=IMG)
+    md = to_markdown(load_session(path))
+    assert not re.search(r"(?<!\\)<(script|img)", md)  # every < from the session is backslash-escaped
+    assert "\\<script\\>alert\\(1\\)\\</script\\>" in md
+    assert "\\*\\*not bold\\*\\* \\[link\\]\\(http://x\\) \\`code\\`" in md
+    assert "\\\n\\# not a heading\\\n&nbsp;&nbsp;&nbsp;&nbsp;not code\\\n1\\. not a list" in md
+    assert '"\\>\\<img src=x onerror=alert(1)\\>' in md
+
+
+def test_markdown_renders_model_output_literally(tmp_path: Path) -> None:
+    # markdown-it-py comes with rich; with raw HTML on, as GitHub and most viewers allow it.
+    from markdown_it import MarkdownIt
+
+    hostile = [Token(1, SCRIPT + IMG, "accepted"), Token(2, "*a* _b_\n# c\n    d\n1. e\n---\n", "corrected")]
+    lanes = {"speculative": speculative_events([hostile]), "target": target_events([(3, "`x` | y")])}
+    md = to_markdown(load_session(write_session(tmp_path, lanes, prompt="```\n" + SCRIPT, source=IMG)))
+    rendered = MarkdownIt("commonmark", {"html": True}).enable("table").render(md)
+    assert "<script" not in rendered and "<img" not in rendered
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&quot;&gt;&lt;img src=x onerror=alert(1)&gt;<b>" in rendered
+    assert "<b>*a* _b_<br />\n# c<br />\n\xa0\xa0\xa0\xa0d<br />\n1. e<br />\n---<br />\n</b>" in rendered
+    assert "<p>`x` | y</p>" in rendered
+    assert rendered.count("<h1>") == 1 and "<li>" not in rendered and "<hr" not in rendered
+
+
+def test_markdown_escape_keeps_lines_and_leading_blanks() -> None:
+    assert md_escape("a\n  b") == ("a\\\n&nbsp;&nbsp;b", False)
+    assert md_escape("x\n") == ("x\\\n", True)
+    assert md_escape(" y", line_start=True)[0] == "&nbsp;y"
+    assert md_escape(" y", line_start=False)[0] == " y"
+
+
+def test_markdown_prompt_fence_outgrows_backticks_in_the_prompt() -> None:
+    prompt = "```python\nx = 1\n``````\n"
+    fenced = md_fence(prompt)
+    assert fenced == "```````\n" + prompt + "```````"
+    assert md_fence("plain") == "```\nplain\n```"
+
+
+def test_incomplete_session_is_marked(tmp_path: Path) -> None:
+    lanes = {"speculative": speculative_events(finish=None), "target": []}
+    session = load_session(write_session(tmp_path, lanes, finalize=False))
+    assert not session.complete
+    md, page = to_markdown(session), to_html(session)
+    assert "**Incomplete session" in md and "### speculative (incomplete)" in md
+    assert '<p class="incomplete">Incomplete session' in page and "<h3>speculative (incomplete)</h3>" in page
+
+
+# --- HTML ----------------------------------------------------------------------------------
+
+
+def test_html_page(session_path: Path) -> None:
+    page = to_html(load_session(session_path))
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
+    assert '<span class="accepted" title="accepted, id 10">def</span>' in page
+    assert '<span class="corrected" title="corrected, id 14">):</span>' in page
+    # the terminal's palette: green, yellow, red, bold blue
+    for rule in (".accepted { color: #", ".budget { color: #", ".corrected { color: #", ".bonus { color: #"):
+        assert rule in page
+    assert "font-weight: bold" in page.split(".bonus")[1].split("}")[0]
+    assert '<span class="budget">budget</span>' in page  # the legend
+    assert "<li>token 3: k 4 → 2</li>" in page and "speedup vs target-only: 2.00x" in page
+    assert "<td>mean_acceptance_length</td>" in page
+    assert "<script" not in page and "http" not in page  # self-contained
+
+
+def test_html_escapes_everything_from_the_session(tmp_path: Path) -> None:
+    tokens = [Token(1, SCRIPT, "accepted"), Token(2, IMG, "corrected"), Token(3, "&amp;", "bonus")]
+    lanes = {"speculative": speculative_events([tokens]), "target": target_events([(4, SCRIPT)]), SCRIPT: []}
+    path = write_session(tmp_path, lanes, prompt=SCRIPT + IMG, source=IMG)
+    page = to_html(load_session(path))
+    assert "<script" not in page and "<img" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<pre>&lt;script&gt;alert(1)&lt;/script&gt;&quot;&gt;&lt;img" in page
+    assert "&amp;amp;" in page
+
+
+# --- JSONL ---------------------------------------------------------------------------------
+
+
+def test_jsonl_is_the_raw_log(session_path: Path) -> None:
+    session = load_session(session_path)
+    text = to_jsonl(session)
+    assert [json.loads(line) for line in text.splitlines()] == session.records
+    assert text == session_path.read_text(encoding="utf-8")
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def export(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["export", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_export_to_stdout_by_id(session_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    session_id = session_path.stem
+    code, out, err = export(capsys, session_id[:22], "--sessions-dir", str(session_path.parent))
+    assert code == 0 and err == "" and out == to_markdown(load_session(session_path))
+    code, out, _ = export(capsys, str(session_path), "--format", "jsonl")
+    assert code == 0 and out == session_path.read_text(encoding="utf-8")
+
+
+def test_export_to_a_file(session_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "out" / "page.html"
+    page.parent.mkdir()
+    code, out, _ = export(capsys, str(session_path), "-o", str(page))
+    assert code == 0 and page.read_text(encoding="utf-8") == to_html(load_session(session_path))
+    assert "wrote html export" in out
+    forced = tmp_path / "out" / "log.md"
+    assert export(capsys, str(session_path), "--format", "jsonl", "-o", str(forced))[0] == 0
+    assert forced.read_text(encoding="utf-8") == session_path.read_text(encoding="utf-8")
+    page.write_text("old")  # replaced whole
+    assert export(capsys, str(session_path), "-o", str(page))[0] == 0
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in page.parent.iterdir()) == ["log.md", "page.html"]  # no temp file left
+
+
+def test_export_errors_are_one_line(session_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corrupt = tmp_path / "corrupt.jsonl"
+    corrupt.write_text('{"type": "header", "schema_version": 1, "lanes": []}\nnot json\n{"type": "end"}\n')
+    no_lanes = tmp_path / "no_lanes.jsonl"
+    no_lanes.write_text('{"type": "header", "schema_version": 1, "prompt": "x", "lanes": []}\n{"type": "end"}\n')
+    cases = [
+        (["missing", "--sessions-dir", str(tmp_path)], "no session 'missing'"),
+        ([str(corrupt)], "line 2 is not JSON"),
+        ([str(no_lanes)], "its header names no lanes"),
+        ([str(session_path), "-o", str(tmp_path / "nowhere" / "x.md")], "cannot write"),
+    ]
+    for args, message in cases:
+        code, out, err = export(capsys, *args)
+        assert code == 2 and out == ""
+        assert err.count("\n") == 1 and err.startswith("specplay: error: ") and message in err
