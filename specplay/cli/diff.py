@@ -35,24 +35,17 @@ def open_session(name: str, directory_option: str | None) -> Session:
     return load_session(find_session(name, sessions_dir(directory_option)))
 
 
-def main_lane(session: Session) -> LaneRecord:
-    lanes = session.header.get("lanes") or []
-    if not lanes or lanes[0] not in session.lanes:
-        raise SessionError(f"session {session.path} is corrupt: its header names no lanes")
-    return session.main
-
-
 def _lanes(args: argparse.Namespace) -> tuple[Session, LaneRecord, Session, LaneRecord]:
     a = open_session(args.a, args.sessions_dir)
     if args.b is not None:
         b = open_session(args.b, args.sessions_dir)
-        return a, main_lane(a), b, main_lane(b)
+        return a, a.main, b, b.main
     if a.baseline is None:
         raise SessionError(
             f"session {a.id} has no target-only lane to compare with; save a speculative run with "
             "`specplay run --save` (without --no-baseline), or give a second session B"
         )
-    return a, main_lane(a), a, a.baseline
+    return a, a.main, a, a.baseline
 
 
 def diff(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from specplay.cli.diff import main_lane, open_session
+from specplay.cli.diff import open_session
 from specplay.cli.options import add_sessions_dir_flag
 from specplay.errors import SpecplayError
 from specplay.store.export import FORMATS, export_session
@@ -59,7 +59,6 @@ def _cannot_write(path: Path, exc: OSError) -> SpecplayError:
 
 def export(args: argparse.Namespace) -> int:
     session = open_session(args.session, args.sessions_dir)
-    main_lane(session)  # every format but the raw log needs it; a file without one is corrupt anyway
     fmt = output_format(args.format, args.output)
     text = export_session(session, fmt)
     if args.output is None:

@@ -142,7 +142,10 @@ def load_session(path: Path) -> Session:
             f"session {path} has schema version {version}, newer than this specplay reads ({SCHEMA_VERSION}); "
             "upgrade specplay to open it"
         )
-    lanes = {name: LaneRecord(name) for name in header.get("lanes", [])}
+    names = header.get("lanes")
+    if not isinstance(names, list) or not names:
+        raise SessionError(f"session {path} is corrupt: its header names no lanes")
+    lanes = {name: LaneRecord(name) for name in names}
     complete = False
     try:
         for record in records[1:]:
