@@ -122,3 +122,18 @@ def test_replay_reproduces_a_session_and_takes_changes(
     changed = json.loads(capsys.readouterr().out)
     assert changed["settings"]["tv_budget"] == 1.0 and changed["settings"]["k"] == 3
     assert "corrected" not in changed["sources"]
+
+
+def test_ctrl_c_stops_at_a_round_and_keeps_the_session(tiny: TinyModels, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "specplay", "run", "--target", str(tiny.target), "--draft", f"near={tiny.near}"]
+    command += ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "100000", "--ignore-eos", "--save"]
+    run = subprocess.Popen([*command, "--sessions-dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while sum(f.stat().st_size for f in tmp_path.glob("*.jsonl")) < 20_000:
+        assert time.monotonic() < deadline, "the run wrote no rounds in time"
+        time.sleep(0.1)
+    run.send_signal(signal.SIGINT)
+    assert run.wait(timeout=60) == 130
+    session = load_session(next(tmp_path.glob("*.jsonl")))
+    assert session.main.done is not None and session.main.done["finish_reason"] == "cancelled"
+    assert session.main.token_ids and not session.complete  # the target-only lane never ran
