@@ -66,9 +66,12 @@ class Lane(Protocol):
         """Append the round's committed tokens and rewind every cache to them."""
         ...
 
-    def generate(self, model: str | None, sampling: SamplingParams, draw: Callable[[], float]) -> Iterator[int]:
+    def generate(
+        self, model: str | None, sampling: SamplingParams, draw: Callable[[], float], pipeline: bool = True
+    ) -> Iterator[int]:
         """Autoregressive tokens from the target (None) or a drafter, each committed before it is
-        yielded; `draw()` supplies each token's uniform. Closing it rewinds work in flight."""
+        yielded; `draw()` supplies each token's uniform. With `pipeline` the next token computes
+        while this one is yielded. Closing it rewinds work in flight."""
         ...
 
     def cache_lengths(self) -> dict[str, int]:

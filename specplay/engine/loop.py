@@ -65,6 +65,9 @@ class Request:
     seed: int = 0
     max_tokens: int = 256
     ignore_eos: bool = False
+    pipeline: bool = True
+    """Target/draft-only: compute the next token while this one is handed over. Lanes that take
+    turns on one device turn it off, so no lane's work runs on another's time."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -249,6 +252,9 @@ class _Run:
             committed.append((verified.bonus, "bonus"))
         return positions, committed
 
+    def _uniform(self) -> float:
+        return float(self.rng.random())
+
     def _steps(self, lane: Lane) -> Generator[Event, None, FinishReason]:
         """Target-only or draft-only: one token per step, no acceptance."""
         source: Source = "target" if self.request.mode == "target" else "draft"
@@ -263,7 +269,7 @@ class _Run:
                 if self.controls.stop_requested:
                     return "cancelled"
                 if stream is None:
-                    stream = lane.generate(self.route, self.settings.sampling, lambda: float(self.rng.random()))
+                    stream = lane.generate(self.route, self.settings.sampling, self._uniform, self.request.pipeline)
                 start = self.clock()
                 token_index = len(self.generated)
                 tokens, finish = self._emit([(next(stream), source)])

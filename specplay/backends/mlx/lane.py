@@ -169,7 +169,9 @@ class MlxLane:
             mx.clear_cache()
             self._cleared_at = len(self.tokens)
 
-    def generate(self, model_name: str | None, sampling: SamplingParams, draw: Callable[[], float]) -> Iterator[int]:
+    def generate(
+        self, model_name: str | None, sampling: SamplingParams, draw: Callable[[], float], pipeline: bool = True
+    ) -> Iterator[int]:
         model = self.target if model_name is None else self.drafters[model_name]
 
         def step(inputs: mx.array) -> mx.array:
@@ -178,15 +180,18 @@ class MlxLane:
 
         # Pipelined as mlx-lm's generate_step: token t + 1 is computing while t goes to the host.
         token = step(self._pending(model))
-        mx.async_eval(token)
+        following = token
+        if pipeline:
+            mx.async_eval(token)
         try:
             while True:
-                following = step(token)
-                mx.async_eval(following)
+                if pipeline:
+                    following = step(token)
+                    mx.async_eval(following)
                 self.tokens.append(token.item())
                 self._maybe_clear()
                 yield self.tokens[-1]
-                token = following
+                token = following if pipeline else step(token)
         finally:
             model.trim_to(len(self.tokens) - 1)  # forget the step in flight
 
