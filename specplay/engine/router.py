@@ -24,12 +24,17 @@ class Router(Protocol):
 # pass (str.translate falls back to a slow path on non-ASCII text), so scoring a 2 KB prompt
 # takes a few microseconds.
 _CODE_BYTES = b"{}[]()=_;<>#*/\\|&+-%!@$^~`\"'"
+# Words and pairs that mark code in even a short snippet; counted up to four.
+_CODE_WORDS = (
+    "def ", "import ", "return", "self", "class ", "lambda", "elif ", "print(", "#include", "function ",
+    "const ", "):", "()", " = ", "==", "+=", "None", "True", "False", "async ", "await ",
+)  # fmt: skip
 _SAMPLE_CHARS = 2048
 
 
 class CodeProseRouter:
-    """Code vs prose from the first 2 KB of a prompt: the density of code characters plus a
-    weight on the share of indented lines.
+    """Code vs prose from the first 2 KB of a prompt: the density of code characters, plus
+    weights on the share of indented lines and on code words (saturating at four).
 
     The threshold balances the two kinds of error on windows of the standard library's source
     against its documentation and docstrings (benchmarks/bench_router.py). A prompt that is
@@ -39,16 +44,20 @@ class CodeProseRouter:
 
     classes = ("code", "prose")
 
-    def __init__(self, threshold: float = 0.17, indent_weight: float = 0.25) -> None:
+    def __init__(self, threshold: float = 0.24, indent_weight: float = 0.3, word_weight: float = 0.1) -> None:
         self.threshold = threshold
         self.indent_weight = indent_weight
+        self.word_weight = word_weight
 
     def score(self, prompt: str) -> float:
         text = prompt[:_SAMPLE_CHARS]
         ascii_text = text.encode("ascii", "ignore")
         code_chars = len(ascii_text) - len(ascii_text.translate(None, _CODE_BYTES))
         indented = text.count("\n    ") + text.count("\n\t")
-        return code_chars / max(len(text), 1) + self.indent_weight * indented / max(text.count("\n"), 1)
+        head = text[:512]  # words decide short snippets; a long prompt has density enough
+        words = min(1.0, sum(head.count(word) for word in _CODE_WORDS) / 4)
+        density = code_chars / max(len(text), 1)
+        return density + self.indent_weight * indented / max(text.count("\n"), 1) + self.word_weight * words
 
     def classify(self, prompt: str) -> str:
         return "code" if self.score(prompt) >= self.threshold else "prose"
