@@ -1,0 +1,1 @@
+"""`specplay bench`: sweeps, with the methodology and arithmetic of the report."""

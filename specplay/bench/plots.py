@@ -1,0 +1,73 @@
+"""The report's PNG plots. matplotlib loads only here, headless."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specplay.bench.report import Row
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _series(rows: Sequence[Row]) -> dict[tuple[str, float], list[Row]]:
+    out: dict[tuple[str, float], list[Row]] = {}
+    for row in rows:
+        out.setdefault((row.category, row.temperature), []).append(row)
+    return out
+
+
+def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
+    plt = _pyplot()
+    paths = []
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for (category, temperature), group in _series(rows).items():
+        points = sorted((int(r.config[2:]), r.speedup) for r in group if r.group == "k" and r.speedup is not None)
+        if points:
+            axis.plot(*zip(*points, strict=True), marker="o", label=f"{category}, T={temperature:g}")
+    axis.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    axis.set(xlabel="draft length k", ylabel="speedup over target-only", title="Speedup against k")
+    axis.legend()
+    paths.append(_save(figure, out_dir / "speedup_vs_k.png", plt))
+
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for (category, temperature), group in _series(rows).items():
+        points = [(0.0, r.draft_acceptance_rate) for r in group if r.config == "k=4"]
+        points += [(float(r.config[2:]), r.draft_acceptance_rate) for r in group if r.group == "tv"]
+        points = sorted(p for p in points if p[1] is not None)
+        if points:
+            axis.plot(*zip(*points, strict=True), marker="o", label=f"{category}, T={temperature:g}")
+    axis.set(xlabel="TV budget D", ylabel="draft acceptance rate", title="Acceptance against TV budget", ylim=(0, 1.05))
+    axis.legend()
+    paths.append(_save(figure, out_dir / "acceptance_vs_tv.png", plt))
+
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for (category, temperature), group in _series(rows).items():
+        widest = max((r for r in group if r.group == "k"), key=lambda r: len(r.acceptance_per_position), default=None)
+        if widest is not None and widest.acceptance_per_position:
+            positions = range(1, len(widest.acceptance_per_position) + 1)
+            axis.plot(
+                positions,
+                widest.acceptance_per_position,
+                marker="o",
+                label=f"{category}, T={temperature:g} ({widest.config})",
+            )
+    axis.set(xlabel="draft position", ylabel="acceptance", title="Acceptance by draft position", ylim=(0, 1.05))
+    axis.legend()
+    paths.append(_save(figure, out_dir / "acceptance_by_position.png", plt))
+    return paths
+
+
+def _save(figure: Any, path: Path, plt: Any) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -1,0 +1,145 @@
+"""From measurements to the report: rows per category and configuration, as Markdown, JSON, CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specplay.bench.stats import median, predicted_speedup, solve_alpha
+from specplay.bench.sweep import BenchConfig, Measurement
+
+
+@dataclass
+class Row:
+    category: str
+    temperature: float
+    config: str
+    group: str
+    requests: int
+    tokens_per_s: float | None
+    """Decode tokens/s: median over requests."""
+    median_e2e_ms: float | None
+    draft_acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    rounds_per_request: float | None = None
+    speedup: float | None = None
+    """Decode tokens/s over target-only's, same category and temperature."""
+    alpha: float | None = None
+    """Per-token acceptance that explains the accepted counts (see stats.solve_alpha)."""
+    cost_ratio: float | None = None
+    """Drafter step over target step: target-only tokens/s over draft-only tokens/s."""
+    predicted_speedup: float | None = None
+    acceptance_per_position: list[float] = field(default_factory=list)
+
+
+def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, draft_tps: dict[str, float]) -> None:
+    steps = sum(m.num_spec_steps for m in runs)
+    drafted = sum(m.num_draft_tokens for m in runs)
+    accepted = sum(m.num_accepted_draft_tokens for m in runs)
+    lengths = [k for m in runs for k in m.draft_lengths]
+    if not steps:
+        return
+    row.draft_acceptance_rate = accepted / drafted
+    row.mean_acceptance_length = 1 + accepted / steps
+    row.rounds_per_request = steps / len(runs)
+    width = max(len(m.drafted_per_position) for m in runs)
+    per_drafted = [
+        sum(m.drafted_per_position[i] for m in runs if i < len(m.drafted_per_position)) for i in range(width)
+    ]
+    per_accepted = [
+        sum(m.accepted_per_position[i] for m in runs if i < len(m.accepted_per_position)) for i in range(width)
+    ]
+    row.acceptance_per_position = [a / d for a, d in zip(per_accepted, per_drafted, strict=True)]
+    row.alpha = solve_alpha(lengths, accepted)
+    route = Counter(m.route for m in runs).most_common(1)[0][0]
+    if target_tps and route in draft_tps and row.alpha is not None:
+        row.cost_ratio = target_tps / draft_tps[route]
+        row.predicted_speedup = predicted_speedup(row.alpha, statistics.fmean(lengths), row.cost_ratio)
+
+
+def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measurement]) -> list[Row]:
+    cells: dict[tuple[str, float, str], list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        cells[(m.category, m.temperature, m.config)].append(m)
+    rows = []
+    for category, temperature in dict.fromkeys((m.category, m.temperature) for m in measurements):
+        tps = {
+            c.label: median([m.tokens_per_s for m in cells[(category, temperature, c.label)] if m.tokens_per_s])
+            for c in configs
+        }
+        draft_tps = {c.route: tps[c.label] for c in configs if c.mode == "draft" and tps[c.label]}
+        target_tps = tps.get("target-only")
+        for config in configs:
+            runs = cells[(category, temperature, config.label)]
+            if not runs:
+                continue
+            row = Row(
+                category,
+                temperature,
+                config.label,
+                config.group,
+                len(runs),
+                tps[config.label],
+                median([m.e2e_ms for m in runs]),
+            )
+            if target_tps and row.tokens_per_s:
+                row.speedup = row.tokens_per_s / target_tps
+            if config.mode == "speculative":
+                _spec_row(row, runs, target_tps, draft_tps)
+            rows.append(row)
+    return rows
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "–" if value is None else pattern.format(value)
+
+
+def markdown(rows: Sequence[Row], about: dict[str, Any]) -> str:
+    lines = ["# specplay bench", ""]
+    lines += [f"- {key}: {value}" for key, value in about.items() if not isinstance(value, dict | list)]
+    lines += [
+        "",
+        "Decode tokens/s is the median over requests of (tokens after the first) / (time since the first);",
+        "speedup divides it by target-only's in the same category and temperature. The predicted speedup is",
+        "Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)), with a the per-token acceptance that explains the",
+        "accepted counts and c the cost of a draft step over a target step (draft-only over target-only tokens/s).",
+    ]
+    columns = ["configuration", "acceptance rate", "mean acceptance length", "rounds / request"]
+    columns += ["median e2e ms", "tokens/s", "speedup", "predicted"]
+    header = "| " + " | ".join(columns) + " |"
+    for category, temperature in dict.fromkeys((r.category, r.temperature) for r in rows):
+        lines += ["", f"## {category}, temperature {temperature:g}", "", header, "|" + " --- |" * 8]
+        for r in (r for r in rows if (r.category, r.temperature) == (category, temperature)):
+            cells = [
+                r.config,
+                _fmt(r.draft_acceptance_rate, "{:.1%}"),
+                _fmt(r.mean_acceptance_length, "{:.2f}"),
+                _fmt(r.rounds_per_request, "{:.1f}"),
+                _fmt(r.median_e2e_ms, "{:.0f}"),
+                _fmt(r.tokens_per_s, "{:.1f}"),
+                _fmt(r.speedup, "{:.2f}x"),
+                _fmt(r.predicted_speedup, "{:.2f}x"),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(rows: Sequence[Row], measurements: Sequence[Measurement], about: dict[str, Any]) -> str:
+    payload = {"about": about, "rows": [asdict(r) for r in rows], "measurements": [asdict(m) for m in measurements]}
+    return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+
+
+def to_csv(rows: Sequence[Row]) -> str:
+    out = io.StringIO()
+    names = [name for name in Row.__dataclass_fields__ if name != "acceptance_per_position"]
+    writer = csv.DictWriter(out, fieldnames=names, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(asdict(row))
+    return out.getvalue()

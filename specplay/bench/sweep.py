@@ -1,0 +1,124 @@
+"""What `specplay bench` runs: the configurations, the prompts, and one measured request each."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from specplay.engine.settings import AUTO_ROUTE
+from specplay.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    label: str
+    group: str
+    """baseline, k, policy, tv or route: which sweep the configuration belongs to."""
+    mode: str = "speculative"
+    k: int = 4
+    policy: str = "fixed"
+    tv_budget: float = 0.0
+    route: str = AUTO_ROUTE
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    category: str
+    name: str
+    text: str
+
+
+@dataclass
+class Measurement:
+    """One request: what the engine reported, and its end-to-end latency."""
+
+    config: str
+    category: str
+    prompt: str
+    temperature: float
+    repeat: int
+    seed: int
+    route: str | None
+    num_tokens: int
+    e2e_ms: float
+    tokens_per_s: float | None
+    num_spec_steps: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_draft_tokens: int = 0
+    draft_lengths: list[int] = field(default_factory=list)
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+
+
+def plan(drafters: Sequence[str], quick: bool) -> list[BenchConfig]:
+    """Target-only, draft-only, fixed k, each adaptive policy, TV budgets and routes."""
+    configs = [BenchConfig("target-only", "baseline", mode="target")]
+    configs += [BenchConfig(f"draft-only {name}", "baseline", mode="draft", route=name) for name in drafters]
+    configs += [BenchConfig(f"k={k}", "k", k=k) for k in ((2, 4) if quick else (2, 4, 6, 8))]
+    policies = ("acceptance-rate",) if quick else ("acceptance-rate", "accepted-length", "confidence")
+    configs += [BenchConfig(policy, "policy", policy=policy) for policy in policies]
+    budgets = (0.5, 1.0) if quick else (0.5, 0.75, 1.0)  # D=0 is the k=4 row
+    configs += [BenchConfig(f"D={budget:g}", "tv", tv_budget=budget) for budget in budgets]
+    if len(drafters) > 1:
+        configs += [BenchConfig(f"route {name}", "route", route=name) for name in drafters]
+    return configs
+
+
+def load_prompts(path: Path | None, per_category: int) -> list[BenchPrompt]:
+    """A JSONL file of {"category", "text"[, "name"]}; the shipped library by default."""
+    if path is None:
+        text = resources.files("specplay.data").joinpath("prompts.jsonl").read_text(encoding="utf-8")
+        source = "the shipped prompt library"
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("prompts", f"{str(path)!r} cannot be read: {exc.strerror or exc}") from None
+        source = str(path)
+    prompts: list[BenchPrompt] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            prompts.append(BenchPrompt(row["category"], row.get("name", f"line {number}"), row["text"]))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ConfigError("prompts", f"line {number} of {source} is not a {{category, text}} object") from None
+    chosen: list[BenchPrompt] = []
+    for category in dict.fromkeys(p.category for p in prompts):
+        chosen += [p for p in prompts if p.category == category][:per_category]
+    if not chosen:
+        raise ConfigError("prompts", f"{source} holds no prompts")
+    return chosen
+
+
+Execute = Callable[[BenchConfig, BenchPrompt, float, int], dict[str, Any]]
+
+
+def measure(execute: Execute, config: BenchConfig, prompt: BenchPrompt, temperature: float, repeat: int) -> Measurement:
+    """Run one request (seeded by the repeat, so sampled runs differ) and keep its numbers."""
+    seed = repeat
+    result = execute(config, prompt, temperature, seed)
+    metrics = result["metrics"]
+    return Measurement(
+        config=config.label,
+        category=prompt.category,
+        prompt=prompt.name,
+        temperature=temperature,
+        repeat=repeat,
+        seed=seed,
+        route=result["route"],
+        num_tokens=metrics["num_tokens"],
+        e2e_ms=result["e2e_ms"],
+        tokens_per_s=metrics["tokens_per_s"],
+        num_spec_steps=metrics["num_spec_steps"] or 0,
+        num_draft_tokens=metrics["num_draft_tokens"] or 0,
+        num_accepted_draft_tokens=metrics["num_accepted_draft_tokens"] or 0,
+        draft_lengths=result["draft_lengths"],
+        drafted_per_position=metrics["num_drafted_per_position"] or [],
+        accepted_per_position=metrics["num_accepted_per_position"] or [],
+    )

@@ -1,0 +1,162 @@
+"""`specplay bench`: sweeps over a prompt set that answer "when does speculation pay?"."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from specplay import __version__
+from specplay.bench.plots import write_plots
+from specplay.bench.report import build_rows, markdown, to_csv, to_json
+from specplay.bench.stats import needs_more_repeats
+from specplay.bench.sweep import BenchConfig, BenchPrompt, Measurement, load_prompts, measure, plan
+from specplay.cli.options import add_model_flags, drafters_from, warn
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
+from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.errors import ConfigError, SpecplayError
+from specplay.runner import ModelThread
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="sweep k, policies, TV budgets, temperatures and routes over prompts")
+    add_model_flags(parser)
+    parser.add_argument("--quick", action="store_true", help="a small sweep, a few minutes on a laptop CPU")
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default: bench-<time>)")
+    parser.add_argument("--prompts", type=Path, help="JSONL of {category, text}; default: the shipped library")
+    parser.add_argument("--per-category", type=int, default=None, help="prompts per category (default 3, quick 1)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="fixed output length (default 128, quick 32)")
+    parser.add_argument("--repeats", type=int, default=3, help="at least 3; 5 when a throughput's CV exceeds 5%%")
+    parser.add_argument("--temperatures", default=None, help="comma list (default 0,0.7; quick 0)")
+    parser.set_defaults(command=bench)
+
+
+def _temperatures(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError("temperatures", f"takes a comma list of numbers (got {text!r})") from None
+    if not values or any(v < 0 for v in values):
+        raise ConfigError("temperatures", f"takes temperatures of 0 or more (got {text!r})")
+    return values
+
+
+def bench(args: argparse.Namespace) -> int:
+    drafters = drafters_from(args)
+    if not drafters:
+        raise ConfigError("draft", "is needed: give at least one drafter")
+    if args.repeats < 3:
+        raise ConfigError("repeats", f"must be at least 3 (got {args.repeats})")
+    temperatures = _temperatures(args.temperatures or ("0" if args.quick else "0,0.7"))
+    prompts = load_prompts(args.prompts, args.per_category or (1 if args.quick else 3))
+    max_tokens = args.max_tokens or (32 if args.quick else 128)
+    if max_tokens < 2:
+        raise ConfigError("max_tokens", f"must be at least 2 (got {max_tokens})")
+    out = args.out or Path(f"bench-{datetime.now(UTC).strftime('%Y-%m-%dT%H-%M-%S')}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecplayError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
+    configs = plan([name for name, _ in drafters], args.quick)
+
+    from specplay.backends.mlx import blas, load_mlx_backend, release_thread
+
+    if message := blas.slow_blas_warning():
+        warn(message)
+    thread = ModelThread(on_exit=release_thread)
+    try:
+        backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
+        engine = SpecEngine(backend)
+
+        def execute(config: BenchConfig, prompt: BenchPrompt, temperature: float, seed: int) -> dict[str, Any]:
+            settings = SpecSettings(
+                config.k, config.policy, config.route, config.tv_budget, SamplingParams(temperature)
+            )
+            ids = tuple(backend.encode(prompt.text, raw=True))
+            request = Request(prompt.text, ids, config.mode, seed, max_tokens, ignore_eos=True)  # type: ignore[arg-type]
+            start = time.perf_counter()
+            events = list(engine.generate(request, LiveControls(settings, backend.drafters)))
+            e2e_ms = 1000 * (time.perf_counter() - start)
+            first, last = events[0], events[-1]
+            assert isinstance(first, StartEvent) and isinstance(last, DoneEvent)
+            lengths = [e.k for e in events if isinstance(e, RoundEvent)]
+            return {"metrics": last.metrics, "route": first.route, "e2e_ms": e2e_ms, "draft_lengths": lengths}
+
+        for config in configs[: 1 + len(drafters)]:  # warm-up: every model once, untimed
+            thread.call(lambda c=config: execute(c, prompts[0], 0.0, 0))
+        measurements = _sweep(thread, execute, configs, prompts, temperatures, args.repeats)
+        about = _about(args, backend, thread, prompts, temperatures, max_tokens, measurements)
+    finally:
+        thread.close()
+
+    rows = build_rows(configs, measurements)
+    (out / "report.md").write_text(markdown(rows, about), encoding="utf-8")
+    (out / "results.json").write_text(to_json(rows, measurements, about), encoding="utf-8")
+    (out / "results.csv").write_text(to_csv(rows), encoding="utf-8")
+    write_plots(rows, out)
+    print(f"report in {out}: report.md, results.json, results.csv, and three PNG plots", file=sys.stderr)
+    return 0
+
+
+def _sweep(thread: ModelThread, execute, configs, prompts, temperatures, repeats: int) -> list[Measurement]:
+    """Every configuration on every prompt and temperature, repeat after repeat; two more
+    repeats when any throughput varies by more than 5%."""
+    cells = [(c, p, t) for t in temperatures for c in configs for p in prompts]
+    measurements: list[Measurement] = []
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+    ) as progress:
+        task = progress.add_task("bench", total=len(cells) * repeats)
+        repeat = 0
+        while repeat < repeats:
+            for config, prompt, temperature in cells:
+                progress.update(
+                    task, description=f"{config.label} · {prompt.name} · T={temperature:g} · repeat {repeat + 1}"
+                )
+                measurements.append(thread.call(partial(measure, execute, config, prompt, temperature, repeat)))
+                progress.advance(task)
+            repeat += 1
+            if repeat == repeats == 3 and needs_more_repeats(_throughputs(measurements)):
+                repeats = 5
+                progress.update(task, total=len(cells) * repeats)
+    return measurements
+
+
+def _throughputs(measurements: list[Measurement]) -> list[list[float]]:
+    series: dict[tuple[str, str, str, float], list[float]] = {}
+    for m in measurements:
+        if m.tokens_per_s:
+            series.setdefault((m.config, m.category, m.prompt, m.temperature), []).append(m.tokens_per_s)
+    return list(series.values())
+
+
+def _about(args, backend, thread, prompts, temperatures, max_tokens, measurements) -> dict[str, Any]:
+    import mlx.core as mx
+    import mlx_lm
+
+    from specplay.backends.mlx import blas
+
+    repeats = max(m.repeat for m in measurements) + 1
+    return {
+        "specplay": __version__,
+        "machine": f"{platform.platform()}, {platform.machine()}, {__import__('os').cpu_count()} CPUs",
+        "python": platform.python_version(),
+        "mlx": mx.__version__,
+        "mlx_lm": mlx_lm.__version__,
+        "blas": blas.OPENBLAS_PATH or "platform default",
+        "command": "specplay bench" + (" --quick" if args.quick else ""),
+        "prompts": ", ".join(f"{p.category}/{p.name}" for p in prompts),
+        "temperatures": ", ".join(f"{t:g}" for t in temperatures),
+        "output length": f"{max_tokens} tokens, EOS ignored",
+        "repeats": f"{repeats} (seeds 0..{repeats - 1}), after one untimed warm-up of each model",
+        "models": thread.call(backend.describe)["models"],
+    }

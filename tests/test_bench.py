@@ -1,0 +1,92 @@
+"""The bench report's arithmetic on recorded results, and a quick sweep on tiny models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specplay.bench.report import build_rows
+from specplay.bench.stats import (
+    coefficient_of_variation,
+    expected_accepted,
+    median,
+    needs_more_repeats,
+    predicted_speedup,
+    solve_alpha,
+)
+from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
+from specplay.cli import main
+from specplay.errors import ConfigError
+from tests.conftest import TinyModels
+
+
+def test_statistics() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0 and median([]) is None
+    assert coefficient_of_variation([10.0, 10.0, 10.0]) == 0.0
+    assert coefficient_of_variation([9.0, 10.0, 11.0]) == pytest.approx(0.1)
+    assert not needs_more_repeats([[100.0, 101.0, 99.0]])  # CV 1%
+    assert needs_more_repeats([[100.0, 101.0, 99.0], [90.0, 100.0, 110.0]])  # one cell at 10%
+
+
+def test_alpha_and_the_predicted_speedup() -> None:
+    assert expected_accepted(0.5, 3) == pytest.approx(0.5 + 0.25 + 0.125)
+    # Rounds of k = 4 accepting 0.9375 on average come from alpha = 0.5 exactly.
+    assert solve_alpha([4] * 16, 15) == pytest.approx(0.5, abs=1e-9)
+    assert solve_alpha([4] * 16, 0) == pytest.approx(0.0, abs=1e-9)
+    assert solve_alpha([4] * 3, 12) == pytest.approx(1.0, abs=1e-9)
+    # Leviathan et al.: alpha 0.8, k 4, c 0.1 -> (1 - 0.8^5) / (0.2 * 1.4)
+    assert predicted_speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))
+    assert predicted_speedup(1.0, 4, 0.25) == pytest.approx(5 / 2)
+
+
+def _m(config: str, tokens_per_s: float, **spec: object) -> Measurement:
+    fields = {"route": None, "num_tokens": 32, "e2e_ms": 100.0} | spec
+    return Measurement(config, "code", "p", 0.0, 0, 0, tokens_per_s=tokens_per_s, **fields)  # type: ignore[arg-type]
+
+
+def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
+    configs = [
+        BenchConfig("target-only", "baseline", "target"),
+        BenchConfig("draft-only d", "baseline", "draft", route="d"),
+    ]
+    configs.append(BenchConfig("k=4", "k"))
+    spec = {"route": "d", "num_spec_steps": 16, "num_draft_tokens": 64, "num_accepted_draft_tokens": 15}
+    spec |= {"draft_lengths": [4] * 16, "drafted_per_position": [16, 8, 8, 8], "accepted_per_position": [6, 4, 3, 2]}
+    measurements = [_m("target-only", 100.0), _m("target-only", 120.0), _m("target-only", 110.0)]
+    measurements += [_m("draft-only d", 1000.0), _m("k=4", 150.0, **spec), _m("k=4", 170.0, **spec)]
+    rows = {r.config: r for r in build_rows(configs, measurements)}
+    target, spec_row = rows["target-only"], rows["k=4"]
+    assert target.tokens_per_s == 110.0 and target.speedup == 1.0
+    assert spec_row.tokens_per_s == 160.0 and spec_row.speedup == pytest.approx(160 / 110)
+    assert spec_row.draft_acceptance_rate == pytest.approx(30 / 128)
+    assert spec_row.mean_acceptance_length == pytest.approx(1 + 30 / 32) and spec_row.rounds_per_request == 16
+    assert spec_row.acceptance_per_position == [0.375, 0.5, 0.375, 0.25]
+    assert spec_row.alpha == pytest.approx(0.5, abs=1e-9) and spec_row.cost_ratio == pytest.approx(0.11)
+    assert spec_row.predicted_speedup == pytest.approx(predicted_speedup(0.5, 4, 0.11))
+
+
+def test_plan_and_prompts() -> None:
+    labels = [c.label for c in plan(["a", "b"], quick=False)]
+    assert labels[:3] == ["target-only", "draft-only a", "draft-only b"]
+    assert {"k=2", "k=4", "k=6", "k=8", "acceptance-rate", "accepted-length", "confidence", "D=1", "route b"} <= set(
+        labels
+    )
+    prompts = load_prompts(None, 2)
+    assert [p.category for p in prompts] == ["code", "code", "prose", "prose"]
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_prompts(Path("/nonexistent/prompts.jsonl"), 1)
+
+
+def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None:
+    models = ["--target", str(tiny.target), "--draft", f"near={tiny.near}", "--draft", f"far={tiny.far}"]
+    out = tmp_path / "report"
+    assert main(["bench", *models, "--quick", "--out", str(out), "--max-tokens", "12"]) == 0
+    names = {"report.md", "results.json", "results.csv", "speedup_vs_k.png", "acceptance_vs_tv.png"}
+    assert names | {"acceptance_by_position.png"} <= {p.name for p in out.iterdir()}
+    results = json.loads((out / "results.json").read_text())
+    rows = {(r["category"], r["config"]) for r in results["rows"]}
+    assert {("code", "target-only"), ("prose", "k=4"), ("code", "route far"), ("prose", "D=1")} <= rows
+    assert len({m["repeat"] for m in results["measurements"]}) in (3, 5)
+    assert "## code, temperature 0" in (out / "report.md").read_text()
