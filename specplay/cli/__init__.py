@@ -6,7 +6,7 @@ import os
 import sys
 
 from specplay import __version__
-from specplay.cli import diff, export, fidelity, run, sessions
+from specplay.cli import bench, diff, export, fidelity, run, sessions
 from specplay.cli.options import Parser, config_error_line
 from specplay.errors import ConfigError, SpecplayError
 
@@ -20,6 +20,7 @@ def build_parser() -> Parser:
     fidelity.add_parser(subparsers)
     diff.add_parser(subparsers)
     export.add_parser(subparsers)
+    bench.add_parser(subparsers)
     return parser
 
 
