@@ -82,11 +82,13 @@ def test_plan_and_prompts() -> None:
 def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None:
     models = ["--target", str(tiny.target), "--draft", f"near={tiny.near}", "--draft", f"far={tiny.far}"]
     out = tmp_path / "report"
-    assert main(["bench", *models, "--quick", "--out", str(out), "--max-tokens", "12"]) == 0
+    assert main(["bench", *models, "--quick", "--out", str(out), "--max-tokens", "12", "--compare-mlx-lm"]) == 0
     names = {"report.md", "results.json", "results.csv", "speedup_vs_k.png", "acceptance_vs_tv.png"}
     assert names | {"acceptance_by_position.png"} <= {p.name for p in out.iterdir()}
     results = json.loads((out / "results.json").read_text())
     rows = {(r["category"], r["config"]) for r in results["rows"]}
     assert {("code", "target-only"), ("prose", "k=4"), ("code", "route far"), ("prose", "D=1")} <= rows
     assert len({m["repeat"] for m in results["measurements"]}) in (3, 5)
+    compared = {r["config"] for r in results["rows"] if r["vs_mlx_lm"] is not None}
+    assert compared == {"target-only", "k=2", "k=4"}
     assert "## code, temperature 0" in (out / "report.md").read_text()

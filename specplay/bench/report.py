@@ -35,6 +35,8 @@ class Row:
     cost_ratio: float | None = None
     """Drafter step over target step: target-only tokens/s over draft-only tokens/s."""
     predicted_speedup: float | None = None
+    vs_mlx_lm: float | None = None
+    """Decode tokens/s over mlx-lm's own generation of the same requests (--compare-mlx-lm)."""
     acceptance_per_position: list[float] = field(default_factory=list)
 
 
@@ -90,6 +92,9 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
             )
             if target_tps and row.tokens_per_s:
                 row.speedup = row.tokens_per_s / target_tps
+            theirs = median([m.mlx_lm_tokens_per_s for m in runs if m.mlx_lm_tokens_per_s])
+            if theirs and row.tokens_per_s:
+                row.vs_mlx_lm = row.tokens_per_s / theirs
             if config.mode == "speculative":
                 _spec_row(row, runs, target_tps, draft_tps)
             rows.append(row)
@@ -111,10 +116,10 @@ def markdown(rows: Sequence[Row], about: dict[str, Any]) -> str:
         "accepted counts and c the cost of a draft step over a target step (draft-only over target-only tokens/s).",
     ]
     columns = ["configuration", "acceptance rate", "mean acceptance length", "rounds / request"]
-    columns += ["median e2e ms", "tokens/s", "speedup", "predicted"]
+    columns += ["median e2e ms", "tokens/s", "speedup", "predicted", "vs mlx-lm"]
     header = "| " + " | ".join(columns) + " |"
     for category, temperature in dict.fromkeys((r.category, r.temperature) for r in rows):
-        lines += ["", f"## {category}, temperature {temperature:g}", "", header, "|" + " --- |" * 8]
+        lines += ["", f"## {category}, temperature {temperature:g}", "", header, "|" + " --- |" * len(columns)]
         for r in (r for r in rows if (r.category, r.temperature) == (category, temperature)):
             cells = [
                 r.config,
@@ -125,6 +130,7 @@ def markdown(rows: Sequence[Row], about: dict[str, Any]) -> str:
                 _fmt(r.tokens_per_s, "{:.1f}"),
                 _fmt(r.speedup, "{:.2f}x"),
                 _fmt(r.predicted_speedup, "{:.2f}x"),
+                _fmt(r.vs_mlx_lm, "{:.2f}x"),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

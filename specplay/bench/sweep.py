@@ -52,6 +52,8 @@ class Measurement:
     draft_lengths: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
+    mlx_lm_tokens_per_s: float | None = None
+    """mlx-lm's own generation on the same request, when compared (greedy target-only and fixed k)."""
 
 
 def plan(drafters: Sequence[str], quick: bool) -> list[BenchConfig]:
@@ -121,4 +123,5 @@ def measure(execute: Execute, config: BenchConfig, prompt: BenchPrompt, temperat
         draft_lengths=result["draft_lengths"],
         drafted_per_position=metrics["num_drafted_per_position"] or [],
         accepted_per_position=metrics["num_accepted_per_position"] or [],
+        mlx_lm_tokens_per_s=result.get("mlx_lm_tokens_per_s"),
     )

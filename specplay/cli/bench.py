@@ -22,7 +22,7 @@ from specplay.cli.options import add_model_flags, drafters_from, warn
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.loop import Request, SpecEngine
-from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.errors import ConfigError, SpecplayError
 from specplay.runner import ModelThread
 
@@ -37,6 +37,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="fixed output length (default 128, quick 32)")
     parser.add_argument("--repeats", type=int, default=3, help="at least 3; 5 when a throughput's CV exceeds 5%%")
     parser.add_argument("--temperatures", default=None, help="comma list (default 0,0.7; quick 0)")
+    parser.add_argument(
+        "--compare-mlx-lm",
+        action="store_true",
+        help="also time mlx-lm's own generation of each greedy target-only and fixed-k request",
+    )
     parser.set_defaults(command=bench)
 
 
@@ -69,6 +74,7 @@ def bench(args: argparse.Namespace) -> int:
     configs = plan([name for name, _ in drafters], args.quick)
 
     from specplay.backends.mlx import blas, load_mlx_backend, release_thread
+    from specplay.backends.mlx.reference import mlx_lm_tokens_per_s
 
     if message := blas.slow_blas_warning():
         warn(message)
@@ -89,7 +95,13 @@ def bench(args: argparse.Namespace) -> int:
             first, last = events[0], events[-1]
             assert isinstance(first, StartEvent) and isinstance(last, DoneEvent)
             lengths = [e.k for e in events if isinstance(e, RoundEvent)]
-            return {"metrics": last.metrics, "route": first.route, "e2e_ms": e2e_ms, "draft_lengths": lengths}
+            result = {"metrics": last.metrics, "route": first.route, "e2e_ms": e2e_ms, "draft_lengths": lengths}
+            # mlx-lm's rule equals specplay's only when greedy, so only greedy requests are compared.
+            comparable = config.mode == "target" or (config.group == "k" and config.route == AUTO_ROUTE)
+            if args.compare_mlx_lm and temperature == 0 and comparable:
+                k = config.k if config.mode == "speculative" else 0
+                result["mlx_lm_tokens_per_s"] = mlx_lm_tokens_per_s(backend, ids, max_tokens, first.route, k)
+            return result
 
         for config in configs[: 1 + len(drafters)]:  # warm-up: every model once, untimed
             thread.call(lambda c=config: execute(c, prompts[0], 0.0, 0))
