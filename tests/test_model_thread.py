@@ -54,3 +54,13 @@ def test_engine_never_imports_a_ui_a_model_library_or_http() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_backends_store_and_headless_commands_never_import_textual() -> None:
+    code = (
+        "import sys; import specplay.backends.mlx, specplay.store, specplay.lanes, specplay.cli; "
+        "import specplay.cli.run, specplay.cli.bench, specplay.fidelity; "
+        "sys.exit(1 if 'textual' in sys.modules else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

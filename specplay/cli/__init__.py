@@ -9,6 +9,7 @@ from specplay import __version__
 from specplay.cli import bench, diff, export, fidelity, run, sessions
 from specplay.cli.options import Parser, config_error_line
 from specplay.errors import ConfigError, SpecplayError
+from specplay.ui import cli as tui
 
 
 def build_parser() -> Parser:
@@ -21,6 +22,7 @@ def build_parser() -> Parser:
     diff.add_parser(subparsers)
     export.add_parser(subparsers)
     bench.add_parser(subparsers)
+    tui.add_parser(subparsers)
     return parser
 
 

@@ -1,0 +1,106 @@
+"""Live statistics of the two lanes, and the speedup Leviathan et al.'s formula predicts.
+
+Pure functions over engine events (no Textual), so they are tested on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
+
+
+def predicted_speedup(alpha: float, k: float, c: float) -> float:
+    """Leviathan et al. (2023), eq. 1 over eq. 2: expected tokens per round, (1 - α^(k+1)) / (1 - α),
+    over the cost of a round in target steps, k·c + 1. At α = 1 the ratio's limit is k + 1."""
+    tokens = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return tokens / (k * c + 1)
+
+
+@dataclass
+class LaneTally:
+    """One lane's counters, updated as its events arrive on the UI thread."""
+
+    tokens: int = 0
+    busy_s: float = 0.0
+    """The lane's own time (its LaneClock): its turns on the model thread, prefill included."""
+    steps: int = 0
+    step_ms: float = 0.0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    judged: int = 0
+    """Drafted positions the verifier reached (accepted, budget or rejected; not unreached)."""
+    draft_ms: float = 0.0
+    tv_spent: float = 0.0
+    finish_reason: str | None = None
+
+    def add(self, event: Event, busy_s: float) -> None:
+        self.busy_s = busy_s
+        if isinstance(event, RoundEvent):
+            self.rounds += 1
+            self.tokens += len(event.tokens)
+            self.drafted += event.k
+            self.accepted += event.num_accepted
+            self.draft_ms += event.draft_ms
+            for position in event.positions:
+                if position.outcome != "unreached":
+                    self.judged += 1
+                    self.tv_spent += position.theta * position.tv_distance
+        elif isinstance(event, StepEvent):
+            self.steps += 1
+            self.tokens += 1
+            self.step_ms += event.step_ms
+        elif isinstance(event, DoneEvent):
+            self.finish_reason = event.finish_reason
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.busy_s if self.busy_s > 0 and self.tokens else None
+
+    @property
+    def draft_acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return 1 + self.accepted / self.rounds if self.rounds else None
+
+    @property
+    def alpha(self) -> float | None:
+        """Per-token acceptance estimate: accepted over judged positions. Leviathan's model accepts
+        each drafted token independently with probability α, so a round's judged positions are
+        Bernoulli trials and this is α's maximum-likelihood estimate. The draft acceptance rate
+        (accepted / drafted) would count positions after a rejection, which were never tried."""
+        return self.accepted / self.judged if self.judged else None
+
+    @property
+    def mean_k(self) -> float | None:
+        return self.drafted / self.rounds if self.rounds else None
+
+    @property
+    def draft_ms_per_token(self) -> float | None:
+        return self.draft_ms / self.drafted if self.drafted else None
+
+    @property
+    def mean_step_ms(self) -> float | None:
+        return self.step_ms / self.steps if self.steps else None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    speedup: float | None
+    """Measured: the speculative lane's tokens/s over the target-only lane's."""
+    cost_ratio: float | None
+    """c: draft_ms per drafted token over the target-only lane's mean step time."""
+    predicted_speedup: float | None
+
+
+def compare(speculative: LaneTally, target: LaneTally) -> Comparison:
+    spec_tps, target_tps = speculative.tokens_per_s, target.tokens_per_s
+    speedup = spec_tps / target_tps if spec_tps and target_tps else None
+    per_token, step = speculative.draft_ms_per_token, target.mean_step_ms
+    c = per_token / step if per_token is not None and step else None
+    alpha, k = speculative.alpha, speculative.mean_k
+    predicted = predicted_speedup(alpha, k, c) if alpha is not None and k is not None and c is not None else None
+    return Comparison(speedup, c, predicted)

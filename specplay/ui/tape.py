@@ -1,0 +1,63 @@
+"""The draft tape: per round, the drafted tokens with rejected ones struck through, with k and route."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widgets import Static
+
+from specplay.engine.events import RoundEvent
+from specplay.palette import visible
+from specplay.ui.tokens import source_style
+
+_OUTCOME_STYLES = {
+    "accepted": source_style("accepted"),
+    "budget": source_style("budget"),
+    "rejected": "strike $spec-corrected",
+    "unreached": "strike dim",
+}
+MAX_ROUNDS = 200
+"""Older rounds scroll away: the tape shows the recent behaviour, the session keeps every round."""
+
+
+def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
+    parts: list[Content | str] = [Content.styled(f"#{event.index:<4} {event.route} k={event.k:<2} │ ", "dim")]
+    for position, text in zip(event.positions, drafted_text, strict=False):
+        parts += [Content.styled(visible(text).replace("\n", "⏎") or "∅", _OUTCOME_STYLES[position.outcome]), " "]
+    last = event.tokens[-1] if event.tokens and event.tokens[-1].source in ("corrected", "bonus") else None
+    if last is not None:
+        parts += ["→ ", Content.styled(visible(last.text).replace("\n", "⏎") or "∅", source_style(last.source))]
+    return Content.assemble(*parts)
+
+
+class DraftTape(VerticalScroll):
+    DEFAULT_CSS = """
+    DraftTape { border: round $panel-lighten-2; height: 9; padding: 0 1; }
+    """
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.border_title = "draft tape"
+        self._lines: deque[Content] = deque(maxlen=MAX_ROUNDS)
+
+    def compose(self) -> ComposeResult:
+        yield Static("")
+
+    def clear(self) -> None:
+        self._lines.clear()
+        self.query_one(Static).update("")
+
+    def add(self, event: RoundEvent, drafted_text: tuple[str, ...]) -> None:
+        """Take a round; the tape shows it at the next `flush`."""
+        self._lines.append(round_line(event, drafted_text))
+
+    def flush(self, full: bool = False) -> None:
+        """Show the rounds that fit (while generating, redraws stay cheap), or all that are kept."""
+        lines = list(self._lines)
+        if not full:
+            lines = lines[-max(1, self.size.height) :]
+        self.query_one(Static).update(Content("\n").join(lines))
+        self.scroll_end(animate=False, immediate=False)

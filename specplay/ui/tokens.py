@@ -1,0 +1,40 @@
+"""Token text as Textual Content styled by theme variables, so a theme switch recolours it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from textual.content import Content
+
+from specplay.engine.events import Token
+from specplay.palette import visible
+
+SPEC_SOURCES = ("accepted", "budget", "corrected", "bonus")
+MARKER_STYLE = "reverse $spec-marker"
+
+
+def source_style(source: str) -> str:
+    """`$spec-<source>` for the speculative sources; target and draft tokens keep the text colour."""
+    return f"$spec-{source}" if source in SPEC_SOURCES else ""
+
+
+def token_content(token: Token) -> Content:
+    return Content.styled(visible(token.text), source_style(token.source))
+
+
+def marker_content(changes: Iterable[tuple[str, Any, Any]]) -> Content:
+    """Where live changes took effect in a stream: ⟨k=2 route=far⟩."""
+    return Content.styled("⟨" + " ".join(f"{name}={_short(new)}" for name, _, new in changes) + "⟩", MARKER_STYLE)
+
+
+def legend() -> Content:
+    parts: list[Content | str] = []
+    for source in SPEC_SOURCES:
+        parts += [Content.styled("■ " + source, source_style(source)), "  "]
+    parts.append(Content.styled("⟨change⟩", MARKER_STYLE))
+    return Content.assemble(*parts)
+
+
+def _short(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

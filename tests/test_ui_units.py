@@ -1,0 +1,76 @@
+"""The playground's pure parts: statistics, the predicted speedup, themes, the command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from specplay.cli import main
+from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
+from specplay.ui.controls_panel import step_from_tv, tv_from_step
+from specplay.ui.stats import LaneTally, compare, predicted_speedup
+from specplay.ui.theming import TOKEN_VARIABLES, ThemeError, builtin_theme_files, load_themes, theme_from_toml
+
+
+def _round(outcomes: list[str], draft_ms: float = 4.0) -> RoundEvent:
+    positions = tuple(DraftPosition(1, 0.5, 0.5, 0.1, 0.2, 0.0, o) for o in outcomes)  # type: ignore[arg-type]
+    accepted = sum(o == "accepted" for o in outcomes)
+    last = "corrected" if "rejected" in outcomes else "bonus"
+    tokens = (*(Token(1, "a", "accepted") for _ in range(accepted)), Token(2, "b", last))
+    return RoundEvent(0, 0, "near", len(outcomes), (1,) * len(outcomes), positions, accepted, tokens, draft_ms, 1, 0)
+
+
+def test_predicted_speedup_matches_leviathan() -> None:
+    assert predicted_speedup(0.0, 4, 0.0) == 1.0  # nothing accepted, free drafts: one token per round
+    assert predicted_speedup(1.0, 4, 0.0) == 5.0  # everything accepted: k + 1 per target pass
+    assert predicted_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8**5) / (0.2 * 1.2))
+
+
+def test_alpha_counts_only_judged_positions() -> None:
+    spec, target = LaneTally(), LaneTally()
+    spec.add(_round(["accepted", "rejected", "unreached", "unreached"]), busy_s=1.0)
+    spec.add(_round(["accepted", "accepted", "accepted", "accepted"]), busy_s=2.0)
+    assert spec.alpha == pytest.approx(5 / 6)  # 5 accepted of 6 judged
+    assert spec.draft_acceptance_rate == pytest.approx(5 / 8)  # of 8 drafted
+    assert spec.mean_acceptance_length == pytest.approx(1 + 5 / 2)
+    assert spec.tokens == 7 and spec.tokens_per_s == pytest.approx(3.5)
+    for i in range(4):
+        target.add(StepEvent(i, None, Token(1, "a", "target"), step_ms=2.0), busy_s=0.5 * (i + 1))
+    comparison = compare(spec, target)
+    assert comparison.cost_ratio == pytest.approx(1.0 / 2.0)  # 1 ms per drafted token over a 2 ms step
+    assert comparison.speedup == pytest.approx(3.5 / 2.0)
+    assert comparison.predicted_speedup == pytest.approx(predicted_speedup(5 / 6, 4, 0.5))
+
+
+def test_tv_slider_steps_are_exact() -> None:
+    assert [tv_from_step(s) for s in (0, 1, 10, 20)] == [0.0, 0.05, 0.5, 1.0]
+    assert all(step_from_tv(tv_from_step(s)) == s for s in range(21))
+
+
+def test_builtin_themes_define_the_token_colours() -> None:
+    themes = {theme.name: theme for theme in load_themes()}
+    assert {"specplay-dark", "specplay-light", "specplay-colorblind"} <= set(themes)
+    assert all(set(TOKEN_VARIABLES) <= set(theme.variables) for theme in themes.values())
+    assert not themes["specplay-light"].dark
+    assert len(builtin_theme_files()) == len(themes)
+
+
+def test_a_theme_without_token_colours_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "bad"\nprimary = "#000000"\n')
+    with pytest.raises(ThemeError, match="spec-accepted"):
+        theme_from_toml(path)
+
+
+def test_tui_needs_a_drafter_before_loading_anything(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tui", "--target", "nowhere"]) == 2
+    assert "--draft is needed" in capsys.readouterr().err
+    assert main(["tui", "--target", "nowhere", "--draft", "near=x", "--route", "far"]) == 2
+    assert "--route" in capsys.readouterr().err
+
+
+def test_importing_the_command_line_does_not_import_textual() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, specplay.cli; sys.exit(1 if any(m.startswith('textual') for m in sys.modules) else 0)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
