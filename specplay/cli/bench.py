@@ -18,7 +18,7 @@ from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, to_csv, to_json
 from specplay.bench.stats import needs_more_repeats
 from specplay.bench.sweep import BenchConfig, BenchPrompt, Measurement, load_prompts, measure, plan
-from specplay.cli.options import add_model_flags, drafters_from, warn
+from specplay.cli.options import add_model_flags, comma_floats, drafters_from, warn
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.loop import Request, SpecEngine
@@ -46,10 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _temperatures(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError("temperatures", f"takes a comma list of numbers (got {text!r})") from None
+    values = comma_floats(text, "temperatures", "temperatures of 0 or more")
     if not values or any(v < 0 for v in values):
         raise ConfigError("temperatures", f"takes temperatures of 0 or more (got {text!r})")
     return values

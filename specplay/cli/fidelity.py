@@ -26,6 +26,7 @@ from specplay.cli.options import (
     add_model_flags,
     add_prompt_flags,
     add_sessions_dir_flag,
+    comma_floats,
     drafters_from,
     prompt_from,
     route_map_from,
@@ -81,11 +82,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_budgets(text: str) -> list[float]:
-    try:
-        budgets = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ConfigError("budgets", f"takes TV budgets in [0, 1] separated by commas (got {text!r})") from None
-    return check_budgets(budgets)
+    return check_budgets(comma_floats(text, "budgets", "TV budgets in [0, 1]"))
 
 
 class _Checked(NamedTuple):

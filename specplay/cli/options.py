@@ -127,6 +127,14 @@ def _pairs(values: list[str], field: str, what: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def comma_floats(text: str, field: str, what: str) -> list[float]:
+    """A comma-separated list of numbers, or a ConfigError saying what the flag takes."""
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(field, f"takes {what} separated by commas (got {text!r})") from None
+
+
 def drafters_from(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(name, model) pairs; a drafter without NAME= is named after its folder."""
     named = []
