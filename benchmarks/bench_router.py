@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pydoc_data.topics import topics
 
+from specplay.bench.sweep import load_prompts
 from specplay.engine.router import CodeProseRouter
 
 MIN_CHARS, MAX_CHARS = 60, 2000
@@ -139,9 +140,19 @@ def main() -> None:
 
     router = CodeProseRouter()
     print(f"python {platform.python_version()} ({platform.python_implementation()}), {platform.platform()}")
-    print(f"router: CodeProseRouter(threshold={router.threshold}, indent_weight={router.indent_weight})\n")
+    weights = f"threshold={router.threshold}, indent_weight={router.indent_weight}, word_weight={router.word_weight}"
+    print(f"router: CodeProseRouter({weights})\n")
     report_timing(router, args.calls, args.batches)
     report_accuracy(router, args.samples, args.seed)
+    report_library(router)
+
+
+def report_library(router: CodeProseRouter) -> None:
+    """The prompts specplay ships, each labelled code or prose."""
+    prompts = load_prompts(None, per_category=1000)
+    wrong = [p.name for p in prompts if router.classify(p.text) != p.category]
+    right = len(prompts) - len(wrong)
+    print(f"\nshipped prompt library: {right}/{len(prompts)} right; wrong: {', '.join(wrong) or '-'}")
 
 
 if __name__ == "__main__":
