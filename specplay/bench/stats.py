@@ -5,6 +5,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from specplay.engine.metrics import predicted_speedup
+
+__all__ = [
+    "coefficient_of_variation",
+    "expected_accepted",
+    "median",
+    "needs_more_repeats",
+    "predicted_speedup",
+    "solve_alpha",
+]
+
 CV_LIMIT = 0.05  # mini-vllm-rs's rule: a throughput this noisy earns two more repeats
 
 
@@ -44,11 +55,3 @@ def solve_alpha(draft_lengths: Sequence[int], num_accepted: int) -> float | None
         else:
             high = mid
     return (low + high) / 2
-
-
-def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
-    """Leviathan et al.'s improvement factor: (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)), with c
-    the cost of a draft step over a target step."""
-    if alpha >= 1:
-        return (k + 1) / (k * cost_ratio + 1)
-    return (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * cost_ratio + 1))

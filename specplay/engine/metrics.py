@@ -8,6 +8,14 @@ from typing import Any
 from specplay.engine.events import RoundEvent, Source
 
 
+def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
+    """Leviathan et al. (2023): expected tokens per round, (1 - alpha^(k+1)) / (1 - alpha), over a
+    round's cost in target steps, k c + 1, with c a draft step's cost over a target step's. At
+    alpha = 1 the limit is (k + 1) / (k c + 1)."""
+    tokens = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return tokens / (k * cost_ratio + 1)
+
+
 class Metrics:
     """Accumulates one lane's counters as rounds and steps arrive."""
 
@@ -16,6 +24,8 @@ class Metrics:
         self.num_spec_steps = 0
         self.num_draft_tokens = 0
         self.num_accepted_draft_tokens = 0
+        self.num_judged_draft_tokens = 0
+        """Drafted positions the verifier reached: a rejection ends the round."""
         self.drafted_per_position: list[int] = []
         self.accepted_per_position: list[int] = []
         self.tokens_by_source: Counter[Source] = Counter()
@@ -49,6 +59,7 @@ class Metrics:
             # Each judged position emitted a token distributed as pi, which is theta * d from the
             # target in TV; unreached positions emitted nothing.
             if position.outcome != "unreached":
+                self.num_judged_draft_tokens += 1
                 self.tv_spent += position.theta * position.tv_distance
         self.draft_ms += event.draft_ms
         self.verify_ms += event.verify_ms

@@ -5,16 +5,12 @@ Pure functions over engine events (no Textual), so they are tested on their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
+from specplay.engine.metrics import Metrics, predicted_speedup
 
-
-def predicted_speedup(alpha: float, k: float, c: float) -> float:
-    """Leviathan et al. (2023), eq. 1 over eq. 2: expected tokens per round, (1 - α^(k+1)) / (1 - α),
-    over the cost of a round in target steps, k·c + 1. At α = 1 the ratio's limit is k + 1."""
-    tokens = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return tokens / (k * c + 1)
+__all__ = ["Comparison", "LaneTally", "compare", "predicted_speedup"]
 
 
 @dataclass
@@ -26,27 +22,15 @@ class LaneTally:
     """The lane's own time (its LaneClock): its turns on the model thread, prefill included."""
     steps: int = 0
     step_ms: float = 0.0
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    judged: int = 0
-    """Drafted positions the verifier reached (accepted, budget or rejected; not unreached)."""
-    draft_ms: float = 0.0
-    tv_spent: float = 0.0
+    spec: Metrics = field(default_factory=lambda: Metrics(speculative=True))
+    """The engine's own round counters (acceptance, TV spent, draft time)."""
     finish_reason: str | None = None
 
     def add(self, event: Event, busy_s: float) -> None:
         self.busy_s = busy_s
         if isinstance(event, RoundEvent):
-            self.rounds += 1
             self.tokens += len(event.tokens)
-            self.drafted += event.k
-            self.accepted += event.num_accepted
-            self.draft_ms += event.draft_ms
-            for position in event.positions:
-                if position.outcome != "unreached":
-                    self.judged += 1
-                    self.tv_spent += position.theta * position.tv_distance
+            self.spec.add_round(event)
         elif isinstance(event, StepEvent):
             self.steps += 1
             self.tokens += 1
@@ -57,6 +41,30 @@ class LaneTally:
     @property
     def tokens_per_s(self) -> float | None:
         return self.tokens / self.busy_s if self.busy_s > 0 and self.tokens else None
+
+    @property
+    def rounds(self) -> int:
+        return self.spec.num_spec_steps
+
+    @property
+    def drafted(self) -> int:
+        return self.spec.num_draft_tokens
+
+    @property
+    def accepted(self) -> int:
+        return self.spec.num_accepted_draft_tokens
+
+    @property
+    def judged(self) -> int:
+        return self.spec.num_judged_draft_tokens
+
+    @property
+    def draft_ms(self) -> float:
+        return self.spec.draft_ms
+
+    @property
+    def tv_spent(self) -> float:
+        return self.spec.tv_spent
 
     @property
     def draft_acceptance_rate(self) -> float | None:
