@@ -2,7 +2,9 @@
 
 The labelled set comes from this Python installation: windows of the standard library's *.py
 source are code; docstrings (found with `ast`) and windows of `pydoc_data.topics` are prose.
-Window lengths run from 60 to 2000 characters, drawn with a fixed seed.
+Window lengths run from 60 to 2000 characters, drawn with a fixed seed. Then the hand-written set
+specplay/data/router_prompts.jsonl (held out from that corpus): accuracy per label, confusion
+counts, and where the "mixed" prompts go against the route each one is expected to take.
 
     python benchmarks/bench_router.py [--samples 2000] [--seed 0]
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ast
 import glob
+import json
 import os
 import platform
 import random
@@ -20,6 +23,7 @@ import sysconfig
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from importlib import resources
 from pydoc_data.topics import topics
 
 from specplay.bench.sweep import load_prompts
@@ -140,11 +144,40 @@ def main() -> None:
 
     router = CodeProseRouter()
     print(f"python {platform.python_version()} ({platform.python_implementation()}), {platform.platform()}")
-    weights = f"threshold={router.threshold}, indent_weight={router.indent_weight}, word_weight={router.word_weight}"
+    weights = (
+        f"threshold={router.threshold}, indent_weight={router.indent_weight}, "
+        f"word_weight={router.word_weight}, prose_weight={router.prose_weight}"
+    )
     print(f"router: CodeProseRouter({weights})\n")
     report_timing(router, args.calls, args.batches)
     report_accuracy(router, args.samples, args.seed)
+    report_labelled_prompts(router)
     report_library(router)
+
+
+def report_labelled_prompts(router: CodeProseRouter) -> None:
+    """The shipped labelled set: code and prose scored, mixed prompts against their expected route."""
+    text = resources.files("specplay.data").joinpath("router_prompts.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    guesses = [router.classify(row["text"]) for row in rows]
+    print(f"\nlabelled set (specplay/data/router_prompts.jsonl, {len(rows)} prompts):")
+    for label, expected in (("code", "label"), ("prose", "label"), ("mixed", "route")):
+        picked = [(row, guess) for row, guess in zip(rows, guesses, strict=True) if row["label"] == label]
+        wrong = [row["kind"] for row, guess in picked if guess != row[expected]]
+        right = len(picked) - len(wrong)
+        name = "mixed, expected route" if label == "mixed" else label
+        print(f"  {name:<24}{right / len(picked):7.1%}  ({right}/{len(picked)}); wrong: {', '.join(wrong) or '-'}")
+    scored = [(row["label"], guess) for row, guess in zip(rows, guesses, strict=True) if row["label"] != "mixed"]
+    hits = sum(label == guess for label, guess in scored)
+    print(f"  {'code + prose':<24}{hits / len(scored):7.1%}  ({hits}/{len(scored)})")
+    confusion = Counter((row.get("route", row["label"]), guess) for row, guess in zip(rows, guesses, strict=True))
+    mixed = Counter((row["route"], guess) for row, guess in zip(rows, guesses, strict=True) if row["label"] == "mixed")
+    print("  confusion, all (label or expected route -> predicted): " + confusion_line(confusion))
+    print("  mixed only (expected route -> predicted): " + confusion_line(mixed))
+
+
+def confusion_line(counts: Counter[tuple[str, str]]) -> str:
+    return ", ".join(f"{a}->{b} {n}" for (a, b), n in sorted(counts.items()))
 
 
 def report_library(router: CodeProseRouter) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from importlib import resources
+
 import pytest
 
 from specplay.engine.router import CodeProseRouter, check_route, check_route_map, default_route_map, resolve_route
@@ -34,6 +37,41 @@ def test_prose_goes_to_prose(prompt: str) -> None:
 def test_only_the_first_two_kilobytes_count() -> None:
     prompt = PROSE[0] * 40 + CODE[0] * 40
     assert CodeProseRouter().classify(prompt) == "prose"
+
+
+def labelled_prompts() -> list[dict[str, str]]:
+    text = resources.files("specplay.data").joinpath("router_prompts.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_the_labelled_set_is_large_and_balanced() -> None:
+    rows = labelled_prompts()
+    assert all(row["label"] in ("code", "prose", "mixed") and row["kind"] and row["text"] for row in rows)
+    counts = {label: sum(row["label"] == label for row in rows) for label in ("code", "prose", "mixed")}
+    assert counts["code"] + counts["prose"] >= 100
+    assert min(counts["code"], counts["prose"]) >= 0.4 * (counts["code"] + counts["prose"])
+    assert counts["mixed"] >= 20
+    assert all(row["route"] in ("code", "prose") for row in rows if row["label"] == "mixed")
+
+
+def test_the_router_labels_95_percent_of_code_and_prose() -> None:
+    router = CodeProseRouter()
+    rows = [row for row in labelled_prompts() if row["label"] != "mixed"]
+    wrong = [row["kind"] for row in rows if router.classify(row["text"]) != row["label"]]
+    assert len(rows) - len(wrong) >= 0.95 * len(rows), wrong
+
+
+def test_mixed_prompts_go_where_the_readme_says() -> None:
+    """Sentences with a little code, short and non-English prompts all go to prose; most machine
+    text (code in a question, config, tracebacks, markup, maths) goes to code, but the sparse kinds
+    (SQL, shell, CSV, logs) may land on prose, the default."""
+    router = CodeProseRouter()
+    mixed = [row for row in labelled_prompts() if row["label"] == "mixed"]
+    to_prose = [row["kind"] for row in mixed if row["route"] == "prose" and router.classify(row["text"]) != "prose"]
+    assert not to_prose
+    machine = [row for row in mixed if row["route"] == "code"]
+    to_code = [row for row in machine if router.classify(row["text"]) == "code"]
+    assert len(to_code) >= 0.66 * len(machine)
 
 
 def test_route_map_defaults_and_pins() -> None:

@@ -29,35 +29,50 @@ _CODE_WORDS = (
     "def ", "import ", "return", "self", "class ", "lambda", "elif ", "print(", "#include", "function ",
     "const ", "):", "()", " = ", "==", "+=", "None", "True", "False", "async ", "await ",
 )  # fmt: skip
+# English function words: about one word in five of running prose, rare in code outside comments
+# and docstrings. Words that are also keywords (and, or, not, in, is, for, with, as, if, this)
+# are left out, since code uses them as often as prose does.
+_PROSE_WORDS = (
+    " the ", " of ", " to ", " a ", " an ", " that ", " it ", " be ", " are ", " was ",
+    " which ", " by ", " on ", " at ", " has ", " have ", " will ", " they ", " its ", " but ",
+)  # fmt: skip
 _SAMPLE_CHARS = 2048
 
 
 class CodeProseRouter:
-    """Code vs prose from the first 2 KB of a prompt: the density of code characters, plus
-    weights on the share of indented lines and on code words (saturating at four).
+    """Code vs prose from the first 2 KB of a prompt. Evidence for code: the density of code
+    characters, the share of indented lines and code words (saturating at four). Evidence for
+    prose: the share of words that are English function words, which sentences need and code
+    lacks; it lets a snippet with little punctuation or indentation (imports, a one-line
+    signature) count as code without pulling punctuated prose over the line.
 
-    The threshold balances the two kinds of error on windows of the standard library's source
-    against its documentation and docstrings (benchmarks/bench_router.py). A prompt that is
-    neither, a short question or a list of words, scores low and goes to prose; a mix goes where
-    its score falls.
+    The weights and threshold were chosen on windows of the standard library's source against its
+    documentation and docstrings (benchmarks/bench_router.py); specplay/data/router_prompts.jsonl,
+    written apart from that corpus, checks them. A prompt that is neither goes where its evidence
+    leans: code, commands, config, tracebacks or symbolic maths to "code"; sentences with a little
+    inline code, short or non-English text to "prose", the default when there is no evidence.
     """
 
     classes = ("code", "prose")
 
-    def __init__(self, threshold: float = 0.24, indent_weight: float = 0.3, word_weight: float = 0.1) -> None:
+    def __init__(
+        self, threshold: float = 0.17, indent_weight: float = 0.5, word_weight: float = 0.1, prose_weight: float = 1.2
+    ) -> None:
         self.threshold = threshold
         self.indent_weight = indent_weight
         self.word_weight = word_weight
+        self.prose_weight = prose_weight
 
     def score(self, prompt: str) -> float:
         text = prompt[:_SAMPLE_CHARS]
         ascii_text = text.encode("ascii", "ignore")
         code_chars = len(ascii_text) - len(ascii_text.translate(None, _CODE_BYTES))
-        indented = text.count("\n    ") + text.count("\n\t")
-        head = text[:512]  # words decide short snippets; a long prompt has density enough
-        words = min(1.0, sum(head.count(word) for word in _CODE_WORDS) / 4)
         density = code_chars / max(len(text), 1)
-        return density + self.indent_weight * indented / max(text.count("\n"), 1) + self.word_weight * words
+        indented = (text.count("\n    ") + text.count("\n\t")) / max(text.count("\n"), 1)
+        head = text[:512]  # words are counted in the head only, to keep the cost down
+        words = min(1.0, sum(head.count(word) for word in _CODE_WORDS) / 4)
+        prose = sum(head.count(word) for word in _PROSE_WORDS) / (head.count(" ") + 1)
+        return density + self.indent_weight * indented + self.word_weight * words - self.prose_weight * prose
 
     def classify(self, prompt: str) -> str:
         return "code" if self.score(prompt) >= self.threshold else "prose"
