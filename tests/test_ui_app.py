@@ -5,13 +5,18 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from textual.binding import Binding
 from textual.widgets import Select, TextArea
 from textual_slider import Slider
 
-from specplay.engine.events import ControlEvent, DoneEvent
+from specplay.engine.events import ControlEvent, DoneEvent, StepEvent
+from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.palette import visible
 from specplay.store import list_session_files, load_session
 from specplay.ui.app import PlaygroundApp
+from specplay.ui.inspector import Inspector
 from specplay.ui.lane_view import LaneView
+from specplay.ui.plots import SPARKS, Plots
 from tests.conftest import CODE_PROMPT, TinyModels
 from tests.ui_helpers import after, make_app, spec_rounds, wait_for
 
@@ -111,3 +116,103 @@ async def test_a_load_error_is_one_line_and_the_app_still_quits(tmp_path: Path) 
         assert app.state == "failed"
         await pilot.press("ctrl+q")
     assert app.return_code == 0
+
+
+async def test_drill_down_on_a_token_by_click_and_keys(tiny: TinyModels, tmp_path: Path) -> None:
+    settings = SpecSettings(k=4, route="near", sampling=SamplingParams(temperature=1.0))
+    app = make_app(tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=24, raw=True, settings=settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.last_session is not None, "the run to end")
+        lane, inspector = app.query_one("#speculative", LaneView), app.query_one(Inspector)
+        await pilot.click("#speculative .lane-text", offset=(0, 0))
+        await wait_for(pilot, lambda: inspector.pick is not None, "the clicked token to be shown")
+        first_shown = next(p.index for p in lane.picks if visible(p.token.text))  # empty text takes no cell
+        assert lane.selected == first_shown and inspector.pick is not None and inspector.pick.index == first_shown
+        pick = inspector.pick
+        assert pick.round is not None and pick.round.index == 0
+        text = str(inspector.render())
+        for label in ("p_target(x)", "p_draft(x)", "u ", "d = TV", "θ", "top p_target", "top p_draft", "round 0"):
+            assert label in text, label
+
+        await pilot.press("right", "right")
+        assert lane.selected == first_shown + 2 and inspector.pick is not None
+        assert inspector.pick.index == first_shown + 2
+        await pilot.press("end")
+        last = inspector.pick
+        assert last is not None and last.index == len(lane.picks) - 1
+        # Every drafted position carries both top-5 lists; the shown rows are those lists.
+        rounds = spec_rounds(app)
+        assert all(p.top_target and p.top_draft for r in rounds for p in r.positions)
+        assert any(len(p.top_target or ()) == 5 for r in rounds for p in r.positions)
+        drafted = next(p for p in lane.picks if p.round is not None and p.slot < len(p.round.positions))
+        lane.select(drafted.index)
+        await pilot.pause()
+        assert drafted.round is not None
+        position = drafted.round.positions[drafted.slot]
+        shown = str(inspector.render())
+        assert f"p_target(x) {position.p_target:.3f}" in shown and f"u {position.uniform:.3f}" in shown
+        assert all(f"{prob:.3f}" in shown for _, prob in [*(position.top_target or ()), *(position.top_draft or ())])
+        lane.select(last.index)
+        await pilot.press("left")
+        assert inspector.pick is not None and inspector.pick.index == last.index - 1
+        # A bonus token shows the target's distribution where it was drawn.
+        bonus = next((p for p in lane.picks if p.token.source == "bonus"), None)
+        if bonus is not None:
+            lane.select(bonus.index)
+            await pilot.pause()
+            assert "bonus" in str(inspector.render()) and "top p_target" in str(inspector.render())
+
+
+async def test_draft_lane_prompt_library_and_palette_actions(tiny: TinyModels, tmp_path: Path) -> None:
+    app = make_app(tiny, tmp_path, max_tokens=16, raw=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.state == "ready", "models to load")
+        commands = {c.title for c in app.get_system_commands(app.screen)}
+        for title in ("Run", "Stop", "Next theme", "Draft-only lane", "Inspect a token", "Prompt library"):
+            assert title in commands, title
+        assert any(t.startswith("Prompt: ") for t in commands)
+        footer_keys = {b.key for b in app.BINDINGS if isinstance(b, Binding) and b.show}
+        assert {"ctrl+r", "escape", "ctrl+t", "ctrl+q", "f2", "f3", "f4"} <= footer_keys
+
+        app.query_one("#library", Select).value = 0  # the prompt picker fills the editor
+        await pilot.pause()
+        assert app.query_one("#prompt", TextArea).text == app.library[0].text
+        await pilot.press("f2")  # the draft-only lane
+        await wait_for(pilot, lambda: app.draft_lane, "the draft lane switch")
+        assert app.query_one("#draft", LaneView).display
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.last_session is not None, "the three-lane run to end")
+        draft_done = app.events["draft"][-1]
+        assert isinstance(draft_done, DoneEvent) and len(draft_done.token_ids) == 16
+        assert all(e.token.source == "draft" for e in app.events["draft"] if isinstance(e, StepEvent))
+        assert app.query_one("#draft", LaneView).text
+        assert list(load_session(app.last_session).header["lanes"]) == ["speculative", "target", "draft"]
+        plots = str(app.query_one(Plots).render())
+        assert "acceptance by draft position" in plots and "tokens/s over time" in plots and " 1 " in plots
+        assert any(c in plots for c in SPARKS)
+        commands = {c.title for c in app.get_system_commands(app.screen)}
+        assert f"Open session {app.last_session.stem}" in commands
+
+
+async def test_a_saved_session_opens_read_only_and_re_runs(tiny: TinyModels, tmp_path: Path) -> None:
+    settings = SpecSettings(k=3, route="near", tv_budget=0.25, sampling=SamplingParams(temperature=0.7))
+    first = make_app(
+        tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=20, raw=True, seed=7, settings=settings
+    )
+    async with first.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: first.last_session is not None, "the first run to end")
+        saved, text = first.last_session, first.query_one("#speculative", LaneView).text
+        assert saved is not None
+
+    app = make_app(tiny, tmp_path, raw=True, max_tokens=20, open_session=saved)
+    async with app.run_test(size=(160, 50)) as pilot:
+        assert app.opened is not None and app.query_one("#prompt", TextArea).text == CODE_PROMPT
+        assert app.query_one("#speculative", LaneView).text == text  # shown before the models load
+        assert app.tallies["speculative"].rounds == first.tallies["speculative"].rounds
+        await wait_for(pilot, lambda: app.state == "ready", "models to load")
+        assert app.settings == settings and app.seed == 7  # the controls now hold the session's settings
+        assert "read-only" in app.status
+        app.action_rerun_session()
+        await wait_for(pilot, lambda: app.last_session is not None, "the re-run to end")
+        assert app.query_one("#speculative", LaneView).text == text  # same seed and settings, same tokens
+        assert app.opened is None and app.last_session != saved

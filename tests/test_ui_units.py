@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
+import tomllib
+from pathlib import Path
+
 import pytest
+from textual.color import Color
 
 from specplay.cli import main
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
 from specplay.ui.controls_panel import step_from_tv, tv_from_step
 from specplay.ui.stats import LaneTally, compare, predicted_speedup
-from specplay.ui.theming import TOKEN_VARIABLES, ThemeError, builtin_theme_files, load_themes, theme_from_toml
+from specplay.ui.theming import (
+    TOKEN_VARIABLES,
+    ThemeError,
+    builtin_theme_files,
+    load_themes,
+    theme_from_toml,
+    themes_dir,
+)
 
 
 def _round(outcomes: list[str], draft_ms: float = 4.0) -> RoundEvent:
@@ -54,6 +66,27 @@ def test_builtin_themes_define_the_token_colours() -> None:
     assert len(builtin_theme_files()) == len(themes)
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "themes").glob("*.toml")), ids=lambda p: p.name)
+def test_every_theme_file_in_themes_loads_with_every_token_colour(path: Path) -> None:
+    theme = theme_from_toml(path)
+    for name in TOKEN_VARIABLES:
+        assert Color.parse(theme.variables[name])  # a colour Textual can use, not just present
+    assert Color.parse(theme.primary)
+
+
+def test_themes_live_in_the_top_level_folder_and_ship_in_the_wheel() -> None:
+    # A checkout (or editable install) reads the repo's themes/; the wheel copies them to
+    # specplay/themes, which is where the loader looks first once installed.
+    assert themes_dir() == REPO / "themes" and len(builtin_theme_files()) >= 3
+    assert not (REPO / "specplay" / "ui" / "themes").exists()
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    force_include = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert force_include == {"themes": "specplay/themes"}
+
+
 def test_a_theme_without_token_colours_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "bad.toml"
     path.write_text('name = "bad"\nprimary = "#000000"\n')
@@ -74,3 +107,33 @@ def test_importing_the_command_line_does_not_import_textual() -> None:
 
     code = "import sys, specplay.cli; sys.exit(1 if any(m.startswith('textual') for m in sys.modules) else 0)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_open_takes_the_sessions_models_unless_model_flags_are_given(tmp_path: Path) -> None:
+    from specplay.store import SessionWriter
+    from specplay.ui.cli import _open_session
+
+    models = {"target": {"path": "/m/target"}, "near": {"path": "/m/near"}}
+    writer = SessionWriter(tmp_path, "hi", [1], ["speculative", "target"], {"models": models}, {"seed": 0})
+    path = writer.finalize()
+    args = argparse.Namespace(open=path.stem, sessions_dir=str(tmp_path), target=None, draft=[], target_url=None)
+    assert _open_session(args) == path
+    assert args.target == "/m/target" and args.draft == ["near=/m/near"]
+    args = argparse.Namespace(open=str(path), sessions_dir=None, target="/x", draft=["d=/y"], target_url=None)
+    _open_session(args)
+    assert args.target == "/x" and args.draft == ["d=/y"]
+
+
+def test_a_session_round_trips_to_the_engine_events(tmp_path: Path) -> None:
+    from specplay.store import SessionWriter, load_session
+    from specplay.ui.opened import event_seconds, session_events
+
+    top = ((5, 0.5), (6, 0.25))
+    position = DraftPosition(1, 0.5, 0.4, 0.1, 0.2, 0.0, "accepted", top_target=top, top_draft=top)
+    event = RoundEvent(
+        0, 0, "near", 1, (1,), (position,), 1, (Token(1, "a", "accepted"), Token(2, "b", "bonus")), 2, 3, 1, top
+    )
+    writer = SessionWriter(tmp_path, "hi", [1], ["speculative"], {}, {})
+    writer.write_event("speculative", event)
+    events = session_events(load_session(writer.finalize()))
+    assert events["speculative"] == [event] and event_seconds(event) == pytest.approx(0.006)

@@ -6,7 +6,7 @@ import os
 import sys
 
 from specplay import __version__
-from specplay.cli import bench, diff, export, fidelity, run, sessions
+from specplay.cli import bench, diff, export, fidelity, run, sessions, vllm_launch
 from specplay.cli.options import Parser, config_error_line
 from specplay.errors import ConfigError, SpecplayError
 from specplay.ui import cli as tui
@@ -23,6 +23,7 @@ def build_parser() -> Parser:
     export.add_parser(subparsers)
     bench.add_parser(subparsers)
     tui.add_parser(subparsers)
+    vllm_launch.add_parser(subparsers)
     return parser
 
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 
 from rich.console import Console
 
+from specplay.cli.backends import add_backend_flags, blas_warning, check_models, drafter_names, load_backend, uses_vllm
 from specplay.cli.options import (
     add_decoding_flags,
     add_model_flags,
     add_prompt_flags,
     add_sessions_dir_flag,
-    drafters_from,
     prompt_from,
     route_map_from,
     settings_from,
@@ -34,6 +35,7 @@ from specplay.store.replay import replay_flags
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="run one prompt headless and print the result")
     add_model_flags(parser, required=False)  # a --replay session supplies them
+    add_backend_flags(parser)
     add_prompt_flags(parser, required=False)
     add_decoding_flags(parser)
     output = parser.add_argument_group("output")
@@ -58,16 +60,18 @@ def run(args: argparse.Namespace) -> int:
         # The session's own flags first, then the user's: later flags win.
         session = load_session(find_session(args.replay, sessions_dir(args.sessions_dir)))
         args = args.parser.parse_args([*replay_flags(session), *_without_replay(args.argv)])
-    settings, drafters, prompt = _checked(args)
+    settings, _, prompt = _checked(args)
     directory = sessions_dir(args.sessions_dir) if args.save else None
+    if args.vllm_native:
+        from specplay.cli.vllm_native import run_native
 
-    from specplay.backends.mlx import blas, load_mlx_backend, release_thread
-
-    if message := blas.slow_blas_warning():
+        return run_native(args, settings, prompt)
+    choice = load_backend(args)
+    if message := blas_warning(args):
         warn(message)
-    thread = ModelThread(on_exit=release_thread)
+    thread = ModelThread(on_exit=choice.on_exit)
     try:
-        backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
+        backend = thread.call(choice.load)
         identity = thread.call(backend.describe) if args.save else {}
         engine = SpecEngine(backend, route_map=route_map_from(args) or None)
         token_ids = tuple(backend.encode(prompt, raw=args.raw))
@@ -83,10 +87,16 @@ def run(args: argparse.Namespace) -> int:
             if not args.json and args.samples > 1:
                 console.print(f"--- sample seed {seed} ---", style="dim")
             record, baseline = _run_sample(thread, engine, request, settings, console, not args.json, writer)
+            report = _backend_report(backend, record)
             if args.json:
-                print(json_line(record, baseline), flush=True)
+                line = json_line(record, baseline)
+                print(line if report is None else json.dumps(json.loads(line) | {"vllm": report}), flush=True)
             else:
                 console.print(summary(record, baseline), style="dim")
+                if report is not None:
+                    from specplay.backends.vllm.report import report_line
+
+                    console.print(report_line(report), style="dim")
                 if record.session:
                     console.print(f"saved {record.session}", style="dim")
             if record.done is not None and record.done.finish_reason == "cancelled":
@@ -96,22 +106,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked(args: argparse.Namespace) -> tuple[SpecSettings, list[tuple[str, str]], str]:
+def _backend_report(backend: object, record: RunRecord) -> dict | None:
+    """A remote backend's own account of the run (vLLM: tokens per target call, exactness)."""
+    report = getattr(backend, "inspection_report", None)
+    if report is None or record.done is None or record.start is None or record.start.mode != "speculative":
+        return None
+    return report(record.done.metrics)
+
+
+def _checked(args: argparse.Namespace) -> tuple[SpecSettings, list[str], str]:
     """Everything that can be checked without models, checked before loading them."""
-    if args.target is None:
+    if args.target is None and not uses_vllm(args):
         raise ConfigError("target", "is required (or --replay SESSION)")
+    check_models(args)
     if args.prompt is None and args.prompt_file is None:
         raise ConfigError("prompt", "or --prompt-file is required (or --replay SESSION)")
-    settings, drafters, prompt = settings_from(args), drafters_from(args), prompt_from(args)
+    settings, drafters, prompt = settings_from(args), drafter_names(args), prompt_from(args)
     route_map_from(args)
     if args.max_tokens < 1:
         raise ConfigError("max_tokens", f"must be at least 1 (got {args.max_tokens})")
     if args.samples < 1:
         raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
-    if args.mode != "target" and not drafters:
+    if args.mode != "target" and not drafters and not args.vllm_native:
         raise ConfigError("draft", f"is needed in {args.mode} mode: give at least one drafter")
     if drafters:
-        check_route(settings.route, [name for name, _ in drafters])
+        check_route(settings.route, drafters)
     return settings, drafters, prompt
 
 

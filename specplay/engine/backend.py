@@ -35,6 +35,17 @@ class VerifiedDraft:
     """A draw from the residual at each position; only the first rejection's is used."""
     bonus: int
     """A draw from the target's distribution after the last drafted token."""
+    tv_lower: list[float] | None = None
+    """When a backend knows only the top-K of a distribution: the lower end of each position's
+    TV bracket; `tv_distance` then holds the upper end, so theta = min(1, D / d) keeps the budget."""
+    error_bound: list[float] | None = None
+    """When only the top-K is known: a bound, in TV, on how far each position's emitted token's
+    distribution may be from the rule's (None: exact)."""
+    top_target: list[list[tuple[int, float]]] | None = None
+    """Asked for with verify(top_n=n): the n most likely (token_id, p) of p_target at each of the
+    k + 1 positions (the last is where the bonus is drawn), most likely first."""
+    top_draft: list[list[tuple[int, float]]] | None = None
+    """Likewise for p_draft at the k drafted positions."""
 
 
 class Lane(Protocol):
@@ -59,7 +70,9 @@ class Lane(Protocol):
     def verify(
         self, draft: Any, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
     ) -> VerifiedDraft:
-        """Score every drafted position with the target in one forward pass."""
+        """Score every drafted position with the target in one forward pass. Backends that can report
+        each distribution's top tokens set `reports_top_n = True` and accept a keyword `top_n`; the engine
+        passes it only when a request inspects, so plain runs pay nothing."""
         ...
 
     def commit(self, tokens: Sequence[int]) -> None:

@@ -20,6 +20,9 @@ Outcome = Literal["accepted", "budget", "rejected", "unreached"]
 
 FinishReason = Literal["stop", "length", "cancelled"]
 
+Candidate = tuple[int, float]
+"""(token_id, probability): one entry of a distribution's top few, for drill-down views."""
+
 
 @dataclass(frozen=True, slots=True)
 class Token:
@@ -47,6 +50,15 @@ class DraftPosition:
     theta: float
     """Mentored-decoding interpolation weight min(1, D / d)."""
     outcome: Outcome
+    tv_lower: float | None = None
+    """Set when the backend knew only the top-K: d is then bracketed in [tv_lower, tv_distance]."""
+    error_bound: float | None = None
+    """Set when the backend knew only the top-K: how far, in TV, this position's emitted token's
+    distribution may be from the rule's (None: exact)."""
+    top_target: tuple[Candidate, ...] | None = None
+    """The most likely tokens of p_target here, most likely first; only when the request inspects."""
+    top_draft: tuple[Candidate, ...] | None = None
+    """Likewise for p_draft."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +101,9 @@ class RoundEvent:
     verify_ms: float
     overhead_ms: float
     """Host work: acceptance, cache rewind, detokenizing, bookkeeping."""
+    bonus_top_target: tuple[Candidate, ...] | None = None
+    """The top of p_target after the last drafted token (where a bonus is drawn); only when the
+    request inspects."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,8 @@ _POLICY_FIELDS = {
     "confidence_threshold",
 }
 _STREAM_FIELDS = {"route", "temperature", "top_p", "top_k", "min_p"}
+TOP_N = 5
+"""Candidates per distribution an inspecting request reports."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,9 @@ class Request:
     pipeline: bool = True
     """Target/draft-only: compute the next token while this one is handed over. Lanes that take
     turns on one device turn it off, so no lane's work runs on another's time."""
+    inspect: bool = False
+    """Speculative: also report each distribution's top TOP_N tokens per position, for drill-down
+    views (costs a top-k per round on the device); ignored by backends that cannot."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -105,6 +110,21 @@ class SpecEngine:
         return _Run(self, request, controls).events()
 
 
+def _top(rows: list[list[tuple[int, float]]] | None, i: int) -> tuple[tuple[int, float], ...] | None:
+    """Row i of a backend's top-n report, as event data; zero-probability entries (a one-hot's
+    filler at temperature 0) say nothing and are dropped."""
+    if rows is None or i >= len(rows):
+        return None
+    return tuple((int(t), float(p)) for t, p in rows[i] if p > 0)
+
+
+def _bracket(verified: VerifiedDraft, i: int) -> tuple[float | None, float | None]:
+    """(tv_lower, error_bound) at position i, when the backend knew only the top-K."""
+    tv_lower = verified.tv_lower[i] if verified.tv_lower is not None else None
+    error_bound = verified.error_bound[i] if verified.error_bound is not None else None
+    return tv_lower, error_bound
+
+
 class _Run:
     """The state of one generation."""
 
@@ -120,11 +140,14 @@ class _Run:
         self.detokenizer = self.backend.detokenizer()
         self.generated: list[int] = []
         self.text_parts: list[str] = []
+        self.top_n = 0
 
     def events(self) -> Iterator[Event]:
         self.metrics.start_s = self.clock()
         models = {"speculative": (None, self.route), "target": (None,), "draft": (self.route,)}
         lane = self.backend.open_lane(self.request.prompt_token_ids, prefill=models[self.request.mode])
+        if self.request.inspect and getattr(lane, "reports_top_n", False):
+            self.top_n = TOP_N
         yield StartEvent(
             self.request.mode,
             self.route,
@@ -191,7 +214,8 @@ class _Run:
             keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
             draft = lane.draft(self.route, k, sampling, uniforms[:k], keep_drafting)
             drafted_at = self.clock()
-            verified = lane.verify(draft, sampling, uniforms[2 * k : 3 * k], float(uniforms[3 * k]))
+            extra = {"top_n": self.top_n} if self.top_n else {}
+            verified = lane.verify(draft, sampling, uniforms[2 * k : 3 * k], float(uniforms[3 * k]), **extra)
             verified_at = self.clock()
 
             positions, committed = self._judge(verified, uniforms[k : 2 * k], remaining)
@@ -214,6 +238,7 @@ class _Run:
                 draft_ms=1000 * (drafted_at - start),
                 verify_ms=1000 * (verified_at - drafted_at),
                 overhead_ms=1000 * (done_at - verified_at),
+                bonus_top_target=_top(verified.top_target, len(verified.drafted)),
             )
             self.metrics.add_round(event)
             self.metrics.add_tokens([t.source for t in tokens], done_at)
@@ -233,9 +258,13 @@ class _Run:
         for i, token_id in enumerate(verified.drafted):
             uniform, tv = float(accept_uniforms[i]), verified.tv_distance[i]
             p_target, p_draft = verified.p_target[i], verified.p_draft[i]
+            bracket = _bracket(verified, i)
+            tops = {"top_target": _top(verified.top_target, i), "top_draft": _top(verified.top_draft, i)}
             if not judging:
                 theta = mentored_theta(tv, budget)
-                positions.append(DraftPosition(token_id, p_target, p_draft, uniform, tv, theta, "unreached"))
+                positions.append(
+                    DraftPosition(token_id, p_target, p_draft, uniform, tv, theta, "unreached", *bracket, **tops)
+                )
                 continue
             verdict = judge(token_id, p_target, p_draft, tv, verified.target_argmax[i], budget, greedy, uniform)
             if verdict.accepted:
@@ -245,7 +274,9 @@ class _Run:
                 outcome = "rejected"
                 committed.append((verified.corrections[i], "corrected"))
                 judging = False
-            positions.append(DraftPosition(token_id, p_target, p_draft, uniform, tv, verdict.theta, outcome))
+            positions.append(
+                DraftPosition(token_id, p_target, p_draft, uniform, tv, verdict.theta, outcome, *bracket, **tops)
+            )
             if self._ends(committed[-1][0], len(committed), remaining):
                 judging = False
         if judging:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specplay.cli.backends import add_backend_flags, blas_warning, check_models, drafter_names, load_backend
 from specplay.cli.options import (
     add_decoding_flags,
     add_model_flags,
     add_sessions_dir_flag,
-    drafters_from,
     route_map_from,
     settings_from,
     warn,
@@ -23,7 +23,8 @@ from specplay.errors import ConfigError
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("tui", help="the interactive playground: target-only and speculative side by side")
-    add_model_flags(parser)
+    add_model_flags(parser, required=False)  # --backend vllm takes --target-url instead
+    add_backend_flags(parser)
     add_decoding_flags(parser)
     group = parser.add_argument_group("playground")
     group.add_argument("--prompt", metavar="TEXT", default="", help="pre-fill the prompt")
@@ -31,25 +32,49 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--autorun", action="store_true", help="run the prompt as soon as the models are loaded")
     group.add_argument("--max-tokens", type=int, default=256)
     group.add_argument("--ignore-eos", action="store_true", help="generate --max-tokens tokens whatever comes")
+    group.add_argument(
+        "--open",
+        metavar="SESSION",
+        help="show a saved session read-only (path, file name or id); ctrl+r re-runs it. "
+        "Its own models load unless model flags are given",
+    )
     add_sessions_dir_flag(group)
     parser.set_defaults(command=tui)
 
 
+def _open_session(args: argparse.Namespace) -> Path:
+    """The session --open names; with no model flags, its models become the flags."""
+    from specplay.store import find_session, load_session, sessions_dir
+
+    path = find_session(args.open, sessions_dir(args.sessions_dir))
+    header = load_session(path).header
+    if getattr(args, "target", None) is None and not getattr(args, "target_url", None):
+        models = dict(header.get("backend", {}).get("models", {}))
+        if "target" in models:
+            args.target = models.pop("target")["path"]
+            args.draft = args.draft or [f"{name}={model['path']}" for name, model in models.items()]
+    return path
+
+
 def tui(args: argparse.Namespace) -> int:
-    settings, drafters = settings_from(args), drafters_from(args)
+    opened = _open_session(args) if args.open else None
+    check_models(args)
+    if args.vllm_native:
+        raise ConfigError("vllm_native", "runs in `specplay run` for now; the playground drives vLLM by inspection")
+    settings, drafters = settings_from(args), drafter_names(args)
     route_map = route_map_from(args)
     if args.max_tokens < 1:
         raise ConfigError("max_tokens", f"must be at least 1 (got {args.max_tokens})")
     if not drafters:
         raise ConfigError("draft", "is needed: the playground compares speculative decoding with target-only")
-    check_route(settings.route, [name for name, _ in drafters])
+    check_route(settings.route, drafters)
     if args.mode != "speculative":
         warn("--mode is ignored: the playground always runs target-only and speculative side by side")
 
-    from specplay.backends.mlx import blas, load_mlx_backend, release_thread
     from specplay.ui.app import PlaygroundOptions, create_app
 
-    if message := blas.slow_blas_warning():
+    choice = load_backend(args)
+    if message := blas_warning(args):
         warn(message)
     options = PlaygroundOptions(
         settings=settings,
@@ -61,7 +86,8 @@ def tui(args: argparse.Namespace) -> int:
         ignore_eos=args.ignore_eos,
         sessions_dir=Path(args.sessions_dir) if args.sessions_dir else None,
         route_map=route_map,
+        open_session=opened,
     )
-    app = create_app(lambda: load_mlx_backend(args.target, drafters), options, on_exit=release_thread)
+    app = create_app(choice.load, options, on_exit=choice.on_exit)
     app.run()
     return 0

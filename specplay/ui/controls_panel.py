@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Input, Label, Select
+from textual.widgets import Input, Label, Select, Switch
 from textual_slider import Slider
 
 from specplay.engine.settings import AUTO_ROUTE, POLICIES, SpecSettings
@@ -37,10 +37,12 @@ class ControlsPanel(VerticalScroll):
     ControlsPanel Label { margin-top: 1; color: $text-muted; }
     ControlsPanel Slider { width: 100%; }
     ControlsPanel Select, ControlsPanel Input { width: 100%; }
+    ControlsPanel Horizontal { height: auto; margin-top: 1; }
+    ControlsPanel Horizontal Label { margin: 1 0 0 1; }
     """
 
     class Changed(Message):
-        """A control moved: `setting` is a SpecSettings field name, or 'seed'."""
+        """A control moved: `setting` is a SpecSettings field name, 'seed' or 'draft_lane'."""
 
         def __init__(self, setting: str, value: Any) -> None:
             super().__init__()
@@ -52,6 +54,8 @@ class ControlsPanel(VerticalScroll):
         self.border_title = "controls"
         self._settings = settings
         self._seed = seed
+        self._routes = [settings.route]
+        self._temperatures = sorted({*TEMPERATURES, settings.sampling.temperature})
 
     def compose(self) -> ComposeResult:
         s = self._settings
@@ -64,17 +68,40 @@ class ControlsPanel(VerticalScroll):
         yield Label("route")
         yield Select([(s.route, s.route)], value=s.route, allow_blank=False, id="route")
         yield Label("temperature")
-        temps = sorted({*TEMPERATURES, s.sampling.temperature})
-        yield Select([(f"{t:g}", t) for t in temps], value=s.sampling.temperature, allow_blank=False, id="temperature")
+        yield Select(
+            [(f"{t:g}", t) for t in self._temperatures],
+            value=s.sampling.temperature,
+            allow_blank=False,
+            id="temperature",
+        )
         yield Label("seed (next run)")
         yield Input(str(self._seed), type="integer", id="seed")
+        with Horizontal():
+            yield Switch(False, id="draft-lane")
+            yield Label("draft-only lane")
 
     def set_drafters(self, drafters: Sequence[str]) -> None:
         route = self.query_one("#route", Select)
         current = route.value
         names = [AUTO_ROUTE, *drafters]
+        self._routes = names
         route.set_options([(name, name) for name in names])
         route.value = current if current in names else AUTO_ROUTE
+
+    def show(self, settings: SpecSettings, seed: int) -> None:
+        """Set every control to `settings` (e.g. a reopened session's); each reports its change."""
+        self.query_one("#k", Slider).value = min(settings.k, K_MAX)
+        self.query_one("#tv", Slider).value = step_from_tv(settings.tv_budget)
+        self.query_one("#policy", Select).value = settings.policy
+        if settings.route in self._routes:
+            self.query_one("#route", Select).value = settings.route
+        temperature = self.query_one("#temperature", Select)
+        t = settings.sampling.temperature
+        if t not in self._temperatures:
+            self._temperatures = sorted({*self._temperatures, t})
+            temperature.set_options([(f"{v:g}", v) for v in self._temperatures])
+        temperature.value = t
+        self.query_one("#seed", Input).value = str(seed)
 
     @staticmethod
     def _k_label(k: int) -> str:
@@ -99,6 +126,10 @@ class ControlsPanel(VerticalScroll):
         if event.value is Select.BLANK or event.select.id is None:
             return
         self.post_message(self.Changed(event.select.id, event.value))
+
+    def on_switch_changed(self, event: Switch.Changed) -> None:
+        event.stop()
+        self.post_message(self.Changed("draft_lane", event.value))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()

@@ -23,6 +23,8 @@ from specplay.runner import ModelThread
 
 LANES = ("speculative", "target")
 """Session lane order: the speculative lane first, then its target-only comparison."""
+DRAFT_LANE = "draft"
+"""The optional third lane: the routed drafter alone."""
 
 Loader = Callable[[], Any]
 """Loads the backend (an MlxBackend or anything with the same methods) on the model thread."""
@@ -90,7 +92,8 @@ class ModelHost:
         on_event: Callable[[str, Event, float, tuple[str, ...]], None],
         on_end: Callable[[BaseException | None], None],
     ) -> None:
-        """Run both lanes in turns on the model thread.
+        """Run the lanes named in `controls` (each lane's name is its engine mode) in turns on the
+        model thread; the speculative lane inspects, so its tokens can be drilled into.
 
         `on_event(lane, event, busy_s, drafted_text)` per event: busy_s is the lane's own time so far;
         drafted_text the text of each drafted token of a round (decoded here, outside the lanes' clocks,
@@ -100,13 +103,20 @@ class ModelHost:
             backend = self.backend
             token_ids = tuple(backend.encode(spec.prompt, raw=spec.raw))
             lanes = {}
-            for lane in LANES:
+            for lane in controls:
                 clock = LaneClock(self._clock)
                 engine = SpecEngine(backend, route_map=self._route_map, clock=clock)
                 # pipeline=False: the lanes share one device, so no lane may compute on another's time.
                 request = Request(
-                    spec.prompt, token_ids, lane, spec.seed, spec.max_tokens, spec.ignore_eos, pipeline=False
-                )  # type: ignore[arg-type]
+                    spec.prompt,
+                    token_ids,
+                    lane,  # type: ignore[arg-type]
+                    spec.seed,
+                    spec.max_tokens,
+                    spec.ignore_eos,
+                    pipeline=False,
+                    inspect=lane == "speculative",
+                )
                 lanes[lane] = (clock, engine.generate(request, controls[lane]))
             for lane, event in side_by_side(lanes):
                 drafted = tuple(_decode(backend, i) for i in event.drafted) if isinstance(event, RoundEvent) else ()
@@ -119,6 +129,11 @@ class ModelHost:
 
     def close(self) -> None:
         self.thread.close()
+
+    def decode(self, token_id: int) -> str:
+        """One token's text, for drill-down views; called on the UI thread (the tokenizer holds no
+        MLX state, and waiting for the model thread would mean waiting for the run to end)."""
+        return _decode(self.backend, token_id) if self.backend is not None else f"<{token_id}>"
 
 
 def _decode(backend: Any, token_id: int) -> str:

@@ -1,37 +1,86 @@
 """One lane: its streaming text, coloured by token source, with markers of live changes and its stats.
 
-While a lane generates it shows the tail of its text that fits the view, so a redraw costs the
-same at token 5 and at token 5,000; when the run ends the whole text is shown, to scroll back.
+While a lane generates it shows exactly the lines of its tail that fit the view, in a text of
+fixed height: a redraw then costs the same at token 5 and at token 5,000 and needs no layout of
+the screen (a layout repaints every widget, and that time is taken from the model thread, which
+shares the GIL). When the run ends the whole text is shown, to scroll back, and tokens become
+clickable: a selectable lane lets the user pick a token (click, or focus it and use the arrow
+keys) to see the verifier's numbers for it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
+from textual.css.scalar import Unit
+from textual.events import Click
+from textual.message import Message
+from textual.style import Style
 from textual.widgets import Static
 
-from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
+from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent, Token
 from specplay.ui.tokens import marker_content, token_content
 
 MIN_TAIL_CHARS = 400
+SELECTED_STYLE = "reverse"
 
 
-class LaneView(Vertical):
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """A token of a lane, with the round that committed it (None for a target/draft step)."""
+
+    index: int
+    """Its index among the lane's tokens."""
+    token: Token
+    round: RoundEvent | None
+    slot: int
+    """Its index within the round's tokens: slot i < len(positions) is drafted position i."""
+
+
+class LaneView(Vertical, can_focus=True):
     DEFAULT_CSS = """
     LaneView { border: round $panel-lighten-2; padding: 0 1; }
+    LaneView:focus-within { border: round $primary; }
     LaneView > .lane-scroll { height: 1fr; }
     LaneView .lane-text { height: auto; }
     LaneView > .lane-stats { height: auto; color: $text-muted; border-top: solid $panel-lighten-2; }
     LaneView > .lane-legend { height: auto; }
     """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left", "select(-1)", "Previous token", show=False),
+        Binding("right", "select(1)", "Next token", show=False),
+        Binding("home", "select_at(0)", "First token", show=False),
+        Binding("end", "select_at(-1)", "Last token", show=False),
+    ]
 
-    def __init__(self, lane: str, title: str, legend: Content | None = None, id: str | None = None) -> None:
+    class Selected(Message):
+        """The user picked a token of this lane."""
+
+        def __init__(self, lane: LaneView, pick: Pick) -> None:
+            super().__init__()
+            self.lane = lane
+            self.pick = pick
+
+    def __init__(
+        self, lane: str, title: str, legend: Content | None = None, selectable: bool = False, id: str | None = None
+    ) -> None:
         super().__init__(id=id)
         self.lane = lane
         self.border_title = title
+        self.can_focus = selectable
+        self.selectable = selectable
         self._legend = legend
         self._parts: list[Content] = []
+        self.picks: list[Pick] = []
+        self._pick_parts: list[int] = []
+        """Index in _parts of each pick's text."""
+        self.selected: int | None = None
+        self._stats_lines = 0
 
     def compose(self) -> ComposeResult:
         if self._legend is not None:
@@ -47,31 +96,65 @@ class LaneView(Vertical):
 
     def clear(self) -> None:
         self._parts.clear()
+        self.picks.clear()
+        self._pick_parts.clear()
+        self.selected = None
         self.flush(full=True)
         self.set_stats(Content(""))
 
     def add(self, event: Event) -> None:
         """Take an event; the text shows it at the next `flush`."""
         if isinstance(event, RoundEvent):
-            self._parts += [token_content(token) for token in event.tokens]
+            for slot, token in enumerate(event.tokens):
+                self._add_token(token, event, slot)
         elif isinstance(event, StepEvent):
-            self._parts.append(token_content(event.token))
+            self._add_token(event.token, None, 0)
         elif isinstance(event, ControlEvent):
             self._parts.append(marker_content(event.changes))
 
+    def _add_token(self, token: Token, round: RoundEvent | None, slot: int) -> None:
+        self.picks.append(Pick(len(self.picks), token, round, slot))
+        self._pick_parts.append(len(self._parts))
+        self._parts.append(token_content(token))
+
     def set_stats(self, stats: Content) -> None:
-        self.query_one(".lane-stats", Static).update(stats)
+        """Stats change every redraw but rarely change height: lay out only when they do."""
+        widget = self.query_one(".lane-stats", Static)
+        lines = len(stats.wrap(max(1, widget.content_size.width)))
+        widget.update(stats, layout=lines != self._stats_lines)
+        self._stats_lines = lines
 
     def flush(self, full: bool = False) -> None:
-        """Show the text: its tail that fills the view, or all of it."""
+        """Show the text: the lines of its tail that fill the view, or all of it (also while a
+        token is picked, so the pick stays on screen)."""
+        if full or self.selected is not None:
+            self._show_all()
+            return
         scroll = self.query_one(".lane-scroll", VerticalScroll)
+        text = self.query_one(".lane-text", Static)
         width, height = scroll.size
-        start = 0 if full else self._tail_start(max(MIN_TAIL_CHARS, width * (height + 2)))
-        parts = self._parts[start:]
-        if start:
-            parts = [Content.styled(f"… {start} earlier\n", "dim"), *parts]
-        self.query_one(".lane-text", Static).update(Content.assemble(*parts))
-        scroll.scroll_end(animate=False, immediate=False)
+        if width <= 0 or height <= 0:
+            return
+        start = self._tail_start(max(MIN_TAIL_CHARS, width * (height + 2)))
+        lines = Content.assemble(*self._parts[start:]).wrap(width)[-height:]
+        if text.styles.height is None or text.styles.height.unit != Unit.FRACTION:
+            text.styles.height = "1fr"  # fixed: from now on updates need no layout
+            scroll.scroll_home(animate=False)
+        text.update(Content("\n").join(lines), layout=False)
+
+    def _show_all(self) -> None:
+        parts = list(self._parts)
+        if self.selectable:  # which token a click lands on: read back from the style under the mouse
+            for index, at in enumerate(self._pick_parts):
+                parts[at] = parts[at].stylize(Style.from_meta({"pick": index}))
+            if self.selected is not None:
+                at = self._pick_parts[self.selected]
+                parts[at] = parts[at].stylize(SELECTED_STYLE)
+        text = self.query_one(".lane-text", Static)
+        text.styles.height = "auto"
+        text.update(Content.assemble(*parts))
+        if self.selected is None:
+            self.query_one(".lane-scroll", VerticalScroll).scroll_end(animate=False, immediate=False)
 
     def _tail_start(self, chars: int) -> int:
         total = 0
@@ -80,3 +163,39 @@ class LaneView(Vertical):
             if total > chars:
                 return i + 1
         return 0
+
+    # --- selection ---------------------------------------------------------------------------
+
+    def select(self, index: int | None) -> None:
+        """Pick token `index` (None: no token) and say so."""
+        if index is not None and not self.picks:
+            return
+        self.selected = None if index is None else max(0, min(index, len(self.picks) - 1))
+        self.flush(full=True)  # the whole text: the picked token may lie before the tail
+        if self.selected is not None:
+            self.post_message(self.Selected(self, self.picks[self.selected]))
+            self._scroll_to_selected()
+
+    def _scroll_to_selected(self) -> None:
+        """Keep the picked token in view: scroll to its share of the text (lines wrap unevenly)."""
+        if self.selected is None:
+            return
+        scroll = self.query_one(".lane-scroll", VerticalScroll)
+        before = sum(len(p.plain) for p in self._parts[: self._pick_parts[self.selected]])
+        share = before / max(1, len(self.text))
+        scroll.scroll_to(y=max(0, share * scroll.virtual_size.height - scroll.size.height / 2), animate=False)
+
+    def action_select(self, step: int) -> None:
+        if self.selected is None:
+            self.select(len(self.picks) - 1 if step < 0 else 0)
+        else:
+            self.select(self.selected + step)
+
+    def action_select_at(self, index: int) -> None:
+        self.select(index if index >= 0 else len(self.picks) + index)
+
+    def on_click(self, event: Click) -> None:
+        pick = event.style.meta.get("pick") if self.selectable else None
+        if isinstance(pick, int):
+            self.focus()
+            self.select(pick)

@@ -35,11 +35,6 @@ class LaneItem:
     drafted_text: tuple[str, ...]
 
 
-class ItemsReady(Message):
-    """LaneItems wait in the app's inbox. At most one of these is pending at a time, so however fast
-    the lanes generate, a key press never queues behind a backlog of events."""
-
-
 class RunEnded(Message):
     """Both lanes are done (or the run failed before or while generating: `error` says why)."""
 

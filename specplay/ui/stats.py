@@ -25,6 +25,8 @@ class LaneTally:
     spec: Metrics = field(default_factory=lambda: Metrics(speculative=True))
     """The engine's own round counters (acceptance, TV spent, draft time)."""
     finish_reason: str | None = None
+    samples: list[tuple[float, int]] = field(default_factory=list)
+    """(busy_s, tokens so far) after each event that committed tokens: tokens/s over time."""
 
     def add(self, event: Event, busy_s: float) -> None:
         self.busy_s = busy_s
@@ -37,6 +39,10 @@ class LaneTally:
             self.step_ms += event.step_ms
         elif isinstance(event, DoneEvent):
             self.finish_reason = event.finish_reason
+        if isinstance(event, RoundEvent | StepEvent):
+            if not self.samples:
+                self.samples.append((0.0, 0))
+            self.samples.append((busy_s, self.tokens))
 
     @property
     def tokens_per_s(self) -> float | None:

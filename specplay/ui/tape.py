@@ -7,6 +7,7 @@ from collections import deque
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.css.scalar import Unit
 from textual.widgets import Static
 
 from specplay.engine.events import RoundEvent
@@ -55,9 +56,20 @@ class DraftTape(VerticalScroll):
         self._lines.append(round_line(event, drafted_text))
 
     def flush(self, full: bool = False) -> None:
-        """Show the rounds that fit (while generating, redraws stay cheap), or all that are kept."""
-        lines = list(self._lines)
-        if not full:
-            lines = lines[-max(1, self.size.height) :]
-        self.query_one(Static).update(Content("\n").join(lines))
-        self.scroll_end(animate=False, immediate=False)
+        """Show all the rounds kept, or, while generating, the lines of the last ones that fit, in a
+        text of fixed height (an update then needs no layout: see LaneView)."""
+        text = self.query_one(Static)
+        if full:
+            text.styles.height = "auto"
+            text.update(Content("\n").join(self._lines))
+            self.scroll_end(animate=False, immediate=False)
+            return
+        width, height = self.scrollable_content_region.size
+        if width <= 0 or height <= 0:
+            return
+        recent = list(self._lines)[-height:]
+        lines = [line for round in recent for line in round.wrap(width)][-height:]
+        if text.styles.height is None or text.styles.height.unit != Unit.FRACTION:
+            text.styles.height = "1fr"
+            self.scroll_home(animate=False)
+        text.update(Content("\n").join(lines), layout=False)

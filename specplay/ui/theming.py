@@ -11,7 +11,7 @@ from typing import Any
 from textual.theme import Theme
 
 DEFAULT_THEME = "specplay-dark"
-TOKEN_VARIABLES = ("spec-accepted", "spec-budget", "spec-corrected", "spec-bonus")
+TOKEN_VARIABLES = ("spec-accepted", "spec-budget", "spec-corrected", "spec-bonus", "spec-marker")
 """Theme variables every specplay theme defines, one per speculative token source."""
 
 _COLOUR_FIELDS = ("primary", "secondary", "accent", "warning", "error", "success")
@@ -35,9 +35,18 @@ def theme_from_toml(path: Path) -> Theme:
     return Theme(name=str(data["name"]), dark=bool(data.get("dark", True)), variables=variables, **colours)
 
 
+def themes_dir() -> Path:
+    """The shipped themes: inside the package in an installed wheel (the build copies the repo's
+    top-level themes/ there), else the repo's themes/ beside the package (a checkout or an
+    editable install)."""
+    installed = Path(str(files("specplay") / "themes"))
+    if installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parents[2] / "themes"
+
+
 def builtin_theme_files() -> list[Path]:
-    folder = Path(str(files("specplay.ui") / "themes"))
-    return sorted(folder.glob("*.toml"))
+    return sorted(themes_dir().glob("*.toml"))
 
 
 def load_themes(paths: Iterable[Path] | None = None) -> list[Theme]:

@@ -8,7 +8,7 @@ needs no host round trip per token (except under a policy that asks after each t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mlx.core as mx
@@ -79,8 +79,23 @@ def _draw(logits: mx.array, sampling: SamplingParams, uniforms: mx.array) -> tup
     return inverse_cdf_sample(probs, uniforms, mx), probs
 
 
+def _top_n(probs: mx.array, n: int) -> tuple[mx.array, mx.array]:
+    """Each row's n most likely token ids and their probabilities, in no particular order."""
+    ids = mx.argpartition(-probs, kth=n - 1, axis=-1)[:, :n]
+    return ids, mx.take_along_axis(probs, ids, axis=-1)
+
+
+def _ranked(ids: mx.array, probs: mx.array) -> list[list[tuple[int, float]]]:
+    return [
+        sorted(zip(i, p, strict=True), key=lambda c: -c[1]) for i, p in zip(ids.tolist(), probs.tolist(), strict=True)
+    ]
+
+
 class MlxLane:
     """Caches for one sequence. Between rounds every cache holds a prefix of `tokens[:-1]`."""
+
+    reports_top_n = True
+    """verify(top_n=n) also reports each distribution's n most likely tokens, for drill-down views."""
 
     def __init__(self, target: ModelCache, drafters: dict[str, ModelCache], prompt_token_ids: Sequence[int]) -> None:
         self.target, self.drafters = target, drafters
@@ -138,7 +153,12 @@ class MlxLane:
         return MlxDraft(model, drafted, p_draft)
 
     def verify(
-        self, draft: MlxDraft, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
+        self,
+        draft: MlxDraft,
+        sampling: SamplingParams,
+        residual_uniforms: Sequence[float],
+        bonus_uniform: float,
+        top_n: int = 0,
     ) -> VerifiedDraft:
         k = draft.tokens.shape[0]
         inputs = mx.concatenate([self._pending(self.target), draft.tokens.astype(mx.int32)])
@@ -154,9 +174,14 @@ class MlxLane:
             inverse_cdf_sample(residual_distribution(head, p_draft, mx), u[:k], mx),
             inverse_cdf_sample(p_target[k:], u[k:], mx),
         )
-        mx.eval(*results)  # the round's one transfer to the host
+        n = min(top_n, self.target.vocab_size)
+        tops = (*_top_n(p_target, n), *_top_n(p_draft, n)) if n else ()
+        mx.eval(*results, *tops)  # the round's one transfer to the host
         drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus = (r.tolist() for r in results)
-        return VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus[0])
+        verified = VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus[0])
+        if not tops:
+            return verified
+        return replace(verified, top_target=_ranked(*tops[:2]), top_draft=_ranked(*tops[2:]))
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.tokens.extend(tokens)

@@ -1,0 +1,140 @@
+"""Tokens/s of the speculative lane under the playground against headless generation.
+
+The same models, prompt, seed and settings run two ways, alternately, several times:
+
+- headless: the engine path `specplay run` takes (one speculative Request on a ModelThread);
+- TUI: the real playground app driven headless (`app.run_test()`), its speculative lane beside
+  the target-only lane, redrawing as it would on screen.
+
+Both sides report the speculative lane's tokens/s the engine measures (DoneEvent.metrics: tokens
+after the first over the time since the first). Under the TUI the lane's clock runs only during
+its own turns, so the target-only lane's turns are not counted against it; what is counted is
+everything the UI costs the model thread (the GIL, redraws, the drill-down's top-5 per round).
+The ratio is the number to read; absolute speeds depend on the machine.
+
+    python benchmarks/bench_tui.py                       # the demo models, else smoke models
+    python benchmarks/bench_tui.py --target T --draft near=D --max-tokens 300 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
+from specplay.backends.mlx import load_mlx_backend, release_thread
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import DoneEvent
+from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.runner import ModelThread
+from specplay.ui.app import PlaygroundOptions, create_app
+
+PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
+
+
+def default_models(cache: Path) -> tuple[str, list[tuple[str, str]]]:
+    """The shipped demo models when built, else smoke models (built once into `cache`)."""
+    try:
+        from specplay.demo import demo_model_paths  # type: ignore[import-not-found]
+
+        target, drafters = demo_model_paths()
+        if Path(target).exists() and all(Path(p).exists() for p in drafters.values()):
+            return str(target), [(name, str(path)) for name, path in drafters.items()]
+    except Exception as error:  # not there yet, or not built: fall back
+        print(f"(demo models unavailable: {type(error).__name__}: {error}; using smoke models)", file=sys.stderr)
+    if not (cache / "near").exists():
+        subprocess.run([sys.executable, "-m", "specplay.backends.mlx.build", str(cache)], check=True)
+    return str(cache / "target"), [("near", str(cache / "near"))]
+
+
+def headless(thread: ModelThread, backend: object, args: argparse.Namespace, settings: SpecSettings) -> float:
+    def run() -> float:
+        engine = SpecEngine(backend)  # type: ignore[arg-type]
+        ids = tuple(backend.encode(args.prompt, raw=True))  # type: ignore[attr-defined]
+        request = Request(args.prompt, ids, "speculative", args.seed, args.max_tokens, ignore_eos=True)
+        done = [e for e in engine.generate(request, LiveControls(settings, engine.backend.drafters))][-1]
+        assert isinstance(done, DoneEvent)
+        return float(done.metrics["tokens_per_s"])
+
+    return thread.call(run)
+
+
+async def under_tui(args: argparse.Namespace, drafters: list[tuple[str, str]], settings: SpecSettings) -> float:
+    with tempfile.TemporaryDirectory() as sessions:
+        options = PlaygroundOptions(
+            settings=settings,
+            prompt=args.prompt,
+            autorun=False,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            raw=True,
+            ignore_eos=True,
+            sessions_dir=Path(sessions),
+        )
+        app = create_app(lambda: load_mlx_backend(args.target, drafters), options, on_exit=release_thread)
+        async with app.run_test(size=(160, 50)) as pilot:
+            while app.state != "ready":
+                assert app.state != "failed", app.status
+                await pilot.pause(0.1)
+            # As a user would: the run starts once the screen has settled, not while Textual still
+            # lays out its first frames (--autorun's case, a one-off cost at start).
+            await pilot.pause(1.0)
+            app.action_run()
+            while app.last_session is None:
+                assert app.state != "failed", app.status
+                await pilot.pause(0.5)  # a poll costs the UI thread; the real app has none
+            done = app.events["speculative"][-1]
+        assert isinstance(done, DoneEvent)
+        return float(done.metrics["tokens_per_s"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", help="target model folder (default: demo models, else smoke models)")
+    parser.add_argument("--draft", action="append", default=[], metavar="NAME=PATH")
+    parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="pairs of runs, each side in turn")
+    parser.add_argument("--models-cache", type=Path, default=Path(tempfile.gettempdir()) / "specplay-bench-smoke")
+    args = parser.parse_args()
+    if args.target:
+        drafters = [tuple(d.split("=", 1)) if "=" in d else (Path(d).name, d) for d in args.draft]
+    else:
+        args.target, drafters = default_models(args.models_cache)
+    if not drafters:
+        parser.error("--draft is needed with --target")
+    settings = SpecSettings(k=args.k, route=drafters[0][0], sampling=SamplingParams(temperature=args.temperature))
+    print(f"target {args.target}, drafter {drafters[0][0]}, k={args.k}, T={args.temperature}, {args.max_tokens} tokens")
+
+    thread = ModelThread(on_exit=release_thread)
+    try:
+        backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
+        headless(thread, backend, args, settings)  # warm-up, untimed
+        ratios = []
+        for i in range(args.repeats):
+            # Alternate which side goes first, so drift (heat, other load) falls on both.
+            if i % 2 == 0:
+                h = headless(thread, backend, args, settings)
+                t = asyncio.run(under_tui(args, drafters, settings))
+            else:
+                t = asyncio.run(under_tui(args, drafters, settings))
+                h = headless(thread, backend, args, settings)
+            ratios.append(t / h)
+            print(f"pair {i + 1}: headless {h:8.1f} tok/s   TUI {t:8.1f} tok/s   TUI/headless {t / h:.3f}")
+    finally:
+        thread.close()
+    print(f"TUI/headless median {statistics.median(ratios):.3f}  (min {min(ratios):.3f}, max {max(ratios):.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The vLLM backend: a target on a vLLM server, drafters on servers or on this machine's MLX."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from specplay.backends.vllm.client import VllmClient
+from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, connect, tokenize
+from specplay.backends.vllm.detok import RemoteDetokenizer, RemoteTokenizer
+from specplay.backends.vllm.errors import VllmError
+from specplay.backends.vllm.lane import Strategy, VllmLane
+from specplay.backends.vllm.local import LocalDrafter
+from specplay.backends.vllm.remote import RemoteModel
+from specplay.backends.vllm.report import inspection_report
+from specplay.backends.vllm.urls import server_root
+from specplay.engine.backend import Detokenizer
+
+TARGET = "target"
+
+
+class VllmBackend:
+    """Inspection mode. Connected once; each `open_lane` is an independent sequence."""
+
+    def __init__(
+        self,
+        target: RemoteModel,
+        remote: dict[str, RemoteModel],
+        local: dict[str, LocalDrafter],
+        strategy: Strategy = "auto",
+    ) -> None:
+        self.target, self.remote, self.local, self.strategy = target, remote, local, strategy
+        self.drafters = tuple([*remote, *local])
+        self.strategies_run: Counter[str] = Counter()
+        """How many rounds each verify strategy ran."""
+        self._lanes: list[VllmLane] = []
+        self._tokenizer = next(iter(local.values())).loaded.tokenizer if local else None
+        self.tokenizer: Any = self._tokenizer or RemoteTokenizer(target.client, target.model)
+        """For views that decode single tokens (the playground's draft tape)."""
+        self._static_eos = frozenset(self._tokenizer.eos_token_ids) if self._tokenizer is not None else frozenset()
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The local tokenizer's EOS ids, and those the servers showed by stopping on them."""
+        learned = set(self.target.eos_token_ids).union(*(m.eos_token_ids for m in self.remote.values()))
+        return self._static_eos | frozenset(learned)
+
+    @property
+    def approximate(self) -> bool:
+        """Whether any judged position so far knew only the top-K of p_target."""
+        return any(lane.approximate for lane in self._lanes)
+
+    def inspection_report(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Tokens per target call, modelled speedup, strategies run, approximate or not."""
+        return inspection_report(metrics, self.strategies_run, self.approximate)
+
+    def describe(self) -> dict[str, Any]:
+        """Backend and model identity for session files: addresses and versions, never the API key."""
+        models = {TARGET: self.target.describe()}
+        models |= {name: model.describe() for name, model in self.remote.items()}
+        for name, drafter in self.local.items():
+            from specplay.backends.mlx.loading import folder_identity
+
+            models[name] = {"backend": "mlx", **folder_identity(drafter.loaded)}
+        return {
+            "backend": "vllm",
+            "mode": "inspection",
+            "verify_strategy": self.strategy,
+            "top_logprobs": self.target.top_logprobs,
+            "models": models,
+        }
+
+    def encode(self, prompt: str, raw: bool) -> list[int]:
+        client, model = self.target.client, self.target.model
+        if not raw:
+            body = {"model": model, "messages": [{"role": "user", "content": prompt}], "add_generation_prompt": True}
+            try:
+                return [int(t) for t in client.post_json("/tokenize", body)["tokens"]]
+            except VllmError as error:
+                if "chat template" not in str(error).lower():
+                    raise
+        return tokenize(client, model, prompt)
+
+    def detokenizer(self) -> Detokenizer:
+        if self._tokenizer is not None:
+            return self._tokenizer.detokenizer
+        return RemoteDetokenizer(self.target.client, self.target.model)
+
+    def open_lane(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> VllmLane:
+        """`prefill` is ignored: servers fill their caches on the first request."""
+        lane = VllmLane(self.target, self.remote, self.local, prompt_token_ids, self.strategy, self.strategies_run)
+        self._lanes = [*self._lanes[-7:], lane]
+        return lane
+
+    def close(self) -> None:
+        for model in [self.target, *self.remote.values()]:
+            model.client.close()
+
+
+def connect_vllm_backend(
+    target_url: str,
+    remote_drafters: Sequence[tuple[str, str]] = (),
+    local_drafters: Sequence[tuple[str, str]] = (),
+    api_key: str | None = None,
+    top_logprobs: int = 20,
+    strategy: Strategy = "auto",
+    timeout_s: float = 60.0,
+) -> VllmBackend:
+    """Connect and check every server; load local MLX drafters (call on the MLX thread if any)."""
+    target_url = server_root(target_url)
+    target = connect(VllmClient(TARGET, target_url, api_key, timeout_s), top_logprobs, is_target=True)
+    remote = {
+        name: connect(VllmClient(name, server_root(url, "draft_url"), api_key, timeout_s), top_logprobs, False)
+        for name, url in remote_drafters
+    }
+    local: dict[str, LocalDrafter] = {}
+    if local_drafters:
+        from specplay.backends.mlx.loading import load_model
+
+        local = {name: LocalDrafter(load_model(name, path)) for name, path in local_drafters}
+    ids = {f"target ({target_url})": tokenize(target.client, target.model, PROBE_TEXT)}
+    ids |= {
+        f"drafter {name!r} ({m.client.root})": tokenize(m.client, m.model, PROBE_TEXT) for name, m in remote.items()
+    }
+    ids |= {f"drafter {name!r} (local)": list(d.loaded.tokenizer.encode(PROBE_TEXT)) for name, d in local.items()}
+    check_same_tokens(ids)
+    return VllmBackend(target, remote, local, strategy)

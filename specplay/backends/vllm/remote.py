@@ -1,0 +1,82 @@
+"""One model on one vLLM server, as the lane uses it: what it serves and how it reports logprobs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specplay.backends.vllm.client import VllmClient
+from specplay.backends.vllm.protocol import Choice, completion_body, parse_choices
+from specplay.engine.settings import SamplingParams
+
+DEFAULT_VOCAB_BOUND = 262_144
+"""An upper bound on vocabulary size, used only to bound tempered tail mass (the server does not say)."""
+
+
+@dataclass
+class RemoteModel:
+    client: VllmClient
+    model: str
+    """The served model name sent as `model`."""
+    version: str = "?"
+    max_model_len: int | None = None
+    raw_logprobs: bool = True
+    """Sample logprobs come before temperature and filters (vLLM's default --logprobs-mode)."""
+    top_logprobs: int = 20
+    vocab_size: int = DEFAULT_VOCAB_BOUND
+    eos_token_ids: set[int] = field(default_factory=set)
+    """EOS ids learned from replies that stopped on their own (vLLM does not list them)."""
+
+    @property
+    def where(self) -> str:
+        return self.client.where
+
+    def complete(
+        self,
+        prompt: Sequence[int] | Sequence[Sequence[int]],
+        max_tokens: int,
+        sampling: SamplingParams,
+        seed: int | None,
+        num_choices: int = 1,
+        need_logprobs: bool = True,
+        **extra: Any,
+    ) -> list[Choice]:
+        logprobs = self.top_logprobs if need_logprobs else None
+        body = completion_body(self.model, prompt, max_tokens, sampling, seed, logprobs, ignore_eos=False, **extra)
+        choices = parse_choices(self.client.post_json("/v1/completions", body), self.where, num_choices, need_logprobs)
+        for choice in choices:
+            self.learn_eos(choice.finish_reason, choice.token_ids, max_tokens)
+        return choices
+
+    def learn_eos(self, finish_reason: str | None, token_ids: Sequence[int], max_tokens: int | None) -> None:
+        """A reply that stopped by itself ("stop", no stop string) ended on an EOS token."""
+        if finish_reason == "stop" and token_ids:
+            self.eos_token_ids.add(int(token_ids[-1]))
+
+    def stream(
+        self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, seed: int | None
+    ) -> Iterator[int]:
+        """Generated ids as the server streams them."""
+        body = completion_body(self.model, prompt, max_tokens, sampling, seed, None, ignore_eos=False, stream=True)
+        events = self.client.post_sse("/v1/completions", body)
+        try:
+            for event in events:
+                for choice in event.get("choices") or []:
+                    token_ids = choice.get("token_ids") or []
+                    if choice.get("finish_reason") == "stop" and choice.get("stop_reason") is None and token_ids:
+                        self.eos_token_ids.add(int(token_ids[-1]))  # known before the engine sees it
+                    yield from token_ids
+        finally:
+            events.close()
+
+    def describe(self) -> dict[str, Any]:
+        """Where and what; never the API key."""
+        return {
+            "source": self.client.root,
+            "path": self.client.root,  # where the model lives, as for local models
+            "served_model": self.model,
+            "vllm_version": self.version,
+            "max_model_len": self.max_model_len,
+            "logprobs_mode": "raw_logprobs" if self.raw_logprobs else "processed_logprobs",
+        }

@@ -1,0 +1,182 @@
+"""`specplay vllm-launch`: the `vllm serve` commands for a target and drafters on one GPU box.
+
+It prints them (and the specplay command to run from the laptop); with `--run` it starts them one
+after another, each once the one before answers /health. This is the only place the optional
+`vllm` package is used (`pip install 'specplay[vllm]'` on the GPU box).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from specplay.errors import ConfigError, SpecplayError
+
+MAX_LOGPROBS = 20
+STARTUP_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    model: str
+    port: int
+    argv: list[str]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("vllm-launch", help="print (or --run) the vllm serve commands for a GPU box")
+    parser.add_argument("--target", required=True, metavar="MODEL", help="the target: a Hugging Face id or folder")
+    parser.add_argument(
+        "--draft", action="append", default=[], metavar="[NAME=]MODEL", help="a drafter; repeat for several"
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="address the servers listen on (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=8000, help="the target's port; drafters take the next ones")
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        metavar="F",
+        help="the GPU memory all servers may use together, split between them (default 0.9)",
+    )
+    parser.add_argument(
+        "--draft-share", type=float, default=0.15, metavar="F", help="each drafter's fraction of the GPU (default 0.15)"
+    )
+    parser.add_argument("--max-model-len", type=int, default=8192, metavar="N")
+    parser.add_argument("--max-num-seqs", type=int, default=8, metavar="N")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="the target's GPUs")
+    parser.add_argument(
+        "--native", action="store_true", help="one server that speculates itself with the first drafter"
+    )
+    parser.add_argument("--k", type=int, default=4, help="native: draft tokens per step (fixed for the server)")
+    parser.add_argument("--api-key", metavar="KEY", help="have every server require this bearer token")
+    parser.add_argument("--run", action="store_true", help="start the servers here, one after another")
+    parser.set_defaults(command=launch)
+
+
+def _drafters(values: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for value in values:
+        name, sep, model = value.partition("=")
+        if not sep or "/" in name:
+            name, model = Path(value.rstrip("/")).name.lower(), value
+        out.append((name, model))
+    return out
+
+
+def plan(args: argparse.Namespace) -> list[Server]:
+    """The servers to start, target first; a bad setting raises ConfigError."""
+    drafters = _drafters(args.draft)
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise ConfigError("gpu_memory_utilization", f"must be in (0, 1] (got {args.gpu_memory_utilization})")
+    common = ["--host", args.host, "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs)]
+    common += ["--max-logprobs", str(MAX_LOGPROBS), "--enable-prompt-tokens-details"]
+    if args.api_key:
+        common += ["--api-key", args.api_key]
+    tp = ["--tensor-parallel-size", str(args.tensor_parallel_size)] if args.tensor_parallel_size > 1 else []
+    if args.native:
+        if not drafters:
+            raise ConfigError("native", "needs a drafter: give --draft MODEL")
+        if args.k < 1:
+            raise ConfigError("k", f"must be at least 1 (got {args.k})")
+        spec = {"method": "draft_model", "model": drafters[0][1], "num_speculative_tokens": args.k}
+        argv = ["vllm", "serve", args.target, "--port", str(args.port), "--served-model-name", "target"]
+        argv += ["--gpu-memory-utilization", f"{args.gpu_memory_utilization:g}", *tp, *common]
+        argv += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
+        return [Server("target", args.target, args.port, argv)]
+    target_share = args.gpu_memory_utilization - args.draft_share * len(drafters)
+    if target_share < 0.1 or args.draft_share <= 0:
+        raise ConfigError(
+            "draft_share",
+            f"leaves the target {target_share:.2f} of the GPU; lower --draft-share or raise --gpu-memory-utilization",
+        )
+    servers = []
+    argv = ["vllm", "serve", args.target, "--port", str(args.port), "--served-model-name", "target"]
+    servers.append(
+        Server(
+            "target", args.target, args.port, [*argv, "--gpu-memory-utilization", f"{target_share:.2f}", *tp, *common]
+        )
+    )
+    for i, (name, model) in enumerate(drafters, start=1):
+        port = args.port + i
+        argv = ["vllm", "serve", model, "--port", str(port), "--served-model-name", name]
+        argv += ["--gpu-memory-utilization", f"{args.draft_share:.2f}", *common]
+        argv += ["--logprobs-mode", "processed_logprobs"]  # q as the drafter actually sampled it
+        servers.append(Server(name, model, port, argv))
+    return servers
+
+
+def client_command(args: argparse.Namespace, servers: list[Server]) -> str:
+    host = "GPU-BOX" if args.host in ("0.0.0.0", "::") else args.host
+    words = ["specplay", "run", "--backend", "vllm", "--target-url", f"http://{host}:{servers[0].port}/v1"]
+    if args.native:
+        words.append("--vllm-native")
+    for server in servers[1:]:
+        words += ["--draft-url", f"{server.name}=http://{host}:{server.port}/v1"]
+    if args.api_key:
+        words += ["--api-key", "$SPECPLAY_API_KEY"]
+    return " ".join(shlex.quote(w) if not w.startswith("$") else w for w in words) + " --prompt '...'"
+
+
+def _shown(argv: list[str]) -> str:
+    """The command for printing, the API key masked."""
+    masked = ["$VLLM_API_KEY" if i and argv[i - 1] == "--api-key" else a for i, a in enumerate(argv)]
+    return " ".join(a if a.startswith("$") else shlex.quote(a) for a in masked)
+
+
+def launch(args: argparse.Namespace) -> int:
+    servers = plan(args)
+    if not args.run:
+        print("# start these on the GPU box, one after another (each once the one before is up):")
+        for server in servers:
+            print(_shown(server.argv))
+        print("# then, from the laptop:")
+        print(client_command(args, servers))
+        return 0
+    if shutil.which("vllm") is None:
+        raise SpecplayError("vllm is not installed here; on the GPU box run `pip install 'specplay[vllm]'`")
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for server in servers:
+            print(f"starting {server.name} on port {server.port}: {_shown(server.argv)}", file=sys.stderr, flush=True)
+            process = subprocess.Popen(server.argv)
+            processes.append(process)
+            _wait_healthy(server, process)
+        print(client_command(args, servers), flush=True)
+        while all(p.poll() is None for p in processes):
+            time.sleep(1.0)
+        failed = next(p for p in processes if p.poll() is not None)
+        raise SpecplayError(f"a vllm server exited with status {failed.returncode}; see its log above")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _wait_healthy(server: Server, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    url = f"http://127.0.0.1:{server.port}/health"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SpecplayError(f"vllm server {server.name!r} exited with status {process.returncode} while starting")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(2.0)
+    raise SpecplayError(f"vllm server {server.name!r} did not answer /health within {STARTUP_TIMEOUT_S:.0f} s")

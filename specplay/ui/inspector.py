@@ -1,0 +1,94 @@
+"""Token drill-down: what the verifier knew and decided about one token of the speculative lane."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from textual.content import Content
+from textual.widgets import Static
+
+from specplay.engine.events import Candidate, DraftPosition
+from specplay.palette import visible
+from specplay.ui.lane_view import Pick
+from specplay.ui.tokens import source_style
+
+Decode = Callable[[int], str]
+
+_WHY = {
+    "accepted": "u < min(1, p_target/p_draft): kept",
+    "budget": "kept only thanks to the TV budget",
+    "corrected": "drawn from the residual after a rejection",
+    "bonus": "drawn from p_target: all k accepted",
+    "target": "a target-only step",
+    "draft": "a draft-only step",
+}
+
+
+def _quote(text: str) -> str:
+    return "'" + visible(text).replace("\n", "⏎")[:12] + "'"
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _tops(target: Sequence[Candidate] | None, draft: Sequence[Candidate] | None, decode: Decode) -> list[str]:
+    if target is None and draft is None:
+        return ["top 5: not reported (the run did not inspect, or the backend cannot)"]
+    columns = [list(target or ()), list(draft or ())]
+    lines = [f"{'top p_target':<22}  {'top p_draft':<22}"]
+    for i in range(max(map(len, columns))):
+        cells = [f"{_quote(decode(c[i][0])):<15} {c[i][1]:.3f}" if i < len(c) else "" for c in columns]
+        lines.append(f"{cells[0]:<22}  {cells[1]:<22}".rstrip())
+    return lines
+
+
+def describe(pick: Pick, decode: Decode) -> Content:
+    """The drill-down text for one picked token."""
+    token, round = pick.token, pick.round
+    head = Content.assemble(
+        Content.styled(_quote(token.text), f"bold {source_style(token.source)}"),
+        f"  {token.source} #{pick.index}  ",
+        Content.styled(_WHY.get(token.source, token.source), "dim"),
+    )
+    lines: list[Content | str] = [head]
+    if round is None:
+        return Content("\n").join(lines)
+    lines.append(f"round {round.index}  route {round.route}  k={round.k}  accepted {round.num_accepted}")
+    position: DraftPosition | None = round.positions[pick.slot] if pick.slot < len(round.positions) else None
+    if position is None:  # the bonus: drawn from p_target after the last drafted token
+        lines += ["p_target(x) " + _num(_prob(round.bonus_top_target, token.token_id))]
+        lines += _tops(round.bonus_top_target, None, decode)
+        return Content("\n").join(lines)
+    x = position.token_id
+    if token.source == "corrected":
+        lines.append(f"x = drafted {_quote(decode(x))}, rejected")
+    ratio = position.p_target / position.p_draft if position.p_draft > 0 else float("inf")
+    lines.append(f"p_target(x) {_num(position.p_target)}  p_draft(x) {_num(position.p_draft)}")
+    lines.append(f"u {_num(position.uniform)}  min(1, p_target/p_draft) {_num(min(1.0, ratio))}")
+    lines.append(f"d = TV {_num(position.tv_distance)}  θ {_num(position.theta)}  outcome {position.outcome}")
+    lines += _tops(position.top_target, position.top_draft, decode)
+    return Content("\n").join(lines)
+
+
+def _prob(top: Sequence[Candidate] | None, token_id: int) -> float | None:
+    return next((p for t, p in top or () if t == token_id), None)
+
+
+class Inspector(Static):
+    DEFAULT_CSS = """
+    Inspector { border: round $panel-lighten-2; padding: 0 1; width: 56; height: 100%; }
+    """
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(self.hint(), id=id)
+        self.border_title = "token"
+        self.pick: Pick | None = None
+
+    @staticmethod
+    def hint() -> Content:
+        return Content.styled("click a token of the speculative lane, or focus it (tab) and use ← →", "dim")
+
+    def show(self, pick: Pick | None, decode: Decode) -> None:
+        self.pick = pick
+        self.update(self.hint() if pick is None else describe(pick, decode))

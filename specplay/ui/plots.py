@@ -1,0 +1,81 @@
+"""Terminal plots of the speculative lane: acceptance by draft position, tokens/s over time.
+
+Pure text from the lane tallies, so the plots cost a string per redraw and depend only on the
+events (and the lanes' clocks), never on when the screen happened to redraw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.content import Content
+from textual.widgets import Static
+
+from specplay.ui.stats import LaneTally
+
+BLOCKS = " ▏▎▍▌▋▊▉█"
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def bar(fraction: float, width: int) -> str:
+    """A horizontal bar `width` cells wide at 1.0, in eighths of a cell."""
+    eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
+    full, rest = divmod(eighths, 8)
+    return ("█" * full + (BLOCKS[rest] if rest else "")).ljust(width)
+
+
+def sparkline(values: Sequence[float]) -> str:
+    top = max(values, default=0.0)
+    if top <= 0:
+        return SPARKS[0] * len(values)
+    return "".join(SPARKS[min(len(SPARKS) - 1, int(v / top * (len(SPARKS) - 1) + 0.5))] for v in values)
+
+
+def throughput(samples: Sequence[tuple[float, int]], bins: int) -> list[float]:
+    """Tokens/s in `bins` equal slices of the lane's own time, from (busy_s, tokens so far) samples."""
+    if len(samples) < 2 or bins < 1:
+        return []
+    start, end = samples[0][0], samples[-1][0]
+    if end <= start:
+        return []
+    width = (end - start) / bins
+    counts = [0.0] * bins
+    previous = samples[0][1]
+    for busy_s, tokens in samples[1:]:
+        counts[min(bins - 1, int((busy_s - start) / width))] += tokens - previous
+        previous = tokens
+    return [count / width for count in counts]
+
+
+def plots_content(spec: LaneTally, width: int) -> Content:
+    lines: list[Content | str] = [Content.styled("acceptance by draft position", "bold")]
+    rates = spec.spec.acceptance_per_position()
+    bar_width = max(4, width - 12)
+    for i, rate in enumerate(rates[:16], 1):
+        lines.append(
+            Content.assemble(f"{i:>2} ", Content.styled(bar(rate, bar_width), "$spec-accepted"), f" {rate:.2f}")
+        )
+    if not rates:
+        lines.append(Content.styled("no rounds yet", "dim"))
+    series = throughput(spec.samples, max(4, width - 2))
+    tps = spec.tokens_per_s
+    lines.append(Content.styled("tokens/s over time" + (f"  (now {tps:.1f})" if tps else ""), "bold"))
+    lines.append(Content.styled(sparkline(series), "$spec-bonus") if series else Content.styled("no tokens yet", "dim"))
+    return Content("\n").join(lines)
+
+
+class Plots(Static):
+    DEFAULT_CSS = """
+    Plots { border: round $panel-lighten-2; padding: 0 1; height: auto; max-height: 22; }
+    """
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__("", id=id)
+        self.border_title = "speculative lane"
+        self._lines = -1
+
+    def show(self, spec: LaneTally) -> None:
+        content = plots_content(spec, max(16, self.content_size.width or 32))
+        lines = content.plain.count("\n")
+        self.update(content, layout=lines != self._lines)  # a layout repaints the screen: only when needed
+        self._lines = lines

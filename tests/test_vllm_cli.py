@@ -1,0 +1,132 @@
+"""`specplay run --backend vllm`, `specplay vllm-launch`, and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fake_vllm import FakeVllm, Fault
+
+from specplay.cli import main
+from tests.conftest import CODE_PROMPT, TinyModels
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def servers(tiny: TinyModels) -> Iterator[tuple[FakeVllm, FakeVllm]]:
+    target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
+    yield target, near
+    target.close()
+    near.close()
+
+
+def test_run_through_vllm_matches_mlx(
+    tiny: TinyModels, servers: tuple[FakeVllm, FakeVllm], capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    target, near = servers
+    common = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "12", "--json", "--ignore-eos"]
+    code, out, _ = cli(capsys, "run", "--target", str(tiny.target), "--draft", f"near={tiny.near}", *common)
+    assert code == 0
+    expected = json.loads(out)["token_ids"]
+    monkeypatch.setenv("SPECPLAY_API_KEY", "not-needed-here")
+    urls = ["--backend", "vllm", "--target-url", f"{target.url}/v1", "--draft-url", f"near={near.url}"]
+    code, out, err = cli(capsys, "run", *urls, *common)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["token_ids"] == expected
+    assert result["vllm"]["verify_strategies"] == {"prompt-logprobs": result["metrics"]["num_spec_steps"]}
+    assert result["vllm"]["approximate"] is False
+    assert target.headers[-1]["Authorization"] == "Bearer not-needed-here"
+
+
+def test_session_is_kept_when_the_server_dies(tiny: TinyModels, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
+    try:
+        target.fault = Fault("die", after=8)  # connect probes, then a few rounds
+        urls = ["--backend", "vllm", "--target-url", target.url, "--draft-url", f"near={near.url}"]
+        args = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "40", "--save", "--sessions-dir", str(tmp_path)]
+        code, _, err = cli(capsys, "run", *urls, *args, "--api-key", "top-secret")
+        assert code == 2
+        assert len(err.strip().splitlines()) == 1 and "vLLM server 'target'" in err
+        (session,) = tmp_path.glob("*.jsonl")
+        text = session.read_text()
+        assert '"round"' in text and "top-secret" not in text
+        assert json.loads(text.splitlines()[0])["backend"]["backend"] == "vllm"
+    finally:
+        near.close()
+        target.thread.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--backend", "vllm"], "--target-url is required"),
+        (["--backend", "vllm", "--target-url", "gpu:8000"], "http://"),
+        (["--target", "x", "--draft-url", "http://gpu:8001"], "add --backend vllm"),
+        (["--backend", "vllm", "--target", "x", "--target-url", "http://gpu:8000"], "--target-url"),
+        (["--backend", "vllm", "--target-url", "http://127.0.0.1:9", "--timeout", "1"], "cannot be reached"),
+    ],
+)
+def test_bad_backend_flags_get_one_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "run", *args, "--prompt", "hi", "--mode", "target")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_native_run_json(tiny: TinyModels, capsys: pytest.CaptureFixture[str]) -> None:
+    server = FakeVllm(tiny.target, "target", native_draft=tiny.near, native_k=2)
+    try:
+        args = ["run", "--backend", "vllm", "--vllm-native", "--target-url", server.url + "/v1"]
+        code, out, err = cli(capsys, *args, "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "10", "--json")
+        assert code == 0, err
+        result = json.loads(out)
+        assert result["sources_exact"] and len(result["sources"]) == len(result["token_ids"]) == 10
+        code, out, err = cli(capsys, *args, "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "10", "--tv", "0.5")
+        assert code == 2 and "fixed by the server" in err
+    finally:
+        server.close()
+
+
+def test_vllm_launch_prints_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "vllm-launch", "--target", "org/big", "--draft", "small=org/small", "--api-key", "k3y")
+    assert code == 0
+    lines = out.splitlines()
+    serve = [line for line in lines if line.startswith("vllm serve")]
+    assert len(serve) == 2 and "--max-logprobs 20" in serve[0] and "--enable-prompt-tokens-details" in serve[0]
+    assert "--logprobs-mode processed_logprobs" in serve[1] and "--port 8001" in serve[1]
+    assert "k3y" not in out
+    assert any(line.startswith("specplay run --backend vllm") for line in lines)
+    code, out, _ = cli(capsys, "vllm-launch", "--target", "org/big", "--draft", "org/small", "--native", "--k", "3")
+    assert "--speculative-config" in out and '"num_speculative_tokens": 3' in out
+    assert "--per-request-spec-decode-metrics detailed" in out
+
+
+async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from specplay.backends.vllm import connect_vllm_backend
+    from specplay.engine.events import DoneEvent
+    from specplay.ui.app import PlaygroundOptions, create_app
+    from tests.ui_helpers import wait_for
+
+    target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
+    try:
+        options = PlaygroundOptions(
+            prompt=CODE_PROMPT, autorun=True, max_tokens=10, raw=True, ignore_eos=True, sessions_dir=tmp_path
+        )
+        app = create_app(lambda: connect_vllm_backend(target.url, [("near", near.url)]), options)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await wait_for(pilot, lambda: app.state == "running", "the autorun to start")
+            await wait_for(pilot, lambda: app.state == "ready", "the run to finish")
+            assert all(isinstance(app.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+            target.fault = Fault("die", after=target.num_completions)
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: "run failed" in app.status, "the dead server to be reported")
+            assert "vLLM server 'target'" in app.status
+    finally:
+        near.close()
+        target.thread.close()
