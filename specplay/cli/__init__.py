@@ -6,10 +6,12 @@ import os
 import sys
 
 from specplay import __version__
-from specplay.cli import bench, diff, export, fidelity, run, sessions, vllm_launch
+from specplay.cli import bench, diff, distill, export, fidelity, run, sessions, vllm_launch
 from specplay.cli.options import Parser, config_error_line
 from specplay.errors import ConfigError, SpecplayError
 from specplay.ui import cli as tui
+
+TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 
 def build_parser() -> Parser:
@@ -22,19 +24,21 @@ def build_parser() -> Parser:
     diff.add_parser(subparsers)
     export.add_parser(subparsers)
     bench.add_parser(subparsers)
+    distill.add_parser(subparsers)
     tui.add_parser(subparsers)
     vllm_launch.add_parser(subparsers)
+    parser.commands = set(subparsers.choices)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from folders or the local cache only
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in parser.commands and argv[0] not in TOP_LEVEL_FLAGS):
+        argv = ["tui", *argv]  # no command: the playground (on the demo models when no models are named)
     args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    if not hasattr(args, "command"):
-        parser.print_help()
-        return 0
+    args.argv = argv
     try:
         return args.command(args)
     except ConfigError as error:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specplay.cli.options import drafters_from
+from specplay.cli.options import drafters_from, use_demo_models
 from specplay.errors import ConfigError
 
 BACKENDS = ("mlx", "vllm")
@@ -90,8 +90,7 @@ def check_models(args: argparse.Namespace) -> None:
     if not uses_vllm(args):
         if getattr(args, "draft_url", None) or getattr(args, "target_url", None):
             raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
-        if getattr(args, "target", None) is None:
-            raise ConfigError("target", "is required (a model folder or cached Hugging Face id)")
+        use_demo_models(args)
         return
     if getattr(args, "target", None) is not None:
         raise ConfigError("target", "is for local models; with --backend vllm give --target-url URL")

@@ -18,7 +18,7 @@ from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, to_csv, to_json
 from specplay.bench.stats import needs_more_repeats
 from specplay.bench.sweep import BenchConfig, BenchPrompt, Measurement, load_prompts, measure, plan
-from specplay.cli.options import add_model_flags, comma_floats, drafters_from, warn
+from specplay.cli.options import add_model_flags, comma_floats, drafters_from, use_demo_models, warn
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.loop import Request, SpecEngine
@@ -53,6 +53,7 @@ def _temperatures(text: str) -> list[float]:
 
 
 def bench(args: argparse.Namespace) -> int:
+    use_demo_models(args)
     drafters = drafters_from(args)
     if not drafters:
         raise ConfigError("draft", "is needed: give at least one drafter")

@@ -31,6 +31,7 @@ from specplay.cli.options import (
     prompt_from,
     route_map_from,
     settings_from,
+    use_demo_models,
     warn,
 )
 from specplay.cli.render import make_console
@@ -100,6 +101,7 @@ def _checked(args: argparse.Namespace) -> _Checked:
     if args.tv != 0:
         raise ConfigError("tv", "does not apply: give the TV budgets with --budgets")
     budgets = parse_budgets(args.budgets)
+    use_demo_models(args)
     settings = settings_from(args)
     drafters = drafters_from(args)
     route_map = route_map_from(args)

@@ -28,11 +28,10 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def add_model_flags(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    group = parser.add_argument_group("models")
-    group.add_argument(
-        "--target", metavar="PATH|ID", required=required, help="target model: mlx-lm folder or cached Hugging Face id"
-    )
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """--target and --draft; both left out means the shipped demo models (see use_demo_models)."""
+    group = parser.add_argument_group("models (default: the shipped demo target with drafters base and prose)")
+    group.add_argument("--target", metavar="PATH|ID", help="target model: mlx-lm folder or cached Hugging Face id")
     group.add_argument(
         "--draft",
         metavar="[NAME=]PATH|ID",
@@ -150,6 +149,19 @@ def drafters_from(args: argparse.Namespace) -> list[tuple[str, str]]:
         if name == "target":
             raise ConfigError("draft", "cannot name a drafter 'target'; name it with NAME=PATH")
     return named
+
+
+def use_demo_models(args: argparse.Namespace) -> None:
+    """No --target and no --draft: run on the demo models that ship inside specplay."""
+    if getattr(args, "target", None) is not None or args.draft:
+        if getattr(args, "target", None) is None and not getattr(args, "target_url", None):
+            raise ConfigError("target", "is needed with --draft (or leave out both to use the demo models)")
+        return
+    from specplay.demo import demo_model_paths
+
+    target, drafters = demo_model_paths()
+    args.target = str(target)
+    args.draft = [f"{name}={path}" for name, path in drafters.items()]
 
 
 def route_map_from(args: argparse.Namespace) -> dict[str, str]:

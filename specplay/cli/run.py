@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from specplay.cli.backends import add_backend_flags, blas_warning, check_models, drafter_names, load_backend, uses_vllm
+from specplay.cli.backends import add_backend_flags, blas_warning, check_models, drafter_names, load_backend
 from specplay.cli.options import (
     add_decoding_flags,
     add_model_flags,
@@ -34,7 +34,7 @@ from specplay.store.replay import replay_flags
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="run one prompt headless and print the result")
-    add_model_flags(parser, required=False)  # a --replay session supplies them
+    add_model_flags(parser)  # a --replay session supplies them
     add_backend_flags(parser)
     add_prompt_flags(parser, required=False)
     add_decoding_flags(parser)
@@ -116,8 +116,6 @@ def _backend_report(backend: object, record: RunRecord) -> dict | None:
 
 def _checked(args: argparse.Namespace) -> tuple[SpecSettings, list[str], str]:
     """Everything that can be checked without models, checked before loading them."""
-    if args.target is None and not uses_vllm(args):
-        raise ConfigError("target", "is required (or --replay SESSION)")
     check_models(args)
     if args.prompt is None and args.prompt_file is None:
         raise ConfigError("prompt", "or --prompt-file is required (or --replay SESSION)")

@@ -23,7 +23,7 @@ from specplay.errors import ConfigError
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("tui", help="the interactive playground: target-only and speculative side by side")
-    add_model_flags(parser, required=False)  # --backend vllm takes --target-url instead
+    add_model_flags(parser)
     add_backend_flags(parser)
     add_decoding_flags(parser)
     group = parser.add_argument_group("playground")

@@ -1,0 +1,159 @@
+"""DistillSpec: train a drafter on the target's distributions over the user's prompts.
+
+1. The target continues every prompt (sampled, batched): its own text, as it will be drafted for.
+2. The drafter learns to match the target's next-token distribution at every position of that
+   text (forward KL), optionally tuning only its last layers.
+
+Everything a run needs to resume sits in `out/work`: the rollouts and the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from specplay.train.data import Windows, token_stream
+from specplay.train.losses import forward_kl_loss, target_log_probs
+from specplay.train.models import save_folder
+from specplay.train.rollouts import rollouts
+from specplay.train.trainer import Progress, TrainConfig, train
+
+ROLLOUTS_FILE = "rollouts.npz"
+PROVENANCE_FILE = "distill.json"
+HELD_OUT_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    train: TrainConfig
+    rollout_tokens: int = 128
+    """New tokens the target writes after each prompt."""
+    temperature: float = 1.0
+    """Of the target's rollouts; the KL always uses the target's full distribution."""
+    max_prompt_tokens: int = 256
+    """Longer prompts keep their last tokens."""
+    last_layers: int | None = None
+    """Tune only the last N transformer layers (plus the final norm and output head)."""
+    storage: str = "float32"
+
+
+@dataclass(frozen=True)
+class DistillResult:
+    steps: int
+    held_out_kl_before: float
+    held_out_kl_after: float
+    trained_tokens: int
+
+
+def freeze_all_but_last(model: nn.Module, last_layers: int) -> None:
+    layers = model.layers
+    if not 1 <= last_layers <= len(layers):
+        raise ValueError(f"last_layers must be between 1 and {len(layers)} (the drafter's layers)")
+    model.freeze()
+    for layer in layers[-last_layers:]:
+        layer.unfreeze()
+    inner = model.model if hasattr(model, "model") else model
+    if hasattr(inner, "norm"):
+        inner.norm.unfreeze()
+    if hasattr(model, "lm_head"):
+        model.lm_head.unfreeze()
+
+
+def load_or_make_rollouts(
+    work: Path,
+    target: nn.Module,
+    prompts: list[list[int]],
+    config: DistillConfig,
+    eos_token_id: int,
+    on_status: Callable[[str], None],
+) -> list[list[int]]:
+    path = work / ROLLOUTS_FILE
+    if path.is_file():
+        saved = np.load(path)
+        on_status(f"reusing {len(saved['offsets']) - 1} rollouts from {path}")
+        tokens, offsets = saved["tokens"], saved["offsets"]
+        return [tokens[a:b].tolist() for a, b in itertools.pairwise(offsets)]
+    clipped = [p[-config.max_prompt_tokens :] for p in prompts]
+    sequences = rollouts(
+        target,
+        clipped,
+        config.rollout_tokens,
+        config.temperature,
+        eos_token_id,
+        seed=config.train.seed,
+        on_batch=lambda done, total: on_status(f"target rollouts: {done}/{total} prompts"),
+    )
+    offsets = np.cumsum([0, *(len(s) for s in sequences)])
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = work / ("tmp-" + ROLLOUTS_FILE)
+    np.savez(tmp, tokens=np.concatenate([np.asarray(s, dtype=np.int32) for s in sequences]), offsets=offsets)
+    tmp.rename(path)
+    return sequences
+
+
+def mean_kl(draft: nn.Module, target: nn.Module, windows: np.ndarray) -> float:
+    """Forward KL per position over fixed windows: the held-out yardstick before and after."""
+    total = 0.0
+    for row in windows:
+        inputs = mx.array(row[None, :-1])
+        loss = forward_kl_loss(draft, inputs, target_log_probs(target, inputs), mx.ones(inputs.shape))
+        total += loss.item()
+    return total / max(len(windows), 1)
+
+
+def distill(
+    target: nn.Module,
+    draft: nn.Module,
+    draft_config: dict,
+    tokenizer_dir: Path,
+    prompts: list[list[int]],
+    eos_token_id: int,
+    out: Path,
+    config: DistillConfig,
+    on_progress: Callable[[Progress], None] = lambda _: None,
+    on_status: Callable[[str], None] = lambda _: None,
+    provenance: dict | None = None,
+) -> DistillResult:
+    work = out / "work"
+    sequences = load_or_make_rollouts(work, target, prompts, config, eos_token_id, on_status)
+    held_out_count = max(1, int(len(sequences) * HELD_OUT_SHARE)) if len(sequences) > 1 else 0
+    seq_len = config.train.seq_len
+    train_stream = token_stream(sequences[held_out_count:], eos_token_id)
+    held_stream = token_stream(sequences[:held_out_count] or sequences, eos_token_id)
+    if len(train_stream) <= seq_len + 1:
+        raise ValueError(
+            f"the rollouts hold {len(train_stream)} tokens, too few for windows of {seq_len}; "
+            "give more prompts, more --rollout-tokens, or a smaller --seq-len"
+        )
+    windows = Windows([train_stream], [1.0], seq_len, seed=config.train.seed)
+    held_len = min(seq_len, len(held_stream) - 2)
+    held_windows = Windows([held_stream], [1.0], held_len, seed=config.train.seed + 1).batch(0, 8)
+
+    if config.last_layers:
+        freeze_all_but_last(draft, config.last_layers)
+    kl_before = mean_kl(draft, target, held_windows)
+    on_status(f"held-out KL(target || draft) before: {kl_before:.4f}")
+
+    def batch(step: int) -> tuple[mx.array, ...]:
+        inputs = mx.array(windows.batch(step, config.train.batch_size)[:, :-1])
+        return inputs, target_log_probs(target, inputs), mx.ones(inputs.shape)
+
+    meta = {"distill": {k: v for k, v in asdict(config).items() if k != "train"}}
+    train(draft, forward_kl_loss, batch, config.train, on_progress, checkpoint_dir=work / "checkpoint", meta=meta)
+    draft.unfreeze()
+    kl_after = mean_kl(draft, target, held_windows)
+    on_status(f"held-out KL(target || draft) after: {kl_after:.4f}")
+
+    trained_tokens = config.train.steps * config.train.batch_size * seq_len
+    result = DistillResult(config.train.steps, kl_before, kl_after, trained_tokens)
+    save_folder(out, draft, draft_config, tokenizer_dir, storage=config.storage)
+    record = {"result": asdict(result), "config": asdict(config), "prompts": len(prompts), **(provenance or {})}
+    (out / PROVENANCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    return result

@@ -1,0 +1,59 @@
+"""Where `specplay distill` finds the user's traffic: a text file, a JSONL file or a sessions folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specplay.errors import SpecplayError
+from specplay.store.format import SessionError, load_session
+from specplay.store.location import list_session_files
+
+PROMPT_KEYS = ("prompt", "text")
+
+
+def read_prompts(source: Path) -> list[str]:
+    """Prompts from a folder of saved sessions (each session's prompt), a .jsonl file (a "prompt"
+    or "text" field per line) or a text file (prompts separated by blank lines)."""
+    if not source.exists():
+        raise SpecplayError(f"data {str(source)!r} not found: pass a prompt file (.txt or .jsonl) or a sessions folder")
+    if source.is_dir():
+        prompts = _session_prompts(source)
+    elif source.suffix == ".jsonl":
+        prompts = _jsonl_prompts(source)
+    else:
+        text = source.read_text(encoding="utf-8", errors="replace")
+        prompts = [block.strip("\n") for block in text.split("\n\n")]
+    prompts = [p for p in prompts if p.strip()]
+    if not prompts:
+        raise SpecplayError(f"data {str(source)!r} holds no prompts")
+    return prompts
+
+
+def _jsonl_prompts(path: Path) -> list[str]:
+    prompts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecplayError(f"{path}:{number}: not JSON ({exc.msg}); write one JSON object per line") from exc
+        key = next((k for k in PROMPT_KEYS if isinstance(record, dict) and isinstance(record.get(k), str)), None)
+        if key is None:
+            raise SpecplayError(f'{path}:{number}: no "prompt" or "text" string field')
+        prompts.append(record[key])
+    return prompts
+
+
+def _session_prompts(directory: Path) -> list[str]:
+    files = list_session_files(directory)
+    if not files:
+        raise SpecplayError(f"folder {str(directory)!r} holds no saved sessions (*.jsonl)")
+    prompts = []
+    for path in files:
+        try:
+            prompts.append(load_session(path).prompt)
+        except SessionError:
+            continue  # a corrupt session costs one prompt, not the whole run
+    return prompts

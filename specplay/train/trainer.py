@@ -1,0 +1,162 @@
+"""One training loop for pre-training and distillation: AdamW with warmup and cosine decay,
+progress reports, and checkpoints that an interrupted run resumes from."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
+
+CHECKPOINT_WEIGHTS = "weights.safetensors"
+CHECKPOINT_OPTIMIZER = "optimizer.safetensors"
+CHECKPOINT_STATE = "state.json"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int
+    batch_size: int = 8
+    seq_len: int = 128
+    learning_rate: float = 1e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    seed: int = 0
+    checkpoint_every: int = 50
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int
+    steps: int
+    loss: float
+    tokens_per_s: float
+    eta_s: float
+
+
+LossFn = Callable[..., mx.array]
+"""loss(model, *batch_arrays) -> scalar."""
+BatchFn = Callable[[int], tuple[mx.array, ...]]
+"""batch(step) -> the arrays the loss takes after the model."""
+
+
+def make_optimizer(config: TrainConfig) -> optim.Optimizer:
+    warmup = max(1, min(config.warmup_steps, config.steps - 1))
+    schedule = optim.join_schedules(
+        [
+            optim.linear_schedule(config.learning_rate * 0.01, config.learning_rate, warmup),
+            optim.cosine_decay(config.learning_rate, max(config.steps - warmup, 1), config.learning_rate * 0.05),
+        ],
+        [warmup],
+    )
+    return optim.AdamW(learning_rate=schedule, weight_decay=config.weight_decay)
+
+
+def save_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimizer, step: int, meta: dict) -> None:
+    """Written to a temporary folder and renamed, so an interruption never leaves half a checkpoint."""
+    tmp = directory.with_name(directory.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(tmp / CHECKPOINT_WEIGHTS), dict(tree_flatten(model.trainable_parameters())))
+    mx.save_safetensors(str(tmp / CHECKPOINT_OPTIMIZER), dict(tree_flatten(optimizer.state)))
+    (tmp / CHECKPOINT_STATE).write_text(json.dumps({"step": step, **meta}, indent=2))
+    if directory.exists():
+        old = directory.with_name(directory.name + ".old")
+        directory.rename(old)
+        tmp.rename(directory)
+        for child in old.iterdir():
+            child.unlink()
+        old.rmdir()
+    else:
+        tmp.rename(directory)
+
+
+def load_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimizer) -> tuple[int, dict]:
+    model.load_weights(list(mx.load(str(directory / CHECKPOINT_WEIGHTS)).items()), strict=False)
+    optimizer.state = tree_unflatten(list(mx.load(str(directory / CHECKPOINT_OPTIMIZER)).items()))
+    state = json.loads((directory / CHECKPOINT_STATE).read_text())
+    return int(state.pop("step")), state
+
+
+def train(
+    model: nn.Module,
+    loss_fn: LossFn,
+    batch: BatchFn,
+    config: TrainConfig,
+    on_progress: Callable[[Progress], None] = lambda _: None,
+    checkpoint_dir: Path | None = None,
+    meta: dict[str, Any] | None = None,
+) -> list[float]:
+    """Train `model`'s trainable parameters; returns the loss of every step run now.
+
+    With `checkpoint_dir`, a checkpoint is written every `checkpoint_every` steps and at the end,
+    and a run finding one there continues from its step (`meta` must match, so a resumed run
+    cannot silently mix two configurations).
+    """
+    meta = {"config": asdict(config), **(meta or {})}
+    optimizer = make_optimizer(config)
+    optimizer.init(model.trainable_parameters())
+    first_step = 0
+    if checkpoint_dir is not None and (checkpoint_dir / CHECKPOINT_STATE).is_file():
+        first_step, saved_meta = load_checkpoint(checkpoint_dir, model, optimizer)
+        if json.loads(json.dumps(meta)) != saved_meta:
+            raise ValueError(
+                f"the checkpoint in {checkpoint_dir} was made with other settings; "
+                "pass the same settings to resume, or remove the folder to start over"
+            )
+
+    value_and_grad = nn.value_and_grad(model, loss_fn)
+
+    def step_fn(*arrays: mx.array) -> mx.array:
+        loss, grads = value_and_grad(model, *arrays)
+        optimizer.update(model, grads)
+        return loss
+
+    losses: list[float] = []
+    started = time.perf_counter()
+    for step in range(first_step, config.steps):
+        # References to the last evaluated weights and optimizer state (arrays are immutable), so
+        # an interruption anywhere in a step still saves exactly `step` finished steps.
+        finished = (model.trainable_parameters(), tree_map(lambda x: x, optimizer.state))
+        try:
+            loss = step_fn(*batch(step))
+            mx.eval(loss, model.state, optimizer.state)
+            losses.append(loss.item())
+            _report(on_progress, config, step + 1, first_step, losses, started)
+            if checkpoint_dir is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps):
+                save_checkpoint(checkpoint_dir, model, optimizer, step + 1, meta)
+        except KeyboardInterrupt:
+            if checkpoint_dir is not None and step > first_step:
+                model.update(finished[0])
+                optimizer.state = finished[1]
+                save_checkpoint(checkpoint_dir, model, optimizer, step, meta)
+            raise
+    return losses
+
+
+def _report(
+    on_progress: Callable[[Progress], None],
+    config: TrainConfig,
+    done: int,
+    first_step: int,
+    losses: list[float],
+    started: float,
+) -> None:
+    elapsed_s = time.perf_counter() - started
+    steps_run = done - first_step
+    on_progress(
+        Progress(
+            step=done,
+            steps=config.steps,
+            loss=float(np.mean(losses[-10:])),
+            tokens_per_s=steps_run * config.batch_size * config.seq_len / elapsed_s,
+            eta_s=elapsed_s / steps_run * (config.steps - done),
+        )
+    )

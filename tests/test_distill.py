@@ -1,0 +1,228 @@
+"""`specplay distill` and the training code behind it, on the tiny models built by the tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from conftest import TinyModels
+
+from specplay.cli import main
+from specplay.train.distill import DistillConfig, distill, mean_kl
+from specplay.train.models import load_folder
+from specplay.train.prompts import read_prompts
+from specplay.train.rollouts import rollouts
+from specplay.train.trainer import Progress, TrainConfig
+
+PROMPTS = [
+    "def parse(line):\n    fields = line.split(",
+    "The module provides a way to read configuration files.",
+    "class Stack:\n    def __init__(self):\n",
+    "import os\nimport sys\n\n",
+    "Return the number of items in the sequence.",
+    "for key, value in sorted(mapping.items()):\n",
+]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def encode(tiny: TinyModels, texts: list[str]) -> list[list[int]]:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tiny.target / "tokenizer.json"))
+    return [tokenizer.encode(t).ids for t in texts]
+
+
+def eos(tiny: TinyModels) -> int:
+    return json.loads((tiny.target / "config.json").read_text())["eos_token_id"]
+
+
+def small_config(steps: int, **extra: object) -> DistillConfig:
+    train = TrainConfig(steps=steps, batch_size=4, seq_len=24, learning_rate=3e-3, warmup_steps=2, checkpoint_every=2)
+    return DistillConfig(train=train, rollout_tokens=24, **extra)
+
+
+def test_batched_rollouts_match_one_at_a_time_greedy(tiny: TinyModels) -> None:
+    """Left padding must not leak into any row: a batch of prompts of different lengths gives each
+    prompt the continuation it gets alone."""
+    target, _ = load_folder(tiny.target)
+    prompts = encode(tiny, PROMPTS)
+    assert len({len(p) for p in prompts}) > 1
+    batched = rollouts(target, prompts, 12, 0.0, eos(tiny), seed=0, batch_size=4)
+    alone = rollouts(target, prompts, 12, 0.0, eos(tiny), seed=0, batch_size=1)
+    assert batched == alone
+    assert all(row[: len(p)] == p for row, p in zip(batched, prompts, strict=True))
+
+
+def test_a_few_distillation_steps_lower_the_held_out_kl(tiny: TinyModels, tmp_path: Path) -> None:
+    target, _ = load_folder(tiny.target)
+    draft, config = load_folder(tiny.far)
+    result = distill(
+        target, draft, config, tiny.far, encode(tiny, PROMPTS * 4), eos(tiny), tmp_path / "d", small_config(30)
+    )
+    assert result.held_out_kl_after < 0.8 * result.held_out_kl_before
+    reloaded, _ = load_folder(tmp_path / "d")  # an mlx-lm folder with the drafter's tokenizer
+    assert (tmp_path / "d" / "tokenizer.json").read_bytes() == (tiny.far / "tokenizer.json").read_bytes()
+    held = np.stack([np.array(encode(tiny, PROMPTS)[0][:9])])
+    assert mean_kl(reloaded, target, held) == pytest.approx(mean_kl(draft, target, held), rel=1e-4)
+
+
+def test_last_layers_leaves_the_other_layers_untouched(tiny: TinyModels, tmp_path: Path) -> None:
+    target, _ = load_folder(tiny.target)
+    draft, config = load_folder(tiny.near)
+    before = {k: np.array(v) for k, v in mx.load(str(tiny.near / "model.safetensors")).items()}
+    distill(
+        target,
+        draft,
+        config,
+        tiny.near,
+        encode(tiny, PROMPTS * 2),
+        eos(tiny),
+        tmp_path / "d",
+        small_config(4, last_layers=1),
+    )
+    after = mx.load(str(tmp_path / "d" / "model.safetensors"))
+    changed = {k for k, v in after.items() if not np.allclose(np.array(v), before[k])}
+    assert changed and all(not k.startswith("model.layers.0.") and "embed_tokens" not in k for k in changed)
+    assert any(k.startswith("model.layers.1.") for k in changed)
+
+
+def test_an_interrupted_run_resumes_to_the_same_drafter(tiny: TinyModels, tmp_path: Path) -> None:
+    target, _ = load_folder(tiny.target)
+    prompts = encode(tiny, PROMPTS * 2)
+
+    def run(out: Path, stop_at: int | None = None) -> None:
+        draft, config = load_folder(tiny.far)
+
+        def on_progress(progress: Progress) -> None:
+            if progress.step == stop_at:
+                raise KeyboardInterrupt
+
+        distill(target, draft, config, tiny.far, prompts, eos(tiny), out, small_config(6), on_progress=on_progress)
+
+    run(tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "resumed", stop_at=3)
+    assert not (tmp_path / "resumed" / "config.json").exists()
+    run(tmp_path / "resumed")
+    whole = mx.load(str(tmp_path / "whole" / "model.safetensors"))
+    resumed = mx.load(str(tmp_path / "resumed" / "model.safetensors"))
+    for name, value in whole.items():
+        np.testing.assert_allclose(np.array(resumed[name]), np.array(value), rtol=1e-5, atol=1e-6)
+
+
+def test_prompts_come_from_text_jsonl_or_saved_sessions(tmp_path: Path) -> None:
+    text = tmp_path / "p.txt"
+    text.write_text("first prompt\nstill first\n\nsecond prompt\n")
+    assert read_prompts(text) == ["first prompt\nstill first", "second prompt"]
+    lines = tmp_path / "p.jsonl"
+    lines.write_text('{"prompt": "a"}\n{"text": "b"}\n')
+    assert read_prompts(lines) == ["a", "b"]
+    from specplay.errors import SpecplayError
+
+    lines.write_text('{"prompt": "a"}\n{"other": 1}\n')
+    with pytest.raises(SpecplayError, match=r"p.jsonl:2: no \"prompt\" or \"text\""):
+        read_prompts(lines)
+
+
+def test_cli_distills_from_saved_sessions_and_the_result_drafts(
+    tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sessions = tmp_path / "sessions"
+    for prompt in PROMPTS[:3]:
+        code, _, err = run_cli(
+            capsys,
+            "run",
+            "--target",
+            str(tiny.target),
+            "--draft",
+            str(tiny.near),
+            "--prompt",
+            prompt,
+            "--raw",
+            "--max-tokens",
+            "8",
+            "--save",
+            "--sessions-dir",
+            str(sessions),
+        )
+        assert code == 0, err
+    out = tmp_path / "drafter"
+    code, stdout, err = run_cli(
+        capsys,
+        "distill",
+        "--target",
+        str(tiny.target),
+        "--draft",
+        str(tiny.far),
+        "--data",
+        str(sessions),
+        "--out",
+        str(out),
+        "--steps",
+        "3",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--rollout-tokens",
+        "16",
+    )
+    assert code == 0, err
+    assert "held-out KL" in stdout and (out / "distill.json").is_file()
+    code, stdout, err = run_cli(
+        capsys,
+        "run",
+        "--target",
+        str(tiny.target),
+        "--draft",
+        f"mine={out}",
+        "--prompt",
+        PROMPTS[0],
+        "--raw",
+        "--max-tokens",
+        "8",
+        "--json",
+    )
+    assert code == 0, err
+    assert json.loads(stdout.splitlines()[-1])["metrics"]["num_draft_tokens"] > 0
+
+
+def test_cli_refuses_mismatched_tokenizers_and_missing_data(
+    tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "p.txt"
+    data.write_text("a prompt\n")
+    code, _, err = run_cli(
+        capsys,
+        "distill",
+        "--target",
+        str(tiny.target),
+        "--draft",
+        str(tiny.other_vocab),
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "token mapping" in err
+    code, _, err = run_cli(
+        capsys,
+        "distill",
+        "--target",
+        str(tiny.target),
+        "--draft",
+        str(tiny.near),
+        "--data",
+        str(tmp_path / "nope.txt"),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "nope.txt" in err and "not found" in err
