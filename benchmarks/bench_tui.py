@@ -12,7 +12,7 @@ its own turns, so the target-only lane's turns are not counted against it; what 
 everything the UI costs the model thread (the GIL, redraws, the drill-down's top-5 per round).
 The ratio is the number to read; absolute speeds depend on the machine.
 
-    python benchmarks/bench_tui.py                       # the demo models, else smoke models
+    python benchmarks/bench_tui.py                       # the shipped demo models
     python benchmarks/bench_tui.py --target T --draft near=D --max-tokens 300 --repeats 5
 """
 
@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends.mlx import load_mlx_backend, release_thread
+from specplay.demo import demo_model_paths
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
 from specplay.engine.loop import Request, SpecEngine
@@ -38,19 +38,10 @@ from specplay.ui.app import PlaygroundOptions, create_app
 PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
 
 
-def default_models(cache: Path) -> tuple[str, list[tuple[str, str]]]:
-    """The shipped demo models when built, else smoke models (built once into `cache`)."""
-    try:
-        from specplay.demo import demo_model_paths  # type: ignore[import-not-found]
-
-        target, drafters = demo_model_paths()
-        if Path(target).exists() and all(Path(p).exists() for p in drafters.values()):
-            return str(target), [(name, str(path)) for name, path in drafters.items()]
-    except Exception as error:  # not there yet, or not built: fall back
-        print(f"(demo models unavailable: {type(error).__name__}: {error}; using smoke models)", file=sys.stderr)
-    if not (cache / "near").exists():
-        subprocess.run([sys.executable, "-m", "specplay.backends.mlx.build", str(cache)], check=True)
-    return str(cache / "target"), [("near", str(cache / "near"))]
+def default_models() -> tuple[str, list[tuple[str, str]]]:
+    """The demo models that ship inside specplay."""
+    target, drafters = demo_model_paths()
+    return str(target), [(name, str(path)) for name, path in drafters.items()]
 
 
 def headless(thread: ModelThread, backend: object, args: argparse.Namespace, settings: SpecSettings) -> float:
@@ -104,12 +95,11 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="pairs of runs, each side in turn")
-    parser.add_argument("--models-cache", type=Path, default=Path(tempfile.gettempdir()) / "specplay-bench-smoke")
     args = parser.parse_args()
     if args.target:
         drafters = [tuple(d.split("=", 1)) if "=" in d else (Path(d).name, d) for d in args.draft]
     else:
-        args.target, drafters = default_models(args.models_cache)
+        args.target, drafters = default_models()
     if not drafters:
         parser.error("--draft is needed with --target")
     settings = SpecSettings(k=args.k, route=drafters[0][0], sampling=SamplingParams(temperature=args.temperature))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specplay.cli.options import drafters_from, use_demo_models
+from specplay.cli.options import check_drafter_names, drafters_from, use_demo_models
 from specplay.errors import ConfigError
 
 BACKENDS = ("mlx", "vllm")
@@ -77,11 +77,7 @@ def drafter_names(args: argparse.Namespace) -> list[str]:
     names = [name for name, _ in drafters_from(args)]
     if uses_vllm(args):
         names += [name for name, _ in remote_drafters(args)]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError("draft", f"names {name!r} twice; give each drafter its own NAME=")
-        if name == "target":
-            raise ConfigError("draft", "cannot name a drafter 'target'; name it with NAME=")
+    check_drafter_names(names)
     return names
 
 

@@ -142,13 +142,16 @@ def drafters_from(args: argparse.Namespace) -> list[tuple[str, str]]:
         if not sep or "/" in name:  # an unnamed path may itself contain '='
             name, spec = Path(value.rstrip("/")).name, value
         named.append((name, spec))
-    names = [name for name, _ in named]
+    check_drafter_names([name for name, _ in named])
+    return named
+
+
+def check_drafter_names(names: list[str]) -> None:
     for name in names:
         if names.count(name) > 1:
-            raise ConfigError("draft", f"names {name!r} twice; name drafters with NAME=PATH")
+            raise ConfigError("draft", f"names {name!r} twice; give each drafter its own NAME=")
         if name == "target":
-            raise ConfigError("draft", "cannot name a drafter 'target'; name it with NAME=PATH")
-    return named
+            raise ConfigError("draft", "cannot name a drafter 'target'; name it with NAME=")
 
 
 def use_demo_models(args: argparse.Namespace) -> None:
