@@ -87,7 +87,7 @@ async def under_tui(args: argparse.Namespace, drafters: list[tuple[str, str]], s
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", help="target model folder (default: demo models, else smoke models)")
+    parser.add_argument("--target", help="target model folder (default: the shipped demo models)")
     parser.add_argument("--draft", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--prompt", default=PROMPT)
     parser.add_argument("--max-tokens", type=int, default=256)

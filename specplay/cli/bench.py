@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shlex
 import sys
 import time
 from datetime import UTC, datetime
@@ -163,7 +164,7 @@ def _about(args, backend, thread, prompts, temperatures, max_tokens, measurement
         "mlx": mx.__version__,
         "mlx_lm": mlx_lm.__version__,
         "blas": blas.OPENBLAS_PATH or "platform default",
-        "command": "specplay bench" + (" --quick" if args.quick else ""),
+        "command": shlex.join(["specplay", *args.argv]),
         "prompts": ", ".join(f"{p.category}/{p.name}" for p in prompts),
         "temperatures": ", ".join(f"{t:g}" for t in temperatures),
         "output length": f"{max_tokens} tokens, EOS ignored",
