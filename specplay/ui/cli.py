@@ -27,7 +27,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_backend_flags(parser)
     add_decoding_flags(parser)
     group = parser.add_argument_group("playground")
-    group.add_argument("--prompt", metavar="TEXT", default="", help="pre-fill the prompt")
+    group.add_argument(
+        "--prompt", metavar="TEXT", default="", help="pre-fill the prompt (default: the first of the prompt library)"
+    )
     group.add_argument("--raw", action="store_true", help="encode the prompt as written, without the chat template")
     group.add_argument("--autorun", action="store_true", help="run the prompt as soon as the models are loaded")
     group.add_argument("--max-tokens", type=int, default=256)
@@ -78,7 +80,7 @@ def tui(args: argparse.Namespace) -> int:
         warn(message)
     options = PlaygroundOptions(
         settings=settings,
-        prompt=args.prompt,
+        prompt=args.prompt or ("" if args.open else _first_library_prompt()),
         autorun=args.autorun,
         max_tokens=args.max_tokens,
         seed=args.seed,
@@ -91,3 +93,11 @@ def tui(args: argparse.Namespace) -> int:
     app = create_app(choice.load, options, on_exit=choice.on_exit)
     app.run()
     return 0
+
+
+def _first_library_prompt() -> str:
+    """So that ctrl+r runs something at once in a fresh playground."""
+    from specplay.ui.library import library_prompts
+
+    prompts = library_prompts()
+    return prompts[0].text if prompts else ""
