@@ -19,6 +19,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ PROSE_PROMPT_TOKENS = (16, 64)
 """Prose prompts are windows of these many tokens from the training prose, like a user's paste."""
 
 
-def print_progress(label: str) -> Any:
+def print_progress(label: str) -> Callable[[Progress], None]:
     def report(progress: Progress) -> None:
         if progress.step % 10 == 0 or progress.step == progress.steps:
             print(
@@ -149,7 +150,7 @@ def prose_prompts(out: Path) -> list[list[int]]:
     import numpy as np
 
     tokenizer = load_tokenizer(out)
-    texts = [t for t in corpus.split(corpus.prose_texts())[0]]
+    texts = corpus.split(corpus.prose_texts())[0]
     rng = np.random.default_rng(5)
     prompts = []
     for index in rng.choice(len(texts), size=PROSE_PROMPTS):
