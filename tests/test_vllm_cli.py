@@ -130,3 +130,19 @@ async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels,
     finally:
         near.close()
         target.thread.close()
+
+
+def test_bench_sweeps_through_vllm(
+    servers: tuple[FakeVllm, FakeVllm], tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    target, near = servers
+    out = tmp_path / "bench"
+    urls = ["--backend", "vllm", "--target-url", target.url, "--draft-url", f"near={near.url}"]
+    code, _, err = cli(capsys, "bench", *urls, "--quick", "--max-tokens", "2", "--out", str(out))
+    assert code == 0, err
+    report = json.loads((out / "results.json").read_text())
+    assert report["about"]["backend"] == "vllm"
+    rows = {row["config"]: row for row in report["rows"] if row["category"] == "code"}
+    assert rows["k=2"]["mean_acceptance_length"] >= 1
+    code, _, err = cli(capsys, "bench", *urls, "--quick", "--compare-mlx-lm", "--out", str(out))
+    assert code == 2 and "--compare-mlx-lm needs local MLX models" in err

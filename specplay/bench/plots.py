@@ -35,7 +35,8 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
             axis.plot(*zip(*points, strict=True), marker="o", label=f"{category}, T={temperature:g}")
     axis.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     axis.set(xlabel="draft length k", ylabel="speedup over target-only", title="Speedup against k")
-    axis.legend()
+    if axis.get_legend_handles_labels()[0]:  # a sweep too short to time draws no lines
+        axis.legend()
     paths.append(_save(figure, out_dir / "speedup_vs_k.png", plt))
 
     figure, axis = plt.subplots(figsize=(6, 4))
@@ -46,7 +47,8 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
         if points:
             axis.plot(*zip(*points, strict=True), marker="o", label=f"{category}, T={temperature:g}")
     axis.set(xlabel="TV budget D", ylabel="draft acceptance rate", title="Acceptance against TV budget", ylim=(0, 1.05))
-    axis.legend()
+    if axis.get_legend_handles_labels()[0]:  # a sweep too short to time draws no lines
+        axis.legend()
     paths.append(_save(figure, out_dir / "acceptance_vs_tv.png", plt))
 
     figure, axis = plt.subplots(figsize=(6, 4))
@@ -61,7 +63,8 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
                 label=f"{category}, T={temperature:g} ({widest.config})",
             )
     axis.set(xlabel="draft position", ylabel="acceptance", title="Acceptance by draft position", ylim=(0, 1.05))
-    axis.legend()
+    if axis.get_legend_handles_labels()[0]:  # a sweep too short to time draws no lines
+        axis.legend()
     paths.append(_save(figure, out_dir / "acceptance_by_position.png", plt))
     return paths
 

@@ -19,7 +19,8 @@ from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, to_csv, to_json
 from specplay.bench.stats import needs_more_repeats
 from specplay.bench.sweep import BenchConfig, BenchPrompt, Measurement, load_prompts, measure, plan
-from specplay.cli.options import add_model_flags, comma_floats, drafters_from, use_demo_models, warn
+from specplay.cli.backends import add_backend_flags, blas_warning, check_models, drafter_names, load_backend, uses_vllm
+from specplay.cli.options import add_model_flags, comma_floats, warn
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.loop import Request, SpecEngine
@@ -31,6 +32,7 @@ from specplay.runner import ModelThread
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="sweep k, policies, TV budgets, temperatures and routes over prompts")
     add_model_flags(parser)
+    add_backend_flags(parser)
     parser.add_argument("--quick", action="store_true", help="a small sweep, a few minutes on a laptop CPU")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: bench-<time>)")
     parser.add_argument("--prompts", type=Path, help="JSONL of {category, text}; default: the shipped library")
@@ -54,8 +56,12 @@ def _temperatures(text: str) -> list[float]:
 
 
 def bench(args: argparse.Namespace) -> int:
-    use_demo_models(args)
-    drafters = drafters_from(args)
+    check_models(args)
+    if args.vllm_native:
+        raise ConfigError("vllm_native", "does not apply: the bench sweeps k, policies and budgets, which vLLM fixes")
+    if args.compare_mlx_lm and uses_vllm(args):
+        raise ConfigError("compare_mlx_lm", "needs local MLX models; leave out --backend vllm")
+    drafters = drafter_names(args)
     if not drafters:
         raise ConfigError("draft", "is needed: give at least one drafter")
     if args.repeats < 3:
@@ -70,16 +76,14 @@ def bench(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecplayError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
-    configs = plan([name for name, _ in drafters], args.quick)
+    configs = plan(drafters, args.quick)
 
-    from specplay.backends.mlx import blas, load_mlx_backend, release_thread
-    from specplay.backends.mlx.reference import mlx_lm_tokens_per_s
-
-    if message := blas.slow_blas_warning():
+    choice = load_backend(args)
+    if message := blas_warning(args):
         warn(message)
-    thread = ModelThread(on_exit=release_thread)
+    thread = ModelThread(on_exit=choice.on_exit)
     try:
-        backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
+        backend = thread.call(choice.load)
         engine = SpecEngine(backend)
 
         def execute(config: BenchConfig, prompt: BenchPrompt, temperature: float, seed: int) -> dict[str, Any]:
@@ -99,6 +103,8 @@ def bench(args: argparse.Namespace) -> int:
             comparable = config.mode == "target" or (config.group == "k" and config.route == AUTO_ROUTE)
             if args.compare_mlx_lm and temperature == 0 and comparable:
                 k = config.k if config.mode == "speculative" else 0
+                from specplay.backends.mlx.reference import mlx_lm_tokens_per_s
+
                 result["mlx_lm_tokens_per_s"] = mlx_lm_tokens_per_s(backend, ids, max_tokens, first.route, k)
             return result
 
@@ -169,5 +175,6 @@ def _about(args, backend, thread, prompts, temperatures, max_tokens, measurement
         "temperatures": ", ".join(f"{t:g}" for t in temperatures),
         "output length": f"{max_tokens} tokens, EOS ignored",
         "repeats": f"{repeats} (seeds 0..{repeats - 1}), after one untimed warm-up of each model",
+        "backend": args.backend,
         "models": thread.call(backend.describe)["models"],
     }
