@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specplay.cli.options import check_drafter_names, drafters_from, use_demo_models
+from specplay.cli.options import check_drafter_names, drafters_from, use_demo_models, warn
 from specplay.errors import ConfigError
 
 BACKENDS = ("mlx", "vllm")
@@ -112,8 +112,11 @@ class BackendChoice:
 
 
 def load_backend(args: argparse.Namespace) -> BackendChoice:
-    """The backend the flags ask for, as a loader for the model thread (nothing loads here)."""
+    """The backend the flags ask for, as a loader for the model thread (nothing loads here).
+    Warns once when MLX will run models here without a fast BLAS."""
     check_models(args)
+    if message := blas_warning(args):
+        warn(message)
     local = drafters_from(args)
     if not uses_vllm(args):
         from specplay.backends.mlx import load_mlx_backend, release_thread

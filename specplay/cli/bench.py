@@ -19,8 +19,8 @@ from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, to_csv, to_json
 from specplay.bench.stats import needs_more_repeats
 from specplay.bench.sweep import BenchConfig, BenchPrompt, Measurement, load_prompts, measure, plan
-from specplay.cli.backends import add_backend_flags, blas_warning, check_models, drafter_names, load_backend, uses_vllm
-from specplay.cli.options import add_model_flags, comma_floats, warn
+from specplay.cli.backends import add_backend_flags, check_models, drafter_names, load_backend, uses_vllm
+from specplay.cli.options import add_model_flags, comma_floats
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.loop import Request, SpecEngine
@@ -79,8 +79,6 @@ def bench(args: argparse.Namespace) -> int:
     configs = plan(drafters, args.quick)
 
     choice = load_backend(args)
-    if message := blas_warning(args):
-        warn(message)
     thread = ModelThread(on_exit=choice.on_exit)
     try:
         backend = thread.call(choice.load)

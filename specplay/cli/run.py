@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from specplay.cli.backends import add_backend_flags, blas_warning, check_models, drafter_names, load_backend
+from specplay.cli.backends import add_backend_flags, check_models, drafter_names, load_backend
 from specplay.cli.options import (
     add_decoding_flags,
     add_model_flags,
@@ -18,7 +18,6 @@ from specplay.cli.options import (
     prompt_from,
     route_map_from,
     settings_from,
-    warn,
 )
 from specplay.cli.render import RunRecord, json_line, legend, make_console, summary, token_text
 from specplay.engine.controls import LiveControls
@@ -67,8 +66,6 @@ def run(args: argparse.Namespace) -> int:
 
         return run_native(args, settings, prompt)
     choice = load_backend(args)
-    if message := blas_warning(args):
-        warn(message)
     thread = ModelThread(on_exit=choice.on_exit)
     try:
         backend = thread.call(choice.load)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from specplay.backends.mlx.build import llama_config, train_tokenizer
 from specplay.train import corpus
@@ -82,11 +83,7 @@ def corpus_streams(out: Path) -> dict[str, Any]:
     """Train-split token streams per kind, cached next to the models."""
     cache = out / "work" / "streams.npz"
     if cache.is_file():
-        import numpy as np
-
         return dict(np.load(cache))
-    import numpy as np
-
     tokenizer = load_tokenizer(out)
     eos = tokenizer.token_to_id("<|endoftext|>")
     streams = {}
@@ -147,8 +144,6 @@ def build_base(out: Path) -> None:
 
 
 def prose_prompts(out: Path) -> list[list[int]]:
-    import numpy as np
-
     tokenizer = load_tokenizer(out)
     texts = corpus.split(corpus.prose_texts())[0]
     rng = np.random.default_rng(5)

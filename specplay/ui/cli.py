@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specplay.cli.backends import add_backend_flags, blas_warning, check_models, drafter_names, load_backend
+from specplay.cli.backends import add_backend_flags, check_models, drafter_names, load_backend
 from specplay.cli.options import (
     add_decoding_flags,
     add_model_flags,
@@ -76,8 +76,6 @@ def tui(args: argparse.Namespace) -> int:
     from specplay.ui.app import PlaygroundOptions, create_app
 
     choice = load_backend(args)
-    if message := blas_warning(args):
-        warn(message)
     options = PlaygroundOptions(
         settings=settings,
         prompt=args.prompt or ("" if args.open else _first_library_prompt()),
