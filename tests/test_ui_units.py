@@ -12,7 +12,7 @@ from textual.color import Color
 from specplay.cli import main
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
 from specplay.ui.controls_panel import step_from_tv, tv_from_step
-from specplay.ui.stats import LaneTally, compare, predicted_speedup
+from specplay.ui.stats import LaneTally, compare, modelled, predicted_speedup
 from specplay.ui.theming import (
     TOKEN_VARIABLES,
     ThemeError,
@@ -51,6 +51,23 @@ def test_alpha_counts_only_judged_positions() -> None:
     assert comparison.cost_ratio == pytest.approx(1.0 / 2.0)  # 1 ms per drafted token over a 2 ms step
     assert comparison.speedup == pytest.approx(3.5 / 2.0)
     assert comparison.predicted_speedup == pytest.approx(predicted_speedup(5 / 6, 4, 0.5))
+
+
+def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
+    spec = LaneTally()
+    bounded = tuple(
+        DraftPosition(1, 0.5, 0.5, 0.1, 0.2, 0.0, outcome, 0.1, bound)  # type: ignore[arg-type]
+        for outcome, bound in (("accepted", 0.01), ("rejected", 0.02), ("unreached", 0.5))
+    )
+    tokens = (Token(1, "a", "accepted"), Token(2, "b", "corrected"))
+    spec.add(RoundEvent(0, 0, "near", 3, (1, 1, 1), bounded, 1, tokens, 6.0, 12.0, 0), busy_s=1.0)
+    spec.add(_round(["accepted", "accepted"], draft_ms=4.0), busy_s=2.0)  # verify_ms 1
+    assert spec.error_bound_total == pytest.approx(0.03)  # unreached positions emitted nothing
+    comparison = modelled(spec)
+    assert comparison.speedup is None  # HTTP round trips are not speculative speed
+    assert comparison.cost_ratio == pytest.approx((10.0 / 5) / (13.0 / 2))  # per drafted token / per verify
+    assert comparison.predicted_speedup == pytest.approx(predicted_speedup(3 / 4, 2.5, comparison.cost_ratio))
+    assert LaneTally().error_bound_total is None
 
 
 def test_tv_slider_steps_are_exact() -> None:

@@ -110,19 +110,37 @@ def test_vllm_launch_prints_the_commands(capsys: pytest.CaptureFixture[str]) -> 
 async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from specplay.backends.vllm import connect_vllm_backend
     from specplay.engine.events import DoneEvent
+    from specplay.engine.settings import SamplingParams, SpecSettings
     from specplay.ui.app import PlaygroundOptions, create_app
+    from specplay.ui.inspector import Inspector
+    from specplay.ui.lane_view import LaneView
     from tests.ui_helpers import wait_for
 
     target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
     try:
         options = PlaygroundOptions(
-            prompt=CODE_PROMPT, autorun=True, max_tokens=10, raw=True, ignore_eos=True, sessions_dir=tmp_path
+            settings=SpecSettings(k=3, sampling=SamplingParams(temperature=0.8)),
+            prompt=CODE_PROMPT,
+            autorun=True,
+            max_tokens=10,
+            raw=True,
+            ignore_eos=True,
+            sessions_dir=tmp_path,
         )
         app = create_app(lambda: connect_vllm_backend(target.url, [("near", near.url)]), options)
         async with app.run_test(size=(140, 45)) as pilot:
             await wait_for(pilot, lambda: app.state == "running", "the autorun to start")
             await wait_for(pilot, lambda: app.state == "ready", "the run to finish")
             assert all(isinstance(app.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+            # Wall time through HTTP is not speculative speed: the lane says so, and what it knows.
+            stats = str(app.query_one("#speculative", LaneView).query_one(".lane-stats").render())
+            assert "tokens per target call" in stats and "× modelled" in stats and "measured" not in stats
+            assert "approximate: top-K of p_target only" in stats
+            lane = app.query_one("#speculative", LaneView)
+            drafted = next(pick for pick in lane.picks if pick.token.source != "bonus")  # judged at a position
+            lane.select(drafted.index)
+            await wait_for(pilot, lambda: app.query_one(Inspector).pick is not None, "a token to be picked")
+            assert "TV in [" in str(app.query_one(Inspector).render())
             target.fault = Fault("die", after=target.num_completions)
             await pilot.press("ctrl+r")
             await wait_for(pilot, lambda: "run failed" in app.status, "the dead server to be reported")

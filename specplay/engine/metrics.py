@@ -16,6 +16,15 @@ def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
     return tokens / (k * cost_ratio + 1)
 
 
+def round_cost_ratio(draft_ms: float, num_draft_tokens: int, verify_ms: float, num_spec_steps: int) -> float | None:
+    """c measured inside the speculative lane alone: one drafted token's time over one verify
+    pass's. For remote servers, where no target-only lane times a target step on equal terms,
+    a verify pass (one target forward over k + 1 positions) stands in for a target step."""
+    if not num_draft_tokens or not num_spec_steps or verify_ms <= 0:
+        return None
+    return (draft_ms / num_draft_tokens) / (verify_ms / num_spec_steps)
+
+
 class Metrics:
     """Accumulates one lane's counters as rounds and steps arrive."""
 

@@ -35,7 +35,7 @@ from specplay.ui.library import library_prompts
 from specplay.ui.messages import LaneItem, ModelsFailed, ModelsLoaded, RunEnded
 from specplay.ui.opened import event_seconds, session_events, settings_from
 from specplay.ui.plots import Plots
-from specplay.ui.stats import LaneTally, compare
+from specplay.ui.stats import LaneTally, compare, modelled
 from specplay.ui.stats_view import speculative_stats, target_stats
 from specplay.ui.tape import DraftTape
 from specplay.ui.theming import DEFAULT_THEME, load_themes
@@ -425,7 +425,11 @@ class PlaygroundApp(App[None]):
     def _show_stats(self) -> None:
         spec, target = self.tallies["speculative"], self.tallies["target"]
         self.query_one("#target", LaneView).set_stats(target_stats(target))
-        self.query_one("#speculative", LaneView).set_stats(speculative_stats(spec, compare(spec, target)))
+        # Remote servers: wall time is HTTP round trips, so the speedup is modelled, not measured.
+        identity = self.opened.header.get("backend", {}) if self.opened is not None else self.identity
+        remote = identity.get("backend") == "vllm"
+        comparison = modelled(spec) if remote else compare(spec, target)
+        self.query_one("#speculative", LaneView).set_stats(speculative_stats(spec, comparison, remote))
         if DRAFT_LANE in self.lanes:
             self.query_one(f"#{DRAFT_LANE}", LaneView).set_stats(target_stats(self.tallies[DRAFT_LANE]))
         self.query_one(Plots).show(spec)

@@ -66,7 +66,15 @@ def describe(pick: Pick, decode: Decode) -> Content:
     ratio = position.p_target / position.p_draft if position.p_draft > 0 else float("inf")
     lines.append(f"p_target(x) {_num(position.p_target)}  p_draft(x) {_num(position.p_draft)}")
     lines.append(f"u {_num(position.uniform)}  min(1, p_target/p_draft) {_num(min(1.0, ratio))}")
-    lines.append(f"d = TV {_num(position.tv_distance)}  θ {_num(position.theta)}  outcome {position.outcome}")
+    if position.tv_lower is None:
+        lines.append(f"d = TV {_num(position.tv_distance)}  θ {_num(position.theta)}  outcome {position.outcome}")
+    else:  # top-K only: θ comes from the bracket's upper end, so the budget still holds
+        lines.append(
+            f"d = TV in [{_num(position.tv_lower)}, {_num(position.tv_distance)}]  θ {_num(position.theta)}"
+            f"  outcome {position.outcome}"
+        )
+    if position.error_bound is not None:
+        lines.append(f"approximate: this token's distribution within TV {_num(position.error_bound)} of the rule's")
     lines += _tops(position.top_target, position.top_draft, decode)
     return Content("\n").join(lines)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
-from specplay.engine.metrics import Metrics, predicted_speedup
+from specplay.engine.metrics import Metrics, predicted_speedup, round_cost_ratio
 
-__all__ = ["Comparison", "LaneTally", "compare", "predicted_speedup"]
+__all__ = ["Comparison", "LaneTally", "compare", "modelled", "predicted_speedup"]
 
 
 @dataclass
@@ -27,12 +27,18 @@ class LaneTally:
     finish_reason: str | None = None
     samples: list[tuple[float, int]] = field(default_factory=list)
     """(busy_s, tokens so far) after each event that committed tokens: tokens/s over time."""
+    error_bound_total: float | None = None
+    """When the backend knew only the top-K of a distribution: the sum of the judged positions'
+    error bounds, a bound in TV on how far the whole output's distribution may be from the rule's."""
 
     def add(self, event: Event, busy_s: float) -> None:
         self.busy_s = busy_s
         if isinstance(event, RoundEvent):
             self.tokens += len(event.tokens)
             self.spec.add_round(event)
+            bounds = [p.error_bound for p in event.positions if p.outcome != "unreached"]
+            if any(bound is not None for bound in bounds):
+                self.error_bound_total = (self.error_bound_total or 0.0) + sum(b or 0.0 for b in bounds)
         elif isinstance(event, StepEvent):
             self.steps += 1
             self.tokens += 1
@@ -118,3 +124,14 @@ def compare(speculative: LaneTally, target: LaneTally) -> Comparison:
     alpha, k = speculative.alpha, speculative.mean_k
     predicted = predicted_speedup(alpha, k, c) if alpha is not None and k is not None and c is not None else None
     return Comparison(speedup, c, predicted)
+
+
+def modelled(speculative: LaneTally) -> Comparison:
+    """Remote servers: wall time is mostly HTTP round trips and server recomputes, so nothing is
+    measured against target-only; the speedup is modelled from the measured acceptance and the
+    lane's own draft and verify times."""
+    spec = speculative.spec
+    c = round_cost_ratio(spec.draft_ms, spec.num_draft_tokens, spec.verify_ms, spec.num_spec_steps)
+    alpha, k = speculative.alpha, speculative.mean_k
+    predicted = predicted_speedup(alpha, k, c) if alpha is not None and k is not None and c is not None else None
+    return Comparison(None, c, predicted)
