@@ -127,18 +127,34 @@ def test_importing_the_command_line_does_not_import_textual() -> None:
 
 
 def test_open_takes_the_sessions_models_unless_model_flags_are_given(tmp_path: Path) -> None:
+    from specplay.cli import build_parser
     from specplay.store import SessionWriter
     from specplay.ui.cli import _open_session
+
+    def parsed(*argv: str) -> argparse.Namespace:
+        args = build_parser().parse_args(["tui", *argv])
+        args.argv = ["tui", *argv]
+        return args
 
     models = {"target": {"path": "/m/target"}, "near": {"path": "/m/near"}}
     writer = SessionWriter(tmp_path, "hi", [1], ["speculative", "target"], {"models": models}, {"seed": 0})
     path = writer.finalize()
-    args = argparse.Namespace(open=path.stem, sessions_dir=str(tmp_path), target=None, draft=[], target_url=None)
-    assert _open_session(args) == path
-    assert args.target == "/m/target" and args.draft == ["near=/m/near"]
-    args = argparse.Namespace(open=str(path), sessions_dir=None, target="/x", draft=["d=/y"], target_url=None)
-    _open_session(args)
+    args, opened = _open_session(parsed("--open", path.stem, "--sessions-dir", str(tmp_path), "--k", "3"))
+    assert opened == path and args.target == "/m/target" and args.draft == ["near=/m/near"] and args.k == 3
+    args, _ = _open_session(parsed("--open", str(path), "--target", "/x", "--draft", "d=/y"))
     assert args.target == "/x" and args.draft == ["d=/y"]
+
+    # A vLLM session: servers by address (the key is never saved), a local drafter by folder.
+    remote = {"backend": "vllm", "mode": "inspection", "verify_strategy": "prefixes", "top_logprobs": 8}
+    remote["models"] = {
+        "target": {"source": "http://gpu:8000", "path": "http://gpu:8000"},
+        "code": {"source": "http://gpu:8001", "path": "http://gpu:8001"},
+        "prose": {"backend": "mlx", "path": "/m/prose"},
+    }
+    path = SessionWriter(tmp_path, "hi", [1], ["speculative"], remote, {"seed": 0}).finalize()
+    args, _ = _open_session(parsed("--open", str(path)))
+    assert (args.backend, args.target_url, args.draft_url) == ("vllm", "http://gpu:8000", ["code=http://gpu:8001"])
+    assert args.draft == ["prose=/m/prose"] and args.vllm_strategy == "prefixes" and args.top_logprobs == 8
 
 
 def test_a_session_round_trips_to_the_engine_events(tmp_path: Path) -> None:

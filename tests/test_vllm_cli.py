@@ -45,6 +45,27 @@ def test_run_through_vllm_matches_mlx(
     assert target.headers[-1]["Authorization"] == "Bearer not-needed-here"
 
 
+def test_a_vllm_session_replays_through_the_same_servers(
+    tiny: TinyModels, servers: tuple[FakeVllm, FakeVllm], tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    target, near = servers
+    urls = ["--backend", "vllm", "--target-url", target.url, "--draft-url", f"near={near.url}"]
+    urls += ["--draft", f"local={tiny.near}", "--vllm-strategy", "prefixes"]  # mixed: one local drafter
+    common = ["--sessions-dir", str(tmp_path), "--json"]
+    args = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "8", "--temperature", "0.7", "--route", "local"]
+    code, out, err = cli(capsys, "run", *urls, *args, "--save", "--no-baseline", *common)
+    assert code == 0, err
+    first = json.loads(out)
+    code, out, err = cli(capsys, "run", "--replay", first["session"], *common)
+    assert code == 0, err
+    again = json.loads(out)
+    assert again["token_ids"] == first["token_ids"] and again["settings"] == first["settings"]
+    assert again["vllm"]["verify_strategies"] == {"prefixes": again["metrics"]["num_spec_steps"]}
+    code, out, err = cli(capsys, "run", "--replay", first["session"], "--route", "near", *common)
+    assert code == 0, err
+    assert json.loads(out)["route"] == "near"
+
+
 def test_session_is_kept_when_the_server_dies(tiny: TinyModels, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
     try:

@@ -2,18 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from specplay.store.format import Session
+
+
+def model_flags(backend: Mapping[str, Any]) -> list[str]:
+    """The model flags of a session's backend record. Local folders are saved absolute (a Hugging
+    Face id resolves to the same cached snapshot); servers by address, never with the API key,
+    which comes again from --api-key or $SPECPLAY_API_KEY."""
+    models = dict(backend["models"])
+    target = models.pop("target")
+    if backend.get("backend") != "vllm":
+        flags = ["--target", target["path"]]
+        for name, model in models.items():
+            flags += ["--draft", f"{name}={model['path']}"]
+        return flags
+    flags = ["--backend", "vllm", "--target-url", target["source"]]
+    if backend.get("mode") == "native":
+        return [*flags, "--vllm-native"]
+    for name, model in models.items():
+        # A drafter on this machine's MLX (mixed mode) has a folder; one on a server, an address.
+        local = model.get("backend") == "mlx"
+        flags += ["--draft", f"{name}={model['path']}"] if local else ["--draft-url", f"{name}={model['source']}"]
+    flags += ["--vllm-strategy", backend.get("verify_strategy", "auto")]
+    flags += ["--top-logprobs", str(backend.get("top_logprobs", 20))]
+    flags += ["--vllm-exact-correction"] if backend.get("exact_correction") else []
+    return flags
 
 
 def replay_flags(session: Session) -> list[str]:
     """Models, prompt, request and the settings in force at the start of the main lane."""
-    models = dict(session.header["backend"]["models"])
     request, lane = session.header["request"], session.main
     settings, sampling, policy = lane.settings, lane.settings["sampling"], lane.settings["policy_params"]
-    # Absolute local folders: a Hugging Face id resolves to the same cached snapshot.
-    flags = ["--target", models.pop("target")["path"]]
-    for name, model in models.items():
-        flags += ["--draft", f"{name}={model['path']}"]
+    flags = model_flags(session.header["backend"])
     flags += ["--prompt", session.prompt, "--mode", request["mode"], "--seed", str(request["seed"])]
     flags += ["--max-tokens", str(request["max_tokens"])]
     flags += ["--raw"] if request.get("raw") else []

@@ -41,25 +41,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "Its own models load unless model flags are given",
     )
     add_sessions_dir_flag(group)
-    parser.set_defaults(command=tui)
+    parser.set_defaults(command=tui, parser=parser)
 
 
-def _open_session(args: argparse.Namespace) -> Path:
-    """The session --open names; with no model flags, its models become the flags."""
+def _open_session(args: argparse.Namespace) -> tuple[argparse.Namespace, Path]:
+    """The session --open names; with no model flags, its models' flags go before the user's."""
     from specplay.store import find_session, load_session, sessions_dir
+    from specplay.store.replay import model_flags
 
     path = find_session(args.open, sessions_dir(args.sessions_dir))
     header = load_session(path).header
-    if getattr(args, "target", None) is None and not getattr(args, "target_url", None):
-        models = dict(header.get("backend", {}).get("models", {}))
-        if "target" in models:
-            args.target = models.pop("target")["path"]
-            args.draft = args.draft or [f"{name}={model['path']}" for name, model in models.items()]
-    return path
+    given = (args.target, args.target_url, args.draft, args.draft_url)
+    if not any(given) and "target" in header.get("backend", {}).get("models", {}):
+        argv = args.argv
+        args = args.parser.parse_args([*model_flags(header["backend"]), *argv[argv.index("tui") + 1 :]])
+        args.argv = argv
+    return args, path
 
 
 def tui(args: argparse.Namespace) -> int:
-    opened = _open_session(args) if args.open else None
+    opened = None
+    if args.open:
+        args, opened = _open_session(args)
     check_models(args)
     if args.vllm_native:
         raise ConfigError("vllm_native", "runs in `specplay run` for now; the playground drives vLLM by inspection")
