@@ -185,3 +185,27 @@ def test_bench_sweeps_through_vllm(
     assert rows["k=2"]["mean_acceptance_length"] >= 1
     code, _, err = cli(capsys, "bench", *urls, "--quick", "--compare-mlx-lm", "--out", str(out))
     assert code == 2 and "--compare-mlx-lm needs local MLX models" in err
+
+
+def test_fidelity_through_vllm_scores_as_the_target_does(
+    servers: tuple[FakeVllm, FakeVllm], backend, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    from specplay.backends.vllm import connect_vllm_backend
+
+    target, near = servers
+    vllm = connect_vllm_backend(target.url)
+    prompt, generated = backend.encode(CODE_PROMPT, raw=True), [5, 17, 300, 2, 41]
+    assert vllm.score(prompt, generated) == pytest.approx(backend.score(prompt, generated), abs=1e-4)
+    assert vllm.score(prompt, []) == []
+    vllm.close()
+
+    urls = ["--backend", "vllm", "--target-url", target.url, "--draft-url", f"near={near.url}"]
+    args = ["--prompt", CODE_PROMPT, "--raw", "--samples", "2", "--max-tokens", "4", "--budgets", "0,1"]
+    code, out, err = cli(capsys, "fidelity", *urls, *args, "--sessions-dir", str(tmp_path))
+    assert code == 0, err
+    assert "D=1" in out and "not shown, it would time HTTP round trips" in out
+    report = json.loads(next(tmp_path.glob("fidelity_*.json")).read_text())
+    assert report["backend"]["backend"] == "vllm" and report["route"] == "near"
+    rows = {row["label"]: row for row in report["rows"]}
+    assert rows["D=1"]["draft_acceptance_rate"] == 1.0  # D = 1 accepts every draft token
+    assert all(row["log_likelihood_per_token"] < 0 for row in rows.values())

@@ -21,18 +21,16 @@ from rich.progress import Progress
 from rich.table import Table
 
 from specplay import __version__
+from specplay.cli.backends import add_backend_flags, check_models, drafter_names, load_backend
 from specplay.cli.options import (
     add_decoding_flags,
     add_model_flags,
     add_prompt_flags,
     add_sessions_dir_flag,
     comma_floats,
-    drafters_from,
     prompt_from,
     route_map_from,
     settings_from,
-    use_demo_models,
-    warn,
 )
 from specplay.cli.render import make_console
 from specplay.engine.loop import SpecEngine
@@ -62,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "seeds; score every output under the target (temperature 1) and compare.",
     )
     add_model_flags(parser)
+    add_backend_flags(parser)
     add_prompt_flags(parser)
     add_decoding_flags(parser)
     parser.set_defaults(temperature=1.0)  # fidelity is about sampled text: greedy would hide the spread
@@ -88,7 +87,6 @@ def parse_budgets(text: str) -> list[float]:
 
 class _Checked(NamedTuple):
     settings: SpecSettings
-    drafters: list[tuple[str, str]]
     route_map: dict[str, str]
     prompt: str
     budgets: list[float]
@@ -100,36 +98,34 @@ def _checked(args: argparse.Namespace) -> _Checked:
         raise ConfigError("mode", "does not apply: fidelity runs target-only, draft-only and speculative rows")
     if args.tv != 0:
         raise ConfigError("tv", "does not apply: give the TV budgets with --budgets")
+    if args.vllm_native:
+        raise ConfigError("vllm_native", "fixes k and the acceptance rule on the server; fidelity varies the TV budget")
     budgets = parse_budgets(args.budgets)
-    use_demo_models(args)
+    check_models(args)
     settings = settings_from(args)
-    drafters = drafters_from(args)
+    drafters = drafter_names(args)
     route_map = route_map_from(args)
     prompt = prompt_from(args)
     if not drafters:
         raise ConfigError("draft", "is needed: fidelity compares a drafter's speculation with the target")
-    check_route(settings.route, [name for name, _ in drafters])
+    check_route(settings.route, drafters)
     if args.samples < 1:
         raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
     if args.max_tokens < 1:
         raise ConfigError("max_tokens", f"must be at least 1 (got {args.max_tokens})")
     if args.plot is not None and not args.plot.parent.is_dir():
         raise ConfigError("plot", f"goes to a folder that does not exist ({str(args.plot.parent)!r})")
-    return _Checked(settings, drafters, route_map, prompt, budgets)
+    return _Checked(settings, route_map, prompt, budgets)
 
 
 def fidelity(args: argparse.Namespace) -> int:
-    settings, drafters, route_map, prompt, budgets = _checked(args)
+    settings, route_map, prompt, budgets = _checked(args)
     directory = sessions_dir(args.sessions_dir)
     check_writable(directory)
-
-    from specplay.backends.mlx import blas, load_mlx_backend, release_thread
-
-    if message := blas.slow_blas_warning():
-        warn(message)
-    thread = ModelThread(on_exit=release_thread)
+    choice = load_backend(args)
+    thread = ModelThread(on_exit=choice.on_exit)
     try:
-        backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
+        backend = thread.call(choice.load)
         identity = thread.call(backend.describe)
         engine = SpecEngine(backend, route_map=route_map or None)
         token_ids = tuple(backend.encode(prompt, raw=args.raw))
@@ -137,7 +133,8 @@ def fidelity(args: argparse.Namespace) -> int:
         seeds = range(args.seed, args.seed + args.samples)
         with _progress() as on_sample:
             report = measure_fidelity(
-                # Both run on the model thread, which owns every MLX array.
+                # Both run on the model thread, which owns every MLX array (a vLLM backend scores
+                # through the target server's prompt_logprobs).
                 lambda mode, budget, seed: thread.call(lambda: generate(mode, budget, seed)),
                 lambda ids: thread.call(lambda: backend.score(token_ids, ids)),
                 budgets,
@@ -168,7 +165,7 @@ def fidelity(args: argparse.Namespace) -> int:
         print(json.dumps(content | {"report": str(saved), "plot": str(plot)}, ensure_ascii=False))
     else:
         console = make_console()
-        console.print(fidelity_table(report))
+        console.print(fidelity_table(report, remote=choice.kind == "vllm"))
         console.print(f"saved {saved}\nplot {plot}", style="dim")
     return 0
 
@@ -189,7 +186,9 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _row_cells(row: FidelityRow) -> list[str]:
+def _row_cells(row: FidelityRow, remote: bool) -> list[str]:
+    # Through vLLM inspection a speculative row's wall time is HTTP round trips, not speed.
+    tokens_per_s = None if remote and row.mode == "speculative" else row.tokens_per_s
     ll = _number(row.log_likelihood_per_token)
     if row.log_likelihood_se is not None:
         ll += f" ± {row.log_likelihood_se:.2f}"
@@ -197,7 +196,7 @@ def _row_cells(row: FidelityRow) -> list[str]:
         row.label,
         _number(row.draft_acceptance_rate),
         _number(row.mean_acceptance_length),
-        _number(row.tokens_per_s, 1),
+        _number(tokens_per_s, 1),
         ll,
         _number(row.distinct_1),
         _number(row.distinct_2),
@@ -228,10 +227,13 @@ _CAPTION = (
 )
 
 
-def fidelity_table(report: FidelityReport) -> Table:
+_REMOTE_CAPTION = "\ntok/s of speculative rows through vLLM: not shown, it would time HTTP round trips"
+
+
+def fidelity_table(report: FidelityReport, remote: bool = False) -> Table:
     table = Table(
         title=f"fidelity · drafter {report.route} · {len(report.seeds)} samples per row",
-        caption=_CAPTION,
+        caption=_CAPTION + (_REMOTE_CAPTION if remote else ""),
         caption_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -241,5 +243,5 @@ def fidelity_table(report: FidelityReport) -> Table:
     for header in _HEADERS:
         table.add_column(header, justify="right", no_wrap=True)
     for row in report.rows:
-        table.add_row(*_row_cells(row))
+        table.add_row(*_row_cells(row, remote))
     return table

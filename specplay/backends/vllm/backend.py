@@ -82,6 +82,10 @@ class VllmBackend:
                     raise
         return tokenize(client, model, prompt)
 
+    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+        """The target's log-probability, at temperature 1, of each of `token_ids` after the prompt."""
+        return self.target.score(prompt_token_ids, token_ids)
+
     def detokenizer(self) -> Detokenizer:
         if self._tokenizer is not None:
             return self._tokenizer.detokenizer

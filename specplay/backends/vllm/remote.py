@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specplay.backends.vllm.client import VllmClient
+from specplay.backends.vllm.errors import VllmError
 from specplay.backends.vllm.protocol import Choice, completion_body, parse_choices
 from specplay.engine.settings import SamplingParams
 
@@ -69,6 +70,25 @@ class RemoteModel:
                     yield from token_ids
         finally:
             events.close()
+
+    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+        """This model's log-probability, at temperature 1, of each of `token_ids` after the prompt:
+        `prompt_logprobs` are always raw (before temperature and filters), and with 0 the server
+        lists only the actual token. One request; vLLM recomputes it without the prefix cache."""
+        if not token_ids:
+            return []
+        start, ids = len(prompt_token_ids), list(token_ids)
+        (choice,) = self.complete([*prompt_token_ids, *ids], 1, SamplingParams(), None, 1, False, prompt_logprobs=0)
+        rows = choice.prompt_logprobs
+        if rows is None or len(rows) < start + len(ids):
+            raise VllmError(f"{self.where} did not return prompt_logprobs; it needs vLLM 0.6 or later")
+        scores = []
+        for i, token in enumerate(ids):
+            row = rows[start + i]
+            if row is None or token not in row:
+                raise VllmError(f"{self.where} left token {token} out of prompt_logprobs")
+            scores.append(row[token][0])
+        return scores
 
     def describe(self) -> dict[str, Any]:
         """Where and what; never the API key."""
