@@ -100,14 +100,24 @@ def test_bad_backend_flags_get_one_line(args: list[str], message: str, capsys: p
     assert len(err.strip().splitlines()) == 1 and message in err
 
 
-def test_native_run_json(tiny: TinyModels, capsys: pytest.CaptureFixture[str]) -> None:
+def test_native_run_json_and_save(tiny: TinyModels, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from specplay.backends.vllm.native import recolour
+    from specplay.store import load_session
+
     server = FakeVllm(tiny.target, "target", native_draft=tiny.near, native_k=2)
+    saving = ["--sessions-dir", str(tmp_path)]
     try:
         args = ["run", "--backend", "vllm", "--vllm-native", "--target-url", server.url + "/v1"]
         code, out, err = cli(capsys, *args, "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "10", "--json")
         assert code == 0, err
         result = json.loads(out)
-        assert result["sources_exact"] and len(result["sources"]) == len(result["token_ids"]) == 10
+        assert result["vllm"]["sources_exact"] and len(result["sources"]) == len(result["token_ids"]) == 10
+        spec = result["vllm"]["speculative_decoding"]
+        assert result["sources"] == recolour(10, spec["per_step_accepted"], spec["per_step_drafted"])
+        code, out, err = cli(capsys, *args, "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "6", "--save", *saving)
+        assert code == 0 and "colours exact" in out, err
+        session = load_session(next(tmp_path.glob("*.jsonl")))
+        assert session.complete and len(session.main.sources) == 6 and session.header["backend"]["mode"] == "native"
         code, out, err = cli(capsys, *args, "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "10", "--tv", "0.5")
         assert code == 2 and "fixed by the server" in err
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -10,9 +11,13 @@ from helpers import done, run
 
 from specplay.backends.mlx import MlxBackend
 from specplay.backends.vllm.client import VllmClient
-from specplay.backends.vllm.connect import tokenize
 from specplay.backends.vllm.native import NativeServer, chunk_sources, recolour
-from specplay.engine.settings import SamplingParams
+from specplay.backends.vllm.native_run import connect_native
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import DoneEvent, Event, RecolourEvent, RoundEvent, StartEvent, StepEvent
+from specplay.engine.loop import Request
+from specplay.engine.settings import SpecSettings
+from tests.conftest import TinyModels
 
 PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
 
@@ -24,35 +29,103 @@ def native(tiny) -> Iterator[FakeVllm]:  # type: ignore[no-untyped-def]
     server.close()
 
 
-def test_native_recolours_exactly_from_per_step_arrays(native: FakeVllm, backend: MlxBackend) -> None:
+def test_native_server_reads_k_from_its_counters(native: FakeVllm) -> None:
     client = VllmClient("target", native.url)
-    server = NativeServer(client)
-    assert server.k == 2  # from the per-position counters
-    ids = tokenize(client, server.model, PROMPT)
-    result = server.generate(ids, SamplingParams(0.0), 0, 16, True)
-    # lossless greedy speculation emits exactly the target's greedy tokens
-    assert tuple(result.token_ids) == done(run(backend, PROMPT, mode="target", max_tokens=16)).token_ids
-    assert result.exact and len(result.sources) == 16 and result.sources[0] == "target"
-    spec = result.spec_metrics
-    assert spec is not None and len(spec["per_step_accepted"]) == spec["num_spec_steps"]
-    assert result.sources == recolour(16, spec["per_step_accepted"], spec["per_step_drafted"])
-    assert result.counters["vllm:spec_decode_num_drafts_total"] == spec["num_spec_steps"]
-    assert result.counters["vllm:generation_tokens_total"] == 16
-    assert not result.counters_contaminated
-    # the chunk heuristic agrees here, since the fake streams one chunk per step and keeps up
-    assert result.chunk_sizes[0] == 1 and sum(result.chunk_sizes) == 16
-    assert chunk_sources(result.chunk_sizes, 2)[:15] == result.sources[:15]  # the last step was cut by max_tokens
+    assert NativeServer(client).k == 2  # from the per-position counters
     client.close()
 
 
-def test_native_without_per_step_metrics_falls_back_to_chunks(tiny) -> None:  # type: ignore[no-untyped-def]
-    server = FakeVllm(tiny.target, "target", native_draft=tiny.near, native_k=2, spec_metrics=None)
-    client = VllmClient("target", server.url)
+def _events(server_url: str, max_tokens: int, ignore_eos: bool = True) -> list[Event]:
+    backend = connect_native(server_url)
     try:
-        result = NativeServer(client).generate(tokenize(client, "target", PROMPT), SamplingParams(0.0), 0, 12, True)
-        assert not result.exact and result.spec_metrics is None
-        assert len(result.sources) == 12 and result.sources[0] == "target"
-        assert result.counters["vllm:spec_decode_num_drafts_total"] > 0
+        token_ids = tuple(backend.encode(PROMPT, raw=True))
+        request = Request(PROMPT, token_ids, "speculative", 0, max_tokens, ignore_eos)
+        return list(backend.events(request, LiveControls(SpecSettings(), backend.drafters), time.perf_counter))
     finally:
-        client.close()
+        backend.close()
+
+
+def test_native_runs_as_engine_events_recoloured_at_the_end(native: FakeVllm, backend: MlxBackend) -> None:
+    events = _events(native.url, 16)
+    start, first, *rounds, recoloured, finished = events
+    assert isinstance(start, StartEvent) and start.route == "server"
+    assert isinstance(first, StepEvent) and first.token.source == "target"  # prefill: the target alone
+    assert all(isinstance(r, RoundEvent) and not r.positions for r in rounds)  # native reports no probabilities
+    assert isinstance(recoloured, RecolourEvent) and recoloured.exact
+    assert isinstance(finished, DoneEvent)
+    assert finished.token_ids == done(run(backend, PROMPT, mode="target", max_tokens=16)).token_ids
+    server = finished.metrics["server"]
+    spec = server["speculative_decoding"]
+    assert server["sources_exact"] and server["k"] == 2
+    assert list(recoloured.sources) == recolour(16, spec["per_step_accepted"], spec["per_step_drafted"])
+    streamed = [first.token.source] + [t.source for r in rounds for t in r.tokens]  # type: ignore[union-attr]
+    sizes = [1] + [len(r.tokens) for r in rounds]  # type: ignore[union-attr]
+    assert streamed == chunk_sources(sizes, 2)  # the live guess, before the server's account
+    # the guess agrees here, since the fake streams one chunk per step and keeps up; the last
+    # step was cut by max_tokens, so its last token is a correction only to the guess
+    assert streamed[:15] == list(recoloured.sources)[:15]
+    counters = server["counters_delta"]
+    assert counters["vllm:spec_decode_num_drafts_total"] == spec["num_spec_steps"]
+    assert counters["vllm:generation_tokens_total"] == 16 and not server["counters_contaminated"]
+    assert "".join(t.text for t in [first.token, *(t for r in rounds for t in r.tokens)]) == finished.text  # type: ignore[union-attr]
+
+
+def test_native_events_without_per_step_metrics_keep_the_guess(tiny) -> None:  # type: ignore[no-untyped-def]
+    server = FakeVllm(tiny.target, "target", native_draft=tiny.near, native_k=2, spec_metrics=None)
+    try:
+        events = _events(server.url, 8)
+        assert not any(isinstance(e, RecolourEvent) for e in events)
+        finished = events[-1]
+        assert isinstance(finished, DoneEvent) and not finished.metrics["server"]["sources_exact"]
+        assert len(finished.token_ids) == 8 and finished.metrics["server"]["speculative_decoding"] is None
+        assert finished.metrics["server"]["counters_delta"]["vllm:spec_decode_num_drafts_total"] > 0
+    finally:
         server.close()
+
+
+async def test_playground_watches_native_speculation_against_a_baseline(
+    tiny: TinyModels, native: FakeVllm, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from specplay.store import load_session
+    from specplay.ui.app import PlaygroundOptions, create_app
+    from specplay.ui.controls_panel import ControlsPanel
+    from specplay.ui.lane_view import LaneView
+    from tests.ui_helpers import wait_for
+
+    plain = FakeVllm(tiny.target, "target")
+    try:
+        options = PlaygroundOptions(
+            prompt=PROMPT, autorun=True, max_tokens=12, raw=True, ignore_eos=True, sessions_dir=tmp_path
+        )
+        app = create_app(lambda: connect_native(native.url, plain.url), options)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await wait_for(pilot, lambda: app.state == "running", "the autorun to start")
+            await wait_for(pilot, lambda: app.state == "ready", "the run to finish")
+            assert app.lanes == ("speculative", "target") and app.native
+            assert app.query_one(ControlsPanel).query_one("#k").disabled  # k is the server's
+            lane = app.query_one("#speculative", LaneView)
+            stats = str(lane.query_one(".lane-stats").render())
+            assert "k 2 (server)" in stats and "colours exact" in stats and "measured against the baseline" in stats
+            recoloured = next(e for e in app.events["speculative"] if isinstance(e, RecolourEvent))
+            assert [pick.token.source for pick in lane.picks] == list(recoloured.sources)
+            target_ids = app.events["target"][-1].token_ids  # type: ignore[union-attr]
+            assert app.events["speculative"][-1].token_ids == target_ids  # type: ignore[union-attr]
+            assert app.last_session is not None
+            session = load_session(app.last_session)
+            assert session.main.sources == list(recoloured.sources) and session.header["backend"]["mode"] == "native"
+    finally:
+        plain.close()
+
+
+async def test_playground_in_native_mode_without_a_baseline_says_how_to_compare(native: FakeVllm, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from specplay.ui.app import PlaygroundOptions, create_app
+    from specplay.ui.lane_view import LaneView
+    from tests.ui_helpers import wait_for
+
+    options = PlaygroundOptions(prompt=PROMPT, autorun=True, max_tokens=6, raw=True, sessions_dir=tmp_path)
+    app = create_app(lambda: connect_native(native.url), options)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await wait_for(pilot, lambda: app.state == "running", "the autorun to start")
+        await wait_for(pilot, lambda: app.state == "ready", "the run to finish")
+        assert app.lanes == ("speculative",)
+        assert "--baseline-url" in str(app.query_one("#target", LaneView).query_one(".lane-stats").render())

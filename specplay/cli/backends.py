@@ -50,6 +50,11 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="vllm: let the target's server speculate itself (--speculative-config) and watch",
     )
+    group.add_argument(
+        "--baseline-url",
+        metavar="URL",
+        help="vllm native, playground: a plain server of the same target, for the target-only lane",
+    )
     group.add_argument("--timeout", type=float, default=60.0, metavar="S", help="vllm: seconds to wait for a reply")
 
 

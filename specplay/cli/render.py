@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
-from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent, Token
+from specplay.engine.events import (
+    ControlEvent,
+    DoneEvent,
+    Event,
+    RecolourEvent,
+    RoundEvent,
+    StartEvent,
+    StepEvent,
+    Token,
+)
 from specplay.palette import SOURCE_STYLES, visible
 
 
@@ -35,6 +44,9 @@ class RunRecord:
             self.tokens.append(event.token)
         elif isinstance(event, ControlEvent):
             self.changes.append(event)
+        elif isinstance(event, RecolourEvent):
+            recoloured = [replace(t, source=s) for t, s in zip(self.tokens, event.sources, strict=False)]
+            self.tokens[: len(recoloured)] = recoloured
         elif isinstance(event, DoneEvent):
             self.done = event
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from rich.console import Console
@@ -21,7 +22,7 @@ from specplay.cli.options import (
 )
 from specplay.cli.render import RunRecord, json_line, legend, make_console, summary, token_text
 from specplay.engine.controls import LiveControls
-from specplay.engine.events import ControlEvent, RoundEvent, StepEvent
+from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.router import check_route
 from specplay.engine.settings import SpecSettings
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.vllm_native:
         from specplay.cli.vllm_native import run_native
 
-        return run_native(args, settings, prompt)
+        return run_native(args, settings, prompt, directory)
     choice = load_backend(args)
     thread = ModelThread(on_exit=choice.on_exit)
     try:
@@ -140,14 +141,18 @@ def _run_sample(
 ) -> tuple[RunRecord, RunRecord | None]:
     """The requested lane, then, when saving a speculative run, its target-only comparison."""
     try:
-        record = _run_lane(
-            thread, engine, request, LiveControls(settings, engine.backend.drafters), console, show, writer
+        controls = LiveControls(settings, engine.backend.drafters)
+        record = stream_lane(
+            thread, lambda: engine.generate(request, controls), request.mode, controls, console, show, writer
         )
         cancelled = record.done is not None and record.done.finish_reason == "cancelled"
         baseline = None
         if writer is not None and request.mode == "speculative" and writer.lanes[1:] and not cancelled:
             target_only = replace(request, mode="target")
-            baseline = _run_lane(thread, engine, target_only, LiveControls(settings), console, False, writer)
+            plain = LiveControls(settings)
+            baseline = stream_lane(
+                thread, lambda: engine.generate(target_only, plain), "target", plain, console, False, writer
+            )
         if writer is not None:
             record.session = str(writer.finalize())
         return record, baseline
@@ -167,26 +172,27 @@ def _without_replay(argv: list[str]) -> list[str]:
     return flags
 
 
-def _run_lane(
+def stream_lane(
     thread: ModelThread,
-    engine: SpecEngine,
-    request: Request,
+    generate: Callable[[], Iterator[Event]],
+    mode: str,
     controls: LiveControls,
     console: Console,
     show: bool,
     writer: SessionWriter | None,
 ) -> RunRecord:
-    """One generation on the model thread; tokens are printed (when `show`) and saved as they come."""
+    """One generation's events, made on the model thread by `generate`; tokens are printed (when
+    `show`) and saved as they come. Ctrl-C asks the run to stop at its next round and keeps it."""
     record = RunRecord()
-    if show and request.mode == "speculative":
+    if show and mode == "speculative":
         console.print(legend(), style="dim")
-    events = thread.stream(lambda: engine.generate(request, controls))
+    events = thread.stream(generate)
     while True:
         try:
             for event in events:
                 record.add(event)
                 if writer is not None:
-                    writer.write_event(request.mode, event)
+                    writer.write_event(mode, event)
                 if not show:
                     continue
                 if isinstance(event, RoundEvent):

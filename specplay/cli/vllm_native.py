@@ -4,68 +4,97 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
+from functools import partial
+from pathlib import Path
 
 from rich.text import Text
 
 from specplay.cli.backends import api_key, check_models
 from specplay.cli.options import warn
-from specplay.cli.render import legend, make_console
+from specplay.cli.render import RunRecord, json_line, legend, make_console, token_text
+from specplay.engine.controls import LiveControls
+from specplay.engine.loop import Request
 from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError
-from specplay.palette import SOURCE_STYLES, visible
 
 FIXED_NOTE = "k, drafter and acceptance rule are fixed by the server's --speculative-config (a restart changes them)"
 
 
-def run_native(args: argparse.Namespace, settings: SpecSettings, prompt: str) -> int:
-    from specplay.backends.vllm.client import VllmClient
-    from specplay.backends.vllm.connect import tokenize
-    from specplay.backends.vllm.detok import RemoteDetokenizer
-    from specplay.backends.vllm.native import NativeServer
-    from specplay.backends.vllm.urls import server_root
-
+def check_native(args: argparse.Namespace, settings: SpecSettings) -> None:
+    """The flags make sense for a server that speculates on its own (checked before connecting)."""
     check_models(args)
     if args.draft or args.draft_url:
         raise ConfigError("vllm_native", "uses the server's own drafter; drop --draft / --draft-url")
     if settings.tv_budget > 0 or settings.policy != "fixed":
         raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {FIXED_NOTE}")
-    if args.save:
-        warn("--save is not supported with --vllm-native yet; nothing is saved")
-    client = VllmClient("target", server_root(args.target_url), api_key(args), args.timeout)
-    try:
-        server = NativeServer(client)
-        if args.raw:
-            token_ids = tokenize(client, server.model, prompt)
-        else:
-            from specplay.backends.vllm.backend import VllmBackend
-            from specplay.backends.vllm.remote import RemoteModel
+    if args.baseline_url:
+        from specplay.backends.vllm.urls import server_root
 
-            token_ids = VllmBackend(RemoteModel(client, server.model), {}, {}).encode(prompt, raw=False)
+        server_root(args.baseline_url, "baseline_url")
+
+
+def run_native(args: argparse.Namespace, settings: SpecSettings, prompt: str, directory: Path | None) -> int:
+    """Each sample streams live into its session (when saving); the text is printed at the end,
+    when the server's per-step account has replaced the chunk-size guess of every token's source."""
+    from specplay.backends.vllm.native_run import connect_native
+    from specplay.cli.run import stream_lane
+    from specplay.runner import ModelThread
+    from specplay.store import SessionWriter
+
+    check_native(args, settings)
+    if args.baseline_url:
+        warn("--baseline-url is for the playground's target-only lane; `specplay run` ignores it")
+    thread = ModelThread()
+    try:
+        backend = thread.call(lambda: connect_native(args.target_url, None, api_key(args), args.timeout))
+        token_ids = tuple(backend.encode(prompt, raw=args.raw))
         console = make_console()
         if not args.json:
             console.print(legend(), style="dim")
             console.print(f"native speculation: {FIXED_NOTE}", style="dim")
         for seed in range(args.seed, args.seed + args.samples):
-            result = server.generate(token_ids, settings.sampling, seed, args.max_tokens, args.ignore_eos)
+            request = Request(prompt, token_ids, "speculative", seed, args.max_tokens, args.ignore_eos)
+            controls = LiveControls(settings, backend.drafters)
+            writer = None
+            if directory is not None:
+                about = {"mode": "speculative", "seed": seed, "max_tokens": args.max_tokens}
+                about |= {"ignore_eos": args.ignore_eos, "raw": args.raw, "route_map": {}}
+                writer = SessionWriter(directory, prompt, list(token_ids), ["speculative"], backend.describe(), about)
+            try:
+                generate = partial(backend.events, request, controls, time.perf_counter)
+                record = stream_lane(thread, generate, "speculative", controls, console, False, writer)
+                if writer is not None:
+                    record.session = str(writer.finalize())
+            finally:
+                if writer is not None:
+                    writer.close()
+            assert record.done is not None
+            server = record.done.metrics["server"]
             if args.json:
-                print(json.dumps(result.to_json() | {"seed": seed, "server": server.describe()}), flush=True)
-                continue
-            text = Text()
-            detokenizer = RemoteDetokenizer(client, server.model)
-            for token, source in zip(result.token_ids, result.sources, strict=False):
-                detokenizer.add_token(token)
-                text.append(visible(detokenizer.last_segment), style=SOURCE_STYLES[source])
-            console.print(text)
-            spec = result.spec_metrics or {}
-            parts = [f"k {result.k if result.k is not None else '?'} (server)", f"{len(result.token_ids)} tokens"]
-            if result.tokens_per_s:
-                parts.append(f"{result.tokens_per_s:.1f} tokens/s")
-            if spec.get("mean_acceptance_length") is not None:
-                parts.append(f"mean acceptance length {spec['mean_acceptance_length']:.2f}")
-            parts.append("colours exact (per-step metrics)" if result.exact else "colours approximate (chunk sizes)")
-            if result.counters_contaminated:
-                parts.append("server counters include other requests")
-            console.print(" · ".join(parts), style="dim")
+                print(json.dumps(json.loads(json_line(record)) | {"vllm": server}), flush=True)
+            else:
+                console.print(Text().join(token_text(token) for token in record.tokens))
+                console.print(native_summary(record), style="dim")
+            if record.done.finish_reason == "cancelled":
+                return 130
     finally:
-        client.close()
+        thread.close()
     return 0
+
+
+def native_summary(record: RunRecord) -> str:
+    assert record.done is not None
+    metrics, server = record.done.metrics, record.done.metrics["server"]
+    spec = server["speculative_decoding"] or {}
+    parts = [f"k {server['k'] if server['k'] is not None else '?'} (server)", f"{metrics['num_tokens']} tokens"]
+    if metrics["tokens_per_s"]:
+        parts.append(f"{metrics['tokens_per_s']:.1f} tokens/s")
+    if spec.get("mean_acceptance_length") is not None:
+        parts.append(f"mean acceptance length {spec['mean_acceptance_length']:.2f}")
+    parts.append("colours exact (per-step metrics)" if server["sources_exact"] else "colours approximate (chunk sizes)")
+    if server["counters_contaminated"]:
+        parts.append("server counters include other requests")
+    if record.session:
+        parts.append(f"saved {record.session}")
+    return " · ".join(parts)

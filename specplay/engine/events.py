@@ -125,4 +125,16 @@ class DoneEvent:
     metrics: dict[str, Any]
 
 
-Event = StartEvent | ControlEvent | RoundEvent | StepEvent | DoneEvent
+@dataclass(frozen=True, slots=True)
+class RecolourEvent:
+    """A remote speculator's last word on where each token so far came from. vLLM's native mode
+    streams tokens whose sources can only be guessed from chunk sizes; its per-step arrays,
+    when the server sends them, arrive with the last chunk and replace the guess."""
+
+    sources: tuple[Source, ...]
+    """One per generated token so far, in order."""
+    exact: bool
+    """From the server's per-step accounting (True) or still the chunk-size heuristic (False)."""
+
+
+Event = StartEvent | ControlEvent | RoundEvent | StepEvent | RecolourEvent | DoneEvent

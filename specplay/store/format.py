@@ -7,7 +7,9 @@ reads as incomplete, and a last line torn by a kill is ignored.
 
     {"type": "header", "schema_version": 1, "specplay_version": ..., "created": ..., "prompt": ...,
      "prompt_token_ids": [...], "backend": {...}, "request": {...}, "lanes": ["speculative", "target"]}
-    {"type": "event", "lane": "speculative", "kind": "start" | "control" | "round" | "step" | "done", "data": {...}}
+    {"type": "event", "lane": "speculative", "kind": "start" | "control" | "round" | "step" | "done",
+     "data": {...}}
+    ("recolour": vLLM's native mode, the server's exact sources for the tokens streamed so far)
     {"type": "end"}
 """
 
@@ -68,6 +70,8 @@ class LaneRecord:
             self._add_token(data["token"])
         elif kind == "control":
             self.changes.append(data)
+        elif kind == "recolour":  # a remote speculator's exact sources replace the streamed guess
+            self.sources = list(data["sources"])[: len(self.token_ids)]
         elif kind == "done":
             self.done = data
 

@@ -21,7 +21,8 @@ def model_flags(backend: Mapping[str, Any]) -> list[str]:
         return flags
     flags = ["--backend", "vllm", "--target-url", target["source"]]
     if backend.get("mode") == "native":
-        return [*flags, "--vllm-native"]
+        baseline = backend.get("baseline")
+        return [*flags, "--vllm-native", *(["--baseline-url", baseline["source"]] if baseline else [])]
     for name, model in models.items():
         # A drafter on this machine's MLX (mixed mode) has a folder; one on a server, an address.
         local = model.get("backend") == "mlx"

@@ -17,10 +17,25 @@ from pathlib import Path
 from typing import Any
 
 from specplay import __version__
-from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent
+from specplay.engine.events import (
+    ControlEvent,
+    DoneEvent,
+    Event,
+    RecolourEvent,
+    RoundEvent,
+    StartEvent,
+    StepEvent,
+)
 from specplay.store.format import SCHEMA_VERSION, SUFFIX, SessionError
 
-_KINDS = {StartEvent: "start", ControlEvent: "control", RoundEvent: "round", StepEvent: "step", DoneEvent: "done"}
+_KINDS = {
+    StartEvent: "start",
+    ControlEvent: "control",
+    RoundEvent: "round",
+    StepEvent: "step",
+    RecolourEvent: "recolour",
+    DoneEvent: "done",
+}
 
 
 def _new_name(now: datetime) -> str:

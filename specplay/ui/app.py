@@ -36,7 +36,7 @@ from specplay.ui.messages import LaneItem, ModelsFailed, ModelsLoaded, RunEnded
 from specplay.ui.opened import event_seconds, session_events, settings_from
 from specplay.ui.plots import Plots
 from specplay.ui.stats import LaneTally, compare, modelled
-from specplay.ui.stats_view import speculative_stats, target_stats
+from specplay.ui.stats_view import NATIVE_NOTE, NO_BASELINE, native_stats, speculative_stats, target_stats
 from specplay.ui.tape import DraftTape
 from specplay.ui.theming import DEFAULT_THEME, load_themes
 from specplay.ui.tokens import legend
@@ -200,10 +200,19 @@ class PlaygroundApp(App[None]):
         else:
             self.post_message(ModelsLoaded(drafters or (), identity))
 
+    @property
+    def native(self) -> bool:
+        """vLLM's native mode: the server speculates with its own drafter, k and rule."""
+        return self.identity.get("mode") == "native"
+
     def on_models_loaded(self, message: ModelsLoaded) -> None:
         self.drafters, self.identity = message.drafters, message.identity
         self.query_one("#lanes").loading = False
         self.query_one(ControlsPanel).set_drafters(self.drafters)
+        if self.native:
+            self.query_one(ControlsPanel).fix_speculation(NATIVE_NOTE)
+            if "baseline" not in self.identity:
+                self.query_one("#target", LaneView).set_stats(Content(NO_BASELINE))
         self.state = "ready"
         if self.opened is None:
             self._set_status(f"ready: target and drafters {', '.join(self.drafters) or '(none)'}; ctrl+r runs")
@@ -258,6 +267,8 @@ class PlaygroundApp(App[None]):
         self.run_id += 1
         self.opened = None
         self.lanes = (*LANES, DRAFT_LANE) if self.draft_lane else LANES
+        if self.native:  # the server's speculation, and target-only only from a baseline server
+            self.lanes = LANES if "baseline" in self.identity else LANES[:1]
         self.controls = {
             lane: LiveControls(self.settings, self.drafters if lane != "target" else ()) for lane in self.lanes
         }
@@ -336,6 +347,9 @@ class PlaygroundApp(App[None]):
             return
         self.settings = new
         if self.state not in ("running", "stopping"):
+            return
+        if self.native:  # a request's settings are the server's from its first token
+            self.notify("native mode: changes apply from the next run")
             return
         # The speculative lane takes every change; the target-only lane only sampling changes,
         # so the two lanes keep sampling the same distribution.
@@ -424,12 +438,18 @@ class PlaygroundApp(App[None]):
 
     def _show_stats(self) -> None:
         spec, target = self.tallies["speculative"], self.tallies["target"]
-        self.query_one("#target", LaneView).set_stats(target_stats(target))
+        if "target" in self.lanes:
+            self.query_one("#target", LaneView).set_stats(target_stats(target))
         # Remote servers: wall time is HTTP round trips, so the speedup is modelled, not measured.
         identity = self.opened.header.get("backend", {}) if self.opened is not None else self.identity
-        remote = identity.get("backend") == "vllm"
-        comparison = modelled(spec) if remote else compare(spec, target)
-        self.query_one("#speculative", LaneView).set_stats(speculative_stats(spec, comparison, remote))
+        if identity.get("mode") == "native":
+            lane = self.query_one("#speculative", LaneView)
+            lane.set_stats(native_stats(spec, compare(spec, target) if "target" in self.lanes else None))
+        else:
+            # Inspection through servers: wall time is HTTP round trips, so the speedup is modelled.
+            remote = identity.get("backend") == "vllm"
+            comparison = modelled(spec) if remote else compare(spec, target)
+            self.query_one("#speculative", LaneView).set_stats(speculative_stats(spec, comparison, remote))
         if DRAFT_LANE in self.lanes:
             self.query_one(f"#{DRAFT_LANE}", LaneView).set_stats(target_stats(self.tallies[DRAFT_LANE]))
         self.query_one(Plots).show(spec)
@@ -441,6 +461,8 @@ class PlaygroundApp(App[None]):
             self.query_one(f"#{lane}", LaneView).clear()
         self.query_one(DraftTape).clear()
         self.query_one(Inspector).show(None, self.host.decode)
+        if self.native and "baseline" not in self.identity:
+            self.query_one("#target", LaneView).set_stats(Content(NO_BASELINE))
 
     # --- saved sessions ----------------------------------------------------------------------
 

@@ -8,7 +8,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specplay.cli.backends import add_backend_flags, check_models, drafter_names, load_backend
+from specplay.cli.backends import (
+    BackendChoice,
+    add_backend_flags,
+    api_key,
+    check_models,
+    drafter_names,
+    load_backend,
+)
 from specplay.cli.options import (
     add_decoding_flags,
     add_model_flags,
@@ -63,10 +70,16 @@ def tui(args: argparse.Namespace) -> int:
     opened = None
     if args.open:
         args, opened = _open_session(args)
-    check_models(args)
+    settings = settings_from(args)
     if args.vllm_native:
-        raise ConfigError("vllm_native", "runs in `specplay run` for now; the playground drives vLLM by inspection")
-    settings, drafters = settings_from(args), drafter_names(args)
+        from specplay.backends.vllm.native_run import NATIVE_ROUTE
+        from specplay.cli.vllm_native import check_native
+
+        check_native(args, settings)
+        drafters = [NATIVE_ROUTE]
+    else:
+        check_models(args)
+        drafters = drafter_names(args)
     route_map = route_map_from(args)
     if args.max_tokens < 1:
         raise ConfigError("max_tokens", f"must be at least 1 (got {args.max_tokens})")
@@ -78,7 +91,7 @@ def tui(args: argparse.Namespace) -> int:
 
     from specplay.ui.app import PlaygroundOptions, create_app
 
-    choice = load_backend(args)
+    choice = _native_backend(args) if args.vllm_native else load_backend(args)
     options = PlaygroundOptions(
         settings=settings,
         prompt=args.prompt or ("" if args.open else _first_library_prompt()),
@@ -94,6 +107,14 @@ def tui(args: argparse.Namespace) -> int:
     app = create_app(choice.load, options, on_exit=choice.on_exit)
     app.run()
     return 0
+
+
+def _native_backend(args: argparse.Namespace) -> BackendChoice:
+    """vLLM's native mode: a speculating server, and a plain one for target-only if given."""
+    from specplay.backends.vllm.native_run import connect_native
+
+    url, baseline, key, timeout_s = args.target_url, args.baseline_url, api_key(args), args.timeout
+    return BackendChoice(lambda: connect_native(url, baseline, key, timeout_s), None, "vllm")
 
 
 def _first_library_prompt() -> str:

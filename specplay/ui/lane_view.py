@@ -10,7 +10,8 @@ keys) to see the verifier's numbers for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -23,7 +24,7 @@ from textual.message import Message
 from textual.style import Style
 from textual.widgets import Static
 
-from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent, Token
+from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, Source, StepEvent, Token
 from specplay.ui.tokens import marker_content, token_content
 
 MIN_TAIL_CHARS = 400
@@ -111,6 +112,15 @@ class LaneView(Vertical, can_focus=True):
             self._add_token(event.token, None, 0)
         elif isinstance(event, ControlEvent):
             self._parts.append(marker_content(event.changes))
+        elif isinstance(event, RecolourEvent):
+            self._recolour(event.sources)
+
+    def _recolour(self, sources: Sequence[Source]) -> None:
+        """A remote speculator's exact account replaces the sources its stream suggested."""
+        for pick, source in zip(list(self.picks), sources, strict=False):
+            token = replace(pick.token, source=source)
+            self.picks[pick.index] = replace(pick, token=token)
+            self._parts[self._pick_parts[pick.index]] = token_content(token)
 
     def _add_token(self, token: Token, round: RoundEvent | None, slot: int) -> None:
         self.picks.append(Pick(len(self.picks), token, round, slot))

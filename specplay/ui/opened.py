@@ -15,6 +15,7 @@ from specplay.engine.events import (
     DoneEvent,
     DraftPosition,
     Event,
+    RecolourEvent,
     RoundEvent,
     StartEvent,
     StepEvent,
@@ -52,6 +53,8 @@ def event_from_record(kind: str, data: dict[str, Any]) -> Event | None:
     if kind == "step":
         step = _known(StepEvent, data)
         return StepEvent(**{**step, "token": Token(**_known(Token, step["token"]))})
+    if kind == "recolour":
+        return RecolourEvent(tuple(data["sources"]), bool(data["exact"]))
     if kind == "control":
         return ControlEvent(data["token_index"], tuple(tuple(change) for change in data["changes"]))  # type: ignore[misc]
     if kind == "done":

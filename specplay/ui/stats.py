@@ -6,6 +6,7 @@ Pure functions over engine events (no Textual), so they are tested on their own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
 from specplay.engine.metrics import Metrics, predicted_speedup, round_cost_ratio
@@ -27,6 +28,8 @@ class LaneTally:
     finish_reason: str | None = None
     samples: list[tuple[float, int]] = field(default_factory=list)
     """(busy_s, tokens so far) after each event that committed tokens: tokens/s over time."""
+    server: dict[str, Any] | None = None
+    """vLLM's native mode: the server's own account, from the run's end (exact where it says so)."""
     error_bound_total: float | None = None
     """When the backend knew only the top-K of a distribution: the sum of the judged positions'
     error bounds, a bound in TV on how far the whole output's distribution may be from the rule's."""
@@ -45,6 +48,7 @@ class LaneTally:
             self.step_ms += event.step_ms
         elif isinstance(event, DoneEvent):
             self.finish_reason = event.finish_reason
+            self.server = event.metrics.get("server")
         if isinstance(event, RoundEvent | StepEvent):
             if not self.samples:
                 self.samples.append((0.0, 0))

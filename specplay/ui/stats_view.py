@@ -59,5 +59,39 @@ def _exactness(tally: LaneTally) -> str:
     )
 
 
+NATIVE_NOTE = "fixed by the server's --speculative-config: k, drafter, acceptance rule (a restart changes them)"
+NO_BASELINE = (
+    "native mode: the speculating server has no target-only mode; start the same target on a plain "
+    "vLLM server and give it as --baseline-url to compare"
+)
+
+
+def native_stats(tally: LaneTally, comparison: Comparison | None) -> Content:
+    """vLLM speculating on its own GPU: tokens/s is real speed (the server's streaming), the
+    acceptance numbers are the server's once the run ends (exact), the chunk-size guess before."""
+    server = tally.server or {}
+    spec = server.get("speculative_decoding") or {}
+    exact = "mean_acceptance_length" in spec
+    length = spec["mean_acceptance_length"] if exact else tally.mean_acceptance_length
+    rate = spec.get("draft_acceptance_rate") if exact else tally.draft_acceptance_rate
+    approx = "" if exact else "≈"
+    lines = [
+        f"{_num(tally.tokens_per_s, '.1f')} tokens/s  {tally.tokens} tokens  {tally.busy_s:.2f} s"
+        f"  k {server.get('k') or '?'} (server){_finish(tally)}",
+        f"draft acceptance rate {approx}{_num(rate, '.2f')}  mean acceptance length {approx}{_num(length, '.2f')}",
+    ]
+    if comparison is not None:
+        lines.append(f"speedup {_num(comparison.speedup, '.2f', '×')} measured against the baseline server")
+    if tally.server is None:
+        lines.append("colours from chunk sizes until the run ends")
+    elif server.get("sources_exact"):
+        lines.append("colours exact (the server's per-step counts)")
+    else:
+        lines.append("colours approximate (chunk sizes; start the server with --per-request-spec-decode-metrics)")
+    if server.get("counters_contaminated"):
+        lines.append("server counters include other requests")
+    return Content("\n".join(lines))
+
+
 def _finish(tally: LaneTally) -> str:
     return f"  [{tally.finish_reason}]" if tally.finish_reason else ""

@@ -11,16 +11,12 @@ requests ran meanwhile.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import served_model, server_version
-from specplay.backends.vllm.protocol import completion_body
 from specplay.engine.events import Source
-from specplay.engine.settings import SamplingParams
 
 SPEC_COUNTERS = (
     "vllm:spec_decode_num_drafts_total",
@@ -90,46 +86,6 @@ def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str
     return {name: after.get(name, 0.0) - before.get(name, 0.0) for name in names if name in after}
 
 
-@dataclass
-class NativeResult:
-    token_ids: list[int]
-    text: str
-    sources: list[Source]
-    exact: bool
-    """Colours from the server's per-step arrays (True) or the chunk-size heuristic (False)."""
-    chunk_sizes: list[int]
-    finish_reason: str | None
-    time_to_first_token_ms: float | None
-    tokens_per_s: float | None
-    spec_metrics: dict[str, Any] | None
-    """The server's metrics.speculative_decoding, when it sends them."""
-    counters: dict[str, float] = field(default_factory=dict)
-    """Before/after deltas of vLLM's spec-decode counters."""
-    counters_contaminated: bool = False
-    """Other requests ran on the server meanwhile, so the deltas are not this request's alone."""
-    k: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "mode": "vllm-native",
-            "token_ids": self.token_ids,
-            "text": self.text,
-            "sources": self.sources,
-            "sources_exact": self.exact,
-            "finish_reason": self.finish_reason,
-            "chunk_sizes": self.chunk_sizes,
-            "k": self.k,
-            "metrics": {
-                "num_tokens": len(self.token_ids),
-                "time_to_first_token_ms": self.time_to_first_token_ms,
-                "tokens_per_s": self.tokens_per_s,
-                "speculative_decoding": self.spec_metrics,
-                "server_counters_delta": self.counters,
-                "server_counters_contaminated": self.counters_contaminated,
-            },
-        }
-
-
 class NativeServer:
     """One vLLM server that speculates with its own fixed drafter and k."""
 
@@ -153,55 +109,3 @@ class NativeServer:
             },
             "k": self.k,
         }
-
-    def generate(
-        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, seed: int, max_tokens: int, ignore_eos: bool
-    ) -> NativeResult:
-        before = parse_prometheus(self.client.get_text("/metrics"))
-        body = completion_body(self.model, list(prompt_token_ids), max_tokens, sampling, seed, None, stream=True)
-        body |= {"stream_options": {"include_usage": True}, "ignore_eos": ignore_eos}
-        start = time.perf_counter()
-        first_s = last_s = None
-        token_ids: list[int] = []
-        chunks: list[int] = []
-        texts: list[str] = []
-        finish: str | None = None
-        spec: dict[str, Any] | None = None
-        for event in self.client.post_sse("/v1/completions", body):
-            for choice in event.get("choices") or []:
-                ids = choice.get("token_ids") or []
-                if ids:
-                    now = time.perf_counter()
-                    first_s = first_s if first_s is not None else now
-                    last_s = now
-                    token_ids += ids
-                    chunks.append(len(ids))
-                texts.append(choice.get("text") or "")
-                finish = choice.get("finish_reason") or finish
-            metrics = event.get("metrics")
-            if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-                spec = metrics["speculative_decoding"]
-        after = parse_prometheus(self.client.get_text("/metrics"))
-        k = (spec or {}).get("num_spec_tokens") or self.k
-        per_step = (spec or {}).get("per_step_accepted"), (spec or {}).get("per_step_drafted")
-        if per_step[0] is not None and per_step[1] is not None:
-            sources, exact = recolour(len(token_ids), per_step[0], per_step[1]), True
-        else:
-            sources, exact = chunk_sources(chunks, k), False
-        tokens_per_s = None
-        if first_s is not None and last_s is not None and last_s > first_s:
-            tokens_per_s = (len(token_ids) - 1) / (last_s - first_s)
-        return NativeResult(
-            token_ids,
-            "".join(texts),
-            sources,
-            exact,
-            chunks,
-            finish,
-            1000 * (first_s - start) if first_s is not None else None,
-            tokens_per_s,
-            spec,
-            counter_delta(before, after),
-            before.get(RUNNING, 0.0) > 0 or after.get(RUNNING, 0.0) > 0,
-            k,
-        )

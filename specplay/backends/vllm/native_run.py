@@ -1,0 +1,190 @@
+"""Native mode as the engine's event stream, so the playground and saved sessions show it as
+they show any run.
+
+The server speculates with its own drafter and k; specplay only watches. Each streamed chunk
+becomes one round: its first token (the very first from prefill, the target's alone) and the
+chunk-size guess of accepted and corrected or bonus tokens (a guess, since chunks merge when the
+client lags). When the server sends its per-step arrays with the last chunk, a RecolourEvent
+replaces the guess with its exact account. Nothing in a round claims a probability: native mode
+reports none.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from specplay.backends.vllm.backend import VllmBackend, connect_vllm_backend
+from specplay.backends.vllm.client import VllmClient
+from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, tokenize
+from specplay.backends.vllm.detok import RemoteTokenizer
+from specplay.backends.vllm.native import (
+    RUNNING,
+    NativeServer,
+    chunk_sources,
+    counter_delta,
+    parse_prometheus,
+    recolour,
+)
+from specplay.backends.vllm.protocol import completion_body
+from specplay.backends.vllm.remote import RemoteModel
+from specplay.backends.vllm.urls import server_root
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import (
+    DoneEvent,
+    Event,
+    FinishReason,
+    RecolourEvent,
+    RoundEvent,
+    Source,
+    StartEvent,
+    StepEvent,
+    Token,
+)
+from specplay.engine.loop import Request
+from specplay.engine.metrics import Metrics
+
+NATIVE_ROUTE = "server"
+"""The route's name in native mode: the server's own drafter serves every request."""
+Clock = Callable[[], float]
+
+
+def chunk_texts(tokenizer: RemoteTokenizer, token_ids: list[int], text: str) -> list[str]:
+    """Each token's share of a chunk's text: single-token decodes when they add up to the text
+    the server sent, else the whole text on the chunk's last token (a character split across
+    tokens, or a tokenizer that merges on decode)."""
+    pieces = [tokenizer.decode([token]) for token in token_ids]
+    if "".join(pieces) == text:
+        return pieces
+    return [""] * (len(token_ids) - 1) + [text]
+
+
+class NativeBackend:
+    """The model host's backend in native mode: one speculating server, and optionally a plain
+    server of the same target (`baseline`) for the target-only lane, which makes the measured
+    speedup a fair one: both lanes' times are the servers' own streaming."""
+
+    native = True
+
+    def __init__(self, server: NativeServer, baseline: VllmBackend | None = None) -> None:
+        self.server, self.baseline = server, baseline
+        self.drafters = (NATIVE_ROUTE,)
+        self.eos_token_ids: frozenset[int] = frozenset()
+        self.tokenizer = RemoteTokenizer(server.client, server.model)
+        self._encoder = VllmBackend(RemoteModel(server.client, server.model), {}, {})
+
+    def encode(self, prompt: str, raw: bool) -> list[int]:
+        return self._encoder.encode(prompt, raw)
+
+    def describe(self) -> dict[str, Any]:
+        identity = self.server.describe()
+        if self.baseline is not None:
+            identity["baseline"] = self.baseline.describe()["models"]["target"]
+        return identity
+
+    def close(self) -> None:
+        self.server.client.close()
+        if self.baseline is not None:
+            self.baseline.close()
+
+    def events(self, request: Request, controls: LiveControls, clock: Clock) -> Iterator[Event]:
+        """One native request as engine events; `controls` is read for its sampling settings at
+        the start and for a stop request between chunks (the server fixes everything else)."""
+        settings, server = controls.settings, self.server
+        yield StartEvent("speculative", NATIVE_ROUTE, NATIVE_ROUTE, request.prompt_token_ids, request.seed, settings)
+        metrics = Metrics(speculative=True)
+        metrics.start_s = clock()
+        before = parse_prometheus(server.client.get_text("/metrics"))
+        body = completion_body(
+            server.model, list(request.prompt_token_ids), request.max_tokens, settings.sampling, request.seed
+        )
+        body |= {"stream": True, "stream_options": {"include_usage": True}, "ignore_eos": request.ignore_eos}
+        generated: list[int] = []
+        texts: list[str] = []
+        sizes: list[int] = []
+        spec: dict[str, Any] = {}
+        finish: FinishReason = "length"
+        last_s = clock()
+        stream = server.client.post_sse("/v1/completions", body)
+        try:
+            for chunk in stream:
+                if controls.stop_requested:
+                    finish = "cancelled"
+                    break
+                if isinstance(chunk.get("metrics"), dict):
+                    spec = chunk["metrics"].get("speculative_decoding") or spec
+                for choice in chunk.get("choices") or []:
+                    ids = [int(t) for t in choice.get("token_ids") or []]
+                    if choice.get("finish_reason") == "stop":
+                        finish = "stop"
+                        if choice.get("stop_reason") is None and ids and not request.ignore_eos:
+                            ids = ids[:-1]  # the EOS that ended the run is not output
+                    if not ids:
+                        continue
+                    now = clock()
+                    sizes.append(len(ids))
+                    sources = chunk_sources(sizes, spec.get("num_spec_tokens") or server.k)[-len(ids) :]
+                    pieces = chunk_texts(self.tokenizer, ids, choice.get("text") or "")
+                    tokens = [Token(t, text, s) for t, text, s in zip(ids, pieces, sources, strict=True)]
+                    yield from self._chunk_events(tokens, len(generated), 1000 * (now - last_s), metrics, now)
+                    generated += ids
+                    texts += pieces
+                    last_s = now
+        finally:
+            stream.close()
+        after = parse_prometheus(server.client.get_text("/metrics"))
+        accepted, drafted = spec.get("per_step_accepted"), spec.get("per_step_drafted")
+        if accepted is not None and drafted is not None:
+            exact = recolour(len(generated), accepted, drafted)
+            metrics.tokens_by_source = Counter(exact)
+            yield RecolourEvent(tuple(exact), True)
+        server_metrics = {
+            "speculative_decoding": spec or None,
+            "sources_exact": accepted is not None and drafted is not None,
+            "k": spec.get("num_spec_tokens") or server.k,
+            "counters_delta": counter_delta(before, after),
+            "counters_contaminated": before.get(RUNNING, 0.0) > 0 or after.get(RUNNING, 0.0) > 0,
+        }
+        yield DoneEvent(finish, tuple(generated), "".join(texts), metrics.to_dict() | {"server": server_metrics})
+
+    def _chunk_events(
+        self, tokens: list[Token], token_index: int, chunk_ms: float, metrics: Metrics, now_s: float
+    ) -> Iterator[Event]:
+        """The first token of the run from prefill as a target step; every chunk after as a round
+        of chunk-size-minus-one accepted drafts (the guess a RecolourEvent may correct)."""
+        if token_index == 0:
+            yield StepEvent(0, NATIVE_ROUTE, tokens[0], chunk_ms)
+            metrics.add_tokens(["target"], now_s)
+            tokens, token_index = tokens[1:], 1
+            if not tokens:
+                return
+        k = self.server.k or len(tokens) - 1
+        num_accepted = sum(t.source == "accepted" for t in tokens)
+        round = RoundEvent(
+            metrics.num_spec_steps, token_index, NATIVE_ROUTE, max(k, num_accepted), (), (), num_accepted,
+            tuple(tokens), 0.0, chunk_ms, 0.0,
+        )  # fmt: skip
+        metrics.add_round(round)
+        sources: list[Source] = [t.source for t in tokens]
+        metrics.add_tokens(sources, now_s)
+        yield round
+
+
+def connect_native(
+    target_url: str, baseline_url: str | None = None, api_key: str | None = None, timeout_s: float = 60.0
+) -> NativeBackend:
+    """Connect to a speculating server and, when given, a plain server of the same target."""
+    server = NativeServer(VllmClient("target", server_root(target_url), api_key, timeout_s))
+    baseline = None
+    if baseline_url is not None:
+        baseline = connect_vllm_backend(server_root(baseline_url, "baseline_url"), api_key=api_key, timeout_s=timeout_s)
+        check_same_tokens(
+            {
+                f"native server ({server.client.root})": tokenize(server.client, server.model, PROBE_TEXT),
+                f"baseline ({baseline.target.client.root})": tokenize(
+                    baseline.target.client, baseline.target.model, PROBE_TEXT
+                ),
+            }
+        )
+    return NativeBackend(server, baseline)
