@@ -64,6 +64,8 @@ def test_a_vllm_session_replays_through_the_same_servers(
     code, out, err = cli(capsys, "run", "--replay", first["session"], "--route", "near", *common)
     assert code == 0, err
     assert json.loads(out)["route"] == "near"
+    code, out, err = cli(capsys, "export", first["session"], "--format", "md")
+    assert code == 0 and "backend vllm (inspection mode)" in out, err
 
 
 def test_session_is_kept_when_the_server_dies(tiny: TinyModels, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]

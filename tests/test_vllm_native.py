@@ -67,6 +67,11 @@ def test_native_runs_as_engine_events_recoloured_at_the_end(native: FakeVllm, ba
     counters = server["counters_delta"]
     assert counters["vllm:spec_decode_num_drafts_total"] == spec["num_spec_steps"]
     assert counters["vllm:generation_tokens_total"] == 16 and not server["counters_contaminated"]
+    # the server's own counts replace the guess; per-position acceptance comes from /metrics
+    assert finished.metrics["mean_acceptance_length"] == spec["mean_acceptance_length"]
+    steps = spec["per_step_accepted"]
+    expected = [sum(a > i for a in steps) / len(steps) for i in range(2)]
+    assert finished.metrics["acceptance_per_position"] == pytest.approx(expected)
     assert "".join(t.text for t in [first.token, *(t for r in rounds for t in r.tokens)]) == finished.text  # type: ignore[union-attr]
 
 
@@ -90,6 +95,7 @@ async def test_playground_watches_native_speculation_against_a_baseline(
     from specplay.ui.app import PlaygroundOptions, create_app
     from specplay.ui.controls_panel import ControlsPanel
     from specplay.ui.lane_view import LaneView
+    from specplay.ui.plots import Plots
     from tests.ui_helpers import wait_for
 
     plain = FakeVllm(tiny.target, "target")
@@ -106,6 +112,7 @@ async def test_playground_watches_native_speculation_against_a_baseline(
             lane = app.query_one("#speculative", LaneView)
             stats = str(lane.query_one(".lane-stats").render())
             assert "k 2 (server)" in stats and "colours exact" in stats and "measured against the baseline" in stats
+            assert " 2 " in str(app.query_one(Plots).render())  # per-position bars from the server's counters
             recoloured = next(e for e in app.events["speculative"] if isinstance(e, RecolourEvent))
             assert [pick.token.source for pick in lane.picks] == list(recoloured.sources)
             target_ids = app.events["target"][-1].token_ids  # type: ignore[union-attr]

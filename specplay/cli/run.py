@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
                 line = json_line(record, baseline)
                 print(line if report is None else json.dumps(json.loads(line) | {"vllm": report}), flush=True)
             else:
-                console.print(summary(record, baseline), style="dim")
+                # Through vLLM inspection, tokens/s times HTTP round trips: no measured speedup.
+                console.print(summary(record, baseline if report is None else None), style="dim")
                 if report is not None:
                     from specplay.backends.vllm.report import report_line
 

@@ -143,6 +143,10 @@ def _speedup(session: Session) -> str | None:
     baseline = session.baseline
     if baseline is None:
         return None
+    backend = session.header.get("backend") or {}
+    if backend.get("backend") == "vllm" and backend.get("mode") != "native":
+        # Inspection through servers: its wall time is HTTP round trips, not speculative speed.
+        return "speedup vs target-only: not measured (vLLM inspection times HTTP round trips)"
     tokens_per_s, target_tokens_per_s = session.main.metrics.get("tokens_per_s"), baseline.metrics.get("tokens_per_s")
     if not tokens_per_s or not target_tokens_per_s:
         return None
@@ -152,11 +156,17 @@ def _speedup(session: Session) -> str | None:
     )
 
 
+def _where(backend: dict[str, Any]) -> str:
+    if "device" in backend:
+        return f"on {backend['device']}"
+    return f"({backend['mode']} mode)" if "mode" in backend else "on ?"
+
+
 def _origin(header: dict[str, Any]) -> str:
     backend = header.get("backend") or {}
     return (
         f"Created {header.get('created', '?')} by specplay {header.get('specplay_version', '?')}, "
-        f"backend {backend.get('backend', '?')} on {backend.get('device', '?')}."
+        f"backend {backend.get('backend', '?')} {_where(backend)}."
     )
 
 

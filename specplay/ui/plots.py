@@ -49,7 +49,7 @@ def throughput(samples: Sequence[tuple[float, int]], bins: int) -> list[float]:
 
 def plots_content(spec: LaneTally, width: int) -> Content:
     lines: list[Content | str] = [Content.styled("acceptance by draft position", "bold")]
-    rates = spec.spec.acceptance_per_position()
+    rates = spec.acceptance_per_position()
     bar_width = max(4, width - 12)
     for i, rate in enumerate(rates[:16], 1):
         lines.append(

@@ -28,6 +28,8 @@ class LaneTally:
     finish_reason: str | None = None
     samples: list[tuple[float, int]] = field(default_factory=list)
     """(busy_s, tokens so far) after each event that committed tokens: tokens/s over time."""
+    final_metrics: dict[str, Any] = field(default_factory=dict)
+    """The DoneEvent's metrics, once the run ends."""
     server: dict[str, Any] | None = None
     """vLLM's native mode: the server's own account, from the run's end (exact where it says so)."""
     error_bound_total: float | None = None
@@ -49,10 +51,17 @@ class LaneTally:
         elif isinstance(event, DoneEvent):
             self.finish_reason = event.finish_reason
             self.server = event.metrics.get("server")
+            self.final_metrics = event.metrics
         if isinstance(event, RoundEvent | StepEvent):
             if not self.samples:
                 self.samples.append((0.0, 0))
             self.samples.append((busy_s, self.tokens))
+
+    def acceptance_per_position(self) -> list[float]:
+        """From the rounds' judged positions; where the rounds carry none (vLLM's native mode), what
+        the run's end reported (the server's per-position counters)."""
+        own = self.spec.acceptance_per_position()
+        return own or list(self.final_metrics.get("acceptance_per_position") or [])
 
     @property
     def tokens_per_s(self) -> float | None:

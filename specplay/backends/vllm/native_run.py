@@ -20,6 +20,7 @@ from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, tokenize
 from specplay.backends.vllm.detok import RemoteTokenizer
 from specplay.backends.vllm.native import (
+    PER_POSITION,
     RUNNING,
     NativeServer,
     chunk_sources,
@@ -92,6 +93,8 @@ class NativeBackend:
         """One native request as engine events; `controls` is read for its sampling settings at
         the start and for a stop request between chunks (the server fixes everything else)."""
         settings, server = controls.settings, self.server
+        if server.k is not None:  # the session records the k that ran, which is the server's
+            settings = settings.changed(k=server.k)
         yield StartEvent("speculative", NATIVE_ROUTE, NATIVE_ROUTE, request.prompt_token_ids, request.seed, settings)
         metrics = Metrics(speculative=True)
         metrics.start_s = clock()
@@ -146,7 +149,9 @@ class NativeBackend:
             "counters_delta": counter_delta(before, after),
             "counters_contaminated": before.get(RUNNING, 0.0) > 0 or after.get(RUNNING, 0.0) > 0,
         }
-        yield DoneEvent(finish, tuple(generated), "".join(texts), metrics.to_dict() | {"server": server_metrics})
+        yield DoneEvent(
+            finish, tuple(generated), "".join(texts), _with_server_counts(metrics.to_dict(), spec, server_metrics)
+        )
 
     def _chunk_events(
         self, tokens: list[Token], token_index: int, chunk_ms: float, metrics: Metrics, now_s: float
@@ -169,6 +174,31 @@ class NativeBackend:
         sources: list[Source] = [t.source for t in tokens]
         metrics.add_tokens(sources, now_s)
         yield round
+
+
+# The server's own counts, when it sends them, replace the chunk-size guess of the round counts.
+_SERVER_COUNTS = (
+    "num_spec_steps",
+    "num_draft_tokens",
+    "num_accepted_draft_tokens",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+)
+
+
+def _with_server_counts(metrics: dict[str, Any], spec: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
+    counts = {name: spec[name] for name in _SERVER_COUNTS if spec.get(name) is not None}
+    # Per-position acceptance exists only in /metrics: accepted at each position over drafts.
+    delta = server["counters_delta"]
+    drafts = delta.get("vllm:spec_decode_num_drafts_total") or 0
+    positions = sorted(
+        (int(key[len(PER_POSITION) + 1 : -1]), value)
+        for key, value in delta.items()
+        if key.startswith(PER_POSITION + "[")
+    )
+    if drafts > 0 and positions:
+        counts["acceptance_per_position"] = [value / drafts for _, value in positions]
+    return metrics | counts | {"server": server}
 
 
 def connect_native(
