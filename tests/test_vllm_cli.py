@@ -168,7 +168,7 @@ async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels,
             # Wall time through HTTP is not speculative speed: the lane says so, and what it knows.
             stats = str(app.query_one("#speculative", LaneView).query_one(".lane-stats").render())
             assert "tokens per target call" in stats and "× modelled" in stats and "measured" not in stats
-            assert "approximate: top-K of p_target only" in stats
+            assert "approximate (top-K of p_target only): error ≤" in stats and "TV per token" in stats
             lane = app.query_one("#speculative", LaneView)
             drafted = next(pick for pick in lane.picks if pick.token.source != "bonus")  # judged at a position
             lane.select(drafted.index)

@@ -43,7 +43,7 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
         f"  mean acceptance length {_num(tally.mean_acceptance_length, '.2f')}"
         f"  TV spent {tally.tv_spent:.2f}",
         f"{speed} (α {_num(tally.alpha, '.2f')}, k {_num(tally.mean_k, '.1f')}"
-        f", c {_num(comparison.cost_ratio, '.2f')})",
+        f", c {_num(comparison.cost_ratio, '.2f')}{' per verify call' if remote else ''})",
     ]
     if remote:
         lines.append(_exactness(tally))
@@ -51,12 +51,13 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
 
 
 def _exactness(tally: LaneTally) -> str:
-    if not tally.error_bound_total:
-        return "exact: every judged position knew both distributions (c: draft token / verify call)"
-    return (
-        f"approximate: top-K of p_target only, output within TV {tally.error_bound_total:.3f} of the rule's"
-        " (c: draft token / verify call)"
-    )
+    total = tally.error_bound_total
+    if not total:
+        return "exact: every judged position knew both distributions"
+    # Per-token bounds add up over the output; past 1 the sum says nothing (TV never exceeds 1).
+    per_token = total / tally.judged if tally.judged else total
+    whole = f"whole output within TV {total:.3f}" if total < 1 else "no useful bound for the whole output"
+    return f"approximate (top-K of p_target only): error ≤ {per_token:.3f} TV per token, {whole}"
 
 
 NATIVE_NOTE = "fixed by the server's --speculative-config: k, drafter, acceptance rule (a restart changes them)"
