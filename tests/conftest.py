@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from specplay.backends.mlx.build import (
     write_model,
     write_perturbed_copy,
 )
+
+# isort: split
+from fake_vllm import FakeVllm  # imports mlx.core: after the OpenBLAS preload above
 
 VOCAB = 512
 CODE_PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
@@ -91,3 +95,13 @@ def backend(tiny: TinyModels) -> MlxBackend:
     """Target with three drafters: near, far, and the target itself."""
     drafters = [("near", str(tiny.near)), ("far", str(tiny.far)), ("self", str(tiny.target))]
     return load_mlx_backend(str(tiny.target), drafters)
+
+
+@pytest.fixture(scope="session")
+def servers(tiny: TinyModels) -> Iterator[tuple[FakeVllm, FakeVllm]]:
+    """Fake vLLM servers (tests/fake_vllm.py) of the target and of `near`, shared by the vLLM tests;
+    tests that break a server (faults, kills) start their own or reset `fault` afterwards."""
+    target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
+    yield target, near
+    target.close()
+    near.close()

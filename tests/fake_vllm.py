@@ -6,6 +6,9 @@ serving.py, vllm/logprobs.py): unknown request fields ignored; prompt_logprobs[0
 sampled or actual token always listed, first, so K or K+1 entries; -9999.0 floor; `token_id:N`
 keys with return_tokens_as_token_ids; 400 errors shaped {"error": {message, type, param, code}};
 sample logprobs raw unless --logprobs-mode processed_logprobs; prompt logprobs always raw.
+`n` samples per prompt as vLLM's parallel sampling makes them (vllm/v1/engine/parallel_sampling.py):
+sample j of a prompt is seeded seed + j, so each is its own draw and the same seed repeats them;
+choice indices run prompt-major, prompt i's samples at i * n .. i * n + n - 1.
 
 Native mode (`native_draft`) runs specplay's own engine as vLLM's rejection sampler would (k
 fixed), streams one chunk per engine step, and reports `metrics.speculative_decoding` and the
@@ -130,8 +133,9 @@ class FakeVllm:
         target = self.backend.target
         return ModelCache("target", target.model, rewindable_cache(target), self.vocab_size)
 
-    def _run(self, prompt: list[int], body: dict[str, Any], seed: int | None) -> dict[str, Any]:
-        """One prompt's completion: generated ids, per-token listed logprobs, prompt logprobs."""
+    def _run(self, prompt: list[int], body: dict[str, Any], seeds: list[int | None]) -> list[dict[str, Any]]:
+        """One prompt's completions, one per seed: generated ids, per-token listed logprobs, prompt
+        logprobs. The prompt is computed once; each sample rewinds the cache to it."""
         sampling = SamplingParams(
             float(body.get("temperature", 1.0)),
             float(body.get("top_p", 1.0)),
@@ -141,11 +145,28 @@ class FakeVllm:
         max_tokens = int(body.get("max_tokens") or 16)
         ignore_eos = bool(body.get("ignore_eos", False))
         stop_ids = set(body.get("stop_token_ids") or [])
-        rng = np.random.default_rng(seed)
         cache = self._cache()
         logits = np.array(cache.forward(mx.array(prompt)).astype(mx.float32))
         prompt_rows = _log_softmax(logits[:-1].astype(np.float64))
-        row = logits[-1:]
+        results = []
+        for seed in seeds:
+            cache.trim_to(len(prompt))
+            sample = self._sample(cache, logits[-1:], sampling, max_tokens, ignore_eos, stop_ids, seed)
+            results.append(sample | {"prompt_rows": prompt_rows})
+        return results
+
+    def _sample(
+        self,
+        cache: ModelCache,
+        row: np.ndarray,
+        sampling: SamplingParams,
+        max_tokens: int,
+        ignore_eos: bool,
+        stop_ids: set[int],
+        seed: int | None,
+    ) -> dict[str, Any]:
+        """One sample after the cached prompt, whose last logits are `row`."""
+        rng = np.random.default_rng(seed)
         out_ids: list[int] = []
         sample_rows: list[tuple[np.ndarray, int]] = []
         finish, stop_reason = "length", None
@@ -170,7 +191,7 @@ class FakeVllm:
                 finish = "stop"
                 break
             row = np.array(cache.forward(mx.array([token])).astype(mx.float32))
-        return {"ids": out_ids, "rows": sample_rows, "prompt_rows": prompt_rows, "finish": finish, "stop": stop_reason}
+        return {"ids": out_ids, "rows": sample_rows, "finish": finish, "stop": stop_reason}
 
     def _native(self, prompt: list[int], body: dict[str, Any], seed: int) -> dict[str, Any]:
         """vLLM's own speculation: one prefill token from the target, then k-token steps."""
@@ -255,57 +276,69 @@ class FakeVllm:
         self._check(body)
         prompts = self.prompts(body)
         seed = body.get("seed")
+        n = max(1, int(body.get("n") or 1))
+        seeds = [None if seed is None else int(seed) + j for j in range(n)]
         k = body.get("logprobs")
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         choices, metrics, steps = [], None, []
         for prompt in prompts:
             self.counters.prompt_tokens += len(prompt)
             if self.backend.drafters:
-                native = self.thread.call(lambda p=prompt: self._native(p, body, int(seed or 0)))
-                ids = [t for step in native["steps"] for t in step][: int(body.get("max_tokens") or 16)]
-                steps = native["steps"]
-                result = {"ids": ids, "rows": [], "prompt_rows": None, "finish": "length", "stop": None}
-                self._count_native(native, len(ids))
-                if self.spec_metrics and len(prompts) == 1:
-                    metrics = {"speculative_decoding": _spec_metrics(native, self.native_k, self.spec_metrics)}
+                results = [self._native_result(prompt, body, s, len(prompts) * n == 1) for s in seeds]
+                metrics = metrics or results[0].pop("metrics")
             else:
-                result = self.thread.call(lambda p=prompt: self._run(p, body, seed))
-                steps = [[t] for t in result["ids"]]
-            self.counters.generation_tokens += len(result["ids"])
-            logprobs = None
-            if k is not None and result["rows"]:
-                tops = [self._top_entries(listed, t, k, body.get("logprob_token_ids")) for listed, t in result["rows"]]
-                tokens = [f"token_id:{t}" if as_ids else self.tokenizer.decode([t]) for t in result["ids"]]
-                if not as_ids:
-                    tops = [{self.tokenizer.decode([int(key[9:])]): v for key, v in top.items()} for top in tops]
-                offsets = list(np.cumsum([0, *[len(t) for t in tokens[:-1]]]).astype(int).tolist())
-                token_logprobs = [_floor(listed[t]) for listed, t in result["rows"]]
-                logprobs = {
-                    "text_offset": offsets,
-                    "token_logprobs": token_logprobs,
-                    "tokens": tokens,
-                    "top_logprobs": tops,
-                }
-            prompt_logprobs = None
-            if body.get("prompt_logprobs") is not None and result["prompt_rows"] is not None:
-                prompt_logprobs = self._prompt_logprobs(prompt, result["prompt_rows"], int(body["prompt_logprobs"]))
-            ids = result["ids"]
-            text_ids = [t for t in ids if t not in self.backend.eos_token_ids]
-            choices.append(
-                {
-                    "index": len(choices),
-                    "text": self.tokenizer.decode(text_ids),
-                    "logprobs": logprobs,
-                    "finish_reason": result["finish"],
-                    "stop_reason": result["stop"],
-                    "token_ids": ids if body.get("return_token_ids") else None,
-                    "prompt_logprobs": prompt_logprobs,
-                    "prompt_token_ids": prompt if body.get("return_token_ids") else None,
-                    "routed_experts": None,
-                    "weight_versions": None,
-                }
-            )
+                results = self.thread.call(lambda p=prompt: self._run(p, body, seeds))
+            for result in results:
+                steps = steps or result.get("steps") or [[t] for t in result["ids"]]
+                choices.append(self._choice(len(choices), prompt, body, result, k, as_ids))
         return choices, metrics, steps
+
+    def _native_result(self, prompt: list[int], body: dict[str, Any], seed: int | None, single: bool) -> dict[str, Any]:
+        native = self.thread.call(lambda: self._native(prompt, body, int(seed or 0)))
+        ids = [t for step in native["steps"] for t in step][: int(body.get("max_tokens") or 16)]
+        self._count_native(native, len(ids))
+        metrics = None
+        if self.spec_metrics and single:
+            metrics = {"speculative_decoding": _spec_metrics(native, self.native_k, self.spec_metrics)}
+        result = {"ids": ids, "rows": [], "prompt_rows": None, "finish": "length", "stop": None}
+        return result | {"steps": native["steps"], "metrics": metrics}
+
+    def _choice(
+        self, index: int, prompt: list[int], body: dict[str, Any], result: dict[str, Any], k: int | None, as_ids: bool
+    ) -> dict[str, Any]:
+        """One choice of the response, as vLLM's completion serving shapes it."""
+        self.counters.generation_tokens += len(result["ids"])
+        logprobs = None
+        if k is not None and result["rows"]:
+            tops = [self._top_entries(listed, t, k, body.get("logprob_token_ids")) for listed, t in result["rows"]]
+            tokens = [f"token_id:{t}" if as_ids else self.tokenizer.decode([t]) for t in result["ids"]]
+            if not as_ids:
+                tops = [{self.tokenizer.decode([int(key[9:])]): v for key, v in top.items()} for top in tops]
+            offsets = list(np.cumsum([0, *[len(t) for t in tokens[:-1]]]).astype(int).tolist())
+            token_logprobs = [_floor(listed[t]) for listed, t in result["rows"]]
+            logprobs = {
+                "text_offset": offsets,
+                "token_logprobs": token_logprobs,
+                "tokens": tokens,
+                "top_logprobs": tops,
+            }
+        prompt_logprobs = None
+        if body.get("prompt_logprobs") is not None and result["prompt_rows"] is not None:
+            prompt_logprobs = self._prompt_logprobs(prompt, result["prompt_rows"], int(body["prompt_logprobs"]))
+        ids = result["ids"]
+        text_ids = [t for t in ids if t not in self.backend.eos_token_ids]
+        return {
+            "index": index,
+            "text": self.tokenizer.decode(text_ids),
+            "logprobs": logprobs,
+            "finish_reason": result["finish"],
+            "stop_reason": result["stop"],
+            "token_ids": ids if body.get("return_token_ids") else None,
+            "prompt_logprobs": prompt_logprobs,
+            "prompt_token_ids": prompt if body.get("return_token_ids") else None,
+            "routed_experts": None,
+            "weight_versions": None,
+        }
 
     def _count_native(self, native: dict[str, Any], num_tokens: int) -> None:
         c = self.counters

@@ -68,6 +68,12 @@ def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
     assert comparison.cost_ratio == pytest.approx((10.0 / 5) / (13.0 / 2))  # per drafted token / per verify
     assert comparison.predicted_speedup == pytest.approx(predicted_speedup(3 / 4, 2.5, comparison.cost_ratio))
     assert LaneTally().error_bound_total is None
+    # `specplay run --json` models the same speedup from the lane's metrics as the playground does
+    from specplay.backends.vllm.report import inspection_report
+
+    report = inspection_report(spec.spec.to_dict(), {}, approximate=True)
+    assert report["cost_ratio"] == pytest.approx(comparison.cost_ratio)
+    assert report["modelled_speedup"] == pytest.approx(comparison.predicted_speedup)
 
 
 def test_tv_slider_steps_are_exact() -> None:

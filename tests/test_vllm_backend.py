@@ -19,14 +19,6 @@ TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def servers(tiny) -> Iterator[tuple[FakeVllm, FakeVllm]]:  # type: ignore[no-untyped-def]
-    target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
-    yield target, near
-    target.close()
-    near.close()
-
-
-@pytest.fixture(scope="module")
 def vllm(servers: tuple[FakeVllm, FakeVllm]) -> Iterator[VllmBackend]:
     target, near = servers
     backend = connect_vllm_backend(target.url + "/v1", [("near", near.url)])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from fake_vllm import FakeVllm, Fault
@@ -16,14 +15,6 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-@pytest.fixture(scope="module")
-def servers(tiny: TinyModels) -> Iterator[tuple[FakeVllm, FakeVllm]]:
-    target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
-    yield target, near
-    target.close()
-    near.close()
 
 
 def test_run_through_vllm_matches_mlx(

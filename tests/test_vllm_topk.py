@@ -22,10 +22,12 @@ from specplay.engine.settings import SamplingParams
 from specplay.errors import ConfigError
 
 
-def truncated(dist: np.ndarray, k: int) -> TopK:
-    top = np.argsort(-dist, kind="stable")[:k]
-    probs = {int(i): float(dist[i]) for i in top}
-    return TopK(probs, max(0.0, 1.0 - sum(probs.values())))
+def truncated(dist: np.ndarray, k: int, extra: int | None = None) -> TopK:
+    """As a server lists a row: the top-k, and the sampled (or actual) token wherever it lies."""
+    listed = [int(i) for i in np.argsort(-dist, kind="stable")[:k]]
+    listed += [extra] if extra is not None and extra not in listed else []
+    with np.errstate(divide="ignore"):
+        return from_logprobs({i: float(np.log(dist[i])) for i in listed}, top=k)
 
 
 def test_worked_example_of_the_research_note() -> None:
@@ -52,7 +54,9 @@ def test_tv_bracket_and_residual_bound_hold_under_truncation(k: int) -> None:
         p = rng.dirichlet([alpha] * vocab)
         q = 0.5 * p + 0.5 * rng.dirichlet([alpha] * vocab) if trial % 2 else rng.dirichlet([alpha] * vocab)
         tv = 0.5 * np.abs(p - q).sum()
-        p_k, q_k = truncated(p, k), truncated(q, k)
+        # the sampled or actual token is listed too, often far below the top-k
+        p_k, q_k = truncated(p, k, int(rng.integers(vocab))), truncated(q, k, int(rng.choice(vocab, p=q)))
+        assert all(p[v] <= p_k.unlisted_max + 1e-12 for v in range(vocab) if v not in p_k.probs)
         lo, hi = tv_bracket(p_k, q_k)
         assert lo - 1e-12 <= tv <= hi + 1e-12
         # theta from the upper end keeps the budget guaranteed: the output moves theta * TV <= D

@@ -46,6 +46,12 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
         "auto picks by context length",
     )
     group.add_argument(
+        "--vllm-exact-correction",
+        action="store_true",
+        help="vllm: draw each correction exactly, by rejection from the target's samples at T > 0 "
+        "(extra requests at rejected positions only)",
+    )
+    group.add_argument(
         "--vllm-native",
         action="store_true",
         help="vllm: let the target's server speculate itself (--speculative-config) and watch",
@@ -139,7 +145,14 @@ def load_backend(args: argparse.Namespace) -> BackendChoice:
 
     def load() -> Any:
         return connect_vllm_backend(
-            args.target_url, remote, local, key, args.top_logprobs, args.vllm_strategy, args.timeout
+            args.target_url,
+            remote,
+            local,
+            key,
+            args.top_logprobs,
+            args.vllm_strategy,
+            args.timeout,
+            exact_correction=getattr(args, "vllm_exact_correction", False),
         )
 
     return BackendChoice(load, on_exit, "vllm")

@@ -20,8 +20,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--target", required=True, metavar="PATH|ID", help="the target the drafter will serve")
     parser.add_argument("--draft", required=True, metavar="PATH|ID", help="the drafter to start from")
     parser.add_argument(
-        "--data", required=True, type=Path, metavar="FILE|DIR", help="prompts: .txt (blank-line separated), "
-        '.jsonl ("prompt" or "text" per line), or a folder of saved sessions'
+        "--data",
+        required=True,
+        type=Path,
+        metavar="FILE|DIR",
+        help="prompts: .txt (blank-line separated), "
+        '.jsonl ("prompt" or "text" per line), or a folder of saved sessions',
     )
     parser.add_argument("--out", required=True, type=Path, help="folder for the new drafter (usable as --draft DIR)")
     parser.add_argument("--steps", type=int, default=300)
@@ -105,9 +109,7 @@ def distill(args: argparse.Namespace) -> int:
         task = progress.add_task("steps", total=args.steps, loss="-", speed="")
 
         def on_progress(p: object) -> None:
-            progress.update(
-                task, completed=p.step, loss=f"{p.loss:.4f}", speed=f"{p.tokens_per_s:,.0f} tokens/s"
-            )
+            progress.update(task, completed=p.step, loss=f"{p.loss:.4f}", speed=f"{p.tokens_per_s:,.0f} tokens/s")
 
         try:
             result = run_distill(

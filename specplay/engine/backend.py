@@ -31,7 +31,7 @@ class VerifiedDraft:
     p_draft: list[float]
     tv_distance: list[float]
     target_argmax: list[int]
-    corrections: list[int]
+    corrections: Sequence[int]
     """A draw from the residual at each position; only the first rejection's is used."""
     bonus: int
     """A draw from the target's distribution after the last drafted token."""

@@ -101,6 +101,7 @@ class Metrics:
             "num_spec_steps": steps if spec else None,
             "num_draft_tokens": drafted if spec else None,
             "num_accepted_draft_tokens": self.num_accepted_draft_tokens if spec else None,
+            "num_judged_draft_tokens": self.num_judged_draft_tokens if spec else None,
             "mean_acceptance_length": (1 + self.num_accepted_draft_tokens / steps) if spec and steps else None,
             "draft_acceptance_rate": (self.num_accepted_draft_tokens / drafted) if spec and drafted else None,
             "acceptance_per_position": self.acceptance_per_position() if spec else None,

@@ -29,11 +29,16 @@ class VllmBackend:
         remote: dict[str, RemoteModel],
         local: dict[str, LocalDrafter],
         strategy: Strategy = "auto",
+        exact_correction: bool = False,
     ) -> None:
         self.target, self.remote, self.local, self.strategy = target, remote, local, strategy
+        self.exact_correction = exact_correction
+        """Draw corrections exactly, by rejection from target samples (exact.py)."""
         self.drafters = tuple([*remote, *local])
         self.strategies_run: Counter[str] = Counter()
         """How many rounds each verify strategy ran."""
+        self.exact_draws: Counter[str] = Counter()
+        """What exact corrections cost, over all lanes (report.EXACT_KEYS)."""
         self._lanes: list[VllmLane] = []
         self._tokenizer = next(iter(local.values())).loaded.tokenizer if local else None
         self.tokenizer: Any = self._tokenizer or RemoteTokenizer(target.client, target.model)
@@ -52,8 +57,10 @@ class VllmBackend:
         return any(lane.approximate for lane in self._lanes)
 
     def inspection_report(self, metrics: dict[str, Any]) -> dict[str, Any]:
-        """Tokens per target call, modelled speedup, strategies run, approximate or not."""
-        return inspection_report(metrics, self.strategies_run, self.approximate)
+        """Tokens per target call, modelled speedup, strategies run, approximate or not, and what
+        exact corrections cost when they are on."""
+        exact_draws = self.exact_draws if self.exact_correction else None
+        return inspection_report(metrics, self.strategies_run, self.approximate, exact_draws)
 
     def describe(self) -> dict[str, Any]:
         """Backend and model identity for session files: addresses and versions, never the API key."""
@@ -67,6 +74,7 @@ class VllmBackend:
             "backend": "vllm",
             "mode": "inspection",
             "verify_strategy": self.strategy,
+            "exact_correction": self.exact_correction,
             "top_logprobs": self.target.top_logprobs,
             "models": models,
         }
@@ -93,7 +101,16 @@ class VllmBackend:
 
     def open_lane(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> VllmLane:
         """`prefill` is ignored: servers fill their caches on the first request."""
-        lane = VllmLane(self.target, self.remote, self.local, prompt_token_ids, self.strategy, self.strategies_run)
+        lane = VllmLane(
+            self.target,
+            self.remote,
+            self.local,
+            prompt_token_ids,
+            self.strategy,
+            self.strategies_run,
+            self.exact_correction,
+            self.exact_draws,
+        )
         self._lanes = [*self._lanes[-7:], lane]
         return lane
 
@@ -110,6 +127,7 @@ def connect_vllm_backend(
     top_logprobs: int = 20,
     strategy: Strategy = "auto",
     timeout_s: float = 60.0,
+    exact_correction: bool = False,
 ) -> VllmBackend:
     """Connect and check every server; load local MLX drafters (call on the MLX thread if any)."""
     target_url = server_root(target_url)
@@ -129,4 +147,4 @@ def connect_vllm_backend(
     }
     ids |= {f"drafter {name!r} (local)": list(d.loaded.tokenizer.encode(PROBE_TEXT)) for name, d in local.items()}
     check_same_tokens(ids)
-    return VllmBackend(target, remote, local, strategy)
+    return VllmBackend(target, remote, local, strategy, exact_correction)

@@ -12,6 +12,14 @@ request to the target's server, by one of two strategies:
 Temperature 0 is exact (ranks decide). Above it only the top-K of p_target is known: the TV
 distance is bracketed, the engine gets the upper end so its theta keeps the budget guaranteed, and
 each position carries the bound on its residual's error (topk.py).
+
+With `exact_correction` the correction is drawn instead by rejection from target samples (exact.py),
+lazily: only the position the engine reads, the first rejected one, makes the extra requests. It
+applies where the numbers the draws need are exact: p_target(y) as the server reports it (processed
+logprobs, or temperature 1 without filters) and p_draft (`VllmDraft.exact`). Error bounds are
+computed before judging, per position: there the residual's part becomes the (tiny) chance that
+SAMPLE_CAP draws are all refused and the top-K residual stands in (exact.capped_bound); any part
+from tempering top-K numbers stays.
 """
 
 from __future__ import annotations
@@ -19,10 +27,24 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
+import numpy as np
+
 from specplay.backends.vllm.errors import VllmError
+from specplay.backends.vllm.exact import (
+    ACCEPT_STREAM,
+    SAMPLE_CAP,
+    LazyCorrections,
+    Sample,
+    capped_bound,
+    p_draft_range,
+    rejection_draw,
+    reported_probs_exact,
+)
 from specplay.backends.vllm.local import LocalDraftCache, LocalDrafter
+from specplay.backends.vllm.protocol import Choice
 from specplay.backends.vllm.remote import RemoteModel
 from specplay.backends.vllm.topk import (
     TopK,
@@ -65,6 +87,31 @@ class _Target:
     """Processed p_target (None when greedy)."""
     argmax: int
     exact: bool
+    sample: Sample | None = None
+    """The server's own draw here and its reported p_target (prefix verification): a free first
+    draw for an exact correction, since it does not depend on the judging."""
+
+
+@dataclass(frozen=True)
+class _Rejected:
+    """What an exact correction at one drafted position needs."""
+
+    context: list[int]
+    """The lane's tokens at verification (one copy per round, shared by its positions)."""
+    drafted: list[int]
+    position: int
+    drafter: str
+    target: _Target
+    p_draft: TopK
+    sampling: SamplingParams
+    uniform: float
+    """The engine's residual uniform for the position: seeds the server's draws and the local RNG."""
+    tv_lower: float
+
+    @property
+    def prefix(self) -> list[int]:
+        """The context the rejected token was drafted after."""
+        return [*self.context, *self.drafted[: self.position]]
 
 
 class VllmLane:
@@ -76,14 +123,20 @@ class VllmLane:
         prompt_token_ids: Sequence[int],
         strategy: Strategy,
         strategies_run: Counter[str],
+        exact_correction: bool = False,
+        exact_draws: Counter[str] | None = None,
     ) -> None:
         self.target, self.remote = target, remote
         self.local: dict[str, LocalDraftCache] = {name: drafter.open() for name, drafter in local.items()}
         self.tokens = list(prompt_token_ids)
         self.strategy = strategy
         self.strategies_run = strategies_run
+        self.exact_correction = exact_correction
+        self.exact_draws: Counter[str] = Counter() if exact_draws is None else exact_draws
+        """What exact corrections cost: see report.EXACT_KEYS."""
         self.approximate = False
-        """Set once any position was judged from top-K only."""
+        """Set once any position was judged from top-K only, or a correction came from the top-K
+        residual where an exact one was asked for (cap reached)."""
 
     # --- drafting -------------------------------------------------------------------------------
 
@@ -103,7 +156,7 @@ class VllmLane:
         tokens = choice.token_ids[:k]
         if len(choice.top_logprobs) < len(tokens):
             raise VllmError(f"{model.where} returned logprobs for fewer tokens than it generated")
-        listed = [from_logprobs(top) for top in choice.top_logprobs[: len(tokens)]]
+        listed = [from_logprobs(top, model.top_logprobs) for top in choice.top_logprobs[: len(tokens)]]
         if keep_drafting is not None:
             # The server drafts all k at once; the policy's stop is applied afterwards, same tokens.
             confidences: list[float] = []
@@ -136,7 +189,7 @@ class VllmLane:
             targets, bonus = self._verify_prefixes(draft, sampling, seed)
         if sampling.greedy:
             return self._greedy(draft.tokens, targets, bonus)
-        return self._sampled(draft, targets, bonus, residual_uniforms)
+        return self._sampled(draft, targets, bonus, residual_uniforms, sampling)
 
     def _verify_prompt_logprobs(
         self, draft: VllmDraft, sampling: SamplingParams, seed: int
@@ -152,7 +205,7 @@ class VllmLane:
             if row is None or token not in row:
                 raise VllmError(f"{model.where} left drafted token {token} out of prompt_logprobs")
             ranked = min(row, key=lambda t: (row[t][1] if row[t][1] > 0 else 10**9, -row[t][0]))
-            raw = from_logprobs({t: lp for t, (lp, _) in row.items()})
+            raw = from_logprobs({t: lp for t, (lp, _) in row.items()}, model.top_logprobs)
             # prompt_logprobs are always raw, whatever the server's --logprobs-mode
             dist, exact = (None, True) if sampling.greedy else processed(raw, sampling, model.vocab_size, raw=True)
             targets.append(_Target(dist, ranked, exact))
@@ -172,8 +225,9 @@ class VllmLane:
             if sampling.greedy:
                 targets.append(_Target(None, sample, True))
                 continue
-            dist, exact = processed(from_logprobs(raw_rows[i]), sampling, model.vocab_size, model.raw_logprobs)
-            targets.append(_Target(dist, dist.argmax(), exact))
+            listed = from_logprobs(raw_rows[i], model.top_logprobs)
+            dist, exact = processed(listed, sampling, model.vocab_size, model.raw_logprobs)
+            targets.append(_Target(dist, dist.argmax(), exact, _sampled_token(choice)))
         return targets, choices[k].token_ids[0]
 
     def _resolve(
@@ -208,25 +262,120 @@ class VllmLane:
         )
 
     def _sampled(
-        self, draft: VllmDraft, targets: list[_Target], bonus: int, residual_uniforms: Sequence[float]
+        self,
+        draft: VllmDraft,
+        targets: list[_Target],
+        bonus: int,
+        residual_uniforms: Sequence[float],
+        sampling: SamplingParams,
     ) -> VerifiedDraft:
         assert draft.p_draft is not None
-        p_target, p_draft, tv_lo, tv_hi, corrections, bounds = [], [], [], [], [], []
+        exact = self.exact_correction and draft.exact and reported_probs_exact(sampling, self.target.raw_logprobs)
+        p_target, p_draft, tv_lo, tv_hi, bounds = [], [], [], [], []
+        draws: list[Callable[[], int]] = []
+        context = list(self.tokens)
         for i, (token, target, dist_draft) in enumerate(zip(draft.tokens, targets, draft.p_draft, strict=True)):
             assert target.dist is not None
             lo, hi = tv_bracket(target.dist, dist_draft)
             bound = residual_error_bound(target.dist, dist_draft)
-            if not (target.exact and draft.exact):
+            uniform = float(residual_uniforms[i])
+            if exact:
+                tv_lower = lo
+                bound = capped_bound(bound, tv_lower, hi)
+                at = _Rejected(context, draft.tokens, i, draft.drafter, target, dist_draft, sampling, uniform, tv_lower)
+                draws.append(partial(self._exact_correction, at))
+            else:
+                draws.append(_top_k_draw(target.dist, dist_draft, uniform))
+            tempered = not (target.exact and draft.exact)
+            if tempered:
                 bound = min(1.0, bound + target.dist.tail + dist_draft.tail)  # tempering's own uncertainty
+            # An exact position's bound is only the cap's chance: approximate only once it happens.
+            self.approximate = self.approximate or tempered or (not exact and bound > 0)
             p_target.append(target.dist.probs.get(token, 0.0))
             p_draft.append(dist_draft.probs.get(token, 0.0))
             tv_lo.append(lo)
             tv_hi.append(hi)
-            corrections.append(inverse_cdf_draw(residual(target.dist, dist_draft), float(residual_uniforms[i])))
             bounds.append(bound)
-        self.approximate = self.approximate or any(b > 0 for b in bounds)
+        corrections: Sequence[int]
+        if self.exact_correction:
+            corrections = LazyCorrections(draws if exact else [self._counted_inexact(d) for d in draws])
+        else:
+            corrections = [draw() for draw in draws]  # as before: every position's top-K draw, eagerly
         argmax = [t.argmax for t in targets]
         return VerifiedDraft(list(draft.tokens), p_target, p_draft, tv_hi, argmax, corrections, bonus, tv_lo, bounds)
+
+    # --- exact corrections (exact.py) ------------------------------------------------------------
+
+    def _counted_inexact(self, draw: Callable[[], int]) -> Callable[[], int]:
+        """Exact asked for, but these settings leave p_target(y) or p_draft only bracketed."""
+
+        def counted() -> int:
+            self.exact_draws["inexact"] += 1
+            return draw()
+
+        return counted
+
+    def _exact_correction(self, at: _Rejected) -> int:
+        """Rejection from target samples at the rejected position; the top-K residual past the cap."""
+        seed = seed_of(at.uniform)
+        rng = np.random.default_rng([seed, ACCEPT_STREAM])
+        free = [at.target.sample] if at.target.sample is not None else []
+        draw = rejection_draw(
+            lambda first, n: self._target_samples(at, seed + first, n),
+            lambda token: p_draft_range(at.p_draft, token),
+            lambda tokens: self._look_up_draft(at, seed, tokens),
+            rng,
+            at.tv_lower,
+            SAMPLE_CAP,
+            free,
+        )
+        if draw.token is not None:
+            self.exact_draws["corrections"] += 1
+            return draw.token
+        self.exact_draws["capped"] += 1
+        self.approximate = True
+        assert at.target.dist is not None
+        return _top_k_draw(at.target.dist, at.p_draft, float(rng.random()))()
+
+    def _target_samples(self, at: _Rejected, seed: int, n: int) -> list[Sample]:
+        """n draws of the next token after the prefix. vLLM seeds its n samples seed, seed + 1, ...,
+        so a later batch starts at seed + samples asked for before and never repeats one."""
+        model = self.target
+        choices = model.complete(at.prefix, 1, at.sampling, seed, num_choices=n, n=n)
+        self.exact_draws["requests"] += 1
+        self.exact_draws["target_requests"] += 1
+        self.exact_draws["samples"] += n
+        out = []
+        for choice in choices:
+            sample = _sampled_token(choice)
+            if sample is None:
+                raise VllmError(f"{model.where} sampled a token without listing its logprob")
+            out.append(sample)
+        return out
+
+    def _look_up_draft(self, at: _Rejected, seed: int, tokens: Sequence[int]) -> dict[int, float]:
+        """Exact p_draft of drawn tokens the drafter did not list."""
+        if at.drafter in self.local:
+            self.exact_draws["local_lookups"] += 1
+            return self._local_p_draft(at, tokens)
+        model = self.remote[at.drafter]
+        # Only reachable where the drafter's numbers are exact: processed, or raw = processed.
+        assert reported_probs_exact(at.sampling, model.raw_logprobs)
+        ids = sorted(set(tokens))
+        (choice,) = model.complete(at.prefix, 1, at.sampling, seed, logprob_token_ids=ids)
+        self.exact_draws["requests"] += 1
+        self.exact_draws["drafter_requests"] += 1
+        found = choice.top_logprobs[0] if choice.top_logprobs else {}
+        if any(token not in found for token in ids):
+            raise VllmError(
+                f"{model.where} ignored logprob_token_ids (it needs vLLM 0.33 or later); "
+                "run without --vllm-exact-correction"
+            )
+        return {token: from_logprobs({token: found[token]}).probs[token] for token in ids}
+
+    def _local_p_draft(self, at: _Rejected, tokens: Sequence[int]) -> dict[int, float]:
+        """A local drafter's row was cut to its most probable tokens: recompute it at the prefix."""
+        return self.local[at.drafter].probs_at(at.prefix, self.tokens, at.sampling, tokens)
 
     # --- committing and single-model runs -------------------------------------------------------
 
@@ -255,3 +404,19 @@ class VllmLane:
     def cache_lengths(self) -> dict[str, int]:
         """Local drafters only: a server's cache is its own."""
         return {name: cache.length for name, cache in self.local.items()}
+
+
+def _sampled_token(choice: Choice) -> Sample | None:
+    """A choice's first generated token and p_target of it as the server reported it (vLLM always
+    lists the sampled token's logprob); None if it did not."""
+    listed = choice.top_logprobs[0] if choice.top_logprobs else {}
+    if not choice.token_ids or choice.token_ids[0] not in listed:
+        return None
+    token = choice.token_ids[0]
+    return token, from_logprobs({token: listed[token]}).probs[token]
+
+
+def _top_k_draw(p_target: TopK, p_draft: TopK, uniform: float) -> Callable[[], int]:
+    """The approximate correction: the top-K residual, drawn with the engine's uniform."""
+    token = inverse_cdf_draw(residual(p_target, p_draft), uniform)
+    return lambda: token

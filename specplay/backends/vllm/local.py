@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
+from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx, see blas.py)
+
+# isort: split
 import mlx.core as mx
 import numpy as np
 
@@ -22,11 +25,13 @@ MAX_LISTED = 4096  # a full row beyond this keeps its most probable tokens and t
 
 
 def row_to_topk(row: np.ndarray) -> TopK:
+    """A full row as listed tokens; cut to the most probable, every unlisted token is at most the
+    least listed one."""
     nonzero = np.flatnonzero(row > 0)
     if nonzero.size > MAX_LISTED:
         nonzero = nonzero[np.argsort(-row[nonzero])[:MAX_LISTED]]
     probs = {int(i): float(row[i]) for i in nonzero}
-    return TopK(probs, max(0.0, 1.0 - sum(probs.values())))
+    return TopK(probs, max(0.0, 1.0 - sum(probs.values())), min(probs.values(), default=0.0))
 
 
 class LocalDrafter:
@@ -97,6 +102,20 @@ class LocalDraftCache:
                 yield token
         finally:
             self.cache.trim_to(len(tokens) - 1)
+
+    def probs_at(
+        self, prefix: Sequence[int], committed: Sequence[int], sampling: SamplingParams, tokens: Sequence[int]
+    ) -> dict[int, float]:
+        """p_draft of `tokens` after `prefix`, from the full row (a drafted row keeps only its most
+        probable tokens). The cache keeps what it shares with the lane's `committed` tokens and
+        the prefix, and ends holding the prefix, which a commit after this position keeps."""
+        shared = next(
+            (j for j, (a, b) in enumerate(zip(committed, prefix, strict=False)) if a != b),
+            min(len(committed), len(prefix)),
+        )
+        self.cache.trim_to(min(shared, len(prefix) - 1))
+        row = np.array(sampling_probs(self._step(list(prefix[self.cache.length :])), sampling, mx)[0], np.float64)
+        return {token: float(row[token]) for token in tokens}
 
     def trim_to(self, length: int) -> None:
         self.cache.trim_to(length)

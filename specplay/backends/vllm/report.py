@@ -6,16 +6,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specplay.engine.metrics import predicted_speedup
+from specplay.engine.metrics import predicted_speedup, round_cost_ratio
+
+EXACT_KEYS = (
+    "corrections",  # corrections drawn exactly
+    "capped",  # every draw refused up to the cap: the top-K residual stood in
+    "inexact",  # asked for, but p_target(y) or p_draft only bracketed at these settings: top-K residual
+    "requests",  # extra HTTP requests in all
+    "target_requests",  # sampling requests to the target (n samples each)
+    "samples",  # samples asked of the target
+    "drafter_requests",  # logprob_token_ids look-ups on drafter servers
+    "local_lookups",  # local drafter rows recomputed (their listed top was cut)
+)
+"""What exact corrections cost (vllm-api.md §7(a) item 5), as counted by the lanes."""
 
 
 def inspection_report(
-    metrics: Mapping[str, Any], strategies_run: Mapping[str, int], approximate: bool
+    metrics: Mapping[str, Any],
+    strategies_run: Mapping[str, int],
+    approximate: bool,
+    exact_draws: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """From a speculative lane's metrics: tokens per target call (its mean acceptance length), the
     speedup Leviathan's formula predicts from the measured acceptance and draft/target cost ratio
-    (c = one drafted token's time over one verify's), which verify strategies ran, and whether any
-    position was judged from the target's top-K only."""
+    (c = one drafted token's time over one verify's), which verify strategies ran, whether any
+    position was judged from the target's top-K only, and, with exact corrections on, what they
+    cost (None when off)."""
     steps, drafted = metrics.get("num_spec_steps") or 0, metrics.get("num_draft_tokens") or 0
     report: dict[str, Any] = {
         "verify_strategies": dict(strategies_run),
@@ -23,11 +39,15 @@ def inspection_report(
         "tokens_per_target_call": metrics.get("mean_acceptance_length"),
         "cost_ratio": None,
         "modelled_speedup": None,
+        "exact_correction": None if exact_draws is None else {key: int(exact_draws.get(key, 0)) for key in EXACT_KEYS},
     }
     draft_ms, verify_ms = metrics.get("draft_ms") or 0.0, metrics.get("verify_ms") or 0.0
-    if steps and drafted and verify_ms > 0:
-        cost_ratio = (draft_ms / drafted) / (verify_ms / steps)
-        alpha = metrics.get("draft_acceptance_rate") or 0.0
+    cost_ratio = round_cost_ratio(draft_ms, drafted, verify_ms, steps)
+    if cost_ratio is not None:
+        # alpha as the playground estimates it: accepted over judged positions (a rejection ends
+        # a round, so the positions after it were never tried)
+        judged = metrics.get("num_judged_draft_tokens") or 0
+        alpha = (metrics.get("num_accepted_draft_tokens") or 0) / judged if judged else 0.0
         report["cost_ratio"] = cost_ratio
         report["modelled_speedup"] = predicted_speedup(alpha, drafted / steps, cost_ratio)
     return report
@@ -42,6 +62,8 @@ def report_line(report: Mapping[str, Any]) -> str:
     strategies = ", ".join(f"{name} ×{count}" for name, count in report["verify_strategies"].items())
     if strategies:
         parts.append(f"verified by {strategies}")
+    if (exact := report.get("exact_correction")) is not None:
+        parts.append(exact_line(exact))
     parts.append(
         "approximate: p_target known as top-K only (TV bracket and error bound per token in --json)"
         if report["approximate"]
@@ -49,3 +71,15 @@ def report_line(report: Mapping[str, Any]) -> str:
     )
     parts.append("tokens/s here measures HTTP round trips, not speculative speed")
     return " · ".join(parts)
+
+
+def exact_line(exact: Mapping[str, int]) -> str:
+    line = (
+        f"exact corrections: {exact['corrections']} from {exact['requests']} extra requests "
+        f"({exact['samples']} target samples, {exact['drafter_requests']} drafter look-ups)"
+    )
+    if exact["capped"]:
+        line += f", {exact['capped']} past the sample cap from top-K"
+    if exact["inexact"]:
+        line += f", {exact['inexact']} from top-K (p_target of a sample not exact at these settings)"
+    return line

@@ -23,30 +23,42 @@ class TopK:
 
     probs: Mapping[int, float]
     tail: float
+    ceiling: float | None = None
+    """What any one unlisted token's probability is at most, when the listing says (a server's
+    K-th largest listed value); None when it does not, and then only the tail bounds it."""
 
     @property
-    def min_listed(self) -> float:
-        return min(self.probs.values()) if self.probs else 0.0
+    def unlisted_max(self) -> float:
+        """The most any one unlisted token can have."""
+        return self.tail if self.ceiling is None else min(self.tail, self.ceiling)
 
     def argmax(self) -> int:
         return max(self.probs, key=lambda token: (self.probs[token], -token))
 
 
-def from_logprobs(logprobs: Mapping[int, float]) -> TopK:
-    """Listed log-probabilities (floored at -9999) to a TopK; the tail is what they leave."""
+# A server lists its K most probable tokens and, besides them, the token it sampled (or the prompt's
+# actual token, or tokens asked for by id), which can lie anywhere below. So an unlisted token is at
+# most the K-th largest listed value, not the smallest: that may be an extra far down the tail.
+def from_logprobs(logprobs: Mapping[int, float], top: int | None = None) -> TopK:
+    """Listed log-probabilities (floored at -9999) to a TopK; the tail is what they leave. `top`:
+    the K the server was asked for, which makes the ceiling on unlisted tokens known."""
     probs = {token: (0.0 if lp <= LOGPROB_FLOOR else math.exp(lp)) for token, lp in logprobs.items()}
-    return TopK(probs, max(0.0, 1.0 - sum(probs.values())))
+    ranked = sorted(probs.values(), reverse=True)
+    ceiling = ranked[top - 1] if top is not None and 0 < top <= len(ranked) else None
+    return TopK(probs, max(0.0, 1.0 - sum(probs.values())), ceiling)
 
 
-def _renormalised(probs: dict[int, float], tail: float) -> TopK:
+def _renormalised(probs: dict[int, float], tail: float, ceiling: float | None) -> TopK:
     total = sum(probs.values()) + tail
     if total <= 0:
         return TopK(probs, 0.0)
-    return TopK({token: p / total for token, p in probs.items()}, tail / total)
+    return TopK(
+        {token: p / total for token, p in probs.items()}, tail / total, None if ceiling is None else ceiling / total
+    )
 
 
 # Tempering raw probabilities, p_T ∝ p^(1/T): the listed part is A = Σ p^(1/T); the tail's part B
-# is bounded, for T < 1 by min_listed^(1/T - 1) · tail (each tail token is at most min_listed), for
+# is bounded, for T < 1 by c^(1/T - 1) · tail (each tail token is at most c = unlisted_max), for
 # T > 1 by (V - K)^(1 - 1/T) · tail^(1/T) (Hölder). Z_T lies in [A, A + B]; the midpoint is used,
 # so the result is approximate unless the tail is empty.
 def temper(dist: TopK, temperature: float, vocab_size: int) -> tuple[TopK, bool]:
@@ -56,46 +68,50 @@ def temper(dist: TopK, temperature: float, vocab_size: int) -> tuple[TopK, bool]
     inv = 1.0 / temperature
     powered = {token: p**inv for token, p in dist.probs.items()}
     if dist.tail <= 0:
-        return _renormalised(powered, 0.0), True
+        return _renormalised(powered, 0.0, None), True
     if temperature < 1:
-        tail_bound = dist.min_listed ** (inv - 1.0) * dist.tail
+        tail_bound = dist.unlisted_max ** (inv - 1.0) * dist.tail
     else:
         unlisted = max(1, vocab_size - len(dist.probs))
         tail_bound = unlisted ** (1.0 - inv) * dist.tail**inv
-    return _renormalised(powered, tail_bound / 2), False
+    ceiling = None if dist.ceiling is None else dist.ceiling**inv
+    return _renormalised(powered, tail_bound / 2, ceiling), False
 
 
 # The sampling filters (top-k, top-p, min-p) on listed tokens, as engine/sampling.py applies them
-# to full rows. Every tail token is at most the least listed one, so the tail is dropped exactly
-# when the cut falls inside the listed tokens, and kept (approximately) otherwise.
+# to full rows. Every tail token is at most unlisted_max, so the tail is dropped exactly when the
+# cut falls among listed tokens above that, and kept (approximately) otherwise.
 def apply_filters(dist: TopK, sampling: SamplingParams) -> tuple[TopK, bool]:
     """(filtered distribution, exact?)."""
     if sampling.top_k == 0 and sampling.top_p >= 1 and sampling.min_p == 0:
         return dist, True
-    probs, tail, exact = dict(dist.probs), dist.tail, True
+    probs, tail, exact, ceiling = dict(dist.probs), dist.tail, True, dist.unlisted_max
     if sampling.top_k > 0:
         ranked = sorted(probs, key=lambda token: -probs[token])
+        kth = probs[ranked[sampling.top_k - 1]] if sampling.top_k <= len(ranked) else 0.0
         if sampling.top_k <= len(ranked):
-            kth = probs[ranked[sampling.top_k - 1]]
-            probs, tail = {t: p for t, p in probs.items() if p >= kth}, 0.0
-        elif tail > 0:
+            probs = {t: p for t, p in probs.items() if p >= kth}
+        if kth > ceiling or tail <= 0:
+            tail = 0.0
+        else:
             exact = False
     if sampling.top_p < 1:
         total = sum(probs.values()) + tail
         kept = {t: p for t, p in probs.items() if sum(q for q in probs.values() if q > p) / total < sampling.top_p}
-        if sum(probs.values()) / total >= sampling.top_p:
+        # Unlisted tokens are cut for sure once the listed tokens above all of them reach top_p.
+        if sum(p for p in probs.values() if p > ceiling) / total >= sampling.top_p or tail <= 0:
             tail = 0.0
-        elif tail > 0:
+        else:
             exact = False
         probs = kept
     if sampling.min_p > 0 and probs:
         threshold = sampling.min_p * max(probs.values())
-        if min(probs.values()) < threshold:
+        if ceiling < threshold or tail <= 0:
             tail = 0.0
-        elif tail > 0:
+        else:
             exact = False
         probs = {t: p for t, p in probs.items() if p >= threshold}
-    return _renormalised(probs, tail), exact
+    return _renormalised(probs, tail, dist.ceiling if tail > 0 else None), exact
 
 
 def processed(dist: TopK, sampling: SamplingParams, vocab_size: int, raw: bool) -> tuple[TopK, bool]:
@@ -110,16 +126,12 @@ def processed(dist: TopK, sampling: SamplingParams, vocab_size: int, raw: bool) 
 
 
 # TV(p_target, p_draft) = Σ_v (p_target(v) - p_draft(v))+ = Σ_v (p_draft(v) - p_target(v))+.
-# Unknown entries (unlisted tokens) lie in [0, min(least listed, tail)]. Lower end: each sum over
-# its own listed tokens with the other side's unknowns at their upper bound. Upper end: unknowns
-# at 0, plus the own tail (which can only add that much). Both sums are taken; max / min of them.
+# Unknown entries (unlisted tokens) lie in [0, unlisted_max]. Lower end: each sum over its own
+# listed tokens with the other side's unknowns at their upper bound. Upper end: unknowns at 0,
+# plus the own tail (which can only add that much). Both sums are taken; max / min of them.
 def tv_bracket(p_target: TopK, p_draft: TopK) -> tuple[float, float]:
     """[TV_lo, TV_hi]: the true TV distance lies in between."""
-
-    def upper_unknown(dist: TopK) -> float:
-        return min(dist.min_listed, dist.tail) if dist.probs else dist.tail
-
-    target_up, draft_up = upper_unknown(p_target), upper_unknown(p_draft)
+    target_up, draft_up = p_target.unlisted_max, p_draft.unlisted_max
     lo_target = sum(max(0.0, p - p_draft.probs.get(v, draft_up)) for v, p in p_target.probs.items())
     lo_draft = sum(max(0.0, q - p_target.probs.get(v, target_up)) for v, q in p_draft.probs.items())
     hi_target = sum(max(0.0, p - p_draft.probs.get(v, 0.0)) for v, p in p_target.probs.items()) + p_target.tail
@@ -130,11 +142,11 @@ def tv_bracket(p_target: TopK, p_draft: TopK) -> tuple[float, float]:
 
 # The correction after a rejection comes from norm((p_target - p_draft)+). Over the listed target
 # tokens with unlisted draft entries taken as 0 this changes the emitted distribution at that
-# position by at most tail(p_target) + min(tail(p_draft), |P \ Q| · least listed p_draft) in TV
+# position by at most tail(p_target) + min(tail(p_draft), |P \ Q| · unlisted_max of p_draft) in TV
 # (§7: the 1/TV normaliser cancels, so the bound does not grow when TV is small).
 def residual_error_bound(p_target: TopK, p_draft: TopK) -> float:
     outside = sum(1 for v in p_target.probs if v not in p_draft.probs)
-    draft_unknown = min(p_draft.tail, outside * p_draft.min_listed) if p_draft.probs else p_draft.tail
+    draft_unknown = min(p_draft.tail, outside * p_draft.unlisted_max)
     return min(1.0, p_target.tail + draft_unknown)
 
 
