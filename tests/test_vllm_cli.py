@@ -111,6 +111,19 @@ def test_native_run_json_and_save(tiny: TinyModels, tmp_path, capsys: pytest.Cap
         assert code == 0 and "colours exact" in out, err
         session = load_session(next(tmp_path.glob("*.jsonl")))
         assert session.complete and len(session.main.sources) == 6 and session.header["backend"]["mode"] == "native"
+        # a second speculating server (another drafter, another k) to route to, and the replay of it
+        other = FakeVllm(tiny.target, "target", native_draft=tiny.far, native_k=3)
+        try:
+            routed = [*args, "--draft-url", f"far={other.url}", "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "5"]
+            code, out, err = cli(capsys, *routed, "--route", "far", "--json", "--save", *saving)
+            assert code == 0, err
+            result = json.loads(out)
+            assert result["route"] == "far" and result["vllm"]["k"] == 3 and result["settings"]["k"] == 3
+            code, out, err = cli(capsys, "run", "--replay", result["session"], "--json", *saving)
+            assert code == 0, err
+            assert json.loads(out)["token_ids"] == result["token_ids"] and json.loads(out)["route"] == "far"
+        finally:
+            other.close()
         code, out, err = cli(capsys, *args, "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "10", "--tv", "0.5")
         assert code == 2 and "fixed by the server" in err
     finally:

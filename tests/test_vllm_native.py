@@ -12,7 +12,7 @@ from helpers import done, run
 from specplay.backends.mlx import MlxBackend
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.native import NativeServer, chunk_sources, recolour
-from specplay.backends.vllm.native_run import connect_native
+from specplay.backends.vllm.native_run import NATIVE_ROUTE, connect_native
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RecolourEvent, RoundEvent, StartEvent, StepEvent
 from specplay.engine.loop import Request
@@ -40,7 +40,8 @@ def _events(server_url: str, max_tokens: int, ignore_eos: bool = True) -> list[E
     try:
         token_ids = tuple(backend.encode(PROMPT, raw=True))
         request = Request(PROMPT, token_ids, "speculative", 0, max_tokens, ignore_eos)
-        return list(backend.events(request, LiveControls(SpecSettings(), backend.drafters), time.perf_counter))
+        controls = LiveControls(SpecSettings(), backend.drafters)
+        return list(backend.events(request, controls, time.perf_counter, NATIVE_ROUTE))
     finally:
         backend.close()
 
@@ -103,12 +104,13 @@ async def test_playground_watches_native_speculation_against_a_baseline(
         options = PlaygroundOptions(
             prompt=PROMPT, autorun=True, max_tokens=12, raw=True, ignore_eos=True, sessions_dir=tmp_path
         )
-        app = create_app(lambda: connect_native(native.url, plain.url), options)
+        app = create_app(lambda: connect_native(native.url, baseline_url=plain.url), options)
         async with app.run_test(size=(140, 45)) as pilot:
             await wait_for(pilot, lambda: app.state == "running", "the autorun to start")
             await wait_for(pilot, lambda: app.state == "ready", "the run to finish")
             assert app.lanes == ("speculative", "target") and app.native
-            assert app.query_one(ControlsPanel).query_one("#k").disabled  # k is the server's
+            panel = app.query_one(ControlsPanel)
+            assert panel.query_one("#k").disabled and panel.query_one("#route").disabled  # the server's, one server
             lane = app.query_one("#speculative", LaneView)
             stats = str(lane.query_one(".lane-stats").render())
             assert "k 2 (server)" in stats and "colours exact" in stats and "measured against the baseline" in stats

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from rich.text import Text
 
-from specplay.cli.backends import api_key, check_models
-from specplay.cli.options import warn
+from specplay.cli.backends import api_key, check_models, remote_drafters
+from specplay.cli.options import route_map_from, warn
 from specplay.cli.render import RunRecord, json_line, legend, make_console, token_text
 from specplay.engine.controls import LiveControls
-from specplay.engine.loop import Request
+from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError
 
@@ -24,8 +24,10 @@ FIXED_NOTE = "k, drafter and acceptance rule are fixed by the server's --specula
 def check_native(args: argparse.Namespace, settings: SpecSettings) -> None:
     """The flags make sense for a server that speculates on its own (checked before connecting)."""
     check_models(args)
-    if args.draft or args.draft_url:
-        raise ConfigError("vllm_native", "uses the server's own drafter; drop --draft / --draft-url")
+    if args.draft:
+        raise ConfigError(
+            "vllm_native", "uses each server's own drafter; drop --draft (--draft-url adds a speculating server)"
+        )
     if settings.tv_budget > 0 or settings.policy != "fixed":
         raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {FIXED_NOTE}")
     if args.baseline_url:
@@ -47,7 +49,10 @@ def run_native(args: argparse.Namespace, settings: SpecSettings, prompt: str, di
         warn("--baseline-url is for the playground's target-only lane; `specplay run` ignores it")
     thread = ModelThread()
     try:
-        backend = thread.call(lambda: connect_native(args.target_url, None, api_key(args), args.timeout))
+        more = remote_drafters(args)
+        backend = thread.call(lambda: connect_native(args.target_url, more, None, api_key(args), args.timeout))
+        engine = SpecEngine(backend, route_map=route_map_from(args) or None)  # routes among the servers
+        auto_route = engine.auto_route(prompt)
         token_ids = tuple(backend.encode(prompt, raw=args.raw))
         console = make_console()
         if not args.json:
@@ -59,10 +64,10 @@ def run_native(args: argparse.Namespace, settings: SpecSettings, prompt: str, di
             writer = None
             if directory is not None:
                 about = {"mode": "speculative", "seed": seed, "max_tokens": args.max_tokens}
-                about |= {"ignore_eos": args.ignore_eos, "raw": args.raw, "route_map": {}}
+                about |= {"ignore_eos": args.ignore_eos, "raw": args.raw, "route_map": engine.route_map}
                 writer = SessionWriter(directory, prompt, list(token_ids), ["speculative"], backend.describe(), about)
             try:
-                generate = partial(backend.events, request, controls, time.perf_counter)
+                generate = partial(backend.events, request, controls, time.perf_counter, auto_route)
                 record = stream_lane(thread, generate, "speculative", controls, console, False, writer)
                 if writer is not None:
                     record.session = str(writer.finalize())

@@ -20,9 +20,10 @@ def model_flags(backend: Mapping[str, Any]) -> list[str]:
             flags += ["--draft", f"{name}={model['path']}"]
         return flags
     flags = ["--backend", "vllm", "--target-url", target["source"]]
-    if backend.get("mode") == "native":
+    if backend.get("mode") == "native":  # further speculating servers are routed to as drafters are
         baseline = backend.get("baseline")
-        return [*flags, "--vllm-native", *(["--baseline-url", baseline["source"]] if baseline else [])]
+        flags += ["--vllm-native", *(["--baseline-url", baseline["source"]] if baseline else [])]
+        return flags + [f for name, model in models.items() for f in ("--draft-url", f"{name}={model['source']}")]
     for name, model in models.items():
         # A drafter on this machine's MLX (mixed mode) has a folder; one on a server, an address.
         local = model.get("backend") == "mlx"

@@ -210,7 +210,7 @@ class PlaygroundApp(App[None]):
         self.query_one("#lanes").loading = False
         self.query_one(ControlsPanel).set_drafters(self.drafters)
         if self.native:
-            self.query_one(ControlsPanel).fix_speculation(NATIVE_NOTE)
+            self.query_one(ControlsPanel).fix_speculation(NATIVE_NOTE, routes=len(self.drafters) > 1)
             if "baseline" not in self.identity:
                 self.query_one("#target", LaneView).set_stats(Content(NO_BASELINE))
         self.state = "ready"

@@ -15,6 +15,7 @@ from specplay.cli.backends import (
     check_models,
     drafter_names,
     load_backend,
+    remote_drafters,
 )
 from specplay.cli.options import (
     add_decoding_flags,
@@ -76,7 +77,7 @@ def tui(args: argparse.Namespace) -> int:
         from specplay.cli.vllm_native import check_native
 
         check_native(args, settings)
-        drafters = [NATIVE_ROUTE]
+        drafters = [NATIVE_ROUTE, *drafter_names(args)]
     else:
         check_models(args)
         drafters = drafter_names(args)
@@ -110,11 +111,18 @@ def tui(args: argparse.Namespace) -> int:
 
 
 def _native_backend(args: argparse.Namespace) -> BackendChoice:
-    """vLLM's native mode: a speculating server, and a plain one for target-only if given."""
+    """vLLM's native mode: speculating servers (--target-url, and one per --draft-url to route
+    between), and a plain one for target-only if given."""
     from specplay.backends.vllm.native_run import connect_native
 
-    url, baseline, key, timeout_s = args.target_url, args.baseline_url, api_key(args), args.timeout
-    return BackendChoice(lambda: connect_native(url, baseline, key, timeout_s), None, "vllm")
+    url, more, baseline, key, timeout_s = (
+        args.target_url,
+        remote_drafters(args),
+        args.baseline_url,
+        api_key(args),
+        args.timeout,
+    )
+    return BackendChoice(lambda: connect_native(url, more, baseline, key, timeout_s), None, "vllm")
 
 
 def _first_library_prompt() -> str:

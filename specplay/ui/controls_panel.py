@@ -88,13 +88,13 @@ class ControlsPanel(VerticalScroll):
         route.set_options([(name, name) for name in names])
         route.value = current if current in names else AUTO_ROUTE
 
-    def fix_speculation(self, why: str) -> None:
-        """Native mode: the server fixes k, the TV budget, the policy and the drafter; their
-        controls stay visible, read-only, with the reason."""
-        for id in ("k", "tv", "policy", "route", "draft-lane"):
+    def fix_speculation(self, why: str, routes: bool) -> None:
+        """Native mode: each server fixes k, the TV budget, the policy and its drafter; their
+        controls stay visible, read-only, with the reason. `routes`: several servers to route to."""
+        for id in ("k", "tv", "policy", "draft-lane", *(() if routes else ("route",))):
             self.query_one(f"#{id}").disabled = True
         self.query_one("#k", Slider).tooltip = why
-        self.border_subtitle = "k, D, route: fixed by the server"
+        self.border_subtitle = "k, D: each server's own" if routes else "k, D, route: fixed by the server"
 
     def show(self, settings: SpecSettings, seed: int) -> None:
         """Set every control to `settings` (e.g. a reopened session's); each reports its change."""

@@ -141,11 +141,12 @@ class ModelHost:
         """vLLM's native mode: the speculating server's lane, then the baseline server's
         target-only lane. One after the other, so neither server's time includes the other's,
         and each lane's time is its server's streaming (the speedup compares like with like)."""
+        auto_route = SpecEngine(backend, route_map=self._route_map).auto_route(spec.prompt)  # among the servers
         for lane in controls:
             clock = LaneClock(self._clock)
             request = Request(spec.prompt, token_ids, lane, spec.seed, spec.max_tokens, spec.ignore_eos)  # type: ignore[arg-type]
             if lane == "speculative":
-                events = backend.events(request, controls[lane], clock)
+                events = backend.events(request, controls[lane], clock, auto_route)
             else:
                 events = SpecEngine(backend.baseline, clock=clock).generate(request, controls[lane])
             clock.resume()

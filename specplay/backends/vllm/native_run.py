@@ -12,7 +12,7 @@ reports none.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from specplay.backends.vllm.backend import VllmBackend, connect_vllm_backend
@@ -45,6 +45,7 @@ from specplay.engine.events import (
 )
 from specplay.engine.loop import Request
 from specplay.engine.metrics import Metrics
+from specplay.engine.router import resolve_route
 
 NATIVE_ROUTE = "server"
 """The route's name in native mode: the server's own drafter serves every request."""
@@ -62,40 +63,50 @@ def chunk_texts(tokenizer: RemoteTokenizer, token_ids: list[int], text: str) -> 
 
 
 class NativeBackend:
-    """The model host's backend in native mode: one speculating server, and optionally a plain
+    """The model host's backend in native mode: speculating servers of one target, each with its
+    own drafter (`servers`, by route name; routing picks one per request), and optionally a plain
     server of the same target (`baseline`) for the target-only lane, which makes the measured
     speedup a fair one: both lanes' times are the servers' own streaming."""
 
     native = True
 
-    def __init__(self, server: NativeServer, baseline: VllmBackend | None = None) -> None:
-        self.server, self.baseline = server, baseline
-        self.drafters = (NATIVE_ROUTE,)
+    def __init__(self, servers: dict[str, NativeServer], baseline: VllmBackend | None = None) -> None:
+        self.servers, self.baseline = servers, baseline
+        self.drafters = tuple(servers)
         self.eos_token_ids: frozenset[int] = frozenset()
-        self.tokenizer = RemoteTokenizer(server.client, server.model)
-        self._encoder = VllmBackend(RemoteModel(server.client, server.model), {}, {})
+        first = next(iter(servers.values()))
+        self.tokenizer = RemoteTokenizer(first.client, first.model)
+        self._encoder = VllmBackend(RemoteModel(first.client, first.model), {}, {})
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self._encoder.encode(prompt, raw)
 
     def describe(self) -> dict[str, Any]:
-        identity = self.server.describe()
+        """The first server as the target (its route is NATIVE_ROUTE), the others by route name."""
+        identity: dict[str, Any] = {"backend": "vllm", "mode": "native", "models": {}, "k": {}}
+        for name, server in self.servers.items():
+            identity["models"]["target" if name == NATIVE_ROUTE else name] = server.describe()["models"]["target"]
+            identity["k"][name] = server.k
         if self.baseline is not None:
             identity["baseline"] = self.baseline.describe()["models"]["target"]
         return identity
 
     def close(self) -> None:
-        self.server.client.close()
+        for server in self.servers.values():
+            server.client.close()
         if self.baseline is not None:
             self.baseline.close()
 
-    def events(self, request: Request, controls: LiveControls, clock: Clock) -> Iterator[Event]:
-        """One native request as engine events; `controls` is read for its sampling settings at
-        the start and for a stop request between chunks (the server fixes everything else)."""
-        settings, server = controls.settings, self.server
+    def events(self, request: Request, controls: LiveControls, clock: Clock, auto_route: str) -> Iterator[Event]:
+        """One native request as engine events, on the server the route setting picks (`auto_route`
+        when it is auto); `controls` is read for its settings at the start and for a stop request
+        between chunks (the server fixes k, drafter and acceptance rule)."""
+        settings = controls.settings
+        route = resolve_route(settings.route, auto_route)
+        server = self.servers[route]
         if server.k is not None:  # the session records the k that ran, which is the server's
             settings = settings.changed(k=server.k)
-        yield StartEvent("speculative", NATIVE_ROUTE, NATIVE_ROUTE, request.prompt_token_ids, request.seed, settings)
+        yield StartEvent("speculative", route, auto_route, request.prompt_token_ids, request.seed, settings)
         metrics = Metrics(speculative=True)
         metrics.start_s = clock()
         before = parse_prometheus(server.client.get_text("/metrics"))
@@ -130,7 +141,9 @@ class NativeBackend:
                     sources = chunk_sources(sizes, spec.get("num_spec_tokens") or server.k)[-len(ids) :]
                     pieces = chunk_texts(self.tokenizer, ids, choice.get("text") or "")
                     tokens = [Token(t, text, s) for t, text, s in zip(ids, pieces, sources, strict=True)]
-                    yield from self._chunk_events(tokens, len(generated), 1000 * (now - last_s), metrics, now)
+                    yield from _chunk_events(
+                        tokens, route, server.k, len(generated), 1000 * (now - last_s), metrics, now
+                    )
                     generated += ids
                     texts += pieces
                     last_s = now
@@ -153,27 +166,27 @@ class NativeBackend:
             finish, tuple(generated), "".join(texts), _with_server_counts(metrics.to_dict(), spec, server_metrics)
         )
 
-    def _chunk_events(
-        self, tokens: list[Token], token_index: int, chunk_ms: float, metrics: Metrics, now_s: float
-    ) -> Iterator[Event]:
-        """The first token of the run from prefill as a target step; every chunk after as a round
-        of chunk-size-minus-one accepted drafts (the guess a RecolourEvent may correct)."""
-        if token_index == 0:
-            yield StepEvent(0, NATIVE_ROUTE, tokens[0], chunk_ms)
-            metrics.add_tokens(["target"], now_s)
-            tokens, token_index = tokens[1:], 1
-            if not tokens:
-                return
-        k = self.server.k or len(tokens) - 1
-        num_accepted = sum(t.source == "accepted" for t in tokens)
-        round = RoundEvent(
-            metrics.num_spec_steps, token_index, NATIVE_ROUTE, max(k, num_accepted), (), (), num_accepted,
-            tuple(tokens), 0.0, chunk_ms, 0.0,
-        )  # fmt: skip
-        metrics.add_round(round)
-        sources: list[Source] = [t.source for t in tokens]
-        metrics.add_tokens(sources, now_s)
-        yield round
+
+def _chunk_events(
+    tokens: list[Token], route: str, k: int | None, token_index: int, chunk_ms: float, metrics: Metrics, now_s: float
+) -> Iterator[Event]:
+    """The first token of the run from prefill as a target step; every chunk after as a round
+    of chunk-size-minus-one accepted drafts (the guess a RecolourEvent may correct)."""
+    if token_index == 0:
+        yield StepEvent(0, route, tokens[0], chunk_ms)
+        metrics.add_tokens(["target"], now_s)
+        tokens, token_index = tokens[1:], 1
+        if not tokens:
+            return
+    num_accepted = sum(t.source == "accepted" for t in tokens)
+    drafted = max(k or len(tokens) - 1, num_accepted)
+    round = RoundEvent(
+        metrics.num_spec_steps, token_index, route, drafted, (), (), num_accepted, tuple(tokens), 0.0, chunk_ms, 0.0
+    )
+    metrics.add_round(round)
+    sources: list[Source] = [t.source for t in tokens]
+    metrics.add_tokens(sources, now_s)
+    yield round
 
 
 # The server's own counts, when it sends them, replace the chunk-size guess of the round counts.
@@ -202,19 +215,24 @@ def _with_server_counts(metrics: dict[str, Any], spec: dict[str, Any], server: d
 
 
 def connect_native(
-    target_url: str, baseline_url: str | None = None, api_key: str | None = None, timeout_s: float = 60.0
+    target_url: str,
+    more: Sequence[tuple[str, str]] = (),
+    baseline_url: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 60.0,
 ) -> NativeBackend:
-    """Connect to a speculating server and, when given, a plain server of the same target."""
-    server = NativeServer(VllmClient("target", server_root(target_url), api_key, timeout_s))
+    """Connect to a speculating server (route NATIVE_ROUTE), to `more` (name, URL) speculating
+    servers of the same target, and, when given, to a plain server of it; all must tokenize alike."""
+    urls = [(NATIVE_ROUTE, server_root(target_url)), *((name, server_root(url, "draft_url")) for name, url in more)]
+    servers = {name: NativeServer(VllmClient(name, url, api_key, timeout_s)) for name, url in urls}
+    ids = {
+        f"native server {name!r} ({s.client.root})": tokenize(s.client, s.model, PROBE_TEXT)
+        for name, s in servers.items()
+    }
     baseline = None
     if baseline_url is not None:
         baseline = connect_vllm_backend(server_root(baseline_url, "baseline_url"), api_key=api_key, timeout_s=timeout_s)
-        check_same_tokens(
-            {
-                f"native server ({server.client.root})": tokenize(server.client, server.model, PROBE_TEXT),
-                f"baseline ({baseline.target.client.root})": tokenize(
-                    baseline.target.client, baseline.target.model, PROBE_TEXT
-                ),
-            }
-        )
-    return NativeBackend(server, baseline)
+        target = baseline.target
+        ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
+    check_same_tokens(ids)
+    return NativeBackend(servers, baseline)
