@@ -199,6 +199,8 @@ def test_bench_sweeps_through_vllm(
     assert report["about"]["backend"] == "vllm"
     rows = {row["config"]: row for row in report["rows"] if row["category"] == "code"}
     assert rows["k=2"]["mean_acceptance_length"] >= 1
+    assert rows["k=2"]["speedup"] is None and rows["draft-only near"]["speedup"] is not None  # HTTP is not speed
+    assert "times HTTP round trips" in (out / "report.md").read_text()
     code, _, err = cli(capsys, "bench", *urls, "--quick", "--compare-mlx-lm", "--out", str(out))
     assert code == 2 and "--compare-mlx-lm needs local MLX models" in err
 

@@ -65,7 +65,10 @@ def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, d
         row.predicted_speedup = predicted_speedup(row.alpha, statistics.fmean(lengths), row.cost_ratio)
 
 
-def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measurement]) -> list[Row]:
+def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measurement], remote: bool = False) -> list[Row]:
+    """`remote`: vLLM inspection, where a speculative request's wall time is HTTP round trips, so
+    its speedup is not measured; target-only and draft-only stream from the servers, so c and the
+    predicted speedup still stand."""
     cells: dict[tuple[str, float, str], list[Measurement]] = defaultdict(list)
     for m in measurements:
         cells[(m.category, m.temperature, m.config)].append(m)
@@ -90,7 +93,7 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
                 tps[config.label],
                 median([m.e2e_ms for m in runs]),
             )
-            if target_tps and row.tokens_per_s:
+            if target_tps and row.tokens_per_s and not (remote and config.mode == "speculative"):
                 row.speedup = row.tokens_per_s / target_tps
             theirs = median([m.mlx_lm_tokens_per_s for m in runs if m.mlx_lm_tokens_per_s])
             if theirs and row.tokens_per_s:
@@ -115,6 +118,13 @@ def markdown(rows: Sequence[Row], about: dict[str, Any]) -> str:
         "Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)), with a the per-token acceptance that explains the",
         "accepted counts and c the cost of a draft step over a target step (draft-only over target-only tokens/s).",
     ]
+    if about.get("backend") == "vllm":
+        lines += [
+            "",
+            "Through vLLM servers a speculative request's tokens/s times HTTP round trips and server recomputes, not",
+            "speculative speed, so its speedup is not given; target-only and draft-only stream from the servers, so",
+            "c and the predicted speedup are the servers'.",
+        ]
     columns = ["configuration", "acceptance rate", "mean acceptance length", "rounds / request"]
     columns += ["median e2e ms", "tokens/s", "speedup", "predicted", "vs mlx-lm"]
     header = "| " + " | ".join(columns) + " |"

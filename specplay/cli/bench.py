@@ -113,7 +113,7 @@ def bench(args: argparse.Namespace) -> int:
     finally:
         thread.close()
 
-    rows = build_rows(configs, measurements)
+    rows = build_rows(configs, measurements, remote=uses_vllm(args))
     (out / "report.md").write_text(markdown(rows, about), encoding="utf-8")
     (out / "results.json").write_text(to_json(rows, measurements, about), encoding="utf-8")
     (out / "results.csv").write_text(to_csv(rows), encoding="utf-8")
