@@ -148,7 +148,7 @@ class ModelHost:
             if lane == "speculative":
                 events = backend.events(request, controls[lane], clock, auto_route)
             else:
-                events = SpecEngine(backend.baseline, clock=clock).generate(request, controls[lane])
+                events = backend.baseline_events(request, controls[lane], clock)
             clock.resume()
             for event in events:
                 on_event(lane, event, clock(), ())

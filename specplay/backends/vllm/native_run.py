@@ -6,13 +6,14 @@ becomes one round: its first token (the very first from prefill, the target's al
 chunk-size guess of accepted and corrected or bonus tokens (a guess, since chunks merge when the
 client lags). When the server sends its per-step arrays with the last chunk, a RecolourEvent
 replaces the guess with its exact account. Nothing in a round claims a probability: native mode
-reports none.
+reports none. A plain server of the same target, read the same way, gives the target-only lane.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from specplay.backends.vllm.backend import VllmBackend, connect_vllm_backend
@@ -46,6 +47,7 @@ from specplay.engine.events import (
 from specplay.engine.loop import Request
 from specplay.engine.metrics import Metrics
 from specplay.engine.router import resolve_route
+from specplay.engine.settings import SpecSettings
 
 NATIVE_ROUTE = "server"
 """The route's name in native mode: the server's own drafter serves every request."""
@@ -56,10 +58,68 @@ def chunk_texts(tokenizer: RemoteTokenizer, token_ids: list[int], text: str) -> 
     """Each token's share of a chunk's text: single-token decodes when they add up to the text
     the server sent, else the whole text on the chunk's last token (a character split across
     tokens, or a tokenizer that merges on decode)."""
+    if len(token_ids) == 1:
+        return [text]  # the server's incremental detokenizer already holds back partial characters
     pieces = [tokenizer.decode([token]) for token in token_ids]
     if "".join(pieces) == text:
         return pieces
     return [""] * (len(token_ids) - 1) + [text]
+
+
+@dataclass
+class _Chunk:
+    """One streamed chunk as the lanes use it."""
+
+    arrived_s: float
+    """When it was read, before any work on it: the lanes' times are the servers' streaming."""
+    token_ids: list[int]
+    texts: list[str]
+
+
+@dataclass
+class _Stream:
+    """What a finished (or stopped) stream said besides its tokens."""
+
+    finish: FinishReason = "length"
+    spec: dict[str, Any] = field(default_factory=dict)
+    """The server's metrics.speculative_decoding, when it sends them."""
+
+
+def _read(
+    model: RemoteModel,
+    tokenizer: RemoteTokenizer,
+    request: Request,
+    settings: SpecSettings,
+    controls: LiveControls,
+    clock: Clock,
+    ended: _Stream,
+) -> Iterator[_Chunk]:
+    """A streamed completion's chunks; `ended` is filled in as the stream says how it ended. Text
+    comes from the server (per token from single-token decodes only where a chunk holds several),
+    so no request per token slows the reading and skews the times."""
+    body = completion_body(
+        model.model, list(request.prompt_token_ids), request.max_tokens, settings.sampling, request.seed
+    )
+    body |= {"stream": True, "stream_options": {"include_usage": True}, "ignore_eos": request.ignore_eos}
+    stream = model.client.post_sse("/v1/completions", body)
+    try:
+        for event in stream:
+            arrived_s = clock()
+            if controls.stop_requested:
+                ended.finish = "cancelled"
+                return
+            if isinstance(event.get("metrics"), dict):
+                ended.spec = event["metrics"].get("speculative_decoding") or ended.spec
+            for choice in event.get("choices") or []:
+                ids = [int(t) for t in choice.get("token_ids") or []]
+                if choice.get("finish_reason") == "stop":
+                    ended.finish = "stop"
+                    if choice.get("stop_reason") is None and ids and not request.ignore_eos:
+                        ids = ids[:-1]  # the EOS that ended the run is not output
+                if ids:
+                    yield _Chunk(arrived_s, ids, chunk_texts(tokenizer, ids, choice.get("text") or ""))
+    finally:
+        stream.close()
 
 
 class NativeBackend:
@@ -97,6 +157,11 @@ class NativeBackend:
         if self.baseline is not None:
             self.baseline.close()
 
+    def baseline_events(self, request: Request, controls: LiveControls, clock: Clock) -> Iterator[Event]:
+        """Target-only on the baseline server (given to connect), read as the native lane is."""
+        assert self.baseline is not None
+        return baseline_events(self.baseline, self.tokenizer, request, controls, clock)
+
     def events(self, request: Request, controls: LiveControls, clock: Clock, auto_route: str) -> Iterator[Event]:
         """One native request as engine events, on the server the route setting picks (`auto_route`
         when it is auto); `controls` is read for its settings at the start and for a stop request
@@ -110,45 +175,19 @@ class NativeBackend:
         metrics = Metrics(speculative=True)
         metrics.start_s = clock()
         before = parse_prometheus(server.client.get_text("/metrics"))
-        body = completion_body(
-            server.model, list(request.prompt_token_ids), request.max_tokens, settings.sampling, request.seed
-        )
-        body |= {"stream": True, "stream_options": {"include_usage": True}, "ignore_eos": request.ignore_eos}
-        generated: list[int] = []
-        texts: list[str] = []
-        sizes: list[int] = []
-        spec: dict[str, Any] = {}
-        finish: FinishReason = "length"
-        last_s = clock()
-        stream = server.client.post_sse("/v1/completions", body)
-        try:
-            for chunk in stream:
-                if controls.stop_requested:
-                    finish = "cancelled"
-                    break
-                if isinstance(chunk.get("metrics"), dict):
-                    spec = chunk["metrics"].get("speculative_decoding") or spec
-                for choice in chunk.get("choices") or []:
-                    ids = [int(t) for t in choice.get("token_ids") or []]
-                    if choice.get("finish_reason") == "stop":
-                        finish = "stop"
-                        if choice.get("stop_reason") is None and ids and not request.ignore_eos:
-                            ids = ids[:-1]  # the EOS that ended the run is not output
-                    if not ids:
-                        continue
-                    now = clock()
-                    sizes.append(len(ids))
-                    sources = chunk_sources(sizes, spec.get("num_spec_tokens") or server.k)[-len(ids) :]
-                    pieces = chunk_texts(self.tokenizer, ids, choice.get("text") or "")
-                    tokens = [Token(t, text, s) for t, text, s in zip(ids, pieces, sources, strict=True)]
-                    yield from _chunk_events(
-                        tokens, route, server.k, len(generated), 1000 * (now - last_s), metrics, now
-                    )
-                    generated += ids
-                    texts += pieces
-                    last_s = now
-        finally:
-            stream.close()
+        model = RemoteModel(server.client, server.model)
+        ended, generated, texts, sizes = _Stream(), [], [], []
+        last_s = metrics.start_s
+        for chunk in _read(model, self.tokenizer, request, settings, controls, clock, ended):
+            sizes.append(len(chunk.token_ids))
+            sources = chunk_sources(sizes, ended.spec.get("num_spec_tokens") or server.k)[-len(chunk.token_ids) :]
+            tokens = [Token(*fields) for fields in zip(chunk.token_ids, chunk.texts, sources, strict=True)]
+            chunk_ms = 1000 * (chunk.arrived_s - last_s)
+            yield from _chunk_events(tokens, route, server.k, len(generated), chunk_ms, metrics, chunk.arrived_s)
+            generated += chunk.token_ids
+            texts += chunk.texts
+            last_s = chunk.arrived_s
+        finish, spec = ended.finish, ended.spec
         after = parse_prometheus(server.client.get_text("/metrics"))
         accepted, drafted = spec.get("per_step_accepted"), spec.get("per_step_drafted")
         if accepted is not None and drafted is not None:
@@ -165,6 +204,27 @@ class NativeBackend:
         yield DoneEvent(
             finish, tuple(generated), "".join(texts), _with_server_counts(metrics.to_dict(), spec, server_metrics)
         )
+
+
+def baseline_events(
+    baseline: VllmBackend, tokenizer: RemoteTokenizer, request: Request, controls: LiveControls, clock: Clock
+) -> Iterator[Event]:
+    """Target-only on the plain server, read exactly as the native lane is read (server text,
+    arrival times), so the two lanes' speeds compare like with like."""
+    settings = controls.settings
+    yield StartEvent("target", None, None, request.prompt_token_ids, request.seed, settings)
+    metrics = Metrics(speculative=False)
+    metrics.start_s = last_s = clock()
+    ended, generated, texts = _Stream(), [], []
+    for chunk in _read(baseline.target, tokenizer, request, settings, controls, clock, ended):
+        for i, (token_id, text) in enumerate(zip(chunk.token_ids, chunk.texts, strict=True)):
+            step_ms = 1000 * (chunk.arrived_s - last_s) if i == 0 else 0.0
+            yield StepEvent(len(generated), None, Token(token_id, text, "target"), step_ms)
+            generated.append(token_id)
+            texts.append(text)
+        metrics.add_tokens(["target"] * len(chunk.token_ids), chunk.arrived_s)
+        last_s = chunk.arrived_s
+    yield DoneEvent(ended.finish, tuple(generated), "".join(texts), metrics.to_dict())
 
 
 def _chunk_events(
