@@ -440,7 +440,6 @@ class PlaygroundApp(App[None]):
         spec, target = self.tallies["speculative"], self.tallies["target"]
         if "target" in self.lanes:
             self.query_one("#target", LaneView).set_stats(target_stats(target))
-        # Remote servers: wall time is HTTP round trips, so the speedup is modelled, not measured.
         identity = self.opened.header.get("backend", {}) if self.opened is not None else self.identity
         if identity.get("mode") == "native":
             lane = self.query_one("#speculative", LaneView)

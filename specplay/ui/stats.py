@@ -30,8 +30,6 @@ class LaneTally:
     """(busy_s, tokens so far) after each event that committed tokens: tokens/s over time."""
     final_metrics: dict[str, Any] = field(default_factory=dict)
     """The DoneEvent's metrics, once the run ends."""
-    server: dict[str, Any] | None = None
-    """vLLM's native mode: the server's own account, from the run's end (exact where it says so)."""
     error_bound_total: float | None = None
     """When the backend knew only the top-K of a distribution: the sum of the judged positions'
     error bounds, a bound in TV on how far the whole output's distribution may be from the rule's."""
@@ -50,12 +48,16 @@ class LaneTally:
             self.step_ms += event.step_ms
         elif isinstance(event, DoneEvent):
             self.finish_reason = event.finish_reason
-            self.server = event.metrics.get("server")
             self.final_metrics = event.metrics
         if isinstance(event, RoundEvent | StepEvent):
             if not self.samples:
                 self.samples.append((0.0, 0))
             self.samples.append((busy_s, self.tokens))
+
+    @property
+    def server(self) -> dict[str, Any] | None:
+        """vLLM's native mode: the server's own account, from the run's end (exact where it says so)."""
+        return self.final_metrics.get("server")
 
     def acceptance_per_position(self) -> list[float]:
         """From the rounds' judged positions; where the rounds carry none (vLLM's native mode), what
