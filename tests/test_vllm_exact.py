@@ -27,11 +27,12 @@ from specplay.backends.vllm.exact import (
 from specplay.backends.vllm.lane import Strategy, VllmLane
 from specplay.backends.vllm.protocol import completion_body
 from specplay.backends.vllm.report import report_line
-from specplay.backends.vllm.topk import TopK, from_logprobs, residual, residual_error_bound, tv_bracket
+from specplay.backends.vllm.topk import TopK, residual, residual_error_bound, tv_bracket
 from specplay.cli import main
 from specplay.engine.events import Event
 from specplay.engine.settings import SamplingParams
 from tests.conftest import CODE_PROMPT, TinyModels
+from tests.test_vllm_topk import truncated
 
 PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
 DRAWS = 20_000
@@ -143,15 +144,6 @@ def test_the_cap_falls_back_and_counts_its_draws() -> None:
         free,
     )
     assert draw.token is None and draw.requested == SAMPLE_CAP - 1 and draw.batches == 1
-
-
-def truncated(dist: np.ndarray, k: int, sampled: int | None = None) -> TopK:
-    """As a server lists it: the top-k, and the sampled token if it is not among them."""
-    top = [int(i) for i in np.argsort(-dist, kind="stable")[:k]]
-    if sampled is not None and sampled not in top:
-        top.append(sampled)
-    with np.errstate(divide="ignore"):
-        return from_logprobs({i: float(np.log(dist[i])) for i in top}, top=k)
 
 
 @pytest.mark.parametrize("k", [2, 5, 20])

@@ -23,7 +23,8 @@ from specplay.errors import ConfigError
 
 
 def truncated(dist: np.ndarray, k: int, extra: int | None = None) -> TopK:
-    """As a server lists a row: the top-k, and the sampled (or actual) token wherever it lies."""
+    """As a server lists a row: the top-k, and the sampled (or actual) token wherever it lies.
+    (The exact-correction tests use it too.)"""
     listed = [int(i) for i in np.argsort(-dist, kind="stable")[:k]]
     listed += [extra] if extra is not None and extra not in listed else []
     with np.errstate(divide="ignore"):
