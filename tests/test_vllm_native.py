@@ -138,3 +138,15 @@ async def test_playground_in_native_mode_without_a_baseline_says_how_to_compare(
         await wait_for(pilot, lambda: app.state == "ready", "the run to finish")
         assert app.lanes == ("speculative",)
         assert "--baseline-url" in str(app.query_one("#target", LaneView).query_one(".lane-stats").render())
+
+
+def test_a_server_that_streams_no_token_ids_is_a_clear_error(native: FakeVllm, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from specplay.backends.vllm import native_run
+    from specplay.backends.vllm.errors import VllmError
+
+    old_body = native_run.completion_body
+    monkeypatch.setattr(
+        native_run, "completion_body", lambda *a, **kw: old_body(*a, **kw) | {"return_token_ids": False}
+    )
+    with pytest.raises(VllmError, match=r"streamed no token_ids; it needs vLLM 0\.10\.2"):
+        _events(native.url, 4)

@@ -20,6 +20,7 @@ from specplay.backends.vllm.backend import VllmBackend, connect_vllm_backend
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, tokenize
 from specplay.backends.vllm.detok import RemoteTokenizer
+from specplay.backends.vllm.errors import VllmError
 from specplay.backends.vllm.native import (
     PER_POSITION,
     RUNNING,
@@ -111,6 +112,8 @@ def _read(
             if isinstance(event.get("metrics"), dict):
                 ended.spec = event["metrics"].get("speculative_decoding") or ended.spec
             for choice in event.get("choices") or []:
+                if choice.get("token_ids") is None and choice.get("text"):
+                    raise VllmError(f"{model.where} streamed no token_ids; it needs vLLM 0.10.2 or later")
                 ids = [int(t) for t in choice.get("token_ids") or []]
                 if choice.get("finish_reason") == "stop":
                     ended.finish = "stop"
