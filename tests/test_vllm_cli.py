@@ -114,7 +114,8 @@ def test_native_run_json_and_save(tiny: TinyModels, tmp_path, capsys: pytest.Cap
         # a second speculating server (another drafter, another k) to route to, and the replay of it
         other = FakeVllm(tiny.target, "target", native_draft=tiny.far, native_k=3)
         try:
-            routed = [*args, "--draft-url", f"far={other.url}", "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "5"]
+            named = ["run", "--backend", "vllm", "--vllm-native", "--target-url", f"near={server.url}"]
+            routed = [*named, "--draft-url", f"far={other.url}", "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "5"]
             code, out, err = cli(capsys, *routed, "--route", "far", "--json", "--save", *saving)
             assert code == 0, err
             result = json.loads(out)
@@ -122,6 +123,8 @@ def test_native_run_json_and_save(tiny: TinyModels, tmp_path, capsys: pytest.Cap
             code, out, err = cli(capsys, "run", "--replay", result["session"], "--json", *saving)
             assert code == 0, err
             assert json.loads(out)["token_ids"] == result["token_ids"] and json.loads(out)["route"] == "far"
+            code, out, err = cli(capsys, "run", "--replay", result["session"], "--route", "near", "--json", *saving)
+            assert code == 0 and json.loads(out)["route"] == "near" and json.loads(out)["vllm"]["k"] == 2, err
         finally:
             other.close()
         code, out, err = cli(capsys, *args, "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "10", "--tv", "0.5")
@@ -142,6 +145,15 @@ def test_vllm_launch_prints_the_commands(capsys: pytest.CaptureFixture[str]) -> 
     code, out, _ = cli(capsys, "vllm-launch", "--target", "org/big", "--draft", "org/small", "--native", "--k", "3")
     assert "--speculative-config" in out and '"num_speculative_tokens": 3' in out
     assert "--per-request-spec-decode-metrics detailed" in out
+    # native with two drafters: a speculating copy of the target per drafter, and the plain baseline
+    drafters = ["--draft", "code=org/code", "--draft", "prose=org/prose"]
+    code, out, _ = cli(capsys, "vllm-launch", "--target", "org/big", *drafters, "--native", "--baseline")
+    serve = [line for line in out.splitlines() if line.startswith("vllm serve org/big")]
+    assert len(serve) == 3 and all("--gpu-memory-utilization 0.30" in line for line in serve)
+    assert '"model": "org/code"' in serve[0] and '"model": "org/prose"' in serve[1] and "--speculative" not in serve[2]
+    laptop = out.splitlines()[-1]
+    assert laptop.startswith("specplay tui --backend vllm --vllm-native --target-url code=http://GPU-BOX:8000/v1")
+    assert "--draft-url prose=http://GPU-BOX:8001/v1" in laptop and "--baseline-url http://GPU-BOX:8002/v1" in laptop
 
 
 async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels, tmp_path) -> None:  # type: ignore[no-untyped-def]

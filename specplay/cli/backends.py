@@ -83,11 +83,22 @@ def remote_drafters(args: argparse.Namespace) -> list[tuple[str, str]]:
     return out
 
 
+def native_route(args: argparse.Namespace) -> str:
+    """Native mode: the route name of the --target-url server, `NAME=URL` or NATIVE_ROUTE."""
+    from specplay.backends.vllm.native_run import NATIVE_ROUTE
+    from specplay.backends.vllm.urls import named_url
+
+    return named_url(args.target_url, "target_url")[0] or NATIVE_ROUTE
+
+
 def drafter_names(args: argparse.Namespace) -> list[str]:
-    """Every drafter's name, local and remote, checked for clashes."""
+    """Every drafter's name, local and remote, checked for clashes. In native mode these are the
+    speculating servers' route names, the --target-url server's first."""
     names = [name for name, _ in drafters_from(args)]
     if uses_vllm(args):
         names += [name for name, _ in remote_drafters(args)]
+    if getattr(args, "vllm_native", False):
+        names = [native_route(args), *names]
     check_drafter_names(names)
     return names
 
@@ -103,9 +114,12 @@ def check_models(args: argparse.Namespace) -> None:
         raise ConfigError("target", "is for local models; with --backend vllm give --target-url URL")
     if not getattr(args, "target_url", None):
         raise ConfigError("target_url", "is required with --backend vllm (e.g. http://gpu-box:8000/v1)")
-    from specplay.backends.vllm.urls import server_root
+    from specplay.backends.vllm.urls import named_url, server_root
 
-    server_root(args.target_url)
+    if getattr(args, "vllm_native", False):
+        named_url(args.target_url, "target_url")  # speculating servers are routed to by name
+    else:
+        server_root(args.target_url)
     if args.top_logprobs < 1:
         raise ConfigError("top_logprobs", f"must be at least 1 (got {args.top_logprobs})")
     if args.timeout <= 0:

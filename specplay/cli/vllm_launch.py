@@ -21,6 +21,7 @@ from pathlib import Path
 from specplay.errors import ConfigError, SpecplayError
 
 MAX_LOGPROBS = 20
+BASELINE = "baseline"
 STARTUP_TIMEOUT_S = 900.0
 
 
@@ -54,7 +55,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=8, metavar="N")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="the target's GPUs")
     parser.add_argument(
-        "--native", action="store_true", help="one server that speculates itself with the first drafter"
+        "--native",
+        action="store_true",
+        help="servers that speculate themselves: one copy of the target per drafter, routed between by name",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="native: also a plain server of the target, for the playground's target-only lane",
     )
     parser.add_argument("--k", type=int, default=4, help="native: draft tokens per step (fixed for the server)")
     parser.add_argument("--api-key", metavar="KEY", help="have every server require this bearer token")
@@ -83,15 +91,9 @@ def plan(args: argparse.Namespace) -> list[Server]:
         common += ["--api-key", args.api_key]
     tp = ["--tensor-parallel-size", str(args.tensor_parallel_size)] if args.tensor_parallel_size > 1 else []
     if args.native:
-        if not drafters:
-            raise ConfigError("native", "needs a drafter: give --draft MODEL")
-        if args.k < 1:
-            raise ConfigError("k", f"must be at least 1 (got {args.k})")
-        spec = {"method": "draft_model", "model": drafters[0][1], "num_speculative_tokens": args.k}
-        argv = ["vllm", "serve", args.target, "--port", str(args.port), "--served-model-name", "target"]
-        argv += ["--gpu-memory-utilization", f"{args.gpu_memory_utilization:g}", *tp, *common]
-        argv += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
-        return [Server("target", args.target, args.port, argv)]
+        return _native_plan(args, drafters, tp, common)
+    if args.baseline:
+        raise ConfigError("baseline", "is for --native: in inspection mode the target's server is the baseline")
     target_share = args.gpu_memory_utilization - args.draft_share * len(drafters)
     if target_share < 0.1 or args.draft_share <= 0:
         raise ConfigError(
@@ -114,16 +116,54 @@ def plan(args: argparse.Namespace) -> list[Server]:
     return servers
 
 
+def _native_plan(
+    args: argparse.Namespace, drafters: list[tuple[str, str]], tp: list[str], common: list[str]
+) -> list[Server]:
+    """One server per drafter, each a copy of the target speculating with it (vLLM fixes a
+    server's drafter and k), and the plain baseline last; the GPU split evenly between them."""
+    if not drafters:
+        raise ConfigError("native", "needs a drafter: give --draft MODEL")
+    if args.k < 1:
+        raise ConfigError("k", f"must be at least 1 (got {args.k})")
+    share = args.gpu_memory_utilization / (len(drafters) + args.baseline)
+    servers = []
+    for i, (name, model) in enumerate(drafters):
+        spec = {"method": "draft_model", "model": model, "num_speculative_tokens": args.k}
+        argv = ["vllm", "serve", args.target, "--port", str(args.port + i), "--served-model-name", "target"]
+        argv += ["--gpu-memory-utilization", f"{share:.2f}", *tp, *common]
+        argv += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
+        servers.append(Server(name, args.target, args.port + i, argv))
+    if args.baseline:
+        port = args.port + len(drafters)
+        argv = ["vllm", "serve", args.target, "--port", str(port), "--served-model-name", "target"]
+        servers.append(
+            Server(BASELINE, args.target, port, [*argv, "--gpu-memory-utilization", f"{share:.2f}", *tp, *common])
+        )
+    return servers
+
+
 def client_command(args: argparse.Namespace, servers: list[Server]) -> str:
     host = "GPU-BOX" if args.host in ("0.0.0.0", "::") else args.host
-    words = ["specplay", "run", "--backend", "vllm", "--target-url", f"http://{host}:{servers[0].port}/v1"]
-    if args.native:
-        words.append("--vllm-native")
-    for server in servers[1:]:
-        words += ["--draft-url", f"{server.name}=http://{host}:{server.port}/v1"]
+
+    def url(server: Server) -> str:
+        return f"http://{host}:{server.port}/v1"
+
+    if args.native:  # the playground, where the baseline lane is
+        words = ["specplay", "tui", "--backend", "vllm", "--vllm-native"]
+        words += ["--target-url", f"{servers[0].name}={url(servers[0])}"]
+        for server in servers[1:]:
+            words += (
+                ["--baseline-url", url(server)]
+                if server.name == BASELINE
+                else ["--draft-url", f"{server.name}={url(server)}"]
+            )
+    else:
+        words = ["specplay", "run", "--backend", "vllm", "--target-url", url(servers[0])]
+        words += [w for server in servers[1:] for w in ("--draft-url", f"{server.name}={url(server)}")]
     if args.api_key:
         words += ["--api-key", "$SPECPLAY_API_KEY"]
-    return " ".join(shlex.quote(w) if not w.startswith("$") else w for w in words) + " --prompt '...'"
+    command = " ".join(shlex.quote(w) if not w.startswith("$") else w for w in words)
+    return command if args.native else command + " --prompt '...'"
 
 
 def _shown(argv: list[str]) -> str:

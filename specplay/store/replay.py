@@ -20,7 +20,9 @@ def model_flags(backend: Mapping[str, Any]) -> list[str]:
             flags += ["--draft", f"{name}={model['path']}"]
         return flags
     flags = ["--backend", "vllm", "--target-url", target["source"]]
-    if backend.get("mode") == "native":  # further speculating servers are routed to as drafters are
+    if backend.get("mode") == "native":  # speculating servers are routed to by name, as drafters are
+        if "route" in target:
+            flags[-1] = f"{target['route']}={target['source']}"
         baseline = backend.get("baseline")
         flags += ["--vllm-native", *(["--baseline-url", baseline["source"]] if baseline else [])]
         return flags + [f for name, model in models.items() for f in ("--draft-url", f"{name}={model['source']}")]

@@ -73,11 +73,10 @@ def tui(args: argparse.Namespace) -> int:
         args, opened = _open_session(args)
     settings = settings_from(args)
     if args.vllm_native:
-        from specplay.backends.vllm.native_run import NATIVE_ROUTE
         from specplay.cli.vllm_native import check_native
 
         check_native(args, settings)
-        drafters = [NATIVE_ROUTE, *drafter_names(args)]
+        drafters = drafter_names(args)
     else:
         check_models(args)
         drafters = drafter_names(args)

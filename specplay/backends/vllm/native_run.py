@@ -32,7 +32,7 @@ from specplay.backends.vllm.native import (
 )
 from specplay.backends.vllm.protocol import completion_body
 from specplay.backends.vllm.remote import RemoteModel
-from specplay.backends.vllm.urls import server_root
+from specplay.backends.vllm.urls import named_url, server_root
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import (
     DoneEvent,
@@ -145,10 +145,11 @@ class NativeBackend:
         return self._encoder.encode(prompt, raw)
 
     def describe(self) -> dict[str, Any]:
-        """The first server as the target (its route is NATIVE_ROUTE), the others by route name."""
+        """The first server as the target (with its route name), the others by route name."""
         identity: dict[str, Any] = {"backend": "vllm", "mode": "native", "models": {}, "k": {}}
-        for name, server in self.servers.items():
-            identity["models"]["target" if name == NATIVE_ROUTE else name] = server.describe()["models"]["target"]
+        for i, (name, server) in enumerate(self.servers.items()):
+            model = server.describe()["models"]["target"]
+            identity["models"] |= {"target": model | {"route": name}} if i == 0 else {name: model}
             identity["k"][name] = server.k
         if self.baseline is not None:
             identity["baseline"] = self.baseline.describe()["models"]["target"]
@@ -284,9 +285,11 @@ def connect_native(
     api_key: str | None = None,
     timeout_s: float = 60.0,
 ) -> NativeBackend:
-    """Connect to a speculating server (route NATIVE_ROUTE), to `more` (name, URL) speculating
-    servers of the same target, and, when given, to a plain server of it; all must tokenize alike."""
-    urls = [(NATIVE_ROUTE, server_root(target_url)), *((name, server_root(url, "draft_url")) for name, url in more)]
+    """Connect to a speculating server (`[NAME=]URL`, route NAME or NATIVE_ROUTE), to `more` (name,
+    URL) speculating servers of the same target, and, when given, to a plain server of it; all
+    must tokenize alike."""
+    name, url = named_url(target_url, "target_url")
+    urls = [(name or NATIVE_ROUTE, url), *((name, server_root(url, "draft_url")) for name, url in more)]
     servers = {name: NativeServer(VllmClient(name, url, api_key, timeout_s)) for name, url in urls}
     ids = {
         f"native server {name!r} ({s.client.root})": tokenize(s.client, s.model, PROBE_TEXT)
