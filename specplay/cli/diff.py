@@ -14,6 +14,10 @@ from specplay.palette import visible
 from specplay.store import LaneRecord, Session, SessionError, find_session, load_session, sessions_dir
 from specplay.store.diff import TokenDiff, is_lossless_greedy, token_diff, violation
 
+VLLM_CAVEAT = (
+    "through vLLM the two lanes' logits come from different passes (verify vs decode, or different servers), "
+    "which vLLM does not promise to be bit-identical; where the top two tokens nearly tie, greedy can flip"
+)
 ONLY_A = "red strike"
 ONLY_B = "green"
 
@@ -129,3 +133,5 @@ def _show(
     console.print(" · ".join(parts), style="dim")
     if broken_at is not None:
         console.print(f"VIOLATION: lossless greedy run diverged at token {broken_at}", style="bold red")
+        if (a.header.get("backend") or {}).get("backend") == "vllm":
+            console.print(VLLM_CAVEAT, style="dim")
