@@ -177,6 +177,18 @@ def test_a_lossless_greedy_run_that_diverged_is_a_violation(tmp_path: Path, caps
     assert {"tag": "replace", "a_start": 2, "a_end": 3, "b_start": 2, "b_end": 3} in result["opcodes"]
 
 
+def test_a_greedy_divergence_through_vllm_says_its_passes_are_not_bit_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lanes = {"speculative": speculative_events(diverging_rounds()), "target": target_events(same_as_rounds())}
+    path = write_session(tmp_path, lanes)
+    header, *rest = path.read_text().splitlines()
+    path.write_text("\n".join([json.dumps(json.loads(header) | {"backend": {"backend": "vllm"}}), *rest]) + "\n")
+    code, out, _ = diff(capsys, str(path))
+    assert code == 1 and "VIOLATION: lossless greedy run diverged at token 2" in out
+    assert "greedy can flip" in out.replace("\n", " ")
+
+
 def test_a_sampled_run_may_diverge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lanes = {
         "speculative": speculative_events(diverging_rounds(), temperature=1.0),
