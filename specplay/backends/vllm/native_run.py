@@ -48,7 +48,7 @@ from specplay.engine.events import (
 from specplay.engine.loop import Request
 from specplay.engine.metrics import Metrics
 from specplay.engine.router import resolve_route
-from specplay.engine.settings import SpecSettings
+from specplay.engine.settings import K_LIMIT, SpecSettings
 
 NATIVE_ROUTE = "server"
 """The route's name in native mode: the server's own drafter serves every request."""
@@ -173,7 +173,7 @@ class NativeBackend:
         settings = controls.settings
         route = resolve_route(settings.route, auto_route)
         server = self.servers[route]
-        if server.k is not None:  # the session records the k that ran, which is the server's
+        if server.k is not None and server.k <= K_LIMIT:  # sessions record the k that ran: the server's
             settings = settings.changed(k=server.k)
         yield StartEvent("speculative", route, auto_route, request.prompt_token_ids, request.seed, settings)
         metrics = Metrics(speculative=True)
