@@ -51,6 +51,9 @@ def test_alpha_counts_only_judged_positions() -> None:
     assert comparison.cost_ratio == pytest.approx(1.0 / 2.0)  # 1 ms per drafted token over a 2 ms step
     assert comparison.speedup == pytest.approx(3.5 / 2.0)
     assert comparison.predicted_speedup == pytest.approx(predicted_speedup(5 / 6, 4, 0.5))
+    # each round: verify 1 ms and no host work against 2 ms target steps
+    assert comparison.verify_steps == pytest.approx(0.5) and comparison.host_steps == 0
+    assert comparison.costed_speedup == pytest.approx(comparison.predicted_speedup * (4 * 0.5 + 1) / (4 * 0.5 + 0.5))
 
 
 def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:

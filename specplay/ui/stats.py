@@ -129,6 +129,13 @@ class Comparison:
     cost_ratio: float | None
     """c: draft_ms per drafted token over the target-only lane's mean step time."""
     predicted_speedup: float | None
+    verify_steps: float | None = None
+    """A round's verify pass, in target-only steps: Leviathan's formula takes it as 1."""
+    host_steps: float | None = None
+    """A round's host work (acceptance, rewinds, detokenizing), in target-only steps: the formula takes 0."""
+    costed_speedup: float | None = None
+    """The formula's expected tokens per round over the round's measured cost, k c + verify + host:
+    where the prediction parts from the measurement, this says which term did it."""
 
 
 def compare(speculative: LaneTally, target: LaneTally) -> Comparison:
@@ -138,7 +145,14 @@ def compare(speculative: LaneTally, target: LaneTally) -> Comparison:
     c = per_token / step if per_token is not None and step else None
     alpha, k = speculative.alpha, speculative.mean_k
     predicted = predicted_speedup(alpha, k, c) if alpha is not None and k is not None and c is not None else None
-    return Comparison(speedup, c, predicted)
+    if predicted is None or not step or not speculative.rounds:
+        return Comparison(speedup, c, predicted)
+    assert alpha is not None and k is not None and c is not None
+    verify = speculative.spec.verify_ms / speculative.rounds / step
+    host = speculative.spec.overhead_ms / speculative.rounds / step
+    # predicted_speedup's round cost is k c + 1; scale it to k c + verify + host
+    costed = predicted * (k * c + 1) / (k * c + verify + host)
+    return Comparison(speedup, c, predicted, verify, host, costed)
 
 
 def modelled(speculative: LaneTally) -> Comparison:

@@ -47,6 +47,11 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
     ]
     if remote:
         lines.append(_exactness(tally))
+    elif comparison.costed_speedup is not None:
+        lines.append(
+            f"measured round: verify {comparison.verify_steps:.2f} + host {comparison.host_steps:.2f} target steps"
+            f" (formula: 1 + 0) → {comparison.costed_speedup:.2f}× predicted"
+        )
     return Content("\n".join(lines))
 
 
