@@ -194,16 +194,10 @@ class VllmLane:
     def _verify_prompt_logprobs(
         self, draft: VllmDraft, sampling: SamplingParams, seed: int
     ) -> tuple[list[_Target], int]:
-        model, start = self.target, len(self.tokens)
-        (choice,) = model.complete([*self.tokens, *draft.tokens], 1, sampling, seed, prompt_logprobs=model.top_logprobs)
-        rows = choice.prompt_logprobs
-        if rows is None or len(rows) < start + len(draft.tokens):
-            raise VllmError(f"{model.where} did not return prompt_logprobs; it needs vLLM 0.6 or later")
+        model = self.target
+        rows, choice = model.prompt_rows(self.tokens, draft.tokens, sampling, seed, model.top_logprobs)
         targets = []
-        for i, token in enumerate(draft.tokens):
-            row = rows[start + i]
-            if row is None or token not in row:
-                raise VllmError(f"{model.where} left drafted token {token} out of prompt_logprobs")
+        for row in rows:
             ranked = min(row, key=lambda t: (row[t][1] if row[t][1] > 0 else 10**9, -row[t][0]))
             raw = from_logprobs({t: lp for t, (lp, _) in row.items()}, model.top_logprobs)
             # prompt_logprobs are always raw, whatever the server's --logprobs-mode

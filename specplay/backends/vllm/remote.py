@@ -71,24 +71,39 @@ class RemoteModel:
         finally:
             events.close()
 
-    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
-        """This model's log-probability, at temperature 1, of each of `token_ids` after the prompt:
-        `prompt_logprobs` are always raw (before temperature and filters), and with 0 the server
-        lists only the actual token. One request; vLLM recomputes it without the prefix cache."""
-        if not token_ids:
-            return []
-        start, ids = len(prompt_token_ids), list(token_ids)
-        (choice,) = self.complete([*prompt_token_ids, *ids], 1, SamplingParams(), None, 1, False, prompt_logprobs=0)
+    def prompt_rows(
+        self,
+        context: Sequence[int],
+        tokens: Sequence[int],
+        sampling: SamplingParams,
+        seed: int | None,
+        top: int,
+        need_logprobs: bool = True,
+    ) -> tuple[list[dict[int, tuple[float, int]]], Choice]:
+        """One request for `context` + `tokens` with `prompt_logprobs`: each of `tokens`' rows
+        (token id -> (logprob, rank); raw, before temperature and filters, and always listing the
+        actual token), and the choice, whose one generated token is a sample after them all.
+        vLLM recomputes such a prompt without the prefix cache."""
+        start = len(context)
+        (choice,) = self.complete([*context, *tokens], 1, sampling, seed, 1, need_logprobs, prompt_logprobs=top)
         rows = choice.prompt_logprobs
-        if rows is None or len(rows) < start + len(ids):
+        if rows is None or len(rows) < start + len(tokens):
             raise VllmError(f"{self.where} did not return prompt_logprobs; it needs vLLM 0.6 or later")
-        scores = []
-        for i, token in enumerate(ids):
+        out = []
+        for i, token in enumerate(tokens):
             row = rows[start + i]
             if row is None or token not in row:
                 raise VllmError(f"{self.where} left token {token} out of prompt_logprobs")
-            scores.append(row[token][0])
-        return scores
+            out.append(row)
+        return out, choice
+
+    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+        """This model's log-probability, at temperature 1, of each of `token_ids` after the prompt
+        (prompt logprobs are raw; with 0 the server lists only the actual token)."""
+        if not token_ids:
+            return []
+        rows, _ = self.prompt_rows(prompt_token_ids, token_ids, SamplingParams(), None, 0, need_logprobs=False)
+        return [row[token][0] for row, token in zip(rows, token_ids, strict=True)]
 
     def describe(self) -> dict[str, Any]:
         """Where and what; never the API key."""
