@@ -11,8 +11,8 @@ from helpers import done, run
 
 from specplay.backends.mlx import MlxBackend
 from specplay.backends.vllm.client import VllmClient
-from specplay.backends.vllm.native import NativeServer, chunk_sources, recolour
-from specplay.backends.vllm.native_run import NATIVE_ROUTE, connect_native
+from specplay.backends.vllm.native import NATIVE_ROUTE, NativeServer, chunk_sources, recolour
+from specplay.backends.vllm.native_run import connect_native
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RecolourEvent, RoundEvent, StartEvent, StepEvent
 from specplay.engine.loop import Request

@@ -85,7 +85,7 @@ def remote_drafters(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def native_route(args: argparse.Namespace) -> str:
     """Native mode: the route name of the --target-url server, `NAME=URL` or NATIVE_ROUTE."""
-    from specplay.backends.vllm.native_run import NATIVE_ROUTE
+    from specplay.backends.vllm.native import NATIVE_ROUTE
     from specplay.backends.vllm.urls import named_url
 
     return named_url(args.target_url, "target_url")[0] or NATIVE_ROUTE

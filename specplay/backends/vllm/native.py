@@ -18,6 +18,8 @@ from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import served_model, server_version
 from specplay.engine.events import Source
 
+NATIVE_ROUTE = "server"
+"""The route name of a speculating server given without one (`--target-url URL`)."""
 SPEC_COUNTERS = (
     "vllm:spec_decode_num_drafts_total",
     "vllm:spec_decode_num_draft_tokens_total",
@@ -48,16 +50,20 @@ def recolour(num_tokens: int, per_step_accepted: Sequence[int], per_step_drafted
 def chunk_sources(chunk_sizes: Sequence[int], k: int | None) -> list[Source]:
     sources: list[Source] = []
     for i, size in enumerate(chunk_sizes):
-        if size <= 0:
-            continue
-        if i == 0:
-            sources.append("target")
-            size -= 1
-            if size == 0:
-                continue
-        sources += ["accepted"] * (size - 1)
-        sources.append("bonus" if k is not None and size - 1 == k else "corrected")
+        sources += chunk_guess(size, k, first=i == 0)
     return sources
+
+
+def chunk_guess(size: int, k: int | None, first: bool) -> list[Source]:
+    """One chunk's sources by the heuristic above; the stream's first chunk opens with the
+    prefill token, the target's alone."""
+    if size <= 0:
+        return []
+    head: list[Source] = ["target"] if first else []
+    size -= len(head)
+    if size == 0:
+        return head
+    return [*head, *["accepted"] * (size - 1), "bonus" if k is not None and size - 1 == k else "corrected"]
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

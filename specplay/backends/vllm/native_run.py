@@ -22,10 +22,11 @@ from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, tokeni
 from specplay.backends.vllm.detok import RemoteTokenizer
 from specplay.backends.vllm.errors import VllmError
 from specplay.backends.vllm.native import (
+    NATIVE_ROUTE,
     PER_POSITION,
     RUNNING,
     NativeServer,
-    chunk_sources,
+    chunk_guess,
     counter_delta,
     parse_prometheus,
     recolour,
@@ -50,8 +51,6 @@ from specplay.engine.metrics import Metrics
 from specplay.engine.router import resolve_route
 from specplay.engine.settings import K_LIMIT, SpecSettings
 
-NATIVE_ROUTE = "server"
-"""The route's name in native mode: the server's own drafter serves every request."""
 Clock = Callable[[], float]
 
 
@@ -180,11 +179,11 @@ class NativeBackend:
         metrics.start_s = clock()
         before = parse_prometheus(server.client.get_text("/metrics"))
         model = RemoteModel(server.client, server.model)
-        ended, generated, texts, sizes = _Stream(), [], [], []
+        ended, generated, texts = _Stream(), [], []
         last_s = metrics.start_s
         for chunk in _read(model, self.tokenizer, request, settings, controls, clock, ended):
-            sizes.append(len(chunk.token_ids))
-            sources = chunk_sources(sizes, ended.spec.get("num_spec_tokens") or server.k)[-len(chunk.token_ids) :]
+            k = ended.spec.get("num_spec_tokens") or server.k
+            sources = chunk_guess(len(chunk.token_ids), k, first=not generated)
             tokens = [Token(*fields) for fields in zip(chunk.token_ids, chunk.texts, sources, strict=True)]
             chunk_ms = 1000 * (chunk.arrived_s - last_s)
             yield from _chunk_events(tokens, route, server.k, len(generated), chunk_ms, metrics, chunk.arrived_s)
