@@ -267,7 +267,7 @@ class VllmLane:
         exact = self.exact_correction and draft.exact and reported_probs_exact(sampling, self.target.raw_logprobs)
         p_target, p_draft, tv_lo, tv_hi, bounds = [], [], [], [], []
         draws: list[Callable[[], int]] = []
-        context = list(self.tokens)
+        context = list(self.tokens) if exact else []  # a copy only where a correction may need it
         for i, (token, target, dist_draft) in enumerate(zip(draft.tokens, targets, draft.p_draft, strict=True)):
             assert target.dist is not None
             lo, hi = tv_bracket(target.dist, dist_draft)
