@@ -23,7 +23,7 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 
 # isort: split
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
-from specplay.demo import DEMO_DRAFTERS, demo_model_paths
+from specplay.config.demo import DEMO_DRAFTERS, demo_model_paths
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, StartEvent
 from specplay.engine.loop import Request, SpecEngine

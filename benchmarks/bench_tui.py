@@ -27,12 +27,12 @@ from pathlib import Path
 
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends.mlx import load_mlx_backend, release_thread
-from specplay.demo import demo_model_paths
+from specplay.config.demo import demo_model_paths
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
 from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
-from specplay.runner import ModelThread
+from specplay.runner.thread import ModelThread
 from specplay.ui.app import PlaygroundOptions, create_app
 
 PROMPT = "def parse(path):\n    with open(path) as f:\n        return"

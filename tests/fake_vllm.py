@@ -37,7 +37,7 @@ from specplay.engine.events import RoundEvent, StepEvent
 from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams, SpecSettings
-from specplay.runner import ModelThread
+from specplay.runner.thread import ModelThread
 
 VERSION = "0.33.0"
 FLOOR = -9999.0

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from specplay.cli import main
-from specplay.demo import DEMO_DIR, DEMO_DRAFTERS, demo_model_paths
+from specplay.config.demo import DEMO_DIR, DEMO_DRAFTERS, demo_model_paths
 
 
 def test_every_shipped_file_matches_its_recorded_checksum() -> None:

@@ -25,7 +25,7 @@ from specplay.cli import main
 from specplay.cli.fidelity import fidelity_table
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
-from specplay.fidelity import (
+from specplay.fidelity.measure import (
     DRAFT_ROW,
     TARGET_ROW,
     FidelityReport,

@@ -9,7 +9,7 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
 from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.settings import SpecSettings
-from specplay.lanes import LaneClock, side_by_side
+from specplay.runner.lanes import LaneClock, side_by_side
 from tests.conftest import CODE_PROMPT
 from tests.helpers import done, run
 

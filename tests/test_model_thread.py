@@ -10,7 +10,7 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, DoneEvent, RoundEvent
 from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.settings import SpecSettings
-from specplay.runner import ModelThread
+from specplay.runner.thread import ModelThread
 from tests.conftest import CODE_PROMPT, TinyModels
 
 
@@ -49,7 +49,8 @@ def test_changes_and_stop_from_another_thread(tiny: TinyModels) -> None:
 def test_engine_never_imports_a_ui_a_model_library_or_http() -> None:
     forbidden = ("textual", "mlx", "mlx_lm", "httpx", "requests", "rich")
     code = (
-        "import sys; import specplay.engine.loop, specplay.engine.accept, specplay.engine.sampling, specplay.runner; "
+        "import sys; import specplay.engine.loop, specplay.engine.accept, specplay.engine.sampling; "
+        "import specplay.runner.thread, specplay.runner.lanes; "
         f"bad = [m for m in sys.modules if m.split('.')[0] in {forbidden}]; print(bad); sys.exit(1 if bad else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -58,8 +59,8 @@ def test_engine_never_imports_a_ui_a_model_library_or_http() -> None:
 
 def test_backends_store_and_headless_commands_never_import_textual() -> None:
     code = (
-        "import sys; import specplay.backends.mlx, specplay.store, specplay.lanes, specplay.cli; "
-        "import specplay.cli.run, specplay.cli.bench, specplay.fidelity; "
+        "import sys; import specplay.backends.mlx, specplay.store, specplay.runner.lanes, specplay.cli; "
+        "import specplay.cli.run, specplay.cli.bench, specplay.fidelity.measure; "
         "sys.exit(1 if 'textual' in sys.modules else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

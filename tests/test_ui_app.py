@@ -9,14 +9,14 @@ from textual.binding import Binding
 from textual.widgets import Select, TextArea
 from textual_slider import Slider
 
+from specplay.display.palette import visible
 from specplay.engine.events import ControlEvent, DoneEvent, StepEvent
 from specplay.engine.settings import SamplingParams, SpecSettings
-from specplay.palette import visible
 from specplay.store import list_session_files, load_session
 from specplay.ui.app import PlaygroundApp
-from specplay.ui.inspector import Inspector
-from specplay.ui.lane_view import LaneView
-from specplay.ui.plots import SPARKS, Plots
+from specplay.ui.widgets.inspector import Inspector
+from specplay.ui.widgets.lane_view import LaneView
+from specplay.ui.widgets.plots import SPARKS, Plots
 from tests.conftest import CODE_PROMPT, TinyModels
 from tests.ui_helpers import after, make_app, spec_rounds, wait_for
 

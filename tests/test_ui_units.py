@@ -11,7 +11,6 @@ from textual.color import Color
 
 from specplay.cli import main
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
-from specplay.ui.controls_panel import step_from_tv, tv_from_step
 from specplay.ui.stats import LaneTally, compare, modelled, predicted_speedup
 from specplay.ui.theming import (
     TOKEN_VARIABLES,
@@ -21,6 +20,7 @@ from specplay.ui.theming import (
     theme_from_toml,
     themes_dir,
 )
+from specplay.ui.widgets.controls_panel import step_from_tv, tv_from_step
 
 
 def _round(outcomes: list[str], draft_ms: float = 4.0) -> RoundEvent:
@@ -137,8 +137,8 @@ def test_importing_the_command_line_does_not_import_textual() -> None:
 
 def test_open_takes_the_sessions_models_unless_model_flags_are_given(tmp_path: Path) -> None:
     from specplay.cli import build_parser
+    from specplay.cli.tui import _open_session
     from specplay.store import SessionWriter
-    from specplay.ui.cli import _open_session
 
     def parsed(*argv: str) -> argparse.Namespace:
         args = build_parser().parse_args(["tui", *argv])

@@ -161,8 +161,8 @@ async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels,
     from specplay.engine.events import DoneEvent
     from specplay.engine.settings import SamplingParams, SpecSettings
     from specplay.ui.app import PlaygroundOptions, create_app
-    from specplay.ui.inspector import Inspector
-    from specplay.ui.lane_view import LaneView
+    from specplay.ui.widgets.inspector import Inspector
+    from specplay.ui.widgets.lane_view import LaneView
     from tests.ui_helpers import wait_for
 
     target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")

@@ -94,9 +94,9 @@ async def test_playground_watches_native_speculation_against_a_baseline(
 ) -> None:  # type: ignore[no-untyped-def]
     from specplay.store import load_session
     from specplay.ui.app import PlaygroundOptions, create_app
-    from specplay.ui.controls_panel import ControlsPanel
-    from specplay.ui.lane_view import LaneView
-    from specplay.ui.plots import Plots
+    from specplay.ui.widgets.controls_panel import ControlsPanel
+    from specplay.ui.widgets.lane_view import LaneView
+    from specplay.ui.widgets.plots import Plots
     from tests.ui_helpers import wait_for
 
     plain = FakeVllm(tiny.target, "target")
@@ -128,7 +128,7 @@ async def test_playground_watches_native_speculation_against_a_baseline(
 
 async def test_playground_in_native_mode_without_a_baseline_says_how_to_compare(native: FakeVllm, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from specplay.ui.app import PlaygroundOptions, create_app
-    from specplay.ui.lane_view import LaneView
+    from specplay.ui.widgets.lane_view import LaneView
     from tests.ui_helpers import wait_for
 
     options = PlaygroundOptions(prompt=PROMPT, autorun=True, max_tokens=6, raw=True, sessions_dir=tmp_path)

@@ -6,10 +6,9 @@ import os
 import sys
 
 from specplay import __version__
-from specplay.cli import bench, diff, distill, export, fidelity, run, sessions, vllm_launch
+from specplay.cli import bench, diff, distill, export, fidelity, run, sessions, tui, vllm_launch
 from specplay.cli.options import Parser, config_error_line
 from specplay.errors import ConfigError, SpecplayError
-from specplay.ui import cli as tui
 
 TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 

@@ -26,7 +26,7 @@ from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.errors import ConfigError, SpecplayError
-from specplay.runner import ModelThread
+from specplay.runner.thread import ModelThread
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

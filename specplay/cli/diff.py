@@ -10,7 +10,7 @@ from rich.text import Text
 
 from specplay.cli.options import add_sessions_dir_flag
 from specplay.cli.render import make_console
-from specplay.palette import visible
+from specplay.display.palette import visible
 from specplay.store import LaneRecord, Session, SessionError, find_session, load_session, sessions_dir
 from specplay.store.diff import TokenDiff, is_lossless_greedy, token_diff, violation
 

@@ -37,7 +37,7 @@ from specplay.engine.loop import SpecEngine
 from specplay.engine.router import check_route
 from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError
-from specplay.fidelity import (
+from specplay.fidelity.measure import (
     DEFAULT_BUDGETS,
     FidelityReport,
     FidelityRow,
@@ -48,7 +48,7 @@ from specplay.fidelity import (
     report_path,
     write_report,
 )
-from specplay.runner import ModelThread
+from specplay.runner.thread import ModelThread
 from specplay.store import sessions_dir
 
 
@@ -158,7 +158,7 @@ def fidelity(args: argparse.Namespace) -> int:
     }
     content = about | report.to_dict()
     saved = write_report(content, report_path(directory, now))
-    from specplay.cli.plots import plot_fidelity
+    from specplay.fidelity.plot import plot_fidelity
 
     plot = plot_fidelity(report, args.plot or saved.with_suffix(".png"))
     if args.json:

@@ -160,7 +160,7 @@ def use_demo_models(args: argparse.Namespace) -> None:
         if getattr(args, "target", None) is None and not getattr(args, "target_url", None):
             raise ConfigError("target", "is needed with --draft (or leave out both to use the demo models)")
         return
-    from specplay.demo import demo_model_paths
+    from specplay.config.demo import demo_model_paths
 
     target, drafters = demo_model_paths()
     args.target = str(target)

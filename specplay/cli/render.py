@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from specplay.display.palette import SOURCE_STYLES, visible
 from specplay.engine.events import (
     ControlEvent,
     DoneEvent,
@@ -19,7 +20,6 @@ from specplay.engine.events import (
     StepEvent,
     Token,
 )
-from specplay.palette import SOURCE_STYLES, visible
 
 
 @dataclass

@@ -27,7 +27,7 @@ from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.router import check_route
 from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError
-from specplay.runner import ModelThread
+from specplay.runner.thread import ModelThread
 from specplay.store import SessionWriter, find_session, load_session, sessions_dir
 from specplay.store.replay import replay_flags
 

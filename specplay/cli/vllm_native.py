@@ -41,7 +41,7 @@ def run_native(args: argparse.Namespace, settings: SpecSettings, prompt: str, di
     when the server's per-step account has replaced the chunk-size guess of every token's source."""
     from specplay.backends.vllm.native_run import connect_native
     from specplay.cli.run import stream_lane
-    from specplay.runner import ModelThread
+    from specplay.runner.thread import ModelThread
     from specplay.store import SessionWriter
 
     check_native(args, settings)

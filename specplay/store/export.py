@@ -17,7 +17,7 @@ from rich.style import Style
 from rich.terminal_theme import SVG_EXPORT_THEME
 
 # One palette for the terminal and the page.
-from specplay.palette import SOURCE_STYLES
+from specplay.display.palette import SOURCE_STYLES
 from specplay.store.format import LaneRecord, Session
 
 FORMATS = ("md", "html", "jsonl")

@@ -1,5 +1,4 @@
 """The Textual playground (`specplay tui`); `specplay.ui.app.create_app` builds it.
 
-Only this package imports Textual, and only from its modules, not here: `specplay.ui.cli` is
-imported by every command and must stay light.
+Only this package imports Textual, and only from its modules, not here.
 """

@@ -26,20 +26,20 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent, StartEvent
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.errors import ConfigError, SpecplayError
+from specplay.runner.host import DRAFT_LANE, LANES, Loader, ModelHost, RunSpec, error_line
 from specplay.store import Session, SessionWriter, list_session_files, load_session, sessions_dir
-from specplay.ui.controls_panel import ControlsPanel
-from specplay.ui.host import DRAFT_LANE, LANES, Loader, ModelHost, RunSpec, error_line
-from specplay.ui.inspector import Inspector
-from specplay.ui.lane_view import LaneView
 from specplay.ui.library import library_prompts
 from specplay.ui.messages import LaneItem, ModelsFailed, ModelsLoaded, RunEnded
 from specplay.ui.opened import event_seconds, session_events, settings_from
-from specplay.ui.plots import Plots
 from specplay.ui.stats import LaneTally, compare, modelled
-from specplay.ui.stats_view import NATIVE_NOTE, NO_BASELINE, native_stats, speculative_stats, target_stats
-from specplay.ui.tape import DraftTape
 from specplay.ui.theming import DEFAULT_THEME, load_themes
 from specplay.ui.tokens import legend
+from specplay.ui.widgets.controls_panel import ControlsPanel
+from specplay.ui.widgets.inspector import Inspector
+from specplay.ui.widgets.lane_view import LaneView
+from specplay.ui.widgets.plots import Plots
+from specplay.ui.widgets.stats_view import NATIVE_NOTE, NO_BASELINE, native_stats, speculative_stats, target_stats
+from specplay.ui.widgets.tape import DraftTape
 
 State = Literal["loading", "failed", "ready", "running", "stopping"]
 TICK_HZ = 10

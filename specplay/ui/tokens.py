@@ -7,8 +7,8 @@ from typing import Any
 
 from textual.content import Content
 
+from specplay.display.palette import visible
 from specplay.engine.events import Token
-from specplay.palette import visible
 
 SPEC_SOURCES = ("accepted", "budget", "corrected", "bonus")
 MARKER_STYLE = "reverse $spec-marker"

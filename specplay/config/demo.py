@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specplay.errors import ModelError
 
-DEMO_DIR = Path(__file__).parent / "models"
+DEMO_DIR = Path(__file__).parents[1] / "models"
 DEMO_DRAFTERS = ("base", "prose")
 """In routing order: the router's `code` class goes to the first drafter, `prose` to `prose`."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specplay.errors import SpecplayError
-from specplay.fidelity import DRAFT_ROW, TARGET_ROW, FidelityReport
+from specplay.fidelity.measure import DRAFT_ROW, TARGET_ROW, FidelityReport
 
 
 def plot_fidelity(report: FidelityReport, path: Path) -> Path:

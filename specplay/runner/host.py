@@ -18,8 +18,8 @@ from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import Request, SpecEngine
 from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError, SpecplayError
-from specplay.lanes import LaneClock, side_by_side
-from specplay.runner import ModelThread
+from specplay.runner.lanes import LaneClock, side_by_side
+from specplay.runner.thread import ModelThread
 
 LANES = ("speculative", "target")
 """Session lane order: the speculative lane first, then its target-only comparison."""

@@ -10,8 +10,8 @@ from textual.content import Content
 from textual.css.scalar import Unit
 from textual.widgets import Static
 
+from specplay.display.palette import visible
 from specplay.engine.events import RoundEvent
-from specplay.palette import visible
 from specplay.ui.tokens import source_style
 
 _OUTCOME_STYLES = {

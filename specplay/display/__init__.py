@@ -1,0 +1,1 @@
+"""How runs look, shared by the terminal, the playground and exported transcripts."""

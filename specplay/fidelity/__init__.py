@@ -1,0 +1,1 @@
+"""Fidelity: what speculative decoding with a TV budget gives up for its speed."""

@@ -1,0 +1,1 @@
+"""The playground's widgets: each shows one thing and reports the user's actions as messages."""
