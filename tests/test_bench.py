@@ -8,16 +8,10 @@ from pathlib import Path
 import pytest
 
 from specplay.bench.report import build_rows
-from specplay.bench.stats import (
-    coefficient_of_variation,
-    expected_accepted,
-    median,
-    needs_more_repeats,
-    predicted_speedup,
-    solve_alpha,
-)
+from specplay.bench.stats import coefficient_of_variation, median, needs_more_repeats
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
 from specplay.cli import main
+from specplay.engine.speedup import predicted_speedup
 from specplay.errors import ConfigError
 from tests.conftest import TinyModels
 
@@ -28,17 +22,6 @@ def test_statistics() -> None:
     assert coefficient_of_variation([9.0, 10.0, 11.0]) == pytest.approx(0.1)
     assert not needs_more_repeats([[100.0, 101.0, 99.0]])  # CV 1%
     assert needs_more_repeats([[100.0, 101.0, 99.0], [90.0, 100.0, 110.0]])  # one cell at 10%
-
-
-def test_alpha_and_the_predicted_speedup() -> None:
-    assert expected_accepted(0.5, 3) == pytest.approx(0.5 + 0.25 + 0.125)
-    # Rounds of k = 4 accepting 0.9375 on average come from alpha = 0.5 exactly.
-    assert solve_alpha([4] * 16, 15) == pytest.approx(0.5, abs=1e-9)
-    assert solve_alpha([4] * 16, 0) == pytest.approx(0.0, abs=1e-9)
-    assert solve_alpha([4] * 3, 12) == pytest.approx(1.0, abs=1e-9)
-    # Leviathan et al.: alpha 0.8, k 4, c 0.1 -> (1 - 0.8^5) / (0.2 * 1.4)
-    assert predicted_speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))
-    assert predicted_speedup(1.0, 4, 0.25) == pytest.approx(5 / 2)
 
 
 def _m(config: str, tokens_per_s: float, **spec: object) -> Measurement:
@@ -53,6 +36,8 @@ def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
     ]
     configs.append(BenchConfig("k=4", "k"))
     spec = {"route": "d", "num_spec_steps": 16, "num_draft_tokens": 64, "num_accepted_draft_tokens": 15}
+    # 30 judged positions per request; 64 drafted tokens in 64 ms against a ~9.1 ms target step
+    spec |= {"num_judged_draft_tokens": 30, "draft_ms": 64.0, "verify_ms": 160.0, "overhead_ms": 16.0}
     spec |= {"draft_lengths": [4] * 16, "drafted_per_position": [16, 8, 8, 8], "accepted_per_position": [6, 4, 3, 2]}
     measurements = [_m("target-only", 100.0), _m("target-only", 120.0), _m("target-only", 110.0)]
     measurements += [_m("draft-only d", 1000.0), _m("k=4", 150.0, **spec), _m("k=4", 170.0, **spec)]
@@ -63,8 +48,12 @@ def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
     assert spec_row.draft_acceptance_rate == pytest.approx(30 / 128)
     assert spec_row.mean_acceptance_length == pytest.approx(1 + 30 / 32) and spec_row.rounds_per_request == 16
     assert spec_row.acceptance_per_position == [0.375, 0.5, 0.375, 0.25]
-    assert spec_row.alpha == pytest.approx(0.5, abs=1e-9) and spec_row.cost_ratio == pytest.approx(0.11)
-    assert spec_row.predicted_speedup == pytest.approx(predicted_speedup(0.5, 4, 0.11))
+    # the playground's definitions: alpha = accepted / judged, c = drafted token time / target step
+    assert spec_row.alpha == pytest.approx(0.5) and spec_row.cost_ratio == pytest.approx(1.0 / (1000 / 110))
+    assert spec_row.predicted_speedup == pytest.approx(predicted_speedup(0.5, 4, 110 / 1000))
+    # each round verifies in 10 ms and spends 1 ms on the host: 1.1 and 0.11 target steps
+    costed = spec_row.predicted_speedup * (4 * 0.11 + 1) / (4 * 0.11 + 1.1 + 0.11)
+    assert spec_row.costed_speedup == pytest.approx(costed)
 
 
 def test_plan_and_prompts() -> None:

@@ -11,7 +11,8 @@ from textual.color import Color
 
 from specplay.cli import main
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
-from specplay.ui.stats import LaneTally, compare, modelled, predicted_speedup
+from specplay.engine.speedup import predicted_speedup
+from specplay.ui.stats import LaneTally, compare
 from specplay.ui.theming import (
     TOKEN_VARIABLES,
     ThemeError,
@@ -48,12 +49,13 @@ def test_alpha_counts_only_judged_positions() -> None:
     for i in range(4):
         target.add(StepEvent(i, None, Token(1, "a", "target"), step_ms=2.0), busy_s=0.5 * (i + 1))
     comparison = compare(spec, target)
-    assert comparison.cost_ratio == pytest.approx(1.0 / 2.0)  # 1 ms per drafted token over a 2 ms step
+    p = comparison.prediction
+    assert p.cost_ratio == pytest.approx(1.0 / 2.0)  # 1 ms per drafted token over a 2 ms step
     assert comparison.speedup == pytest.approx(3.5 / 2.0)
-    assert comparison.predicted_speedup == pytest.approx(predicted_speedup(5 / 6, 4, 0.5))
+    assert p.speedup == pytest.approx(predicted_speedup(5 / 6, 4, 0.5))
     # each round: verify 1 ms and no host work against 2 ms target steps
-    assert comparison.verify_steps == pytest.approx(0.5) and comparison.host_steps == 0
-    assert comparison.costed_speedup == pytest.approx(comparison.predicted_speedup * (4 * 0.5 + 1) / (4 * 0.5 + 0.5))
+    assert p.verify_steps == pytest.approx(0.5) and p.host_steps == 0
+    assert p.costed_speedup == pytest.approx(p.speedup * (4 * 0.5 + 1) / (4 * 0.5 + 0.5))
 
 
 def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
@@ -66,17 +68,18 @@ def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
     spec.add(RoundEvent(0, 0, "near", 3, (1, 1, 1), bounded, 1, tokens, 6.0, 12.0, 0), busy_s=1.0)
     spec.add(_round(["accepted", "accepted"], draft_ms=4.0), busy_s=2.0)  # verify_ms 1
     assert spec.error_bound_total == pytest.approx(0.03)  # unreached positions emitted nothing
-    comparison = modelled(spec)
+    comparison = compare(spec, None)
+    p = comparison.prediction
     assert comparison.speedup is None  # HTTP round trips are not speculative speed
-    assert comparison.cost_ratio == pytest.approx((10.0 / 5) / (13.0 / 2))  # per drafted token / per verify
-    assert comparison.predicted_speedup == pytest.approx(predicted_speedup(3 / 4, 2.5, comparison.cost_ratio))
+    assert p.cost_ratio == pytest.approx((10.0 / 5) / (13.0 / 2))  # per drafted token / per verify
+    assert p.speedup == pytest.approx(predicted_speedup(3 / 4, 2.5, p.cost_ratio))
     assert LaneTally().error_bound_total is None
     # `specplay run --json` models the same speedup from the lane's metrics as the playground does
     from specplay.backends.vllm.report import inspection_report
 
     report = inspection_report(spec.spec.to_dict(), {}, approximate=True)
-    assert report["cost_ratio"] == pytest.approx(comparison.cost_ratio)
-    assert report["modelled_speedup"] == pytest.approx(comparison.predicted_speedup)
+    assert report["cost_ratio"] == pytest.approx(p.cost_ratio)
+    assert report["modelled_speedup"] == pytest.approx(p.speedup)
 
 
 def test_tv_slider_steps_are_exact() -> None:

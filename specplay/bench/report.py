@@ -5,14 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specplay.bench.stats import median, predicted_speedup, solve_alpha
+from specplay.bench.stats import median
 from specplay.bench.sweep import BenchConfig, Measurement
+from specplay.engine.speedup import predict, predict_modelled
 
 
 @dataclass
@@ -31,20 +31,32 @@ class Row:
     speedup: float | None = None
     """Decode tokens/s over target-only's, same category and temperature."""
     alpha: float | None = None
-    """Per-token acceptance that explains the accepted counts (see stats.solve_alpha)."""
+    """Per-token acceptance: accepted over judged positions (engine/speedup.py)."""
     cost_ratio: float | None = None
-    """Drafter step over target step: target-only tokens/s over draft-only tokens/s."""
+    """c: a drafted token's time over a target-only step (median target-only tokens/s)."""
     predicted_speedup: float | None = None
+    """Leviathan's formula from alpha, the mean draft length and c."""
+    costed_speedup: float | None = None
+    """The same expected tokens per round over the round's measured cost (verify and host work included)."""
     vs_mlx_lm: float | None = None
     """Decode tokens/s over mlx-lm's own generation of the same requests (--compare-mlx-lm)."""
     acceptance_per_position: list[float] = field(default_factory=list)
 
 
-def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, draft_tps: dict[str, float]) -> None:
-    steps = sum(m.num_spec_steps for m in runs)
-    drafted = sum(m.num_draft_tokens for m in runs)
-    accepted = sum(m.num_accepted_draft_tokens for m in runs)
-    lengths = [k for m in runs for k in m.draft_lengths]
+_SUMMED = (
+    "num_spec_steps",
+    "num_draft_tokens",
+    "num_accepted_draft_tokens",
+    "num_judged_draft_tokens",
+    "draft_ms",
+    "verify_ms",
+    "overhead_ms",
+)
+
+
+def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, remote: bool) -> None:
+    totals = {name: sum(getattr(m, name) for m in runs) for name in _SUMMED}
+    steps, drafted, accepted = totals["num_spec_steps"], totals["num_draft_tokens"], totals["num_accepted_draft_tokens"]
     if not steps:
         return
     row.draft_acceptance_rate = accepted / drafted
@@ -58,17 +70,15 @@ def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, d
         sum(m.accepted_per_position[i] for m in runs if i < len(m.accepted_per_position)) for i in range(width)
     ]
     row.acceptance_per_position = [a / d for a, d in zip(per_accepted, per_drafted, strict=True)]
-    row.alpha = solve_alpha(lengths, accepted)
-    route = Counter(m.route for m in runs).most_common(1)[0][0]
-    if target_tps and route in draft_tps and row.alpha is not None:
-        row.cost_ratio = target_tps / draft_tps[route]
-        row.predicted_speedup = predicted_speedup(row.alpha, statistics.fmean(lengths), row.cost_ratio)
+    # Through vLLM the speculative lane's times are HTTP round trips: modelled as run and the playground do.
+    prediction = predict_modelled(totals) if remote else predict(totals, 1000 / target_tps if target_tps else None)
+    row.alpha, row.cost_ratio = prediction.alpha, prediction.cost_ratio
+    row.predicted_speedup, row.costed_speedup = prediction.speedup, prediction.costed_speedup
 
 
 def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measurement], remote: bool = False) -> list[Row]:
     """`remote`: vLLM inspection, where a speculative request's wall time is HTTP round trips, so
-    its speedup is not measured; target-only and draft-only stream from the servers, so c and the
-    predicted speedup still stand."""
+    its speedup is not measured and its prediction is modelled (c per verify call)."""
     cells: dict[tuple[str, float, str], list[Measurement]] = defaultdict(list)
     for m in measurements:
         cells[(m.category, m.temperature, m.config)].append(m)
@@ -78,7 +88,6 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
             c.label: median([m.tokens_per_s for m in cells[(category, temperature, c.label)] if m.tokens_per_s])
             for c in configs
         }
-        draft_tps = {c.route: tps[c.label] for c in configs if c.mode == "draft" and tps[c.label]}
         target_tps = tps.get("target-only")
         for config in configs:
             runs = cells[(category, temperature, config.label)]
@@ -99,7 +108,7 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
             if theirs and row.tokens_per_s:
                 row.vs_mlx_lm = row.tokens_per_s / theirs
             if config.mode == "speculative":
-                _spec_row(row, runs, target_tps, draft_tps)
+                _spec_row(row, runs, target_tps, remote)
             rows.append(row)
     return rows
 
@@ -115,18 +124,20 @@ def markdown(rows: Sequence[Row], about: dict[str, Any]) -> str:
         "",
         "Decode tokens/s is the median over requests of (tokens after the first) / (time since the first);",
         "speedup divides it by target-only's in the same category and temperature. The predicted speedup is",
-        "Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)), with a the per-token acceptance that explains the",
-        "accepted counts and c the cost of a draft step over a target step (draft-only over target-only tokens/s).",
+        "Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)), with a the per-token acceptance (accepted over",
+        "judged draft positions), k the mean draft length and c a drafted token's time over a target-only step;",
+        "costed divides the same expected tokens per round by the round's measured cost (k c + verify + host,",
+        "in target steps) instead of k c + 1.",
     ]
     if about.get("backend") == "vllm":
         lines += [
             "",
             "Through vLLM servers a speculative request's tokens/s times HTTP round trips and server recomputes, not",
-            "speculative speed, so its speedup is not given; target-only and draft-only stream from the servers, so",
-            "c and the predicted speedup are the servers'.",
+            "speculative speed, so its speedup is not given; the prediction is modelled, with c a drafted token's",
+            "time over a verify call's (as `specplay run` and the playground model it).",
         ]
     columns = ["configuration", "acceptance rate", "mean acceptance length", "rounds / request"]
-    columns += ["median e2e ms", "tokens/s", "speedup", "predicted", "vs mlx-lm"]
+    columns += ["median e2e ms", "tokens/s", "speedup", "predicted", "costed", "vs mlx-lm"]
     header = "| " + " | ".join(columns) + " |"
     for category, temperature in dict.fromkeys((r.category, r.temperature) for r in rows):
         lines += ["", f"## {category}, temperature {temperature:g}", "", header, "|" + " --- |" * len(columns)]
@@ -140,6 +151,7 @@ def markdown(rows: Sequence[Row], about: dict[str, Any]) -> str:
                 _fmt(r.tokens_per_s, "{:.1f}"),
                 _fmt(r.speedup, "{:.2f}x"),
                 _fmt(r.predicted_speedup, "{:.2f}x"),
+                _fmt(r.costed_speedup, "{:.2f}x"),
                 _fmt(r.vs_mlx_lm, "{:.2f}x"),
             ]
             lines.append("| " + " | ".join(cells) + " |")

@@ -49,6 +49,10 @@ class Measurement:
     num_spec_steps: int = 0
     num_draft_tokens: int = 0
     num_accepted_draft_tokens: int = 0
+    num_judged_draft_tokens: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    overhead_ms: float = 0.0
     draft_lengths: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
@@ -120,6 +124,10 @@ def measure(execute: Execute, config: BenchConfig, prompt: BenchPrompt, temperat
         num_spec_steps=metrics["num_spec_steps"] or 0,
         num_draft_tokens=metrics["num_draft_tokens"] or 0,
         num_accepted_draft_tokens=metrics["num_accepted_draft_tokens"] or 0,
+        num_judged_draft_tokens=metrics["num_judged_draft_tokens"] or 0,
+        draft_ms=metrics["draft_ms"] or 0.0,
+        verify_ms=metrics["verify_ms"] or 0.0,
+        overhead_ms=metrics["overhead_ms"] or 0.0,
         draft_lengths=result["draft_lengths"],
         drafted_per_position=metrics["num_drafted_per_position"] or [],
         accepted_per_position=metrics["num_accepted_per_position"] or [],

@@ -8,23 +8,6 @@ from typing import Any
 from specplay.engine.events import RoundEvent, Source
 
 
-def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
-    """Leviathan et al. (2023): expected tokens per round, (1 - alpha^(k+1)) / (1 - alpha), over a
-    round's cost in target steps, k c + 1, with c a draft step's cost over a target step's. At
-    alpha = 1 the limit is (k + 1) / (k c + 1)."""
-    tokens = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return tokens / (k * cost_ratio + 1)
-
-
-def round_cost_ratio(draft_ms: float, num_draft_tokens: int, verify_ms: float, num_spec_steps: int) -> float | None:
-    """c measured inside the speculative lane alone: one drafted token's time over one verify
-    pass's. For remote servers, where no target-only lane times a target step on equal terms,
-    a verify pass (one target forward over k + 1 positions) stands in for a target step."""
-    if not num_draft_tokens or not num_spec_steps or verify_ms <= 0:
-        return None
-    return (draft_ms / num_draft_tokens) / (verify_ms / num_spec_steps)
-
-
 class Metrics:
     """Accumulates one lane's counters as rounds and steps arrive."""
 

@@ -31,7 +31,7 @@ from specplay.store import Session, SessionWriter, list_session_files, load_sess
 from specplay.ui.library import library_prompts
 from specplay.ui.messages import LaneItem, ModelsFailed, ModelsLoaded, RunEnded
 from specplay.ui.opened import event_seconds, session_events, settings_from
-from specplay.ui.stats import LaneTally, compare, modelled
+from specplay.ui.stats import LaneTally, compare
 from specplay.ui.theming import DEFAULT_THEME, load_themes
 from specplay.ui.tokens import legend
 from specplay.ui.widgets.controls_panel import ControlsPanel
@@ -447,7 +447,7 @@ class PlaygroundApp(App[None]):
         else:
             # Inspection through servers: wall time is HTTP round trips, so the speedup is modelled.
             remote = identity.get("backend") == "vllm"
-            comparison = modelled(spec) if remote else compare(spec, target)
+            comparison = compare(spec, None if remote else target)
             self.query_one("#speculative", LaneView).set_stats(speculative_stats(spec, comparison, remote))
         if DRAFT_LANE in self.lanes:
             self.query_one(f"#{DRAFT_LANE}", LaneView).set_stats(target_stats(self.tallies[DRAFT_LANE]))

@@ -1,4 +1,4 @@
-"""Live statistics of the two lanes, and the speedup Leviathan et al.'s formula predicts.
+"""Live statistics of the lanes, and the speedup they measure and predict.
 
 Pure functions over engine events (no Textual), so they are tested on their own.
 """
@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
-from specplay.engine.metrics import Metrics, predicted_speedup, round_cost_ratio
-
-__all__ = ["Comparison", "LaneTally", "compare", "modelled", "predicted_speedup"]
+from specplay.engine.metrics import Metrics
+from specplay.engine.speedup import Prediction, alpha, predict, predict_modelled
 
 
 @dataclass
@@ -103,19 +102,7 @@ class LaneTally:
 
     @property
     def alpha(self) -> float | None:
-        """Per-token acceptance estimate: accepted over judged positions. Leviathan's model accepts
-        each drafted token independently with probability α, so a round's judged positions are
-        Bernoulli trials and this is α's maximum-likelihood estimate. The draft acceptance rate
-        (accepted / drafted) would count positions after a rejection, which were never tried."""
-        return self.accepted / self.judged if self.judged else None
-
-    @property
-    def mean_k(self) -> float | None:
-        return self.drafted / self.rounds if self.rounds else None
-
-    @property
-    def draft_ms_per_token(self) -> float | None:
-        return self.draft_ms / self.drafted if self.drafted else None
+        return alpha(self.accepted, self.judged)
 
     @property
     def mean_step_ms(self) -> float | None:
@@ -125,42 +112,17 @@ class LaneTally:
 @dataclass(frozen=True)
 class Comparison:
     speedup: float | None
-    """Measured: the speculative lane's tokens/s over the target-only lane's."""
-    cost_ratio: float | None
-    """c: draft_ms per drafted token over the target-only lane's mean step time."""
-    predicted_speedup: float | None
-    verify_steps: float | None = None
-    """A round's verify pass, in target-only steps: Leviathan's formula takes it as 1."""
-    host_steps: float | None = None
-    """A round's host work (acceptance, rewinds, detokenizing), in target-only steps: the formula takes 0."""
-    costed_speedup: float | None = None
-    """The formula's expected tokens per round over the round's measured cost, k c + verify + host:
-    where the prediction parts from the measurement, this says which term did it."""
+    """Measured: the speculative lane's tokens/s over the target-only lane's (None where wall time
+    is not a speed, or no target-only lane ran)."""
+    prediction: Prediction
 
 
-def compare(speculative: LaneTally, target: LaneTally) -> Comparison:
+def compare(speculative: LaneTally, target: LaneTally | None) -> Comparison:
+    """`target`: the target-only lane run beside it, when its wall time is a speed; None models the
+    prediction from the speculative lane's own times alone (remote servers)."""
+    metrics = speculative.spec.to_dict()
+    if target is None:
+        return Comparison(None, predict_modelled(metrics))
     spec_tps, target_tps = speculative.tokens_per_s, target.tokens_per_s
     speedup = spec_tps / target_tps if spec_tps and target_tps else None
-    per_token, step = speculative.draft_ms_per_token, target.mean_step_ms
-    c = per_token / step if per_token is not None and step else None
-    alpha, k = speculative.alpha, speculative.mean_k
-    predicted = predicted_speedup(alpha, k, c) if alpha is not None and k is not None and c is not None else None
-    if predicted is None or not step or not speculative.rounds:
-        return Comparison(speedup, c, predicted)
-    assert alpha is not None and k is not None and c is not None
-    verify = speculative.spec.verify_ms / speculative.rounds / step
-    host = speculative.spec.overhead_ms / speculative.rounds / step
-    # predicted_speedup's round cost is k c + 1; scale it to k c + verify + host
-    costed = predicted * (k * c + 1) / (k * c + verify + host)
-    return Comparison(speedup, c, predicted, verify, host, costed)
-
-
-def modelled(speculative: LaneTally) -> Comparison:
-    """Remote servers: wall time is mostly HTTP round trips and server recomputes, so nothing is
-    measured against target-only; the speedup is modelled from the measured acceptance and the
-    lane's own draft and verify times."""
-    spec = speculative.spec
-    c = round_cost_ratio(spec.draft_ms, spec.num_draft_tokens, spec.verify_ms, spec.num_spec_steps)
-    alpha, k = speculative.alpha, speculative.mean_k
-    predicted = predicted_speedup(alpha, k, c) if alpha is not None and k is not None and c is not None else None
-    return Comparison(None, c, predicted)
+    return Comparison(speedup, predict(metrics, target.mean_step_ms))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specplay.engine.metrics import predicted_speedup, round_cost_ratio
+from specplay.engine.speedup import predict_modelled
 
 EXACT_KEYS = (
     "corrections",  # corrections drawn exactly
@@ -32,25 +32,15 @@ def inspection_report(
     (c = one drafted token's time over one verify's), which verify strategies ran, whether any
     position was judged from the target's top-K only, and, with exact corrections on, what they
     cost (None when off)."""
-    steps, drafted = metrics.get("num_spec_steps") or 0, metrics.get("num_draft_tokens") or 0
-    report: dict[str, Any] = {
+    prediction = predict_modelled(metrics)
+    return {
         "verify_strategies": dict(strategies_run),
         "approximate": approximate,
         "tokens_per_target_call": metrics.get("mean_acceptance_length"),
-        "cost_ratio": None,
-        "modelled_speedup": None,
+        "cost_ratio": prediction.cost_ratio,
+        "modelled_speedup": prediction.speedup,
         "exact_correction": None if exact_draws is None else {key: int(exact_draws.get(key, 0)) for key in EXACT_KEYS},
     }
-    draft_ms, verify_ms = metrics.get("draft_ms") or 0.0, metrics.get("verify_ms") or 0.0
-    cost_ratio = round_cost_ratio(draft_ms, drafted, verify_ms, steps)
-    if cost_ratio is not None:
-        # alpha as the playground estimates it: accepted over judged positions (a rejection ends
-        # a round, so the positions after it were never tried)
-        judged = metrics.get("num_judged_draft_tokens") or 0
-        alpha = (metrics.get("num_accepted_draft_tokens") or 0) / judged if judged else 0.0
-        report["cost_ratio"] = cost_ratio
-        report["modelled_speedup"] = predicted_speedup(alpha, drafted / steps, cost_ratio)
-    return report
 
 
 def report_line(report: Mapping[str, Any]) -> str:

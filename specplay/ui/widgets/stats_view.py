@@ -21,36 +21,34 @@ def target_stats(tally: LaneTally) -> Content:
 
 def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = False) -> Content:
     """`remote`: the models run on servers, so tokens/s would time HTTP round trips; the lane
-    says tokens per target call and a modelled speedup instead (`comparison` from `modelled`)."""
+    says tokens per target call and a modelled speedup instead."""
+    p = comparison.prediction
     if remote:
         first = (
             f"{_num(tally.mean_acceptance_length, '.2f')} tokens per target call  {tally.tokens} tokens"
             f"  {tally.rounds} rounds{_finish(tally)}"
         )
-        speed = f"speedup {_num(comparison.predicted_speedup, '.2f', '×')} modelled"
+        speed = f"speedup {_num(p.speedup, '.2f', '×')} modelled"
     else:
         first = (
             f"{_num(tally.tokens_per_s, '.1f')} tokens/s  {tally.tokens} tokens  {tally.busy_s:.2f} s"
             f"  {tally.rounds} rounds{_finish(tally)}"
         )
-        speed = (
-            f"speedup {_num(comparison.speedup, '.2f', '×')} measured"
-            f"  {_num(comparison.predicted_speedup, '.2f', '×')} predicted"
-        )
+        speed = f"speedup {_num(comparison.speedup, '.2f', '×')} measured  {_num(p.speedup, '.2f', '×')} predicted"
     lines = [
         first,
         f"draft acceptance rate {_num(tally.draft_acceptance_rate, '.2f')}"
         f"  mean acceptance length {_num(tally.mean_acceptance_length, '.2f')}"
         f"  TV spent {tally.tv_spent:.2f}",
-        f"{speed} (α {_num(tally.alpha, '.2f')}, k {_num(tally.mean_k, '.1f')}"
-        f", c {_num(comparison.cost_ratio, '.2f')}{' per verify call' if remote else ''})",
+        f"{speed} (α {_num(p.alpha, '.2f')}, k {_num(p.mean_k, '.1f')}"
+        f", c {_num(p.cost_ratio, '.2f')}{' per verify call' if remote else ''})",
     ]
     if remote:
         lines.append(_exactness(tally))
-    elif comparison.costed_speedup is not None:
+    elif p.costed_speedup is not None:
         lines.append(
-            f"measured round: verify {comparison.verify_steps:.2f} + host {comparison.host_steps:.2f} target steps"
-            f" (formula: 1 + 0) → {comparison.costed_speedup:.2f}× predicted"
+            f"measured round: verify {p.verify_steps:.2f} + host {p.host_steps:.2f} target steps"
+            f" (formula: 1 + 0) → {p.costed_speedup:.2f}× predicted"
         )
     return Content("\n".join(lines))
 

@@ -1,0 +1,77 @@
+"""How fast speculation should be: α, the cost ratio c and the predicted speedup, defined once.
+
+The playground, `run`, `bench`, `fidelity` and exports all predict from a speculative lane's
+metrics (the engine's names, metrics.py) through `predict`, so they can never disagree on the
+same run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+def alpha(num_accepted: float, num_judged: float) -> float | None:
+    """Per-token acceptance: accepted over judged positions. Leviathan's model accepts each drafted
+    token independently with probability α, so a round's judged positions are Bernoulli trials and
+    this is α's maximum-likelihood estimate. Positions after a rejection were never tried: the
+    draft acceptance rate (accepted over drafted) counts them and underestimates α."""
+    return num_accepted / num_judged if num_judged else None
+
+
+def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
+    """Leviathan et al. (2023): expected tokens per round, (1 - α^(k+1)) / (1 - α), over a round's
+    cost in target steps, k c + 1, with c a draft step's cost over a target step's. At α = 1 the
+    limit is (k + 1) / (k c + 1)."""
+    tokens = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return tokens / (k * cost_ratio + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What a speculative lane's own counts and times predict."""
+
+    alpha: float | None
+    mean_k: float | None
+    """Tokens drafted per round."""
+    cost_ratio: float | None
+    """c: one drafted token's time over one target step's (remote: over one verify call's)."""
+    speedup: float | None
+    """Leviathan's formula from α, k and c."""
+    verify_steps: float | None = None
+    """A round's verify pass, in target steps: the formula takes it as 1."""
+    host_steps: float | None = None
+    """A round's host work (acceptance, rewinds, detokenizing), in target steps: the formula takes 0."""
+    costed_speedup: float | None = None
+    """The formula's expected tokens per round over the round's measured cost, k c + verify + host:
+    where the prediction parts from the measurement, this says which term did it."""
+
+
+def predict(metrics: Mapping[str, Any], target_step_ms: float | None) -> Prediction:
+    """From a speculative lane's metrics (num_spec_steps, num_draft_tokens, num_accepted_draft_tokens,
+    num_judged_draft_tokens, draft_ms, verify_ms, overhead_ms) and one target-only step as measured
+    beside it (None while none has been: no c, no prediction)."""
+    rounds = metrics.get("num_spec_steps") or 0
+    drafted = metrics.get("num_draft_tokens") or 0
+    a = alpha(metrics.get("num_accepted_draft_tokens") or 0, metrics.get("num_judged_draft_tokens") or 0)
+    mean_k = drafted / rounds if rounds else None
+    c = (metrics.get("draft_ms") or 0.0) / drafted / target_step_ms if drafted and target_step_ms else None
+    if a is None or mean_k is None or c is None or target_step_ms is None:
+        return Prediction(a, mean_k, c, None)
+    speedup = predicted_speedup(a, mean_k, c)
+    verify = (metrics.get("verify_ms") or 0.0) / rounds / target_step_ms
+    host = (metrics.get("overhead_ms") or 0.0) / rounds / target_step_ms
+    # predicted_speedup's round cost is k c + 1; scale it to k c + verify + host
+    costed = speedup * (mean_k * c + 1) / (mean_k * c + verify + host)
+    return Prediction(a, mean_k, c, speedup, verify, host, costed)
+
+
+def predict_modelled(metrics: Mapping[str, Any]) -> Prediction:
+    """Remote servers, where no target step is timed on equal terms and wall time is mostly HTTP
+    round trips: a verify call (one target forward over k + 1 positions) stands in for a target
+    step, so c is one drafted token's time over one verify call's."""
+    rounds = metrics.get("num_spec_steps") or 0
+    verify_ms = metrics.get("verify_ms") or 0.0
+    prediction = predict(metrics, verify_ms / rounds if rounds and verify_ms > 0 else None)
+    return replace(prediction, verify_steps=None, host_steps=None, costed_speedup=None)
