@@ -26,7 +26,8 @@ from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.config.demo import DEMO_DRAFTERS, demo_model_paths
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, StartEvent
-from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.train import corpus
 

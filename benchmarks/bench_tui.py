@@ -28,12 +28,14 @@ from pathlib import Path
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends.mlx import load_mlx_backend, release_thread
 from specplay.config.demo import demo_model_paths
+from specplay.config.run import ModelSpec, RequestSpec, RunConfig
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
-from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.runner.thread import ModelThread
-from specplay.ui.app import PlaygroundOptions, create_app
+from specplay.ui.app import create_app
 
 PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
 
@@ -47,9 +49,9 @@ def default_models() -> tuple[str, list[tuple[str, str]]]:
 def headless(thread: ModelThread, backend: object, args: argparse.Namespace, settings: SpecSettings) -> float:
     def run() -> float:
         engine = SpecEngine(backend)  # type: ignore[arg-type]
-        ids = tuple(backend.encode(args.prompt, raw=True))  # type: ignore[attr-defined]
+        ids = tuple(engine.encode(args.prompt, raw=True))
         request = Request(args.prompt, ids, "speculative", args.seed, args.max_tokens, ignore_eos=True)
-        done = [e for e in engine.generate(request, LiveControls(settings, engine.backend.drafters))][-1]
+        done = [e for e in engine.generate(request, LiveControls(settings, engine.drafters))][-1]
         assert isinstance(done, DoneEvent)
         return float(done.metrics["tokens_per_s"])
 
@@ -58,29 +60,27 @@ def headless(thread: ModelThread, backend: object, args: argparse.Namespace, set
 
 async def under_tui(args: argparse.Namespace, drafters: list[tuple[str, str]], settings: SpecSettings) -> float:
     with tempfile.TemporaryDirectory() as sessions:
-        options = PlaygroundOptions(
+        config = RunConfig(
+            ModelSpec("target", "target", "mlx", args.target),
+            tuple(ModelSpec(name, "drafter", "mlx", path) for name, path in drafters),
+            request=RequestSpec(args.prompt, raw=True, seed=args.seed, max_tokens=args.max_tokens, ignore_eos=True),
             settings=settings,
-            prompt=args.prompt,
-            autorun=False,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
-            raw=True,
-            ignore_eos=True,
             sessions_dir=Path(sessions),
         )
-        app = create_app(lambda: load_mlx_backend(args.target, drafters), options, on_exit=release_thread)
+        app = create_app(config)
+        playground = app.playground
         async with app.run_test(size=(160, 50)) as pilot:
-            while app.state != "ready":
-                assert app.state != "failed", app.status
+            while playground.state != "ready":
+                assert playground.state != "failed", playground.status
                 await pilot.pause(0.1)
             # As a user would: the run starts once the screen has settled, not while Textual still
             # lays out its first frames (--autorun's case, a one-off cost at start).
             await pilot.pause(1.0)
             app.action_run()
-            while app.last_session is None:
-                assert app.state != "failed", app.status
+            while playground.last_session is None:
+                assert playground.state != "failed", playground.status
                 await pilot.pause(0.5)  # a poll costs the UI thread; the real app has none
-            done = app.events["speculative"][-1]
+            done = playground.events["speculative"][-1]
         assert isinstance(done, DoneEvent)
         return float(done.metrics["tokens_per_s"])
 

@@ -39,7 +39,8 @@ from mlx_lm.sample_utils import make_sampler
 from specplay.backends.mlx import MlxBackend, blas, build, load_mlx_backend
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StepEvent
-from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.settings import Mode, SamplingParams, SpecSettings
 
 DRAFTER = "near"

@@ -18,3 +18,20 @@ class ConfigError(SpecplayError, ValueError):
 
 class ModelError(SpecplayError):
     """A model that cannot be found, loaded or paired with the others."""
+
+
+_FLAG_OF_FIELD = {"tv_budget": "--tv", "draft": "--draft", "timeout_s": "--timeout", "strategy": "--vllm-strategy"}
+
+
+def flag_of(field: str) -> str:
+    """The command-line flag that sets a configuration field."""
+    return _FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+
+
+def error_line(error: BaseException) -> str:
+    """One clear line for any error: a ConfigError names the flag to change."""
+    if isinstance(error, ConfigError):
+        return f"{flag_of(error.field)} {error.detail}"
+    if isinstance(error, SpecplayError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"

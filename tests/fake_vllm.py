@@ -29,12 +29,13 @@ import mlx.core as mx
 import numpy as np
 
 from specplay.backends.mlx import load_mlx_backend, release_thread
-from specplay.backends.mlx.lane import ModelCache
+from specplay.backends.mlx.generation import ModelCache
 from specplay.backends.mlx.loading import rewindable_cache
 from specplay.engine.accept import inverse_cdf_sample
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import RoundEvent, StepEvent
-from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.runner.thread import ModelThread

@@ -6,21 +6,23 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specplay.backends.mlx import MlxBackend
-from specplay.backends.mlx.lane import MlxLane
+from specplay.backends.mlx.generation import MlxGeneration
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
-from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
 
 
 class Observed:
-    """The real MLX backend, with its lanes kept for inspection and an optional EOS override."""
+    """The real MLX backend, with its generations kept for inspection and an optional EOS override."""
 
     def __init__(self, backend: MlxBackend, eos_token_ids: frozenset[int] | None = None) -> None:
         self.inner = backend
         self.drafters = backend.drafters
         self.eos_token_ids = backend.eos_token_ids if eos_token_ids is None else eos_token_ids
-        self.lanes: list[MlxLane] = []
+        self.capabilities = backend.capabilities
+        self.generations: list[MlxGeneration] = []
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self.inner.encode(prompt, raw)
@@ -28,10 +30,24 @@ class Observed:
     def detokenizer(self) -> Any:
         return self.inner.detokenizer()
 
-    def open_lane(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> MlxLane:
-        lane = self.inner.open_lane(prompt_token_ids, prefill)
-        self.lanes.append(lane)
-        return lane
+    def open_generation(
+        self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)
+    ) -> MlxGeneration:
+        generation = self.inner.open_generation(prompt_token_ids, prefill)
+        self.generations.append(generation)
+        return generation
+
+    def token_text(self, token_id: int) -> str:
+        return self.inner.token_text(token_id)
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+        return self.inner.score(prompt_token_ids, token_ids)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def run(
@@ -73,3 +89,10 @@ def sources(events: list[Event]) -> list[str]:
         elif isinstance(event, StepEvent):
             out.append(event.token.source)
     return out
+
+
+def chunk_sources(chunk_sizes: list[int], k: int | None) -> list[str]:
+    """vLLM native mode's chunk-size guess over a whole stream (the first chunk opens with the prefill token)."""
+    from specplay.backends.vllm.native import chunk_guess
+
+    return [source for i, size in enumerate(chunk_sizes) for source in chunk_guess(size, k, first=i == 0)]

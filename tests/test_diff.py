@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from specplay.cli import main
 from specplay.cli.diff import ONLY_A, ONLY_B, render_diff
-from specplay.engine.events import ControlEvent, Token
+from specplay.engine.events import ControlEvent, DoneEvent, FinishReason, Source, StartEvent, Token
+from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import LaneRecord, load_session
 from specplay.store.diff import Opcode, first_divergence, is_lossless_greedy, token_diff, violation
 from tests.test_export import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
@@ -69,12 +69,20 @@ def lane(
     token_ids: list[int],
     temperature: float = 0.0,
     tv_budget: float = 0.0,
-    finish: str | None = "length",
-    changes: list[dict[str, Any]] | None = None,
+    finish: FinishReason | None = "length",
+    changes: list[ControlEvent] | None = None,
 ) -> LaneRecord:
-    settings = {"k": 4, "tv_budget": tv_budget, "sampling": {"temperature": temperature, "top_p": 1.0}}
-    done = None if finish is None else {"finish_reason": finish, "token_ids": token_ids, "text": "", "metrics": {}}
-    return LaneRecord("speculative", {"settings": settings}, token_ids, changes=changes or [], done=done)
+    settings = SpecSettings(k=4, tv_budget=tv_budget, sampling=SamplingParams(temperature))
+    record = LaneRecord("speculative", tokens=tokens(token_ids, [""] * len(token_ids), "accepted"))
+    record.add(StartEvent("speculative", "near", "near", (1,), 0, settings))
+    record.changes = list(changes or [])
+    if finish is not None:
+        record.add(DoneEvent(finish, tuple(token_ids), "", {}))
+    return record
+
+
+def tokens(token_ids: list[int], texts: list[str], source: Source) -> list[Token]:
+    return [Token(i, text, source) for i, text in zip(token_ids, texts, strict=True)]
 
 
 def check(main_lane: LaneRecord, baseline: LaneRecord) -> int | None:
@@ -85,7 +93,7 @@ def test_lossless_greedy_is_temperature_0_and_no_budget() -> None:
     assert is_lossless_greedy(lane([]).settings)
     assert not is_lossless_greedy(lane([], temperature=0.7).settings)
     assert not is_lossless_greedy(lane([], tv_budget=0.1).settings)
-    assert not is_lossless_greedy({})
+    assert is_lossless_greedy(SpecSettings())
 
 
 def test_a_lossless_greedy_run_may_not_diverge() -> None:
@@ -100,10 +108,10 @@ def test_divergence_is_expected_when_sampling_or_spending_budget() -> None:
 
 
 def test_divergence_after_a_live_change_to_a_lossy_setting_is_expected() -> None:
-    budget_at_3 = [{"token_index": 1, "changes": [["k", 4, 2]]}, {"token_index": 3, "changes": [["tv_budget", 0, 0.3]]}]
+    budget_at_3 = [ControlEvent(1, (("k", 4, 2),)), ControlEvent(3, (("tv_budget", 0, 0.3),))]
     assert check(lane([1, 2, 3, 9], changes=budget_at_3), lane([1, 2, 3, 4])) is None
     assert check(lane([1, 9, 3, 9], changes=budget_at_3), lane([1, 2, 3, 4])) == 1
-    sampling_at_2 = [{"token_index": 2, "changes": [["temperature", 0, 1.0]]}]
+    sampling_at_2 = [ControlEvent(2, (("temperature", 0, 1.0),))]
     assert check(lane([1, 2, 9], changes=sampling_at_2), lane([1, 2, 3])) is None
 
 
@@ -118,8 +126,8 @@ def test_a_lane_cut_short_is_no_violation() -> None:
 
 
 def test_render_marks_only_in_a_and_only_in_b() -> None:
-    a = LaneRecord("a", token_ids=[1, 2, 3, 4], texts=["x", "y", "", "w"], sources=["accepted"] * 4)
-    b = LaneRecord("b", token_ids=[1, 5, 6, 4], texts=["x", "Y", "Z", "w"], sources=["target"] * 4)
+    a = LaneRecord("a", tokens=tokens([1, 2, 3, 4], ["x", "y", "", "w"], "accepted"))
+    b = LaneRecord("b", tokens=tokens([1, 5, 6, 4], ["x", "Y", "Z", "w"], "target"))
     text = render_diff(a, b, token_diff(a.token_ids, b.token_ids))
     assert text.plain == "xyYZw"
     styles = [(text.plain[span.start : span.end], span.style) for span in text.spans]
@@ -128,14 +136,14 @@ def test_render_marks_only_in_a_and_only_in_b() -> None:
 
 def test_render_shows_a_changed_token_without_text_by_id() -> None:
     # Its bytes are held back for a later token; a change made only of such tokens would vanish.
-    a = LaneRecord("a", token_ids=[1, 2, 3], texts=["x", "", "w"], sources=["accepted"] * 3)
-    b = LaneRecord("b", token_ids=[1, 3], texts=["x", "w"], sources=["target"] * 2)
+    a = LaneRecord("a", tokens=tokens([1, 2, 3], ["x", "", "w"], "accepted"))
+    b = LaneRecord("b", tokens=tokens([1, 3], ["x", "w"], "target"))
     assert render_diff(a, b, token_diff(a.token_ids, b.token_ids)).plain == "x⟨2⟩w"
 
 
 def test_render_defuses_terminal_control_bytes() -> None:
-    a = LaneRecord("a", token_ids=[1, 2], texts=["\x1b[2J", "\x9b\n\t\x7f"], sources=["accepted"] * 2)
-    b = LaneRecord("b", token_ids=[1, 3], texts=["\x1b[2J", "\x07"], sources=["target"] * 2)
+    a = LaneRecord("a", tokens=tokens([1, 2], ["\x1b[2J", "\x9b\n\t\x7f"], "accepted"))
+    b = LaneRecord("b", tokens=tokens([1, 3], ["\x1b[2J", "\x07"], "target"))
     assert render_diff(a, b, token_diff(a.token_ids, b.token_ids)).plain == "␛[2J\\x9b\n\t␡␇"
 
 

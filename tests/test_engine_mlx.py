@@ -87,7 +87,7 @@ def test_caches_hold_the_committed_tokens_after_every_round(backend: MlxBackend)
     def check(event: Event, controls: LiveControls) -> None:
         if not isinstance(event, RoundEvent):
             return
-        lane = observed.lanes[-1]
+        lane = observed.generations[-1]
         lengths = lane.cache_lengths()
         committed = len(lane.tokens)
         assert lengths["target"] == committed - 1

@@ -11,6 +11,7 @@ import pytest
 
 from specplay import __version__
 from specplay.cli import main
+from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
     ControlEvent,
     DoneEvent,
@@ -118,7 +119,8 @@ def write_session(
     identity = {"source": source, "path": source, "weights_sha256": "ab" * 32, "weights_hash": "full"}
     backend = {"backend": "mlx", "device": "cpu", "models": {"target": identity, "near": identity | {"source": "near"}}}
     request = {"mode": next(iter(lanes)), "seed": 0, "max_tokens": 5, "ignore_eos": False, "raw": True}
-    writer = SessionWriter(directory, prompt, list(PROMPT_IDS), list(lanes), backend, request)
+    capabilities = Capabilities.from_record(None, backend)  # what a source on this backend says
+    writer = SessionWriter(directory, prompt, list(PROMPT_IDS), list(lanes), backend, request, capabilities)
     for name, events in lanes.items():
         for event in events:
             writer.write_event(name, event)

@@ -7,7 +7,8 @@ import time
 from specplay.backends.mlx import MlxBackend
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
-from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
 from specplay.runner.lanes import LaneClock, side_by_side
 from tests.conftest import CODE_PROMPT

@@ -8,7 +8,8 @@ import sys
 from specplay.backends.mlx import load_mlx_backend, release_thread
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, DoneEvent, RoundEvent
-from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
 from specplay.runner.thread import ModelThread
 from tests.conftest import CODE_PROMPT, TinyModels

@@ -38,8 +38,9 @@ def test_round_trip(tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixt
     main_lane, baseline = session.main, session.baseline
     assert main_lane.token_ids == printed["token_ids"] and main_lane.sources == printed["sources"]
     assert main_lane.text == printed["text"] and main_lane.metrics == printed["metrics"]
-    assert len(main_lane.rounds) == len(printed["rounds"]) and main_lane.settings["tv_budget"] == 0.3
-    assert baseline is not None and baseline.start["mode"] == "target" and baseline.start["seed"] == 0
+    assert len(main_lane.rounds) == len(printed["rounds"]) and main_lane.settings.tv_budget == 0.3
+    assert baseline is not None and baseline.start is not None
+    assert baseline.start.mode == "target" and baseline.start.seed == 0
     assert baseline.metrics["tokens_per_s"] > 0 and set(baseline.sources) == {"target"}
     assert "api_key" not in path.read_text()
 
@@ -135,5 +136,5 @@ def test_ctrl_c_stops_at_a_round_and_keeps_the_session(tiny: TinyModels, tmp_pat
     run.send_signal(signal.SIGINT)
     assert run.wait(timeout=60) == 130
     session = load_session(next(tmp_path.glob("*.jsonl")))
-    assert session.main.done is not None and session.main.done["finish_reason"] == "cancelled"
+    assert session.main.done is not None and session.main.done.finish_reason == "cancelled"
     assert session.main.token_ids and not session.complete  # the target-only lane never ran

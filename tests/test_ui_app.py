@@ -23,7 +23,7 @@ from tests.ui_helpers import after, make_app, spec_rounds, wait_for
 
 def _control_index(app: PlaygroundApp, setting: str, value: object) -> int | None:
     """Where, in the speculative lane's events, `setting` became `value`."""
-    for i, event in enumerate(app.events["speculative"]):
+    for i, event in enumerate(app.playground.events["speculative"]):
         if isinstance(event, ControlEvent) and any(c[0] == setting and c[2] == value for c in event.changes):
             return i
     return None
@@ -32,12 +32,12 @@ def _control_index(app: PlaygroundApp, setting: str, value: object) -> int | Non
 async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path: Path) -> None:
     app = make_app(tiny, tmp_path, max_tokens=5000, ignore_eos=True)
     async with app.run_test(size=(140, 45)) as pilot:
-        await wait_for(pilot, lambda: app.state == "ready", "models to load")
+        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
         await pilot.click("#prompt")
         await pilot.press(*"def f(x):")
         assert app.query_one("#prompt", TextArea).text == "def f(x):"
         app.query_one("#route", Select).value = "near"
-        await wait_for(pilot, lambda: app.settings.route == "near", "the route to be pinned before the run")
+        await wait_for(pilot, lambda: app.playground.settings.route == "near", "the route to be pinned before the run")
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(spec_rounds(app)) >= 3, "rounds at k=4")
 
@@ -49,7 +49,9 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         await wait_for(pilot, lambda: _control_index(app, "tv_budget", 0.5) is not None, "the TV budget change")
         tv_at = _control_index(app, "tv_budget", 0.5)
         assert tv_at is not None
-        await wait_for(pilot, lambda: len(after(app.events["speculative"], tv_at)) >= 3, "rounds after the changes")
+        await wait_for(
+            pilot, lambda: len(after(app.playground.events["speculative"], tv_at)) >= 3, "rounds after the changes"
+        )
 
         handled: list[float] = []
         stop = app.action_stop
@@ -58,9 +60,9 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         await pilot.press("escape")
         # The key is handled at once, however busy the lanes are: events reach the UI in batches.
         assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
-        await wait_for(pilot, lambda: app.state == "ready", "the lanes to stop")
+        await wait_for(pilot, lambda: app.playground.state == "ready", "the lanes to stop")
 
-        events = app.events["speculative"]
+        events = app.playground.events["speculative"]
         k_at, route_at = _control_index(app, "k", 2), _control_index(app, "route", "far")
         assert k_at is not None and route_at is not None
         assert all(r.k == 4 and r.route == "near" for r in spec_rounds(app)[:3])
@@ -71,15 +73,15 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         assert isinstance(k_change, ControlEvent) and ("k", 4, 2) in k_change.changes
         assert "⟨k=2⟩" in app.query_one("#speculative", LaneView).text  # the marker in the stream
         for lane in ("speculative", "target"):
-            final = app.events[lane][-1]
+            final = app.playground.events[lane][-1]
             assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"
         # Only sampling changes reach the target-only lane.
-        assert not any(isinstance(e, ControlEvent) for e in app.events["target"])
+        assert not any(isinstance(e, ControlEvent) for e in app.playground.events["target"])
 
-        assert app.last_session is not None
-        session = load_session(app.last_session)
+        assert app.playground.last_session is not None
+        session = load_session(app.playground.last_session)
         assert session.complete and list(session.header["lanes"]) == ["speculative", "target"]
-        assert [p.name for p in list_session_files(tmp_path)] == [app.last_session.name]
+        assert [p.name for p in list_session_files(tmp_path)] == [app.playground.last_session.name]
 
         before = app.theme_variables["spec-accepted"]
         await pilot.press("ctrl+t")
@@ -89,31 +91,29 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
 async def test_autorun_to_the_end_shows_stats_and_saves(tiny: TinyModels, tmp_path: Path) -> None:
     app = make_app(tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=30, ignore_eos=True, raw=True)
     async with app.run_test(size=(140, 45)) as pilot:
-        await wait_for(pilot, lambda: app.last_session is not None, "the run to end and be saved")
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end and be saved")
         for lane in ("speculative", "target"):
-            final = app.events[lane][-1]
+            final = app.playground.events[lane][-1]
             assert isinstance(final, DoneEvent) and final.finish_reason == "length" and len(final.token_ids) == 30
-        spec, target = app.tallies["speculative"], app.tallies["target"]
+        spec, target = app.playground.tallies["speculative"], app.playground.tallies["target"]
         assert spec.tokens == target.tokens == 30 and spec.rounds > 0
         assert spec.alpha is not None and spec.tokens_per_s and target.tokens_per_s
         stats = str(app.query_one("#speculative", LaneView).query_one(".lane-stats").render())
         assert "predicted" in stats and "mean acceptance length" in stats and "–× predicted" not in stats
-        assert app.last_session is not None
-        session = load_session(app.last_session)
+        assert app.playground.last_session is not None
+        session = load_session(app.playground.last_session)
         assert session.complete and session.header["request"]["max_tokens"] == 30
 
 
-async def test_a_load_error_is_one_line_and_the_app_still_quits(tmp_path: Path) -> None:
-    from specplay.backends.mlx import load_mlx_backend
-    from specplay.ui.app import PlaygroundOptions, create_app
+async def test_a_load_error_is_one_line_and_the_app_still_quits(tiny: TinyModels, tmp_path: Path) -> None:
+    from tests.ui_helpers import app_for, mlx_config
 
-    missing = str(tmp_path / "no-such-model")
-    app = create_app(lambda: load_mlx_backend(missing, []), PlaygroundOptions(sessions_dir=tmp_path))
+    app = app_for(mlx_config(tiny, tmp_path, target=tmp_path / "no-such-model"))
     async with app.run_test() as pilot:
-        await wait_for(pilot, lambda: app.state == "failed", "the load to fail")
-        assert "no-such-model" in app.status and "\n" not in app.status
+        await wait_for(pilot, lambda: app.playground.state == "failed", "the load to fail")
+        assert "no-such-model" in app.playground.status and "\n" not in app.playground.status
         await pilot.press("ctrl+r")  # refused, the app stays up
-        assert app.state == "failed"
+        assert app.playground.state == "failed"
         await pilot.press("ctrl+q")
     assert app.return_code == 0
 
@@ -122,7 +122,7 @@ async def test_drill_down_on_a_token_by_click_and_keys(tiny: TinyModels, tmp_pat
     settings = SpecSettings(k=4, route="near", sampling=SamplingParams(temperature=1.0))
     app = make_app(tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=24, raw=True, settings=settings)
     async with app.run_test(size=(160, 50)) as pilot:
-        await wait_for(pilot, lambda: app.last_session is not None, "the run to end")
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end")
         lane, inspector = app.query_one("#speculative", LaneView), app.query_one(Inspector)
         await pilot.click("#speculative .lane-text", offset=(0, 0))
         await wait_for(pilot, lambda: inspector.pick is not None, "the clicked token to be shown")
@@ -166,7 +166,7 @@ async def test_drill_down_on_a_token_by_click_and_keys(tiny: TinyModels, tmp_pat
 async def test_draft_lane_prompt_library_and_palette_actions(tiny: TinyModels, tmp_path: Path) -> None:
     app = make_app(tiny, tmp_path, max_tokens=16, raw=True)
     async with app.run_test(size=(160, 50)) as pilot:
-        await wait_for(pilot, lambda: app.state == "ready", "models to load")
+        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
         commands = {c.title for c in app.get_system_commands(app.screen)}
         for title in ("Run", "Stop", "Next theme", "Draft-only lane", "Inspect a token", "Prompt library"):
             assert title in commands, title
@@ -176,22 +176,22 @@ async def test_draft_lane_prompt_library_and_palette_actions(tiny: TinyModels, t
 
         app.query_one("#library", Select).value = 0  # the prompt picker fills the editor
         await pilot.pause()
-        assert app.query_one("#prompt", TextArea).text == app.library[0].text
+        assert app.query_one("#prompt", TextArea).text == app.main.library[0].text
         await pilot.press("f2")  # the draft-only lane
-        await wait_for(pilot, lambda: app.draft_lane, "the draft lane switch")
+        await wait_for(pilot, lambda: app.playground.draft_lane, "the draft lane switch")
         assert app.query_one("#draft", LaneView).display
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: app.last_session is not None, "the three-lane run to end")
-        draft_done = app.events["draft"][-1]
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the three-lane run to end")
+        draft_done = app.playground.events["draft"][-1]
         assert isinstance(draft_done, DoneEvent) and len(draft_done.token_ids) == 16
-        assert all(e.token.source == "draft" for e in app.events["draft"] if isinstance(e, StepEvent))
+        assert all(e.token.source == "draft" for e in app.playground.events["draft"] if isinstance(e, StepEvent))
         assert app.query_one("#draft", LaneView).text
-        assert list(load_session(app.last_session).header["lanes"]) == ["speculative", "target", "draft"]
+        assert list(load_session(app.playground.last_session).header["lanes"]) == ["speculative", "target", "draft"]
         plots = str(app.query_one(Plots).render())
         assert "acceptance by draft position" in plots and "tokens/s over time" in plots and " 1 " in plots
         assert any(c in plots for c in SPARKS)
         commands = {c.title for c in app.get_system_commands(app.screen)}
-        assert f"Open session {app.last_session.stem}" in commands
+        assert f"Open session {app.playground.last_session.stem}" in commands
 
 
 async def test_a_saved_session_opens_read_only_and_re_runs(tiny: TinyModels, tmp_path: Path) -> None:
@@ -200,19 +200,21 @@ async def test_a_saved_session_opens_read_only_and_re_runs(tiny: TinyModels, tmp
         tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=20, raw=True, seed=7, settings=settings
     )
     async with first.run_test(size=(160, 50)) as pilot:
-        await wait_for(pilot, lambda: first.last_session is not None, "the first run to end")
-        saved, text = first.last_session, first.query_one("#speculative", LaneView).text
+        await wait_for(pilot, lambda: first.playground.last_session is not None, "the first run to end")
+        saved, text = first.playground.last_session, first.query_one("#speculative", LaneView).text
         assert saved is not None
 
     app = make_app(tiny, tmp_path, raw=True, max_tokens=20, open_session=saved)
     async with app.run_test(size=(160, 50)) as pilot:
-        assert app.opened is not None and app.query_one("#prompt", TextArea).text == CODE_PROMPT
+        assert app.playground.opened is not None and app.query_one("#prompt", TextArea).text == CODE_PROMPT
         assert app.query_one("#speculative", LaneView).text == text  # shown before the models load
-        assert app.tallies["speculative"].rounds == first.tallies["speculative"].rounds
-        await wait_for(pilot, lambda: app.state == "ready", "models to load")
-        assert app.settings == settings and app.seed == 7  # the controls now hold the session's settings
-        assert "read-only" in app.status
+        assert app.playground.tallies["speculative"].rounds == first.playground.tallies["speculative"].rounds
+        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
+        assert (
+            app.playground.settings == settings and app.playground.seed == 7
+        )  # the controls now hold the session's settings
+        assert "read-only" in app.playground.status
         app.action_rerun_session()
-        await wait_for(pilot, lambda: app.last_session is not None, "the re-run to end")
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the re-run to end")
         assert app.query_one("#speculative", LaneView).text == text  # same seed and settings, same tokens
-        assert app.opened is None and app.last_session != saved
+        assert app.playground.opened is None and app.playground.last_session != saved

@@ -9,7 +9,8 @@ import pytest
 from specplay.backends.mlx import MlxBackend
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import RoundEvent
-from specplay.engine.loop import TOP_N, Request, SpecEngine
+from specplay.engine.loop import TOP_N, SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
 from tests.conftest import CODE_PROMPT
 

@@ -48,8 +48,8 @@ def test_main_screen_after_a_run(
     )
 
     async def run_before(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end")
         app.query_one("#prompt", TextArea).cursor_blink = False
-        await wait_for(pilot, lambda: app.last_session is not None, "the run to end")
         lane = app.query_one("#speculative")
         lane.focus()
         await pilot.press("home", "right", "right")  # the drill-down on the third token

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import tomllib
 from pathlib import Path
 
@@ -77,7 +76,7 @@ def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
     # `specplay run --json` models the same speedup from the lane's metrics as the playground does
     from specplay.backends.vllm.report import inspection_report
 
-    report = inspection_report(spec.spec.to_dict(), {}, approximate=True)
+    report = inspection_report(spec.spec.to_dict() | {"vllm": {"approximate": True}})
     assert report["cost_ratio"] == pytest.approx(p.cost_ratio)
     assert report["modelled_speedup"] == pytest.approx(p.speedup)
 
@@ -136,49 +135,3 @@ def test_importing_the_command_line_does_not_import_textual() -> None:
 
     code = "import sys, specplay.cli; sys.exit(1 if any(m.startswith('textual') for m in sys.modules) else 0)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
-
-
-def test_open_takes_the_sessions_models_unless_model_flags_are_given(tmp_path: Path) -> None:
-    from specplay.cli import build_parser
-    from specplay.cli.tui import _open_session
-    from specplay.store import SessionWriter
-
-    def parsed(*argv: str) -> argparse.Namespace:
-        args = build_parser().parse_args(["tui", *argv])
-        args.argv = ["tui", *argv]
-        return args
-
-    models = {"target": {"path": "/m/target"}, "near": {"path": "/m/near"}}
-    writer = SessionWriter(tmp_path, "hi", [1], ["speculative", "target"], {"models": models}, {"seed": 0})
-    path = writer.finalize()
-    args, opened = _open_session(parsed("--open", path.stem, "--sessions-dir", str(tmp_path), "--k", "3"))
-    assert opened == path and args.target == "/m/target" and args.draft == ["near=/m/near"] and args.k == 3
-    args, _ = _open_session(parsed("--open", str(path), "--target", "/x", "--draft", "d=/y"))
-    assert args.target == "/x" and args.draft == ["d=/y"]
-
-    # A vLLM session: servers by address (the key is never saved), a local drafter by folder.
-    remote = {"backend": "vllm", "mode": "inspection", "verify_strategy": "prefixes", "top_logprobs": 8}
-    remote["models"] = {
-        "target": {"source": "http://gpu:8000", "path": "http://gpu:8000"},
-        "code": {"source": "http://gpu:8001", "path": "http://gpu:8001"},
-        "prose": {"backend": "mlx", "path": "/m/prose"},
-    }
-    path = SessionWriter(tmp_path, "hi", [1], ["speculative"], remote, {"seed": 0}).finalize()
-    args, _ = _open_session(parsed("--open", str(path)))
-    assert (args.backend, args.target_url, args.draft_url) == ("vllm", "http://gpu:8000", ["code=http://gpu:8001"])
-    assert args.draft == ["prose=/m/prose"] and args.vllm_strategy == "prefixes" and args.top_logprobs == 8
-
-
-def test_a_session_round_trips_to_the_engine_events(tmp_path: Path) -> None:
-    from specplay.store import SessionWriter, load_session
-    from specplay.ui.opened import event_seconds, session_events
-
-    top = ((5, 0.5), (6, 0.25))
-    position = DraftPosition(1, 0.5, 0.4, 0.1, 0.2, 0.0, "accepted", top_target=top, top_draft=top)
-    event = RoundEvent(
-        0, 0, "near", 1, (1,), (position,), 1, (Token(1, "a", "accepted"), Token(2, "b", "bonus")), 2, 3, 1, top
-    )
-    writer = SessionWriter(tmp_path, "hi", [1], ["speculative"], {}, {})
-    writer.write_event("speculative", event)
-    events = session_events(load_session(writer.finalize()))
-    assert events["speculative"] == [event] and event_seconds(event) == pytest.approx(0.006)

@@ -12,6 +12,7 @@ from helpers import done, rounds, run
 from specplay.backends.mlx import MlxBackend
 from specplay.backends.vllm import VllmBackend, VllmError, connect_vllm_backend
 from specplay.backends.vllm.protocol import completion_body
+from specplay.backends.vllm.report import inspection_report
 from specplay.engine.settings import SamplingParams
 
 PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
@@ -43,7 +44,7 @@ def test_greedy_equals_mlx_greedy_target_only(vllm: VllmBackend, backend: MlxBac
     assert done(speculative).token_ids == expected
     assert done(run(vllm, PROMPT, mode="target", max_tokens=TOKENS)).token_ids == expected
     assert all(p.error_bound is None for r in rounds(speculative) for p in r.positions)  # greedy is exact
-    assert vllm.strategies_run["prompt-logprobs"] >= len(rounds(speculative))
+    assert done(speculative).metrics["vllm"]["verify_strategies"] == {"prompt-logprobs": len(rounds(speculative))}
     mlx_text = done(run(backend, PROMPT, mode="target", max_tokens=TOKENS)).text
     assert done(speculative).text == mlx_text
 
@@ -52,8 +53,9 @@ def test_prefix_strategy_gives_the_same_greedy_output(servers: tuple[FakeVllm, F
     target, near = servers
     vllm = connect_vllm_backend(target.url, [("near", near.url)], strategy="prefixes")
     before = len(target.requests)
-    assert done(run(vllm, PROMPT, max_tokens=TOKENS)).token_ids == mlx_target_only(backend)
-    assert set(vllm.strategies_run) == {"prefixes"}
+    finished = done(run(vllm, PROMPT, max_tokens=TOKENS))
+    assert finished.token_ids == mlx_target_only(backend)
+    assert set(finished.metrics["vllm"]["verify_strategies"]) == {"prefixes"}
     verifies = [body for path, body in target.requests[before:] if path == "/v1/completions"]
     assert verifies and all(isinstance(body["prompt"][0], list) and "prompt_logprobs" not in body for body in verifies)
     vllm.close()
@@ -69,8 +71,7 @@ def test_sampled_rounds_carry_the_tv_bracket_and_error_bound(
         assert position.tv_lower is not None and position.error_bound is not None
         assert 0 <= position.tv_lower <= position.tv_distance <= 1
         assert position.theta == pytest.approx(min(1.0, 0.3 / position.tv_distance))
-    assert vllm.approximate
-    report = vllm.inspection_report(done(events).metrics)
+    report = inspection_report(done(events).metrics)
     assert report["tokens_per_target_call"] == done(events).metrics["mean_acceptance_length"]
     assert report["modelled_speedup"] is not None and report["approximate"]
     again = run(vllm, PROMPT, max_tokens=TOKENS, temperature=1.0, tv_budget=0.3, seed=3)

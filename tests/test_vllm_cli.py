@@ -157,30 +157,21 @@ def test_vllm_launch_prints_the_commands(capsys: pytest.CaptureFixture[str]) -> 
 
 
 async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from specplay.backends.vllm import connect_vllm_backend
     from specplay.engine.events import DoneEvent
     from specplay.engine.settings import SamplingParams, SpecSettings
-    from specplay.ui.app import PlaygroundOptions, create_app
     from specplay.ui.widgets.inspector import Inspector
     from specplay.ui.widgets.lane_view import LaneView
-    from tests.ui_helpers import wait_for
+    from tests.ui_helpers import app_for, server_config, wait_for
 
     target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
     try:
-        options = PlaygroundOptions(
-            settings=SpecSettings(k=3, sampling=SamplingParams(temperature=0.8)),
-            prompt=CODE_PROMPT,
-            autorun=True,
-            max_tokens=10,
-            raw=True,
-            ignore_eos=True,
-            sessions_dir=tmp_path,
-        )
-        app = create_app(lambda: connect_vllm_backend(target.url, [("near", near.url)]), options)
+        settings = SpecSettings(k=3, sampling=SamplingParams(temperature=0.8))
+        request = {"prompt": CODE_PROMPT, "max_tokens": 10, "raw": True, "ignore_eos": True}
+        app = app_for(server_config(target.url, {"near": near.url}, tmp_path, settings, **request), autorun=True)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_for(pilot, lambda: app.state == "running", "the autorun to start")
-            await wait_for(pilot, lambda: app.state == "ready", "the run to finish")
-            assert all(isinstance(app.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+            await wait_for(pilot, lambda: app.playground.state == "running", "the autorun to start")
+            await wait_for(pilot, lambda: app.playground.state == "ready", "the run to finish")
+            assert all(isinstance(app.playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
             # Wall time through HTTP is not speculative speed: the lane says so, and what it knows.
             stats = str(app.query_one("#speculative", LaneView).query_one(".lane-stats").render())
             assert "tokens per target call" in stats and "× modelled" in stats and "measured" not in stats
@@ -192,8 +183,8 @@ async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels,
             assert "TV in [" in str(app.query_one(Inspector).render())
             target.fault = Fault("die", after=target.num_completions)
             await pilot.press("ctrl+r")
-            await wait_for(pilot, lambda: "run failed" in app.status, "the dead server to be reported")
-            assert "vLLM server 'target'" in app.status
+            await wait_for(pilot, lambda: "run failed" in app.playground.status, "the dead server to be reported")
+            assert "vLLM server 'target'" in app.playground.status
     finally:
         near.close()
         target.thread.close()

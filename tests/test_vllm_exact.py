@@ -13,7 +13,7 @@ import pytest
 from fake_vllm import FakeVllm
 from helpers import done, rounds, run
 
-from specplay.backends.vllm import connect_vllm_backend
+from specplay.backends.vllm import VllmBackend, connect_vllm_backend
 from specplay.backends.vllm import local as vllm_local
 from specplay.backends.vllm.exact import (
     SAMPLE_CAP,
@@ -24,9 +24,9 @@ from specplay.backends.vllm.exact import (
     p_draft_range,
     rejection_draw,
 )
-from specplay.backends.vllm.lane import Strategy, VllmLane
+from specplay.backends.vllm.generation import Strategy, VllmGeneration
 from specplay.backends.vllm.protocol import completion_body
-from specplay.backends.vllm.report import report_line
+from specplay.backends.vllm.report import inspection_report, report_line
 from specplay.backends.vllm.topk import TopK, residual, residual_error_bound, tv_bracket
 from specplay.cli import main
 from specplay.engine.events import Event
@@ -252,7 +252,7 @@ def test_exact_corrections_spend_requests_only_at_rejections(
     judged = [p for r in rounds(events) for p in r.positions if p.outcome != "unreached"]
     # bounds are computed before judging: only the cap's chance of a top-K fallback is left of them
     assert all(p.error_bound is not None and p.error_bound <= WORST_CAPPED for p in judged)
-    report = vllm.inspection_report(done(events).metrics)
+    report = inspection_report(done(events).metrics)
     exact = report["exact_correction"]
     assert exact["corrections"] + exact["capped"] == len(rejected) and exact["inexact"] == 0
     assert exact["target_requests"] == len(sampling) and exact["drafter_requests"] == len(lookups)
@@ -271,9 +271,9 @@ def test_without_the_flag_nothing_changes(servers: tuple[FakeVllm, FakeVllm]) ->
     since = len(target.requests)
     events = run(plain, PROMPT, max_tokens=6, temperature=1.0, seed=5, k=4)
     assert not any("n" in body for body in completions_since(target, since))
-    report = plain.inspection_report(done(events).metrics)
+    report = inspection_report(done(events).metrics)
     assert report["exact_correction"] is None and "exact corrections" not in report_line(report)
-    assert plain.describe()["exact_correction"] is False and not plain.exact_draws
+    assert plain.describe()["exact_correction"] is False
     # the same seed drafts and verifies the first round alike; only the bounds (and corrections) differ
     first_plain = rounds(events)[0]
     first_exact = rounds(run(exact, PROMPT, max_tokens=6, temperature=1.0, seed=5, k=4))[0]
@@ -291,25 +291,31 @@ def test_local_drafter_rows_cut_short_are_recomputed_exactly(
     target, near = servers
     monkeypatch.setattr(vllm_local, "MAX_LISTED", 8)  # local rows list 8 tokens: the rest is bracketed
     looked_up: list[tuple[list[int], dict[int, float]]] = []
-    original = VllmLane._local_p_draft
+    original = VllmGeneration._local_p_draft
 
-    def spy(self: VllmLane, at: Any, tokens: Sequence[int]) -> dict[int, float]:
+    def spy(self: VllmGeneration, at: Any, tokens: Sequence[int]) -> dict[int, float]:
         found = original(self, at, tokens)
         looked_up.append((list(at.prefix), found))
         return found
 
-    monkeypatch.setattr(VllmLane, "_local_p_draft", spy)
+    monkeypatch.setattr(VllmGeneration, "_local_p_draft", spy)
+    opened: list[VllmGeneration] = []
+    open_generation = VllmBackend.open_generation
+    monkeypatch.setattr(
+        VllmBackend, "open_generation", lambda *a, **kw: opened.append(open_generation(*a, **kw)) or opened[-1]
+    )
     mixed = connect_vllm_backend(target.url, local_drafters=[("near", str(tiny.near))], exact_correction=True)
     prompt_ids = mixed.encode(PROMPT, raw=True)
     events = run(mixed, PROMPT, max_tokens=10, temperature=1.0, seed=4, k=4)
     rejected = rejections(events, prompt_ids)
-    assert rejected and looked_up and mixed.exact_draws["local_lookups"] == len(looked_up)
+    local_lookups = done(events).metrics["vllm"]["exact_correction"]["local_lookups"]
+    assert rejected and looked_up and local_lookups == len(looked_up)
     for prefix, found in looked_up:  # the recomputed row is the drafter's, whatever its cache held
         p_draft = full_probs(near, prefix)
         assert all(abs(found[t] - p_draft[t]) < 1e-4 for t in found)
-    lane = mixed._lanes[-1]
-    cache = lane.local["near"].cache
-    assert cache.length == cache.offset() and cache.length <= len(lane.tokens)
+    generation = opened[-1]
+    cache = generation.local["near"].cache
+    assert cache.length == cache.offset() and cache.length <= len(generation.tokens)
     mixed.close()
 
 

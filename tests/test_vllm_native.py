@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,13 +10,14 @@ from helpers import done, run
 
 from specplay.backends.mlx import MlxBackend
 from specplay.backends.vllm.client import VllmClient
-from specplay.backends.vllm.native import NATIVE_ROUTE, NativeServer, chunk_sources, recolour
-from specplay.backends.vllm.native_run import connect_native
+from specplay.backends.vllm.native import NativeServer, recolour
+from specplay.backends.vllm.native_source import connect_native
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RecolourEvent, RoundEvent, StartEvent, StepEvent
-from specplay.engine.loop import Request
+from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
 from tests.conftest import TinyModels
+from tests.helpers import chunk_sources
 
 PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
 
@@ -36,14 +36,13 @@ def test_native_server_reads_k_from_its_counters(native: FakeVllm) -> None:
 
 
 def _events(server_url: str, max_tokens: int, ignore_eos: bool = True) -> list[Event]:
-    backend = connect_native(server_url)
+    source = connect_native(server_url)
     try:
-        token_ids = tuple(backend.encode(PROMPT, raw=True))
+        token_ids = tuple(source.encode(PROMPT, raw=True))
         request = Request(PROMPT, token_ids, "speculative", 0, max_tokens, ignore_eos)
-        controls = LiveControls(SpecSettings(), backend.drafters)
-        return list(backend.events(request, controls, time.perf_counter, NATIVE_ROUTE))
+        return list(source.generate(request, LiveControls(SpecSettings(), source.drafters)))
     finally:
-        backend.close()
+        source.close()
 
 
 def test_native_runs_as_engine_events_recoloured_at_the_end(native: FakeVllm, backend: MlxBackend) -> None:
@@ -92,61 +91,63 @@ def test_native_events_without_per_step_metrics_keep_the_guess(tiny) -> None:  #
 async def test_playground_watches_native_speculation_against_a_baseline(
     tiny: TinyModels, native: FakeVllm, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
+    from specplay.config.run import VllmOptions
     from specplay.store import load_session
-    from specplay.ui.app import PlaygroundOptions, create_app
     from specplay.ui.widgets.controls_panel import ControlsPanel
     from specplay.ui.widgets.lane_view import LaneView
     from specplay.ui.widgets.plots import Plots
-    from tests.ui_helpers import wait_for
+    from tests.ui_helpers import app_for, server_config, wait_for
 
     plain = FakeVllm(tiny.target, "target")
     try:
-        options = PlaygroundOptions(
-            prompt=PROMPT, autorun=True, max_tokens=12, raw=True, ignore_eos=True, sessions_dir=tmp_path
-        )
-        app = create_app(lambda: connect_native(native.url, baseline_url=plain.url), options)
+        options = VllmOptions(native=True, baseline_url=plain.url)
+        request = {"prompt": PROMPT, "max_tokens": 12, "raw": True, "ignore_eos": True}
+        app = app_for(server_config(native.url, {}, tmp_path, vllm=options, **request), autorun=True)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_for(pilot, lambda: app.state == "running", "the autorun to start")
-            await wait_for(pilot, lambda: app.state == "ready", "the run to finish")
-            assert app.lanes == ("speculative", "target") and app.native
+            await wait_for(pilot, lambda: app.playground.state == "running", "the autorun to start")
+            await wait_for(pilot, lambda: app.playground.state == "ready", "the run to finish")
+            assert app.playground.lanes == ("speculative", "target")
+            assert not app.playground.capabilities.live_controls
             panel = app.query_one(ControlsPanel)
             assert panel.query_one("#k").disabled and panel.query_one("#route").disabled  # the server's, one server
             lane = app.query_one("#speculative", LaneView)
             stats = str(lane.query_one(".lane-stats").render())
             assert "k 2 (server)" in stats and "colours exact" in stats and "measured against the baseline" in stats
             assert " 2 " in str(app.query_one(Plots).render())  # per-position bars from the server's counters
-            recoloured = next(e for e in app.events["speculative"] if isinstance(e, RecolourEvent))
+            recoloured = next(e for e in app.playground.events["speculative"] if isinstance(e, RecolourEvent))
             assert [pick.token.source for pick in lane.picks] == list(recoloured.sources)
-            target_ids = app.events["target"][-1].token_ids  # type: ignore[union-attr]
-            assert app.events["speculative"][-1].token_ids == target_ids  # type: ignore[union-attr]
-            assert app.last_session is not None
-            session = load_session(app.last_session)
+            target_ids = app.playground.events["target"][-1].token_ids  # type: ignore[union-attr]
+            assert app.playground.events["speculative"][-1].token_ids == target_ids  # type: ignore[union-attr]
+            assert app.playground.last_session is not None
+            session = load_session(app.playground.last_session)
             assert session.main.sources == list(recoloured.sources) and session.header["backend"]["mode"] == "native"
     finally:
         plain.close()
 
 
 async def test_playground_in_native_mode_without_a_baseline_says_how_to_compare(native: FakeVllm, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from specplay.ui.app import PlaygroundOptions, create_app
+    from specplay.config.run import VllmOptions
     from specplay.ui.widgets.lane_view import LaneView
-    from tests.ui_helpers import wait_for
+    from tests.ui_helpers import app_for, server_config, wait_for
 
-    options = PlaygroundOptions(prompt=PROMPT, autorun=True, max_tokens=6, raw=True, sessions_dir=tmp_path)
-    app = create_app(lambda: connect_native(native.url), options)
+    config = server_config(
+        native.url, {}, tmp_path, vllm=VllmOptions(native=True), prompt=PROMPT, max_tokens=6, raw=True
+    )
+    app = app_for(config, autorun=True)
     async with app.run_test(size=(140, 45)) as pilot:
-        await wait_for(pilot, lambda: app.state == "running", "the autorun to start")
-        await wait_for(pilot, lambda: app.state == "ready", "the run to finish")
-        assert app.lanes == ("speculative",)
+        await wait_for(pilot, lambda: app.playground.state == "running", "the autorun to start")
+        await wait_for(pilot, lambda: app.playground.state == "ready", "the run to finish")
+        assert app.playground.lanes == ("speculative",)
         assert "--baseline-url" in str(app.query_one("#target", LaneView).query_one(".lane-stats").render())
 
 
 def test_a_server_that_streams_no_token_ids_is_a_clear_error(native: FakeVllm, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from specplay.backends.vllm import native_run
+    from specplay.backends.vllm import native_source
     from specplay.backends.vllm.errors import VllmError
 
-    old_body = native_run.completion_body
+    old_body = native_source.completion_body
     monkeypatch.setattr(
-        native_run, "completion_body", lambda *a, **kw: old_body(*a, **kw) | {"return_token_ids": False}
+        native_source, "completion_body", lambda *a, **kw: old_body(*a, **kw) | {"return_token_ids": False}
     )
     with pytest.raises(VllmError, match=r"streamed no token_ids; it needs vLLM 0\.10\.2"):
         _events(native.url, 4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specplay.backends.vllm.native import chunk_sources, counter_delta, parse_prometheus, recolour
+from specplay.backends.vllm.native import counter_delta, parse_prometheus, recolour
 from specplay.backends.vllm.topk import (
     TopK,
     apply_filters,
@@ -16,10 +16,11 @@ from specplay.backends.vllm.topk import (
     temper,
     tv_bracket,
 )
-from specplay.backends.vllm.urls import named_url, server_root
+from specplay.config.urls import named_url, server_root
 from specplay.engine.accept import mentored_accept_probability, mentored_theta
 from specplay.engine.settings import SamplingParams
 from specplay.errors import ConfigError
+from tests.helpers import chunk_sources
 
 
 def truncated(dist: np.ndarray, k: int, extra: int | None = None) -> TopK:

@@ -1,4 +1,4 @@
-"""Building the playground on the tests' tiny models, and waiting on its state."""
+"""Building the playground on the tests' tiny models (or servers of them), and waiting on its state."""
 
 from __future__ import annotations
 
@@ -9,20 +9,62 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from specplay.backends.mlx import load_mlx_backend, release_thread
+from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions
 from specplay.engine.events import Event, RoundEvent
+from specplay.engine.settings import SpecSettings
 from specplay.ui.app import PlaygroundApp, PlaygroundOptions, create_app
 from tests.conftest import TinyModels
 
+_OPTIONS = set(PlaygroundOptions.__dataclass_fields__)
+
+
+def mlx_config(
+    tiny: TinyModels, sessions: Path, settings: SpecSettings | None = None, target: Path | None = None, **request: Any
+) -> RunConfig:
+    """Target, near and far on MLX; `request` holds RequestSpec fields."""
+    drafters = (ModelSpec("near", "drafter", "mlx", str(tiny.near)), ModelSpec("far", "drafter", "mlx", str(tiny.far)))
+    target_spec = ModelSpec("target", "target", "mlx", str(target or tiny.target))
+    return RunConfig(
+        target_spec,
+        drafters,
+        request=RequestSpec(**request),
+        settings=settings or SpecSettings(),
+        sessions_dir=sessions,
+    )
+
+
+def server_config(
+    target_url: str,
+    drafters: dict[str, str],
+    sessions: Path,
+    settings: SpecSettings | None = None,
+    vllm: VllmOptions | None = None,
+    **request: Any,
+) -> RunConfig:
+    """A target and drafters on (fake) vLLM servers."""
+    return RunConfig(
+        ModelSpec("target", "target", "server", target_url),
+        tuple(ModelSpec(name, "drafter", "server", url) for name, url in drafters.items()),
+        "vllm",
+        vllm or VllmOptions(),
+        RequestSpec(**request),
+        settings or SpecSettings(),
+        sessions_dir=sessions,
+    )
+
+
+def app_for(config: RunConfig, clock: Callable[[], float] | None = None, **options: Any) -> PlaygroundApp:
+    extra = {"clock": clock} if clock is not None else {}
+    return create_app(config, PlaygroundOptions(**options), **extra)
+
 
 def make_app(
-    tiny: TinyModels, sessions: Path, clock: Callable[[], float] | None = None, **options: Any
+    tiny: TinyModels, sessions: Path, clock: Callable[[], float] | None = None, **kwargs: Any
 ) -> PlaygroundApp:
-    """The app with target, near and far; its own model thread loads them (MLX state is per thread)."""
-    drafters = [("near", str(tiny.near)), ("far", str(tiny.far))]
-    opts = PlaygroundOptions(sessions_dir=sessions, **options)
-    extra = {"clock": clock} if clock is not None else {}
-    return create_app(lambda: load_mlx_backend(str(tiny.target), drafters), opts, on_exit=release_thread, **extra)
+    """The app on target, near and far; playground options and request fields by keyword."""
+    options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
+    config = mlx_config(tiny, sessions, **{k: v for k, v in kwargs.items() if k not in _OPTIONS})
+    return app_for(config, clock, **options)
 
 
 async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
@@ -34,7 +76,7 @@ async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], what: str,
 
 
 def spec_rounds(app: PlaygroundApp) -> list[RoundEvent]:
-    return [e for e in app.events["speculative"] if isinstance(e, RoundEvent)]
+    return [e for e in app.playground.events["speculative"] if isinstance(e, RoundEvent)]
 
 
 def after(events: list[Event], index: int) -> list[RoundEvent]:

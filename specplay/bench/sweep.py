@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specplay.data.library import Prompt, library_prompts, read_prompts
 from specplay.engine.settings import AUTO_ROUTE
 from specplay.errors import ConfigError
 
@@ -23,13 +22,6 @@ class BenchConfig:
     policy: str = "fixed"
     tv_budget: float = 0.0
     route: str = AUTO_ROUTE
-
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    category: str
-    name: str
-    text: str
 
 
 @dataclass
@@ -74,38 +66,21 @@ def plan(drafters: Sequence[str], quick: bool) -> list[BenchConfig]:
     return configs
 
 
-def load_prompts(path: Path | None, per_category: int) -> list[BenchPrompt]:
-    """A JSONL file of {"category", "text"[, "name"]}; the shipped library by default."""
-    if path is None:
-        text = resources.files("specplay.data").joinpath("prompts.jsonl").read_text(encoding="utf-8")
-        source = "the shipped prompt library"
-    else:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError("prompts", f"{str(path)!r} cannot be read: {exc.strerror or exc}") from None
-        source = str(path)
-    prompts: list[BenchPrompt] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            prompts.append(BenchPrompt(row["category"], row.get("name", f"line {number}"), row["text"]))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise ConfigError("prompts", f"line {number} of {source} is not a {{category, text}} object") from None
-    chosen: list[BenchPrompt] = []
+def load_prompts(path: Path | None, per_category: int) -> list[Prompt]:
+    """The first `per_category` prompts of each category, from a prompt file or the shipped library."""
+    prompts = library_prompts() if path is None else read_prompts(path)
+    chosen: list[Prompt] = []
     for category in dict.fromkeys(p.category for p in prompts):
         chosen += [p for p in prompts if p.category == category][:per_category]
     if not chosen:
-        raise ConfigError("prompts", f"{source} holds no prompts")
+        raise ConfigError("prompts", f"{path or 'the shipped prompt library'} holds no prompts")
     return chosen
 
 
-Execute = Callable[[BenchConfig, BenchPrompt, float, int], dict[str, Any]]
+Execute = Callable[[BenchConfig, Prompt, float, int], dict[str, Any]]
 
 
-def measure(execute: Execute, config: BenchConfig, prompt: BenchPrompt, temperature: float, repeat: int) -> Measurement:
+def measure(execute: Execute, config: BenchConfig, prompt: Prompt, temperature: float, repeat: int) -> Measurement:
     """Run one request (seeded by the repeat, so sampled runs differ) and keep its numbers."""
     seed = repeat
     result = execute(config, prompt, temperature, seed)

@@ -7,8 +7,8 @@ import sys
 
 from specplay import __version__
 from specplay.cli import bench, diff, distill, export, fidelity, run, sessions, tui, vllm_launch
-from specplay.cli.options import Parser, config_error_line
-from specplay.errors import ConfigError, SpecplayError
+from specplay.cli.flags import Parser
+from specplay.errors import SpecplayError, error_line
 
 TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
@@ -40,10 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     try:
         return args.command(args)
-    except ConfigError as error:
-        print(f"specplay: error: {config_error_line(error)}", file=sys.stderr)
     except SpecplayError as error:
-        print(f"specplay: error: {error}", file=sys.stderr)
+        print(f"specplay: error: {error_line(error)}", file=sys.stderr)
     except KeyboardInterrupt:
         print("specplay: interrupted", file=sys.stderr)
         return 130

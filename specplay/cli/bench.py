@@ -15,15 +15,20 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from specplay import __version__
+from specplay.backends import blas_warning, open_source, thread_cleanup
 from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, to_csv, to_json
 from specplay.bench.stats import needs_more_repeats
-from specplay.bench.sweep import BenchConfig, BenchPrompt, Measurement, load_prompts, measure, plan
-from specplay.cli.backends import add_backend_flags, check_models, drafter_names, load_backend, uses_vllm
-from specplay.cli.options import add_model_flags, comma_floats
+from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, measure, plan
+from specplay.cli.configure import comma_floats, given, run_config
+from specplay.cli.flags import add_backend_flags, add_model_flags
+from specplay.cli.render import warn
+from specplay.config.run import check_models
+from specplay.data.library import Prompt
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
-from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.errors import ConfigError, SpecplayError
 from specplay.runner.thread import ModelThread
@@ -56,12 +61,13 @@ def _temperatures(text: str) -> list[float]:
 
 
 def bench(args: argparse.Namespace) -> int:
-    check_models(args)
-    if args.vllm_native:
+    config = run_config(given(args))
+    check_models(config)
+    if config.native:
         raise ConfigError("vllm_native", "does not apply: the bench sweeps k, policies and budgets, which vLLM fixes")
-    if args.compare_mlx_lm and uses_vllm(args):
+    if args.compare_mlx_lm and config.backend != "mlx":
         raise ConfigError("compare_mlx_lm", "needs local MLX models; leave out --backend vllm")
-    drafters = drafter_names(args)
+    drafters = config.drafter_names
     if not drafters:
         raise ConfigError("draft", "is needed: give at least one drafter")
     if args.repeats < 3:
@@ -78,42 +84,43 @@ def bench(args: argparse.Namespace) -> int:
         raise SpecplayError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
     configs = plan(drafters, args.quick)
 
-    choice = load_backend(args)
-    thread = ModelThread(on_exit=choice.on_exit)
+    if message := blas_warning(config):
+        warn(message)
+    thread = ModelThread(on_exit=thread_cleanup(config))
     try:
-        backend = thread.call(choice.load)
-        engine = SpecEngine(backend)
+        source = thread.call(lambda: open_source(config))
 
-        def execute(config: BenchConfig, prompt: BenchPrompt, temperature: float, seed: int) -> dict[str, Any]:
-            settings = SpecSettings(
-                config.k, config.policy, config.route, config.tv_budget, SamplingParams(temperature)
-            )
-            ids = tuple(backend.encode(prompt.text, raw=True))
-            request = Request(prompt.text, ids, config.mode, seed, max_tokens, ignore_eos=True)  # type: ignore[arg-type]
+        def execute(cell: BenchConfig, prompt: Prompt, temperature: float, seed: int) -> dict[str, Any]:
+            settings = SpecSettings(cell.k, cell.policy, cell.route, cell.tv_budget, SamplingParams(temperature))
+            ids = tuple(source.encode(prompt.text, raw=True))
+            request = Request(prompt.text, ids, cell.mode, seed, max_tokens, ignore_eos=True)  # type: ignore[arg-type]
             start = time.perf_counter()
-            events = list(engine.generate(request, LiveControls(settings, backend.drafters)))
+            events = list(source.generate(request, LiveControls(settings, source.drafters)))
             e2e_ms = 1000 * (time.perf_counter() - start)
             first, last = events[0], events[-1]
             assert isinstance(first, StartEvent) and isinstance(last, DoneEvent)
             lengths = [e.k for e in events if isinstance(e, RoundEvent)]
             result = {"metrics": last.metrics, "route": first.route, "e2e_ms": e2e_ms, "draft_lengths": lengths}
             # mlx-lm's rule equals specplay's only when greedy, so only greedy requests are compared.
-            comparable = config.mode == "target" or (config.group == "k" and config.route == AUTO_ROUTE)
+            comparable = cell.mode == "target" or (cell.group == "k" and cell.route == AUTO_ROUTE)
             if args.compare_mlx_lm and temperature == 0 and comparable:
-                k = config.k if config.mode == "speculative" else 0
+                k = cell.k if cell.mode == "speculative" else 0
                 from specplay.backends.mlx.reference import mlx_lm_tokens_per_s
 
-                result["mlx_lm_tokens_per_s"] = mlx_lm_tokens_per_s(backend, ids, max_tokens, first.route, k)
+                assert isinstance(source, SpecEngine)  # on MLX: checked above
+                result["mlx_lm_tokens_per_s"] = mlx_lm_tokens_per_s(source.backend, ids, max_tokens, first.route, k)
             return result
 
-        for config in configs[: 1 + len(drafters)]:  # warm-up: every model once, untimed
-            thread.call(lambda c=config: execute(c, prompts[0], 0.0, 0))
+        for cell in configs[: 1 + len(drafters)]:  # warm-up: every model once, untimed
+            thread.call(lambda c=cell: execute(c, prompts[0], 0.0, 0))
         measurements = _sweep(thread, execute, configs, prompts, temperatures, args.repeats)
-        about = _about(args, backend, thread, prompts, temperatures, max_tokens, measurements)
+        about = _about(args, config, thread.call(source.describe), prompts, temperatures, max_tokens, measurements)
+        remote = not source.capabilities.wall_time_is_speed
+        thread.call(source.close)
     finally:
         thread.close()
 
-    rows = build_rows(configs, measurements, remote=uses_vllm(args))
+    rows = build_rows(configs, measurements, remote=remote)
     (out / "report.md").write_text(markdown(rows, about), encoding="utf-8")
     (out / "results.json").write_text(to_json(rows, measurements, about), encoding="utf-8")
     (out / "results.csv").write_text(to_csv(rows), encoding="utf-8")
@@ -133,11 +140,11 @@ def _sweep(thread: ModelThread, execute, configs, prompts, temperatures, repeats
         task = progress.add_task("bench", total=len(cells) * repeats)
         repeat = 0
         while repeat < repeats:
-            for config, prompt, temperature in cells:
+            for cell, prompt, temperature in cells:
                 progress.update(
-                    task, description=f"{config.label} · {prompt.name} · T={temperature:g} · repeat {repeat + 1}"
+                    task, description=f"{cell.label} · {prompt.name} · T={temperature:g} · repeat {repeat + 1}"
                 )
-                measurements.append(thread.call(partial(measure, execute, config, prompt, temperature, repeat)))
+                measurements.append(thread.call(partial(measure, execute, cell, prompt, temperature, repeat)))
                 progress.advance(task)
             repeat += 1
             if repeat == repeats == 3 and needs_more_repeats(_throughputs(measurements)):
@@ -154,7 +161,7 @@ def _throughputs(measurements: list[Measurement]) -> list[list[float]]:
     return list(series.values())
 
 
-def _about(args, backend, thread, prompts, temperatures, max_tokens, measurements) -> dict[str, Any]:
+def _about(args, config, identity, prompts, temperatures, max_tokens, measurements) -> dict[str, Any]:
     import mlx.core as mx
     import mlx_lm
 
@@ -173,6 +180,6 @@ def _about(args, backend, thread, prompts, temperatures, max_tokens, measurement
         "temperatures": ", ".join(f"{t:g}" for t in temperatures),
         "output length": f"{max_tokens} tokens, EOS ignored",
         "repeats": f"{repeats} (seeds 0..{repeats - 1}), after one untimed warm-up of each model",
-        "backend": args.backend,
-        "models": thread.call(backend.describe)["models"],
+        "backend": config.backend,
+        "models": identity["models"],
     }

@@ -8,10 +8,11 @@ from typing import Any
 
 from rich.text import Text
 
-from specplay.cli.options import add_sessions_dir_flag
+from specplay.cli.configure import given, sessions_dir_from
+from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import make_console
 from specplay.display.palette import visible
-from specplay.store import LaneRecord, Session, SessionError, find_session, load_session, sessions_dir
+from specplay.store import LaneRecord, Session, SessionError, find_session, load_session
 from specplay.store.diff import TokenDiff, is_lossless_greedy, token_diff, violation
 
 VLLM_CAVEAT = (
@@ -35,14 +36,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(command=diff)
 
 
-def open_session(name: str, directory_option: str | None) -> Session:
-    return load_session(find_session(name, sessions_dir(directory_option)))
+def open_session(name: str, args: argparse.Namespace) -> Session:
+    """A session by path or id, in the folder the flags name."""
+    return load_session(find_session(name, sessions_dir_from(given(args))))
 
 
 def _lanes(args: argparse.Namespace) -> tuple[Session, LaneRecord, Session, LaneRecord]:
-    a = open_session(args.a, args.sessions_dir)
+    a = open_session(args.a, args)
     if args.b is not None:
-        b = open_session(args.b, args.sessions_dir)
+        b = open_session(args.b, args)
         return a, a.main, b, b.main
     if a.baseline is None:
         raise SessionError(

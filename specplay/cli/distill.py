@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specplay.cli.options import warn
+from specplay.cli.render import warn
 from specplay.errors import ConfigError, SpecplayError
 
 

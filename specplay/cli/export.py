@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from specplay.cli.diff import open_session
-from specplay.cli.options import add_sessions_dir_flag
+from specplay.cli.flags import add_sessions_dir_flag
 from specplay.errors import SpecplayError
 from specplay.store.export import FORMATS, export_session
 
@@ -58,7 +58,7 @@ def _cannot_write(path: Path, exc: OSError) -> SpecplayError:
 
 
 def export(args: argparse.Namespace) -> int:
-    session = open_session(args.session, args.sessions_dir)
+    session = open_session(args.session, args)
     fmt = output_format(args.format, args.output)
     text = export_session(session, fmt)
     if args.output is None:

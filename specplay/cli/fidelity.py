@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
 
 from rich import box
 from rich.console import Console
@@ -21,21 +20,17 @@ from rich.progress import Progress
 from rich.table import Table
 
 from specplay import __version__
-from specplay.cli.backends import add_backend_flags, check_models, drafter_names, load_backend
-from specplay.cli.options import (
+from specplay.backends import blas_warning, open_source, thread_cleanup
+from specplay.cli.configure import comma_floats, given, run_config
+from specplay.cli.flags import (
+    add_backend_flags,
     add_decoding_flags,
     add_model_flags,
     add_prompt_flags,
     add_sessions_dir_flag,
-    comma_floats,
-    prompt_from,
-    route_map_from,
-    settings_from,
 )
-from specplay.cli.render import make_console
-from specplay.engine.loop import SpecEngine
-from specplay.engine.router import check_route
-from specplay.engine.settings import SpecSettings
+from specplay.cli.render import make_console, warn
+from specplay.config.run import RunConfig, check
 from specplay.errors import ConfigError
 from specplay.fidelity.measure import (
     DEFAULT_BUDGETS,
@@ -49,7 +44,6 @@ from specplay.fidelity.measure import (
     write_report,
 )
 from specplay.runner.thread import ModelThread
-from specplay.store import sessions_dir
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -63,7 +57,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_backend_flags(parser)
     add_prompt_flags(parser)
     add_decoding_flags(parser)
-    parser.set_defaults(temperature=1.0)  # fidelity is about sampled text: greedy would hide the spread
     output = parser.add_argument_group("fidelity")
     output.add_argument(
         "--budgets",
@@ -85,62 +78,61 @@ def parse_budgets(text: str) -> list[float]:
     return check_budgets(comma_floats(text, "budgets", "TV budgets in [0, 1]"))
 
 
-class _Checked(NamedTuple):
-    settings: SpecSettings
-    route_map: dict[str, str]
-    prompt: str
-    budgets: list[float]
+TEMPERATURE = 1.0
+"""Fidelity is about sampled text: greedy would hide the spread."""
 
 
-def _checked(args: argparse.Namespace) -> _Checked:
+def configure(args: argparse.Namespace) -> tuple[RunConfig, list[float]]:
     """Everything that can be checked without models, checked before loading them."""
-    if args.mode != "speculative":
+    flags = given(args)
+    if flags.get("mode", "speculative") != "speculative":
         raise ConfigError("mode", "does not apply: fidelity runs target-only, draft-only and speculative rows")
-    if args.tv != 0:
+    if flags.get("tv", 0) != 0:
         raise ConfigError("tv", "does not apply: give the TV budgets with --budgets")
-    if args.vllm_native:
-        raise ConfigError("vllm_native", "fixes k and the acceptance rule on the server; fidelity varies the TV budget")
     budgets = parse_budgets(args.budgets)
-    check_models(args)
-    settings = settings_from(args)
-    drafters = drafter_names(args)
-    route_map = route_map_from(args)
-    prompt = prompt_from(args)
-    if not drafters:
+    config = run_config({"temperature": TEMPERATURE} | flags)
+    if config.native:
+        raise ConfigError("vllm_native", "fixes k and the acceptance rule on the server; fidelity varies the TV budget")
+    if config.request.prompt is None:
+        raise ConfigError("prompt", "or --prompt-file is required")
+    if not config.drafter_names:
         raise ConfigError("draft", "is needed: fidelity compares a drafter's speculation with the target")
-    check_route(settings.route, drafters)
+    check(config)
     if args.samples < 1:
         raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
-    if args.max_tokens < 1:
-        raise ConfigError("max_tokens", f"must be at least 1 (got {args.max_tokens})")
     if args.plot is not None and not args.plot.parent.is_dir():
         raise ConfigError("plot", f"goes to a folder that does not exist ({str(args.plot.parent)!r})")
-    return _Checked(settings, route_map, prompt, budgets)
+    return config, budgets
 
 
 def fidelity(args: argparse.Namespace) -> int:
-    settings, route_map, prompt, budgets = _checked(args)
-    directory = sessions_dir(args.sessions_dir)
+    config, budgets = configure(args)
+    directory = config.sessions_dir
     check_writable(directory)
-    choice = load_backend(args)
-    thread = ModelThread(on_exit=choice.on_exit)
+    if message := blas_warning(config):
+        warn(message)
+    thread = ModelThread(on_exit=thread_cleanup(config))
     try:
-        backend = thread.call(choice.load)
-        identity = thread.call(backend.describe)
-        engine = SpecEngine(backend, route_map=route_map or None)
-        token_ids = tuple(backend.encode(prompt, raw=args.raw))
-        generate = engine_generator(engine, prompt, token_ids, settings, args.max_tokens)
-        seeds = range(args.seed, args.seed + args.samples)
+        source = thread.call(lambda: open_source(config))
+        if not source.capabilities.scoring:
+            raise ConfigError("backend", "cannot score text under the target here; fidelity needs a backend that can")
+        identity = thread.call(source.describe)
+        spec = config.request
+        assert spec.prompt is not None
+        token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
+        generate = engine_generator(source, spec.prompt, token_ids, config.settings, spec.max_tokens)
+        seeds = range(spec.seed, spec.seed + args.samples)
         with _progress() as on_sample:
             report = measure_fidelity(
                 # Both run on the model thread, which owns every MLX array (a vLLM backend scores
                 # through the target server's prompt_logprobs).
                 lambda mode, budget, seed: thread.call(lambda: generate(mode, budget, seed)),
-                lambda ids: thread.call(lambda: backend.score(token_ids, ids)),
+                lambda ids: thread.call(lambda: source.score(token_ids, ids)),
                 budgets,
                 seeds,
                 on_sample,
             )
+        thread.call(source.close)
     finally:
         thread.close()
 
@@ -148,12 +140,12 @@ def fidelity(args: argparse.Namespace) -> int:
     about = {
         "specplay_version": __version__,
         "created": now.isoformat(timespec="seconds"),
-        "prompt": prompt,
+        "prompt": spec.prompt,
         "prompt_token_ids": list(token_ids),
-        "raw": args.raw,
-        "max_tokens": args.max_tokens,
-        "settings": asdict(settings) | {"tv_budget": None},  # each speculative row has its own
-        "route_map": engine.route_map,
+        "raw": spec.raw,
+        "max_tokens": spec.max_tokens,
+        "settings": asdict(config.settings) | {"tv_budget": None},  # each speculative row has its own
+        "route_map": source.route_map,
         "backend": identity,
     }
     content = about | report.to_dict()
@@ -165,7 +157,7 @@ def fidelity(args: argparse.Namespace) -> int:
         print(json.dumps(content | {"report": str(saved), "plot": str(plot)}, ensure_ascii=False))
     else:
         console = make_console()
-        console.print(fidelity_table(report, remote=choice.kind == "vllm"))
+        console.print(fidelity_table(report, speed_measured=source.capabilities.wall_time_is_speed))
         console.print(f"saved {saved}\nplot {plot}", style="dim")
     return 0
 
@@ -186,9 +178,9 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _row_cells(row: FidelityRow, remote: bool) -> list[str]:
-    # Through vLLM inspection a speculative row's wall time is HTTP round trips, not speed.
-    tokens_per_s = None if remote and row.mode == "speculative" else row.tokens_per_s
+def _row_cells(row: FidelityRow, speed_measured: bool) -> list[str]:
+    # Where wall time is HTTP round trips (vLLM inspection), a speculative row's tokens/s is no speed.
+    tokens_per_s = row.tokens_per_s if speed_measured or row.mode != "speculative" else None
     ll = _number(row.log_likelihood_per_token)
     if row.log_likelihood_se is not None:
         ll += f" ± {row.log_likelihood_se:.2f}"
@@ -230,10 +222,10 @@ _CAPTION = (
 _REMOTE_CAPTION = "\ntok/s of speculative rows through vLLM: not shown, it would time HTTP round trips"
 
 
-def fidelity_table(report: FidelityReport, remote: bool = False) -> Table:
+def fidelity_table(report: FidelityReport, speed_measured: bool = True) -> Table:
     table = Table(
         title=f"fidelity · drafter {report.route} · {len(report.seeds)} samples per row",
-        caption=_CAPTION + (_REMOTE_CAPTION if remote else ""),
+        caption=_CAPTION + ("" if speed_measured else _REMOTE_CAPTION),
         caption_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -243,5 +235,5 @@ def fidelity_table(report: FidelityReport, remote: bool = False) -> Table:
     for header in _HEADERS:
         table.add_column(header, justify="right", no_wrap=True)
     for row in report.rows:
-        table.add_row(*_row_cells(row, remote))
+        table.add_row(*_row_cells(row, speed_measured))
     return table

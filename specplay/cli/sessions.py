@@ -9,9 +9,10 @@ from typing import Any
 
 from rich.table import Table
 
-from specplay.cli.options import add_sessions_dir_flag
+from specplay.cli.configure import given, sessions_dir_from
+from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import make_console
-from specplay.store import Session, SessionError, list_session_files, load_session, sessions_dir
+from specplay.store import Session, SessionError, list_session_files, load_session
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,12 +32,12 @@ def summarize(session: Session) -> dict[str, Any]:
         "created": session.header.get("created"),
         "prompt": session.prompt,
         "target": Path(models.get("target", {}).get("source", "?")).name,
-        "mode": lane.start.get("mode"),
-        "route": lane.start.get("route"),
-        "k": settings.get("k"),
-        "policy": settings.get("policy"),
-        "tv_budget": settings.get("tv_budget"),
-        "temperature": settings.get("sampling", {}).get("temperature"),
+        "mode": lane.start.mode if lane.start else None,
+        "route": lane.start.route if lane.start else None,
+        "k": settings.k,
+        "policy": settings.policy,
+        "tv_budget": settings.tv_budget,
+        "temperature": settings.sampling.temperature,
         "draft_acceptance_rate": metrics.get("draft_acceptance_rate"),
         "mean_acceptance_length": metrics.get("mean_acceptance_length"),
         "speedup": None,
@@ -47,7 +48,7 @@ def summarize(session: Session) -> dict[str, Any]:
 
     if baseline is not None and baseline.token_ids:
         tokens_per_s, target_tokens_per_s = metrics.get("tokens_per_s"), baseline.metrics.get("tokens_per_s")
-        if tokens_per_s and target_tokens_per_s:
+        if tokens_per_s and target_tokens_per_s and session.capabilities.wall_time_is_speed:
             row["speedup"] = tokens_per_s / target_tokens_per_s
         row["similarity_to_target"] = token_diff(lane.token_ids, baseline.token_ids).similarity
     return row
@@ -58,7 +59,7 @@ def _fmt(value: Any, pattern: str = "{}") -> str:
 
 
 def list_sessions(args: argparse.Namespace) -> int:
-    directory = sessions_dir(args.sessions_dir)
+    directory = sessions_dir_from(given(args))
     console = make_console()
     table = Table("created", "id", "prompt", "models", "settings", "acceptance", "speedup", "vs target", "")
     for path in list_session_files(directory):

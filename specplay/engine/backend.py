@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from specplay.engine.capabilities import Capabilities
 from specplay.engine.settings import SamplingParams
 
 
@@ -48,8 +49,9 @@ class VerifiedDraft:
     """Likewise for p_draft at the k drafted positions."""
 
 
-class Lane(Protocol):
-    """One sequence being generated: its committed tokens and the model caches behind them."""
+class Generation(Protocol):
+    """One sequence being generated: its committed tokens and the model caches behind them.
+    (The playground's lanes and a session's lanes are columns of a run; each runs one of these.)"""
 
     tokens: list[int]
     """Prompt and committed tokens."""
@@ -68,11 +70,15 @@ class Lane(Protocol):
         ...
 
     def verify(
-        self, draft: Any, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
+        self,
+        draft: Any,
+        sampling: SamplingParams,
+        residual_uniforms: Sequence[float],
+        bonus_uniform: float,
+        top_n: int = 0,
     ) -> VerifiedDraft:
-        """Score every drafted position with the target in one forward pass. Backends that can report
-        each distribution's top tokens set `reports_top_n = True` and accept a keyword `top_n`; the engine
-        passes it only when a request inspects, so plain runs pay nothing."""
+        """Score every drafted position with the target in one forward pass. With `top_n` > 0 (only
+        where the backend's capabilities say `top_n`), also report each distribution's top_n tokens."""
         ...
 
     def commit(self, tokens: Sequence[int]) -> None:
@@ -91,10 +97,20 @@ class Lane(Protocol):
         """Tokens held by each model's cache, by model name ("target" for the target)."""
         ...
 
+    def account(self) -> dict[str, Any]:
+        """What only the backend knows about this generation so far (which verify strategies ran,
+        whether every judged position was exact...); the engine puts it in the DoneEvent's metrics
+        under "backend". {} when there is nothing to add."""
+        ...
+
 
 class Backend(Protocol):
+    """Models that can draft and verify; `SpecEngine` makes it an event source."""
+
     drafters: tuple[str, ...]
     eos_token_ids: frozenset[int]
+    capabilities: Capabilities
+    """What it can do beyond drafting and verifying: top-N reports, scoring, whether wall time is a speed."""
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         """Prompt to token ids: through the chat template when there is one, unless `raw`."""
@@ -102,7 +118,24 @@ class Backend(Protocol):
 
     def detokenizer(self) -> Detokenizer: ...
 
-    def open_lane(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> Lane:
+    def token_text(self, token_id: int) -> str:
+        """One token's text, for views (the draft tape, drill-down); safe from any thread."""
+        ...
+
+    def open_generation(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> Generation:
         """Fresh caches for one generation; the models in `prefill` (None: the target) process
         the prompt now, the others when first used."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Backend and model identity for session files: sources, hashes, addresses; never a secret."""
+        ...
+
+    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+        """The target's log-probability, at temperature 1, of each of `token_ids` after the prompt
+        (where the capabilities say `scoring`)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; called on the model thread as it ends."""
         ...

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specplay.engine.settings import SpecSettings
+
 Source = Literal["accepted", "budget", "corrected", "bonus", "target", "draft"]
 """Where a committed token came from. accepted: a draft token the verifier kept. budget: kept only
 thanks to the TV budget (lossless acceptance would have rejected it under the same draw).
@@ -70,8 +72,8 @@ class StartEvent:
     """The router's choice for this prompt, used whenever the route setting is 'auto'."""
     prompt_token_ids: tuple[int, ...]
     seed: int
-    settings: Any
-    """The SpecSettings in force at the first round."""
+    settings: SpecSettings
+    """The settings in force at the first round."""
 
 
 @dataclass(frozen=True, slots=True)

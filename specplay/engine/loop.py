@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from specplay.engine.accept import judge, mentored_theta
-from specplay.engine.backend import Backend, Lane, VerifiedDraft
+from specplay.engine.backend import Backend, Generation, VerifiedDraft
 from specplay.engine.controls import LiveControls, settings_diff
 from specplay.engine.events import (
     ControlEvent,
@@ -36,11 +36,11 @@ from specplay.engine.events import (
 )
 from specplay.engine.metrics import Metrics
 from specplay.engine.policies import make_policy
-from specplay.engine.router import CodeProseRouter, Router, check_route_map, default_route_map, resolve_route
-from specplay.engine.settings import MODES, Mode
+from specplay.engine.request import Request
+from specplay.engine.router import CodeProseRouter, Router, resolve_route, route_map_for
+from specplay.engine.source import Clock
 from specplay.errors import ConfigError
 
-Clock = Callable[[], float]
 _POLICY_FIELDS = {
     "k",
     "policy",
@@ -56,34 +56,9 @@ TOP_N = 5
 """Candidates per distribution an inspecting request reports."""
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One generation: the prompt and what stays fixed for the whole run."""
-
-    prompt: str
-    """The text the router classifies."""
-    prompt_token_ids: tuple[int, ...]
-    mode: Mode = "speculative"
-    seed: int = 0
-    max_tokens: int = 256
-    ignore_eos: bool = False
-    pipeline: bool = True
-    """Target/draft-only: compute the next token while this one is handed over. Lanes that take
-    turns on one device turn it off, so no lane's work runs on another's time."""
-    inspect: bool = False
-    """Speculative: also report each distribution's top TOP_N tokens per position, for drill-down
-    views (costs a top-k per round on the device); ignored by backends that cannot."""
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError("mode", f"must be one of {', '.join(MODES)} (got {self.mode!r})")
-        if self.max_tokens < 1:
-            raise ConfigError("max_tokens", f"must be at least 1 (got {self.max_tokens})")
-        if not self.prompt_token_ids:
-            raise ConfigError("prompt", "encodes to no tokens; give a non-empty prompt")
-
-
 class SpecEngine:
+    """The event source of speculative decoding (and target-only, draft-only) over a backend."""
+
     def __init__(
         self,
         backend: Backend,
@@ -92,22 +67,35 @@ class SpecEngine:
         clock: Clock = time.perf_counter,
     ) -> None:
         self.backend = backend
+        self.capabilities = backend.capabilities
+        self.drafters = backend.drafters
         self.router = router or CodeProseRouter()
-        self.route_map: dict[str, str] = {}
-        if backend.drafters:  # classes the user's map leaves out keep their default drafter
-            self.route_map = default_route_map(self.router.classes, backend.drafters) | dict(route_map or {})
-            check_route_map(self.route_map, self.router.classes, backend.drafters)
+        self.route_map = route_map_for(self.router, backend.drafters, route_map)
         self.clock = clock
 
     def auto_route(self, prompt: str) -> str:
-        """The drafter the router picks for this prompt."""
         return self.route_map[self.router.classify(prompt)]
 
-    def generate(self, request: Request, controls: LiveControls) -> Iterator[Event]:
+    def encode(self, prompt: str, raw: bool) -> list[int]:
+        return self.backend.encode(prompt, raw)
+
+    def token_text(self, token_id: int) -> str:
+        return self.backend.token_text(token_id)
+
+    def describe(self) -> dict[str, Any]:
+        return self.backend.describe()
+
+    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+        return self.backend.score(prompt_token_ids, token_ids)
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def generate(self, request: Request, controls: LiveControls, clock: Clock | None = None) -> Iterator[Event]:
         """Run `request`, reading `controls` before every round; ends with a DoneEvent."""
         if request.mode != "target" and not self.backend.drafters:
             raise ConfigError("draft", f"is needed in {request.mode} mode; give at least one drafter")
-        return _Run(self, request, controls).events()
+        return _Run(self, request, controls, clock or self.clock).events()
 
 
 def _top(rows: list[list[tuple[int, float]]] | None, i: int) -> tuple[tuple[int, float], ...] | None:
@@ -128,8 +116,8 @@ def _bracket(verified: VerifiedDraft, i: int) -> tuple[float | None, float | Non
 class _Run:
     """The state of one generation."""
 
-    def __init__(self, engine: SpecEngine, request: Request, controls: LiveControls) -> None:
-        self.backend, self.clock = engine.backend, engine.clock
+    def __init__(self, engine: SpecEngine, request: Request, controls: LiveControls, clock: Clock) -> None:
+        self.backend, self.clock = engine.backend, clock
         self.request, self.controls = request, controls
         self.settings = controls.settings
         self.rng = np.random.default_rng(request.seed)
@@ -145,8 +133,8 @@ class _Run:
     def events(self) -> Iterator[Event]:
         self.metrics.start_s = self.clock()
         models = {"speculative": (None, self.route), "target": (None,), "draft": (self.route,)}
-        lane = self.backend.open_lane(self.request.prompt_token_ids, prefill=models[self.request.mode])
-        if self.request.inspect and getattr(lane, "reports_top_n", False):
+        generation = self.backend.open_generation(self.request.prompt_token_ids, prefill=models[self.request.mode])
+        if self.request.inspect and self.backend.capabilities.top_n:
             self.top_n = TOP_N
         yield StartEvent(
             self.request.mode,
@@ -156,11 +144,12 @@ class _Run:
             self.request.seed,
             self.settings,
         )
-        run = self._rounds(lane) if self.request.mode == "speculative" else self._steps(lane)
+        run = self._rounds(generation) if self.request.mode == "speculative" else self._steps(generation)
         finish = yield from run
         self.detokenizer.finalize()
         self.text_parts.append(self.detokenizer.last_segment)
-        yield DoneEvent(finish, tuple(self.generated), "".join(self.text_parts), self.metrics.to_dict())
+        metrics = self.metrics.to_dict() | generation.account()
+        yield DoneEvent(finish, tuple(self.generated), "".join(self.text_parts), metrics)
 
     def _take_controls(self) -> ControlEvent | None:
         """Adopt settings changed since the last round; say which, at which token."""
@@ -197,7 +186,7 @@ class _Run:
         eos = token_id in self.backend.eos_token_ids and not self.request.ignore_eos
         return eos or num_tokens == remaining
 
-    def _rounds(self, lane: Lane) -> Generator[Event, None, FinishReason]:
+    def _rounds(self, generation: Generation) -> Generator[Event, None, FinishReason]:
         for index in itertools.count():
             if event := self._take_controls():
                 yield event
@@ -212,14 +201,13 @@ class _Run:
             # k to draft, k to accept, k for corrections, one for the bonus.
             uniforms = self.rng.random(3 * k + 1)
             keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
-            draft = lane.draft(self.route, k, sampling, uniforms[:k], keep_drafting)
+            draft = generation.draft(self.route, k, sampling, uniforms[:k], keep_drafting)
             drafted_at = self.clock()
-            extra = {"top_n": self.top_n} if self.top_n else {}
-            verified = lane.verify(draft, sampling, uniforms[2 * k : 3 * k], float(uniforms[3 * k]), **extra)
+            verified = generation.verify(draft, sampling, uniforms[2 * k : 3 * k], float(uniforms[3 * k]), self.top_n)
             verified_at = self.clock()
 
             positions, committed = self._judge(verified, uniforms[k : 2 * k], remaining)
-            lane.commit([token_id for token_id, _ in committed])
+            generation.commit([token_id for token_id, _ in committed])
             token_index = len(self.generated)
             tokens, finish = self._emit(committed)
             num_accepted = sum(p.outcome in ("accepted", "budget") for p in positions)
@@ -286,7 +274,7 @@ class _Run:
     def _uniform(self) -> float:
         return float(self.rng.random())
 
-    def _steps(self, lane: Lane) -> Generator[Event, None, FinishReason]:
+    def _steps(self, generation: Generation) -> Generator[Event, None, FinishReason]:
         """Target-only or draft-only: one token per step, no acceptance."""
         source: Source = "target" if self.request.mode == "target" else "draft"
         stream: Iterator[int] | None = None
@@ -300,7 +288,9 @@ class _Run:
                 if self.controls.stop_requested:
                     return "cancelled"
                 if stream is None:
-                    stream = lane.generate(self.route, self.settings.sampling, self._uniform, self.request.pipeline)
+                    stream = generation.generate(
+                        self.route, self.settings.sampling, self._uniform, self.request.pipeline
+                    )
                 start = self.clock()
                 token_index = len(self.generated)
                 tokens, finish = self._emit([(next(stream), source)])

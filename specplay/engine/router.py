@@ -101,3 +101,13 @@ def check_route(route: str, drafters: Sequence[str]) -> None:
 def resolve_route(route: str, auto_choice: str) -> str:
     """The drafter a round uses: the pinned one, or the router's choice for this request."""
     return auto_choice if route == AUTO_ROUTE else route
+
+
+def route_map_for(router: Router, drafters: Sequence[str], user_map: Mapping[str, str] | None) -> dict[str, str]:
+    """The user's route map over the default one (classes it leaves out keep their default
+    drafter), checked; empty when there is no drafter to route to."""
+    if not drafters:
+        return {}
+    route_map = default_route_map(router.classes, drafters) | dict(user_map or {})
+    check_route_map(route_map, router.classes, drafters)
+    return route_map

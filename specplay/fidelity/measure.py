@@ -22,8 +22,9 @@ from rapidfuzz.distance import Levenshtein
 
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, StartEvent
-from specplay.engine.loop import Request, SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.settings import Mode, SpecSettings
+from specplay.engine.source import EventSource
 from specplay.errors import ConfigError, SpecplayError
 
 DEFAULT_BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -241,16 +242,16 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
 
 
 def engine_generator(
-    engine: SpecEngine, prompt: str, prompt_token_ids: Sequence[int], settings: SpecSettings, max_tokens: int
+    source: EventSource, prompt: str, prompt_token_ids: Sequence[int], settings: SpecSettings, max_tokens: int
 ) -> Generate:
-    """A Generate over the engine; call the result where the engine's backend may run."""
+    """A Generate over an event source; call the result where its models may run."""
 
     def generate(mode: Mode, tv_budget: float, seed: int) -> Sample:
         # EOS ends a sample as it would end a real answer: length is part of what may change.
         request = Request(prompt, tuple(prompt_token_ids), mode, seed, max_tokens, ignore_eos=False)
-        controls = LiveControls(replace(settings, tv_budget=tv_budget), engine.backend.drafters)
+        controls = LiveControls(replace(settings, tv_budget=tv_budget), source.drafters)
         route, done = None, None
-        for event in engine.generate(request, controls):
+        for event in source.generate(request, controls):
             if isinstance(event, StartEvent):
                 route = event.route
             elif isinstance(event, DoneEvent):

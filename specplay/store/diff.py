@@ -7,12 +7,13 @@ acceptance rule, or of numerics (the verify pass and single steps disagreeing on
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from rapidfuzz.distance import Levenshtein
 
+from specplay.engine.settings import SpecSettings
 from specplay.store.format import LaneRecord
 
 OpTag = Literal["equal", "insert", "delete", "replace"]
@@ -77,27 +78,25 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def is_lossless_greedy(settings: Mapping[str, Any]) -> bool:
+def is_lossless_greedy(settings: SpecSettings) -> bool:
     """Start settings under which the output must equal greedy target-only decoding."""
-    sampling = settings.get("sampling") or {}
-    return sampling.get("temperature") == 0 and settings.get("tv_budget") == 0
+    return settings.sampling.temperature == 0 and settings.tv_budget == 0
 
 
 def lossy_from(lane: LaneRecord) -> int | None:
     """The token index from which a live change (temperature or TV budget above 0) made the lane lossy."""
-    sampling = lane.settings.get("sampling") or {}
-    current = {"temperature": sampling.get("temperature"), "tv_budget": lane.settings.get("tv_budget")}
+    current = {"temperature": lane.settings.sampling.temperature, "tv_budget": lane.settings.tv_budget}
     for change in lane.changes:
-        for name, _old, new in change["changes"]:
+        for name, _old, new in change.changes:
             if name in _LOSSY_FIELDS:
                 current[name] = new
         if any(current.values()):
-            return change["token_index"]
+            return change.token_index
     return None
 
 
 def _cut_short(lane: LaneRecord) -> bool:
-    return lane.done is None or lane.done["finish_reason"] == "cancelled"
+    return lane.done is None or lane.done.finish_reason == "cancelled"
 
 
 def violation(main: LaneRecord, baseline: LaneRecord, diff: TokenDiff) -> int | None:

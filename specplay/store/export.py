@@ -10,7 +10,7 @@ import html
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich.style import Style
@@ -121,11 +121,13 @@ def _flatten(settings: dict[str, Any]) -> Iterator[tuple[str, Any]]:
 def _settings(session: Session) -> list[tuple[str, str]]:
     request = session.header.get("request") or {}
     lanes = session.header.get("lanes") or []
-    start = session.lanes[lanes[0]].start if lanes and lanes[0] in session.lanes else {}
+    start = session.lanes[lanes[0]].start if lanes and lanes[0] in session.lanes else None
     rows = [(str(k), fmt_setting(v)) for k, v in request.items()]
-    if start.get("route") is not None:
-        rows.append(("drafter", str(start["route"])))
-    rows += [(str(k), fmt_setting(v)) for k, v in _flatten(start.get("settings") or {})]
+    if start is None:
+        return rows
+    if start.route is not None:
+        rows.append(("drafter", str(start.route)))
+    rows += [(str(k), fmt_setting(v)) for k, v in _flatten(asdict(start.settings))]
     return rows
 
 
@@ -135,7 +137,7 @@ def _metric_rows(session: Session) -> list[tuple[str, list[str]]]:
     for lane in lanes:
         names += [name for name in lane.metrics if name not in names]
     rows = [(name, [fmt_value(lane.metrics.get(name)) for lane in lanes]) for name in names]
-    rows.append(("finish_reason", [fmt_value(lane.done and lane.done.get("finish_reason")) for lane in lanes]))
+    rows.append(("finish_reason", [fmt_value(lane.done.finish_reason if lane.done else None) for lane in lanes]))
     return rows
 
 
@@ -143,10 +145,8 @@ def _speedup(session: Session) -> str | None:
     baseline = session.baseline
     if baseline is None:
         return None
-    backend = session.header.get("backend") or {}
-    if backend.get("backend") == "vllm" and backend.get("mode") != "native":
-        # Inspection through servers: its wall time is HTTP round trips, not speculative speed.
-        return "speedup vs target-only: not measured (vLLM inspection times HTTP round trips)"
+    if not session.capabilities.wall_time_is_speed:
+        return "speedup vs target-only: not measured (the run's wall time was HTTP round trips)"
     tokens_per_s, target_tokens_per_s = session.main.metrics.get("tokens_per_s"), baseline.metrics.get("tokens_per_s")
     if not tokens_per_s or not target_tokens_per_s:
         return None
@@ -186,8 +186,8 @@ def change_lines(lane: LaneRecord) -> list[str]:
     """One line per live control change: at which token, and what changed."""
     lines = []
     for change in lane.changes:
-        what = ", ".join(f"{name} {fmt_setting(old)} → {fmt_setting(new)}" for name, old, new in change["changes"])
-        lines.append(f"token {change['token_index']}: {what}")
+        what = ", ".join(f"{name} {fmt_setting(old)} → {fmt_setting(new)}" for name, old, new in change.changes)
+        lines.append(f"token {change.token_index}: {what}")
     return lines
 
 

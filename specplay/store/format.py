@@ -16,11 +16,24 @@ reads as incomplete, and a last line torn by a kill is ignored.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specplay.engine.capabilities import Capabilities
+from specplay.engine.events import (
+    ControlEvent,
+    DoneEvent,
+    Event,
+    RecolourEvent,
+    RoundEvent,
+    StartEvent,
+    StepEvent,
+    Token,
+)
+from specplay.engine.settings import SpecSettings
 from specplay.errors import SpecplayError
+from specplay.store.codec import decode_event
 
 SCHEMA_VERSION = 1
 SUFFIX = ".jsonl"
@@ -32,53 +45,61 @@ class SessionError(SpecplayError):
 
 @dataclass
 class LaneRecord:
-    """One lane of a session, rebuilt from its events."""
+    """One lane's events, collected: what a session holds of it, or what a run printed."""
 
     name: str
-    start: dict[str, Any] = field(default_factory=dict)
-    token_ids: list[int] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
-    rounds: list[dict[str, Any]] = field(default_factory=list)
-    changes: list[dict[str, Any]] = field(default_factory=list)
-    done: dict[str, Any] | None = None
+    start: StartEvent | None = None
+    tokens: list[Token] = field(default_factory=list)
+    rounds: list[RoundEvent] = field(default_factory=list)
+    changes: list[ControlEvent] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    """Every event, in order."""
+    done: DoneEvent | None = None
 
     @property
     def complete(self) -> bool:
         return self.done is not None
 
     @property
-    def text(self) -> str:
-        return self.done["text"] if self.done else "".join(self.texts)
+    def token_ids(self) -> list[int]:
+        return [t.token_id for t in self.tokens]
 
     @property
-    def settings(self) -> dict[str, Any]:
-        return self.start.get("settings", {})
+    def texts(self) -> list[str]:
+        return [t.text for t in self.tokens]
+
+    @property
+    def sources(self) -> list[str]:
+        return [t.source for t in self.tokens]
+
+    @property
+    def text(self) -> str:
+        return self.done.text if self.done else "".join(self.texts)
+
+    @property
+    def settings(self) -> SpecSettings:
+        return self.start.settings if self.start else SpecSettings()
 
     @property
     def metrics(self) -> dict[str, Any]:
-        return self.done["metrics"] if self.done else {}
+        return self.done.metrics if self.done else {}
 
-    def add(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "start":
-            self.start = data
-        elif kind == "round":
-            self.rounds.append(data)
-            for token in data["tokens"]:
-                self._add_token(token)
-        elif kind == "step":
-            self._add_token(data["token"])
-        elif kind == "control":
-            self.changes.append(data)
-        elif kind == "recolour":  # a remote speculator's exact sources replace the streamed guess
-            self.sources = list(data["sources"])[: len(self.token_ids)]
-        elif kind == "done":
-            self.done = data
-
-    def _add_token(self, token: dict[str, Any]) -> None:
-        self.token_ids.append(token["token_id"])
-        self.texts.append(token["text"])
-        self.sources.append(token["source"])
+    def add(self, event: Event) -> None:
+        self.events.append(event)
+        if isinstance(event, StartEvent):
+            self.start = event
+        elif isinstance(event, RoundEvent):
+            self.rounds.append(event)
+            self.tokens.extend(event.tokens)
+        elif isinstance(event, StepEvent):
+            self.tokens.append(event.token)
+        elif isinstance(event, ControlEvent):
+            self.changes.append(event)
+        elif isinstance(event, RecolourEvent):  # a remote speculator's exact sources replace the streamed guess
+            recoloured = [replace(t, source=s) for t, s in zip(self.tokens, event.sources, strict=False)]
+            self.tokens[: len(recoloured)] = recoloured
+        elif isinstance(event, DoneEvent):
+            self.done = event
 
 
 @dataclass
@@ -97,6 +118,10 @@ class Session:
     @property
     def prompt(self) -> str:
         return self.header["prompt"]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities.from_record(self.header.get("capabilities"), self.header.get("backend") or {})
 
     @property
     def main(self) -> LaneRecord:
@@ -151,12 +176,14 @@ def load_session(path: Path) -> Session:
         raise SessionError(f"session {path} is corrupt: its header names no lanes")
     lanes = {name: LaneRecord(name) for name in names}
     complete = False
-    try:
-        for record in records[1:]:
-            if record["type"] == "event":
-                lanes.setdefault(record["lane"], LaneRecord(record["lane"])).add(record["kind"], record["data"])
-            elif record["type"] == "end":
-                complete = True
-    except (KeyError, TypeError) as exc:
-        raise SessionError(f"session {path} is corrupt: a record lacks {exc}") from None
+    for number, record in enumerate(records[1:], 2):
+        if record["type"] == "event":
+            try:
+                event = decode_event(record["kind"], record["data"])
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise SessionError(f"session {path} is corrupt: record {number} is not a valid event ({exc})") from None
+            if event is not None:
+                lanes.setdefault(record["lane"], LaneRecord(record["lane"])).add(event)
+        elif record["type"] == "end":
+            complete = True
     return Session(path, header, lanes, records, complete and all(lane.complete for lane in lanes.values()))

@@ -1,55 +1,54 @@
-"""A saved session as the `specplay run` flags that reproduce it."""
+"""A saved session as the configuration that ran it, for `run --replay` and `tui --open`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from specplay.store.format import Session
+from specplay.config.run import TARGET, ModelSpec, RunConfig, VllmOptions
+from specplay.store.codec import request_from_record
+from specplay.store.format import Session, SessionError
 
 
-def model_flags(backend: Mapping[str, Any]) -> list[str]:
-    """The model flags of a session's backend record. Local folders are saved absolute (a Hugging
-    Face id resolves to the same cached snapshot); servers by address, never with the API key,
-    which comes again from --api-key or $SPECPLAY_API_KEY."""
+def session_config(session: Session) -> RunConfig:
+    """Its models, request and the settings in force at the start of its main lane. Local folders
+    are saved absolute (a Hugging Face id resolves to the same cached snapshot); servers by
+    address, never with the API key, which comes again from --api-key or $SPECPLAY_API_KEY."""
+    backend = session.header.get("backend") or {}
+    try:
+        target, drafters, options = _models(backend)
+    except (KeyError, TypeError, AttributeError):
+        raise SessionError(
+            f"session {session.path} does not name its models; give them with --target and --draft"
+        ) from None
+    request = request_from_record(session.header.get("request") or {}, session.prompt)
+    route_map = dict((session.header.get("request") or {}).get("route_map") or {})
+    kind = "vllm" if backend.get("backend") == "vllm" else "mlx"
+    return RunConfig(target, drafters, kind, options, request, session.main.settings, route_map)
+
+
+def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...], VllmOptions]:
     models = dict(backend["models"])
-    target = models.pop("target")
+    target = models.pop(TARGET)
     if backend.get("backend") != "vllm":
-        flags = ["--target", target["path"]]
-        for name, model in models.items():
-            flags += ["--draft", f"{name}={model['path']}"]
-        return flags
-    flags = ["--backend", "vllm", "--target-url", target["source"]]
+        drafters = tuple(ModelSpec(name, "drafter", "mlx", m["path"]) for name, m in models.items())
+        return ModelSpec(TARGET, "target", "mlx", target["path"]), drafters, VllmOptions()
     if backend.get("mode") == "native":  # speculating servers are routed to by name, as drafters are
-        if "route" in target:
-            flags[-1] = f"{target['route']}={target['source']}"
+        params = {"route": target["route"]} if "route" in target else {}
         baseline = backend.get("baseline")
-        flags += ["--vllm-native", *(["--baseline-url", baseline["source"]] if baseline else [])]
-        return flags + [f for name, model in models.items() for f in ("--draft-url", f"{name}={model['source']}")]
-    for name, model in models.items():
-        # A drafter on this machine's MLX (mixed mode) has a folder; one on a server, an address.
-        local = model.get("backend") == "mlx"
-        flags += ["--draft", f"{name}={model['path']}"] if local else ["--draft-url", f"{name}={model['source']}"]
-    flags += ["--vllm-strategy", backend.get("verify_strategy", "auto")]
-    flags += ["--top-logprobs", str(backend.get("top_logprobs", 20))]
-    flags += ["--vllm-exact-correction"] if backend.get("exact_correction") else []
-    return flags
-
-
-def replay_flags(session: Session) -> list[str]:
-    """Models, prompt, request and the settings in force at the start of the main lane."""
-    request, lane = session.header["request"], session.main
-    settings, sampling, policy = lane.settings, lane.settings["sampling"], lane.settings["policy_params"]
-    flags = model_flags(session.header["backend"])
-    flags += ["--prompt", session.prompt, "--mode", request["mode"], "--seed", str(request["seed"])]
-    flags += ["--max-tokens", str(request["max_tokens"])]
-    flags += ["--raw"] if request.get("raw") else []
-    flags += ["--ignore-eos"] if request.get("ignore_eos") else []
-    for cls, drafter in request.get("route_map", {}).items():
-        flags += ["--route-map", f"{cls}={drafter}"]
-    flags += ["--k", str(settings["k"]), "--policy", settings["policy"], "--route", settings["route"]]
-    flags += ["--tv", str(settings["tv_budget"]), "--temperature", str(sampling["temperature"])]
-    flags += ["--top-p", str(sampling["top_p"]), "--top-k", str(sampling["top_k"]), "--min-p", str(sampling["min_p"])]
-    for name, value in policy.items():
-        flags += ["--" + name.replace("_", "-"), str(value)]
-    return flags
+        servers = tuple(ModelSpec(name, "drafter", "server", m["source"]) for name, m in models.items())
+        options = VllmOptions(native=True, baseline_url=baseline["source"] if baseline else None)
+        return ModelSpec(TARGET, "target", "server", target["source"], params), servers, options
+    # A drafter on this machine's MLX (mixed mode) has a folder; one on a server, an address.
+    drafters = tuple(
+        ModelSpec(name, "drafter", "mlx", m["path"])
+        if m.get("backend") == "mlx"
+        else ModelSpec(name, "drafter", "server", m["source"])
+        for name, m in models.items()
+    )
+    options = VllmOptions(
+        top_logprobs=int(backend.get("top_logprobs", 20)),
+        strategy=backend.get("verify_strategy", "auto"),
+        exact_correction=bool(backend.get("exact_correction")),
+    )
+    return ModelSpec(TARGET, "target", "server", target["source"]), drafters, options

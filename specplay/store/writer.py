@@ -11,31 +11,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from specplay import __version__
-from specplay.engine.events import (
-    ControlEvent,
-    DoneEvent,
-    Event,
-    RecolourEvent,
-    RoundEvent,
-    StartEvent,
-    StepEvent,
-)
+from specplay.engine.capabilities import Capabilities
+from specplay.engine.events import Event
+from specplay.store.codec import event_record
 from specplay.store.format import SCHEMA_VERSION, SUFFIX, SessionError
-
-_KINDS = {
-    StartEvent: "start",
-    ControlEvent: "control",
-    RoundEvent: "round",
-    StepEvent: "step",
-    RecolourEvent: "recolour",
-    DoneEvent: "done",
-}
 
 
 def _new_name(now: datetime) -> str:
@@ -51,7 +35,9 @@ class SessionWriter:
         lanes: list[str],
         backend: dict[str, Any],
         request: dict[str, Any],
+        capabilities: Capabilities,
     ) -> None:
+        """`backend` is the source's description, `request` the codec's request record."""
         now = datetime.now(UTC)
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -74,6 +60,7 @@ class SessionWriter:
                 "prompt_token_ids": list(prompt_token_ids),
                 "lanes": lanes,
                 "backend": backend,
+                "capabilities": capabilities.to_record(),
                 "request": request,
             }
         )
@@ -85,7 +72,7 @@ class SessionWriter:
         self._file.flush()  # in the OS's hands: survives the process being killed
 
     def write_event(self, lane: str, event: Event) -> None:
-        self._write({"type": "event", "lane": lane, "kind": _KINDS[type(event)], "data": asdict(event)})
+        self._write(event_record(lane, event))
 
     def finalize(self) -> Path:
         """Mark the session complete, atomically."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from specplay.backends.mlx.lane import MlxLane, ModelCache, fit_vocab
+from specplay.backends.mlx.generation import MlxGeneration, ModelCache, fit_vocab
 from specplay.backends.mlx.loading import (
     LoadedModel,
     check_token_mapping,
@@ -17,12 +17,15 @@ from specplay.backends.mlx.loading import (
     vocab_table,
 )
 from specplay.engine.backend import Detokenizer
+from specplay.engine.capabilities import Capabilities
 
 TARGET = "target"
 
 
 class MlxBackend:
-    """Models loaded once; each `open_lane` gets fresh caches, so lanes can run side by side."""
+    """Models loaded once; each `open_generation` gets fresh caches, so lanes can run side by side."""
+
+    capabilities = Capabilities(top_n=True, scoring=True)
 
     def __init__(self, target: LoadedModel, drafters: Mapping[str, LoadedModel]) -> None:
         self.target = target
@@ -54,14 +57,19 @@ class MlxBackend:
     def detokenizer(self) -> Detokenizer:
         return self.tokenizer.detokenizer
 
-    def open_lane(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> MlxLane:
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])  # the tokenizer holds no MLX state
+
+    def open_generation(
+        self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)
+    ) -> MlxGeneration:
         """Fresh caches; `prefill` names the models (None: the target) to bring up to the prompt now."""
         caches = {
             name: ModelCache(name, loaded.model, rewindable_cache(loaded), self.vocab_size)
             for name, loaded in self.models.items()
         }
         target = caches.pop(TARGET)
-        lane = MlxLane(target, caches, prompt_token_ids)
+        lane = MlxGeneration(target, caches, prompt_token_ids)
         for name in prefill:
             lane.prefill(target if name is None else caches[name])
         return lane
@@ -79,6 +87,9 @@ class MlxBackend:
         log_probs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         ids = mx.array(list(token_ids))[:, None]
         return mx.take_along_axis(log_probs, ids, axis=-1)[:, 0].tolist()
+
+    def close(self) -> None:
+        """Nothing to release here: MLX memory goes with the model thread's streams (release_thread)."""
 
 
 def load_mlx_backend(target: str, drafters: Sequence[tuple[str, str]] = ()) -> MlxBackend:

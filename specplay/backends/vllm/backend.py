@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,18 +9,21 @@ from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, connect, tokenize
 from specplay.backends.vllm.detok import RemoteDetokenizer, RemoteTokenizer
 from specplay.backends.vllm.errors import VllmError
-from specplay.backends.vllm.lane import Strategy, VllmLane
+from specplay.backends.vllm.generation import Strategy, VllmGeneration
 from specplay.backends.vllm.local import LocalDrafter
 from specplay.backends.vllm.remote import RemoteModel
-from specplay.backends.vllm.report import inspection_report
-from specplay.backends.vllm.urls import server_root
+from specplay.config.urls import server_root
 from specplay.engine.backend import Detokenizer
+from specplay.engine.capabilities import Capabilities
 
 TARGET = "target"
 
 
 class VllmBackend:
-    """Inspection mode. Connected once; each `open_lane` is an independent sequence."""
+    """Inspection mode. Connected once; each `open_generation` is an independent sequence."""
+
+    # Wall time here is mostly HTTP round trips and server recomputes, not speculative speed.
+    capabilities = Capabilities(wall_time_is_speed=False, scoring=True)
 
     def __init__(
         self,
@@ -35,14 +37,8 @@ class VllmBackend:
         self.exact_correction = exact_correction
         """Draw corrections exactly, by rejection from target samples (exact.py)."""
         self.drafters = tuple([*remote, *local])
-        self.strategies_run: Counter[str] = Counter()
-        """How many rounds each verify strategy ran."""
-        self.exact_draws: Counter[str] = Counter()
-        """What exact corrections cost, over all lanes (report.EXACT_KEYS)."""
-        self._lanes: list[VllmLane] = []
         self._tokenizer = next(iter(local.values())).loaded.tokenizer if local else None
         self.tokenizer: Any = self._tokenizer or RemoteTokenizer(target.client, target.model)
-        """For views that decode single tokens (the playground's draft tape)."""
         self._static_eos = frozenset(self._tokenizer.eos_token_ids) if self._tokenizer is not None else frozenset()
 
     @property
@@ -50,17 +46,6 @@ class VllmBackend:
         """The local tokenizer's EOS ids, and those the servers showed by stopping on them."""
         learned = set(self.target.eos_token_ids).union(*(m.eos_token_ids for m in self.remote.values()))
         return self._static_eos | frozenset(learned)
-
-    @property
-    def approximate(self) -> bool:
-        """Whether any judged position so far knew only the top-K of p_target."""
-        return any(lane.approximate for lane in self._lanes)
-
-    def inspection_report(self, metrics: dict[str, Any]) -> dict[str, Any]:
-        """Tokens per target call, modelled speedup, strategies run, approximate or not, and what
-        exact corrections cost when they are on."""
-        exact_draws = self.exact_draws if self.exact_correction else None
-        return inspection_report(metrics, self.strategies_run, self.approximate, exact_draws)
 
     def describe(self) -> dict[str, Any]:
         """Backend and model identity for session files: addresses and versions, never the API key."""
@@ -99,20 +84,16 @@ class VllmBackend:
             return self._tokenizer.detokenizer
         return RemoteDetokenizer(self.target.client, self.target.model)
 
-    def open_lane(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> VllmLane:
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    def open_generation(
+        self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)
+    ) -> VllmGeneration:
         """`prefill` is ignored: servers fill their caches on the first request."""
-        lane = VllmLane(
-            self.target,
-            self.remote,
-            self.local,
-            prompt_token_ids,
-            self.strategy,
-            self.strategies_run,
-            self.exact_correction,
-            self.exact_draws,
+        return VllmGeneration(
+            self.target, self.remote, self.local, prompt_token_ids, self.strategy, self.exact_correction
         )
-        self._lanes = [*self._lanes[-7:], lane]
-        return lane
 
     def close(self) -> None:
         for model in [self.target, *self.remote.values()]:

@@ -1,4 +1,4 @@
-"""Exact corrections from server samples (vllm-api.md §7(a) item 5), as small pure functions.
+"""Exact corrections from server samples, as small pure functions.
 
 After a rejection the correction must come from norm((p_target - p_draft)+). From the top-K alone
 that residual is approximate (topk.py). Rejection sampling makes it exact: draw y ~ p_target on the
@@ -9,7 +9,7 @@ server reports for every token it samples, and p_draft(y), which the drafter lis
 bracketed and looked up only when the bracket leaves the decision open.
 
 Requests are the cost and the engine reads only the first rejected position's correction, so the
-lane hands the engine LazyCorrections: a position's draws happen when its correction is read.
+generation hands the engine LazyCorrections: a position's draws happen when its correction is read.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx, see 
 import mlx.core as mx
 import numpy as np
 
-from specplay.backends.mlx.lane import ModelCache
+from specplay.backends.mlx.generation import ModelCache
 from specplay.backends.mlx.loading import LoadedModel, rewindable_cache, vocab_table
 from specplay.backends.vllm.topk import TopK
 from specplay.engine.accept import inverse_cdf_sample

@@ -18,8 +18,6 @@ from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import served_model, server_version
 from specplay.engine.events import Source
 
-NATIVE_ROUTE = "server"
-"""The route name of a speculating server given without one (`--target-url URL`)."""
 SPEC_COUNTERS = (
     "vllm:spec_decode_num_drafts_total",
     "vllm:spec_decode_num_draft_tokens_total",
@@ -47,13 +45,6 @@ def recolour(num_tokens: int, per_step_accepted: Sequence[int], per_step_drafted
 # The heuristic when no per-step arrays come back: a streamed chunk of n tokens is taken as one
 # step with n - 1 accepted drafts, its last token a bonus when n - 1 == k, else corrected. Wrong
 # whenever the server merged chunks (a lagging client) or skipped steps without drafts (ngram).
-def chunk_sources(chunk_sizes: Sequence[int], k: int | None) -> list[Source]:
-    sources: list[Source] = []
-    for i, size in enumerate(chunk_sizes):
-        sources += chunk_guess(size, k, first=i == 0)
-    return sources
-
-
 def chunk_guess(size: int, k: int | None, first: bool) -> list[Source]:
     """One chunk's sources by the heuristic above; the stream's first chunk opens with the
     prefill token, the target's alone."""

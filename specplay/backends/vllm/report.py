@@ -18,28 +18,24 @@ EXACT_KEYS = (
     "drafter_requests",  # logprob_token_ids look-ups on drafter servers
     "local_lookups",  # local drafter rows recomputed (their listed top was cut)
 )
-"""What exact corrections cost (vllm-api.md §7(a) item 5), as counted by the lanes."""
+"""What exact corrections cost, as each generation counts them."""
 
 
-def inspection_report(
-    metrics: Mapping[str, Any],
-    strategies_run: Mapping[str, int],
-    approximate: bool,
-    exact_draws: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
-    """From a speculative lane's metrics: tokens per target call (its mean acceptance length), the
-    speedup Leviathan's formula predicts from the measured acceptance and draft/target cost ratio
-    (c = one drafted token's time over one verify's), which verify strategies ran, whether any
-    position was judged from the target's top-K only, and, with exact corrections on, what they
-    cost (None when off)."""
+def inspection_report(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """From a speculative lane's metrics and the account its generation left under "vllm": tokens
+    per target call (its mean acceptance length), the modelled speedup (engine/speedup.py, with c
+    one drafted token's time over one verify call's), which verify strategies ran, whether any
+    position was judged from the target's top-K only, and what exact corrections cost (None when
+    off)."""
+    account = metrics.get("vllm") or {}
     prediction = predict_modelled(metrics)
     return {
-        "verify_strategies": dict(strategies_run),
-        "approximate": approximate,
+        "verify_strategies": dict(account.get("verify_strategies") or {}),
+        "approximate": bool(account.get("approximate")),
         "tokens_per_target_call": metrics.get("mean_acceptance_length"),
         "cost_ratio": prediction.cost_ratio,
         "modelled_speedup": prediction.speedup,
-        "exact_correction": None if exact_draws is None else {key: int(exact_draws.get(key, 0)) for key in EXACT_KEYS},
+        "exact_correction": account.get("exact_correction"),
     }
 
 

@@ -3,7 +3,7 @@
 A vLLM server returns, per position, the K most probable tokens with exact log-probabilities
 (plus the actual or sampled token). The mass not listed, the tail, is then known exactly:
 tail = 1 - sum(listed). Everything here works on that pair; a full distribution is the case
-tail = 0. The formulas are those of vllm-api.md §7.
+tail = 0. Each function states the bound it computes and why it holds.
 """
 
 from __future__ import annotations

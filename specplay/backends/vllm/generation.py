@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from specplay.backends.vllm.exact import (
 from specplay.backends.vllm.local import LocalDraftCache, LocalDrafter
 from specplay.backends.vllm.protocol import Choice
 from specplay.backends.vllm.remote import RemoteModel
+from specplay.backends.vllm.report import EXACT_KEYS
 from specplay.backends.vllm.topk import (
     TopK,
     from_logprobs,
@@ -114,7 +115,7 @@ class _Rejected:
         return [*self.context, *self.drafted[: self.position]]
 
 
-class VllmLane:
+class VllmGeneration:
     def __init__(
         self,
         target: RemoteModel,
@@ -122,21 +123,31 @@ class VllmLane:
         local: dict[str, LocalDrafter],
         prompt_token_ids: Sequence[int],
         strategy: Strategy,
-        strategies_run: Counter[str],
         exact_correction: bool = False,
-        exact_draws: Counter[str] | None = None,
     ) -> None:
         self.target, self.remote = target, remote
         self.local: dict[str, LocalDraftCache] = {name: drafter.open() for name, drafter in local.items()}
         self.tokens = list(prompt_token_ids)
         self.strategy = strategy
-        self.strategies_run = strategies_run
+        self.strategies_run: Counter[str] = Counter()
+        """How many rounds each verify strategy ran."""
         self.exact_correction = exact_correction
-        self.exact_draws: Counter[str] = Counter() if exact_draws is None else exact_draws
+        self.exact_draws: Counter[str] = Counter()
         """What exact corrections cost: see report.EXACT_KEYS."""
         self.approximate = False
         """Set once any position was judged from top-K only, or a correction came from the top-K
         residual where an exact one was asked for (cap reached)."""
+
+    def account(self) -> dict[str, Any]:
+        """This generation's own account, under "vllm" in its DoneEvent's metrics (report.py reads it)."""
+        exact = {key: self.exact_draws[key] for key in EXACT_KEYS} if self.exact_correction else None
+        return {
+            "vllm": {
+                "verify_strategies": dict(self.strategies_run),
+                "approximate": self.approximate,
+                "exact_correction": exact,
+            }
+        }
 
     # --- drafting -------------------------------------------------------------------------------
 
@@ -178,8 +189,14 @@ class VllmLane:
         return "prefixes" if len(self.tokens) >= LONG_CONTEXT else "prompt-logprobs"
 
     def verify(
-        self, draft: VllmDraft, sampling: SamplingParams, residual_uniforms: Sequence[float], bonus_uniform: float
+        self,
+        draft: VllmDraft,
+        sampling: SamplingParams,
+        residual_uniforms: Sequence[float],
+        bonus_uniform: float,
+        top_n: int = 0,
     ) -> VerifiedDraft:
+        """`top_n` is never asked of this backend (its capabilities say no top-N reports)."""
         strategy = self._pick_strategy()
         self.strategies_run[strategy] += 1
         seed = seed_of(bonus_uniform)
@@ -294,7 +311,7 @@ class VllmLane:
         if self.exact_correction:
             corrections = LazyCorrections(draws if exact else [self._counted_inexact(d) for d in draws])
         else:
-            corrections = [draw() for draw in draws]  # as before: every position's top-K draw, eagerly
+            corrections = [draw() for draw in draws]  # each top-K draw costs nothing: drawn eagerly
         argmax = [t.argmax for t in targets]
         return VerifiedDraft(list(draft.tokens), p_target, p_draft, tv_hi, argmax, corrections, bonus, tv_lo, bounds)
 

@@ -11,8 +11,9 @@ reports none. A plain server of the same target, read the same way, gives the ta
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,6 @@ from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, tokeni
 from specplay.backends.vllm.detok import RemoteTokenizer
 from specplay.backends.vllm.errors import VllmError
 from specplay.backends.vllm.native import (
-    NATIVE_ROUTE,
     PER_POSITION,
     RUNNING,
     NativeServer,
@@ -33,7 +33,9 @@ from specplay.backends.vllm.native import (
 )
 from specplay.backends.vllm.protocol import completion_body
 from specplay.backends.vllm.remote import RemoteModel
-from specplay.backends.vllm.urls import named_url, server_root
+from specplay.config.run import NATIVE_ROUTE
+from specplay.config.urls import server_root
+from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import (
     DoneEvent,
@@ -46,12 +48,12 @@ from specplay.engine.events import (
     StepEvent,
     Token,
 )
-from specplay.engine.loop import Request
 from specplay.engine.metrics import Metrics
-from specplay.engine.router import resolve_route
+from specplay.engine.request import Request
+from specplay.engine.router import CodeProseRouter, Router, resolve_route, route_map_for
 from specplay.engine.settings import K_LIMIT, SpecSettings
-
-Clock = Callable[[], float]
+from specplay.engine.source import Clock
+from specplay.errors import ConfigError
 
 
 def chunk_texts(tokenizer: RemoteTokenizer, token_ids: list[int], text: str) -> list[str]:
@@ -124,24 +126,47 @@ def _read(
         stream.close()
 
 
-class NativeBackend:
-    """The model host's backend in native mode: speculating servers of one target, each with its
-    own drafter (`servers`, by route name; routing picks one per request), and optionally a plain
-    server of the same target (`baseline`) for the target-only lane, which makes the measured
+FIXED_BY = "fixed by the server's --speculative-config: k, drafter, acceptance rule (a restart changes them)"
+
+
+class NativeSource:
+    """An event source of vLLM speculating on its own: speculating servers of one target, each with
+    its own drafter (`servers`, by route name; routing picks one per request), and optionally a
+    plain server of the same target (`baseline`) for the target-only lane, which makes the measured
     speedup a fair one: both lanes' times are the servers' own streaming."""
 
-    native = True
-
-    def __init__(self, servers: dict[str, NativeServer], baseline: VllmBackend | None = None) -> None:
+    def __init__(
+        self,
+        servers: dict[str, NativeServer],
+        baseline: VllmBackend | None = None,
+        router: Router | None = None,
+        route_map: Mapping[str, str] | None = None,
+        clock: Clock = time.perf_counter,
+    ) -> None:
         self.servers, self.baseline = servers, baseline
         self.drafters = tuple(servers)
-        self.eos_token_ids: frozenset[int] = frozenset()
+        self.capabilities = Capabilities(
+            live_controls=False,
+            fixed_by=FIXED_BY,
+            modes=("speculative", "target") if baseline is not None else ("speculative",),
+            lanes_take_turns=False,
+            recolours=True,
+        )
+        self.router = router or CodeProseRouter()
+        self.route_map = route_map_for(self.router, self.drafters, route_map)
+        self.clock = clock
         first = next(iter(servers.values()))
         self.tokenizer = RemoteTokenizer(first.client, first.model)
         self._encoder = VllmBackend(RemoteModel(first.client, first.model), {}, {})
 
+    def auto_route(self, prompt: str) -> str:
+        return self.route_map[self.router.classify(prompt)]
+
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self._encoder.encode(prompt, raw)
+
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
 
     def describe(self) -> dict[str, Any]:
         """The first server as the target (with its route name), the others by route name."""
@@ -154,18 +179,26 @@ class NativeBackend:
             identity["baseline"] = self.baseline.describe()["models"]["target"]
         return identity
 
+    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+        raise ConfigError("vllm_native", "cannot score text: give the target's server without --vllm-native")
+
     def close(self) -> None:
         for server in self.servers.values():
             server.client.close()
         if self.baseline is not None:
             self.baseline.close()
 
-    def baseline_events(self, request: Request, controls: LiveControls, clock: Clock) -> Iterator[Event]:
-        """Target-only on the baseline server (given to connect), read as the native lane is."""
-        assert self.baseline is not None
-        return baseline_events(self.baseline, self.tokenizer, request, controls, clock)
+    def generate(self, request: Request, controls: LiveControls, clock: Clock | None = None) -> Iterator[Event]:
+        """Speculative on the server the route picks; target-only on the baseline server."""
+        clock = clock or self.clock
+        if request.mode not in self.capabilities.modes:
+            raise ConfigError("mode", f"{request.mode} cannot run in native mode: {FIXED_BY}")
+        if request.mode == "target":
+            assert self.baseline is not None
+            return baseline_events(self.baseline, self.tokenizer, request, controls, clock)
+        return self._speculative(request, controls, clock, self.auto_route(request.prompt))
 
-    def events(self, request: Request, controls: LiveControls, clock: Clock, auto_route: str) -> Iterator[Event]:
+    def _speculative(self, request: Request, controls: LiveControls, clock: Clock, auto_route: str) -> Iterator[Event]:
         """One native request as engine events, on the server the route setting picks (`auto_route`
         when it is auto); `controls` is read for its settings at the start and for a stop request
         between chunks (the server fixes k, drafter and acceptance rule)."""
@@ -283,12 +316,13 @@ def connect_native(
     baseline_url: str | None = None,
     api_key: str | None = None,
     timeout_s: float = 60.0,
-) -> NativeBackend:
-    """Connect to a speculating server (`[NAME=]URL`, route NAME or NATIVE_ROUTE), to `more` (name,
-    URL) speculating servers of the same target, and, when given, to a plain server of it; all
-    must tokenize alike."""
-    name, url = named_url(target_url, "target_url")
-    urls = [(name or NATIVE_ROUTE, url), *((name, server_root(url, "draft_url")) for name, url in more)]
+    route: str = NATIVE_ROUTE,
+    route_map: Mapping[str, str] | None = None,
+) -> NativeSource:
+    """Connect to a speculating server (routed to as `route`), to `more` (name, URL) speculating
+    servers of the same target, and, when given, to a plain server of it; all must tokenize alike.
+    `route_map` sends router classes to servers."""
+    urls = [(route, server_root(target_url)), *((name, server_root(url, "draft_url")) for name, url in more)]
     servers = {name: NativeServer(VllmClient(name, url, api_key, timeout_s)) for name, url in urls}
     ids = {
         f"native server {name!r} ({s.client.root})": tokenize(s.client, s.model, PROBE_TEXT)
@@ -300,4 +334,4 @@ def connect_native(
         target = baseline.target
         ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
     check_same_tokens(ids)
-    return NativeBackend(servers, baseline)
+    return NativeSource(servers, baseline, route_map=route_map)

@@ -91,11 +91,8 @@ def _ranked(ids: mx.array, probs: mx.array) -> list[list[tuple[int, float]]]:
     ]
 
 
-class MlxLane:
+class MlxGeneration:
     """Caches for one sequence. Between rounds every cache holds a prefix of `tokens[:-1]`."""
-
-    reports_top_n = True
-    """verify(top_n=n) also reports each distribution's n most likely tokens, for drill-down views."""
 
     def __init__(self, target: ModelCache, drafters: dict[str, ModelCache], prompt_token_ids: Sequence[int]) -> None:
         self.target, self.drafters = target, drafters
@@ -222,3 +219,6 @@ class MlxLane:
 
     def cache_lengths(self) -> dict[str, int]:
         return {model.name: model.offset() for model in self._models()}
+
+    def account(self) -> dict[str, Any]:
+        return {}  # every number of a round is exact and in its events

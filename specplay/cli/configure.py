@@ -1,0 +1,156 @@
+"""Flags to a RunConfig: the one place a command's flags become its configuration.
+
+`given(args)` keeps only the flags the user typed; `run_config` lays them over a base, the
+defaults or a saved session's configuration (`--replay`, `--open`). Model flags replace the
+base's models as a whole; every other flag replaces its one value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from specplay.cli.flags import API_KEY_ENV
+from specplay.config.demo import demo_model_paths
+from specplay.config.run import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
+from specplay.config.urls import named_url, server_root
+from specplay.engine.router import CodeProseRouter, route_map_for
+from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
+from specplay.errors import ConfigError
+from specplay.store.location import sessions_dir
+
+MODEL_FLAGS = ("backend", "target", "draft", "target_url", "draft_url", "vllm_native", "baseline_url")
+_SPEC_FLAGS = {"k": "k", "policy": "policy", "route": "route", "tv": "tv_budget"}
+_SAMPLING_FLAGS = tuple(SamplingParams.__dataclass_fields__)
+_POLICY_FLAGS = tuple(PolicyParams.__dataclass_fields__)
+_REQUEST_FLAGS = ("raw", "mode", "seed", "max_tokens", "ignore_eos")
+_VLLM_FLAGS = {
+    "top_logprobs": "top_logprobs",
+    "vllm_strategy": "strategy",
+    "vllm_exact_correction": "exact_correction",
+    "timeout": "timeout_s",
+}
+
+
+def given(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags the user gave (the shared flags have no argparse default; a None default is not
+    given either), command plumbing left out."""
+    return {k: v for k, v in vars(args).items() if v is not None and k not in ("command", "argv")}
+
+
+def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunConfig:
+    """`flags` (from `given`) over `base`; with neither model flags nor a base, the demo models."""
+    new_models = base is None or any(name in flags for name in MODEL_FLAGS)
+    if new_models:
+        backend, target, drafters, vllm = models_from(flags)
+    else:
+        assert base is not None
+        backend, target, drafters, vllm = base.backend, base.target, base.drafters, base.vllm
+    vllm = replace(
+        vllm,
+        api_key=flags.get("api_key") or os.environ.get(API_KEY_ENV) or None,
+        **{field: flags[flag] for flag, field in _VLLM_FLAGS.items() if flag in flags},
+    )
+    start = base or RunConfig(target, drafters)
+    request = replace(start.request, **{name: flags[name] for name in _REQUEST_FLAGS if name in flags})
+    if "prompt" in flags or "prompt_file" in flags:
+        request = replace(request, prompt=prompt_from(flags))
+    settings = settings_from(flags, start.settings)
+    user_map = {} if new_models else dict(start.route_map)  # a base's map names the base's drafters
+    if "route_map" in flags:
+        user_map = dict(pairs(flags["route_map"], "route_map", "CLASS=NAME"))
+    config = RunConfig(target, drafters, backend, vllm, request, settings, user_map, sessions_dir_from(flags))
+    if new_models and base is not None and "route" not in flags and settings.route not in config.drafter_names:
+        config = replace(config, settings=replace(settings, route=AUTO_ROUTE))  # the base's drafter is gone
+    # The resolved map (classes the user left out go to their default drafter), as sessions record it.
+    return replace(config, route_map=route_map_for(CodeProseRouter(), config.drafter_names, config.route_map))
+
+
+def sessions_dir_from(flags: Mapping[str, Any]) -> Path:
+    """--sessions-dir, else $SPECPLAY_SESSIONS_DIR, else ./sessions (a session's own folder never counts)."""
+    return sessions_dir(flags.get("sessions_dir"))
+
+
+def settings_from(flags: Mapping[str, Any], base: SpecSettings) -> SpecSettings:
+    """The live settings the flags give over `base`; a bad value raises ConfigError naming its field."""
+    sampling = replace(base.sampling, **{name: flags[name] for name in _SAMPLING_FLAGS if name in flags})
+    policy = replace(base.policy_params, **{name: flags[name] for name in _POLICY_FLAGS if name in flags})
+    spec = {field: flags[flag] for flag, field in _SPEC_FLAGS.items() if flag in flags}
+    return replace(base, sampling=sampling, policy_params=policy, **spec)
+
+
+def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple[ModelSpec, ...], VllmOptions]:
+    """(backend, target, drafters, vLLM options) from the model flags; none at all: the demo models."""
+    backend: BackendKind = flags.get("backend", "mlx")
+    local = tuple(ModelSpec(name, "drafter", "mlx", location) for name, location in named_drafters(flags))
+    if backend == "mlx":
+        if "target_url" in flags or "draft_url" in flags:
+            raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
+        if "target" in flags:
+            return backend, ModelSpec(TARGET, "target", "mlx", flags["target"]), local, VllmOptions()
+        if local:
+            raise ConfigError("target", "is needed with --draft (or leave out both to use the demo models)")
+        target, drafters = demo_model_paths()
+        demo = tuple(ModelSpec(name, "drafter", "mlx", str(path)) for name, path in drafters.items())
+        return backend, ModelSpec(TARGET, "target", "mlx", str(target)), demo, VllmOptions()
+    if "target" in flags:
+        raise ConfigError("target", "is for local models; with --backend vllm give --target-url URL")
+    if "target_url" not in flags:
+        raise ConfigError("target_url", "is required with --backend vllm (e.g. http://gpu-box:8000/v1)")
+    native = bool(flags.get("vllm_native"))
+    if native:  # speculating servers are routed to by name, as drafters are
+        route, root = named_url(flags["target_url"], "target_url")
+        target = ModelSpec(TARGET, "target", "server", root, {"route": route} if route else {})
+    else:
+        target = ModelSpec(TARGET, "target", "server", server_root(flags["target_url"]))
+    remote = tuple(
+        ModelSpec(name or f"draft{i + 1}", "drafter", "server", url)
+        for i, (name, url) in enumerate(named_url(value) for value in flags.get("draft_url", []))
+    )
+    baseline = server_root(flags["baseline_url"], "baseline_url") if "baseline_url" in flags else None
+    return backend, target, (*remote, *local), VllmOptions(native=native, baseline_url=baseline)
+
+
+def named_drafters(flags: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, model) of each --draft; a drafter without NAME= is named after its folder."""
+    named = []
+    for value in flags.get("draft", []):
+        name, sep, spec = value.partition("=")
+        if not sep or "/" in name:  # an unnamed path may itself contain '='
+            name, spec = Path(value.rstrip("/")).name, value
+        named.append((name, spec))
+    return named
+
+
+def pairs(values: list[str], field: str, what: str) -> list[tuple[str, str]]:
+    out = []
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            raise ConfigError(field, f"takes {what} (got {value!r})")
+        out.append((name, rest))
+    return out
+
+
+def comma_floats(text: str, field: str, what: str) -> list[float]:
+    """A comma-separated list of numbers, or a ConfigError saying what the flag takes."""
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(field, f"takes {what} separated by commas (got {text!r})") from None
+
+
+def prompt_from(flags: Mapping[str, Any]) -> str:
+    if "prompt" in flags:
+        return flags["prompt"]
+    path: Path = flags["prompt_file"]
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("prompt_file", f"{str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("prompt_file", f"{str(path)!r} cannot be read: {exc}") from None

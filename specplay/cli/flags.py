@@ -1,0 +1,197 @@
+"""The flags shared by the commands that run models. Parsing only: `configure.py` turns them into
+a RunConfig. These flags have no argparse default, so a command knows which ones the user gave
+(a session's settings apply where the user gave none); the defaults live in the configuration."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import NoReturn
+
+from specplay.config.run import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
+from specplay.engine.settings import AUTO_ROUTE, MODES, POLICIES, PolicyParams, SamplingParams, SpecSettings
+
+UNSET = argparse.SUPPRESS
+API_KEY_ENV = "SPECPLAY_API_KEY"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line, without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("models (default: the shipped demo target with drafters base and prose)")
+    group.add_argument(
+        "--target", metavar="PATH|ID", default=UNSET, help="target model: mlx-lm folder or cached Hugging Face id"
+    )
+    group.add_argument(
+        "--draft",
+        metavar="[NAME=]PATH|ID",
+        action="append",
+        default=UNSET,
+        help="a drafter; repeat for a mixture of speculators (named after its folder unless NAME= is given)",
+    )
+
+
+def add_backend_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = VllmOptions()
+    group = parser.add_argument_group("backend (--backend vllm drives vLLM servers on a GPU box)")
+    group.add_argument("--backend", choices=BACKENDS, default=UNSET, help="where the models run (default mlx)")
+    group.add_argument(
+        "--target-url",
+        metavar="[NAME=]URL",
+        default=UNSET,
+        help="vllm: the target's server, e.g. http://gpu-box:8000/v1 or its root (NAME=: its route in native mode)",
+    )
+    group.add_argument(
+        "--draft-url",
+        metavar="[NAME=]URL",
+        action="append",
+        default=UNSET,
+        help="vllm: a drafter's server; repeat for several (--draft NAME=PATH adds a local MLX drafter)",
+    )
+    group.add_argument("--api-key", metavar="KEY", default=UNSET, help=f"vllm: bearer token (default ${API_KEY_ENV})")
+    group.add_argument(
+        "--top-logprobs",
+        type=int,
+        default=UNSET,
+        metavar="K",
+        help=f"vllm: top-K logprobs per position (default {defaults.top_logprobs}, the server's cap)",
+    )
+    group.add_argument(
+        "--vllm-strategy",
+        choices=STRATEGIES,
+        default=UNSET,
+        help="vllm: verify with prompt_logprobs, or with the k+1 prefixes (keeps the prefix cache); "
+        "auto (the default) picks by context length",
+    )
+    group.add_argument(
+        "--vllm-exact-correction",
+        action="store_true",
+        default=UNSET,
+        help="vllm: draw each correction exactly, by rejection from the target's samples at T > 0 "
+        "(extra requests at rejected positions only)",
+    )
+    group.add_argument(
+        "--vllm-native",
+        action="store_true",
+        default=UNSET,
+        help="vllm: let the target's server speculate itself (--speculative-config) and watch",
+    )
+    group.add_argument(
+        "--baseline-url",
+        metavar="URL",
+        default=UNSET,
+        help="vllm native, playground: a plain server of the same target, for the target-only lane",
+    )
+    group.add_argument(
+        "--timeout",
+        type=float,
+        default=UNSET,
+        metavar="S",
+        help=f"vllm: seconds to wait for a reply (default {defaults.timeout_s:g})",
+    )
+
+
+def add_prompt_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("prompt")
+    source = group.add_mutually_exclusive_group()
+    source.add_argument("--prompt", metavar="TEXT", default=UNSET)
+    source.add_argument("--prompt-file", metavar="F", type=Path, default=UNSET)
+    add_raw_flag(group)
+
+
+def add_raw_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        default=UNSET,
+        help="encode the prompt as written, without the chat template",
+    )
+
+
+def add_output_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    request = RequestSpec()
+    parser.add_argument(
+        "--max-tokens", type=int, default=UNSET, help=f"tokens to generate at most (default {request.max_tokens})"
+    )
+    parser.add_argument(
+        "--ignore-eos", action="store_true", default=UNSET, help="generate --max-tokens tokens whatever comes"
+    )
+
+
+def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
+    settings = SpecSettings()
+    spec = parser.add_argument_group("speculative decoding (live in the playground)")
+    spec.add_argument("--mode", choices=MODES, default=UNSET, help="speculative (the default), target or draft")
+    spec.add_argument(
+        "--k",
+        type=int,
+        default=UNSET,
+        help=f"draft length, or the starting one for an adaptive policy (default {settings.k})",
+    )
+    spec.add_argument("--policy", choices=POLICIES, default=UNSET, help="draft-length policy (default fixed)")
+    spec.add_argument(
+        "--route", default=UNSET, metavar="NAME|auto", help=f"pin a drafter, or let the router choose ({AUTO_ROUTE})"
+    )
+    spec.add_argument(
+        "--tv",
+        type=float,
+        default=UNSET,
+        metavar="D",
+        help="TV budget of mentored decoding: 0 lossless (the default), 1 accepts every draft",
+    )
+    sampling = parser.add_argument_group("sampling")
+    sampling.add_argument("--temperature", type=float, default=UNSET, help="0 is greedy")
+    sampling.add_argument("--top-p", type=float, default=UNSET, help=f"(default {SamplingParams().top_p:g}: off)")
+    sampling.add_argument("--top-k", type=int, default=UNSET, help=f"(default {SamplingParams().top_k}: off)")
+    sampling.add_argument("--min-p", type=float, default=UNSET, help=f"(default {SamplingParams().min_p:g}: off)")
+    sampling.add_argument("--seed", type=int, default=UNSET, help="(default 0)")
+    policy = parser.add_argument_group("draft-length policies and router")
+    defaults = PolicyParams()
+    policy.add_argument("--k-min", type=int, default=UNSET, help=f"(default {defaults.k_min})")
+    policy.add_argument("--k-max", type=int, default=UNSET, help=f"(default {defaults.k_max})")
+    policy.add_argument(
+        "--low-acceptance",
+        type=float,
+        default=UNSET,
+        help=f"acceptance-rate: k-1 below (default {defaults.low_acceptance:g})",
+    )
+    policy.add_argument(
+        "--high-acceptance",
+        type=float,
+        default=UNSET,
+        help=f"acceptance-rate: k+1 above (default {defaults.high_acceptance:g})",
+    )
+    policy.add_argument(
+        "--ema-alpha",
+        type=float,
+        default=UNSET,
+        help=f"accepted-length: EMA weight (default {defaults.ema_alpha:g})",
+    )
+    policy.add_argument(
+        "--confidence-threshold",
+        type=float,
+        default=UNSET,
+        help="confidence: stop drafting when the estimated chance of a rejection exceeds this "
+        f"(default {defaults.confidence_threshold:g})",
+    )
+    policy.add_argument(
+        "--route-map",
+        metavar="CLASS=NAME",
+        action="append",
+        default=UNSET,
+        help="send a router class (code, prose) to a drafter",
+    )
+
+
+def add_sessions_dir_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--sessions-dir",
+        metavar="DIR",
+        default=UNSET,
+        help="where sessions live (default: $SPECPLAY_SESSIONS_DIR, else ./sessions)",
+    )

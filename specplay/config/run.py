@@ -1,0 +1,152 @@
+"""The configuration of a run: which models, on which backend, the request, the live settings.
+
+Built once at a command's edge (from flags, or from a saved session merged with flags) and
+handed down as it is: below the commands no code sees a flag. `check` validates it with the
+same one-line errors the flags would give, before anything loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from specplay.engine.router import CodeProseRouter, check_route, check_route_map
+from specplay.engine.settings import Mode, SpecSettings
+from specplay.errors import ConfigError
+
+BackendKind = Literal["mlx", "vllm"]
+BACKENDS: tuple[BackendKind, ...] = ("mlx", "vllm")
+ModelKind = Literal["mlx", "server"]
+"""Where a model runs: `mlx`, a folder or a cached Hugging Face id loaded here; `server`, a vLLM
+server's address."""
+Role = Literal["target", "drafter"]
+Strategy = Literal["auto", "prompt-logprobs", "prefixes"]
+STRATEGIES: tuple[Strategy, ...] = ("auto", "prompt-logprobs", "prefixes")
+TARGET = "target"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """One model of a run."""
+
+    name: str
+    """"target", or the drafter's name (in vLLM's native mode, a speculating server's route name)."""
+    role: Role
+    kind: ModelKind
+    location: str
+    """A folder or Hugging Face id (mlx); a server's root address (server)."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """What a kind needs beyond its location (native mode: the target server's route name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VllmOptions:
+    """How to talk to vLLM servers (`backend` vllm)."""
+
+    api_key: str | None = field(default=None, repr=False)
+    """Sent as a bearer token; never written to a session, a log or a repr."""
+    top_logprobs: int = 20
+    strategy: Strategy = "auto"
+    exact_correction: bool = False
+    native: bool = False
+    """The servers speculate themselves; specplay watches (k, drafter and rule are theirs)."""
+    baseline_url: str | None = None
+    """Native mode: a plain server of the same target, for the target-only lane."""
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """What one generation asks for, as the user gave it (the engine's Request holds token ids)."""
+
+    prompt: str | None = None
+    """None where a command has none yet (the playground's prompt is typed in)."""
+    raw: bool = False
+    """Encode the prompt as written, without the chat template."""
+    mode: Mode = "speculative"
+    seed: int = 0
+    max_tokens: int = 256
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    target: ModelSpec
+    drafters: tuple[ModelSpec, ...]
+    backend: BackendKind = "mlx"
+    vllm: VllmOptions = field(default_factory=VllmOptions)
+    request: RequestSpec = field(default_factory=RequestSpec)
+    settings: SpecSettings = field(default_factory=SpecSettings)
+    """The live settings a run starts with."""
+    route_map: Mapping[str, str] = field(default_factory=dict)
+    """Router class to drafter; classes it leaves out go to their default drafter."""
+    sessions_dir: Path = Path("sessions")
+
+    @property
+    def drafter_names(self) -> tuple[str, ...]:
+        """The routes: drafters, or in native mode every speculating server, the target's first."""
+        names = tuple(d.name for d in self.drafters)
+        return (self.target.params.get("route", NATIVE_ROUTE), *names) if self.vllm.native else names
+
+    @property
+    def native(self) -> bool:
+        return self.backend == "vllm" and self.vllm.native
+
+    @property
+    def local_models(self) -> tuple[ModelSpec, ...]:
+        """The models this machine loads (with MLX)."""
+        return tuple(m for m in (self.target, *self.drafters) if m.kind == "mlx")
+
+
+NATIVE_ROUTE = "server"
+"""The route name of a speculating server given without one (`--target-url URL`)."""
+NATIVE_FIXED = "k, drafter and acceptance rule are fixed by the server's --speculative-config (a restart changes them)"
+
+
+def check(config: RunConfig) -> None:
+    """Everything that can be checked before a model loads; a ConfigError names the field."""
+    check_models(config)
+    names = config.drafter_names
+    if names:
+        check_route(config.settings.route, names)
+        check_route_map(config.route_map, CodeProseRouter.classes, names)
+    elif config.route_map:
+        raise ConfigError("route_map", "needs drafters to route to")
+    if config.request.max_tokens < 1:
+        raise ConfigError("max_tokens", f"must be at least 1 (got {config.request.max_tokens})")
+    if config.request.mode != "target" and not names:
+        raise ConfigError("draft", f"is needed in {config.request.mode} mode: give at least one drafter")
+    if config.native:
+        if config.settings.tv_budget > 0 or config.settings.policy != "fixed":
+            raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {NATIVE_FIXED}")
+        if config.request.mode == "draft":
+            raise ConfigError("mode", f"draft cannot run in native mode: {NATIVE_FIXED}")
+
+
+def check_models(config: RunConfig) -> None:
+    """The models make sense for the backend: local ones on MLX, a target server for vLLM."""
+    names = [d.name for d in config.drafters]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError("draft", f"names {name!r} twice; give each drafter its own NAME=")
+        if name == TARGET:
+            raise ConfigError("draft", "cannot name a drafter 'target'; name it with NAME=")
+    if config.backend == "mlx":
+        if any(m.kind == "server" for m in (config.target, *config.drafters)):
+            raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
+        return
+    if config.target.kind != "server":
+        raise ConfigError("target", "is for local models; with --backend vllm give --target-url URL")
+    options = config.vllm
+    if options.top_logprobs < 1:
+        raise ConfigError("top_logprobs", f"must be at least 1 (got {options.top_logprobs})")
+    if not options.timeout_s > 0:
+        raise ConfigError("timeout", f"must be above 0 seconds (got {options.timeout_s})")
+    if options.native and any(d.kind == "mlx" for d in config.drafters):
+        raise ConfigError(
+            "vllm_native", "uses each server's own drafter; drop --draft (--draft-url adds a speculating server)"
+        )
+    if options.native and config.target.params.get("route") in names:
+        raise ConfigError("draft_url", f"names {config.target.params['route']!r} twice; give each server its own NAME=")

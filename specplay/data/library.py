@@ -1,0 +1,51 @@
+"""Prompt files: the shipped library (specplay/data/prompts.jsonl) and the user's own, one JSON
+object per line with a category, a text and optionally a name."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from specplay.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    category: str
+    name: str
+    text: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.category})"
+
+
+def library_prompts() -> list[Prompt]:
+    """Every prompt of the shipped library, in file order."""
+    text = resources.files("specplay.data").joinpath("prompts.jsonl").read_text(encoding="utf-8")
+    return parse_prompts(text, "the shipped prompt library", "prompts")
+
+
+def read_prompts(path: Path, field: str = "prompts") -> list[Prompt]:
+    """A user's prompt file; `field` names the flag that gave it, for the error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(field, f"{str(path)!r} cannot be read: {detail}") from None
+    return parse_prompts(text, str(path), field)
+
+
+def parse_prompts(text: str, source: str, field: str) -> list[Prompt]:
+    prompts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            prompts.append(Prompt(str(row["category"]), str(row.get("name", f"line {number}")), str(row["text"])))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ConfigError(field, f"line {number} of {source} is not a {{category, text}} object") from None
+    return prompts

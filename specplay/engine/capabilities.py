@@ -1,0 +1,56 @@
+"""What an event source can do. The views read this record instead of asking which backend runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specplay.engine.settings import MODES, Mode
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    live_controls: bool = True
+    """k, policy and TV budget change while a run goes (the route and sampling always may)."""
+    fixed_by: str | None = None
+    """Why they cannot, in a line, when they cannot."""
+    wall_time_is_speed: bool = True
+    """False where wall time is mostly HTTP round trips and server recomputes: no speedup is
+    measured there, it is modelled from acceptance and the lane's own draft and verify times."""
+    modes: tuple[Mode, ...] = MODES
+    """What it can run: a speculating server runs speculative only, target-only from a baseline."""
+    top_n: bool = False
+    """Verification can report each distribution's most likely tokens (the drill-down's candidates)."""
+    scoring: bool = False
+    """It can score text under the target (fidelity)."""
+    lanes_take_turns: bool = True
+    """Lanes side by side take turns event by event, each timed by its own turns (their models
+    share this machine's time). False: a server streams each lane in its own time, and reading
+    one while another waits would time the wait, so lanes run one after the other."""
+    recolours: bool = False
+    """Token sources are a guess until the run ends, when a RecolourEvent corrects them: a printed
+    transcript waits for it (a live view recolours)."""
+
+    @property
+    def baseline(self) -> bool:
+        """A target-only lane can run beside the speculative one."""
+        return "target" in self.modes
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self) | {"modes": list(self.modes)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any] | None, backend: Mapping[str, Any]) -> Capabilities:
+        """A session's capabilities; sessions older than the record are judged by their backend."""
+        if record is not None:
+            known = {name: record[name] for name in cls.__dataclass_fields__ if name in record}
+            return cls(**known | {"modes": tuple(known.get("modes", MODES))})
+        remote = backend.get("backend") == "vllm"
+        native = remote and backend.get("mode") == "native"
+        return cls(
+            live_controls=not native,
+            wall_time_is_speed=native or not remote,
+            lanes_take_turns=not native,
+            recolours=native,
+        )

@@ -1,0 +1,56 @@
+"""What every consumer of runs talks to: something that turns a request into the event stream.
+
+The speculative engine over a backend (loop.SpecEngine) and a vLLM server that speculates by
+itself (backends/vllm/native_source.py) both implement it; `capabilities` says how they differ,
+so the playground, `run`, sessions and exports never ask which one they have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+from specplay.engine.capabilities import Capabilities
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import Event
+from specplay.engine.request import Request
+
+Clock = Callable[[], float]
+
+
+class EventSource(Protocol):
+    capabilities: Capabilities
+    drafters: tuple[str, ...]
+    """The routes: drafters, or speculating servers."""
+    route_map: dict[str, str]
+    """Router class to route, as resolved at load (sessions record it)."""
+
+    def auto_route(self, prompt: str) -> str:
+        """The route the router picks for this prompt."""
+        ...
+
+    def encode(self, prompt: str, raw: bool) -> list[int]:
+        """Prompt to token ids: through the chat template when there is one, unless `raw`."""
+        ...
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text, for views; safe from any thread."""
+        ...
+
+    def generate(self, request: Request, controls: LiveControls, clock: Clock | None = None) -> Iterator[Event]:
+        """Run `request` (its mode among `capabilities.modes`), reading `controls` as it goes; ends
+        with a DoneEvent. `clock` times the events (default: the source's own)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Backend and model identity for session files; never a secret."""
+        ...
+
+    def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
+        """The target's log-probability, at temperature 1, of each of `token_ids` after the prompt
+        (where `capabilities.scoring`)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; called on the model thread as it ends."""
+        ...

@@ -1,0 +1,107 @@
+"""Headless runs: one request's lanes, one after the other, streamed to the caller and saved.
+
+`specplay run` uses it per sample; the playground runs its lanes side by side instead (host.py),
+through the same session writer and request record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from specplay.config.run import RunConfig
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import Event
+from specplay.engine.request import Request
+from specplay.engine.source import EventSource
+from specplay.runner.thread import ModelThread
+from specplay.store import LaneRecord, SessionWriter
+from specplay.store.codec import request_record
+
+OnEvent = Callable[[str, Event], None]
+"""(lane, event), on the caller's thread, as each event arrives."""
+
+
+@dataclass
+class SampleRun:
+    main: LaneRecord
+    baseline: LaneRecord | None
+    """The target-only lane run beside a saved speculative one."""
+    session: Path | None
+    """Where the run was saved."""
+
+    @property
+    def cancelled(self) -> bool:
+        return self.main.done is not None and self.main.done.finish_reason == "cancelled"
+
+
+def open_writer(
+    config: RunConfig, source: EventSource, identity: dict, request: Request, lanes: list[str], **about: object
+) -> SessionWriter:
+    """A session for `request`'s run on `source`, recording `config`'s request with its seed."""
+    spec = replace(config.request, seed=request.seed, mode=request.mode)
+    record = request_record(spec, source.route_map, **about)
+    return SessionWriter(
+        config.sessions_dir,
+        request.prompt,
+        list(request.prompt_token_ids),
+        lanes,
+        identity,
+        record,
+        source.capabilities,
+    )
+
+
+def run_sample(
+    thread: ModelThread,
+    source: EventSource,
+    config: RunConfig,
+    request: Request,
+    on_event: OnEvent,
+    save: bool,
+    baseline: bool,
+    identity: dict | None = None,
+) -> SampleRun:
+    """The requested lane, then, when saving a speculative run with `baseline`, its target-only
+    comparison. Ctrl-C asks the run to stop at its next round and keeps what it made (saved as
+    incomplete); `identity` is the source's description, asked once per run by the caller."""
+    lanes = [request.mode]
+    if save and baseline and request.mode == "speculative" and source.capabilities.baseline:
+        lanes.append("target")
+    writer = open_writer(config, source, identity or {}, request, lanes) if save else None
+    try:
+        controls = LiveControls(config.settings, source.drafters)
+        run = SampleRun(stream_lane(thread, source, request, controls, on_event, writer), None, None)
+        if lanes[1:] and not run.cancelled:
+            target_only = replace(request, mode="target")
+            run.baseline = stream_lane(thread, source, target_only, LiveControls(config.settings), on_event, writer)
+        run.session = writer.finalize() if writer is not None else None
+        return run
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def stream_lane(
+    thread: ModelThread,
+    source: EventSource,
+    request: Request,
+    controls: LiveControls,
+    on_event: OnEvent,
+    writer: SessionWriter | None,
+) -> LaneRecord:
+    """One generation's events, made on the model thread; each goes to `on_event` and the session
+    as it comes. Ctrl-C asks the run to stop at its next round; its last events are still read."""
+    record = LaneRecord(request.mode)
+    events = thread.stream(lambda: source.generate(request, controls))
+    while True:
+        try:
+            for event in events:
+                record.add(event)
+                if writer is not None:
+                    writer.write_event(request.mode, event)
+                on_event(request.mode, event)
+            return record
+        except KeyboardInterrupt:
+            controls.request_stop()  # the engine ends at the next round; keep reading its last events

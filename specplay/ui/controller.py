@@ -1,0 +1,352 @@
+"""The playground's logic without a screen: the lanes of a run, where live changes go, the session
+being written, and saved sessions reopened. The Textual app draws what it decides, through the
+small `View` protocol, so all of this is tested without a terminal.
+
+Threads: the model thread only appends to `inbox` (a deque append is thread-safe) and calls
+`schedule` for the rare events (loaded, run ended), which runs them on the UI thread.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from specplay.config.run import RunConfig
+from specplay.engine.capabilities import Capabilities
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import Event, RoundEvent, StartEvent, StepEvent
+from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
+from specplay.engine.source import EventSource
+from specplay.errors import ConfigError, SpecplayError, error_line
+from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
+from specplay.store import Session, SessionWriter, load_session
+from specplay.store.codec import request_record
+from specplay.ui.stats import LaneTally
+
+State = Literal["loading", "failed", "ready", "running", "stopping"]
+ALL_LANES = (*LANES, DRAFT_LANE)
+_SAMPLING_FIELDS = frozenset(SamplingParams.__dataclass_fields__)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneItem:
+    """One engine event of one lane, with that lane's own time so far (seconds of its turns) and, for
+    a round, the text of each drafted token."""
+
+    run_id: int
+    lane: str
+    event: Event
+    busy_s: float
+    drafted_text: tuple[str, ...]
+
+
+class View(Protocol):
+    """What the controller asks of the screen."""
+
+    def show_status(self, text: str, error: bool = False) -> None: ...
+
+    def notify_user(self, text: str, error: bool = False) -> None: ...
+
+    def show_loaded(self, drafters: tuple[str, ...], capabilities: Capabilities) -> None:
+        """The routes to offer, and which controls are live."""
+        ...
+
+    def show_settings(self, settings: SpecSettings, seed: int) -> None:
+        """Set the controls (a reopened session's settings)."""
+        ...
+
+    def show_prompt(self, text: str) -> None: ...
+
+    def current_prompt(self) -> str: ...
+
+    def show_draft_lane(self, shown: bool) -> None: ...
+
+    def clear_lanes(self) -> None: ...
+
+    def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
+        """Take an event into its lane (and the draft tape); shown at the next redraw."""
+        ...
+
+    def redraw(self, full: bool) -> None:
+        """Show what was added; `full`: the whole texts, to scroll back and pick tokens."""
+        ...
+
+
+class Playground:
+    """The state of the playground between the app's frames."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        host: ModelHost,
+        view: View,
+        schedule: Callable[[Callable[[], None]], None],
+        draft_lane: bool = False,
+    ) -> None:
+        """`schedule(fn)` runs fn on the UI thread soon; callable from any thread."""
+        self.config, self.host, self.view, self.schedule = config, host, view, schedule
+        self.settings = config.settings
+        """What the controls say now: the next run starts with it."""
+        self.seed = config.request.seed
+        self.state: State = "loading"
+        self.status = ""
+        self.drafters: tuple[str, ...] = ()
+        self.identity: dict[str, Any] = {}
+        self.capabilities = Capabilities()
+        self.route_map: dict[str, str] = {}
+        """Router class to drafter, as the source resolved it at load (saved in sessions)."""
+        self.run_id = 0
+        self.controls: dict[str, LiveControls] = {}
+        self.draft_lane = draft_lane
+        self.lanes: tuple[str, ...] = LANES
+        """The lanes of the current (or last) run, in session order."""
+        self.events: dict[str, list[Event]] = {lane: [] for lane in ALL_LANES}
+        """Every event of the current (or last) run, per lane: what the session records."""
+        self.tallies: dict[str, LaneTally] = {lane: LaneTally() for lane in ALL_LANES}
+        self.opened: Session | None = None
+        """The session on show read-only, until the next run."""
+        self.last_session: Path | None = None
+        self.inbox: deque[LaneItem] = deque()
+        """Filled by the model thread, drained by the UI in batches."""
+        self._writer: SessionWriter | None = None
+        self._prompt = ""
+
+    # --- loading -----------------------------------------------------------------------------
+
+    def load(self, autorun: bool = False) -> None:
+        """Load the models on the model thread; `autorun` runs the prompt once they are."""
+        self.set_status("loading models…")
+        self.host.load(
+            lambda source, identity, error: self.schedule(lambda: self._loaded(source, identity, error, autorun))
+        )
+
+    def _loaded(
+        self, source: EventSource | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
+    ) -> None:
+        if error is not None or source is None:
+            self.state = "failed"
+            self.set_status(f"models failed to load: {error_line(error or RuntimeError())} (ctrl+q quits)", True)
+            return
+        self.drafters, self.identity, self.capabilities = source.drafters, identity, source.capabilities
+        self.route_map = dict(source.route_map)
+        self.view.show_loaded(self.drafters, self.capabilities)
+        self.state = "ready"
+        if self.opened is None:
+            self.set_status(f"ready: target and drafters {', '.join(self.drafters) or '(none)'}; ctrl+r runs")
+        else:
+            self._show_opened_settings(self.opened)
+        if autorun:
+            self.run()
+
+    # --- runs --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Generate in every lane from the prompt on screen, with the controls' settings and seed."""
+        prompt = self.view.current_prompt()
+        if self.state != "ready":
+            self.view.notify_user(f"cannot run while {self.state}", error=True)
+            return
+        if not prompt.strip():
+            self.set_status("type a prompt first", error=True)
+            return
+        self.run_id += 1
+        self.opened = None
+        wanted = (*LANES, DRAFT_LANE) if self.draft_lane else LANES
+        self.lanes = tuple(lane for lane in wanted if lane in self.capabilities.modes)
+        self.controls = {
+            lane: LiveControls(self.settings, self.drafters if lane != "target" else ()) for lane in self.lanes
+        }
+        self._clear()
+        self._writer, self._prompt = None, prompt
+        request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
+        run_id = self.run_id
+        self.state = "running"
+        self.set_status(f"generating (seed {self.seed})… escape stops")
+        self.host.start(
+            request,
+            self.controls,
+            lambda lane, event, busy_s, drafted: self.inbox.append(LaneItem(run_id, lane, event, busy_s, drafted)),
+            lambda error: self.schedule(lambda: self._ended(run_id, error)),
+        )
+
+    def stop(self) -> None:
+        if self.state != "running":
+            return
+        for controls in self.controls.values():
+            controls.request_stop()
+        self.state = "stopping"
+        self.set_status("stopping at the next round…")
+
+    def drain(self) -> bool:
+        """Take every queued item of the current run into the lanes; whether there was any."""
+        taken = 0
+        while self.inbox:
+            item = self.inbox.popleft()
+            if item.run_id == self.run_id:
+                self._take(item)
+                taken += 1
+        return taken > 0
+
+    def _take(self, item: LaneItem, save: bool = True) -> None:
+        event, lane = item.event, item.lane
+        self.events[lane].append(event)
+        if save and self._writer is None and isinstance(event, StartEvent):
+            self._writer = self._open_writer(event)
+        if self._writer is not None:
+            self._writer.write_event(lane, event)
+        self.tallies[lane].add(event, item.busy_s)
+        self.view.add_event(lane, event, item.drafted_text)
+
+    def _open_writer(self, start: StartEvent) -> SessionWriter | None:
+        request = replace(self.config.request, prompt=self._prompt, seed=start.seed, mode="speculative")
+        record = request_record(request, self.route_map, source="tui", lanes_run_side_by_side=True)
+        try:
+            return SessionWriter(
+                self.config.sessions_dir,
+                self._prompt,
+                list(start.prompt_token_ids),
+                list(self.lanes),
+                self.identity,
+                record,
+                self.capabilities,
+            )
+        except SpecplayError as error:  # the run goes on unsaved; say why once
+            self.set_status(f"not saving: {error_line(error)}", error=True)
+            return None
+
+    def _ended(self, run_id: int, error: BaseException | None) -> None:
+        if run_id != self.run_id:
+            return
+        self.drain()  # events still queued belong before the end
+        self.view.redraw(full=True)
+        self.state = "ready"
+        saved = ""
+        if self._writer is not None:
+            if error is None:
+                self.last_session = self._writer.finalize()
+                saved = f"; saved {self.last_session.name}"
+            self._writer.close()
+            self._writer = None
+        if error is not None:
+            self.set_status(f"run failed: {error_line(error)}", error=True)
+        else:
+            finish = self.tallies["speculative"].finish_reason or "done"
+            self.set_status(f"finished ({finish}){saved}; ctrl+r runs again")
+
+    def _clear(self) -> None:
+        self.events = {lane: [] for lane in ALL_LANES}
+        self.tallies = {lane: LaneTally() for lane in ALL_LANES}
+        self.view.clear_lanes()
+
+    # --- live controls -----------------------------------------------------------------------
+
+    def change(self, setting: str, value: Any) -> None:
+        """A control moved: `setting` is a SpecSettings field name, 'seed' or 'draft_lane'."""
+        if setting == "seed":
+            self.seed = int(value)
+            return
+        if setting == "draft_lane":
+            self.draft_lane = bool(value)
+            self.view.show_draft_lane(self.draft_lane)
+            if self.state in ("running", "stopping") and self.draft_lane != (DRAFT_LANE in self.lanes):
+                self.view.notify_user("the draft-only lane changes from the next run")
+            return
+        try:
+            new = self.settings.changed(**{setting: value})
+            if self.drafters:
+                LiveControls(new, self.drafters)  # checks the route
+        except ConfigError as error:
+            self.view.notify_user(error_line(error), error=True)
+            return
+        if new == self.settings:
+            return
+        self.settings = new
+        if self.state not in ("running", "stopping"):
+            return
+        if not self.capabilities.live_controls:  # a request's settings are the server's from its first token
+            self.view.notify_user("these settings are the server's: changes apply from the next run")
+            return
+        # The speculative lane takes every change; the target-only lane only sampling changes,
+        # so the two lanes keep sampling the same distribution.
+        # The draft-only lane takes the route too, so it shows the drafter now serving.
+        lanes = self.lanes if setting in _SAMPLING_FIELDS else ("speculative",)
+        lanes += (DRAFT_LANE,) if setting == "route" and DRAFT_LANE in self.lanes else ()
+        for lane in lanes:
+            self.controls[lane].update(**{setting: value})
+
+    # --- saved sessions ----------------------------------------------------------------------
+
+    def open_session(self, path: Path) -> None:
+        """Show a saved session read-only: its prompt, lanes, tape and stats as they were."""
+        if self.state in ("running", "stopping"):
+            self.view.notify_user("stop the run before opening a session", error=True)
+            return
+        try:
+            session = load_session(path)
+        except SpecplayError as error:
+            self.set_status(error_line(error), error=True)
+            return
+        self.run_id += 1  # anything still queued from an earlier run is dropped
+        self.opened = session
+        self._clear()
+        self.view.show_prompt(session.prompt)
+        self.lanes = tuple(lane for lane in session.header["lanes"] if lane in ALL_LANES)
+        if DRAFT_LANE in self.lanes and not self.draft_lane:
+            self.change("draft_lane", True)
+        for lane in self.lanes:
+            busy_s = 0.0
+            for event in session.lanes[lane].events if lane in session.lanes else ():
+                busy_s += _event_seconds(event)
+                drafted = tuple(map(self.host.decode, event.drafted)) if isinstance(event, RoundEvent) else ()
+                self._take(LaneItem(self.run_id, lane, event, busy_s, drafted), save=False)
+        self.view.redraw(full=True)
+        if self.state == "ready":
+            self._show_opened_settings(session)
+        else:
+            self.set_status(f"session {session.id} (read-only); loading models to re-run it…")
+
+    def _show_opened_settings(self, session: Session) -> None:
+        """Put the session's settings in the controls, so a run re-runs it."""
+        settings = session.main.settings
+        if settings.route != AUTO_ROUTE and settings.route not in self.drafters:
+            settings = settings.changed(route=AUTO_ROUTE)
+        self.settings = settings
+        self.seed = int((session.header.get("request") or {}).get("seed", self.seed))
+        self.view.show_settings(settings, self.seed)
+        complete = "" if session.complete else " (incomplete)"
+        self.set_status(f"session {session.id}{complete}, read-only; ctrl+r re-runs it with these settings")
+
+    def rerun_session(self) -> bool:
+        """Put the opened session back in the controls and prompt; False when none is open."""
+        if self.opened is None:
+            self.view.notify_user("no session is open", error=True)
+            return False
+        self.view.show_prompt(self.opened.prompt)
+        if self.state == "ready":
+            self._show_opened_settings(self.opened)
+        return True
+
+    # --- status and exit ---------------------------------------------------------------------
+
+    def set_status(self, text: str, error: bool = False) -> None:
+        self.status = text
+        self.view.show_status(text, error)
+
+    def close(self) -> None:
+        for controls in self.controls.values():
+            controls.request_stop()
+        if self._writer is not None:
+            self._writer.close()  # incomplete, but every event so far is on disk
+        self.host.close()
+
+
+def _event_seconds(event: Event) -> float:
+    """The lane time an event accounts for, as recorded (sessions keep no lane clock)."""
+    if isinstance(event, RoundEvent):
+        return (event.draft_ms + event.verify_ms + event.overhead_ms) / 1000
+    if isinstance(event, StepEvent):
+        return event.step_ms / 1000
+    return 0.0

@@ -1,0 +1,191 @@
+"""The playground screen: a prompt, lanes side by side (target-only, speculative, optionally
+draft-only), live controls, the draft tape, token drill-down and plots. It draws what the
+controller (ui/controller.py) decides, as the controller's View.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Select, Static, TextArea
+
+from specplay.data.library import library_prompts
+from specplay.engine.capabilities import Capabilities
+from specplay.engine.events import Event, RoundEvent
+from specplay.engine.settings import SpecSettings
+from specplay.runner.host import DRAFT_LANE
+from specplay.ui.controller import ALL_LANES, Playground
+from specplay.ui.stats import compare
+from specplay.ui.tokens import legend
+from specplay.ui.widgets.controls_panel import ControlsPanel
+from specplay.ui.widgets.inspector import Inspector
+from specplay.ui.widgets.lane_view import LaneView
+from specplay.ui.widgets.plots import Plots
+from specplay.ui.widgets.stats_view import NO_BASELINE, native_stats, speculative_stats, target_stats
+from specplay.ui.widgets.tape import DraftTape
+
+TICK_HZ = 10
+UI_CPU_BUDGET = 0.02
+"""While lanes generate, the share of a core the UI thread may take (events, frames): a frame
+costs tens of ms of Python, so on a slow machine the screen updates less often, never the lanes
+slower (benchmarks/bench_tui.py measures the lanes under the UI against headless)."""
+MAX_FRAME_INTERVAL_S = 1.0
+"""...but the screen still moves at least this often (other UI work, like typing, can use the budget)."""
+
+
+class PlaygroundScreen(Screen[None]):
+    class Ready(Message):
+        """The screen's widgets exist: the controller may draw."""
+
+    playground: Playground
+    """The controller this screen draws for; set before the screen mounts."""
+
+    def __init__(self, prompt: str) -> None:
+        super().__init__()
+        self._prompt = prompt
+        self.library = library_prompts()
+        self._dirty = False
+        self._frame_wall = self._frame_cpu = 0.0
+        """When the screen last drew during a run: wall time, and the UI thread's CPU time."""
+
+    def compose(self) -> ComposeResult:
+        settings, seed = self.playground.settings, self.playground.seed
+        yield Header()
+        with Horizontal(id="body"):
+            with Vertical(id="main"):
+                with Horizontal(id="prompt-row"):
+                    prompt = TextArea(self._prompt, id="prompt", soft_wrap=True)
+                    prompt.border_title = "prompt  (ctrl+r runs, escape stops)"
+                    yield prompt
+                    options = [(p.label, i) for i, p in enumerate(self.library)]
+                    yield Select(options, prompt="prompt library", id="library")
+                yield Static("", id="status")
+                with Horizontal(id="lanes"):
+                    yield LaneView("target", "target-only", id="target")
+                    yield LaneView("speculative", "speculative", legend=legend(), selectable=True, id="speculative")
+                    draft = LaneView(DRAFT_LANE, "draft-only", id=DRAFT_LANE)
+                    draft.display = self.playground.draft_lane
+                    yield draft
+                with Horizontal(id="bottom"):
+                    yield DraftTape(id="tape")
+                    yield Inspector(id="inspector")
+            with Vertical(id="side"):
+                yield ControlsPanel(settings, seed, id="controls")
+                yield Plots(id="plots")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#lanes").loading = True
+        self.query_one("#prompt", TextArea).focus()
+        if self.playground.draft_lane:
+            self.query_one("#draft-lane").value = True  # type: ignore[attr-defined]
+        self.set_interval(1 / TICK_HZ, self._tick)
+        self.post_message(self.Ready())
+
+    # --- the controller's View ---------------------------------------------------------------
+
+    def show_status(self, text: str, error: bool = False) -> None:
+        status = self.query_one("#status", Static)
+        status.update(Content(text))
+        status.set_class(error, "error")
+
+    def notify_user(self, text: str, error: bool = False) -> None:
+        self.app.notify(text, severity="error" if error else "information")
+
+    def show_loaded(self, drafters: tuple[str, ...], capabilities: Capabilities) -> None:
+        self.query_one("#lanes").loading = False
+        panel = self.query_one(ControlsPanel)
+        panel.set_drafters(drafters)
+        if not capabilities.live_controls:
+            panel.fix_speculation(capabilities.fixed_by or "fixed by the backend", routes=len(drafters) > 1)
+        self._show_no_baseline()
+
+    def show_settings(self, settings: SpecSettings, seed: int) -> None:
+        self.query_one(ControlsPanel).show(settings, seed)
+
+    def show_prompt(self, text: str) -> None:
+        self.query_one("#prompt", TextArea).text = text
+
+    def current_prompt(self) -> str:
+        return self.query_one("#prompt", TextArea).text
+
+    def show_draft_lane(self, shown: bool) -> None:
+        self.query_one(f"#{DRAFT_LANE}").display = shown
+        switch = self.query_one("#draft-lane")
+        if switch.value != shown:  # type: ignore[attr-defined]
+            switch.value = shown  # type: ignore[attr-defined]
+
+    def clear_lanes(self) -> None:
+        for lane in ALL_LANES:
+            self.query_one(f"#{lane}", LaneView).clear()
+        self.query_one(DraftTape).clear()
+        self.query_one(Inspector).show(None, self.playground.host.decode)
+        self._show_no_baseline()
+        self._frame_wall, self._frame_cpu = time.perf_counter(), time.thread_time()
+
+    def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
+        self.query_one(f"#{lane}", LaneView).add(event)
+        if isinstance(event, RoundEvent):
+            self.query_one(DraftTape).add(event, drafted_text)
+        self._dirty = True
+
+    def redraw(self, full: bool) -> None:
+        self._dirty = True
+        self._redraw()
+        if full:
+            for lane in self.playground.lanes:
+                self.query_one(f"#{lane}", LaneView).flush(full=True)
+            self.query_one(DraftTape).flush(full=True)
+
+    # --- frames ------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """TICK_HZ times a second: take the queued events and redraw, unless, while lanes generate,
+        the UI thread has used more than UI_CPU_BUDGET of a core since it last did. Every event
+        taken and every frame drawn is time the model thread waits for (they share the GIL, and
+        often a core), so the UI's share, not a frame rate, is what is held fixed."""
+        if self.playground.state in ("running", "stopping"):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            since = wall - self._frame_wall
+            if cpu - self._frame_cpu > UI_CPU_BUDGET * since and since < MAX_FRAME_INTERVAL_S:
+                return
+            self._frame_wall, self._frame_cpu = wall, cpu
+        self.playground.drain()
+        self._redraw()
+
+    def _redraw(self) -> None:
+        """Show what was taken since the last redraw: one update per widget however many events."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        for lane in self.playground.lanes:
+            self.query_one(f"#{lane}", LaneView).flush()
+        self.query_one(DraftTape).flush()
+        self._show_stats()
+
+    def _show_stats(self) -> None:
+        playground = self.playground
+        tallies, lanes = playground.tallies, playground.lanes
+        spec, target = tallies["speculative"], tallies["target"]
+        if "target" in lanes:
+            self.query_one("#target", LaneView).set_stats(target_stats(target))
+        # A reopened session is shown as it ran, whatever backend is loaded now.
+        caps = playground.opened.capabilities if playground.opened is not None else playground.capabilities
+        baseline = target if "target" in lanes and caps.wall_time_is_speed else None
+        lane = self.query_one("#speculative", LaneView)
+        if caps.recolours:  # a server speculating by itself: its own account, measured against a baseline
+            lane.set_stats(native_stats(spec, compare(spec, baseline) if baseline else None))
+        else:
+            lane.set_stats(speculative_stats(spec, compare(spec, baseline), remote=not caps.wall_time_is_speed))
+        if DRAFT_LANE in lanes:
+            self.query_one(f"#{DRAFT_LANE}", LaneView).set_stats(target_stats(tallies[DRAFT_LANE]))
+        self.query_one(Plots).show(spec)
+
+    def _show_no_baseline(self) -> None:
+        if not self.playground.capabilities.baseline:
+            self.query_one("#target", LaneView).set_stats(Content(NO_BASELINE))

@@ -1,0 +1,174 @@
+"""The run configuration: built once from flags, checked before anything loads, and round-tripped
+through saved sessions (save, `run --replay`, `tui --open` with changed flags)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from specplay.cli import build_parser, main
+from specplay.cli import run as run_command
+from specplay.cli import tui as tui_command
+from specplay.cli.configure import given, run_config
+from specplay.config.demo import demo_model_paths
+from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
+from specplay.engine.capabilities import Capabilities
+from specplay.engine.events import DraftPosition, RoundEvent, StartEvent, Token
+from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
+from specplay.errors import ConfigError
+from specplay.store import SessionWriter, load_session
+from specplay.store.codec import decode_event, event_record, request_from_record, request_record
+from specplay.store.replay import session_config
+from tests.conftest import CODE_PROMPT, TinyModels
+
+
+def parsed(*argv: str) -> argparse.Namespace:
+    args = build_parser().parse_args(list(argv))
+    args.argv = list(argv)
+    return args
+
+
+def test_flags_become_a_typed_configuration(tmp_path: Path) -> None:
+    args = parsed(
+        "run", "--target", "/m/t", "--draft", "a=/m/a", "--draft", "/m/b", "--prompt", "hi", "--raw", "--k", "3",
+        "--tv", "0.25", "--temperature", "0.5", "--top-k", "7", "--k-max", "6", "--route-map", "prose=a",
+        "--seed", "9", "--max-tokens", "12", "--ignore-eos", "--sessions-dir", str(tmp_path),
+    )  # fmt: skip
+    config = run_config(given(args))
+    assert config.target == ModelSpec("target", "target", "mlx", "/m/t")
+    assert config.drafters == (ModelSpec("a", "drafter", "mlx", "/m/a"), ModelSpec("b", "drafter", "mlx", "/m/b"))
+    assert config.request == RequestSpec("hi", True, "speculative", 9, 12, True)
+    sampling = SamplingParams(temperature=0.5, top_k=7)
+    assert config.settings == SpecSettings(3, tv_budget=0.25, sampling=sampling, policy_params=PolicyParams(k_max=6))
+    assert config.route_map == {"code": "a", "prose": "a"} and config.sessions_dir == tmp_path  # code: the first
+    check(config)
+
+
+def test_no_model_flags_means_the_demo_models_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECPLAY_SESSIONS_DIR", "/elsewhere")
+    config = run_config(given(parsed("run", "--prompt", "x")))
+    target, drafters = demo_model_paths()
+    assert config.target.location == str(target) and [d.name for d in config.drafters] == list(drafters)
+    assert config.settings == SpecSettings() and config.request == RequestSpec("x")
+    assert config.sessions_dir == Path("/elsewhere") and config.backend == "mlx"
+
+
+def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECPLAY_API_KEY", "s3cret")
+    urls = ("--backend", "vllm", "--target-url", "http://gpu:8000/v1", "--draft-url", "http://gpu:8001")
+    config = run_config(given(parsed("run", *urls, "--draft", "p=/m/p", "--vllm-strategy", "prefixes")))
+    assert config.target == ModelSpec("target", "target", "server", "http://gpu:8000")
+    assert config.drafters == (
+        ModelSpec("draft1", "drafter", "server", "http://gpu:8001"),
+        ModelSpec("p", "drafter", "mlx", "/m/p"),
+    )
+    assert config.vllm.strategy == "prefixes" and config.vllm.api_key == "s3cret"
+    assert "s3cret" not in repr(config)
+    native = run_config(given(parsed("run", "--backend", "vllm", "--vllm-native", "--target-url", "code=http://g:1")))
+    assert native.native and native.drafter_names == ("code",)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--target-url", "http://g:1"), "--backend is mlx, which takes --target and --draft"),
+        (("--backend", "vllm"), "--target-url is required with --backend vllm"),
+        (("--backend", "vllm", "--target", "/m"), "--target is for local models"),
+        (("--draft", "x=/m"), "--target is needed with --draft"),
+        (("--target", "/m", "--draft", "target=/d"), "cannot name a drafter 'target'"),
+        (("--target", "/m", "--draft", "a=/d", "--route", "b"), "--route 'b' is not a drafter"),
+        (("--target", "/m", "--draft", "a=/d", "--route-map", "poetry=a"), "--route-map names class 'poetry'"),
+        (("--target", "/m", "--mode", "draft"), "--draft is needed in draft mode"),
+        (("--backend", "vllm", "--target-url", "x", "--vllm-native"), "--target-url takes an http://"),
+        (("--backend", "vllm", "--target-url", "http://g:1", "--vllm-native", "--tv", "0.5"), "--vllm-native cannot"),
+        (("--backend", "vllm", "--target-url", "http://g:1", "--timeout", "0"), "--timeout must be above 0"),
+    ],
+)
+def test_bad_flags_are_one_line_before_anything_loads(
+    argv: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--prompt", "x", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_events_and_the_request_record_round_trip_through_the_codec() -> None:
+    top = ((5, 0.5), (6, 0.25))
+    position = DraftPosition(1, 0.5, 0.4, 0.1, 0.2, 0.0, "accepted", 0.1, 0.01, top, top)
+    tokens = (Token(1, "a", "accepted"), Token(2, "b", "bonus"))
+    settings = SpecSettings(3, "confidence", "near", 0.5, SamplingParams(0.7, 0.9, 5, 0.05), PolicyParams(2, 7))
+    for event in (
+        RoundEvent(0, 0, "near", 1, (1,), (position,), 1, tokens, 2.0, 3.0, 1.0, top),
+        StartEvent("speculative", "near", "far", (1, 2), 4, settings),
+    ):
+        record = json.loads(json.dumps(event_record("speculative", event)))
+        assert decode_event(record["kind"], record["data"]) == event
+    request = RequestSpec("hi", True, "target", 3, 17, True)
+    record = json.loads(json.dumps(request_record(request, {"code": "a"}, source="tui")))
+    assert request_from_record(record, "hi") == request and record["route_map"] == {"code": "a"}
+
+
+def test_a_saved_run_replays_and_opens_with_its_configuration(
+    tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    models = ["--target", str(tiny.target), "--draft", f"near={tiny.near}", "--draft", f"far={tiny.far}"]
+    chosen = ["--k", "3", "--tv", "0.2", "--temperature", "0.5", "--seed", "5", "--route", "far"]
+    chosen += ["--route-map", "code=far", "--max-tokens", "9", "--raw", "--ignore-eos", "--k-max", "6"]
+    argv = ["run", *models, "--prompt", CODE_PROMPT, *chosen, "--save", "--sessions-dir", str(tmp_path)]
+    original = run_command.configure(parsed(*argv))
+    assert main([*argv, "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    session = load_session(Path(first["session"]))
+
+    saved = session_config(session)
+    assert replace(saved, sessions_dir=original.sessions_dir) == original  # nothing lost, nothing added
+
+    replayed = run_command.configure(parsed("run", "--replay", session.id, "--sessions-dir", str(tmp_path)))
+    assert replayed == original
+    assert main(["run", "--replay", session.id, "--sessions-dir", str(tmp_path), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["token_ids"] == first["token_ids"] and again["sources"] == first["sources"]
+
+    changed = run_command.configure(parsed("run", "--replay", str(session.path), "--k", "2", "--temperature", "0"))
+    assert changed.settings == replace(original.settings, k=2, sampling=SamplingParams(0.0))
+    assert (changed.target, changed.drafters, changed.request) == (original.target, original.drafters, original.request)
+
+    opened, args = tui_command.configure(parsed("tui", "--open", str(session.path), "--tv", "0.75"))
+    assert args.open == session.path
+    assert opened.settings == replace(original.settings, tv_budget=0.75) and opened.drafters == original.drafters
+    other_models = ("--target", str(tiny.near), "--draft", f"d={tiny.far}")
+    elsewhere, _ = tui_command.configure(parsed("tui", "--open", str(session.path), *other_models))
+    assert elsewhere.target.location == str(tiny.near)  # model flags replace the session's models, all of them
+    assert [d.name for d in elsewhere.drafters] == ["d"] and elsewhere.settings.route == "auto"
+    assert elsewhere.route_map == {"code": "d", "prose": "d"} and elsewhere.settings.k == 3
+
+
+def test_a_vllm_session_names_its_servers_and_folders_never_its_key(tmp_path: Path) -> None:
+    backend = {"backend": "vllm", "mode": "inspection", "verify_strategy": "prefixes", "top_logprobs": 8}
+    backend |= {"exact_correction": True}
+    backend["models"] = {
+        "target": {"source": "http://gpu:8000", "path": "http://gpu:8000"},
+        "code": {"source": "http://gpu:8001", "path": "http://gpu:8001"},
+        "prose": {"backend": "mlx", "path": "/m/prose"},
+    }
+    request = request_record(RequestSpec("hi", seed=3), {})
+    path = SessionWriter(tmp_path, "hi", [1], ["speculative"], backend, request, Capabilities()).finalize()
+    config = session_config(load_session(path))
+    assert config == RunConfig(
+        ModelSpec("target", "target", "server", "http://gpu:8000"),
+        (ModelSpec("code", "drafter", "server", "http://gpu:8001"), ModelSpec("prose", "drafter", "mlx", "/m/prose")),
+        "vllm",
+        VllmOptions(top_logprobs=8, strategy="prefixes", exact_correction=True),
+        RequestSpec("hi", seed=3),
+    )
+    native = {"backend": "vllm", "mode": "native", "baseline": {"source": "http://gpu:9"}}
+    native["models"] = {"target": {"source": "http://gpu:1", "route": "code"}, "prose": {"source": "http://gpu:2"}}
+    path = SessionWriter(tmp_path, "hi", [1], ["speculative"], native, request, Capabilities()).finalize()
+    config = session_config(load_session(path))
+    assert config.native and config.drafter_names == ("code", "prose") and config.vllm.baseline_url == "http://gpu:9"
+    with pytest.raises(ConfigError, match="cannot change the TV budget"):
+        check(replace(config, settings=SpecSettings(tv_budget=0.5)))
