@@ -127,11 +127,3 @@ def test_tui_needs_a_drafter_before_loading_anything(capsys: pytest.CaptureFixtu
     assert "--draft is needed" in capsys.readouterr().err
     assert main(["tui", "--target", "nowhere", "--draft", "near=x", "--route", "far"]) == 2
     assert "--route" in capsys.readouterr().err
-
-
-def test_importing_the_command_line_does_not_import_textual() -> None:
-    import subprocess
-    import sys
-
-    code = "import sys, specplay.cli; sys.exit(1 if any(m.startswith('textual') for m in sys.modules) else 0)"
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -36,6 +36,23 @@ def test_run_through_vllm_matches_mlx(
     assert target.headers[-1]["Authorization"] == "Bearer not-needed-here"
 
 
+def test_each_sample_reports_its_own_account_however_many(
+    servers: tuple[FakeVllm, FakeVllm], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every sample's generation keeps its own counters (in its DoneEvent's metrics): a sampled run
+    through top-K logprobs stays approximate at the tenth sample as at the first, and each counts
+    only its own verify calls."""
+    target, near = servers
+    urls = ["--backend", "vllm", "--target-url", target.url, "--draft-url", f"near={near.url}"]
+    args = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "4", "--ignore-eos", "--temperature", "1"]
+    code, out, err = cli(capsys, "run", *urls, *args, "--samples", "12", "--json")
+    assert code == 0, err
+    results = [json.loads(line) for line in out.splitlines()]
+    assert len(results) == 12 and all(r["vllm"]["approximate"] is True for r in results)
+    for result in results:
+        assert sum(result["vllm"]["verify_strategies"].values()) == result["metrics"]["num_spec_steps"]
+
+
 def test_a_vllm_session_replays_through_the_same_servers(
     tiny: TinyModels, servers: tuple[FakeVllm, FakeVllm], tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:  # type: ignore[no-untyped-def]

@@ -33,7 +33,7 @@ from specplay.backends.vllm.native import (
 )
 from specplay.backends.vllm.protocol import completion_body
 from specplay.backends.vllm.remote import RemoteModel
-from specplay.config.run import NATIVE_ROUTE
+from specplay.config.run import NATIVE_FIXED, NATIVE_ROUTE
 from specplay.config.urls import server_root
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
@@ -126,9 +126,6 @@ def _read(
         stream.close()
 
 
-FIXED_BY = "fixed by the server's --speculative-config: k, drafter, acceptance rule (a restart changes them)"
-
-
 class NativeSource:
     """An event source of vLLM speculating on its own: speculating servers of one target, each with
     its own drafter (`servers`, by route name; routing picks one per request), and optionally a
@@ -147,7 +144,7 @@ class NativeSource:
         self.drafters = tuple(servers)
         self.capabilities = Capabilities(
             live_controls=False,
-            fixed_by=FIXED_BY,
+            fixed_by=NATIVE_FIXED,
             modes=("speculative", "target") if baseline is not None else ("speculative",),
             lanes_take_turns=False,
             recolours=True,
@@ -192,7 +189,7 @@ class NativeSource:
         """Speculative on the server the route picks; target-only on the baseline server."""
         clock = clock or self.clock
         if request.mode not in self.capabilities.modes:
-            raise ConfigError("mode", f"{request.mode} cannot run in native mode: {FIXED_BY}")
+            raise ConfigError("mode", f"{request.mode} cannot run in native mode: {NATIVE_FIXED}")
         if request.mode == "target":
             assert self.baseline is not None
             return baseline_events(self.baseline, self.tokenizer, request, controls, clock)

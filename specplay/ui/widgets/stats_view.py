@@ -63,7 +63,6 @@ def _exactness(tally: LaneTally) -> str:
     return f"approximate (top-K of p_target only): error ≤ {per_token:.3f} TV per token, {whole}"
 
 
-NATIVE_NOTE = "fixed by the server's --speculative-config: k, drafter, acceptance rule (a restart changes them)"
 NO_BASELINE = (
     "native mode: the speculating server has no target-only mode; start the same target on a plain "
     "vLLM server and give it as --baseline-url to compare"

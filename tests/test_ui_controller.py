@@ -1,0 +1,159 @@
+"""The playground's controller without a terminal: loading, runs, where live changes go, sessions."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specplay.engine.capabilities import Capabilities
+from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
+from specplay.engine.settings import SpecSettings
+from specplay.runner.host import ModelHost
+from specplay.store import load_session
+from specplay.ui.controller import Playground
+from tests.conftest import CODE_PROMPT, TinyModels
+from tests.ui_helpers import mlx_config
+
+
+class Screen:
+    """Records what the controller asks of the view."""
+
+    def __init__(self, prompt: str) -> None:
+        self.prompt = prompt
+        self.calls: list[tuple[str, Any]] = []
+        self.events: dict[str, list[Event]] = {}
+
+    def show_status(self, text: str, error: bool = False) -> None:
+        self.calls.append(("status", (text, error)))
+
+    def notify_user(self, text: str, error: bool = False) -> None:
+        self.calls.append(("notify", (text, error)))
+
+    def show_loaded(self, drafters: tuple[str, ...], capabilities: Capabilities) -> None:
+        self.calls.append(("loaded", (drafters, capabilities)))
+
+    def show_settings(self, settings: SpecSettings, seed: int) -> None:
+        self.calls.append(("settings", (settings, seed)))
+
+    def show_prompt(self, text: str) -> None:
+        self.prompt = text
+
+    def current_prompt(self) -> str:
+        return self.prompt
+
+    def show_draft_lane(self, shown: bool) -> None:
+        self.calls.append(("draft_lane", shown))
+
+    def clear_lanes(self) -> None:
+        self.events = {}
+
+    def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
+        self.events.setdefault(lane, []).append(event)
+        if isinstance(event, RoundEvent):
+            assert len(drafted_text) == event.k  # the tape gets each drafted token's text
+
+    def redraw(self, full: bool) -> None:
+        self.calls.append(("redraw", full))
+
+    def said(self, kind: str) -> list[Any]:
+        return [value for name, value in self.calls if name == kind]
+
+
+class Harness:
+    """The controller on the tiny models, with the UI thread's queue pumped by the test."""
+
+    def __init__(self, tiny: TinyModels, sessions: Path, **request: Any) -> None:
+        self.scheduled: queue.Queue[Callable[[], None]] = queue.Queue()
+        config = mlx_config(tiny, sessions, **request)
+        self.screen = Screen(CODE_PROMPT)
+        self.playground = Playground(config, ModelHost(config), self.screen, self.scheduled.put)
+
+    def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            while not self.scheduled.empty():
+                self.scheduled.get()()
+            self.playground.drain()
+            time.sleep(0.005)
+
+
+@pytest.fixture
+def harness(tiny: TinyModels, tmp_path: Path) -> Any:
+    h = Harness(tiny, tmp_path, raw=True, max_tokens=4000, ignore_eos=True)
+    yield h
+    h.playground.close()
+
+
+def test_load_run_route_live_changes_and_save(harness: Harness, tmp_path: Path) -> None:
+    playground, screen = harness.playground, harness.screen
+    playground.run()  # refused while loading
+    assert screen.said("notify")[-1] == ("cannot run while loading", True)
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    assert screen.said("loaded")[-1][0] == ("near", "far")
+    playground.change("route", "near")  # before a run: only the next run's settings
+    playground.run()
+    harness.until(lambda: len(screen.events.get("speculative", [])) > 5, "rounds")
+    playground.change("k", 2)
+    playground.change("temperature", 0.5)
+    playground.change("seed", 9)  # not live: the next run's
+    harness.until(lambda: any(isinstance(e, ControlEvent) for e in screen.events.get("target", [])), "the change")
+    playground.stop()
+    harness.until(lambda: playground.state == "ready", "the run to stop")
+
+    spec = [e for e in playground.events["speculative"] if isinstance(e, ControlEvent)]
+    target = [e for e in playground.events["target"] if isinstance(e, ControlEvent)]
+    assert {name for e in spec for name, _, _ in e.changes} == {"k", "temperature"}
+    assert {name for e in target for name, _, _ in e.changes} == {"temperature"}  # only sampling reaches it
+    assert all(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+    assert playground.seed == 9 and playground.settings.k == 2
+    assert playground.last_session is not None
+    session = load_session(playground.last_session)
+    assert session.complete and list(session.header["lanes"]) == ["speculative", "target"]
+    assert session.header["request"]["source"] == "tui" and session.header["request"]["seed"] == 0
+    assert session.main.settings.route == "near" and session.capabilities == Capabilities(top_n=True, scoring=True)
+
+
+def test_read_only_capabilities_refuse_live_changes_and_bad_values_are_one_line(harness: Harness) -> None:
+    playground, screen = harness.playground, harness.screen
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    playground.change("route", "nowhere")
+    assert "--route 'nowhere' is not a drafter" in screen.said("notify")[-1][0]
+    playground.capabilities = replace(playground.capabilities, live_controls=False, modes=("speculative",))
+    playground.run()
+    harness.until(lambda: len(playground.events["speculative"]) > 3, "rounds")
+    assert playground.lanes == ("speculative",)  # no target-only lane where the source runs none
+    playground.change("k", 7)
+    assert "from the next run" in screen.said("notify")[-1][0]
+    playground.stop()
+    harness.until(lambda: playground.state == "ready", "the run to stop")
+    assert not any(isinstance(e, ControlEvent) for e in playground.events["speculative"])
+
+
+def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tiny: TinyModels, tmp_path: Path) -> None:
+    first = Harness(tiny, tmp_path, raw=True, max_tokens=12, settings=SpecSettings(k=3, route="far"), seed=4)
+    first.playground.load()
+    first.until(lambda: first.playground.state == "ready", "the models to load")
+    first.playground.run()
+    first.until(lambda: first.playground.last_session is not None, "the run to end")
+    saved = first.playground.last_session
+    first.playground.close()
+    assert saved is not None
+
+    playground, screen = harness.playground, harness.screen
+    playground.open_session(saved)  # while the models still load
+    assert playground.opened is not None and screen.prompt == CODE_PROMPT
+    assert screen.events["speculative"] == load_session(saved).main.events
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    settings, seed = screen.said("settings")[-1]
+    assert settings.k == 3 and settings.route == "far" and seed == 4
+    assert playground.rerun_session() and playground.settings == settings
