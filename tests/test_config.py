@@ -137,8 +137,10 @@ def test_a_saved_run_replays_and_opens_with_its_configuration(
     assert changed.settings == replace(original.settings, k=2, sampling=SamplingParams(0.0))
     assert (changed.target, changed.drafters, changed.request) == (original.target, original.drafters, original.request)
 
-    opened, args = tui_command.configure(parsed("tui", "--open", str(session.path), "--tv", "0.75"))
-    assert args.open == session.path
+    opened, path = tui_command.configure(
+        parsed("tui", "--open", session.id, "--sessions-dir", str(tmp_path), "--tv", "0.75")
+    )
+    assert path == session.path
     assert opened.settings == replace(original.settings, tv_budget=0.75) and opened.drafters == original.drafters
     other_models = ("--target", str(tiny.near), "--draft", f"d={tiny.far}")
     elsewhere, _ = tui_command.configure(parsed("tui", "--open", str(session.path), *other_models))

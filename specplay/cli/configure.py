@@ -64,7 +64,8 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     if "route_map" in flags:
         user_map = dict(pairs(flags["route_map"], "route_map", "CLASS=NAME"))
     config = RunConfig(target, drafters, backend, vllm, request, settings, user_map, sessions_dir_from(flags))
-    if new_models and base is not None and "route" not in flags and settings.route not in config.drafter_names:
+    pinned = settings.route != AUTO_ROUTE and "route" not in flags
+    if new_models and pinned and settings.route not in config.drafter_names:
         config = replace(config, settings=replace(settings, route=AUTO_ROUTE))  # the base's drafter is gone
     # The resolved map (classes the user left out go to their default drafter), as sessions record it.
     return replace(config, route_map=route_map_for(CodeProseRouter(), config.drafter_names, config.route_map))

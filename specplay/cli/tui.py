@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 from specplay.backends import blas_warning
 from specplay.cli.configure import given, run_config, sessions_dir_from
@@ -48,12 +49,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(command=tui)
 
 
-def configure(args: argparse.Namespace) -> tuple[RunConfig, argparse.Namespace]:
+def configure(args: argparse.Namespace) -> tuple[RunConfig, Path | None]:
+    """The playground's configuration, and the session to open read-only (its own configuration
+    under the flags given) if any."""
     flags = given(args)
-    base = None
+    base, opened = None, None
     if args.open:
-        args.open = find_session(args.open, sessions_dir_from(flags))
-        base = session_config(load_session(args.open))
+        opened = find_session(args.open, sessions_dir_from(flags))
+        base = session_config(load_session(opened))
     config = run_config(flags, base)
     if config.request.mode != "speculative":
         if "mode" in flags:
@@ -64,16 +67,16 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, argparse.Namespace]:
     if not config.drafter_names:
         raise ConfigError("draft", "is needed: the playground compares speculative decoding with target-only")
     check(config)
-    return config, args
+    return config, opened
 
 
 def tui(args: argparse.Namespace) -> int:
-    config, args = configure(args)
+    config, opened = configure(args)
     if message := blas_warning(config):
         warn(message)
     from specplay.ui.app import PlaygroundOptions, create_app
 
-    app = create_app(config, PlaygroundOptions(autorun=args.autorun, open_session=args.open))
+    app = create_app(config, PlaygroundOptions(autorun=args.autorun, open_session=opened))
     app.run()
     return 0
 

@@ -6,11 +6,13 @@ through the same session writer and request record.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from specplay.config.run import RunConfig
+from specplay.config.run import RequestSpec, RunConfig
+from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event
 from specplay.engine.request import Request
@@ -37,19 +39,21 @@ class SampleRun:
 
 
 def open_writer(
-    config: RunConfig, source: EventSource, identity: dict, request: Request, lanes: list[str], **about: object
+    config: RunConfig,
+    request: RequestSpec,
+    prompt_token_ids: Sequence[int],
+    lanes: list[str],
+    identity: dict[str, Any],
+    capabilities: Capabilities,
+    route_map: Mapping[str, str],
+    **about: object,
 ) -> SessionWriter:
-    """A session for `request`'s run on `source`, recording `config`'s request with its seed."""
-    spec = replace(config.request, seed=request.seed, mode=request.mode)
-    record = request_record(spec, source.route_map, **about)
+    """A session in `config`'s folder for a run of `request` (its prompt, seed and mode as run) on
+    the source `identity` and `capabilities` describe; `about` adds to the request record."""
+    assert request.prompt is not None
+    record = request_record(request, route_map, **about)
     return SessionWriter(
-        config.sessions_dir,
-        request.prompt,
-        list(request.prompt_token_ids),
-        lanes,
-        identity,
-        record,
-        source.capabilities,
+        config.sessions_dir, request.prompt, list(prompt_token_ids), lanes, identity, record, capabilities
     )
 
 
@@ -61,7 +65,7 @@ def run_sample(
     on_event: OnEvent,
     save: bool,
     baseline: bool,
-    identity: dict | None = None,
+    identity: dict[str, Any] | None = None,
 ) -> SampleRun:
     """The requested lane, then, when saving a speculative run with `baseline`, its target-only
     comparison. Ctrl-C asks the run to stop at its next round and keeps what it made (saved as
@@ -69,7 +73,11 @@ def run_sample(
     lanes = [request.mode]
     if save and baseline and request.mode == "speculative" and source.capabilities.baseline:
         lanes.append("target")
-    writer = open_writer(config, source, identity or {}, request, lanes) if save else None
+    writer = None
+    if save:
+        spec = replace(config.request, prompt=request.prompt, seed=request.seed, mode=request.mode)
+        ids = request.prompt_token_ids
+        writer = open_writer(config, spec, ids, lanes, identity or {}, source.capabilities, source.route_map)
     try:
         controls = LiveControls(config.settings, source.drafters)
         run = SampleRun(stream_lane(thread, source, request, controls, on_event, writer), None, None)

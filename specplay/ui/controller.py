@@ -22,8 +22,8 @@ from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError, SpecplayError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
+from specplay.runner.session_run import open_writer
 from specplay.store import Session, SessionWriter, load_session
-from specplay.store.codec import request_record
 from specplay.ui.stats import LaneTally
 
 State = Literal["loading", "failed", "ready", "running", "stopping"]
@@ -126,10 +126,11 @@ class Playground:
     def _loaded(
         self, source: EventSource | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
     ) -> None:
-        if error is not None or source is None:
+        if error is not None:
             self.state = "failed"
-            self.set_status(f"models failed to load: {error_line(error or RuntimeError())} (ctrl+q quits)", True)
+            self.set_status(f"models failed to load: {error_line(error)} (ctrl+q quits)", error=True)
             return
+        assert source is not None
         self.drafters, self.identity, self.capabilities = source.drafters, identity, source.capabilities
         self.route_map = dict(source.route_map)
         self.view.show_loaded(self.drafters, self.capabilities)
@@ -202,16 +203,17 @@ class Playground:
 
     def _open_writer(self, start: StartEvent) -> SessionWriter | None:
         request = replace(self.config.request, prompt=self._prompt, seed=start.seed, mode="speculative")
-        record = request_record(request, self.route_map, source="tui", lanes_run_side_by_side=True)
         try:
-            return SessionWriter(
-                self.config.sessions_dir,
-                self._prompt,
-                list(start.prompt_token_ids),
+            return open_writer(
+                self.config,
+                request,
+                start.prompt_token_ids,
                 list(self.lanes),
                 self.identity,
-                record,
                 self.capabilities,
+                self.route_map,
+                source="tui",
+                lanes_run_side_by_side=True,
             )
         except SpecplayError as error:  # the run goes on unsaved; say why once
             self.set_status(f"not saving: {error_line(error)}", error=True)
