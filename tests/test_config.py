@@ -15,6 +15,7 @@ from specplay.cli import run as run_command
 from specplay.cli import tui as tui_command
 from specplay.cli.configure import given, run_config
 from specplay.config.demo import demo_model_paths
+from specplay.config.models import source_of
 from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import DraftPosition, RoundEvent, StartEvent, Token
@@ -174,3 +175,60 @@ def test_a_vllm_session_names_its_servers_and_folders_never_its_key(tmp_path: Pa
     assert config.native and config.drafter_names == ("code", "prose") and config.vllm.baseline_url == "http://gpu:9"
     with pytest.raises(ConfigError, match="cannot change the TV budget"):
         check(replace(config, settings=SpecSettings(tv_budget=0.5)))
+
+
+@pytest.mark.parametrize(
+    "source, kind, params",
+    [
+        ("prompt-lookup", "prompt-lookup", {"n_min": 1, "n_max": 3}),
+        ("prompt-lookup:n=2-5", "prompt-lookup", {"n_min": 2, "n_max": 5}),
+        ("prompt-lookup:n=4", "prompt-lookup", {"n_min": 4, "n_max": 4}),
+        ("early-exit:layers=8", "early-exit", {"layers": 8, "head": None}),
+        ("early-exit:layers=3,head=/h", "early-exit", {"layers": 3, "head": "/h"}),
+        ("/m/small.gguf", "gguf", {}),
+        ("./prompt-lookup", "mlx", {}),
+    ],
+)
+def test_drafter_sources(source: str, kind: str, params: dict[str, object]) -> None:
+    config = run_config(given(parsed("run", "--target", "/m/t", "--draft", source, "--prompt", "x")))
+    (drafter,) = config.drafters
+    assert (drafter.kind, dict(drafter.params)) == (kind, params)
+    assert source_of(drafter) == source or kind in ("prompt-lookup", "early-exit")
+    named = run_config(given(parsed("run", "--target", "/m/t", "--draft", f"mine={source}", "--prompt", "x")))
+    assert named.drafters[0].name == "mine" and named.drafters[0].kind == kind
+
+
+@pytest.mark.parametrize(
+    "draft, message",
+    [
+        ("prompt-lookup:n=3-1", "--draft prompt-lookup:n=3-1 needs n=MIN-MAX with 1 <= MIN <= MAX <= 16"),
+        ("prompt-lookup:n=0", "needs n=MIN-MAX"),
+        ("prompt-lookup:k=2", "prompt-lookup takes n=MIN-MAX, not k"),
+        ("early-exit", "early-exit takes layers=L"),
+        ("early-exit:layers=0", "early-exit:layers=0 must be a whole number of layers, 1 or more"),
+        ("early-exit:layers=x", "early-exit:layers=x must be a whole number"),
+        ("early-exit:layers", "takes KEY=VALUE options"),
+    ],
+)
+def test_bad_drafter_sources_are_one_line(draft: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--target", "/m/t", "--draft", draft, "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_targets_made_of_drafter_kinds_and_unfetched_models_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--target", "prompt-lookup", "--prompt", "x", "--mode", "target"]) == 2
+    assert "--target prompt-lookup is a drafter, not a target" in capsys.readouterr().err
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(tmp_path))
+    assert main(["run", "--target", "smollm2", "--prompt", "x", "--mode", "target"]) == 2
+    assert "--target smollm2 is not downloaded yet: `specplay fetch smollm2` gets it (98 MB)" in capsys.readouterr().err
+    fetched = tmp_path / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    fetched.parent.mkdir()
+    fetched.write_bytes(b"")
+    config = run_config(given(parsed("run", "--target", "smollm2", "--prompt", "x")))
+    assert config.target == ModelSpec("target", "target", "gguf", str(fetched))
+    urls = ["--backend", "vllm", "--target-url", "http://g:1", "--prompt", "x"]
+    assert main(["run", *urls, "--draft", "e=early-exit:layers=2"]) == 2
+    assert "drafts with the target's own layers: it needs --backend mlx" in capsys.readouterr().err

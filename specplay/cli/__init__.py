@@ -6,7 +6,7 @@ import os
 import sys
 
 from specplay import __version__
-from specplay.cli import bench, diff, distill, export, fidelity, run, sessions, tui, vllm_launch
+from specplay.cli import bench, diff, distill, export, fetch, fidelity, run, sessions, tui, vllm_launch
 from specplay.cli.flags import Parser
 from specplay.errors import SpecplayError, error_line
 
@@ -24,6 +24,7 @@ def build_parser() -> Parser:
     export.add_parser(subparsers)
     bench.add_parser(subparsers)
     distill.add_parser(subparsers)
+    fetch.add_parser(subparsers)
     tui.add_parser(subparsers)
     vllm_launch.add_parser(subparsers)
     parser.commands = set(subparsers.choices)

@@ -16,6 +16,7 @@ from typing import Any
 
 from specplay.cli.flags import API_KEY_ENV
 from specplay.config.demo import demo_model_paths
+from specplay.config.models import model_spec
 from specplay.config.run import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
 from specplay.config.urls import named_url, server_root
 from specplay.engine.router import CodeProseRouter, route_map_for
@@ -87,12 +88,12 @@ def settings_from(flags: Mapping[str, Any], base: SpecSettings) -> SpecSettings:
 def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple[ModelSpec, ...], VllmOptions]:
     """(backend, target, drafters, vLLM options) from the model flags; none at all: the demo models."""
     backend: BackendKind = flags.get("backend", "mlx")
-    local = tuple(ModelSpec(name, "drafter", "mlx", location) for name, location in named_drafters(flags))
+    local = tuple(model_spec(name, "drafter", source, "draft") for name, source in named_drafters(flags))
     if backend == "mlx":
         if "target_url" in flags or "draft_url" in flags:
             raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
         if "target" in flags:
-            return backend, ModelSpec(TARGET, "target", "mlx", flags["target"]), local, VllmOptions()
+            return backend, model_spec(TARGET, "target", flags["target"], "target"), local, VllmOptions()
         if local:
             raise ConfigError("target", "is needed with --draft (or leave out both to use the demo models)")
         target, drafters = demo_model_paths()
@@ -117,13 +118,14 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple
 
 
 def named_drafters(flags: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(name, model) of each --draft; a drafter without NAME= is named after its folder."""
+    """(name, source) of each --draft; a drafter without NAME= is named after its folder or file
+    (a built-in drafter after its kind)."""
     named = []
     for value in flags.get("draft", []):
-        name, sep, spec = value.partition("=")
-        if not sep or "/" in name:  # an unnamed path may itself contain '='
-            name, spec = Path(value.rstrip("/")).name, value
-        named.append((name, spec))
+        name, sep, source = value.partition("=")
+        if not sep or "/" in name or ":" in name:  # an unnamed path or built-in may itself contain '='
+            name, source = Path(value.split(":")[0].rstrip("/")).name.removesuffix(".gguf"), value
+        named.append((name, source))
     return named
 
 

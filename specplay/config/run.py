@@ -18,9 +18,12 @@ from specplay.errors import ConfigError
 
 BackendKind = Literal["mlx", "vllm"]
 BACKENDS: tuple[BackendKind, ...] = ("mlx", "vllm")
-ModelKind = Literal["mlx", "server"]
-"""Where a model runs: `mlx`, a folder or a cached Hugging Face id loaded here; `server`, a vLLM
-server's address."""
+ModelKind = Literal["mlx", "gguf", "server", "prompt-lookup", "early-exit"]
+"""What a model is and where it runs: `mlx`, a folder or a cached Hugging Face id loaded here;
+`gguf`, a GGUF file converted once and loaded here; `server`, a vLLM server's address; and two
+drafters made from no model or from the target's own layers (config/models.py)."""
+LOCAL_KINDS: tuple[ModelKind, ...] = ("mlx", "gguf")
+"""Models with weights that this machine loads."""
 Role = Literal["target", "drafter"]
 Strategy = Literal["auto", "prompt-logprobs", "prefixes"]
 STRATEGIES: tuple[Strategy, ...] = ("auto", "prompt-logprobs", "prefixes")
@@ -36,9 +39,11 @@ class ModelSpec:
     role: Role
     kind: ModelKind
     location: str
-    """A folder or Hugging Face id (mlx); a server's root address (server)."""
+    """A folder or Hugging Face id (mlx), a file (gguf), a server's root address (server); empty
+    for the drafters made from no model or from the target."""
     params: Mapping[str, Any] = field(default_factory=dict)
-    """What a kind needs beyond its location (native mode: the target server's route name)."""
+    """What a kind needs beyond its location: prompt lookup's n_min and n_max, early exit's layers
+    and head; in native mode the target server's route name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +101,8 @@ class RunConfig:
 
     @property
     def local_models(self) -> tuple[ModelSpec, ...]:
-        """The models this machine loads (with MLX)."""
-        return tuple(m for m in (self.target, *self.drafters) if m.kind == "mlx")
+        """The models whose weights this machine loads (with MLX)."""
+        return tuple(m for m in (self.target, *self.drafters) if m.kind in LOCAL_KINDS)
 
 
 NATIVE_ROUTE = "server"
@@ -139,12 +144,17 @@ def check_models(config: RunConfig) -> None:
         return
     if config.target.kind != "server":
         raise ConfigError("target", "is for local models; with --backend vllm give --target-url URL")
+    for drafter in config.drafters:
+        if drafter.kind == "early-exit":
+            raise ConfigError("draft", f"{drafter.name!r} drafts with the target's own layers: it needs --backend mlx")
+        if drafter.kind == "prompt-lookup":
+            raise ConfigError("draft", f"{drafter.name!r} (prompt lookup) runs with --backend mlx only, for now")
     options = config.vllm
     if options.top_logprobs < 1:
         raise ConfigError("top_logprobs", f"must be at least 1 (got {options.top_logprobs})")
     if not options.timeout_s > 0:
         raise ConfigError("timeout", f"must be above 0 seconds (got {options.timeout_s})")
-    if options.native and any(d.kind == "mlx" for d in config.drafters):
+    if options.native and any(d.kind != "server" for d in config.drafters):
         raise ConfigError(
             "vllm_native", "uses each server's own drafter; drop --draft (--draft-url adds a speculating server)"
         )

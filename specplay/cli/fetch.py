@@ -1,0 +1,47 @@
+"""`specplay fetch [NAME]`: real models by a short name, downloaded only when asked."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from specplay.cli.render import make_console
+from specplay.config.catalog import CATALOG, cached_path
+from specplay.errors import ConfigError
+
+PLAYGROUND = "specplay --target {name} --draft lookup=prompt-lookup --draft exit=early-exit:layers={layers}"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fetch",
+        help="download a real model by name (e.g. smollm2), then use it as --target NAME",
+        description="Without NAME, lists the models specplay can fetch and which are already in the cache.",
+    )
+    parser.add_argument("name", nargs="?", metavar="NAME", help=f"one of: {', '.join(CATALOG)}")
+    parser.set_defaults(command=fetch_command)
+
+
+def fetch_command(args: argparse.Namespace) -> int:
+    console = make_console()
+    if args.name is None:
+        for model in CATALOG.values():
+            where = cached_path(model)
+            state = f"fetched: {where}" if where.is_file() else f"{model.size / 1e6:.0f} MB, not fetched"
+            console.print(f"{model.name}  {model.title}, {model.license} · {state}", markup=False)
+        return 0
+    model = CATALOG.get(args.name)
+    if model is None:
+        raise ConfigError(
+            "name", f"{args.name!r} is not a model specplay can fetch; choose one of {', '.join(CATALOG)}"
+        )
+    from specplay.catalog.fetch import fetch
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=make_console(), transient=True) as progress:
+        task = progress.add_task(f"unpacking {model.file_name}", total=model.size)
+        path = fetch(model, lambda done, total: progress.update(task, completed=done, total=total))
+    console.print(f"{model.name}: {path}", markup=False)
+    console.print("open the playground on it: " + PLAYGROUND.format(name=model.name, layers=22), markup=False)
+    return 0

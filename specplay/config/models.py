@@ -1,0 +1,103 @@
+"""Model specs as users write them: `--target SOURCE`, `--draft [NAME=]SOURCE`.
+
+A SOURCE is an mlx-lm folder or a cached Hugging Face id, a GGUF file (`*.gguf`), the name of a
+model `specplay fetch` downloaded (e.g. `smollm2`), or a drafter made from the target or from no
+model:
+
+    prompt-lookup[:n=MIN-MAX]            proposes what followed the last match of the last n tokens
+    early-exit:layers=L[,head=DIR]       the target's first L layers, optionally with a trained head
+
+A folder that happens to be named like a built-in drafter is written with a path: ./prompt-lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from specplay.config.catalog import CATALOG, cached_path
+from specplay.config.run import ModelKind, ModelSpec, Role
+from specplay.errors import ConfigError
+
+PROMPT_LOOKUP = "prompt-lookup"
+EARLY_EXIT = "early-exit"
+BUILT_IN: tuple[ModelKind, ...] = (PROMPT_LOOKUP, EARLY_EXIT)
+LOOKUP_N = (1, 3)
+"""Default n range of prompt lookup: the longest match of 3 tokens down to 1."""
+LOOKUP_N_MAX = 16
+
+
+def model_spec(name: str, role: Role, source: str, field: str) -> ModelSpec:
+    """The spec of one `--target` / `--draft` value; `field` names the flag for errors."""
+    kind_name, sep, arguments = source.partition(":")
+    if kind_name in BUILT_IN:
+        if role == "target":
+            raise ConfigError(field, f"{kind_name} is a drafter, not a target; give the target as a folder or file")
+        params = _params(arguments, field, kind_name) if sep else {}
+        if kind_name == PROMPT_LOOKUP:
+            return ModelSpec(name, role, PROMPT_LOOKUP, "", _lookup_params(params, field))
+        return ModelSpec(name, role, EARLY_EXIT, "", _early_exit_params(params, field))
+    if source.lower().endswith(".gguf"):
+        return ModelSpec(name, role, "gguf", str(Path(source).expanduser()))
+    if source in CATALOG and not Path(source).exists():
+        model = CATALOG[source]
+        path = cached_path(model)
+        if not path.is_file():
+            raise ConfigError(
+                field, f"{source} is not downloaded yet: `specplay fetch {source}` gets it ({model.size / 1e6:.0f} MB)"
+            )
+        return ModelSpec(name, role, "gguf", str(path))
+    return ModelSpec(name, role, "mlx", source)
+
+
+def _params(text: str, field: str, kind: str) -> dict[str, str]:
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(field, f"{kind} takes KEY=VALUE options separated by commas (got {text!r})")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _lookup_params(params: Mapping[str, str], field: str) -> dict[str, Any]:
+    unknown = set(params) - {"n"}
+    if unknown:
+        raise ConfigError(field, f"prompt-lookup takes n=MIN-MAX, not {', '.join(sorted(unknown))}")
+    if "n" not in params:
+        return {"n_min": LOOKUP_N[0], "n_max": LOOKUP_N[1]}
+    low, sep, high = params["n"].partition("-")
+    try:
+        n_min, n_max = int(low), int(high if sep else low)
+    except ValueError:
+        n_min = n_max = 0
+    if not 1 <= n_min <= n_max <= LOOKUP_N_MAX:
+        raise ConfigError(
+            field, f"prompt-lookup:n={params['n']} needs n=MIN-MAX with 1 <= MIN <= MAX <= {LOOKUP_N_MAX}"
+        )
+    return {"n_min": n_min, "n_max": n_max}
+
+
+def _early_exit_params(params: Mapping[str, str], field: str) -> dict[str, Any]:
+    unknown = set(params) - {"layers", "head"}
+    if unknown or "layers" not in params:
+        raise ConfigError(field, "early-exit takes layers=L and optionally head=DIR (e.g. early-exit:layers=8)")
+    try:
+        layers = int(params["layers"])
+    except ValueError:
+        layers = 0
+    if layers < 1:
+        raise ConfigError(field, f"early-exit:layers={params['layers']} must be a whole number of layers, 1 or more")
+    head = str(Path(params["head"]).expanduser()) if "head" in params else None
+    return {"layers": layers, "head": head}
+
+
+def source_of(spec: ModelSpec) -> str:
+    """The SOURCE a user would write for `spec` (the inverse of model_spec), for messages and commands."""
+    if spec.kind == PROMPT_LOOKUP:
+        return f"{PROMPT_LOOKUP}:n={spec.params['n_min']}-{spec.params['n_max']}"
+    if spec.kind == EARLY_EXIT:
+        head = f",head={spec.params['head']}" if spec.params.get("head") else ""
+        return f"{EARLY_EXIT}:layers={spec.params['layers']}{head}"
+    return spec.location
