@@ -8,10 +8,14 @@ from collections.abc import Callable
 
 from specplay.config.run import RunConfig
 from specplay.engine.source import EventSource
+from specplay.errors import ModelError
 
 
 def open_source(config: RunConfig) -> EventSource:
     """Load or connect what `config` names; call on the model thread (MLX state is per thread)."""
+    for model in (config.target, *config.drafters):
+        if model.kind not in ("mlx", "server"):
+            raise ModelError(f"{model.name}: {model.kind} models cannot be loaded by this version of specplay")
     local = [(m.name, m.location) for m in config.drafters if m.kind == "mlx"]
     if config.backend == "mlx":
         from specplay.backends.mlx import load_mlx_backend
