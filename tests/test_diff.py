@@ -233,7 +233,8 @@ def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     corrupt = tmp_path / "corrupt.jsonl"
     corrupt.write_text('{"type": "header", "schema_version": 1, "lanes": []}\nnot json\n{"type": "end"}\n')
     no_lanes = tmp_path / "no_lanes.jsonl"
-    no_lanes.write_text('{"type": "header", "schema_version": 1, "prompt": "x", "lanes": []}\n{"type": "end"}\n')
+    header = '{"type": "header", "schema_version": 1, "prompt": "x", "prompt_token_ids": [1], "lanes": []}'
+    no_lanes.write_text(header + '\n{"type": "end"}\n')
     cases = [
         (["missing", "--sessions-dir", str(tmp_path)], "no session 'missing'"),
         ([str(corrupt)], "line 2 is not JSON"),

@@ -11,7 +11,6 @@ import pytest
 
 from specplay import __version__
 from specplay.cli import main
-from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
     ControlEvent,
     DoneEvent,
@@ -25,6 +24,7 @@ from specplay.engine.events import (
 from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import SessionWriter, load_session
+from specplay.store.codec import capabilities_from_header
 from specplay.store.export import md_escape, md_fence, to_html, to_jsonl, to_markdown
 
 PROMPT_IDS = (5, 6, 7)
@@ -119,7 +119,7 @@ def write_session(
     identity = {"source": source, "path": source, "weights_sha256": "ab" * 32, "weights_hash": "full"}
     backend = {"backend": "mlx", "device": "cpu", "models": {"target": identity, "near": identity | {"source": "near"}}}
     request = {"mode": next(iter(lanes)), "seed": 0, "max_tokens": 5, "ignore_eos": False, "raw": True}
-    capabilities = Capabilities.from_record(None, backend)  # what a source on this backend says
+    capabilities = capabilities_from_header({"backend": backend})  # what a source on this backend says
     writer = SessionWriter(directory, prompt, list(PROMPT_IDS), list(lanes), backend, request, capabilities)
     for name, events in lanes.items():
         for event in events:
@@ -290,7 +290,8 @@ def test_export_errors_are_one_line(session_path: Path, tmp_path: Path, capsys: 
     corrupt = tmp_path / "corrupt.jsonl"
     corrupt.write_text('{"type": "header", "schema_version": 1, "lanes": []}\nnot json\n{"type": "end"}\n')
     no_lanes = tmp_path / "no_lanes.jsonl"
-    no_lanes.write_text('{"type": "header", "schema_version": 1, "prompt": "x", "lanes": []}\n{"type": "end"}\n')
+    header = '{"type": "header", "schema_version": 1, "prompt": "x", "prompt_token_ids": [1], "lanes": []}'
+    no_lanes.write_text(header + '\n{"type": "end"}\n')
     cases = [
         (["missing", "--sessions-dir", str(tmp_path)], "no session 'missing'"),
         ([str(corrupt)], "line 2 is not JSON"),

@@ -40,7 +40,7 @@ def read_prompts(path: Path, field: str = "prompts") -> list[Prompt]:
 
 def parse_prompts(text: str, source: str, field: str) -> list[Prompt]:
     prompts = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):  # JSON Lines end at "\n" only
         if not line.strip():
             continue
         try:

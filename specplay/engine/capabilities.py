@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -39,18 +38,3 @@ class Capabilities:
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self) | {"modes": list(self.modes)}
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any] | None, backend: Mapping[str, Any]) -> Capabilities:
-        """A session's capabilities; sessions older than the record are judged by their backend."""
-        if record is not None:
-            known = {name: record[name] for name in cls.__dataclass_fields__ if name in record}
-            return cls(**known | {"modes": tuple(known.get("modes", MODES))})
-        remote = backend.get("backend") == "vllm"
-        native = remote and backend.get("mode") == "native"
-        return cls(
-            live_controls=not native,
-            wall_time_is_speed=native or not remote,
-            lanes_take_turns=not native,
-            recolours=native,
-        )

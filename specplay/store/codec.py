@@ -1,29 +1,29 @@
 """The session record, both ways: engine events to JSON records and back, and the request record.
 
 Events hold plain values, so a record's data is `dataclasses.asdict` of its event. Reading
-rebuilds the frozen event: fields a newer specplay added are dropped, fields an older one lacked
-take their defaults, so any readable session decodes.
+rebuilds the frozen event through its declared types (schema.py): fields a newer specplay added
+are dropped, fields an older one lacked take their defaults, and anything of the wrong shape is a
+SchemaError that names the field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specplay.config.run import RequestSpec
+from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
     ControlEvent,
     DoneEvent,
-    DraftPosition,
     Event,
     RecolourEvent,
     RoundEvent,
     StartEvent,
     StepEvent,
-    Token,
 )
-from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
+from specplay.store.schema import build
 
 KINDS: dict[type, str] = {
     StartEvent: "start",
@@ -39,59 +39,80 @@ def event_record(lane: str, event: Event) -> dict[str, Any]:
     return {"type": "event", "lane": lane, "kind": KINDS[type(event)], "data": asdict(event)}
 
 
-def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {key: value for key, value in data.items() if key in names}
+_CLASSES = {kind: cls for cls, kind in KINDS.items()}
 
 
-def _candidates(rows: list[list[Any]] | None) -> tuple[tuple[int, float], ...] | None:
-    return None if rows is None else tuple((int(t), float(p)) for t, p in rows)
+@dataclass(frozen=True)
+class VllmAccount:
+    """A vLLM inspection generation's own account (backends/vllm/generation.py)."""
+
+    verify_strategies: dict[str, int] = field(default_factory=dict)
+    approximate: bool = False
+    exact_correction: dict[str, int] | None = None
 
 
-def _token(data: Mapping[str, Any]) -> Token:
-    return Token(**_known(Token, data))
+@dataclass(frozen=True)
+class ServerAccount:
+    """What a speculating vLLM server said of a native run (backends/vllm/native_source.py)."""
+
+    sources_exact: bool = False
+    counters_contaminated: bool = False
+    k: int | None = None
+    speculative_decoding: dict[str, Any] | None = None
+    counters_delta: dict[str, float] = field(default_factory=dict)
 
 
-def _position(data: Mapping[str, Any]) -> DraftPosition:
-    known = _known(DraftPosition, data)
-    known["top_target"] = _candidates(known.get("top_target"))
-    known["top_draft"] = _candidates(known.get("top_draft"))
-    return DraftPosition(**known)
+@dataclass(frozen=True)
+class MetricsRecord:
+    """The shape of a DoneEvent's metrics (engine/metrics.py) that readers rely on."""
+
+    num_tokens: int = 0
+    tokens_per_s: float | None = None
+    time_to_first_token_ms: float | None = None
+    num_tokens_by_source: dict[str, int] = field(default_factory=dict)
+    num_spec_steps: int | None = None
+    num_draft_tokens: int | None = None
+    num_accepted_draft_tokens: int | None = None
+    num_judged_draft_tokens: int | None = None
+    mean_acceptance_length: float | None = None
+    draft_acceptance_rate: float | None = None
+    acceptance_per_position: tuple[float, ...] | None = None
+    num_drafted_per_position: tuple[int, ...] | None = None
+    num_accepted_per_position: tuple[int, ...] | None = None
+    tv_spent: float | None = None
+    draft_ms: float | None = None
+    verify_ms: float | None = None
+    overhead_ms: float | None = None
+    vllm: VllmAccount | None = None
+    server: ServerAccount | None = None
 
 
-def decode_event(kind: str, data: Mapping[str, Any]) -> Event | None:
-    """One event record's data as the engine emitted it (None for a kind this specplay does not know).
-    A record of the wrong shape raises KeyError, TypeError or ValueError: the reader names it."""
-    if kind == "round":
-        known = _known(RoundEvent, data)
-        known["drafted"] = tuple(int(t) for t in known["drafted"])
-        known["positions"] = tuple(_position(p) for p in known["positions"])
-        known["tokens"] = tuple(_token(t) for t in known["tokens"])
-        known["bonus_top_target"] = _candidates(known.get("bonus_top_target"))
-        return RoundEvent(**known)
-    if kind == "step":
-        known = _known(StepEvent, data)
-        return StepEvent(**{**known, "token": _token(known["token"])})
-    if kind == "recolour":
-        return RecolourEvent(tuple(data["sources"]), bool(data["exact"]))
-    if kind == "control":
-        changes = tuple((str(name), old, new) for name, old, new in data["changes"])
-        return ControlEvent(int(data["token_index"]), changes)
-    if kind == "done":
-        known = _known(DoneEvent, data)
-        return DoneEvent(**{**known, "token_ids": tuple(int(t) for t in known["token_ids"])})
-    if kind == "start":
-        known = _known(StartEvent, data)
-        settings = settings_from_record(known.get("settings") or {})
-        return StartEvent(**{**known, "prompt_token_ids": tuple(known["prompt_token_ids"]), "settings": settings})
-    return None
+def decode_event(kind: str, data: Any, where: str = "event") -> Event | None:
+    """One event record's data as the engine emitted it (None for a kind this specplay does not
+    know); a SchemaError names the field when the data does not have the event's shape."""
+    cls = _CLASSES.get(kind)
+    if cls is None:
+        return None
+    event = build(cls, data, f"{where} ({kind})")
+    if isinstance(event, DoneEvent):
+        build(MetricsRecord, event.metrics, f"{where} (done).metrics")
+    return event
 
 
-def settings_from_record(data: Mapping[str, Any]) -> SpecSettings:
-    """The SpecSettings a start event recorded (a missing field keeps its default)."""
-    sampling = SamplingParams(**_known(SamplingParams, data.get("sampling") or {}))
-    policy = PolicyParams(**_known(PolicyParams, data.get("policy_params") or {}))
-    return SpecSettings(**{**_known(SpecSettings, data), "sampling": sampling, "policy_params": policy})
+def capabilities_from_header(header: Mapping[str, Any]) -> Capabilities:
+    """What the session's source could do; sessions older than the record are judged by their backend."""
+    record = header.get("capabilities")
+    if record is not None:
+        return build(Capabilities, record, "header.capabilities")
+    backend = header.get("backend") or {}
+    remote = backend.get("backend") == "vllm"
+    native = remote and backend.get("mode") == "native"
+    return Capabilities(
+        live_controls=not native,
+        wall_time_is_speed=native or not remote,
+        lanes_take_turns=not native,
+        recolours=native,
+    )
 
 
 def request_record(request: RequestSpec, route_map: Mapping[str, str], **about: Any) -> dict[str, Any]:
@@ -109,5 +130,4 @@ def request_record(request: RequestSpec, route_map: Mapping[str, str], **about: 
 
 
 def request_from_record(record: Mapping[str, Any], prompt: str) -> RequestSpec:
-    known = _known(RequestSpec, record)
-    return RequestSpec(**{**known, "prompt": prompt})
+    return replace(build(RequestSpec, {**record, "prompt": prompt}, "header.request"), prompt=prompt)

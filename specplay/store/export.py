@@ -7,7 +7,6 @@ is escaped for the target format, so a transcript cannot inject markup into what
 from __future__ import annotations
 
 import html
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -19,6 +18,7 @@ from rich.terminal_theme import SVG_EXPORT_THEME
 # One palette for the terminal and the page.
 from specplay.display.palette import SOURCE_STYLES
 from specplay.store.format import LaneRecord, Session
+from specplay.store.writer import record_line
 
 FORMATS = ("md", "html", "jsonl")
 
@@ -60,7 +60,7 @@ def export_session(session: Session, fmt: str) -> str:
 
 def to_jsonl(session: Session) -> str:
     """The raw event log, one record per line, header first."""
-    return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in session.records)
+    return "".join(record_line(record) + "\n" for record in session.records)
 
 
 # --- facts shared by both documents, as plain unescaped strings -----------------------------

@@ -33,7 +33,8 @@ from specplay.engine.events import (
 )
 from specplay.engine.settings import SpecSettings
 from specplay.errors import SpecplayError
-from specplay.store.codec import decode_event
+from specplay.store.codec import capabilities_from_header, decode_event, request_from_record
+from specplay.store.schema import SchemaError, build
 
 SCHEMA_VERSION = 1
 SUFFIX = ".jsonl"
@@ -121,7 +122,7 @@ class Session:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities.from_record(self.header.get("capabilities"), self.header.get("backend") or {})
+        return capabilities_from_header(self.header)
 
     @property
     def main(self) -> LaneRecord:
@@ -135,6 +136,42 @@ class Session:
         return lane if lane is not None and lane is not self.main else None
 
 
+@dataclass(frozen=True)
+class ModelRecord:
+    """The shape of one model's identity that readers rely on."""
+
+    source: str = "?"
+    path: str | None = None
+    backend: str | None = None
+    route: str | None = None
+    weights_sha256: str | None = None
+    weights_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendRecord:
+    """The shape of what a source said of itself that readers rely on."""
+
+    models: dict[str, ModelRecord] = field(default_factory=dict)
+    backend: str | None = None
+    mode: str | None = None
+
+
+@dataclass(frozen=True)
+class Header:
+    """The header record's shape (the session keeps the record itself as read)."""
+
+    schema_version: int
+    prompt: str
+    prompt_token_ids: tuple[int, ...]
+    lanes: tuple[str, ...]
+    backend: BackendRecord = field(default_factory=BackendRecord)
+    request: dict[str, Any] = field(default_factory=dict)
+    capabilities: Capabilities | None = None
+    created: str | None = None
+    specplay_version: str | None = None
+
+
 def _parse_line(path: Path, number: int, line: str, last: bool) -> dict[str, Any] | None:
     try:
         record = json.loads(line)
@@ -142,19 +179,25 @@ def _parse_line(path: Path, number: int, line: str, last: bool) -> dict[str, Any
         if last:  # torn by a kill mid-write: the run is incomplete, the rest is good
             return None
         raise SessionError(f"session {path} is corrupt: line {number} is not JSON (edited or damaged)") from None
-    if not isinstance(record, dict) or "type" not in record:
+    if not isinstance(record, dict) or not isinstance(record.get("type"), str):
         raise SessionError(f"session {path} is corrupt: line {number} is not a session record")
     return record
 
 
 def load_session(path: Path) -> Session:
+    """A session file, checked record by record; any damage is one SessionError naming the file
+    and the record."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SessionError(f"session {path} does not exist; `specplay sessions` lists the saved ones") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SessionError(f"session {path} cannot be read: {exc}") from None
-    lines = text.splitlines()
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise SessionError(f"session {path} cannot be read: {detail}") from None
+    # Records end at "\n" only: the writer escapes every other Unicode line boundary.
+    lines = text.split("\n")
+    if lines and not lines[-1].strip():
+        lines.pop()
     if not lines:
         raise SessionError(f"session {path} is empty; it was cut short before its header was written")
     records = []
@@ -166,24 +209,33 @@ def load_session(path: Path) -> Session:
     if header.get("type") != "header":
         raise SessionError(f"session {path} is corrupt: it does not start with a header")
     version = header.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         raise SessionError(
             f"session {path} has schema version {version}, newer than this specplay reads ({SCHEMA_VERSION}); "
             "upgrade specplay to open it"
         )
-    names = header.get("lanes")
-    if not isinstance(names, list) or not names:
+    try:
+        checked = build(Header, header, "header")
+        request_from_record(checked.request, checked.prompt)
+        build(dict[str, str], checked.request.get("route_map") or {}, "header.request.route_map")
+    except SchemaError as error:
+        raise SessionError(f"session {path} is corrupt: {error}") from None
+    names = checked.lanes
+    if not names:
         raise SessionError(f"session {path} is corrupt: its header names no lanes")
     lanes = {name: LaneRecord(name) for name in names}
     complete = False
     for number, record in enumerate(records[1:], 2):
         if record["type"] == "event":
+            lane = record.get("lane")
+            if not isinstance(lane, str):
+                raise SessionError(f"session {path} is corrupt: record {number} names no lane")
             try:
-                event = decode_event(record["kind"], record["data"])
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise SessionError(f"session {path} is corrupt: record {number} is not a valid event ({exc})") from None
+                event = decode_event(str(record.get("kind")), record.get("data"), f"record {number}")
+            except SchemaError as error:
+                raise SessionError(f"session {path} is corrupt: {error}") from None
             if event is not None:
-                lanes.setdefault(record["lane"], LaneRecord(record["lane"])).add(event)
+                lanes.setdefault(lane, LaneRecord(lane)).add(event)
         elif record["type"] == "end":
             complete = True
     return Session(path, header, lanes, records, complete and all(lane.complete for lane in lanes.values()))

@@ -21,6 +21,15 @@ from specplay.engine.events import Event
 from specplay.store.codec import event_record
 from specplay.store.format import SCHEMA_VERSION, SUFFIX, SessionError
 
+# json.dumps escapes "\n" and the C0 controls; these other Unicode line boundaries it leaves raw,
+# and a reader splitting lines on them would tear the record apart.
+_LINE_BOUNDARIES = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def record_line(record: dict[str, Any]) -> str:
+    """One JSON Lines record: UTF-8 as written, every line boundary escaped."""
+    return json.dumps(record, ensure_ascii=False).translate(_LINE_BOUNDARIES)
+
 
 def _new_name(now: datetime) -> str:
     return f"{now.strftime('%Y-%m-%dT%H-%M-%S')}_{secrets.token_hex(3)}{SUFFIX}"
@@ -66,7 +75,7 @@ class SessionWriter:
         )
 
     def _write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False)
+        line = record_line(record)
         self._lines.append(line)
         self._file.write(line + "\n")
         self._file.flush()  # in the OS's hands: survives the process being killed
@@ -77,7 +86,7 @@ class SessionWriter:
     def finalize(self) -> Path:
         """Mark the session complete, atomically."""
         self._file.close()
-        self._lines.append(json.dumps({"type": "end"}))
+        self._lines.append(record_line({"type": "end"}))
         partial = self.path.with_name(self.path.name + ".tmp")
         with partial.open("w", encoding="utf-8") as out:
             out.write("\n".join(self._lines) + "\n")

@@ -32,7 +32,7 @@ def read_prompts(source: Path) -> list[str]:
 
 def _jsonl_prompts(path: Path) -> list[str]:
     prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):  # JSON Lines: "\n" only
         if not line.strip():
             continue
         try:
