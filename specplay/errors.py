@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specplay.display.text import one_line
+
 
 class SpecplayError(Exception):
     """A problem with the user's input or environment, worded as problem and fix."""
@@ -29,9 +31,12 @@ def flag_of(field: str) -> str:
 
 
 def error_line(error: BaseException) -> str:
-    """One clear line for any error: a ConfigError names the flag to change."""
+    """One clear line for any error, safe to print (a server's or a file's text may hold control
+    characters): a ConfigError names the flag to change."""
     if isinstance(error, ConfigError):
-        return f"{flag_of(error.field)} {error.detail}"
-    if isinstance(error, SpecplayError):
-        return str(error)
-    return f"{type(error).__name__}: {error}"
+        text = f"{flag_of(error.field)} {error.detail}"
+    elif isinstance(error, SpecplayError):
+        text = str(error)
+    else:
+        text = f"{type(error).__name__}: {error}"
+    return one_line(text)

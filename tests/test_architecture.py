@@ -17,7 +17,7 @@ PACKAGE = Path(specplay.__file__).parent
 # they are dependencies all the same. The engine is the bottom: it knows no configuration,
 # backend, file or screen.
 ALLOWED = {
-    "errors": set(),
+    "errors": {"display"},
     "engine": {"errors"},
     "config": {"engine", "errors"},
     "display": set(),

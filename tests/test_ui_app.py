@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.widgets import Select, TextArea
 from textual_slider import Slider
 
-from specplay.display.palette import visible
+from specplay.display.text import visible
 from specplay.engine.events import ControlEvent, DoneEvent, StepEvent
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import list_session_files, load_session

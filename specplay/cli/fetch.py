@@ -29,7 +29,7 @@ def fetch_command(args: argparse.Namespace) -> int:
         for model in CATALOG.values():
             where = cached_path(model)
             state = f"fetched: {where}" if where.is_file() else f"{model.size / 1e6:.0f} MB, not fetched"
-            console.print(f"{model.name}  {model.title}, {model.license} · {state}", markup=False)
+            console.print(f"{model.name}  {model.title}, {model.license} · {state}")
         return 0
     model = CATALOG.get(args.name)
     if model is None:
@@ -42,6 +42,6 @@ def fetch_command(args: argparse.Namespace) -> int:
     with Progress(*columns, console=make_console(), transient=True) as progress:
         task = progress.add_task(f"unpacking {model.file_name}", total=model.size)
         path = fetch(model, lambda done, total: progress.update(task, completed=done, total=total))
-    console.print(f"{model.name}: {path}", markup=False)
-    console.print("open the playground on it: " + PLAYGROUND.format(name=model.name, layers=22), markup=False)
+    console.print(f"{model.name}: {path}")
+    console.print("open the playground on it: " + PLAYGROUND.format(name=model.name, layers=22))
     return 0

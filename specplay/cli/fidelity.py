@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rich import box
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
@@ -165,7 +164,7 @@ def fidelity(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _progress() -> Iterator[Callable[[int, int], None] | None]:
     """A progress bar on stderr when it is a terminal; otherwise nothing."""
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     if not console.is_terminal:
         yield None
         return

@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from specplay.display.palette import SOURCE_STYLES, visible
+from specplay.display.palette import SOURCE_STYLES
+from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
 from specplay.store import LaneRecord
 
@@ -120,9 +121,17 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
     return " · ".join(parts)
 
 
-def make_console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+class TerminalConsole(Console):
+    """A console that never reads data as markup and shows every string through `visible`:
+    prompts, paths, session ids and model text can hold "[/bold]" or control bytes."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
+def make_console(stderr: bool = False) -> Console:
+    return TerminalConsole(highlight=False, soft_wrap=True, markup=False, stderr=stderr)
 
 
 def warn(message: str) -> None:
-    print(f"specplay: warning: {message}", file=sys.stderr)
+    print(f"specplay: warning: {one_line(message)}", file=sys.stderr)

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from specplay.cli.configure import given, sessions_dir_from
 from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import make_console
+from specplay.display.text import visible
+from specplay.errors import error_line
 from specplay.store import Session, SessionError, list_session_files, load_session
 
 
@@ -54,6 +57,11 @@ def summarize(session: Session) -> dict[str, Any]:
     return row
 
 
+def _cell(text: str) -> Text:
+    """A table cell of data: never markup, no control characters."""
+    return Text(visible(text))
+
+
 def _fmt(value: Any, pattern: str = "{}") -> str:
     return "-" if value is None else pattern.format(value)
 
@@ -69,7 +77,9 @@ def list_sessions(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps({"id": path.stem, "error": str(error)}))
             else:
-                table.add_row("", path.stem, f"[red]{error}[/red]", "", "", "", "", "", "unreadable")
+                table.add_row(
+                    "", _cell(path.stem), Text(error_line(error), style="red"), "", "", "", "", "", "unreadable"
+                )
             continue
         if args.json:
             print(json.dumps(row, ensure_ascii=False))
@@ -80,11 +90,11 @@ def list_sessions(args: argparse.Namespace) -> int:
             settings += f" k={row['k']} {row['policy']} D={_fmt(row['tv_budget'], '{:g}')}"
         prompt = " ".join(row["prompt"].split())
         table.add_row(
-            (row["created"] or "")[:19].replace("T", " "),
-            row["id"],
-            prompt[:40] + ("…" if len(prompt) > 40 else ""),
-            models,
-            settings,
+            _cell(str(row["created"] or "")[:19].replace("T", " ")),
+            _cell(row["id"]),
+            _cell(prompt[:40] + ("…" if len(prompt) > 40 else "")),
+            _cell(models),
+            _cell(settings),
             f"{_fmt(row['draft_acceptance_rate'], '{:.0%}')} τ={_fmt(row['mean_acceptance_length'], '{:.2f}')}",
             _fmt(row["speedup"], "{:.2f}x"),
             _fmt(row["similarity_to_target"], "{:.0%}"),

@@ -17,6 +17,7 @@ from rich.terminal_theme import SVG_EXPORT_THEME
 
 # One palette for the terminal and the page.
 from specplay.display.palette import SOURCE_STYLES
+from specplay.display.text import visible
 from specplay.store.format import LaneRecord, Session
 from specplay.store.writer import record_line
 
@@ -293,7 +294,7 @@ def to_markdown(session: Session) -> str:
     out += _md_table(header, [[md_code_cell(name)] + [md_inline(v) for v in values] for name, values in f.metric_rows])
     if f.speedup:
         out += ["", md_inline(f.speedup)]
-    return "\n".join(out) + "\n"
+    return visible("\n".join(out) + "\n")  # a transcript is read in terminals and editors too
 
 
 # --- HTML ----------------------------------------------------------------------------------

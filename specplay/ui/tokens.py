@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.content import Content
 
-from specplay.display.palette import visible
+from specplay.display.text import visible
 from specplay.engine.events import Token
 
 SPEC_SOURCES = ("accepted", "budget", "corrected", "bonus")

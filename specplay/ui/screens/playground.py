@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Select, Static, TextArea
 
 from specplay.data.library import library_prompts
+from specplay.display.text import one_line, visible
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.settings import SpecSettings
@@ -59,7 +60,7 @@ class PlaygroundScreen(Screen[None]):
         with Horizontal(id="body"):
             with Vertical(id="main"):
                 with Horizontal(id="prompt-row"):
-                    prompt = TextArea(self._prompt, id="prompt", soft_wrap=True)
+                    prompt = TextArea(visible(self._prompt), id="prompt", soft_wrap=True)
                     prompt.border_title = "prompt  (ctrl+r runs, escape stops)"
                     yield prompt
                     options = [(p.label, i) for i, p in enumerate(self.library)]
@@ -91,11 +92,11 @@ class PlaygroundScreen(Screen[None]):
 
     def show_status(self, text: str, error: bool = False) -> None:
         status = self.query_one("#status", Static)
-        status.update(Content(text))
+        status.update(Content(one_line(text)))
         status.set_class(error, "error")
 
     def notify_user(self, text: str, error: bool = False) -> None:
-        self.app.notify(text, severity="error" if error else "information")
+        self.app.notify(one_line(text), severity="error" if error else "information", markup=False)
 
     def show_loaded(self, drafters: tuple[str, ...], capabilities: Capabilities) -> None:
         self.query_one("#lanes").loading = False
@@ -109,10 +110,14 @@ class PlaygroundScreen(Screen[None]):
         self.query_one(ControlsPanel).show(settings, seed)
 
     def show_prompt(self, text: str) -> None:
-        self.query_one("#prompt", TextArea).text = text
+        self._prompt = text
+        self.query_one("#prompt", TextArea).text = visible(text)
 
     def current_prompt(self) -> str:
-        return self.query_one("#prompt", TextArea).text
+        """The prompt to run: as given, unless the user edited what the editor shows of it (a
+        prompt's control characters are shown as pictures, never sent to the terminal)."""
+        shown = self.query_one("#prompt", TextArea).text
+        return self._prompt if shown == visible(self._prompt) else shown
 
     def show_draft_lane(self, shown: bool) -> None:
         self.query_one(f"#{DRAFT_LANE}").display = shown

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from textual.content import Content
 from textual.widgets import Static
 
-from specplay.display.palette import visible
+from specplay.display.text import visible
 from specplay.engine.events import Candidate, DraftPosition
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.lane_view import Pick

@@ -10,7 +10,7 @@ from textual.content import Content
 from textual.css.scalar import Unit
 from textual.widgets import Static
 
-from specplay.display.palette import visible
+from specplay.display.text import visible
 from specplay.engine.events import RoundEvent
 from specplay.ui.tokens import source_style
 

@@ -1,0 +1,24 @@
+"""Text from outside (model output, prompts, files, server replies) made safe to show.
+
+A terminal obeys control bytes: ESC can clear the screen or set the window title. Everything a
+model, a session, a file or a server wrote is shown through `visible`, which turns control
+characters into their Unicode pictures and keeps newlines and tabs.
+"""
+
+from __future__ import annotations
+
+_VISIBLE: dict[int, int | str] = {code: 0x2400 + code for code in range(0x20) if chr(code) not in "\n\t"}
+_VISIBLE[0x7F] = 0x2421
+_VISIBLE |= {code: f"\\x{code:02x}" for code in range(0x80, 0xA0)}
+# Bidirectional overrides and isolates can reorder what a terminal shows; shown as their code points.
+_VISIBLE |= {code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
+def visible(text: str) -> str:
+    """Text safe to print to a terminal: control characters as pictures, newlines and tabs kept."""
+    return text.translate(_VISIBLE)
+
+
+def one_line(text: str) -> str:
+    """`visible`, on one line: for error messages and status bars."""
+    return " ".join(visible(text).replace("\t", " ").splitlines())
