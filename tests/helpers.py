@@ -22,6 +22,7 @@ class Observed:
         self.drafters = backend.drafters
         self.eos_token_ids = backend.eos_token_ids if eos_token_ids is None else eos_token_ids
         self.capabilities = backend.capabilities
+        self.context_length = backend.context_length
         self.generations: list[MlxGeneration] = []
 
     def encode(self, prompt: str, raw: bool) -> list[int]:

@@ -26,8 +26,8 @@ ALLOWED = {
     "backends": {"config", "engine", "errors"},
     "store": {"root", "config", "display", "engine", "errors"},
     "runner": {"backends", "config", "engine", "errors", "store"},
-    "fidelity": {"engine", "errors"},
-    "bench": {"data", "engine", "errors"},
+    "fidelity": {"engine", "errors", "store"},
+    "bench": {"data", "engine", "errors", "store"},
     "train": {"backends", "errors", "store"},
     "ui": {"config", "data", "display", "engine", "errors", "runner", "store"},
     "cli": {

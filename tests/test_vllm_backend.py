@@ -137,8 +137,9 @@ def test_http_400_is_shown_as_it_came(vllm: VllmBackend) -> None:
 )
 def test_server_faults_mid_run_are_clear_errors(servers: tuple[FakeVllm, FakeVllm], kind: str, message: str) -> None:
     target, near = servers
-    vllm = connect_vllm_backend(target.url, [("near", near.url)], timeout_s=0.5)
-    target.fault = Fault(kind, after=target.num_completions + 2, delay_s=1.0)
+    # The timeout leaves room for a loaded machine; only the slow fault outlasts it.
+    vllm = connect_vllm_backend(target.url, [("near", near.url)], timeout_s=2.0)
+    target.fault = Fault(kind, after=target.num_completions + 2, delay_s=4.0)
     with pytest.raises(VllmError, match=message):
         run(vllm, PROMPT, max_tokens=TOKENS)
     vllm.close()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from specplay.bench.report import Row
+from specplay.store.files import write_output
 
 
 def _pyplot() -> Any:
@@ -71,6 +73,7 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
 
 def _save(figure: Any, path: Path, plt: Any) -> Path:
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=110)
     plt.close(figure)
-    return path
+    return write_output(path, image.getvalue(), fix="choose another --out")

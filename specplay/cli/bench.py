@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import shlex
 import sys
@@ -32,6 +33,7 @@ from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.errors import ConfigError, SpecplayError
 from specplay.runner.thread import ModelThread
+from specplay.store.files import write_output
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _temperatures(text: str) -> list[float]:
     values = comma_floats(text, "temperatures", "temperatures of 0 or more")
-    if not values or any(v < 0 for v in values):
+    if not values or not all(0 <= v < math.inf for v in values):
         raise ConfigError("temperatures", f"takes temperatures of 0 or more (got {text!r})")
     return values
 
@@ -73,8 +75,11 @@ def bench(args: argparse.Namespace) -> int:
     if args.repeats < 3:
         raise ConfigError("repeats", f"must be at least 3 (got {args.repeats})")
     temperatures = _temperatures(args.temperatures or ("0" if args.quick else "0,0.7"))
-    prompts = load_prompts(args.prompts, args.per_category or (1 if args.quick else 3))
-    max_tokens = args.max_tokens or (32 if args.quick else 128)
+    per_category = (1 if args.quick else 3) if args.per_category is None else args.per_category
+    if per_category < 1:
+        raise ConfigError("per_category", f"must be at least 1 (got {per_category})")
+    prompts = load_prompts(args.prompts, per_category)
+    max_tokens = (32 if args.quick else 128) if args.max_tokens is None else args.max_tokens
     if max_tokens < 2:
         raise ConfigError("max_tokens", f"must be at least 2 (got {max_tokens})")
     out = args.out or Path(f"bench-{datetime.now(UTC).strftime('%Y-%m-%dT%H-%M-%S')}")
@@ -121,9 +126,12 @@ def bench(args: argparse.Namespace) -> int:
         thread.close()
 
     rows = build_rows(configs, measurements, remote=remote)
-    (out / "report.md").write_text(markdown(rows, about), encoding="utf-8")
-    (out / "results.json").write_text(to_json(rows, measurements, about), encoding="utf-8")
-    (out / "results.csv").write_text(to_csv(rows), encoding="utf-8")
+    if (out / "report.md").exists():
+        warn(f"replacing the bench report in {out}")
+    fix = "choose another --out"
+    write_output(out / "report.md", markdown(rows, about), fix)
+    write_output(out / "results.json", to_json(rows, measurements, about), fix)
+    write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
     print(f"report in {out}: report.md, results.json, results.csv, and three PNG plots", file=sys.stderr)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -44,10 +45,12 @@ def _check(args: argparse.Namespace) -> None:
     for field in ("steps", "batch_size", "seq_len", "rollout_tokens"):
         if getattr(args, field) < 1:
             raise ConfigError(field, f"must be at least 1 (got {getattr(args, field)})")
-    if args.lr <= 0:
-        raise ConfigError("lr", f"must be above 0 (got {args.lr})")
-    if args.temperature < 0:
-        raise ConfigError("temperature", f"must be 0 or more (got {args.temperature})")
+    if not 0 < args.lr < math.inf:  # also refuses NaN
+        raise ConfigError("lr", f"must be a finite number above 0 (got {args.lr})")
+    if not 0 <= args.temperature < math.inf:
+        raise ConfigError("temperature", f"must be a finite number, 0 or more (got {args.temperature})")
+    if args.seed < 0:
+        raise ConfigError("seed", f"must be 0 or more (got {args.seed})")
     if args.last_layers is not None and args.last_layers < 1:
         raise ConfigError("last_layers", f"must be at least 1 (got {args.last_layers})")
     if args.out.exists() and (args.out / "config.json").exists() and not (args.out / "work").exists():

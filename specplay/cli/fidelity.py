@@ -77,6 +77,7 @@ def parse_budgets(text: str) -> list[float]:
     return check_budgets(comma_floats(text, "budgets", "TV budgets in [0, 1]"))
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 TEMPERATURE = 1.0
 """Fidelity is about sampled text: greedy would hide the spread."""
 
@@ -99,8 +100,11 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, list[float]]:
     check(config)
     if args.samples < 1:
         raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
-    if args.plot is not None and not args.plot.parent.is_dir():
-        raise ConfigError("plot", f"goes to a folder that does not exist ({str(args.plot.parent)!r})")
+    if args.plot is not None and not args.plot.is_dir():
+        if args.plot.suffix.lower() not in PLOT_SUFFIXES:
+            raise ConfigError("plot", f"{str(args.plot)!r} must end in {', '.join(PLOT_SUFFIXES)} (or name a folder)")
+        if not args.plot.parent.is_dir():
+            raise ConfigError("plot", f"goes to a folder that does not exist ({str(args.plot.parent)!r})")
     return config, budgets
 
 
@@ -151,7 +155,10 @@ def fidelity(args: argparse.Namespace) -> int:
     saved = write_report(content, report_path(directory, now))
     from specplay.fidelity.plot import plot_fidelity
 
-    plot = plot_fidelity(report, args.plot or saved.with_suffix(".png"))
+    plot_path = saved.with_suffix(".png")
+    if args.plot is not None:  # a folder takes the plot under the report's name
+        plot_path = args.plot / plot_path.name if args.plot.is_dir() else args.plot
+    plot = plot_fidelity(report, plot_path)
     if args.json:
         print(json.dumps(content | {"report": str(saved), "plot": str(plot)}, ensure_ascii=False))
     else:

@@ -18,6 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from specplay.engine.settings import K_LIMIT
 from specplay.errors import ConfigError, SpecplayError
 
 MAX_LOGPROBS = 20
@@ -83,8 +84,16 @@ def _drafters(values: list[str]) -> list[tuple[str, str]]:
 def plan(args: argparse.Namespace) -> list[Server]:
     """The servers to start, target first; a bad setting raises ConfigError."""
     drafters = _drafters(args.draft)
-    if not 0 < args.gpu_memory_utilization <= 1:
+    if not 0 < args.gpu_memory_utilization <= 1:  # also refuses NaN
         raise ConfigError("gpu_memory_utilization", f"must be in (0, 1] (got {args.gpu_memory_utilization})")
+    if not 0 < args.draft_share < 1:
+        raise ConfigError("draft_share", f"must be in (0, 1) (got {args.draft_share})")
+    servers = 1 + len(drafters) + (args.baseline and args.native)
+    if not 1 <= args.port <= 65536 - servers:
+        raise ConfigError("port", f"must leave room for {servers} ports below 65536 (got {args.port})")
+    for field in ("max_model_len", "max_num_seqs", "tensor_parallel_size"):
+        if getattr(args, field) < 1:
+            raise ConfigError(field, f"must be at least 1 (got {getattr(args, field)})")
     common = ["--host", args.host, "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs)]
     common += ["--max-logprobs", str(MAX_LOGPROBS), "--enable-prompt-tokens-details"]
     if args.api_key:
@@ -123,8 +132,8 @@ def _native_plan(
     server's drafter and k), and the plain baseline last; the GPU split evenly between them."""
     if not drafters:
         raise ConfigError("native", "needs a drafter: give --draft MODEL")
-    if args.k < 1:
-        raise ConfigError("k", f"must be at least 1 (got {args.k})")
+    if not 1 <= args.k <= K_LIMIT:
+        raise ConfigError("k", f"must be between 1 and {K_LIMIT} (got {args.k})")
     share = args.gpu_memory_utilization / (len(drafters) + args.baseline)
     servers = []
     for i, (name, model) in enumerate(drafters):

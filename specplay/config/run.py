@@ -7,6 +7,7 @@ same one-line errors the flags would give, before anything loads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +120,8 @@ def check(config: RunConfig) -> None:
         check_route_map(config.route_map, CodeProseRouter.classes, names)
     elif config.route_map:
         raise ConfigError("route_map", "needs drafters to route to")
+    if config.request.seed < 0:
+        raise ConfigError("seed", f"must be 0 or more (got {config.request.seed})")
     if config.request.max_tokens < 1:
         raise ConfigError("max_tokens", f"must be at least 1 (got {config.request.max_tokens})")
     if config.request.mode != "target" and not names:
@@ -138,6 +141,11 @@ def check_models(config: RunConfig) -> None:
             raise ConfigError("draft", f"names {name!r} twice; give each drafter its own NAME=")
         if name == TARGET:
             raise ConfigError("draft", "cannot name a drafter 'target'; name it with NAME=")
+    # The vLLM numbers are checked whatever the backend: a NaN is a mistake even where it is unused.
+    if config.vllm.top_logprobs < 1:
+        raise ConfigError("top_logprobs", f"must be at least 1 (got {config.vllm.top_logprobs})")
+    if not 0 < config.vllm.timeout_s < math.inf:  # also refuses NaN
+        raise ConfigError("timeout", f"must be a finite number of seconds above 0 (got {config.vllm.timeout_s})")
     if config.backend == "mlx":
         if any(m.kind == "server" for m in (config.target, *config.drafters)):
             raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
@@ -150,10 +158,6 @@ def check_models(config: RunConfig) -> None:
         if drafter.kind == "prompt-lookup":
             raise ConfigError("draft", f"{drafter.name!r} (prompt lookup) runs with --backend mlx only, for now")
     options = config.vllm
-    if options.top_logprobs < 1:
-        raise ConfigError("top_logprobs", f"must be at least 1 (got {options.top_logprobs})")
-    if not options.timeout_s > 0:
-        raise ConfigError("timeout", f"must be above 0 seconds (got {options.timeout_s})")
     if options.native and any(d.kind != "server" for d in config.drafters):
         raise ConfigError(
             "vllm_native", "uses each server's own drafter; drop --draft (--draft-url adds a speculating server)"

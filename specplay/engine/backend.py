@@ -111,6 +111,8 @@ class Backend(Protocol):
     eos_token_ids: frozenset[int]
     capabilities: Capabilities
     """What it can do beyond drafting and verifying: top-N reports, scoring, whether wall time is a speed."""
+    context_length: int | None
+    """Tokens the target attends over at most, prompt included (None: it does not say)."""
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         """Prompt to token ids: through the chat template when there is one, unless `raw`."""

@@ -39,7 +39,7 @@ from specplay.engine.policies import make_policy
 from specplay.engine.request import Request
 from specplay.engine.router import CodeProseRouter, Router, resolve_route, route_map_for
 from specplay.engine.source import Clock
-from specplay.errors import ConfigError
+from specplay.errors import ConfigError, ModelError
 
 _POLICY_FIELDS = {
     "k",
@@ -95,7 +95,17 @@ class SpecEngine:
         """Run `request`, reading `controls` before every round; ends with a DoneEvent."""
         if request.mode != "target" and not self.backend.drafters:
             raise ConfigError("draft", f"is needed in {request.mode} mode; give at least one drafter")
+        check_context(len(request.prompt_token_ids), self.backend.context_length)
         return _Run(self, request, controls, clock or self.clock).events()
+
+
+def check_context(prompt_tokens: int, context_length: int | None) -> None:
+    """A prompt the target cannot attend over is refused before any model work."""
+    if context_length is not None and prompt_tokens >= context_length:
+        raise ConfigError(
+            "prompt",
+            f"holds {prompt_tokens} tokens, and the target's context is {context_length}: shorten the prompt",
+        )
 
 
 def _top(rows: list[list[tuple[int, float]]] | None, i: int) -> tuple[tuple[int, float], ...] | None:
@@ -113,6 +123,15 @@ def _bracket(verified: VerifiedDraft, i: int) -> tuple[float | None, float | Non
     return tv_lower, error_bound
 
 
+def _check_numbers(verified: VerifiedDraft, route: str) -> None:
+    """A model whose probabilities are not numbers (NaN weights, an overflow) ends the run in one
+    line rather than judging with them."""
+    for name, values in (("p_target", verified.p_target), ("p_draft", verified.p_draft)):
+        if not all(0 <= v <= 1 for v in values):  # also false for NaN
+            who = "the target" if name == "p_target" else f"drafter {route!r}"
+            raise ModelError(f"{who} gave probabilities that are not numbers in [0, 1]; check its weights")
+
+
 class _Run:
     """The state of one generation."""
 
@@ -126,6 +145,10 @@ class _Run:
         self.route = resolve_route(self.settings.route, self.auto_route) if self.auto_route else None
         self.policy = make_policy(self.settings.policy, self.settings.k, self.settings.policy_params)
         self.detokenizer = self.backend.detokenizer()
+        context = engine.backend.context_length
+        room = context - len(request.prompt_token_ids) if context is not None else request.max_tokens
+        self.max_tokens = min(request.max_tokens, room)
+        """The request's limit, or less where the target's context ends first (finish: length)."""
         self.generated: list[int] = []
         self.text_parts: list[str] = []
         self.top_n = 0
@@ -178,7 +201,7 @@ class _Run:
             self.text_parts.append(text)
             self.generated.append(token_id)
             out.append(Token(token_id, text, source))
-            if len(self.generated) == self.request.max_tokens:
+            if len(self.generated) == self.max_tokens:
                 return out, "length"
         return out, None
 
@@ -195,7 +218,7 @@ class _Run:
             assert self.route is not None
             start = self.clock()
             sampling = self.settings.sampling
-            remaining = self.request.max_tokens - len(self.generated)
+            remaining = self.max_tokens - len(self.generated)
             k = min(self.policy.propose(), remaining)
             # Every draw of the round comes from the engine's generator, in a fixed layout:
             # k to draft, k to accept, k for corrections, one for the bonus.
@@ -205,6 +228,7 @@ class _Run:
             drafted_at = self.clock()
             verified = generation.verify(draft, sampling, uniforms[2 * k : 3 * k], float(uniforms[3 * k]), self.top_n)
             verified_at = self.clock()
+            _check_numbers(verified, self.route)
 
             positions, committed = self._judge(verified, uniforms[k : 2 * k], remaining)
             generation.commit([token_id for token_id, _ in committed])

@@ -29,6 +29,8 @@ class Request:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError("mode", f"must be one of {', '.join(MODES)} (got {self.mode!r})")
+        if self.seed < 0:
+            raise ConfigError("seed", f"must be 0 or more (got {self.seed})")
         if self.max_tokens < 1:
             raise ConfigError("max_tokens", f"must be at least 1 (got {self.max_tokens})")
         if not self.prompt_token_ids:

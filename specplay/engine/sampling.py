@@ -12,9 +12,13 @@ from typing import Any
 from specplay.engine.accept import Array
 from specplay.engine.settings import SamplingParams
 
+MAX_INVERSE_TEMPERATURE = 1e30
+"""Temperatures below 1e-30 act as 1e-30: the distribution is then one-hot (or even over ties)."""
 
-def softmax(logits: Array, xp: Any) -> Array:
-    shifted = xp.exp(logits - logits.max(axis=-1, keepdims=True))
+
+def softmax(logits: Array, xp: Any, inverse_temperature: float = 1.0) -> Array:
+    """Scaled after the shift, so a tiny temperature gives 0 and -inf exponents, never inf - inf."""
+    shifted = xp.exp((logits - logits.max(axis=-1, keepdims=True)) * inverse_temperature)
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
@@ -37,7 +41,7 @@ def sampling_probs(logits: Array, params: SamplingParams, xp: Any) -> Array:
     logits = logits.astype(xp.float32)
     if params.greedy:
         return one_hot_argmax(logits, xp)
-    probs = softmax(logits * (1.0 / params.temperature), xp)
+    probs = softmax(logits, xp, min(1.0 / params.temperature, MAX_INVERSE_TEMPERATURE))
     vocab = probs.shape[-1]
     if 0 < params.top_k < vocab:
         kth_largest = xp.sort(probs, axis=-1)[..., vocab - params.top_k, None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -36,7 +37,8 @@ class SamplingParams:
     """Drop tokens below min_p times the top probability; 0 turns it off."""
 
     def __post_init__(self) -> None:
-        _check(self.temperature >= 0, "temperature", f"must be 0 or more (got {self.temperature})")
+        finite = 0 <= self.temperature < math.inf
+        _check(finite, "temperature", f"must be 0 or more and finite (got {self.temperature})")
         _check(0 < self.top_p <= 1, "top_p", f"must be in (0, 1] (got {self.top_p})")
         _check(self.top_k >= 0, "top_k", f"must be 0 (off) or more (got {self.top_k})")
         _check(0 <= self.min_p < 1, "min_p", f"must be in [0, 1) (got {self.min_p})")

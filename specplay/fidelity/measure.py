@@ -8,7 +8,6 @@ module knows no model library and no UI; it runs wherever those callables run.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
@@ -26,6 +25,7 @@ from specplay.engine.request import Request
 from specplay.engine.settings import Mode, SpecSettings
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError, SpecplayError
+from specplay.store.files import write_output
 
 DEFAULT_BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
 TARGET_ROW, DRAFT_ROW = "target-only", "draft-only"
@@ -294,18 +294,6 @@ def check_writable(directory: Path) -> None:
 
 
 def write_report(report: Mapping[str, Any], path: Path) -> Path:
-    """Write atomically: a reader sees no report or the whole one, never half of it."""
-    partial = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with partial.open("w", encoding="utf-8") as out:
-            json.dump(report, out, ensure_ascii=False, indent=1)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
-        raise _unwritable(path.parent, exc) from None
-    return path
+    """Written atomically: a reader sees no report or the whole one, never half of it."""
+    text = json.dumps(report, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
+    return write_output(path, text, fix="choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR")

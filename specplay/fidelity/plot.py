@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
-from specplay.errors import SpecplayError
 from specplay.fidelity.measure import DRAFT_ROW, TARGET_ROW, FidelityReport
+from specplay.store.files import write_output
 
 
 def plot_fidelity(report: FidelityReport, path: Path) -> Path:
@@ -35,12 +36,11 @@ def plot_fidelity(report: FidelityReport, path: Path) -> Path:
         bottom.set_ylim(0, 1.02)
         bottom.set_ylabel("draft acceptance rate")
         bottom.set_xlabel("TV budget D")
-        fig.savefig(path, dpi=120)
-    except OSError as exc:
-        raise SpecplayError(f"cannot write the plot to {path}: {exc.strerror or exc}; choose another --plot") from None
+        image = io.BytesIO()
+        fig.savefig(image, format=path.suffix.lstrip(".").lower() or "png", dpi=120)
     finally:
         plt.close(fig)
-    return path
+    return write_output(path, image.getvalue(), fix="choose another --plot")
 
 
 def _nan(values: list[float | None]) -> list[float]:

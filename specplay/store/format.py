@@ -38,6 +38,8 @@ from specplay.store.schema import SchemaError, build
 
 SCHEMA_VERSION = 1
 SUFFIX = ".jsonl"
+SESSION_START = b'{"type": "header"'
+"""How every session file begins (the writer puts the header first, its type first)."""
 
 
 class SessionError(SpecplayError):

@@ -8,6 +8,7 @@ created exclusively: an existing session is never overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -28,7 +29,7 @@ _LINE_BOUNDARIES = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u202
 
 def record_line(record: dict[str, Any]) -> str:
     """One JSON Lines record: UTF-8 as written, every line boundary escaped."""
-    return json.dumps(record, ensure_ascii=False).translate(_LINE_BOUNDARIES)
+    return json.dumps(record, ensure_ascii=False, allow_nan=False).translate(_LINE_BOUNDARIES)
 
 
 def _new_name(now: datetime) -> str:
@@ -75,24 +76,41 @@ class SessionWriter:
         )
 
     def _write(self, record: dict[str, Any]) -> None:
-        line = record_line(record)
+        try:
+            line = record_line(record)
+        except ValueError as exc:  # a NaN or infinity: never written (JSON has none)
+            raise SessionError(f"a run produced a number JSON cannot hold ({exc}); the session stops here") from None
         self._lines.append(line)
-        self._file.write(line + "\n")
-        self._file.flush()  # in the OS's hands: survives the process being killed
+        try:
+            self._file.write(line + "\n")
+            self._file.flush()  # in the OS's hands: survives the process being killed
+        except OSError as exc:
+            self.close()
+            raise SessionError(
+                f"cannot write the session {self.path}: {exc.strerror or exc}; what was written before is kept"
+            ) from None
 
     def write_event(self, lane: str, event: Event) -> None:
         self._write(event_record(lane, event))
 
     def finalize(self) -> Path:
-        """Mark the session complete, atomically."""
-        self._file.close()
+        """Mark the session complete, atomically; if that cannot be written, the session stays as
+        it is (readable, incomplete) and nothing else is left behind."""
+        self.close()
         self._lines.append(record_line({"type": "end"}))
-        partial = self.path.with_name(self.path.name + ".tmp")
-        with partial.open("w", encoding="utf-8") as out:
-            out.write("\n".join(self._lines) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, self.path)
+        partial = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            with partial.open("x", encoding="utf-8") as out:
+                out.write("\n".join(self._lines) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+            raise SessionError(
+                f"cannot finish the session {self.path}: {exc.strerror or exc}; it is kept, marked incomplete"
+            ) from None
         return self.path
 
     def close(self) -> None:

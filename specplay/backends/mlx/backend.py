@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ class MlxBackend:
         rewindable_cache(target)
         self.vocab_size = max(vocab.values()) + 1
         self.tokenizer = target.tokenizer
+        self.context_length = context_length(target)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
 
     def describe(self) -> dict[str, Any]:
@@ -90,6 +92,15 @@ class MlxBackend:
 
     def close(self) -> None:
         """Nothing to release here: MLX memory goes with the model thread's streams (release_thread)."""
+
+
+def context_length(loaded: LoadedModel) -> int | None:
+    """The model's trained context (max_position_embeddings), when its config says."""
+    try:
+        value = json.loads((loaded.path / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def load_mlx_backend(target: str, drafters: Sequence[tuple[str, str]] = ()) -> MlxBackend:

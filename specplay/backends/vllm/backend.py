@@ -37,6 +37,7 @@ class VllmBackend:
         self.exact_correction = exact_correction
         """Draw corrections exactly, by rejection from target samples (exact.py)."""
         self.drafters = tuple([*remote, *local])
+        self.context_length = target.max_model_len
         self._tokenizer = next(iter(local.values())).loaded.tokenizer if local else None
         self.tokenizer: Any = self._tokenizer or RemoteTokenizer(target.client, target.model)
         self._static_eos = frozenset(self._tokenizer.eos_token_ids) if self._tokenizer is not None else frozenset()

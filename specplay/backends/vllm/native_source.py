@@ -48,6 +48,7 @@ from specplay.engine.events import (
     StepEvent,
     Token,
 )
+from specplay.engine.loop import check_context
 from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
 from specplay.engine.router import CodeProseRouter, Router, resolve_route, route_map_for
@@ -188,6 +189,7 @@ class NativeSource:
     def generate(self, request: Request, controls: LiveControls, clock: Clock | None = None) -> Iterator[Event]:
         """Speculative on the server the route picks; target-only on the baseline server."""
         clock = clock or self.clock
+        check_context(len(request.prompt_token_ids), min(s.max_model_len or 1 << 62 for s in self.servers.values()))
         if request.mode not in self.capabilities.modes:
             raise ConfigError("mode", f"{request.mode} cannot run in native mode: {NATIVE_FIXED}")
         if request.mode == "target":

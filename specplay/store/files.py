@@ -1,0 +1,77 @@
+"""Writing a file the user named (an export, a report, a plot) without harming what is there.
+
+- A regular file is replaced atomically: written beside it, then renamed over it, so a reader
+  sees the old file or the new one, never half of one.
+- A device or a named pipe (/dev/null, /dev/stdout, a FIFO) is written into, never replaced.
+- A symbolic link is followed: its target is written as above, the link stays.
+- A specplay session is never overwritten, and a folder is never a file.
+Errors are one SpecplayError line naming the file and the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from specplay.errors import SpecplayError
+from specplay.store.format import SESSION_START
+
+
+def write_output(path: Path, content: str | bytes, fix: str = "choose another file") -> Path:
+    """Write `content` (text as UTF-8) to `path` by the rules above; returns where it went."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    if not str(path):
+        raise SpecplayError(f"no file name given; {fix}")
+    target = path.resolve() if path.is_symlink() else path
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise _cannot(path, exc, fix) from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise SpecplayError(f"{path} is a folder, not a file; {fix}")
+    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        try:
+            with target.open("wb") as out:  # a device or a pipe: written into, never replaced
+                out.write(data)
+        except OSError as exc:
+            raise _cannot(path, exc, fix) from None
+        return path
+    if mode is not None and not stat.S_ISREG(mode):
+        raise SpecplayError(f"{path} is not a regular file (a socket or a block device); {fix}")
+    if mode is not None and is_session(target):
+        raise SpecplayError(f"{path} is a specplay session, which is never overwritten; {fix}")
+    _replace_atomically(path, target, data, fix)
+    return path
+
+
+def is_session(path: Path) -> bool:
+    """Whether a regular file holds a specplay session (its first record is a session header)."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(SESSION_START)) == SESSION_START
+    except OSError:
+        return False
+
+
+def _replace_atomically(path: Path, target: Path, data: bytes, fix: str) -> None:
+    # Created exclusively with the user's umask (mkstemp would leave the file private, 0600).
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with temp.open("xb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temp.unlink(missing_ok=True)
+        raise _cannot(path, exc, fix) from None
+
+
+def _cannot(path: Path, exc: OSError, fix: str) -> SpecplayError:
+    return SpecplayError(f"cannot write {path}: {exc.strerror or exc}; {fix}")
