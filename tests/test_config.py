@@ -86,7 +86,10 @@ def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.Monkey
         (("--target", "/m", "--mode", "draft"), "--draft is needed in draft mode"),
         (("--backend", "vllm", "--target-url", "x", "--vllm-native"), "--target-url takes an http://"),
         (("--backend", "vllm", "--target-url", "http://g:1", "--vllm-native", "--tv", "0.5"), "--vllm-native cannot"),
-        (("--backend", "vllm", "--target-url", "http://g:1", "--timeout", "0"), "--timeout must be a finite number of seconds above 0"),
+        (
+            ("--backend", "vllm", "--target-url", "http://g:1", "--timeout", "0"),
+            "--timeout must be a finite number",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_before_anything_loads(
