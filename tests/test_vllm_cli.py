@@ -247,3 +247,37 @@ def test_fidelity_through_vllm_scores_as_the_target_does(
     rows = {row["label"]: row for row in report["rows"]}
     assert rows["D=1"]["draft_acceptance_rate"] == 1.0  # D = 1 accepts every draft token
     assert all(row["log_likelihood_per_token"] < 0 for row in rows.values())
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("http://127.0.0.1:abc", "--target-url has a port that is not a number from 1 to 65535"),
+        ("http://127.0.0.1:70000/v1", "--target-url has a port that is not a number from 1 to 65535"),
+        ("http://:8000", "--target-url takes an http:// or https:// address"),
+        ("ftp://gpu:8000", "--target-url takes an http:// or https:// address"),
+        ("http://me:s3cret@gpu:abc", "(got 'http://***@gpu:abc')"),
+        ("http://gpu:8000/v1?x=1", "without ?query or #fragment"),
+    ],
+)
+def test_bad_addresses_are_one_line_without_secrets(url: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--backend", "vllm", "--target-url", url, "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "s3cret" not in err, err
+
+
+def test_credentials_in_an_address_are_sent_never_written(
+    servers: tuple[FakeVllm, FakeVllm], tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    import base64
+
+    target, near = servers
+    with_login = target.url.replace("http://", "http://me:s3cret@")
+    urls = ["--backend", "vllm", "--target-url", with_login, "--draft-url", f"near={near.url}"]
+    args = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "4", "--json", "--save", "--sessions-dir", str(tmp_path)]
+    code, out, err = cli(capsys, "run", *urls, *args)
+    assert code == 0, err
+    assert target.headers[-1]["Authorization"] == "Basic " + base64.b64encode(b"me:s3cret").decode()
+    (session,) = tmp_path.glob("*.jsonl")
+    assert "s3cret" not in session.read_text() and "s3cret" not in out + err
+    assert json.loads(out)["token_ids"]

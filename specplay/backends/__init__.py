@@ -35,6 +35,7 @@ def open_source(config: RunConfig) -> EventSource:
             options.timeout_s,
             route=config.drafter_names[0],
             route_map=config.route_map,
+            auth=dict(options.logins),
         )
     from specplay.backends.vllm import connect_vllm_backend
     from specplay.engine.loop import SpecEngine
@@ -48,6 +49,7 @@ def open_source(config: RunConfig) -> EventSource:
         options.strategy,
         options.timeout_s,
         exact_correction=options.exact_correction,
+        auth=dict(options.logins),
     )
     return SpecEngine(backend, route_map=config.route_map)
 

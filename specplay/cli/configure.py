@@ -18,7 +18,7 @@ from specplay.cli.flags import API_KEY_ENV
 from specplay.config.demo import demo_model_paths
 from specplay.config.models import model_spec
 from specplay.config.run import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
-from specplay.config.urls import named_url, server_root
+from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.engine.router import CodeProseRouter, route_map_for
 from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
@@ -114,7 +114,9 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple
         for i, (name, url) in enumerate(named_url(value) for value in flags.get("draft_url", []))
     )
     baseline = server_root(flags["baseline_url"], "baseline_url") if "baseline_url" in flags else None
-    return backend, target, (*remote, *local), VllmOptions(native=native, baseline_url=baseline)
+    written = [flags["target_url"], *flags.get("draft_url", []), *([flags["baseline_url"]] if baseline else [])]
+    logins = tuple((server_root(url_of(value)), login) for value in written if (login := credentials(url_of(value))))
+    return backend, target, (*remote, *local), VllmOptions(native=native, baseline_url=baseline, logins=logins)
 
 
 def named_drafters(flags: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -61,6 +61,8 @@ class VllmOptions:
     baseline_url: str | None = None
     """Native mode: a plain server of the same target, for the target-only lane."""
     timeout_s: float = 60.0
+    logins: tuple[tuple[str, tuple[str, str]], ...] = field(default=(), repr=False)
+    """(server root, (user, password)) for addresses that held credentials; never written anywhere."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specplay.backends.vllm.client import VllmClient
@@ -110,13 +110,16 @@ def connect_vllm_backend(
     strategy: Strategy = "auto",
     timeout_s: float = 60.0,
     exact_correction: bool = False,
+    auth: Mapping[str, tuple[str, str]] | None = None,
 ) -> VllmBackend:
     """Connect and check every server; load local MLX drafters (call on the MLX thread if any)."""
     target_url = server_root(target_url)
-    target = connect(VllmClient(TARGET, target_url, api_key, timeout_s), top_logprobs, is_target=True)
+    logins = dict(auth or {})  # server root -> (user, password) the address held
+    client = VllmClient(TARGET, target_url, api_key, timeout_s, auth=logins.get(target_url))
+    target = connect(client, top_logprobs, is_target=True)
     remote = {
-        name: connect(VllmClient(name, server_root(url, "draft_url"), api_key, timeout_s), top_logprobs, False)
-        for name, url in remote_drafters
+        name: connect(VllmClient(name, root, api_key, timeout_s, auth=logins.get(root)), top_logprobs, is_target=False)
+        for name, root in ((name, server_root(url, "draft_url")) for name, url in remote_drafters)
     }
     local: dict[str, LocalDrafter] = {}
     if local_drafters:

@@ -41,11 +41,14 @@ class VllmClient:
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         retries: int = CONNECT_RETRIES,
+        auth: tuple[str, str] | None = None,
     ) -> None:
+        """`auth`: a user name and password the address held (basic authentication, in place of
+        the key for this server); like the key, never part of a message or a repr."""
         self.name, self.root, self.retries = name, root, retries
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key and auth is None else {}
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
-        self._http = httpx.Client(base_url=root, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=root, headers=headers, timeout=timeout, auth=auth)
 
     def __repr__(self) -> str:
         return f"VllmClient({self.name!r}, {self.root!r})"

@@ -317,19 +317,24 @@ def connect_native(
     timeout_s: float = 60.0,
     route: str = NATIVE_ROUTE,
     route_map: Mapping[str, str] | None = None,
+    auth: Mapping[str, tuple[str, str]] | None = None,
 ) -> NativeSource:
     """Connect to a speculating server (routed to as `route`), to `more` (name, URL) speculating
     servers of the same target, and, when given, to a plain server of it; all must tokenize alike.
     `route_map` sends router classes to servers."""
     urls = [(route, server_root(target_url)), *((name, server_root(url, "draft_url")) for name, url in more)]
-    servers = {name: NativeServer(VllmClient(name, url, api_key, timeout_s)) for name, url in urls}
+    logins = dict(auth or {})
+    servers = {
+        name: NativeServer(VllmClient(name, url, api_key, timeout_s, auth=logins.get(url))) for name, url in urls
+    }
     ids = {
         f"native server {name!r} ({s.client.root})": tokenize(s.client, s.model, PROBE_TEXT)
         for name, s in servers.items()
     }
     baseline = None
     if baseline_url is not None:
-        baseline = connect_vllm_backend(server_root(baseline_url, "baseline_url"), api_key=api_key, timeout_s=timeout_s)
+        root = server_root(baseline_url, "baseline_url")
+        baseline = connect_vllm_backend(root, api_key=api_key, timeout_s=timeout_s, auth=logins)
         target = baseline.target
         ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
     check_same_tokens(ids)
