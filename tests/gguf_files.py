@@ -134,7 +134,7 @@ class Written:
 VocabWriter = Callable[[gguf.GGUFWriter], None]
 
 
-def bpe_vocab(folder: Path, pre: str = "gpt-2") -> VocabWriter:
+def bpe_vocab(folder: Path, pre: str = "gpt-2", add_bos: bool | None = False) -> VocabWriter:
     """The folder's byte-level BPE tokenizer as llama.cpp's converter stores it."""
     spec = json.loads((folder / "tokenizer.json").read_text())
     config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -152,7 +152,9 @@ def bpe_vocab(folder: Path, pre: str = "gpt-2") -> VocabWriter:
         writer.add_token_types([3 if t in special else 1 for t in tokens])
         writer.add_token_merges(merges)
         writer.add_eos_token_id(tokens.index(config["eos_token"]))
-        writer.add_add_bos_token(False)
+        writer.add_bos_token_id(tokens.index("<|endoftext|>"))
+        if add_bos is not None:  # absent: llama.cpp's default for the pre-tokenizer
+            writer.add_add_bos_token(add_bos)
         if template := config.get("chat_template"):
             writer.add_chat_template(template)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -153,10 +154,25 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(extra)}
 
 
-def llamacpp_bpe(text: str, regexes: Sequence[str], vocab: dict[str, int], merges: Sequence[str]) -> list[int]:
+# llama.cpp's pre-tokenizer expressions (its llm_tokenizer_bpe), by the names GGUF files give them.
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
+LLAMACPP_REGEXES = {
+    "gpt-2": [GPT2_REGEX],
+    "default": [r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", "[0-9][0-9][0-9]"],
+    "smollm": [r"\p{N}", GPT2_REGEX],
+    "llama-bpe": [CONTRACTIONS + r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "qwen2": [CONTRACTIONS + r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+}
+
+
+def llamacpp_bpe(
+    text: str, regexes: Sequence[str], vocab: dict[str, int], merges: Sequence[str], ignore_merges: bool = False
+) -> list[int]:
     """llama.cpp's byte-level BPE, written from its definition: each expression splits the pieces left by
     the one before (text between matches stays a piece), then each piece merges its lowest-ranked pair
-    (leftmost first) until none is left."""
+    (leftmost first) until none is left; with `ignore_merges` (Llama 3) a piece in the vocabulary is one
+    token as it is."""
     pieces = [text]
     for expression in regexes:
         split = []
@@ -173,6 +189,8 @@ def llamacpp_bpe(text: str, regexes: Sequence[str], vocab: dict[str, int], merge
     ids: list[int] = []
     for piece in pieces:
         symbols = [table[b] for b in piece.encode("utf-8")]
+        if ignore_merges and "".join(symbols) in vocab:
+            symbols = ["".join(symbols)]
         while len(symbols) > 1:
             ranked = [(rank.get((a, b), math.inf), i) for i, (a, b) in enumerate(itertools.pairwise(symbols))]
             best, at = min(ranked)
@@ -277,9 +295,8 @@ def test_smollm2_tokenizer_gives_llamacpp_ids_and_renders_its_chat_template(smol
     # And everything else as llama.cpp's BPE, written above from its definition, does.
     spec = json.loads((smollm2_folder / "tokenizer.json").read_text())
     vocab, merges = spec["model"]["vocab"], [" ".join(m) for m in spec["model"]["merges"]]
-    gpt2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
     for text in SAMPLES:
-        assert tokenizer.encode(text) == llamacpp_bpe(text, [r"\p{N}", gpt2], vocab, merges), text
+        assert tokenizer.encode(text) == llamacpp_bpe(text, LLAMACPP_REGEXES["smollm"], vocab, merges), text
         assert tokenizer.decode(tokenizer.encode(text)) == text
     rendered = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Name a colour."}], add_generation_prompt=True, tokenize=False
@@ -422,6 +439,19 @@ def test_the_tokenizer_and_chat_template_survive_the_round_trip(tiny: Tiny, tmp_
     assert converted.eos_token_ids == original.eos_token_ids
 
 
+@pytest.mark.parametrize("pre", sorted(LLAMACPP_REGEXES))
+def test_each_pre_tokenizer_splits_as_llamacpp_does(tiny: Tiny, tmp_path: Path, pre: str) -> None:
+    written = write_gguf(tiny.llama, tmp_path / "p.gguf", vocab=bpe_vocab(tiny.llama, pre=pre, add_bos=None))
+    folder = converted_folder(written.path, tmp_path / "cache")
+    _, tokenizer = load(str(folder))
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    vocab, merges = spec["model"]["vocab"], [" ".join(m) for m in spec["model"]["merges"]]
+    llama3 = pre == "llama-bpe"
+    bos = [tokenizer.bos_token_id] if llama3 else []  # llama.cpp adds BOS for Llama 3 unless told not to
+    for text in (*SAMPLES, "I'VE 12345678 x  \n\n  y"):
+        assert tokenizer.encode(text) == bos + llamacpp_bpe(text, LLAMACPP_REGEXES[pre], vocab, merges, llama3), text
+
+
 # --- SentencePiece vocabularies: Gemma 3 and Llama 2 style ----------------------------------------------
 
 
@@ -530,6 +560,7 @@ def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
     assert str(text) in message and "not a GGUF file" in message
     assert not (tmp_path / "cache").exists()  # refused before the cache was touched
     assert "not found" in refusal(tmp_path / "missing.gguf", tmp_path / "cache")
+    assert "not a file" in refusal(tmp_path, tmp_path / "cache")
 
 
 @pytest.mark.parametrize("keep", [0.6, 0.0005])
@@ -604,17 +635,20 @@ def test_an_interrupted_conversion_leaves_nothing_behind(
 def test_a_killed_conversion_is_never_trusted_and_its_leftovers_are_removed(small_gguf: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     folder = converted_folder(small_gguf, cache)
-    # What a SIGKILL mid-conversion leaves: a temporary folder of a dead process...
+    # What a SIGKILL mid-conversion leaves: a temporary folder of a process that is gone...
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    leftover = cache / f".tmp-{int(dead.stdout)}-{folder.name}-x1"
+    leftover = cache / f".tmp-{int(dead.stdout)}@{socket.gethostname()}@{folder.name}-x1"
     leftover.mkdir()
     (leftover / "config.json").write_text("{}")
-    # ...and, had a rename half-happened by hand, a final folder without its completion marker.
+    # ...one that may still be running on another machine sharing the cache (kept, and ignored)...
+    foreign = cache / f".tmp-1@elsewhere@{folder.name}-x2"
+    foreign.mkdir()
+    # ...and, had the final folder been damaged by hand, a folder without its completion marker.
     (folder / gguf_cache.MARKER).unlink()
     (folder / "model.safetensors").write_bytes(b"partial")
     again = converted_folder(small_gguf, cache)
     assert again == folder and (folder / gguf_cache.MARKER).is_file()
-    assert folders(cache) == [folder]
+    assert folders(cache) == sorted([folder, foreign])
     assert np.isfinite(logits(folder, TOKENS)).all()
 
 

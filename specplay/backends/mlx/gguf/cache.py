@@ -11,8 +11,10 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +26,7 @@ MARKER = "specplay-gguf.json"
 INDEX = "hashes.json"
 _TEMP_PREFIX = ".tmp-"
 _BLOCK = 2**20
+_FOREIGN_TEMP_AGE = 24 * 3600
 
 Progress = Callable[[str, int, int], None]
 
@@ -72,15 +75,19 @@ def content_hash(path: Path, cache_dir: Path, on_progress: Progress | None = Non
     return digest
 
 
+def _temp_name(label: str) -> str:
+    """A temporary name that says which process on which machine owns it."""
+    return f"{_TEMP_PREFIX}{os.getpid()}@{socket.gethostname()}@{label}-{secrets.token_hex(4)}"
+
+
 def _write_atomic(file: Path, text: str) -> None:
-    handle, temp = tempfile.mkstemp(dir=file.parent, prefix=_TEMP_PREFIX + f"{os.getpid()}-")
+    temp = file.parent / _temp_name(file.name)
     try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
+        temp.write_text(text)
         os.replace(temp, file)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(temp)
+            temp.unlink()
         raise
 
 
@@ -94,11 +101,25 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _abandoned(entry: Path) -> bool:
+    """Left by a process that is gone: one of this machine whose id is free, or (a cache shared across
+    machines) one of another machine untouched for a day."""
+    pid, _, rest = entry.name[len(_TEMP_PREFIX) :].partition("@")
+    host = rest.partition("@")[0]
+    if not pid.isdigit() or not host:
+        return False
+    if host == socket.gethostname():
+        return not _alive(int(pid))
+    try:
+        return time.time() - entry.stat().st_mtime > _FOREIGN_TEMP_AGE
+    except OSError:
+        return False
+
+
 def remove_stale_temps(cache_dir: Path) -> None:
     """Remove temporary folders and files that conversions killed mid-way left behind."""
     for entry in cache_dir.glob(_TEMP_PREFIX + "*"):
-        pid = entry.name[len(_TEMP_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+        if _abandoned(entry):
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
@@ -132,8 +153,10 @@ def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Pro
 
     path = Path(path).expanduser()
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    if not path.is_file():
+    if not path.exists():
         raise ModelError(f"GGUF file {path} not found; check the path")
+    if not path.is_file():
+        raise ModelError(f"{path} is not a file; pass a .gguf model file")
     check_magic(path)  # refuse what is not GGUF before hashing or touching the cache
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -145,8 +168,9 @@ def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Pro
         return final
     gguf = read_gguf(path)
     remove_stale_temps(cache_dir)
+    temp = cache_dir / _temp_name(final.name)
     try:
-        temp = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f"{_TEMP_PREFIX}{os.getpid()}-{final.name}-"))
+        temp.mkdir()
     except OSError as exc:
         raise _unwritable(cache_dir, exc) from exc
     try:
