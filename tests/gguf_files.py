@@ -63,7 +63,7 @@ def fetch_smollm2() -> Path:
 
 # --- llama.cpp's layout -------------------------------------------------------------------------------
 
-GGUF_ARCH = {"llama": "llama", "qwen2": "qwen2", "gemma3_text": "gemma3"}
+GGUF_ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3_text": "gemma3"}
 _TOP = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 _BLOCK = {
     "self_attn.q_proj": "attn_q",
@@ -76,9 +76,8 @@ _BLOCK = {
     "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
 }
-_GEMMA3_BLOCK = _BLOCK | {
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
+_QWEN3_BLOCK = _BLOCK | {"self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
+_GEMMA3_BLOCK = _QWEN3_BLOCK | {
     "post_attention_layernorm": "post_attention_norm",
     "pre_feedforward_layernorm": "ffn_norm",
     "post_feedforward_layernorm": "post_ffw_norm",
@@ -91,7 +90,7 @@ def gguf_name(hf: str, arch: str) -> str:
     if module in _TOP:
         return f"{_TOP[module]}.{kind}"
     _, _, block, rest = module.split(".", 3)
-    table = _GEMMA3_BLOCK if arch == "gemma3" else _BLOCK
+    table = {"gemma3": _GEMMA3_BLOCK, "qwen3": _QWEN3_BLOCK}.get(arch, _BLOCK)
     return f"blk.{block}.{table[rest]}.{kind}"
 
 

@@ -333,7 +333,6 @@ def test_a_converted_file_is_found_in_the_cache_by_its_content(
 class Tiny:
     root: Path
     llama: Path  # grouped-query attention (4 heads, 2 KV heads), untied output
-    qwen2: Path  # q, k, v biases, tied embeddings
     rope3: Path  # llama with Llama 3 rope scaling
 
 
@@ -347,6 +346,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
     write_model(root / "llama", llama_config(64, 2, VOCAB, **gqa), root / "tok", seed=0, output_scale=4.0)
     qwen2 = llama_config(64, 1, VOCAB, num_key_value_heads=2) | {"model_type": "qwen2"}
     write_model(root / "qwen2", qwen2, root / "tok", seed=1, output_scale=4.0)
+    qwen3 = llama_config(64, 1, VOCAB, num_key_value_heads=2, head_dim=16) | {"model_type": "qwen3"}
+    write_model(root / "qwen3", qwen3, root / "tok", seed=3, output_scale=4.0)
     llama3 = {
         "rope_type": "llama3",
         "factor": 8.0,
@@ -356,7 +357,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
     }
     rope3 = llama_config(64, 1, VOCAB, rope_scaling=llama3, rope_theta=500000.0, **gqa)
     write_model(root / "rope3", rope3, root / "tok", seed=2, output_scale=4.0)
-    return Tiny(root, root / "llama", root / "qwen2", root / "rope3")
+    return Tiny(root, root / "llama", root / "rope3")
 
 
 TOKENS = [5, 77, 300, 41, 2, 150, 9, 480, 33, 33, 12, 260]
@@ -385,12 +386,14 @@ def test_each_storage_converts_to_the_same_model(tiny: Tiny, tmp_path: Path, sto
         assert_same_logits(logits(folder, TOKENS), logits(tiny.llama, TOKENS), atol=1e-5)
 
 
-def test_qwen2_with_biases_and_tied_embeddings(tiny: Tiny, tmp_path: Path) -> None:
-    written = write_gguf(tiny.qwen2, tmp_path / "q.gguf", qtype=Q.F32)
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_qwen_models_convert_unpermuted(tiny: Tiny, tmp_path: Path, family: str) -> None:
+    source = tiny.root / family  # qwen2: q, k, v biases; qwen3: q and k norms; both tie their embeddings
+    written = write_gguf(source, tmp_path / "q.gguf", qtype=Q.F32)
     folder = converted_folder(written.path, tmp_path / "cache")
     config = json.loads((folder / "config.json").read_text())
-    assert config["model_type"] == "qwen2" and config["tie_word_embeddings"] is True
-    assert_same_logits(logits(folder, TOKENS), logits(tiny.qwen2, TOKENS), atol=1e-5)
+    assert config["model_type"] == family and config["tie_word_embeddings"] is True
+    assert_same_logits(logits(folder, TOKENS), logits(source, TOKENS), atol=1e-5)
 
 
 def test_k_quants_are_dequantized_through_the_gguf_package(tiny: Tiny, tmp_path: Path) -> None:
