@@ -2,7 +2,7 @@
 
 A conversion goes into a temporary folder beside its final place and is renamed there only when complete,
 so an interrupted run (Ctrl-C, a kill, a full disk) leaves nothing a later run would trust. Temporary
-folders carry their process id; later runs remove those whose process is gone.
+names carry their process id and host; later runs remove those whose process is gone.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ def content_hash(path: Path, cache_dir: Path, on_progress: Progress | None = Non
     if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
         return entry["sha256"]
     digest = _hash(path, on_progress)
+    index = {k: v for k, v in index.items() if os.path.exists(k)}  # forget files since deleted
     index[key] = {"stamp": stamp, "sha256": digest}
     # The index only saves time: a cache it cannot be written to still works.
     with contextlib.suppress(OSError):
@@ -142,11 +143,27 @@ def _unwritable(cache_dir: Path, exc: OSError) -> ModelError:
     )
 
 
+def _publish(temp: Path, final: Path, digest: str) -> None:
+    """Rename the finished `temp` into place, unless another process has just put the same there."""
+    if final.exists():
+        if is_complete(final, digest):
+            shutil.rmtree(temp, ignore_errors=True)
+            return
+        shutil.rmtree(final, ignore_errors=True)  # damaged, or from an older converter
+    try:
+        temp.rename(final)
+    except OSError:
+        if not is_complete(final, digest):
+            raise
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Progress | None = None) -> Path:
     """The mlx-lm folder converted from GGUF file `path`, from the cache when it is there (keyed by the
     file's content hash); converted once otherwise.
 
-    `on_progress(stage, done, total)` reports "hashing" (bytes) and "converting" (tensors).
+    `on_progress(stage, done, total)` reports "hashing" (bytes read) and "converting" (tensors written).
+    Raises ModelError, one line naming the file and the fix, for anything it cannot convert or cache.
     """
     from specplay.backends.mlx.gguf.convert import check_loads, write_folder
     from specplay.backends.mlx.gguf.reader import check_magic, read_gguf
@@ -171,24 +188,11 @@ def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Pro
     temp = cache_dir / _temp_name(final.name)
     try:
         temp.mkdir()
-    except OSError as exc:
-        raise _unwritable(cache_dir, exc) from exc
-    try:
         config = write_folder(gguf, temp, on_progress)
         check_loads(temp, path)
         marker = {"format": FORMAT, "sha256": digest, "source": str(path.resolve()), "model_type": config["model_type"]}
         (temp / MARKER).write_text(json.dumps(marker, indent=2))
-        if final.exists():  # a broken or older folder: make room (another process may have just finished)
-            if is_complete(final, digest):
-                shutil.rmtree(temp, ignore_errors=True)
-                return final
-            shutil.rmtree(final, ignore_errors=True)
-        try:
-            temp.rename(final)
-        except OSError:
-            if not is_complete(final, digest):
-                raise
-            shutil.rmtree(temp, ignore_errors=True)
+        _publish(temp, final, digest)
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)
         raise _unwritable(cache_dir, exc) from exc
