@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -633,6 +635,39 @@ def test_an_interrupted_conversion_leaves_nothing_behind(
     monkeypatch.undo()
     folder = converted_folder(small_gguf, cache)
     assert folders(cache) == [folder]
+
+
+KILLABLE = """
+import sys, time
+from pathlib import Path
+import specplay.backends.mlx
+from specplay.backends.mlx.gguf import converted_folder
+
+def slow(stage, done, total):
+    if stage == "converting":
+        print(done, flush=True)
+        time.sleep(0.2)
+
+converted_folder(Path(sys.argv[1]), Path(sys.argv[2]), slow)
+"""
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
+def test_a_signal_mid_conversion_leaves_nothing_trusted(small_gguf: Path, tmp_path: Path, signal_number: int) -> None:
+    cache = tmp_path / "cache"
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLABLE, str(small_gguf), str(cache)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "1"  # converting, 0.2 s a tensor
+    child.send_signal(signal_number)
+    child.wait(timeout=60)
+    assert child.returncode != 0
+    leftovers = folders(cache)
+    assert all(p.name.startswith(".tmp-") for p in leftovers)  # nothing a later run would trust
+    assert len(leftovers) == (0 if signal_number == signal.SIGINT else 1)  # Ctrl-C cleans up; a kill cannot
+    folder = converted_folder(small_gguf, cache)
+    assert folders(cache) == [folder]  # and the killed run's temporary folder is gone
 
 
 def test_a_killed_conversion_is_never_trusted_and_its_leftovers_are_removed(small_gguf: Path, tmp_path: Path) -> None:
