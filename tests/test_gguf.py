@@ -582,6 +582,10 @@ def test_an_unsupported_architecture_is_refused(tiny: Tiny, tmp_path: Path) -> N
     written = write_gguf(tiny.llama, tmp_path / "a.gguf", arch="phi3")
     message = refusal(written.path, tmp_path / "cache")
     assert "'phi3'" in message and "llama" in message and "qwen2" in message and "gemma3" in message
+    experts = np.zeros((2, 256, 64), np.float32)  # a mixture-of-experts variant of the llama layout
+    variant = write_gguf(tiny.llama, tmp_path / "v.gguf", extra_tensors={"blk.0.ffn_gate_exps.weight": experts})
+    message = refusal(variant.path, tmp_path / "cache")
+    assert "blk.0.ffn_gate_exps.weight" in message and "mlx-lm folder" in message
 
 
 def test_an_unsupported_quantization_is_refused(tiny: Tiny, tmp_path: Path) -> None:

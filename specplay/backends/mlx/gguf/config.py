@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from specplay.backends.mlx.gguf.reader import GGUFFile
+from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile
 from specplay.backends.mlx.gguf.tensors import dequantized
 from specplay.errors import ModelError
 
@@ -40,7 +40,9 @@ def _one_per_model(gguf: GGUFFile, key: str, default: Any = None) -> Any:
     if isinstance(value, np.ndarray | list):
         values = {int(v) for v in value}
         if len(values) != 1:
-            raise ModelError(f"{gguf.path} varies {gguf.architecture}.{key} by layer; mlx-lm cannot load that")
+            raise ModelError(
+                f"{gguf.path} varies {gguf.architecture}.{key} by layer, which mlx-lm cannot; {USE_FOLDER}"
+            )
         return values.pop()
     return value
 
@@ -71,7 +73,7 @@ def _rope_scaling(gguf: GGUFFile, base: float, head_dim: int) -> dict[str, Any] 
                 "high_freq_factor": LLAMA3_HIGH_FREQ_FACTOR,
                 "original_max_position_embeddings": LLAMA3_ORIGINAL_CONTEXT,
             }
-        raise ModelError(f"{gguf.path} scales rotary frequencies in a way mlx-lm cannot express (rope_freqs)")
+        raise ModelError(f"{gguf.path} scales rotary frequencies (rope_freqs) as mlx-lm cannot; {USE_FOLDER}")
     if kind == "none" or factor in (None, 1.0):
         return None
     if kind == "linear":
@@ -85,7 +87,7 @@ def _rope_scaling(gguf: GGUFFile, base: float, head_dim: int) -> dict[str, Any] 
             if (value := gguf.arch_value(f"rope.scaling.{key}")) is not None:
                 scaling[name] = float(value)
         return scaling
-    raise ModelError(f"{gguf.path} uses rope scaling {kind!r}, which this converter does not support")
+    raise ModelError(f"{gguf.path} uses rope scaling {kind!r}, which this converter does not support; {USE_FOLDER}")
 
 
 def model_config(gguf: GGUFFile) -> dict[str, Any]:
@@ -93,8 +95,8 @@ def model_config(gguf: GGUFFile) -> dict[str, Any]:
     arch = gguf.architecture
     if arch not in MODEL_TYPES:
         raise ModelError(
-            f"{gguf.path} holds a {arch or 'unnamed'!r} model; GGUF conversion supports {SUPPORTED} "
-            "(use an mlx-lm folder for other architectures)"
+            f"{gguf.path} holds a {arch or 'unnamed'!r} model; GGUF conversion supports {SUPPORTED}: "
+            f"for other architectures, {USE_FOLDER}"
         )
     if "token_embd.weight" not in gguf.tensors:
         raise ModelError(f"{gguf.path} has no token_embd.weight tensor; the file is incomplete, convert it again")
@@ -104,7 +106,9 @@ def model_config(gguf: GGUFFile) -> dict[str, Any]:
     head_dim = int(gguf.arch_value("attention.key_length", hidden // heads))
     rope_dims = int(gguf.arch_value("rope.dimension_count", head_dim))
     if rope_dims != head_dim:
-        raise ModelError(f"{gguf.path} rotates {rope_dims} of {head_dim} head dimensions; mlx-lm's {arch} cannot")
+        raise ModelError(
+            f"{gguf.path} rotates {rope_dims} of {head_dim} head dimensions, which mlx-lm's {arch} cannot; {USE_FOLDER}"
+        )
     default_base = 1_000_000.0 if arch in ("qwen2", "qwen3", "gemma3") else 10_000.0
     base = float(gguf.arch_value("rope.freq_base", default_base))
     config: dict[str, Any] = {

@@ -12,7 +12,7 @@ import mlx.core as mx
 
 from specplay.backends.mlx.gguf.config import model_config
 from specplay.backends.mlx.gguf.names import LAYOUTS, heads_of, is_norm, mlx_path, unpermute
-from specplay.backends.mlx.gguf.reader import GGUFFile
+from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile
 from specplay.backends.mlx.gguf.tensors import GROUP_SIZE, SUPPORTED, convert_tensor
 from specplay.backends.mlx.gguf.tokenizer import tokenizer_files, write_tokenizer
 from specplay.errors import ModelError
@@ -78,7 +78,12 @@ def write_folder(gguf: GGUFFile, folder: Path, on_progress: Progress | None = No
     bits: dict[str, int] = {}
     tensors = sorted(gguf.tensors.values(), key=lambda t: t.name)
     for done, raw in enumerate(tensors, start=1):
-        target = mlx_path(layout, raw.name)
+        try:
+            target = mlx_path(layout, raw.name)
+        except KeyError:
+            raise ModelError(
+                f"{gguf.path} has a tensor {raw.name} mlx-lm's {config['model_type']} has no place for; {USE_FOLDER}"
+            ) from None
         if target is not None:
             module, kind = target
             converted = convert_tensor(raw, keep_quantized=kind == "weight" and not is_norm(module))
@@ -96,8 +101,8 @@ def write_folder(gguf: GGUFFile, folder: Path, on_progress: Progress | None = No
     writer.close()
     if quantization := _quantization(bits):
         config["quantization"] = quantization
-    ends = tokenizer.eos_token_ids
-    config["eos_token_id"] = ends[0] if len(ends) == 1 else ends
+    if ends := tokenizer.eos_token_ids:
+        config["eos_token_id"] = ends[0] if len(ends) == 1 else ends
     if tokenizer.bos_token_id is not None:
         config["bos_token_id"] = tokenizer.bos_token_id
     (folder / "config.json").write_text(json.dumps(config, indent=2))
@@ -113,6 +118,4 @@ def check_loads(folder: Path, source: Path) -> None:
         load(str(folder), lazy=True)
     except Exception as exc:
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise ModelError(
-            f"{source} converts to a model mlx-lm cannot load ({detail}); this GGUF variant is unsupported"
-        ) from exc
+        raise ModelError(f"{source} converts to a model mlx-lm cannot load ({detail}); {USE_FOLDER}") from exc

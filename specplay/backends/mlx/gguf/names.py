@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from specplay.errors import ModelError
-
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _BLOCK = {
     "attn_q": "self_attn.q_proj",
@@ -58,7 +56,8 @@ _NAME = re.compile(r"^(?:blk\.(\d+)\.)?([a-z_0-9]+)\.(weight|bias)$")
 
 
 def mlx_path(layout: Layout, name: str) -> tuple[str, str] | None:
-    """(module path, parameter) of GGUF tensor `name`, or None for a tensor that is not a weight."""
+    """(module path, parameter) of GGUF tensor `name`, or None for a tensor that is not a weight.
+    KeyError for a tensor the mlx-lm model has no place for."""
     if name in IGNORED:
         return None
     match = _NAME.match(name)
@@ -67,7 +66,7 @@ def mlx_path(layout: Layout, name: str) -> tuple[str, str] | None:
         block, stem, kind = match.groups()
         base = _TOP.get(stem) if block is None else layout.block.get(stem)
     if base is None:
-        raise ModelError(f"tensor {name!r} has no counterpart in the mlx-lm model; this GGUF variant is unsupported")
+        raise KeyError(name)
     return (base if block is None else f"model.layers.{block}.{base}"), kind
 
 

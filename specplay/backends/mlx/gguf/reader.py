@@ -19,6 +19,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from specplay.errors import ModelError
 
 MAGIC = b"GGUF"
+USE_FOLDER = "use the model's mlx-lm folder instead"
+"""The way out of every refusal for a model GGUF conversion cannot express."""
 DEFAULT_ALIGNMENT = 32
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9

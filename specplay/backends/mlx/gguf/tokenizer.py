@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from gguf import TokenType
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from specplay.backends.mlx.gguf.pretokenizers import PRE_TOKENIZERS, pre_tokenizer
-from specplay.backends.mlx.gguf.reader import GGUFFile
+from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile
 from specplay.errors import ModelError
 
 SPIECE_SPACE = "\u2581"
@@ -39,7 +40,7 @@ def _id(gguf: GGUFFile, key: str, count: int) -> int | None:
 
 
 def _refuse(gguf: GGUFFile, why: str) -> ModelError:
-    return ModelError(f"cannot rebuild the tokenizer of {gguf.path}: {why}; use the model's mlx-lm folder instead")
+    return ModelError(f"cannot rebuild the tokenizer of {gguf.path}: {why}; {USE_FOLDER}")
 
 
 def _bpe(gguf: GGUFFile, tokens: list[str]) -> tuple[Tokenizer, bool, bool]:
@@ -98,7 +99,18 @@ def _spm(gguf: GGUFFile, tokens: list[str], types: np.ndarray, unknown: int | No
     return tokenizer, False, True
 
 
+def _template(head: list[tuple[str, int]], tail: list[tuple[str, int]]) -> processors.TemplateProcessing:
+    """BOS before and EOS after the text, as llama.cpp adds them when the file asks it to."""
+    first, second = [t for t, _ in head], [t for t, _ in tail]
+    return processors.TemplateProcessing(
+        single=[*first, "$A", *second],
+        pair=[*first, "$A", *second, *first, "$B:1", *second],
+        special_tokens=list(dict.fromkeys(head + tail)),
+    )
+
+
 def tokenizer_files(gguf: GGUFFile, context_length: int) -> TokenizerFiles:
+    """The tokenizer files of `gguf`, or a ModelError when its vocabulary cannot be rebuilt."""
     kind = gguf.metadata.get("tokenizer.ggml.model")
     tokens = gguf.metadata.get("tokenizer.ggml.tokens")
     if not kind or not tokens:
@@ -126,14 +138,10 @@ def tokenizer_files(gguf: GGUFFile, context_length: int) -> TokenizerFiles:
     bos, eos = _id(gguf, "bos_token_id", count), _id(gguf, "eos_token_id", count)
     add_bos = bool(gguf.metadata.get("tokenizer.ggml.add_bos_token", add_bos_default)) and bos is not None
     add_eos = bool(gguf.metadata.get("tokenizer.ggml.add_eos_token", False)) and eos is not None
-    if add_bos or add_eos:
-        head = [(tokens[bos], bos)] if add_bos and bos is not None else []
-        tail = [(tokens[eos], eos)] if add_eos and eos is not None else []
-        single = " ".join([*(f"{t}:0" for t, _ in head), "$A:0", *(f"{t}:0" for t, _ in tail)])
-        pair = " ".join([single, *(f"{t}:1" for t, _ in head), "$B:1", *(f"{t}:1" for t, _ in tail)])
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single=single, pair=pair, special_tokens=list(dict.fromkeys(head + tail))
-        )
+    head = [(tokens[bos], bos)] if add_bos and bos is not None else []
+    tail = [(tokens[eos], eos)] if add_eos and eos is not None else []
+    if head or tail:
+        tokenizer.post_processor = _template(head, tail)
 
     def name(i: int | None) -> str | None:
         return tokens[i] if i is not None else None
@@ -155,6 +163,6 @@ def tokenizer_files(gguf: GGUFFile, context_length: int) -> TokenizerFiles:
     return TokenizerFiles(tokenizer.to_str(), config, bos, [i for i in dict.fromkeys(ends) if i is not None])
 
 
-def write_tokenizer(files: TokenizerFiles, folder: Any) -> None:
+def write_tokenizer(files: TokenizerFiles, folder: Path) -> None:
     (folder / "tokenizer.json").write_text(files.tokenizer_json, encoding="utf-8")
     (folder / "tokenizer_config.json").write_text(json.dumps(files.tokenizer_config, indent=2), encoding="utf-8")
