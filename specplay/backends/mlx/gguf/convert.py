@@ -11,8 +11,8 @@ from typing import Any
 import mlx.core as mx
 
 from specplay.backends.mlx.gguf.config import model_config
-from specplay.backends.mlx.gguf.names import LAYOUTS, heads_of, is_norm, mlx_path, unpermute
-from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile
+from specplay.backends.mlx.gguf.names import LAYOUTS, Layout, heads_of, is_norm, mlx_path, unpermute
+from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile, RawTensor
 from specplay.backends.mlx.gguf.tensors import GROUP_SIZE, SUPPORTED, convert_tensor
 from specplay.backends.mlx.gguf.tokenizer import tokenizer_files, write_tokenizer
 from specplay.errors import ModelError
@@ -67,35 +67,46 @@ class _ShardWriter:
             self.files[0].rename(self.folder / "model.safetensors")
 
 
+def _converted(
+    gguf: GGUFFile, raw: RawTensor, layout: Layout, config: dict[str, Any]
+) -> tuple[str, dict[str, mx.array], int | None] | None:
+    """(module path, its arrays by parameter name, quantization bits) of one tensor; None for a tensor
+    that is configuration, not a weight."""
+    try:
+        target = mlx_path(layout, raw.name)
+    except KeyError:
+        raise ModelError(
+            f"{gguf.path} has a tensor {raw.name} mlx-lm's {config['model_type']} has no place for; {USE_FOLDER}"
+        ) from None
+    if target is None:
+        return None
+    module, kind = target
+    converted = convert_tensor(raw, keep_quantized=kind == "weight" and not is_norm(module))
+    arrays = converted.arrays if kind == "weight" else {"bias": converted.arrays["weight"]}
+    heads = heads_of(module, config["num_attention_heads"], config["num_key_value_heads"])
+    if layout.permuted_qk and heads:
+        arrays = {suffix: unpermute(a, heads) for suffix, a in arrays.items()}
+    if layout.norm_plus_one and is_norm(module):
+        arrays = {suffix: a - 1 for suffix, a in arrays.items()}
+    return module, arrays, converted.bits
+
+
 def write_folder(gguf: GGUFFile, folder: Path, on_progress: Progress | None = None) -> dict[str, Any]:
     """Convert `gguf` into `folder` (which exists and is empty). Returns the config written."""
     config = model_config(gguf)
     tokenizer = tokenizer_files(gguf, config["max_position_embeddings"])
     _check_types(gguf)
     layout = LAYOUTS[gguf.architecture]
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
     writer = _ShardWriter(folder)
     bits: dict[str, int] = {}
     tensors = sorted(gguf.tensors.values(), key=lambda t: t.name)
     for done, raw in enumerate(tensors, start=1):
-        try:
-            target = mlx_path(layout, raw.name)
-        except KeyError:
-            raise ModelError(
-                f"{gguf.path} has a tensor {raw.name} mlx-lm's {config['model_type']} has no place for; {USE_FOLDER}"
-            ) from None
-        if target is not None:
-            module, kind = target
-            converted = convert_tensor(raw, keep_quantized=kind == "weight" and not is_norm(module))
-            arrays = converted.arrays if kind == "weight" else {"bias": converted.arrays["weight"]}
-            if layout.permuted_qk and (n := heads_of(module, heads, kv_heads)):
-                arrays = {suffix: unpermute(a, n) for suffix, a in arrays.items()}
-            if layout.norm_plus_one and is_norm(module):
-                arrays = {suffix: a - 1 for suffix, a in arrays.items()}
+        if (converted := _converted(gguf, raw, layout, config)) is not None:
+            module, arrays, module_bits = converted
             for suffix, array in arrays.items():
                 writer.add(f"{module}.{suffix}", array)
-            if converted.bits is not None:
-                bits[module] = converted.bits
+            if module_bits is not None:
+                bits[module] = module_bits
         if on_progress:
             on_progress("converting", done, len(tensors))
     writer.close()
