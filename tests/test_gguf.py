@@ -11,11 +11,12 @@ import itertools
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -307,27 +308,6 @@ def test_smollm2_tokenizer_gives_llamacpp_ids_and_renders_its_chat_template(smol
     assert rendered.endswith("<|im_start|>assistant\n")
 
 
-def test_a_converted_file_is_found_in_the_cache_by_its_content(
-    smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seen: list[tuple[str, int, int]] = []
-    first = converted_folder(smollm2, tmp_path, on_progress=lambda *event: seen.append(event))
-    assert {stage for stage, _, _ in seen} == {"hashing", "converting"}
-    assert seen[-1][1] == seen[-1][2]
-
-    def fail(*_: object) -> None:
-        raise AssertionError("converted again")
-
-    monkeypatch.setattr(gguf_convert, "write_folder", fail)
-    monkeypatch.setattr(gguf_cache, "_hash", fail)  # the index remembers (path, size, mtime)
-    assert converted_folder(smollm2, tmp_path) == first
-    monkeypatch.undo()
-    monkeypatch.setattr(gguf_convert, "write_folder", fail)
-    link = tmp_path / "elsewhere.gguf"
-    link.symlink_to(smollm2)  # another path, the same content: hashed, then found
-    assert converted_folder(link, tmp_path) == first
-
-
 # --- tiny files from the repository's tiny models -------------------------------------------------------
 
 
@@ -550,6 +530,27 @@ def small_gguf(tiny: Tiny, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_gguf(tiny.llama, tmp_path_factory.mktemp("gguf-small") / "small.gguf", qtype=Q.F16).path
 
 
+def test_a_converted_file_is_found_in_the_cache_by_its_content(
+    small_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, int, int]] = []
+    first = converted_folder(small_gguf, tmp_path, on_progress=lambda *event: seen.append(event))
+    assert {stage for stage, _, _ in seen} == {"hashing", "converting"}
+    assert all(0 < done <= total for _, done, total in seen) and seen[-1][1] == seen[-1][2]
+
+    def fail(*_: object) -> None:
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(gguf_convert, "write_folder", fail)
+    monkeypatch.setattr(gguf_cache, "_hash", fail)  # the index remembers (path, size, mtime)
+    assert converted_folder(small_gguf, tmp_path) == first
+    monkeypatch.undo()
+    monkeypatch.setattr(gguf_convert, "write_folder", fail)
+    copy = tmp_path / "elsewhere.gguf"
+    shutil.copyfile(small_gguf, copy)  # another path, the same content: hashed, then found
+    assert converted_folder(copy, tmp_path) == first
+
+
 def refusal(path: Path, cache: Path) -> str:
     with pytest.raises(ModelError) as caught:
         converted_folder(path, cache)
@@ -703,11 +704,3 @@ def test_the_default_cache_follows_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_cache_dir() == tmp_path / "home" / ".cache" / "specplay" / "gguf"
-
-
-def test_progress_counts_up_to_its_totals(small_gguf: Path, tmp_path: Path) -> None:
-    events: list[tuple[str, int, int]] = []
-    report: Callable[[str, int, int], None] = lambda *event: events.append(event)  # noqa: E731
-    converted_folder(small_gguf, tmp_path / "cache", on_progress=report)
-    assert [stage for stage, _, _ in events][-1] == "converting"
-    assert all(0 < done <= total for _, done, total in events) and events[-1][1] == events[-1][2]
