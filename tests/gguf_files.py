@@ -95,7 +95,7 @@ def gguf_name(hf: str, arch: str) -> str:
 
 
 def llamacpp_permute(rows: np.ndarray, n_head: int) -> np.ndarray:
-    """What llama.cpp's converter does to llama q and k rows (its LlamaModel.permute)."""
+    """What llama.cpp's converter does to the rows of a llama's q and k, per head: (2, half) -> (half, 2)."""
     return rows.reshape(n_head, 2, rows.shape[0] // n_head // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 

@@ -157,7 +157,7 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(extra)}
 
 
-# llama.cpp's pre-tokenizer expressions (its llm_tokenizer_bpe), by the names GGUF files give them.
+# llama.cpp's pre-tokenizer expressions, by the names GGUF files give them.
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
 LLAMACPP_REGEXES = {
@@ -220,19 +220,8 @@ def smollm2_folder(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return converted_folder(smollm2, tmp_path_factory.mktemp("gguf-cache"))
 
 
-PROMPT_IDS = [
-    2683,
-    359,
-    253,
-    5356,
-    5646,
-    11173,
-    3365,
-    3511,
-    308,
-    34519,
-    28,
-]  # "You are a helpful AI assistant named SmolLM,"
+# "You are a helpful AI assistant named SmolLM," in SmolLM2's vocabulary
+PROMPT_IDS = [2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28]
 
 
 def test_smollm2_computes_what_llamacpp_computes_from_the_file(smollm2: Path, smollm2_folder: Path) -> None:

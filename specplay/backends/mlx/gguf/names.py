@@ -34,7 +34,7 @@ _GEMMA3_BLOCK = _BLOCK | {
 }
 _QWEN3_BLOCK = _BLOCK | {"attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
 IGNORED = frozenset({"rope_freqs.weight"})
-"""Tensors that become configuration (config.py), not weights."""
+"""Tensors that become configuration (rope scaling), not weights."""
 
 
 @dataclass(frozen=True)
