@@ -507,7 +507,8 @@ def test_sentencepiece_models_convert_with_their_tokenizer(
         assert tokenizer.encode(text) == [bos, *ids], text
         assert tokenizer.decode(ids) == text
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
-    assert tokenizer.encode("<start_of_turn>user", add_special_tokens=False)[0] != tokenizer.unk_token_id
+    start_of_turn = tokenizer.convert_tokens_to_ids("<start_of_turn>")
+    assert tokenizer.encode("<start_of_turn>user", add_special_tokens=False)[0] == start_of_turn  # whole
     assert end_of_turn in tokenizer.eos_token_ids
 
 
