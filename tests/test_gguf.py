@@ -33,7 +33,6 @@ import regex
 from gguf import GGMLQuantizationType as Q
 from gguf_files import (
     bpe_vocab,
-    fetch_smollm2,
     spm_vocab,
     train_spm,
     write_gguf,
@@ -205,14 +204,6 @@ def llamacpp_bpe(
 
 
 # --- SmolLM2-135M-Instruct, Q4_1 with a Q8_0 embedding -------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> Path:
-    try:
-        return fetch_smollm2()
-    except (RuntimeError, OSError, subprocess.SubprocessError, KeyError) as exc:
-        pytest.skip(f"SmolLM2 GGUF unavailable ({' '.join(str(exc).split())[:160]})")
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,10 @@ Progress = Callable[[int, int], None]
 CHUNK = 1 << 20
 
 
-def fetch(model: CatalogModel, on_progress: Progress | None = None) -> Path:
-    """The model's file in the cache: already there, or downloaded, checked and put there now."""
-    path = cached_path(model)
+def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: Path | None = None) -> Path:
+    """The model's file in the cache (or `directory`): already there, or downloaded, checked and
+    put there now."""
+    path = cached_path(model, directory)
     if path.is_file() and path.stat().st_size == model.size:
         return path
     try:

@@ -46,6 +46,7 @@ def models_dir() -> Path:
     return cache_root() / "models"
 
 
-def cached_path(model: CatalogModel) -> Path:
-    """Where the model's file lives once fetched (it may not exist yet)."""
-    return models_dir() / model.file_name
+def cached_path(model: CatalogModel, directory: Path | None = None) -> Path:
+    """Where the model's file lives once fetched (it may not exist yet): in `directory`, else
+    the cache's models folder."""
+    return (directory or models_dir()) / model.file_name

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specplay.config.cache import cache_root
 from specplay.errors import ModelError
 
 FORMAT = 1
@@ -32,12 +33,8 @@ Progress = Callable[[str, int, int], None]
 
 
 def default_cache_dir() -> Path:
-    """$SPECPLAY_CACHE_DIR/gguf, else $XDG_CACHE_HOME/specplay/gguf, else ~/.cache/specplay/gguf."""
-    if root := os.environ.get("SPECPLAY_CACHE_DIR"):
-        return Path(root).expanduser() / "gguf"
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg).expanduser() / "specplay" / "gguf"
-    return Path.home() / ".cache" / "specplay" / "gguf"
+    """The cache's gguf folder (config/cache.py says where the cache is)."""
+    return cache_root() / "gguf"
 
 
 def _hash(path: Path, on_progress: Progress | None) -> str:
