@@ -52,7 +52,9 @@ class BadRequest(Exception):
 
 @dataclass
 class Fault:
-    """Misbehaviour from the `after`-th completion request on: http500, malformed, slow, die."""
+    """Misbehaviour from the `after`-th completion request on: http500, malformed, slow, die; and
+    the hostile ones: trickle (a byte every delay_s), huge_error (a 10 MB error page), bad_logprobs
+    (text where numbers belong), array_event (a stream event that is a JSON array)."""
 
     kind: str
     after: int = 0
@@ -498,6 +500,28 @@ def _handler(server: FakeVllm) -> type[BaseHTTPRequestHandler]:
             elif fault.kind == "die":
                 server.die()
                 self.close_connection = True
+            elif fault.kind == "trickle":
+                body = b'{"id": "cmpl-1", "choices": []}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for byte in body:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(fault.delay_s)
+            elif fault.kind == "huge_error":
+                self._error(500, "\x1b[2J" + "x" * 10_000_000)
+            elif fault.kind == "bad_logprobs":
+                top = [{"token_id:1": "high", "token_id:2": None}]
+                choice = {"index": 0, "token_ids": [1], "logprobs": {"top_logprobs": top}, "finish_reason": "length"}
+                self._json(200, {"id": "cmpl-1", "choices": [choice]})
+            elif fault.kind == "array_event":
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", "20")
+                self.end_headers()
+                self.wfile.write(b"data: [1, 2, 3]\n\n\n\n\n")
             return fault.kind != "slow"
 
         def _completions(self, body: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from specplay.store import Session, SessionError, load_session
 from specplay.store.diff import token_diff
 from specplay.store.export import FORMATS, export_session
 from specplay.store.replay import session_config
+from tests.mutations import JSON_VALUES, paths, replace_at
 from tests.test_export import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
 
 LINE_BOUNDARIES = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
@@ -137,33 +138,6 @@ def test_a_real_process_opening_a_bad_session_prints_one_line(tmp_path: Path) ->
 
 # --- fuzzing the reader with records mutated from a real session ----------------------------------
 
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=True) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
-    max_leaves=6,
-)
-
-
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every place inside a JSON value, as a path of keys and indices."""
-    out = [path]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out += _paths(item, (*path, key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            out += _paths(item, (*path, i))
-    return out
-
-
-def _replace(value: Any, path: tuple[Any, ...], new: Any) -> Any:
-    if not path:
-        return new
-    head, rest = path[0], path[1:]
-    copy = dict(value) if isinstance(value, dict) else list(value)
-    copy[head] = _replace(value[head], rest, new)
-    return copy
-
 
 def _use(session: Session) -> None:
     """What the commands do with a loaded session: any failure must be a SpecplayError."""
@@ -198,8 +172,8 @@ def test_fuzzed_sessions_load_or_fail_in_one_line(
         elif action == "duplicate":
             records.insert(i, records[i])
         else:
-            paths = _paths(records[i])
-            records[i] = _replace(records[i], data.draw(st.sampled_from(paths)), data.draw(JSON_VALUES))
+            places = paths(records[i])
+            records[i] = replace_at(records[i], data.draw(st.sampled_from(places)), data.draw(JSON_VALUES))
     path = tmp_path / "fuzzed.jsonl"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     cut = data.draw(st.sampled_from([len(text), len(text) - 1, len(text) // 2]))  # a torn last write

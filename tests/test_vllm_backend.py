@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -174,3 +175,35 @@ def test_eos_is_learned_from_servers_that_stop_on_it(servers: tuple[FakeVllm, Fa
         vllm.close()
     finally:
         target.backend.eos_token_ids, near.backend.eos_token_ids = saved
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("trickle", "took longer than --timeout 3 s to send /v1/completions"),
+        ("huge_error", "answered HTTP 500 on /v1/completions: "),  # cut short, however long the page
+        ("bad_logprobs", "sent a logprob of 'high' in a shape specplay does not know"),
+    ],
+)
+def test_hostile_servers_are_one_bounded_line(servers: tuple[FakeVllm, FakeVllm], kind: str, message: str) -> None:
+    from specplay.errors import error_line
+
+    target, near = servers
+    vllm = connect_vllm_backend(target.url, [("near", near.url)], timeout_s=3.0)
+    target.fault = Fault(kind, after=target.num_completions, delay_s=1.0)  # a byte a second: never a read timeout
+    start = time.monotonic()
+    with pytest.raises(VllmError) as error:
+        run(vllm, PROMPT, max_tokens=TOKENS, temperature=1.0)
+    line = error_line(error.value)
+    assert message in line and "\n" not in line and "\x1b" not in line and len(line) < 600, line
+    assert time.monotonic() - start < 30  # one deadline, not hours of trickle
+    vllm.close()
+
+
+def test_a_stream_event_that_is_not_an_object_is_one_line(servers: tuple[FakeVllm, FakeVllm]) -> None:
+    target, _ = servers
+    vllm = connect_vllm_backend(target.url)
+    target.fault = Fault("array_event", after=target.num_completions)
+    with pytest.raises(VllmError, match="sent a stream event in a shape specplay does not know"):
+        run(vllm, PROMPT, mode="target", max_tokens=TOKENS)
+    vllm.close()

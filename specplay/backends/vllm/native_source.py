@@ -31,7 +31,7 @@ from specplay.backends.vllm.native import (
     parse_prometheus,
     recolour,
 )
-from specplay.backends.vllm.protocol import completion_body
+from specplay.backends.vllm.protocol import completion_body, stream_choices
 from specplay.backends.vllm.remote import RemoteModel
 from specplay.config.run import NATIVE_FIXED, NATIVE_ROUTE
 from specplay.config.urls import server_root
@@ -111,18 +111,20 @@ def _read(
             if controls.stop_requested:
                 ended.finish = "cancelled"
                 return
-            if isinstance(event.get("metrics"), dict):
-                ended.spec = event["metrics"].get("speculative_decoding") or ended.spec
-            for choice in event.get("choices") or []:
-                if choice.get("token_ids") is None and choice.get("text"):
+            choices = stream_choices(event, model.where)
+            metrics = event.get("metrics")
+            if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+                ended.spec = metrics["speculative_decoding"]
+            for choice in choices:
+                if choice.token_ids is None and choice.text:
                     raise VllmError(f"{model.where} streamed no token_ids; it needs vLLM 0.10.2 or later")
-                ids = [int(t) for t in choice.get("token_ids") or []]
-                if choice.get("finish_reason") == "stop":
+                ids = list(choice.token_ids or [])
+                if choice.finish_reason == "stop":
                     ended.finish = "stop"
-                    if choice.get("stop_reason") is None and ids and not request.ignore_eos:
+                    if choice.stop_reason is None and ids and not request.ignore_eos:
                         ids = ids[:-1]  # the EOS that ended the run is not output
                 if ids:
-                    yield _Chunk(arrived_s, ids, chunk_texts(tokenizer, ids, choice.get("text") or ""))
+                    yield _Chunk(arrived_s, ids, chunk_texts(tokenizer, ids, choice.text))
     finally:
         stream.close()
 

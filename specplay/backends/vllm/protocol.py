@@ -66,44 +66,119 @@ class Choice:
     finish_reason: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class StreamChoice:
+    """One choice of one streamed event."""
+
+    token_ids: list[int] | None
+    text: str
+    finish_reason: str | None
+    stop_reason: Any
+
+
+def _shape(where: str, what: str) -> VllmError:
+    return VllmError(f"{where} sent {what} in a shape specplay does not know; is it a vLLM server?")
+
+
+def _int_list(value: Any, where: str, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise _shape(where, what)
+    return value
+
+
+def _logprob(value: Any, where: str) -> float:
+    """A listed logprob: a number, -inf allowed (vLLM may send it, or its -9999 floor); never NaN."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value > 0:
+        raise _shape(where, f"a logprob of {str(value)[:40]!r}")
+    return float(value)
+
+
 def _top(entries: Any, where: str) -> list[dict[int, float]]:
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise _shape(where, "top_logprobs")
     out = []
-    for entry in entries or []:
-        out.append({token_id(key, where): float(lp) for key, lp in (entry or {}).items()})
+    for entry in entries:
+        if entry is not None and not isinstance(entry, dict):
+            raise _shape(where, "top_logprobs")
+        out.append({token_id(str(key), where): _logprob(lp, where) for key, lp in (entry or {}).items()})
     return out
 
 
-def _prompt_logprobs(entries: Any) -> list[dict[int, tuple[float, int]] | None] | None:
+def _prompt_logprobs(entries: Any, where: str) -> list[dict[int, tuple[float, int]] | None] | None:
     if entries is None:
         return None
+    if not isinstance(entries, list):
+        raise _shape(where, "prompt_logprobs")
     out: list[dict[int, tuple[float, int]] | None] = []
     for entry in entries:
         if entry is None:
             out.append(None)
             continue
-        out.append({int(key): (float(value["logprob"]), int(value.get("rank") or 0)) for key, value in entry.items()})
+        if not isinstance(entry, dict):
+            raise _shape(where, "prompt_logprobs")
+        row = {}
+        for key, value in entry.items():
+            if not isinstance(value, dict) or not str(key).lstrip("-").isdigit():
+                raise _shape(where, "prompt_logprobs")
+            rank = value.get("rank") or 0
+            if isinstance(rank, bool) or not isinstance(rank, int):
+                raise _shape(where, "prompt_logprobs")
+            row[int(key)] = (_logprob(value.get("logprob"), where), rank)
+        out.append(row)
     return out
 
 
+def _choice_list(body: Any, where: str) -> list[dict[str, Any]]:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise VllmError(f"{where} sent a completion without choices: {str(body)[:200]}")
+    return choices
+
+
 def parse_choices(body: Any, where: str, expected: int, need_logprobs: bool) -> list[Choice]:
-    """Choices in index order, checked for the fields specplay asked for."""
-    try:
-        raw = sorted(body["choices"], key=lambda c: c["index"])
-    except (TypeError, KeyError):
-        raise VllmError(f"{where} sent a completion without choices: {str(body)[:200]}") from None
+    """Choices in index order, checked for the fields specplay asked for and for their shapes."""
+    raw = _choice_list(body, where)
+    if not all(isinstance(c.get("index"), int) for c in raw):
+        raise _shape(where, "choices without an index")
+    raw = sorted(raw, key=lambda c: c["index"])
     if len(raw) != expected:
         raise VllmError(f"{where} sent {len(raw)} choices where {expected} were asked for")
     choices = []
     for choice in raw:
         if choice.get("token_ids") is None:
             raise VllmError(f"{where} did not return token_ids; it needs vLLM 0.10.2 or later (return_token_ids)")
+        token_ids = _int_list(choice["token_ids"], where, "token_ids")
         logprobs = choice.get("logprobs")
+        if logprobs is not None and not isinstance(logprobs, dict):
+            raise _shape(where, "logprobs")
         if need_logprobs and not (logprobs and logprobs.get("top_logprobs")):
             raise VllmError(f"{where} did not return logprobs; start it with --max-logprobs 20")
         top = _top(logprobs.get("top_logprobs") if logprobs else None, where)
-        try:
-            prompt = _prompt_logprobs(choice.get("prompt_logprobs"))
-        except (TypeError, KeyError, ValueError, AttributeError):
-            raise VllmError(f"{where} sent prompt_logprobs in a shape specplay does not know") from None
-        choices.append(Choice(list(choice["token_ids"]), top, prompt, choice.get("finish_reason")))
+        prompt = _prompt_logprobs(choice.get("prompt_logprobs"), where)
+        finish = choice.get("finish_reason")
+        choices.append(Choice(token_ids, top, prompt, finish if isinstance(finish, str) else None))
     return choices
+
+
+def stream_choices(event: Any, where: str) -> list[StreamChoice]:
+    """The choices of one streamed event (none in the last, usage-only event), shapes checked."""
+    if not isinstance(event, dict):
+        raise _shape(where, "a stream event")
+    raw = event.get("choices") or []
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise _shape(where, "a stream event's choices")
+    out = []
+    for choice in raw:
+        ids = choice.get("token_ids")
+        text = choice.get("text") or ""
+        finish = choice.get("finish_reason")
+        if not isinstance(text, str) or (finish is not None and not isinstance(finish, str)):
+            raise _shape(where, "a stream event's choices")
+        out.append(
+            StreamChoice(
+                None if ids is None else _int_list(ids, where, "token_ids"), text, finish, choice.get("stop_reason")
+            )
+        )
+    return out

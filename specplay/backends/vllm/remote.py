@@ -8,7 +8,7 @@ from typing import Any
 
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.errors import VllmError
-from specplay.backends.vllm.protocol import Choice, completion_body, parse_choices
+from specplay.backends.vllm.protocol import Choice, completion_body, parse_choices, stream_choices
 from specplay.engine.settings import SamplingParams
 
 DEFAULT_VOCAB_BOUND = 262_144
@@ -63,10 +63,10 @@ class RemoteModel:
         events = self.client.post_sse("/v1/completions", body)
         try:
             for event in events:
-                for choice in event.get("choices") or []:
-                    token_ids = choice.get("token_ids") or []
-                    if choice.get("finish_reason") == "stop" and choice.get("stop_reason") is None and token_ids:
-                        self.eos_token_ids.add(int(token_ids[-1]))  # known before the engine sees it
+                for choice in stream_choices(event, self.where):
+                    token_ids = choice.token_ids or []
+                    if choice.finish_reason == "stop" and choice.stop_reason is None and token_ids:
+                        self.eos_token_ids.add(token_ids[-1])  # known before the engine sees it
                     yield from token_ids
         finally:
             events.close()

@@ -1,0 +1,57 @@
+"""vLLM's replies, mutated from real ones: every reply parses or is one VllmError, never a traceback."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from fake_vllm import FakeVllm
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specplay.backends.vllm.client import VllmClient
+from specplay.backends.vllm.errors import VllmError
+from specplay.backends.vllm.protocol import completion_body, parse_choices, stream_choices
+from specplay.engine.settings import SamplingParams
+from tests.mutations import JSON_VALUES, paths, replace_at
+
+
+@pytest.fixture(scope="module")
+def replies(servers: tuple[FakeVllm, FakeVllm]) -> list[dict[str, Any]]:
+    """Real completions: sampled with logprobs, with prompt logprobs, and several choices."""
+    target, _ = servers
+    client = VllmClient("target", target.url)
+    bodies = [
+        completion_body("target", [5, 6, 7], 3, SamplingParams(1.0), 1, 5),
+        completion_body("target", [5, 6, 7, 8], 1, SamplingParams(0.7), 2, 5, prompt_logprobs=5),
+        completion_body("target", [[5, 6], [5, 6, 7]], 1, SamplingParams(1.0), 3, 5),
+    ]
+    out = [client.post_json("/v1/completions", body) for body in bodies]
+    client.close()
+    return out
+
+
+FUZZ = settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_replies_parse_or_fail_in_one_line(replies: list[dict[str, Any]], data: Any) -> None:
+    reply = copy.deepcopy(data.draw(st.sampled_from(replies)))
+    for _ in range(data.draw(st.integers(1, 3))):
+        reply = replace_at(reply, data.draw(st.sampled_from(paths(reply))), data.draw(JSON_VALUES))
+    expected = len(replies[0]["choices"]) if isinstance(reply, dict) else 1
+    for need_logprobs in (True, False):
+        try:
+            choices = parse_choices(reply, "vLLM server 'x'", expected, need_logprobs)
+        except VllmError as error:
+            assert "\n" not in str(error)
+            continue
+        for choice in choices:  # what parsed is what the lanes rely on
+            assert all(isinstance(t, int) for t in choice.token_ids)
+            assert all(isinstance(lp, float) and lp <= 0 for row in choice.top_logprobs for lp in row.values())
+    try:
+        stream_choices(reply, "vLLM server 'x'")
+    except VllmError as error:
+        assert "\n" not in str(error)
