@@ -186,7 +186,7 @@ def load_drafter(name: str, spec: DrafterSpec, target: LoadedModel) -> LoadedDra
     if isinstance(spec, PromptLookup):
         return spec
     split = LayerSplit(target.model, f"early-exit drafter {name!r}: the target ({target.source})")
-    check_layers(spec.layers, split, name)
+    check_layers(spec.layers, split, f"early-exit drafter {name!r}")
     head, identity = None, None
     if spec.head is not None:
         head = load_exit_head(spec.head, spec.layers, split, folder_identity(target))

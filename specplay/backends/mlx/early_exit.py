@@ -113,14 +113,14 @@ class EarlyExitModel:
         return 0 if self.head is None else sum(v.size for _, v in tree_flatten(self.head.parameters()))
 
 
-def check_layers(layers: int, split: LayerSplit, name: str) -> None:
+def check_layers(layers: int, split: LayerSplit, label: str) -> None:
+    """1 <= layers <= the target's layers - 1, or one line naming both; `label` says whose."""
     total = len(split.layers)
+    if total < 2:
+        raise ModelError(f"{label}: the target has {total} layer, none to skip; early exit needs 2 or more")
     if not 1 <= layers <= total - 1:
-        if total < 2:
-            raise ModelError(f"early-exit drafter {name!r}: the target has {total} layer, none to skip; use 2 or more")
         raise ModelError(
-            f"early-exit drafter {name!r}: layers={layers} is out of range; the target has {total} layers, "
-            f"so use 1..{total - 1}"
+            f"{label}: layers={layers} is out of range; the target has {total} layers, so use 1..{total - 1}"
         )
 
 
