@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from specplay.backends.mlx import MlxBackend, load_mlx_backend
+from specplay.backends.mlx import MlxBackend, load_mlx_backend, release_thread
 from specplay.backends.mlx.backend import load_drafter
 from specplay.backends.mlx.build import llama_config, write_model
 from specplay.backends.mlx.drafters import (
@@ -28,6 +28,7 @@ from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import POLICIES, SamplingParams, SpecSettings
 from specplay.errors import ConfigError, ModelError, SpecplayError, error_line
+from specplay.runner.thread import ModelThread
 from specplay.store import load_session
 from specplay.store.writer import SessionWriter
 from specplay.train.data import Windows, token_stream
@@ -146,6 +147,43 @@ def test_live_k_policy_and_route_changes_across_kinds(
             done(run(observed, prompt, route="lookup", max_tokens=60, on_event=change)).token_ids == references[prompt]
         )
     assert seen == {"near", *ROUTES}
+
+
+def test_route_changes_from_another_thread_reach_each_kind(tiny: TinyModels) -> None:
+    """As the playground does it: the model thread generates, the UI thread changes k and route
+    (each change once the previous one has shown up, however far the model thread runs ahead)."""
+    thread = ModelThread(on_exit=release_thread)
+    drafters = [("near", str(tiny.near)), ("lookup", PromptLookup(1, 3)), ("exit", EarlyExit(1))]
+    try:
+        backend = thread.call(lambda: load_mlx_backend(str(tiny.target), drafters))
+        engine = SpecEngine(backend)
+        ids = tuple(backend.encode(REPEATING_PROMPT, raw=True))
+
+        def generate(mode: str, controls: LiveControls) -> list[Event]:
+            request = Request(REPEATING_PROMPT, ids, mode, max_tokens=400, ignore_eos=True)  # type: ignore[arg-type]
+            events = []
+            for event in thread.stream(lambda: engine.generate(request, controls)):
+                events.append(event)
+                if isinstance(event, RoundEvent) and plan and event.route == plan[0][0] and event.index >= 2:
+                    plan.pop(0)
+                    if plan:
+                        controls.update(route=plan[0][0], k=plan[0][1])  # from this (the main) thread
+                    else:
+                        controls.request_stop()
+            return events
+
+        plan: list[tuple[str, int]] = []
+        reference = done(generate("target", LiveControls(SpecSettings(route="near"), backend.drafters)))
+        plan = [("near", 5), ("lookup", 2), ("exit", 3), ("lookup", 6)]
+        events = generate("speculative", LiveControls(SpecSettings(k=5, route="near"), backend.drafters))
+    finally:
+        thread.close()
+    output = done(events)
+    assert output.finish_reason == "cancelled" and not plan
+    assert output.token_ids == reference.token_ids[: len(output.token_ids)]
+    seen = [(r.route, r.k) for r in rounds(events)]
+    assert {route for route, _ in seen} == {"near", "lookup", "exit"}
+    assert all(k <= 3 for route, k in seen if route == "exit")
 
 
 def test_a_round_that_drafts_nothing_is_one_target_step(kinds: MlxBackend, tmp_path: Path) -> None:
