@@ -415,6 +415,8 @@ def test_a_trained_exit_head_drafts_losslessly_and_is_checked(tiny: TinyModels, 
     assert done(run(backend, CODE_PROMPT, route="exit", max_tokens=40)).token_ids == reference
     head = backend.describe()["models"]["exit"]["head"]
     assert head["path"] == str((tmp_path / "head").resolve()) and len(head["sha256"]) == 64
+    record = backend.describe()["models"]["exit"]
+    assert drafter_from_record(record) == EarlyExit(1, head=(tmp_path / "head").resolve())
 
     # Another target of the same width, or another exit layer, is refused in one line.
     with pytest.raises(ModelError, match="was trained on other target weights"):
