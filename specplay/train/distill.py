@@ -98,6 +98,24 @@ def load_or_make_rollouts(
     return sequences
 
 
+def rollout_windows(
+    sequences: list[list[int]], eos_token_id: int, train_config: TrainConfig
+) -> tuple[Windows, np.ndarray]:
+    """Training windows over most rollouts, and 8 fixed held-out windows over the rest."""
+    held_out_count = max(1, int(len(sequences) * HELD_OUT_SHARE)) if len(sequences) > 1 else 0
+    seq_len = train_config.seq_len
+    train_stream = token_stream(sequences[held_out_count:], eos_token_id)
+    held_stream = token_stream(sequences[:held_out_count] or sequences, eos_token_id)
+    if len(train_stream) <= seq_len + 1:
+        raise ValueError(
+            f"the rollouts hold {len(train_stream)} tokens, too few for windows of {seq_len}; "
+            "give more prompts, more --rollout-tokens, or a smaller --seq-len"
+        )
+    windows = Windows([train_stream], [1.0], seq_len, seed=train_config.seed)
+    held_len = min(seq_len, len(held_stream) - 2)
+    return windows, Windows([held_stream], [1.0], held_len, seed=train_config.seed + 1).batch(0, 8)
+
+
 def mean_kl(draft: nn.Module, target: nn.Module, windows: np.ndarray) -> float:
     """Forward KL per position over fixed windows: the held-out yardstick before and after."""
     total = 0.0
@@ -123,18 +141,8 @@ def distill(
 ) -> DistillResult:
     work = out / "work"
     sequences = load_or_make_rollouts(work, target, prompts, config, eos_token_id, on_status)
-    held_out_count = max(1, int(len(sequences) * HELD_OUT_SHARE)) if len(sequences) > 1 else 0
+    windows, held_windows = rollout_windows(sequences, eos_token_id, config.train)
     seq_len = config.train.seq_len
-    train_stream = token_stream(sequences[held_out_count:], eos_token_id)
-    held_stream = token_stream(sequences[:held_out_count] or sequences, eos_token_id)
-    if len(train_stream) <= seq_len + 1:
-        raise ValueError(
-            f"the rollouts hold {len(train_stream)} tokens, too few for windows of {seq_len}; "
-            "give more prompts, more --rollout-tokens, or a smaller --seq-len"
-        )
-    windows = Windows([train_stream], [1.0], seq_len, seed=config.train.seed)
-    held_len = min(seq_len, len(held_stream) - 2)
-    held_windows = Windows([held_stream], [1.0], held_len, seed=config.train.seed + 1).batch(0, 8)
 
     if config.last_layers:
         freeze_all_but_last(draft, config.last_layers)

@@ -15,10 +15,14 @@ def next_token_loss(model: nn.Module, tokens: mx.array) -> mx.array:
 # Forward KL(p_target || p_draft) per position, averaged over the positions `mask` keeps
 # (DistillSpec): the drafter is pushed to put mass wherever the target does, which is what the
 # acceptance rule sum_x min(p_target(x), p_draft(x)) rewards.
-def forward_kl_loss(draft: nn.Module, inputs: mx.array, logp_target: mx.array, mask: mx.array) -> mx.array:
-    logp_draft = nn.log_softmax(draft(inputs).astype(mx.float32), axis=-1)
+def forward_kl(logp_target: mx.array, draft_logits: mx.array, mask: mx.array) -> mx.array:
+    logp_draft = nn.log_softmax(draft_logits.astype(mx.float32), axis=-1)
     kl = (mx.exp(logp_target) * (logp_target - logp_draft)).sum(axis=-1)
     return (kl * mask).sum() / mx.maximum(mask.sum(), 1)
+
+
+def forward_kl_loss(draft: nn.Module, inputs: mx.array, logp_target: mx.array, mask: mx.array) -> mx.array:
+    return forward_kl(logp_target, draft(inputs), mask)
 
 
 def target_log_probs(target: nn.Module, inputs: mx.array) -> mx.array:

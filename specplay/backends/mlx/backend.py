@@ -1,13 +1,37 @@
-"""The MLX backend: one target and named drafters sharing one token mapping."""
+"""The MLX backend: one target and named drafters sharing one token mapping.
+
+A drafter is another model, the context itself (prompt lookup) or the target's first layers
+(early exit); see drafters.py for the specs `load_mlx_backend` takes.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 
+from specplay.backends.mlx.drafters import (
+    EARLY_EXIT,
+    MODEL,
+    PROMPT_LOOKUP,
+    DrafterSpec,
+    EarlyExit,
+    ModelDrafter,
+    PromptLookup,
+    as_spec,
+    describe_spec,
+    drafter_record,
+)
+from specplay.backends.mlx.early_exit import (
+    EarlyExitModel,
+    LayerSplit,
+    check_layers,
+    head_identity,
+    load_exit_head,
+)
 from specplay.backends.mlx.generation import MlxGeneration, ModelCache, fit_vocab
 from specplay.backends.mlx.loading import (
     LoadedModel,
@@ -17,10 +41,28 @@ from specplay.backends.mlx.loading import (
     rewindable_cache,
     vocab_table,
 )
+from specplay.backends.prompt_lookup import NgramIndex
 from specplay.engine.backend import Detokenizer
 from specplay.engine.capabilities import Capabilities
+from specplay.errors import ConfigError
 
 TARGET = "target"
+
+
+@dataclass(frozen=True)
+class LoadedEarlyExit:
+    """An early-exit drafter over a loaded target: the target's own modules, and a head if trained."""
+
+    name: str
+    spec: EarlyExit
+    model: EarlyExitModel
+    target_layers: int
+    head: dict[str, Any] | None = None
+    """The head's identity (path, sha256), for sessions."""
+
+
+LoadedDrafter = LoadedModel | PromptLookup | LoadedEarlyExit
+"""A drafter ready to open generations: a model, a prompt-lookup spec (nothing to load), an early exit."""
 
 
 class MlxBackend:
@@ -28,27 +70,49 @@ class MlxBackend:
 
     capabilities = Capabilities(top_n=True, scoring=True)
 
-    def __init__(self, target: LoadedModel, drafters: Mapping[str, LoadedModel]) -> None:
+    def __init__(self, target: LoadedModel, drafters: Mapping[str, LoadedDrafter]) -> None:
         self.target = target
-        self.models = {TARGET: target, **drafters}
         self.drafters = tuple(drafters)
+        self.models = {TARGET: target} | {n: d for n, d in drafters.items() if isinstance(d, LoadedModel)}
+        """The target and the drafters that are models of their own (what mlx-lm could also run)."""
+        self.lookups = {n: d for n, d in drafters.items() if isinstance(d, PromptLookup)}
+        self.early_exits = {n: d for n, d in drafters.items() if isinstance(d, LoadedEarlyExit)}
         vocab = vocab_table(target.tokenizer)
-        for drafter in drafters.values():
-            check_token_mapping(target, drafter, vocab)
-            rewindable_cache(drafter)  # refuse now rather than at the first round
+        for name, drafter in self.models.items():
+            if name != TARGET:
+                check_token_mapping(target, drafter, vocab)
+                rewindable_cache(drafter)  # refuse now rather than at the first round
         rewindable_cache(target)
         self.vocab_size = max(vocab.values()) + 1
         self.tokenizer = target.tokenizer
         self.context_length = context_length(target)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
 
+    def drafter_kind(self, name: str) -> str:
+        """model, prompt-lookup or early-exit."""
+        if name in self.lookups:
+            return PROMPT_LOOKUP
+        return EARLY_EXIT if name in self.early_exits else MODEL
+
     def describe(self) -> dict[str, Any]:
-        """Backend and model identity for session files (paths and hashes; nothing secret)."""
-        return {
-            "backend": "mlx",
-            "device": str(mx.default_device()),
-            "models": {name: folder_identity(loaded) for name, loaded in self.models.items()},
-        }
+        """Backend and model identity for session files (paths and hashes; nothing secret). Each
+        drafter records its kind and parameters (drafters.drafter_from_record reads them back);
+        only a model drafter has a `path`, so nothing replays another kind as a model."""
+        models: dict[str, Any] = {TARGET: folder_identity(self.target)}
+        for name in self.drafters:
+            if name in self.lookups:
+                spec = self.lookups[name]
+                models[name] = drafter_record(spec) | {"source": describe_spec(spec)}
+            elif name in self.early_exits:
+                exit_ = self.early_exits[name]
+                models[name] = drafter_record(exit_.spec) | {
+                    "head": exit_.head,
+                    "target_layers": exit_.target_layers,
+                    "source": describe_spec(exit_.spec),
+                }
+            else:
+                models[name] = {"kind": MODEL, **folder_identity(self.models[name])}
+        return {"backend": "mlx", "device": str(mx.default_device()), "models": models}
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         if raw or not self.tokenizer.has_chat_template:
@@ -71,9 +135,15 @@ class MlxBackend:
             for name, loaded in self.models.items()
         }
         target = caches.pop(TARGET)
-        lane = MlxGeneration(target, caches, prompt_token_ids)
+        for name, exit_ in self.early_exits.items():
+            # Its own cache for the layers it runs: the target's kind of cache, cut to L layers.
+            caches[name] = ModelCache(
+                name, exit_.model, rewindable_cache(self.target)[: exit_.spec.layers], self.vocab_size
+            )
+        lookups = {name: NgramIndex(spec.n_min, spec.n_max) for name, spec in self.lookups.items()}
+        lane = MlxGeneration(target, caches, prompt_token_ids, lookups)
         for name in prefill:
-            lane.prefill(target if name is None else caches[name])
+            lane.prefill(target if name is None else caches.get(name) or lookups[name])
         return lane
 
     def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
@@ -103,9 +173,36 @@ def context_length(loaded: LoadedModel) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def load_mlx_backend(target: str, drafters: Sequence[tuple[str, str]] = ()) -> MlxBackend:
-    """Load `target` and each (name, folder or Hugging Face id) drafter; call on the MLX thread."""
-    return MlxBackend(load_model(TARGET, target), {name: load_model(name, spec) for name, spec in drafters})
+def load_mlx_backend(target: str, drafters: Sequence[tuple[str, DrafterSpec | str]] = ()) -> MlxBackend:
+    """Load `target` and each (name, drafter) pair, a drafter being a spec (ModelDrafter,
+    PromptLookup, EarlyExit) or a folder or Hugging Face id; call on the MLX thread."""
+    names = [name for name, _ in drafters]
+    for name in names:
+        if name == TARGET or names.count(name) > 1:
+            raise ConfigError(
+                "draft",
+                f"names {name!r} {'twice' if name != TARGET else 'as a drafter'}; give each drafter its own NAME=",
+            )
+    loaded_target = load_model(TARGET, target)
+    return MlxBackend(
+        loaded_target, {name: load_drafter(name, as_spec(spec), loaded_target) for name, spec in drafters}
+    )
+
+
+def load_drafter(name: str, spec: DrafterSpec, target: LoadedModel) -> LoadedDrafter:
+    """What one drafter needs at run time: a model loaded, an early exit built over `target`'s own
+    modules (its layer count checked, a head loaded and checked), or, for prompt lookup, nothing."""
+    if isinstance(spec, ModelDrafter):
+        return load_model(name, spec.path)
+    if isinstance(spec, PromptLookup):
+        return spec
+    split = LayerSplit(target.model, f"early-exit drafter {name!r}: the target ({target.source})")
+    check_layers(spec.layers, split, f"early-exit drafter {name!r}")
+    head, identity = None, None
+    if spec.head is not None:
+        head = load_exit_head(spec.head, spec.layers, split, folder_identity(target))
+        identity = head_identity(spec.head)
+    return LoadedEarlyExit(name, spec, EarlyExitModel(split, spec.layers, head), len(split.layers), identity)
 
 
 def release_thread() -> None:

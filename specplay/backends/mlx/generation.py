@@ -15,10 +15,12 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import trim_prompt_cache
 
+from specplay.backends.prompt_lookup import NgramIndex
 from specplay.engine.accept import inverse_cdf_sample, residual_distribution, tv_distance
 from specplay.engine.backend import VerifiedDraft
 from specplay.engine.sampling import one_hot, sampling_probs, softmax
 from specplay.engine.settings import SamplingParams
+from specplay.errors import ConfigError
 
 PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
 CLEAR_EVERY = 256  # return MLX's buffer cache to the system every so many tokens, as mlx-lm does
@@ -61,8 +63,7 @@ class ModelCache:
 
 @dataclass
 class MlxDraft:
-    drafter: ModelCache
-    tokens: mx.array  # [k] int
+    tokens: mx.array  # [k] int; k may be 0 (prompt lookup found no match)
     p_draft: mx.array  # [k, vocab] float32
 
 
@@ -92,18 +93,32 @@ def _ranked(ids: mx.array, probs: mx.array) -> list[list[tuple[int, float]]]:
 
 
 class MlxGeneration:
-    """Caches for one sequence. Between rounds every cache holds a prefix of `tokens[:-1]`."""
+    """Caches for one sequence. Between rounds every cache holds a prefix of `tokens[:-1]`.
 
-    def __init__(self, target: ModelCache, drafters: dict[str, ModelCache], prompt_token_ids: Sequence[int]) -> None:
+    Model and early-exit drafters keep a KV cache (`drafters`); prompt-lookup drafters keep an
+    n-gram index of the committed tokens (`lookups`), which a rejection never has to rewind.
+    """
+
+    def __init__(
+        self,
+        target: ModelCache,
+        drafters: dict[str, ModelCache],
+        prompt_token_ids: Sequence[int],
+        lookups: dict[str, NgramIndex] | None = None,
+    ) -> None:
         self.target, self.drafters = target, drafters
+        self.lookups = lookups or {}
         self.tokens = list(prompt_token_ids)
         self._cleared_at = 0
 
     def _models(self) -> list[ModelCache]:
         return [self.target, *self.drafters.values()]
 
-    def prefill(self, model: ModelCache) -> None:
+    def prefill(self, model: ModelCache | NgramIndex) -> None:
         """Bring `model`'s cache to all committed tokens but the last, chunk by chunk."""
+        if isinstance(model, NgramIndex):
+            model.extend(self.tokens, len(self.tokens) - 1)
+            return
         while len(self.tokens) - 1 - model.length > 0:
             chunk = self.tokens[model.length : min(model.length + PREFILL_CHUNK, len(self.tokens) - 1)]
             model.forward(mx.array(chunk))
@@ -123,6 +138,8 @@ class MlxGeneration:
         uniforms: Sequence[float],
         keep_drafting: Callable[[Sequence[float]], bool] | None,
     ) -> MlxDraft:
+        if drafter in self.lookups:
+            return self._look_up(self.lookups[drafter], k, keep_drafting)
         model = self.drafters[drafter]
         u = _uniforms(uniforms)
         inputs = self._pending(model)
@@ -147,7 +164,21 @@ class MlxGeneration:
         # in flight, nothing (benchmarks/bench_vs_mlx_lm.py).
         mx.eval(drafted)
         p_draft = one_hot(drafted, model.vocab_size, mx) if sampling.greedy else mx.concatenate(rows)
-        return MlxDraft(model, drafted, p_draft)
+        return MlxDraft(drafted, p_draft)
+
+    def _look_up(self, index: NgramIndex, k: int, keep_drafting: Callable[[Sequence[float]], bool] | None) -> MlxDraft:
+        """Prompt lookup: the proposal is certain, so its distribution is one-hot at every
+        temperature and each rule applies unchanged (lossless acceptance is p_target(x))."""
+        proposal = index.propose(self.tokens, k)
+        if keep_drafting is not None:
+            # The drafter's confidence in each of its tokens is 1, so a policy that stops early
+            # never does here; asked anyway so a policy sees every kind alike.
+            for count in range(1, len(proposal) + 1):
+                if not keep_drafting([1.0] * count):
+                    proposal = proposal[:count]
+                    break
+        drafted = mx.array(proposal, dtype=mx.int32)
+        return MlxDraft(drafted, one_hot(drafted, self.target.vocab_size, mx))
 
     def verify(
         self,
@@ -162,6 +193,13 @@ class MlxGeneration:
         p_target = sampling_probs(self.target.forward(inputs)[-(k + 1) :], sampling, mx)
         head, p_draft, x = p_target[:k], draft.p_draft, draft.tokens[:, None]
         u = _uniforms([*residual_uniforms, bonus_uniform])
+        bonus = inverse_cdf_sample(p_target[k:], u[k:], mx)
+        n = min(top_n, self.target.vocab_size)
+        if k == 0:  # nothing drafted: the round is one target step (MLX cannot reduce empty rows)
+            tops = _top_n(p_target, n) if n else ()
+            mx.eval(bonus, *tops)
+            verified = VerifiedDraft([], [], [], [], [], [], bonus.tolist()[0])
+            return replace(verified, top_target=_ranked(*tops), top_draft=[]) if tops else verified
         results = (
             draft.tokens,
             mx.take_along_axis(head, x, axis=-1)[:, 0],
@@ -169,13 +207,12 @@ class MlxGeneration:
             tv_distance(head, p_draft),
             mx.argmax(head, axis=-1),
             inverse_cdf_sample(residual_distribution(head, p_draft, mx), u[:k], mx),
-            inverse_cdf_sample(p_target[k:], u[k:], mx),
+            bonus,
         )
-        n = min(top_n, self.target.vocab_size)
         tops = (*_top_n(p_target, n), *_top_n(p_draft, n)) if n else ()
         mx.eval(*results, *tops)  # the round's one transfer to the host
-        drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus = (r.tolist() for r in results)
-        verified = VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus[0])
+        drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids = (r.tolist() for r in results)
+        verified = VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids[0])
         if not tops:
             return verified
         return replace(verified, top_target=_ranked(*tops[:2]), top_draft=_ranked(*tops[2:]))
@@ -194,8 +231,19 @@ class MlxGeneration:
     def generate(
         self, model_name: str | None, sampling: SamplingParams, draw: Callable[[], float], pipeline: bool = True
     ) -> Iterator[int]:
+        if model_name in self.lookups:
+            raise ConfigError(
+                "mode",
+                f"draft cannot run on {model_name!r}, a prompt-lookup drafter: it only copies where the text "
+                "repeats and has no next token of its own otherwise; run it speculative, or route draft-only "
+                "runs to a model or early-exit drafter",
+            )
         model = self.target if model_name is None else self.drafters[model_name]
+        return self._generate(model, sampling, draw, pipeline)
 
+    def _generate(
+        self, model: ModelCache, sampling: SamplingParams, draw: Callable[[], float], pipeline: bool
+    ) -> Iterator[int]:
         def step(inputs: mx.array) -> mx.array:
             logits = model.forward(inputs)[-1:]
             return mx.argmax(logits, axis=-1) if sampling.greedy else _draw(logits, sampling, _uniforms([draw()]))[0]
@@ -218,7 +266,10 @@ class MlxGeneration:
             model.trim_to(len(self.tokens) - 1)  # forget the step in flight
 
     def cache_lengths(self) -> dict[str, int]:
-        return {model.name: model.offset() for model in self._models()}
+        """Tokens in each KV cache, and for prompt lookup, tokens in its n-gram index."""
+        return {model.name: model.offset() for model in self._models()} | {
+            name: index.length for name, index in self.lookups.items()
+        }
 
     def account(self) -> dict[str, Any]:
         return {}  # every number of a round is exact and in its events

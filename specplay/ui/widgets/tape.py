@@ -28,6 +28,8 @@ def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
     parts: list[Content | str] = [Content.styled(f"#{event.index:<4} {event.route} k={event.k:<2} │ ", "dim")]
     for position, text in zip(event.positions, drafted_text, strict=False):
         parts += [Content.styled(visible(text).replace("\n", "⏎") or "∅", _OUTCOME_STYLES[position.outcome]), " "]
+    if not event.positions:  # prompt lookup found no match: the round was one target step
+        parts.append(Content.styled("nothing drafted ", "dim"))
     last = event.tokens[-1] if event.tokens and event.tokens[-1].source in ("corrected", "bonus") else None
     if last is not None:
         parts += ["→ ", Content.styled(visible(last.text).replace("\n", "⏎") or "∅", source_style(last.source))]

@@ -1,0 +1,127 @@
+"""What each drafter kind costs and earns on the demo target: a model drafter, prompt lookup over
+several n-gram ranges, and early exit after each layer.
+
+Part 1, per drafter (greedy, k = 4, the shipped prompts plus a rewrite prompt): mean acceptance
+length, acceptance rate, the share of rounds that drafted nothing, c (one drafted token's time over
+one target-only step, measured beside it), and a round's verify time in target steps. Part 2:
+greedy tokens/s of prompt lookup against target-only on the rewrite prompt, the two run
+alternately in this one process (the ratio is what to read).
+
+    python benchmarks/bench_drafters.py [--max-tokens N] [--repeats N] [--k K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+from pathlib import Path
+
+import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
+
+# isort: split
+from specplay.backends.mlx import MlxBackend, load_mlx_backend
+from specplay.backends.mlx.drafters import DrafterSpec, EarlyExit, PromptLookup
+from specplay.config.demo import demo_model_paths
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import DoneEvent, Event, StepEvent
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
+from specplay.engine.settings import SamplingParams, SpecSettings
+
+REWRITE_PROMPT = '''def read_lines(path, encoding="utf-8"):
+    """Return the lines of a file, without their line endings."""
+    with open(path, encoding=encoding) as f:
+        return [line.rstrip("\\n") for line in f]
+
+
+# Rewrite read_lines() above with pathlib, keeping its behaviour:
+def read_lines(path, encoding="utf-8"):
+'''
+LOOKUP_RANGES = ((1, 3), (2, 4), (3, 5), (5, 5))
+
+
+def events(backend: MlxBackend, prompt: str, mode: str, route: str, k: int, max_tokens: int) -> list[Event]:
+    settings = SpecSettings(k=k, route=route, sampling=SamplingParams(0.0))
+    request = Request(prompt, tuple(backend.encode(prompt, raw=True)), mode, 0, max_tokens, ignore_eos=True)  # type: ignore[arg-type]
+    return list(SpecEngine(backend).generate(request, LiveControls(settings, backend.drafters)))
+
+
+def done(run: list[Event]) -> DoneEvent:
+    assert isinstance(run[-1], DoneEvent)
+    return run[-1]
+
+
+def costs(backend: MlxBackend, prompts: list[str], args: argparse.Namespace) -> None:
+    print(f"\n## Per drafter (greedy, k = {args.k}, {args.max_tokens} tokens, {len(prompts)} prompts)\n")
+    print("| drafter | mean acceptance length | acceptance rate | rounds drafting nothing | c | verify (steps) |")
+    print("|---|---|---|---|---|---|")
+    for route in backend.drafters:
+        totals: dict[str, float] = dict.fromkeys(("steps", "drafted", "accepted", "empty", "draft", "verify"), 0)
+        for prompt in prompts:
+            target = events(backend, prompt, "target", route, args.k, args.max_tokens)
+            step_ms = statistics.fmean(e.step_ms for e in target if isinstance(e, StepEvent))
+            run = events(backend, prompt, "speculative", route, args.k, args.max_tokens)
+            assert done(run).token_ids == done(target).token_ids  # greedy: lossless
+            metrics = done(run).metrics
+            totals["steps"] += metrics["num_spec_steps"]
+            totals["drafted"] += metrics["num_draft_tokens"]
+            totals["accepted"] += metrics["num_accepted_draft_tokens"]
+            totals["empty"] += metrics["num_spec_steps"] - metrics["num_drafted_per_position"][0]
+            # Times in target steps of the same prompt, so prompts of other lengths weigh alike.
+            totals["draft"] += metrics["draft_ms"] / step_ms
+            totals["verify"] += metrics["verify_ms"] / step_ms
+        mal = 1 + totals["accepted"] / totals["steps"]
+        rate = totals["accepted"] / totals["drafted"] if totals["drafted"] else 0.0
+        c = totals["draft"] / totals["drafted"] if totals["drafted"] else float("nan")
+        print(
+            f"| {route} | {mal:.2f} | {rate:.2f} | {totals['empty'] / totals['steps']:.0%} | {c:.3f} "
+            f"| {totals['verify'] / totals['steps']:.2f} |"
+        )
+
+
+def tokens_per_s(backend: MlxBackend, args: argparse.Namespace) -> None:
+    print(f"\n## Greedy tokens/s on the rewrite prompt ({args.max_tokens} tokens, k = {args.k}, alternating)\n")
+    routes = [name for name in backend.drafters if name.startswith("lookup") or name == "base"]
+    samples: dict[str, list[float]] = {name: [] for name in ["target-only", *routes]}
+    ratios: dict[str, list[float]] = {name: [] for name in routes}
+    for _ in range(args.repeats):
+        target = done(events(backend, REWRITE_PROMPT, "target", routes[0], args.k, args.max_tokens))
+        samples["target-only"].append(target.metrics["tokens_per_s"])
+        for route in routes:
+            spec = done(events(backend, REWRITE_PROMPT, "speculative", route, args.k, args.max_tokens))
+            samples[route].append(spec.metrics["tokens_per_s"])
+            ratios[route].append(spec.metrics["tokens_per_s"] / target.metrics["tokens_per_s"])
+    print("| lane | tokens/s (median) | over target-only (median, min..max) |")
+    print("|---|---|---|")
+    print(f"| target-only | {statistics.median(samples['target-only']):.1f} | 1 |")
+    for route in routes:
+        r = ratios[route]
+        print(
+            f"| {route} | {statistics.median(samples[route]):.1f} | {statistics.median(r):.2f} "
+            f"({min(r):.2f}..{max(r):.2f}) |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--k", type=int, default=4)
+    args = parser.parse_args()
+    target, demo_drafters = demo_model_paths()
+    drafters: list[tuple[str, DrafterSpec | str]] = [("base", str(demo_drafters["base"]))]
+    drafters += [(f"lookup{a}-{b}", PromptLookup(a, b)) for a, b in LOOKUP_RANGES]
+    drafters += [(f"exit{layers}", EarlyExit(layers)) for layers in range(1, 6)]
+    backend = load_mlx_backend(str(target), drafters)
+    print(f"{platform.processor() or platform.machine()}, {platform.python_version()}")
+    library = Path(__file__).parents[1] / "specplay" / "data" / "prompts.jsonl"
+    shipped = [json.loads(line)["text"] for line in library.read_text().splitlines() if line.strip()]
+    events(backend, REWRITE_PROMPT, "speculative", "base", args.k, 16)  # warm-up
+    costs(backend, [REWRITE_PROMPT, *shipped[:: max(1, len(shipped) // 6)]], args)
+    tokens_per_s(backend, args)
+
+
+if __name__ == "__main__":
+    main()

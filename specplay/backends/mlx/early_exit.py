@@ -1,0 +1,186 @@
+"""Early exit: the target's first L layers, read out through its own final norm and output head.
+
+Self-speculation as in LayerSkip and Draft & Verify. The drafter holds the target's own layer
+modules, so no weight is copied; it keeps its own rewindable KV cache for those L layers. An
+optional exit head (a small residual adapter on layer L's output, the identity when untrained)
+closes some of the gap between layer L and the last layer; `specplay.train.exit_head` trains it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.models.base import create_attention_mask
+
+from specplay.errors import ModelError
+
+SPLITTABLE = {"mlx_lm.models.llama": "llama", "mlx_lm.models.qwen2": "qwen2", "mlx_lm.models.qwen3": "qwen3"}
+"""Model modules whose forward pass is embed -> layers(h, mask, cache) -> norm -> output head,
+with nothing between the layers (mistral and others load as llama)."""
+HEAD_WEIGHTS = "exit_head.safetensors"
+HEAD_CONFIG = "exit_head.json"
+HEAD_FORMAT = "specplay-exit-head"
+
+
+class LayerSplit:
+    """A llama-family mlx-lm model as embed -> layers -> norm -> head, run a range of layers at a time."""
+
+    def __init__(self, model: nn.Module, label: str) -> None:
+        inner = getattr(model, "model", None)
+        parts = ("embed_tokens", "layers", "norm")
+        if type(model).__module__ not in SPLITTABLE or not all(hasattr(inner, part) for part in parts):
+            model_type = getattr(model, "model_type", type(model).__module__.rsplit(".", 1)[-1])
+            raise ModelError(
+                f"{label} is a {model_type!r} model, which early exit cannot split: it needs a llama-family "
+                f"model ({', '.join(sorted(set(SPLITTABLE.values())))}, mistral); use a model drafter instead"
+            )
+        self.model, self.inner = model, inner
+        self.layers: list[nn.Module] = list(inner.layers)
+        self.sliding_window: int | None = getattr(inner, "sliding_window", None)
+        args = getattr(model, "args", None)
+        tied = getattr(args, "tie_word_embeddings", not hasattr(model, "lm_head"))
+        self.output = inner.embed_tokens.as_linear if tied else model.lm_head
+        self.hidden_size = int(inner.norm.weight.shape[0])
+
+    def embed(self, inputs: mx.array) -> mx.array:
+        return self.inner.embed_tokens(inputs)
+
+    def run(self, h: mx.array, start: int, stop: int, cache: list[Any] | None = None) -> mx.array:
+        """Layers start..stop-1 on hidden states h [batch, tokens, hidden], with their caches if given."""
+        layers = self.layers[start:stop]
+        caches = cache if cache is not None else [None] * len(layers)
+        # As the model builds them: one mask for full-attention layers and one for sliding-window
+        # layers, from a cache of that kind (all of a sequence's caches hold as many tokens).
+        masks: dict[bool, Any] = {}
+        for layer, layer_cache in zip(layers, caches, strict=True):
+            sliding = bool(getattr(layer, "use_sliding", False))
+            if sliding not in masks:
+                masks[sliding] = create_attention_mask(h, layer_cache, self.sliding_window if sliding else None)
+        for layer, layer_cache in zip(layers, caches, strict=True):
+            h = layer(h, masks[bool(getattr(layer, "use_sliding", False))], layer_cache)
+        return h
+
+    def logits(self, h: mx.array) -> mx.array:
+        """The target's own final norm and output head."""
+        return self.output(self.inner.norm(h))
+
+
+class ExitHead(nn.Module):
+    """h + W h (mlp_size 0), or h + W2 silu(W1 h): a residual adapter on layer L's output, zero at
+    initialisation so an untrained head is the plain early exit (and weight decay pulls toward it)."""
+
+    def __init__(self, hidden_size: int, mlp_size: int = 0) -> None:
+        super().__init__()
+        self.hidden_size, self.mlp_size = hidden_size, mlp_size
+        if mlp_size:
+            self.up = nn.Linear(hidden_size, mlp_size, bias=False)
+            self.down = nn.Linear(mlp_size, hidden_size, bias=False)
+            self.down.weight = mx.zeros_like(self.down.weight)
+        else:
+            self.proj = nn.Linear(hidden_size, hidden_size, bias=False)
+            self.proj.weight = mx.zeros_like(self.proj.weight)
+
+    def __call__(self, h: mx.array) -> mx.array:
+        if self.mlp_size:
+            return h + self.down(nn.silu(self.up(h)))
+        return h + self.proj(h)
+
+
+class EarlyExitModel:
+    """Called as an mlx-lm model is, `model(inputs, cache=...)`, with a cache of `layers` entries.
+
+    Not an nn.Module: it owns no parameters of its own but the head's, so nothing here can be
+    mistaken for a second copy of the target's weights."""
+
+    def __init__(self, split: LayerSplit, layers: int, head: ExitHead | None = None) -> None:
+        self.split, self.layers, self.head = split, layers, head
+
+    def __call__(self, inputs: mx.array, cache: list[Any] | None = None) -> mx.array:
+        h = self.split.run(self.split.embed(inputs), 0, self.layers, cache)
+        if self.head is not None:
+            h = self.head(h)
+        return self.split.logits(h)
+
+    def own_parameters(self) -> int:
+        """Parameters this drafter adds to the target's: the exit head's, if any."""
+        return 0 if self.head is None else sum(v.size for _, v in tree_flatten(self.head.parameters()))
+
+
+def check_layers(layers: int, split: LayerSplit, label: str) -> None:
+    """1 <= layers <= the target's layers - 1, or one line naming both; `label` says whose."""
+    total = len(split.layers)
+    if total < 2:
+        raise ModelError(f"{label}: the target has {total} layer, none to skip; early exit needs 2 or more")
+    if not 1 <= layers <= total - 1:
+        raise ModelError(
+            f"{label}: layers={layers} is out of range; the target has {total} layers, so use 1..{total - 1}"
+        )
+
+
+def save_exit_head(out: Path, head: ExitHead, layers: int, record: Mapping[str, Any] | None = None) -> None:
+    """`out`/exit_head.safetensors and exit_head.json (what the head is, and for which target)."""
+    out.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(out / HEAD_WEIGHTS), dict(tree_flatten(head.parameters())), metadata={"format": "mlx"})
+    config = {
+        "format": HEAD_FORMAT,
+        "version": 1,
+        "layers": layers,
+        "hidden_size": head.hidden_size,
+        "mlp_size": head.mlp_size,
+        **(record or {}),
+    }
+    (out / HEAD_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+
+
+def load_exit_head(folder: Path, layers: int, split: LayerSplit, target_identity: Mapping[str, str]) -> ExitHead:
+    """A trained head, refused unless it was made for this target, this exit layer and this width."""
+    config_path, weights_path = folder / HEAD_CONFIG, folder / HEAD_WEIGHTS
+    if not config_path.is_file() or not weights_path.is_file():
+        raise ModelError(f"exit head {str(folder)!r} not found: it needs {HEAD_CONFIG} and {HEAD_WEIGHTS}")
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"exit head {str(folder)!r}: {HEAD_CONFIG} is not readable JSON ({exc})") from None
+    if not isinstance(config, dict) or config.get("format") != HEAD_FORMAT:
+        raise ModelError(f"exit head {str(folder)!r}: {HEAD_CONFIG} is not a specplay exit head")
+    if config.get("layers") != layers:
+        raise ModelError(
+            f"exit head {str(folder)!r} was trained after layer {config.get('layers')}, not {layers}; "
+            f"use layers={config.get('layers')} or train a head for layer {layers}"
+        )
+    if config.get("hidden_size") != split.hidden_size:
+        raise ModelError(
+            f"exit head {str(folder)!r} is {config.get('hidden_size')} wide but the target is {split.hidden_size}; "
+            "it was trained for another model"
+        )
+    trained_on = (config.get("target") or {}).get("weights_sha256")
+    if trained_on and trained_on != target_identity.get("weights_sha256"):
+        raise ModelError(
+            f"exit head {str(folder)!r} was trained on other target weights (sha256 {trained_on[:12]}, "
+            f"this target's {str(target_identity.get('weights_sha256'))[:12]}); train one for this target"
+        )
+    head = ExitHead(split.hidden_size, int(config.get("mlp_size") or 0))
+    try:
+        head.load_weights(str(weights_path), strict=True)
+    except Exception as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise ModelError(f"exit head {str(folder)!r}: its weights do not fit its config ({detail})") from None
+    head.set_dtype(split.inner.norm.weight.dtype)
+    mx.eval(head.parameters())
+    return head
+
+
+def head_identity(folder: Path) -> dict[str, Any]:
+    """What a session records of a head: where it is and hashes of its files."""
+    digest = hashlib.sha256()
+    for name in (HEAD_CONFIG, HEAD_WEIGHTS):
+        digest.update((folder / name).read_bytes())
+    config = json.loads((folder / HEAD_CONFIG).read_text())
+    return {"path": str(folder.resolve()), "sha256": digest.hexdigest(), "mlp_size": int(config.get("mlp_size") or 0)}

@@ -1,0 +1,159 @@
+"""Train an early-exit head: a small adapter on layer L's output that makes the target's first L
+layers, read out through its own norm and head, draft more like the whole target.
+
+The target stays frozen. One forward of the target per batch gives both layer L's hidden states
+(the head's input) and the target's next-token distribution at every position (the label); the
+head learns to minimise forward KL(p_target || p_exit), as `specplay distill` trains drafters.
+`distill_exit_head` runs the same pipeline as `distill` (the target's own rollouts of the user's
+prompts, resumable from `out/work`) and writes a folder that `EarlyExit(layers, head=out)` loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from specplay.backends.mlx.early_exit import ExitHead, LayerSplit, check_layers, save_exit_head
+from specplay.train.data import Windows
+from specplay.train.distill import DistillConfig, load_or_make_rollouts, rollout_windows
+from specplay.train.losses import forward_kl
+from specplay.train.trainer import LossFn, Progress, TrainConfig, train
+
+CHECKPOINT = "exit-head-checkpoint"
+
+
+@dataclass(frozen=True)
+class ExitHeadConfig:
+    layers: int
+    """The exit layer L: the head reads layer L's output (1 to the target's layers - 1)."""
+    train: TrainConfig
+    mlp_size: int = 0
+    """0: a residual linear map (hidden x hidden); otherwise a residual MLP this wide."""
+    rollout_tokens: int = 128
+    """distill_exit_head: new tokens the target writes after each prompt."""
+    temperature: float = 1.0
+    """Of the rollouts; the KL always uses the target's full distribution."""
+    max_prompt_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class ExitHeadResult:
+    steps: int
+    held_out_kl_before: float
+    """KL(p_target || p_exit) per position of the plain early exit (no head)."""
+    held_out_kl_after: float
+    trained_tokens: int
+
+
+def exit_inputs(split: LayerSplit, layers: int, inputs: mx.array) -> tuple[mx.array, mx.array]:
+    """Layer `layers`'s hidden states and the target's log-distribution, from one frozen forward."""
+    hidden = split.run(split.embed(inputs), 0, layers)
+    logits = split.logits(split.run(hidden, layers, len(split.layers)))
+    return mx.stop_gradient(hidden), mx.stop_gradient(nn.log_softmax(logits.astype(mx.float32), axis=-1))
+
+
+def exit_head_loss(split: LayerSplit) -> LossFn:
+    """loss(head, hidden, logp_target, mask): forward KL through the target's own norm and head."""
+
+    def loss(head: ExitHead, hidden: mx.array, logp_target: mx.array, mask: mx.array) -> mx.array:
+        return forward_kl(logp_target, split.logits(head(hidden)), mask)
+
+    return loss
+
+
+def held_out_kl(split: LayerSplit, layers: int, head: ExitHead, windows: np.ndarray) -> float:
+    """Mean forward KL per position over fixed windows: the yardstick before and after."""
+    loss = exit_head_loss(split)
+    total = 0.0
+    for row in windows:
+        inputs = mx.array(row[None, :-1])
+        hidden, logp_target = exit_inputs(split, layers, inputs)
+        total += loss(head, hidden, logp_target, mx.ones(inputs.shape)).item()
+    return total / max(len(windows), 1)
+
+
+def train_exit_head(
+    target: nn.Module,
+    windows: Windows,
+    held_out: np.ndarray,
+    out: Path,
+    config: ExitHeadConfig,
+    target_identity: Mapping[str, str] | None = None,
+    on_progress: Callable[[Progress], None] = lambda _: None,
+    on_status: Callable[[str], None] = lambda _: None,
+    checkpoint_dir: Path | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> ExitHeadResult:
+    """Train a head for `target` (an mlx-lm llama-family model, frozen) on token `windows`, and
+    write it to `out`. `target_identity` (the target folder's `folder_identity`) is recorded so
+    the head is refused on other weights; `held_out` windows measure the KL before and after."""
+    split = LayerSplit(target, "the target")
+    check_layers(config.layers, split, "exit head")
+    head = ExitHead(split.hidden_size, config.mlp_size)
+    mx.eval(head.parameters())
+    kl_before = held_out_kl(split, config.layers, head, held_out)
+    on_status(f"held-out KL(target || exit after layer {config.layers}) without a head: {kl_before:.4f}")
+
+    def batch(step: int) -> tuple[mx.array, ...]:
+        inputs = mx.array(windows.batch(step, config.train.batch_size)[:, :-1])
+        return (*exit_inputs(split, config.layers, inputs), mx.ones(inputs.shape))
+
+    meta = {"exit_head": {k: v for k, v in asdict(config).items() if k != "train"}}
+    train(head, exit_head_loss(split), batch, config.train, on_progress, checkpoint_dir=checkpoint_dir, meta=meta)
+    kl_after = held_out_kl(split, config.layers, head, held_out)
+    on_status(f"held-out KL(target || exit after layer {config.layers}) with the head: {kl_after:.4f}")
+
+    trained_tokens = config.train.steps * config.train.batch_size * config.train.seq_len
+    result = ExitHeadResult(config.train.steps, kl_before, kl_after, trained_tokens)
+    record = {
+        "target": dict(target_identity or {}),
+        "result": asdict(result),
+        "config": asdict(config),
+        **dict(provenance or {}),
+    }
+    save_exit_head(out, head, config.layers, record)
+    return result
+
+
+def distill_exit_head(
+    target: nn.Module,
+    prompts: list[list[int]],
+    eos_token_id: int,
+    out: Path,
+    config: ExitHeadConfig,
+    target_identity: Mapping[str, str] | None = None,
+    on_progress: Callable[[Progress], None] = lambda _: None,
+    on_status: Callable[[str], None] = lambda _: None,
+    provenance: Mapping[str, Any] | None = None,
+) -> ExitHeadResult:
+    """`specplay distill`'s pipeline for an exit head: the target continues every prompt, then the
+    head learns the target's distributions over that text. Rollouts and checkpoints live in
+    `out/work`, so the same call again resumes."""
+    work = out / "work"
+    rollout_config = DistillConfig(
+        train=config.train,
+        rollout_tokens=config.rollout_tokens,
+        temperature=config.temperature,
+        max_prompt_tokens=config.max_prompt_tokens,
+    )
+    sequences = load_or_make_rollouts(work, target, prompts, rollout_config, eos_token_id, on_status)
+    windows, held_out = rollout_windows(sequences, eos_token_id, config.train)
+    record = {"prompts": len(prompts), **dict(provenance or {})}
+    return train_exit_head(
+        target,
+        windows,
+        held_out,
+        out,
+        config,
+        target_identity,
+        on_progress,
+        on_status,
+        checkpoint_dir=work / CHECKPOINT,
+        provenance=record,
+    )
