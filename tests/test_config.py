@@ -183,7 +183,7 @@ def test_a_vllm_session_names_its_servers_and_folders_never_its_key(tmp_path: Pa
 @pytest.mark.parametrize(
     "source, kind, params",
     [
-        ("prompt-lookup", "prompt-lookup", {"n_min": 1, "n_max": 3}),
+        ("prompt-lookup", "prompt-lookup", {"n_min": 2, "n_max": 4}),
         ("prompt-lookup:n=2-5", "prompt-lookup", {"n_min": 2, "n_max": 5}),
         ("prompt-lookup:n=4", "prompt-lookup", {"n_min": 4, "n_max": 4}),
         ("early-exit:layers=8", "early-exit", {"layers": 8, "head": None}),

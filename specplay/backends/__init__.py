@@ -5,24 +5,32 @@ it, so a vLLM-only run never loads MLX."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from specplay.config.run import RunConfig
+from specplay.config.run import LOCAL_KINDS, ModelSpec, RunConfig
 from specplay.engine.source import EventSource
-from specplay.errors import ModelError
+
+Progress = Callable[[str, int, int], None]
+"""(stage, done, total): converting a GGUF file ("hashing" bytes, "converting" tensors)."""
 
 
-def open_source(config: RunConfig) -> EventSource:
-    """Load or connect what `config` names; call on the model thread (MLX state is per thread)."""
+def open_source(config: RunConfig, on_progress: Progress | None = None) -> EventSource:
+    """Load or connect what `config` names; call on the model thread (MLX state is per thread).
+    GGUF files are converted first, once (`on_progress` follows it), then load like folders."""
     for model in (config.target, *config.drafters):
-        if model.kind not in ("mlx", "server"):
-            raise ModelError(f"{model.name}: {model.kind} models cannot be loaded by this version of specplay")
-    local = [(m.name, m.location) for m in config.drafters if m.kind == "mlx"]
+        if model.kind == "gguf":
+            from specplay.backends.mlx.gguf import converted_folder
+
+            converted_folder(Path(model.location), on_progress=on_progress)
     if config.backend == "mlx":
         from specplay.backends.mlx import load_mlx_backend
         from specplay.engine.loop import SpecEngine
 
-        return SpecEngine(load_mlx_backend(config.target.location, local), route_map=config.route_map)
+        drafters = [(m.name, _drafter_spec(m)) for m in config.drafters]
+        return SpecEngine(load_mlx_backend(config.target.location, drafters), route_map=config.route_map)
     options = config.vllm
+    local = [(m.name, m.location) for m in config.drafters if m.kind in LOCAL_KINDS]
     servers = [(m.name, m.location) for m in config.drafters if m.kind == "server"]
     if options.native:
         from specplay.backends.vllm.native_source import connect_native
@@ -52,6 +60,18 @@ def open_source(config: RunConfig) -> EventSource:
         auth=dict(options.logins),
     )
     return SpecEngine(backend, route_map=config.route_map)
+
+
+def _drafter_spec(model: ModelSpec) -> Any:
+    """The MLX backend's spec of a drafter (backends/mlx/drafters.py)."""
+    from specplay.backends.mlx.drafters import EarlyExit, ModelDrafter, PromptLookup
+
+    if model.kind == "prompt-lookup":
+        return PromptLookup(model.params["n_min"], model.params["n_max"])
+    if model.kind == "early-exit":
+        head = model.params.get("head")
+        return EarlyExit(model.params["layers"], Path(head) if head else None)
+    return ModelDrafter(model.location)
 
 
 def thread_cleanup(config: RunConfig) -> Callable[[], None] | None:

@@ -52,10 +52,12 @@ class Measurement:
     """mlx-lm's own generation on the same request, when compared (greedy target-only and fixed k)."""
 
 
-def plan(drafters: Sequence[str], quick: bool) -> list[BenchConfig]:
-    """Target-only, draft-only, fixed k, each adaptive policy, TV budgets and routes."""
+def plan(drafters: Sequence[str], quick: bool, copy_only: Sequence[str] = ()) -> list[BenchConfig]:
+    """Target-only, draft-only, fixed k, each adaptive policy, TV budgets and routes. Drafters in
+    `copy_only` (prompt lookup) cannot write alone: they get no draft-only row."""
     configs = [BenchConfig("target-only", "baseline", mode="target")]
-    configs += [BenchConfig(f"draft-only {name}", "baseline", mode="draft", route=name) for name in drafters]
+    alone = [name for name in drafters if name not in copy_only]
+    configs += [BenchConfig(f"draft-only {name}", "baseline", mode="draft", route=name) for name in alone]
     configs += [BenchConfig(f"k={k}", "k", k=k) for k in ((2, 4) if quick else (2, 4, 6, 8))]
     policies = ("acceptance-rate",) if quick else ("acceptance-rate", "accepted-length", "confidence")
     configs += [BenchConfig(policy, "policy", policy=policy) for policy in policies]

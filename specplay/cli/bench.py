@@ -87,7 +87,8 @@ def bench(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecplayError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
-    configs = plan(drafters, args.quick)
+    copy_only = [d.name for d in config.drafters if d.kind == "prompt-lookup"]
+    configs = plan(drafters, args.quick, copy_only)
 
     if message := blas_warning(config):
         warn(message)
@@ -116,7 +117,7 @@ def bench(args: argparse.Namespace) -> int:
                 result["mlx_lm_tokens_per_s"] = mlx_lm_tokens_per_s(source.backend, ids, max_tokens, first.route, k)
             return result
 
-        for cell in configs[: 1 + len(drafters)]:  # warm-up: every model once, untimed
+        for cell in configs[: 1 + len(drafters) - len(copy_only)]:  # warm-up: every model once, untimed
             thread.call(lambda c=cell: execute(c, prompts[0], 0.0, 0))
         measurements = _sweep(thread, execute, configs, prompts, temperatures, args.repeats)
         about = _about(args, config, thread.call(source.describe), prompts, temperatures, max_tokens, measurements)

@@ -30,6 +30,7 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import make_console, warn
 from specplay.config.run import RunConfig, check
+from specplay.engine.settings import AUTO_ROUTE
 from specplay.errors import ConfigError
 from specplay.fidelity.measure import (
     DEFAULT_BUDGETS,
@@ -124,6 +125,8 @@ def fidelity(args: argparse.Namespace) -> int:
         assert spec.prompt is not None
         token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
         generate = engine_generator(source, spec.prompt, token_ids, config.settings, spec.max_tokens)
+        route = source.auto_route(spec.prompt) if config.settings.route == AUTO_ROUTE else config.settings.route
+        draft_row = config.drafter(route).kind != "prompt-lookup"  # it cannot write alone
         seeds = range(spec.seed, spec.seed + args.samples)
         with _progress() as on_sample:
             report = measure_fidelity(
@@ -134,6 +137,7 @@ def fidelity(args: argparse.Namespace) -> int:
                 budgets,
                 seeds,
                 on_sample,
+                draft_row,
             )
         thread.call(source.close)
     finally:

@@ -98,6 +98,12 @@ class RunConfig:
         names = tuple(d.name for d in self.drafters)
         return (self.target.params.get("route", NATIVE_ROUTE), *names) if self.vllm.native else names
 
+    def drafter(self, name: str) -> ModelSpec:
+        """The drafter (or, in native mode, the speculating server) a route names."""
+        if self.native and name == self.drafter_names[0]:
+            return self.target
+        return next(d for d in self.drafters if d.name == name)
+
     @property
     def native(self) -> bool:
         return self.backend == "vllm" and self.vllm.native
@@ -128,6 +134,9 @@ def check(config: RunConfig) -> None:
         raise ConfigError("max_tokens", f"must be at least 1 (got {config.request.max_tokens})")
     if config.request.mode != "target" and not names:
         raise ConfigError("draft", f"is needed in {config.request.mode} mode: give at least one drafter")
+    pinned = config.settings.route
+    if config.request.mode == "draft" and pinned in names and config.drafter(pinned).kind == "prompt-lookup":
+        raise ConfigError("mode", f"draft cannot run on {pinned!r}: prompt lookup only copies, it cannot write alone")
     if config.native:
         if config.settings.tv_budget > 0 or config.settings.policy != "fixed":
             raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {NATIVE_FIXED}")

@@ -98,8 +98,8 @@ class FidelityReport:
     """The drafter of the draft-only and speculative rows."""
     rows: list[FidelityRow]
 
-    def row(self, label: str) -> FidelityRow:
-        return next(r for r in self.rows if r.label == label)
+    def row(self, label: str) -> FidelityRow | None:
+        return next((r for r in self.rows if r.label == label), None)
 
     @property
     def speculative_rows(self) -> list[FidelityRow]:
@@ -174,10 +174,11 @@ def check_budgets(budgets: Sequence[float]) -> list[float]:
     return sorted(set(budgets))
 
 
-def row_specs(budgets: Sequence[float]) -> list[RowSpec]:
+def row_specs(budgets: Sequence[float], draft_row: bool = True) -> list[RowSpec]:
+    """`draft_row`: the drafter can write alone (prompt lookup cannot: it only copies)."""
     return [
         RowSpec(TARGET_ROW, "target"),
-        RowSpec(DRAFT_ROW, "draft"),
+        *([RowSpec(DRAFT_ROW, "draft")] if draft_row else []),
         *(RowSpec(f"D={budget:g}", "speculative", budget) for budget in budgets),
     ]
 
@@ -188,13 +189,14 @@ def measure_fidelity(
     budgets: Sequence[float] = DEFAULT_BUDGETS,
     seeds: Sequence[int] = range(8),
     on_sample: Callable[[int, int], None] | None = None,
+    draft_row: bool = True,
 ) -> FidelityReport:
     """Sample every row with every seed, score each output under the target, and summarise.
 
     Rows are interleaved seed by seed, so a slow drift of the machine's speed spreads over all
     rows instead of biasing whichever row ran last. `on_sample(done, total)` reports progress.
     """
-    specs = row_specs(check_budgets(budgets))
+    specs = row_specs(check_budgets(budgets), draft_row)
     samples: dict[str, list[Sample]] = {spec.label: [] for spec in specs}
     total = len(specs) * len(seeds)
     for i, seed in enumerate(seeds):
@@ -204,7 +206,7 @@ def measure_fidelity(
                 on_sample(i * len(specs) + j + 1, total)
     reference = [list(s.token_ids) for s in samples[TARGET_ROW]]
     rows = [_row(spec, samples[spec.label], reference, score) for spec in specs]
-    route = samples[DRAFT_ROW][0].route if seeds else None
+    route = samples[specs[-1].label][0].route if seeds else None
     return FidelityReport(list(seeds), [r.tv_budget for r in rows if r.tv_budget is not None], route, rows)
 
 

@@ -25,7 +25,8 @@ def plot_fidelity(report: FidelityReport, path: Path) -> Path:
         se = [r.log_likelihood_se or 0.0 for r in rows]
         top.errorbar(budgets, _nan(ll), yerr=se, marker="o", capsize=3, label="speculative (± 1 s.e.)")
         for label, style in ((TARGET_ROW, "--"), (DRAFT_ROW, ":")):
-            value = report.row(label).log_likelihood_per_token
+            row = report.row(label)
+            value = row.log_likelihood_per_token if row is not None else None
             if value is not None:
                 top.axhline(value, linestyle=style, color="grey" if label == TARGET_ROW else "tab:red", label=label)
         top.set_ylabel("log-likelihood per token\nunder the target (nats)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specplay.config.run import TARGET, ModelSpec, RunConfig, VllmOptions
+from specplay.config.run import TARGET, ModelSpec, Role, RunConfig, VllmOptions
 from specplay.store.codec import request_from_record
 from specplay.store.format import Session, SessionError
 
@@ -17,7 +17,7 @@ def session_config(session: Session) -> RunConfig:
     backend = session.header.get("backend") or {}
     try:
         target, drafters, options = _models(backend)
-    except (KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError, ValueError):
         raise SessionError(
             f"session {session.path} does not name its models; give them with --target and --draft"
         ) from None
@@ -31,8 +31,8 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
     models = dict(backend["models"])
     target = models.pop(TARGET)
     if backend.get("backend") != "vllm":
-        drafters = tuple(ModelSpec(name, "drafter", "mlx", m["path"]) for name, m in models.items())
-        return ModelSpec(TARGET, "target", "mlx", target["path"]), drafters, VllmOptions()
+        drafters = tuple(_local(name, "drafter", m) for name, m in models.items())
+        return _local(TARGET, "target", target), drafters, VllmOptions()
     if backend.get("mode") == "native":  # speculating servers are routed to by name, as drafters are
         params = {"route": target["route"]} if "route" in target else {}
         baseline = backend.get("baseline")
@@ -41,9 +41,7 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
         return ModelSpec(TARGET, "target", "server", target["source"], params), servers, options
     # A drafter on this machine's MLX (mixed mode) has a folder; one on a server, an address.
     drafters = tuple(
-        ModelSpec(name, "drafter", "mlx", m["path"])
-        if m.get("backend") == "mlx"
-        else ModelSpec(name, "drafter", "server", m["source"])
+        _local(name, "drafter", m) if m.get("backend") == "mlx" else ModelSpec(name, "drafter", "server", m["source"])
         for name, m in models.items()
     )
     options = VllmOptions(
@@ -52,3 +50,18 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
         exact_correction=bool(backend.get("exact_correction")),
     )
     return ModelSpec(TARGET, "target", "server", target["source"]), drafters, options
+
+
+def _local(name: str, role: Role, model: Mapping[str, Any]) -> ModelSpec:
+    """A model this machine ran, from its identity: a folder (saved absolute), the GGUF file it was
+    converted from, or a drafter made from no model or from the target, with its parameters."""
+    kind = model.get("kind", "model")
+    if kind == "prompt-lookup":
+        return ModelSpec(name, role, "prompt-lookup", "", {"n_min": int(model["n_min"]), "n_max": int(model["n_max"])})
+    if kind == "early-exit":
+        head = model.get("head")
+        path = head.get("path") if isinstance(head, Mapping) else head
+        return ModelSpec(name, role, "early-exit", "", {"layers": int(model["layers"]), "head": path})
+    if kind == "gguf":
+        return ModelSpec(name, role, "gguf", model["source"])
+    return ModelSpec(name, role, "mlx", model["path"])

@@ -156,6 +156,9 @@ class Playground:
         self.run_id += 1
         self.opened = None
         wanted = (*LANES, DRAFT_LANE) if self.draft_lane else LANES
+        if self.draft_lane and self._copies_only(self._route_for(prompt, self.settings.route)):
+            wanted = LANES
+            self.view.notify_user("no draft-only lane: prompt lookup only copies, it cannot write alone")
         self.lanes = tuple(lane for lane in wanted if lane in self.capabilities.modes)
         self.controls = {
             lane: LiveControls(self.settings, self.drafters if lane != "target" else ()) for lane in self.lanes
@@ -275,9 +278,21 @@ class Playground:
         # so the two lanes keep sampling the same distribution.
         # The draft-only lane takes the route too, so it shows the drafter now serving.
         lanes = self.lanes if setting in _SAMPLING_FIELDS else ("speculative",)
-        lanes += (DRAFT_LANE,) if setting == "route" and DRAFT_LANE in self.lanes else ()
+        if setting == "route" and DRAFT_LANE in self.lanes:
+            if self._copies_only(self._route_for(self._prompt, value)):
+                self.view.notify_user("the draft-only lane keeps its drafter: prompt lookup cannot write alone")
+            else:
+                lanes += (DRAFT_LANE,)
         for lane in lanes:
             self.controls[lane].update(**{setting: value})
+
+    def _route_for(self, prompt: str, route: str) -> str:
+        """The drafter a route setting picks for `prompt`."""
+        source = self.host.source
+        return source.auto_route(prompt) if route == AUTO_ROUTE and source is not None else route
+
+    def _copies_only(self, route: str) -> bool:
+        return any(d.name == route and d.kind == "prompt-lookup" for d in self.config.drafters)
 
     # --- saved sessions ----------------------------------------------------------------------
 

@@ -33,6 +33,10 @@ class LoadedModel:
 def resolve_model_path(spec: str) -> Path:
     """A local model folder, or the cached snapshot of a Hugging Face id; never a download."""
     path = Path(spec).expanduser()
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        from specplay.backends.mlx.gguf import converted_folder
+
+        return converted_folder(path)  # from the cache after the first time
     if path.exists():
         if not (path / "config.json").is_file():
             raise ModelError(f"model {spec!r} has no config.json; pass an mlx-lm model folder")
@@ -120,7 +124,8 @@ _SAMPLE = 4 * 2**20
 
 
 def folder_identity(loaded: LoadedModel) -> dict[str, str]:
-    """What a session records of a model: where it came from and hashes of its config and weights.
+    """What a session records of a model: where it came from (a GGUF file is its source, the
+    converted folder its path) and hashes of its config and weights.
 
     Weights above 256 MiB in all are fingerprinted (size, first and last 4 MiB of each file), so
     identifying a large model costs milliseconds instead of a full read.
@@ -141,7 +146,8 @@ def folder_identity(loaded: LoadedModel) -> dict[str, str]:
                 weights.update(handle.read(_SAMPLE))
                 handle.seek(max(0, size - _SAMPLE))
                 weights.update(handle.read(_SAMPLE))
-    return {
+    gguf = {"kind": "gguf"} if loaded.source.lower().endswith(".gguf") else {}
+    return gguf | {
         "source": loaded.source,
         "path": str(loaded.path.resolve()),
         "config_sha256": config,
