@@ -60,11 +60,13 @@ def run(
     ignore_eos: bool = True,
     on_event: Callable[[Event, LiveControls], None] | None = None,
     temperature: float = 0.0,
+    raw: bool = True,
     **settings: Any,
 ) -> list[Event]:
-    """All events of one generation; `on_event` may change the controls between rounds."""
+    """All events of one generation; `on_event` may change the controls between rounds; `raw`
+    False puts the prompt through the chat template."""
     controls = LiveControls(SpecSettings(sampling=SamplingParams(temperature), **settings), backend.drafters)
-    request = Request(prompt, tuple(backend.encode(prompt, raw=True)), mode, seed, max_tokens, ignore_eos)  # type: ignore[arg-type]
+    request = Request(prompt, tuple(backend.encode(prompt, raw=raw)), mode, seed, max_tokens, ignore_eos)  # type: ignore[arg-type]
     events = []
     for event in SpecEngine(backend).generate(request, controls):  # type: ignore[arg-type]
         events.append(event)
