@@ -226,3 +226,41 @@ def test_cli_refuses_mismatched_tokenizers_and_missing_data(
         str(tmp_path / "o"),
     )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "nope.txt" in err and "not found" in err
+
+
+def test_the_sparse_kl_is_exact_over_its_groups_and_bounds_the_full_kl() -> None:
+    import mlx.core as mx
+    import numpy as np
+
+    from specplay.train.losses import forward_kl, sparse_forward_kl
+    from specplay.train.teacher import answers
+
+    rng = np.random.default_rng(0)
+    target_logits = mx.array(rng.normal(size=(2, 3, 50)).astype(np.float32) * 3)
+    draft_logits = mx.array(rng.normal(size=(2, 3, 50)).astype(np.float32) * 3)
+    mask = mx.ones((2, 3))
+    full = forward_kl(mx.log(mx.softmax(target_logits, axis=-1)), draft_logits, mask).item()
+    everything = sparse_forward_kl(draft_logits, *answers(target_logits, 50), mask).item()
+    assert everything == pytest.approx(full, rel=1e-4)  # K = vocab: the rest is empty, the KL exact
+    assert sparse_forward_kl(draft_logits, *answers(target_logits, 8), mask).item() <= full + 1e-6
+
+
+def test_the_targets_answers_are_computed_once_and_reused(tmp_path: Path) -> None:
+    import mlx.core as mx
+    import numpy as np
+
+    from specplay.train.teacher import load_or_build_teacher
+
+    windows = np.arange(3 * 9, dtype=np.int32).reshape(3, 9) % 20
+    calls = []
+
+    def forward(inputs: mx.array) -> tuple[mx.array, None]:
+        calls.append(inputs.shape)
+        return mx.eye(20)[inputs] * 5.0, None
+
+    first = load_or_build_teacher(tmp_path, forward, windows, "drafter", top_k=4)
+    again = load_or_build_teacher(tmp_path, forward, windows, "drafter", top_k=4)
+    assert len(calls) == 1 and np.array_equal(first.top_ids, again.top_ids)
+    assert first.top_ids.shape == (3, 8, 4) and not list(tmp_path.glob(".*tmp*"))
+    load_or_build_teacher(tmp_path, forward, windows, "exit-3", top_k=4)  # another question: answered anew
+    assert len(calls) == 2

@@ -33,6 +33,7 @@ from specplay.store import load_session
 from specplay.store.writer import SessionWriter
 from specplay.train.data import Windows, token_stream
 from specplay.train.exit_head import ExitHeadConfig, train_exit_head
+from specplay.train.teacher import fixed_windows
 from specplay.train.trainer import TrainConfig
 from specplay.ui.stats import LaneTally
 from specplay.ui.widgets.tape import round_line
@@ -403,7 +404,7 @@ def test_a_trained_exit_head_drafts_losslessly_and_is_checked(tiny: TinyModels, 
     target = load_model("target", str(tiny.target))
     ids = [target.tokenizer.encode(p) for p in (CODE_PROMPT * 8, PROSE_PROMPT * 8, REPEATING_PROMPT * 4)]
     stream = token_stream(ids, 0)
-    windows = Windows([stream], [1.0], seq_len=32, seed=0)
+    windows = fixed_windows(ids, 0, 32)
     held_out = Windows([stream], [1.0], seq_len=32, seed=1).batch(0, 4)
     config = ExitHeadConfig(layers=1, train=TrainConfig(steps=30, batch_size=4, seq_len=32, warmup_steps=3))
     result = train_exit_head(target.model, windows, held_out, tmp_path / "head", config, folder_identity(target))

@@ -20,9 +20,10 @@ import mlx.nn as nn
 import numpy as np
 
 from specplay.train.data import Windows, token_stream
-from specplay.train.losses import forward_kl_loss, target_log_probs
+from specplay.train.losses import forward_kl_loss, sparse_forward_kl, target_log_probs
 from specplay.train.models import save_folder
 from specplay.train.rollouts import rollouts
+from specplay.train.teacher import fixed_windows, load_or_build_teacher, step_indices
 from specplay.train.trainer import Progress, TrainConfig, train
 
 ROLLOUTS_FILE = "rollouts.npz"
@@ -100,20 +101,15 @@ def load_or_make_rollouts(
 
 def rollout_windows(
     sequences: list[list[int]], eos_token_id: int, train_config: TrainConfig
-) -> tuple[Windows, np.ndarray]:
-    """Training windows over most rollouts, and 8 fixed held-out windows over the rest."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed training windows over most rollouts (the teacher answers each once), and 8 fixed
+    held-out windows over the rest."""
     held_out_count = max(1, int(len(sequences) * HELD_OUT_SHARE)) if len(sequences) > 1 else 0
     seq_len = train_config.seq_len
-    train_stream = token_stream(sequences[held_out_count:], eos_token_id)
+    train_windows = fixed_windows(sequences[held_out_count:], eos_token_id, seq_len)
     held_stream = token_stream(sequences[:held_out_count] or sequences, eos_token_id)
-    if len(train_stream) <= seq_len + 1:
-        raise ValueError(
-            f"the rollouts hold {len(train_stream)} tokens, too few for windows of {seq_len}; "
-            "give more prompts, more --rollout-tokens, or a smaller --seq-len"
-        )
-    windows = Windows([train_stream], [1.0], seq_len, seed=train_config.seed)
     held_len = min(seq_len, len(held_stream) - 2)
-    return windows, Windows([held_stream], [1.0], held_len, seed=train_config.seed + 1).batch(0, 8)
+    return train_windows, Windows([held_stream], [1.0], held_len, seed=train_config.seed + 1).batch(0, 8)
 
 
 def mean_kl(draft: nn.Module, target: nn.Module, windows: np.ndarray) -> float:
@@ -144,17 +140,23 @@ def distill(
     windows, held_windows = rollout_windows(sequences, eos_token_id, config.train)
     seq_len = config.train.seq_len
 
+    teacher = load_or_build_teacher(
+        work, lambda inputs: (target(inputs), None), windows, "drafter", on_status=on_status
+    )
     if config.last_layers:
         freeze_all_but_last(draft, config.last_layers)
     kl_before = mean_kl(draft, target, held_windows)
     on_status(f"held-out KL(target || draft) before: {kl_before:.4f}")
 
     def batch(step: int) -> tuple[mx.array, ...]:
-        inputs = mx.array(windows.batch(step, config.train.batch_size)[:, :-1])
-        return inputs, target_log_probs(target, inputs), mx.ones(inputs.shape)
+        inputs, *answers = teacher.batch(step_indices(config.train.seed, step, len(teacher), config.train.batch_size))
+        return inputs, *answers, mx.ones(inputs.shape)
+
+    def loss(model: nn.Module, inputs: mx.array, *answers: mx.array) -> mx.array:
+        return sparse_forward_kl(model(inputs), *answers)
 
     meta = {"distill": {k: v for k, v in asdict(config).items() if k != "train"}}
-    train(draft, forward_kl_loss, batch, config.train, on_progress, checkpoint_dir=work / "checkpoint", meta=meta)
+    train(draft, loss, batch, config.train, on_progress, checkpoint_dir=work / "checkpoint", meta=meta)
     draft.unfreeze()
     kl_after = mean_kl(draft, target, held_windows)
     on_status(f"held-out KL(target || draft) after: {kl_after:.4f}")

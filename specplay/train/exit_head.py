@@ -20,9 +20,9 @@ import mlx.nn as nn
 import numpy as np
 
 from specplay.backends.mlx.early_exit import ExitHead, LayerSplit, check_layers, save_exit_head
-from specplay.train.data import Windows
 from specplay.train.distill import DistillConfig, load_or_make_rollouts, rollout_windows
-from specplay.train.losses import forward_kl
+from specplay.train.losses import forward_kl, sparse_forward_kl
+from specplay.train.teacher import load_or_build_teacher, step_indices
 from specplay.train.trainer import LossFn, Progress, TrainConfig, train
 
 CHECKPOINT = "exit-head-checkpoint"
@@ -80,7 +80,7 @@ def held_out_kl(split: LayerSplit, layers: int, head: ExitHead, windows: np.ndar
 
 def train_exit_head(
     target: nn.Module,
-    windows: Windows,
+    windows: np.ndarray,
     held_out: np.ndarray,
     out: Path,
     config: ExitHeadConfig,
@@ -100,12 +100,23 @@ def train_exit_head(
     kl_before = held_out_kl(split, config.layers, head, held_out)
     on_status(f"held-out KL(target || exit after layer {config.layers}) without a head: {kl_before:.4f}")
 
+    def forward(inputs: mx.array) -> tuple[mx.array, mx.array]:
+        """The target's logits and layer L's output: one frozen pass."""
+        hidden = split.run(split.embed(inputs), 0, config.layers)
+        return split.logits(split.run(hidden, config.layers, len(split.layers))), hidden
+
+    work = checkpoint_dir.parent if checkpoint_dir is not None else out / "work"
+    teacher = load_or_build_teacher(work, forward, windows, f"exit-{config.layers}", on_status=on_status)
+
     def batch(step: int) -> tuple[mx.array, ...]:
-        inputs = mx.array(windows.batch(step, config.train.batch_size)[:, :-1])
-        return (*exit_inputs(split, config.layers, inputs), mx.ones(inputs.shape))
+        hidden, *answers = teacher.batch(step_indices(config.train.seed, step, len(teacher), config.train.batch_size))
+        return hidden.astype(mx.float32), *answers, mx.ones(hidden.shape[:2])
+
+    def loss(model: ExitHead, hidden: mx.array, *answers: mx.array) -> mx.array:
+        return sparse_forward_kl(split.logits(model(hidden)), *answers)
 
     meta = {"exit_head": {k: v for k, v in asdict(config).items() if k != "train"}}
-    train(head, exit_head_loss(split), batch, config.train, on_progress, checkpoint_dir=checkpoint_dir, meta=meta)
+    train(head, loss, batch, config.train, on_progress, checkpoint_dir=checkpoint_dir, meta=meta)
     kl_after = held_out_kl(split, config.layers, head, held_out)
     on_status(f"held-out KL(target || exit after layer {config.layers}) with the head: {kl_after:.4f}")
 

@@ -28,3 +28,18 @@ def forward_kl_loss(draft: nn.Module, inputs: mx.array, logp_target: mx.array, m
 def target_log_probs(target: nn.Module, inputs: mx.array) -> mx.array:
     """The frozen target's log-distribution at every position: the distillation label."""
     return mx.stop_gradient(nn.log_softmax(target(inputs).astype(mx.float32), axis=-1))
+
+
+# The same forward KL when the target is known on its top K tokens and as one lump elsewhere
+# (train/teacher.py): it is exact for the distributions over {top K tokens, the rest}, and a lower
+# bound of the full KL that meets it as the lump's mass goes to 0.
+def sparse_forward_kl(
+    draft_logits: mx.array, top_ids: mx.array, top_logp: mx.array, rest_logp: mx.array, mask: mx.array
+) -> mx.array:
+    logp_draft = nn.log_softmax(draft_logits.astype(mx.float32), axis=-1)
+    draft_top = mx.take_along_axis(logp_draft, top_ids, axis=-1)
+    draft_rest = mx.log(mx.maximum(1.0 - mx.exp(draft_top).sum(axis=-1), 1e-12))
+    top_logp = top_logp.astype(mx.float32)
+    kl = (mx.exp(top_logp) * (top_logp - draft_top)).sum(axis=-1)
+    kl = kl + mx.exp(rest_logp) * (rest_logp - draft_rest)
+    return (kl * mask).sum() / mx.maximum(mask.sum(), 1)
