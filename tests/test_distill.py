@@ -264,3 +264,52 @@ def test_the_targets_answers_are_computed_once_and_reused(tmp_path: Path) -> Non
     assert first.top_ids.shape == (3, 8, 4) and not list(tmp_path.glob(".*tmp*"))
     load_or_build_teacher(tmp_path, forward, windows, "exit-3", top_k=4)  # another question: answered anew
     assert len(calls) == 2
+
+
+def test_distill_from_scratch_and_an_exit_head_through_the_cli(
+    tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import mlx.core as mx
+
+    from specplay.backends.mlx.loading import load_model
+    from specplay.train.models import load_folder
+
+    data = tmp_path / "prompts.txt"
+    data.write_text("\n\n".join(["def parse(path):", "The module provides", "class Reader:", "It returns"] * 3))
+    common = ["--target", str(tiny.target), "--data", str(data), "--steps", "6", "--batch-size", "2"]
+    common += ["--seq-len", "16", "--rollout-tokens", "24"]
+    new = tmp_path / "new"
+    assert main(["distill", *common, "--new-drafter", "layers=1,width=64", "--out", str(new)]) == 0
+    model, config = load_folder(new)
+    target = load_model("target", str(tiny.target))
+    assert config["num_hidden_layers"] == 1 and config["vocab_size"] == 512
+    # started from the target's own embedding (the widths match), then trained a little
+    start = target.model.model.embed_tokens.weight
+    assert mx.abs(model.model.embed_tokens.weight - start).mean().item() < mx.abs(start).mean().item()
+    head = tmp_path / "head"
+    assert main(["distill", *common, "--exit-head", "layers=1", "--out", str(head)]) == 0
+    assert f"--draft exit=early-exit:layers=1,head={head}" in capsys.readouterr().out
+    args = ["run", "--target", str(tiny.target), "--draft", f"exit=early-exit:layers=1,head={head}"]
+    assert main([*args, "--draft", f"new={new}", "--prompt", "def f(", "--raw", "--max-tokens", "6", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["token_ids"]) == 6
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--new-drafter", "layers=2", "--new-drafter needs layers=N and width=W"),
+        ("--new-drafter", "layers=0,width=64", "--new-drafter takes layers=N, width=N, heads=N, whole numbers"),
+        ("--exit-head", "depth=3", "--exit-head takes layers=N, mlp=N"),
+    ],
+)
+def test_bad_shapes_are_one_line(
+    flag: str, value: str, message: str, tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "prompts.txt"
+    data.write_text("x")
+    args = ["distill", "--target", str(tiny.target), "--data", str(data), "--out", str(tmp_path / "o")]
+    assert main([*args, flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err

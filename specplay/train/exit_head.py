@@ -126,7 +126,7 @@ def train_exit_head(
         "target": dict(target_identity or {}),
         "result": asdict(result),
         "config": asdict(config),
-        **dict(provenance or {}),
+        "provenance": dict(provenance or {}),
     }
     save_exit_head(out, head, config.layers, record)
     return result

@@ -75,3 +75,35 @@ def load_folder(path: Path) -> tuple[nn.Module, dict[str, Any]]:
 
 def read_config(path: Path) -> dict[str, Any]:
     return json.loads((path / "config.json").read_text())
+
+
+def new_drafter(
+    target: nn.Module, layers: int, width: int, heads: int | None, seed: int
+) -> tuple[nn.Module, dict[str, Any]]:
+    """A fresh llama drafter for `target` (its vocabulary, context and RoPE base), `layers` deep and
+    `width` wide, with tied embeddings; where the widths match, the embedding starts as the
+    target's own (a drafter must first learn what the tokens mean, and the target already has)."""
+    args = target.args
+    vocab = int(args.vocab_size)
+    heads = heads or max(1, width // 64)
+    if width % heads:
+        raise ValueError(f"the drafter's width {width} is not a multiple of its {heads} heads; choose heads=H")
+    config = {
+        "model_type": "llama",
+        "hidden_size": width,
+        "num_hidden_layers": layers,
+        "intermediate_size": 4 * width,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "rms_norm_eps": float(getattr(args, "rms_norm_eps", 1e-5)),
+        "vocab_size": vocab,
+        "max_position_embeddings": int(getattr(args, "max_position_embeddings", 2048) or 2048),
+        "rope_theta": float(getattr(args, "rope_theta", 10000.0)),
+        "tie_word_embeddings": True,
+    }
+    model = new_model(config, seed)
+    embedding = target.model.embed_tokens.weight
+    if embedding.shape == model.model.embed_tokens.weight.shape:
+        model.model.embed_tokens.weight = mx.array(embedding).astype(mx.float32)
+        mx.eval(model.parameters())
+    return model, config
