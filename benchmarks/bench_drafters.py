@@ -1,5 +1,6 @@
-"""What each drafter kind costs and earns on the demo target: a model drafter, prompt lookup over
-several n-gram ranges, and early exit after each layer.
+"""What each drafter kind costs and earns on a target (the demo target by default, or any other,
+e.g. `--target smollm2`): a model drafter, prompt lookup over several n-gram ranges, and early exit
+after several layers.
 
 Part 1, per drafter (greedy, k = 4, the shipped prompts plus a rewrite prompt): mean acceptance
 length, acceptance rate, the share of rounds that drafted nothing, c (one drafted token's time over
@@ -8,6 +9,9 @@ greedy tokens/s of prompt lookup against target-only on the rewrite prompt, the 
 alternately in this one process (the ratio is what to read).
 
     python benchmarks/bench_drafters.py [--max-tokens N] [--repeats N] [--k K]
+    python benchmarks/bench_drafters.py --target smollm2 --exits 8,15,22,26 --draft exit15=HEAD_SPEC
+
+A chat target's prompts go through its chat template (the rewrite prompt as an instruction).
 """
 
 from __future__ import annotations
@@ -24,12 +28,20 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.backends.mlx.drafters import DrafterSpec, EarlyExit, PromptLookup
 from specplay.config.demo import demo_model_paths
+from specplay.config.models import model_spec
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, StepEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
 
+CHAT_REWRITE_PROMPT = (
+    "Rewrite this function with pathlib, keeping its name, docstring and behaviour:\n\n"
+    'def read_lines(path, encoding="utf-8"):\n'
+    '    """Return the lines of a file, without their line endings."""\n'
+    "    with open(path, encoding=encoding) as f:\n"
+    '        return [line.rstrip("\\n") for line in f]\n'
+)
 REWRITE_PROMPT = '''def read_lines(path, encoding="utf-8"):
     """Return the lines of a file, without their line endings."""
     with open(path, encoding=encoding) as f:
@@ -44,7 +56,8 @@ LOOKUP_RANGES = ((1, 3), (2, 4), (3, 5), (5, 5))
 
 def events(backend: MlxBackend, prompt: str, mode: str, route: str, k: int, max_tokens: int) -> list[Event]:
     settings = SpecSettings(k=k, route=route, sampling=SamplingParams(0.0))
-    request = Request(prompt, tuple(backend.encode(prompt, raw=True)), mode, 0, max_tokens, ignore_eos=True)  # type: ignore[arg-type]
+    ids = tuple(backend.encode(prompt, raw=not backend.tokenizer.has_chat_template))
+    request = Request(prompt, ids, mode, 0, max_tokens, ignore_eos=True)  # type: ignore[arg-type]
     return list(SpecEngine(backend).generate(request, LiveControls(settings, backend.drafters)))
 
 
@@ -81,16 +94,16 @@ def costs(backend: MlxBackend, prompts: list[str], args: argparse.Namespace) -> 
         )
 
 
-def tokens_per_s(backend: MlxBackend, args: argparse.Namespace) -> None:
+def tokens_per_s(backend: MlxBackend, args: argparse.Namespace, rewrite: str) -> None:
     print(f"\n## Greedy tokens/s on the rewrite prompt ({args.max_tokens} tokens, k = {args.k}, alternating)\n")
-    routes = [name for name in backend.drafters if name.startswith("lookup") or name == "base"]
+    routes = [name for name in backend.drafters if not name.startswith("exit") or name in args.speeds]
     samples: dict[str, list[float]] = {name: [] for name in ["target-only", *routes]}
     ratios: dict[str, list[float]] = {name: [] for name in routes}
     for _ in range(args.repeats):
-        target = done(events(backend, REWRITE_PROMPT, "target", routes[0], args.k, args.max_tokens))
+        target = done(events(backend, rewrite, "target", routes[0], args.k, args.max_tokens))
         samples["target-only"].append(target.metrics["tokens_per_s"])
         for route in routes:
-            spec = done(events(backend, REWRITE_PROMPT, "speculative", route, args.k, args.max_tokens))
+            spec = done(events(backend, rewrite, "speculative", route, args.k, args.max_tokens))
             samples[route].append(spec.metrics["tokens_per_s"])
             ratios[route].append(spec.metrics["tokens_per_s"] / target.metrics["tokens_per_s"])
     print("| lane | tokens/s (median) | over target-only (median, min..max) |")
@@ -109,18 +122,33 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--target", help="a folder, a GGUF file or a fetched model's name (default: the demo target)")
+    parser.add_argument("--exits", default="1,2,3,4,5", help="early-exit layers to try (default 1..5)")
+    parser.add_argument("--draft", action="append", default=[], metavar="NAME=SOURCE", help="more drafters")
+    parser.add_argument("--speeds", default="", help="early exits whose tokens/s to time too (comma list of names)")
     args = parser.parse_args()
-    target, demo_drafters = demo_model_paths()
-    drafters: list[tuple[str, DrafterSpec | str]] = [("base", str(demo_drafters["base"]))]
+    args.speeds = set(filter(None, args.speeds.split(",")))
+    demo_target, demo_drafters = demo_model_paths()
+    drafters: list[tuple[str, DrafterSpec | str]] = []
+    if args.target is None:
+        drafters.append(("base", str(demo_drafters["base"])))
     drafters += [(f"lookup{a}-{b}", PromptLookup(a, b)) for a, b in LOOKUP_RANGES]
-    drafters += [(f"exit{layers}", EarlyExit(layers)) for layers in range(1, 6)]
-    backend = load_mlx_backend(str(target), drafters)
-    print(f"{platform.processor() or platform.machine()}, {platform.python_version()}")
+    drafters += [(f"exit{layers}", EarlyExit(int(layers))) for layers in args.exits.split(",")]
+    for value in args.draft:
+        name, source = value.split("=", 1)
+        spec = model_spec(name, "drafter", source, "draft")
+        head = spec.params.get("head")
+        drafters.append((name, EarlyExit(spec.params["layers"], Path(head) if head else None)))
+    target = model_spec("target", "target", args.target, "target").location if args.target else str(demo_target)
+    backend = load_mlx_backend(target, drafters)
+    chat = backend.tokenizer.has_chat_template
+    rewrite = CHAT_REWRITE_PROMPT if chat else REWRITE_PROMPT
+    print(f"{platform.processor() or platform.machine()}, {platform.python_version()}, target {target}")
     library = Path(__file__).parents[1] / "specplay" / "data" / "prompts.jsonl"
     shipped = [json.loads(line)["text"] for line in library.read_text().splitlines() if line.strip()]
-    events(backend, REWRITE_PROMPT, "speculative", "base", args.k, 16)  # warm-up
-    costs(backend, [REWRITE_PROMPT, *shipped[:: max(1, len(shipped) // 6)]], args)
-    tokens_per_s(backend, args)
+    events(backend, rewrite, "speculative", backend.drafters[0], args.k, 16)  # warm-up
+    costs(backend, [rewrite, *shipped[:: max(1, len(shipped) // 6)]], args)
+    tokens_per_s(backend, args, rewrite)
 
 
 if __name__ == "__main__":

@@ -145,3 +145,18 @@ def test_a_model_in_the_hugging_face_cache_loads_offline(tiny: TinyModels, tmp_p
     )
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)["token_ids"]) == 3
+
+
+def test_a_checkpoint_that_needs_remote_code_is_refused(
+    tiny: TinyModels, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    custom = tmp_path / "custom"
+    custom.mkdir()
+    for file in tiny.target.iterdir():
+        (custom / file.name).write_bytes(file.read_bytes())
+    config = json.loads((custom / "config.json").read_text())
+    config |= {"model_type": "my_research_model", "auto_map": {"AutoModelForCausalLM": "modeling.MyModel"}}
+    (custom / "config.json").write_text(json.dumps(config))
+    code, _, err = run_cli(capsys, "--target", str(custom), "--mode", "target", "--prompt", "x")
+    assert code == 2 and err.count("\n") == 1
+    assert "of type 'my_research_model' needs remote code (its own Python files)" in err

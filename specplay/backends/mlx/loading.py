@@ -55,10 +55,29 @@ def resolve_model_path(spec: str) -> Path:
     )
 
 
+def check_architecture(spec: str, path: Path) -> None:
+    """mlx-lm runs the architectures it implements; a checkpoint that needs remote code (a model
+    type only its own Python files define) is refused before anything loads."""
+    import importlib.util
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ModelError(f"model {spec!r} has a config.json that is not JSON; re-download or re-convert it") from None
+    model_type = str(config.get("model_type", "")) if isinstance(config, dict) else ""
+    module = model_type.replace("-", "_")
+    if not module or importlib.util.find_spec(f"mlx_lm.models.{module}") is None:
+        remote = isinstance(config, dict) and "auto_map" in config
+        why = "needs remote code (its own Python files)" if remote else "is not an architecture mlx-lm implements"
+        raise ModelError(f"model {spec!r} of type {model_type!r} {why}; specplay runs only mlx-lm's own architectures")
+
+
 def load_model(name: str, spec: str) -> LoadedModel:
     from mlx_lm import load
 
     path = resolve_model_path(spec)
+    check_architecture(spec, path)
     try:
         model, tokenizer = load(str(path))
     except Exception as exc:
