@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specplay.bench.report import build_rows
+from specplay.bench.report import build_rows, markdown
 from specplay.bench.stats import coefficient_of_variation, median, needs_more_repeats
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
 from specplay.cli import main
@@ -54,6 +54,19 @@ def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
     # each round verifies in 10 ms and spends 1 ms on the host: 1.1 and 0.11 target steps
     costed = spec_row.predicted_speedup * (4 * 0.11 + 1) / (4 * 0.11 + 1.1 + 0.11)
     assert spec_row.costed_speedup == pytest.approx(costed)
+
+
+def test_a_drafter_that_never_drafted_has_no_acceptance_rate() -> None:
+    """Prompt lookup on a prompt whose n-grams never recur: every round is a plain target step."""
+    configs = [BenchConfig("target-only", "baseline", "target"), BenchConfig("k=4", "k")]
+    spec = {"route": "lookup", "num_spec_steps": 32, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0}
+    spec |= {"num_judged_draft_tokens": 0, "draft_ms": 3.0, "verify_ms": 320.0, "overhead_ms": 1.0}
+    spec |= {"draft_lengths": [0] * 32, "drafted_per_position": [0, 0], "accepted_per_position": [0, 0]}
+    rows = {r.config: r for r in build_rows(configs, [_m("target-only", 100.0), _m("k=4", 99.0, **spec)])}
+    row = rows["k=4"]
+    assert row.draft_acceptance_rate is None and row.alpha is None and row.acceptance_per_position == []
+    assert row.mean_acceptance_length == 1.0 and row.speedup == pytest.approx(0.99)
+    assert "k=4" in markdown(list(rows.values()), {"command": "specplay bench"})
 
 
 def test_plan_and_prompts() -> None:

@@ -8,6 +8,7 @@ import pytest
 from fake_vllm import FakeVllm, Fault
 
 from specplay.cli import main
+from specplay.cli.shown import shown_command
 from tests.conftest import CODE_PROMPT, TinyModels
 
 
@@ -257,13 +258,24 @@ def test_fidelity_through_vllm_scores_as_the_target_does(
         ("http://:8000", "--target-url takes an http:// or https:// address"),
         ("ftp://gpu:8000", "--target-url takes an http:// or https:// address"),
         ("http://me:s3cret@gpu:abc", "(got 'http://***@gpu:abc')"),
+        ("http://me:s3/cr@et@gpu:abc", "(got 'http://***@gpu:abc')"),  # a password may hold / and @
         ("http://gpu:8000/v1?x=1", "without ?query or #fragment"),
     ],
 )
 def test_bad_addresses_are_one_line_without_secrets(url: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--backend", "vllm", "--target-url", url, "--prompt", "x"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err and "s3cret" not in err, err
+    assert err.count("\n") == 1 and message in err and "s3cret" not in err and "cr@et" not in err, err
+
+
+def test_a_printed_command_hides_keys_and_logins() -> None:
+    argv = ["specplay", "bench", "--api-key", "s3cret", "--api-key=s3cret", "--draft-url", "a=http://me:s3cret@gpu/v1"]
+    shown = shown_command(argv, "$SPECPLAY_API_KEY")
+    assert "s3cret" not in shown and "me:" not in shown
+    assert (
+        shown
+        == "specplay bench --api-key $SPECPLAY_API_KEY --api-key=$SPECPLAY_API_KEY --draft-url 'a=http://***@gpu/v1'"
+    )
 
 
 def test_credentials_in_an_address_are_sent_never_written(

@@ -55,3 +55,13 @@ def test_mutated_replies_parse_or_fail_in_one_line(replies: list[dict[str, Any]]
         stream_choices(reply, "vLLM server 'x'")
     except VllmError as error:
         assert "\n" not in str(error)
+
+
+@pytest.mark.parametrize("key", ["²", "٣", "1.5", ""])
+def test_a_token_id_that_is_not_ascii_digits_is_one_error(replies: list[dict[str, Any]], key: str) -> None:
+    reply = copy.deepcopy(replies[1])
+    entries = reply["choices"][0]["prompt_logprobs"]
+    row = next(e for e in entries if e)
+    row[key] = next(iter(row.values()))
+    with pytest.raises(VllmError, match="prompt_logprobs"):
+        parse_choices(reply, "vLLM server 'x'", 1, True)

@@ -59,7 +59,7 @@ def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, r
     steps, drafted, accepted = totals["num_spec_steps"], totals["num_draft_tokens"], totals["num_accepted_draft_tokens"]
     if not steps:
         return
-    row.draft_acceptance_rate = accepted / drafted
+    row.draft_acceptance_rate = accepted / drafted if drafted else None  # None: no round drafted
     row.mean_acceptance_length = 1 + accepted / steps
     row.rounds_per_request = steps / len(runs)
     width = max(len(m.drafted_per_position) for m in runs)
@@ -69,7 +69,7 @@ def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, r
     per_accepted = [
         sum(m.accepted_per_position[i] for m in runs if i < len(m.accepted_per_position)) for i in range(width)
     ]
-    row.acceptance_per_position = [a / d for a, d in zip(per_accepted, per_drafted, strict=True)]
+    row.acceptance_per_position = [a / d for a, d in zip(per_accepted, per_drafted, strict=True) if d]
     # Through vLLM the speculative lane's times are HTTP round trips: modelled as run and the playground do.
     prediction = predict_modelled(totals) if remote else predict(totals, 1000 / target_tps if target_tps else None)
     row.alpha, row.cost_ratio = prediction.alpha, prediction.cost_ratio

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import platform
-import shlex
 import sys
 import time
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, measure
 from specplay.cli.configure import comma_floats, given, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags
 from specplay.cli.render import warn
+from specplay.cli.shown import shown_command
 from specplay.config.run import check_models
 from specplay.data.library import Prompt
 from specplay.engine.controls import LiveControls
@@ -184,7 +184,7 @@ def _about(args, config, identity, prompts, temperatures, max_tokens, measuremen
         "mlx": mx.__version__,
         "mlx_lm": mlx_lm.__version__,
         "blas": blas.OPENBLAS_PATH or "platform default",
-        "command": shlex.join(["specplay", *args.argv]),
+        "command": shown_command(["specplay", *args.argv], "$SPECPLAY_API_KEY"),
         "prompts": ", ".join(f"{p.category}/{p.name}" for p in prompts),
         "temperatures": ", ".join(f"{t:g}" for t in temperatures),
         "output length": f"{max_tokens} tokens, EOS ignored",

@@ -81,13 +81,12 @@ def shape_of(text: str, field: str) -> Shape:
     """`layers=N,width=W,...` as a Shape; one line naming the flag when it is not."""
     values: dict[str, int] = {}
     for part in text.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or key.strip() not in SHAPE_KEYS[field] or not value.strip().isdigit() or int(value) < 1:
+        key, sep, value = (word.strip() for word in part.partition("="))
+        number = value.isascii() and value.isdigit() and int(value) >= 1
+        if not sep or key not in SHAPE_KEYS[field] or not number:
             keys = ", ".join(f"{k}=N" for k in SHAPE_KEYS[field])
-            raise ConfigError(
-                field, f"takes {keys}, whole numbers of 1 or more, separated by commas (got {text!r})"
-            )
-        values[key.strip()] = int(value)
+            raise ConfigError(field, f"takes {keys}, whole numbers of 1 or more, separated by commas (got {text!r})")
+        values[key] = int(value)
     if "layers" not in values or (field == "new_drafter" and "width" not in values):
         raise ConfigError(field, f"needs layers=N{' and width=W' if field == 'new_drafter' else ''} (got {text!r})")
     return Shape(**values)

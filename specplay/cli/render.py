@@ -101,11 +101,10 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
     if m["tokens_per_s"] is not None:
         parts.append(f"{m['tokens_per_s']:.1f} tokens/s")
     if m["num_spec_steps"]:
-        parts += [
-            f"mean acceptance length {m['mean_acceptance_length']:.2f}",
-            f"draft acceptance rate {100 * m['draft_acceptance_rate']:.1f}%",
-            f"{m['num_spec_steps']} rounds",
-        ]
+        parts.append(f"mean acceptance length {m['mean_acceptance_length']:.2f}")
+        if m["draft_acceptance_rate"] is not None:  # None when no round drafted (prompt lookup found nothing)
+            parts.append(f"draft acceptance rate {100 * m['draft_acceptance_rate']:.1f}%")
+        parts.append(f"{m['num_spec_steps']} rounds")
         if m["tv_spent"]:
             parts.append(f"TV spent {m['tv_spent']:.2f}")
     if server is not None:

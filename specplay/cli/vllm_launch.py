@@ -18,6 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from specplay.cli.shown import shown_command
 from specplay.engine.settings import K_LIMIT
 from specplay.errors import ConfigError, SpecplayError
 
@@ -176,9 +177,8 @@ def client_command(args: argparse.Namespace, servers: list[Server]) -> str:
 
 
 def _shown(argv: list[str]) -> str:
-    """The command for printing, the API key masked."""
-    masked = ["$VLLM_API_KEY" if i and argv[i - 1] == "--api-key" else a for i, a in enumerate(argv)]
-    return " ".join(a if a.startswith("$") else shlex.quote(a) for a in masked)
+    """The server's command for printing, the API key masked."""
+    return shown_command(argv, "$VLLM_API_KEY")
 
 
 def launch(args: argparse.Namespace) -> int:

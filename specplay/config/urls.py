@@ -12,7 +12,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from specplay.errors import ConfigError
 
-_USERINFO = re.compile(r"//[^/@]*@")
+_USERINFO = re.compile(r"//[^?#]*@")
+"""Everything between the scheme and the last @ (a password may hold / or @ itself)."""
 
 
 def redacted(url: str) -> str:

@@ -120,7 +120,7 @@ def _prompt_logprobs(entries: Any, where: str) -> list[dict[int, tuple[float, in
             raise _shape(where, "prompt_logprobs")
         row = {}
         for key, value in entry.items():
-            if not isinstance(value, dict) or not str(key).lstrip("-").isdigit():
+            if not isinstance(value, dict) or not (str(key).lstrip("-").isascii() and str(key).lstrip("-").isdigit()):
                 raise _shape(where, "prompt_logprobs")
             rank = value.get("rank") or 0
             if isinstance(rank, bool) or not isinstance(rank, int):

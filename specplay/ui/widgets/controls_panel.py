@@ -141,5 +141,5 @@ class ControlsPanel(VerticalScroll):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
-        if event.input.id == "seed" and event.value.isdigit():  # seeds are 0 or more
+        if event.input.id == "seed" and event.value.isascii() and event.value.isdigit():  # seeds: 0 or more
             self.post_message(self.Changed("seed", int(event.value)))

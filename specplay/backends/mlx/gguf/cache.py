@@ -104,7 +104,7 @@ def _abandoned(entry: Path) -> bool:
     machines) one of another machine untouched for a day."""
     pid, _, rest = entry.name[len(_TEMP_PREFIX) :].partition("@")
     host = rest.partition("@")[0]
-    if not pid.isdigit() or not host:
+    if not (pid.isascii() and pid.isdigit()) or not host:
         return False
     if host == socket.gethostname():
         return not _alive(int(pid))
