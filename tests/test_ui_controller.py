@@ -157,3 +157,54 @@ def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tin
     settings, seed = screen.said("settings")[-1]
     assert settings.k == 3 and settings.route == "far" and seed == 4
     assert playground.rerun_session() and playground.settings == settings
+
+
+def test_a_full_disk_mid_run_stops_saving_not_the_run(
+    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from specplay.store import writer
+
+    original = writer.SessionWriter._write
+    counts = {"records": 0}
+
+    def filling(self: writer.SessionWriter, record: dict[str, Any]) -> None:
+        counts["records"] += 1
+        if counts["records"] > 5:  # the disk fills after the header and a few events
+            self._file.write = lambda _: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[method-assign]
+        original(self, record)
+
+    monkeypatch.setattr(writer.SessionWriter, "_write", filling)
+    harness = Harness(tiny, tmp_path, raw=True, max_tokens=24, ignore_eos=True)
+    playground, screen = harness.playground, harness.screen
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == "ready", "the models to load")
+        playground.run()
+        harness.until(lambda: playground.state == "ready" and bool(screen.events), "the run to finish")
+    finally:
+        playground.close()
+    statuses = [text for text, _ in screen.said("status")]
+    assert any(s.startswith("not saving: ") and "No space left on device" in s for s in statuses), statuses
+    assert statuses[-1].startswith("finished (") and playground.last_session is None
+    assert all(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+    (path,) = tmp_path.glob("*.jsonl")
+    assert not load_session(path).complete  # what was written before the disk filled is kept
+
+
+def test_a_disk_full_before_the_header_leaves_no_empty_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from specplay.store import writer
+    from specplay.store.format import SessionError
+
+    def full(self: writer.SessionWriter, record: dict[str, Any]) -> None:
+        self._file.write = lambda _: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[method-assign]
+        original(self, record)
+
+    original = writer.SessionWriter._write
+    monkeypatch.setattr(writer.SessionWriter, "_write", full)
+    with pytest.raises(SessionError, match="No space left on device"):
+        writer.SessionWriter(tmp_path, "p", [1], ["speculative"], {}, {}, Capabilities())
+    assert list(tmp_path.iterdir()) == []

@@ -60,20 +60,25 @@ class SessionWriter:
             ) from None
         self.lanes = list(lanes)
         self._lines: list[str] = []
-        self._write(
-            {
-                "type": "header",
-                "schema_version": SCHEMA_VERSION,
-                "specplay_version": __version__,
-                "created": now.isoformat(timespec="seconds"),
-                "prompt": prompt,
-                "prompt_token_ids": list(prompt_token_ids),
-                "lanes": lanes,
-                "backend": backend,
-                "capabilities": capabilities.to_record(),
-                "request": request,
-            }
-        )
+        header = {
+            "type": "header",
+            "schema_version": SCHEMA_VERSION,
+            "specplay_version": __version__,
+            "created": now.isoformat(timespec="seconds"),
+            "prompt": prompt,
+            "prompt_token_ids": list(prompt_token_ids),
+            "lanes": lanes,
+            "backend": backend,
+            "capabilities": capabilities.to_record(),
+            "request": request,
+        }
+        try:
+            self._write(header)
+        except SessionError:  # not even a header: leave no empty session behind
+            self.close()
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            raise
 
     def _write(self, record: dict[str, Any]) -> None:
         try:

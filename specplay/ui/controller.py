@@ -200,7 +200,10 @@ class Playground:
         if save and self._writer is None and isinstance(event, StartEvent):
             self._writer = self._open_writer(event)
         if self._writer is not None:
-            self._writer.write_event(lane, event)
+            try:
+                self._writer.write_event(lane, event)
+            except SpecplayError as error:  # a full disk: the run goes on, what was written is kept
+                self._drop_writer(error)
         self.tallies[lane].add(event, item.busy_s)
         self.view.add_event(lane, event, item.drafted_text)
 
@@ -222,6 +225,12 @@ class Playground:
             self.set_status(f"not saving: {error_line(error)}", error=True)
             return None
 
+    def _drop_writer(self, error: SpecplayError) -> None:
+        assert self._writer is not None
+        self._writer.close()
+        self._writer = None
+        self.set_status(f"not saving: {error_line(error)}", error=True)
+
     def _ended(self, run_id: int, error: BaseException | None) -> None:
         if run_id != self.run_id:
             return
@@ -230,9 +239,12 @@ class Playground:
         self.state = "ready"
         saved = ""
         if self._writer is not None:
-            if error is None:
-                self.last_session = self._writer.finalize()
-                saved = f"; saved {self.last_session.name}"
+            try:
+                if error is None:
+                    self.last_session = self._writer.finalize()
+                    saved = f"; saved {self.last_session.name}"
+            except SpecplayError as failure:
+                saved = f"; not saved: {error_line(failure)}"
             self._writer.close()
             self._writer = None
         if error is not None:
