@@ -113,3 +113,6 @@ def stream_lane(
             return record
         except KeyboardInterrupt:
             controls.request_stop()  # the engine ends at the next round; keep reading its last events
+        except BaseException:
+            controls.request_stop()  # a session that cannot be written: the model thread stops too
+            raise
