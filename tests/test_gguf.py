@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -626,6 +627,7 @@ def test_an_interrupted_conversion_leaves_nothing_behind(
 KILLABLE = """
 import sys, time
 from pathlib import Path
+from typing import Any
 import specplay.backends.mlx
 from specplay.backends.mlx.gguf import converted_folder
 
@@ -685,3 +687,19 @@ def test_the_default_cache_follows_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_cache_dir() == tmp_path / "home" / ".cache" / "specplay" / "gguf"
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"general.alignment": 0},
+        {"llama.attention.head_count": 0},
+        {"llama.embedding_length": "wide"},
+        {"llama.context_length": "long"},
+    ],
+)
+def test_damaged_metadata_is_refused_in_one_line(tiny: Tiny, tmp_path: Path, metadata: dict[str, Any]) -> None:
+    written = write_gguf(tiny.llama, tmp_path / "m.gguf", metadata=metadata)
+    message = refusal(written.path, tmp_path / "cache")
+    assert str(written.path) in message and "damaged" in message and "download the GGUF file again" in message
+    assert "\n" not in message and not [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]

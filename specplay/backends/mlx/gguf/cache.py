@@ -193,6 +193,10 @@ def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Pro
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)
         raise _unwritable(cache_dir, exc) from exc
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError, OverflowError) as exc:
+        shutil.rmtree(temp, ignore_errors=True)  # metadata of the wrong type or value: a damaged file
+        detail = " ".join(str(exc).split())[:120] or type(exc).__name__
+        raise ModelError(f"{path} has damaged metadata ({detail}); download the GGUF file again") from exc
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise

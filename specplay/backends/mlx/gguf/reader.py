@@ -126,7 +126,9 @@ def _parse(path: Path, buffer: mmap.mmap) -> GGUFFile:
         name = cursor.string()
         dims = [cursor.take("<Q") for _ in range(cursor.take("<I"))]
         infos.append((name, dims, cursor.take("<I"), cursor.take("<Q")))
-    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
+        raise ValueError(f"general.alignment is {alignment!r}, not a whole number of 1 or more")
     start = -(-cursor.at // alignment) * alignment
     tensors: dict[str, RawTensor] = {}
     for name, dims, kind, offset in infos:
@@ -164,7 +166,7 @@ def read_gguf(path: Path) -> GGUFFile:
             f"{path} is truncated ({len(buffer)} bytes, cut inside its header or tensor data); "
             "download the GGUF file again"
         ) from None
-    except (ValueError, OverflowError) as exc:
+    except (ValueError, OverflowError, TypeError) as exc:
         raise ModelError(
             f"{path} is damaged ({' '.join(str(exc).split())[:120]}); download the GGUF file again"
         ) from exc
