@@ -135,7 +135,7 @@ def distill(args: argparse.Namespace) -> int:
     prompts = read_prompts(args.data)
 
     from specplay.backends.mlx import blas
-    from specplay.backends.mlx.loading import load_model, upcast_for_cpu
+    from specplay.backends.mlx.loading import encode_prompt, load_model, upcast_for_cpu
 
     if message := blas.slow_blas_warning():
         warn(message)
@@ -143,7 +143,7 @@ def distill(args: argparse.Namespace) -> int:
     eos = target.tokenizer.eos_token_id
     if eos is None:
         raise SpecplayError(f"target {args.target!r} has no end-of-sequence token; its tokenizer config must name one")
-    token_ids = [_encode(target.tokenizer, p, args.raw) for p in prompts]
+    token_ids = [encode_prompt(target.tokenizer, p, args.raw) for p in prompts]  # as `run` encodes them
     with _progress(args.steps) as (on_progress, on_status):
         job = _Job(args, target, upcast_for_cpu(target.model), token_ids, eos, on_progress, on_status)
         try:
@@ -151,16 +151,10 @@ def distill(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             on_status(f"interrupted; run the same command to resume from {args.out / 'work'}")
             return 130
-        except ValueError as exc:
+        except SpecplayError:
+            raise  # a ConfigError is a ValueError too: keep its own line
+        except ValueError as exc:  # what training refuses (a resumed checkpoint of other settings)
             raise SpecplayError(str(exc)) from None
-
-
-def _encode(tokenizer: Any, prompt: str, raw: bool) -> list[int]:
-    """A prompt as `run` encodes it: a user message through the chat template, unless raw."""
-    if raw or not tokenizer.has_chat_template:
-        return list(tokenizer.encode(prompt, add_special_tokens=False))
-    messages = [{"role": "user", "content": prompt}]
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
 
 def _drafter(job: _Job, shape: Shape | None) -> int:

@@ -36,6 +36,7 @@ from specplay.backends.mlx.generation import MlxGeneration, ModelCache, fit_voca
 from specplay.backends.mlx.loading import (
     LoadedModel,
     check_token_mapping,
+    encode_prompt,
     folder_identity,
     load_model,
     rewindable_cache,
@@ -115,10 +116,7 @@ class MlxBackend:
         return {"backend": "mlx", "device": str(mx.default_device()), "models": models}
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
-        if raw or not self.tokenizer.has_chat_template:
-            return list(self.tokenizer.encode(prompt))
-        messages = [{"role": "user", "content": prompt}]
-        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        return encode_prompt(self.tokenizer, prompt, raw)
 
     def detokenizer(self) -> Detokenizer:
         return self.tokenizer.detokenizer

@@ -118,6 +118,15 @@ def check_token_mapping(target: LoadedModel, drafter: LoadedModel, target_vocab:
     )
 
 
+def encode_prompt(tokenizer: TokenizerWrapper, prompt: str, raw: bool) -> list[int]:
+    """A prompt as the model sees it: a user message through the chat template, or (raw, or a model
+    without one) the text with the tokenizer's special tokens. Runs and distillation share it."""
+    if raw or not tokenizer.has_chat_template:
+        return list(tokenizer.encode(prompt))
+    messages = [{"role": "user", "content": prompt}]
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+
 def rewindable_cache(loaded: LoadedModel) -> list[Any]:
     """The model's cache with every layer rewindable, or a clear refusal.
 
