@@ -235,3 +235,14 @@ def test_targets_made_of_drafter_kinds_and_unfetched_models_are_refused(
     urls = ["--backend", "vllm", "--target-url", "http://g:1", "--prompt", "x"]
     assert main(["run", *urls, "--draft", "e=early-exit:layers=2"]) == 2
     assert "drafts with the target's own layers: it needs --backend mlx" in capsys.readouterr().err
+
+
+def test_local_model_paths_are_recorded_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session replayed from another folder must still find its models."""
+    (tmp_path / "folder").mkdir()
+    monkeypatch.chdir(tmp_path)
+    drafts = ["--draft", "a=small.gguf", "--draft", "b=early-exit:layers=2,head=heads/h", "--draft", "c=org/hub-id"]
+    config = run_config(given(parsed("run", "--target", "folder", *drafts, "--prompt", "x")))
+    a, b, c = config.drafters
+    assert config.target.location == str(tmp_path / "folder") and a.location == str(tmp_path / "small.gguf")
+    assert b.params["head"] == str(tmp_path / "heads" / "h") and c.location == "org/hub-id"  # a Hugging Face id

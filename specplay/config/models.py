@@ -40,7 +40,7 @@ def model_spec(name: str, role: Role, source: str, field: str) -> ModelSpec:
             return ModelSpec(name, role, PROMPT_LOOKUP, "", _lookup_params(params, field))
         return ModelSpec(name, role, EARLY_EXIT, "", _early_exit_params(params, field))
     if source.lower().endswith(".gguf"):
-        return ModelSpec(name, role, "gguf", str(Path(source).expanduser()))
+        return ModelSpec(name, role, "gguf", _absolute(source))
     if source in CATALOG and not Path(source).exists():
         model = CATALOG[source]
         path = cached_path(model)
@@ -49,7 +49,13 @@ def model_spec(name: str, role: Role, source: str, field: str) -> ModelSpec:
                 field, f"{source} is not downloaded yet: `specplay fetch {source}` gets it ({model.size / 1e6:.0f} MB)"
             )
         return ModelSpec(name, role, "gguf", str(path))
-    return ModelSpec(name, role, "mlx", source)
+    local = Path(source).expanduser()
+    return ModelSpec(name, role, "mlx", _absolute(source) if local.exists() else source)  # else a Hugging Face id
+
+
+def _absolute(path: str) -> str:
+    """Sessions record model paths: absolute, so a replay from another folder finds them."""
+    return str(Path(path).expanduser().absolute())
 
 
 def _params(text: str, field: str, kind: str) -> dict[str, str]:
@@ -90,7 +96,7 @@ def _early_exit_params(params: Mapping[str, str], field: str) -> dict[str, Any]:
         layers = 0
     if layers < 1:
         raise ConfigError(field, f"early-exit:layers={params['layers']} must be a whole number of layers, 1 or more")
-    head = str(Path(params["head"]).expanduser()) if "head" in params else None
+    head = _absolute(params["head"]) if "head" in params else None
     return {"layers": layers, "head": head}
 
 
