@@ -23,6 +23,7 @@ from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.store import SessionWriter, load_session
 from specplay.store.codec import decode_event, event_record, request_from_record, request_record
+from specplay.store.format import SessionError
 from specplay.store.replay import session_config
 from tests.conftest import CODE_PROMPT, TinyModels
 
@@ -151,6 +152,17 @@ def test_a_saved_run_replays_and_opens_with_its_configuration(
     assert elsewhere.target.location == str(tiny.near)  # model flags replace the session's models, all of them
     assert [d.name for d in elsewhere.drafters] == ["d"] and elsewhere.settings.route == "auto"
     assert elsewhere.route_map == {"code": "d", "prose": "d"} and elsewhere.settings.k == 3
+
+    # A session whose models cannot be read replays on the models given, and only on them.
+    lines = session.path.read_text().splitlines()
+    header = json.loads(lines[0]) | {"backend": {"backend": "mlx"}}
+    nameless = tmp_path / "nameless.jsonl"
+    nameless.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    with pytest.raises(SessionError, match="does not name its models; give them with --target and --draft"):
+        run_command.configure(parsed("run", "--replay", str(nameless)))
+    given_models = run_command.configure(parsed("run", "--replay", str(nameless), *models))
+    assert (given_models.target, given_models.drafters) == (original.target, original.drafters)
+    assert given_models.settings == original.settings and given_models.request == original.request
 
 
 def test_a_vllm_session_names_its_servers_and_folders_never_its_key(tmp_path: Path) -> None:

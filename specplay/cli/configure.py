@@ -22,7 +22,9 @@ from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.engine.router import CodeProseRouter, route_map_for
 from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
+from specplay.store.format import Session
 from specplay.store.location import sessions_dir
+from specplay.store.replay import session_config
 
 MODEL_FLAGS = ("backend", "target", "draft", "target_url", "draft_url", "vllm_native", "baseline_url")
 _SPEC_FLAGS = {"k": "k", "policy": "policy", "route": "route", "tv": "tv_budget"}
@@ -70,6 +72,12 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
         config = replace(config, settings=replace(settings, route=AUTO_ROUTE))  # the base's drafter is gone
     # The resolved map (classes the user left out go to their default drafter), as sessions record it.
     return replace(config, route_map=route_map_for(CodeProseRouter(), config.drafter_names, config.route_map))
+
+
+def replay_base(session: Session, flags: Mapping[str, Any]) -> RunConfig:
+    """A saved session's configuration, under the models the flags name if they name any (then a
+    session whose models cannot be read still replays)."""
+    return session_config(session, models_from(flags) if any(name in flags for name in MODEL_FLAGS) else None)
 
 
 def sessions_dir_from(flags: Mapping[str, Any]) -> Path:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from specplay.backends import blas_warning, open_source, thread_cleanup
-from specplay.cli.configure import given, run_config, sessions_dir_from
+from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
 from specplay.cli.flags import (
     add_backend_flags,
     add_decoding_flags,
@@ -26,7 +26,6 @@ from specplay.errors import ConfigError
 from specplay.runner.session_run import SampleRun, run_sample
 from specplay.runner.thread import ModelThread
 from specplay.store import find_session, load_session
-from specplay.store.replay import session_config
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -58,7 +57,7 @@ def configure(args: argparse.Namespace) -> RunConfig:
     flags = given(args)
     base = None
     if args.replay:
-        base = session_config(load_session(find_session(args.replay, sessions_dir_from(flags))))
+        base = replay_base(load_session(find_session(args.replay, sessions_dir_from(flags))), flags)
     config = run_config(flags, base)
     if config.request.prompt is None:
         raise ConfigError("prompt", "or --prompt-file is required (or --replay SESSION)")

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specplay.backends import blas_warning
-from specplay.cli.configure import given, run_config, sessions_dir_from
+from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
 from specplay.cli.flags import (
     UNSET,
     add_backend_flags,
@@ -24,7 +24,6 @@ from specplay.cli.render import warn
 from specplay.config.run import RunConfig, check
 from specplay.errors import ConfigError
 from specplay.store import find_session, load_session
-from specplay.store.replay import session_config
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -56,7 +55,7 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, Path | None]:
     base, opened = None, None
     if args.open:
         opened = find_session(args.open, sessions_dir_from(flags))
-        base = session_config(load_session(opened))
+        base = replay_base(load_session(opened), flags)
     config = run_config(flags, base)
     if config.request.mode != "speculative":
         if "mode" in flags:

@@ -5,25 +5,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specplay.config.run import TARGET, ModelSpec, Role, RunConfig, VllmOptions
+from specplay.config.run import TARGET, BackendKind, ModelSpec, Role, RunConfig, VllmOptions
 from specplay.store.codec import request_from_record
 from specplay.store.format import Session, SessionError
 
+Models = tuple[BackendKind, ModelSpec, tuple[ModelSpec, ...], VllmOptions]
 
-def session_config(session: Session) -> RunConfig:
-    """Its models, request and the settings in force at the start of its main lane. Local folders
-    are saved absolute (a Hugging Face id resolves to the same cached snapshot); servers by
-    address, never with the API key, which comes again from --api-key or $SPECPLAY_API_KEY."""
+
+def session_config(session: Session, models: Models | None = None) -> RunConfig:
+    """Its models (or `models`, the ones the user gave instead), request and the settings in force
+    at the start of its main lane. Local folders are saved absolute (a Hugging Face id resolves to
+    the same cached snapshot); servers by address, never with the API key, which comes again from
+    --api-key or $SPECPLAY_API_KEY."""
     backend = session.header.get("backend") or {}
-    try:
-        target, drafters, options = _models(backend)
-    except (KeyError, TypeError, AttributeError, ValueError):
-        raise SessionError(
-            f"session {session.path} does not name its models; give them with --target and --draft"
-        ) from None
+    if models is None:
+        try:
+            models = ("vllm" if backend.get("backend") == "vllm" else "mlx", *_models(backend))
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise SessionError(
+                f"session {session.path} does not name its models; give them with --target and --draft"
+            ) from None
+    kind, target, drafters, options = models
     request = request_from_record(session.header.get("request") or {}, session.prompt)
     route_map = dict((session.header.get("request") or {}).get("route_map") or {})
-    kind = "vllm" if backend.get("backend") == "vllm" else "mlx"
     return RunConfig(target, drafters, kind, options, request, session.main.settings, route_map)
 
 
