@@ -11,7 +11,7 @@ import pytest
 from conftest import TinyModels
 
 from specplay.cli import main
-from specplay.train.distill import DistillConfig, distill, mean_kl
+from specplay.train.distill import DistillConfig, distill, load_or_make_rollouts, mean_kl
 from specplay.train.models import load_folder
 from specplay.train.prompts import read_prompts
 from specplay.train.rollouts import rollouts
@@ -116,6 +116,28 @@ def test_an_interrupted_run_resumes_to_the_same_drafter(tiny: TinyModels, tmp_pa
     resumed = mx.load(str(tmp_path / "resumed" / "model.safetensors"))
     for name, value in whole.items():
         np.testing.assert_allclose(np.array(resumed[name]), np.array(value), rtol=1e-5, atol=1e-6)
+
+
+def test_rollouts_are_reused_only_for_the_same_target_prompts_and_settings(tiny: TinyModels, tmp_path: Path) -> None:
+    target, _ = load_folder(tiny.target)
+    other, _ = load_folder(tiny.near)
+    prompts = encode(tiny, PROMPTS)
+    said: list[str] = []
+
+    def make(model: object, prompts: list[list[int]], config: DistillConfig) -> list[list[int]]:
+        return load_or_make_rollouts(tmp_path, model, prompts, config, eos(tiny), said.append)  # type: ignore[arg-type]
+
+    first = make(target, prompts, small_config(1))
+    assert make(target, prompts, small_config(1)) == first and said[-1].startswith("reusing 6 rollouts")
+    for changed in (
+        (other, prompts, small_config(1)),  # another target in the same --out
+        (target, prompts[:3], small_config(1)),
+        (target, prompts, small_config(1, temperature=0.5)),
+    ):
+        said.clear()
+        make(*changed)
+        assert not any(s.startswith("reusing") for s in said), changed[1:]
+    assert len(list(tmp_path.glob("rollouts-*.npz"))) == 4 and not list(tmp_path.glob(".*"))
 
 
 def test_prompts_come_from_text_jsonl_or_saved_sessions(tmp_path: Path) -> None:

@@ -4,13 +4,16 @@
 2. The drafter learns to match the target's next-token distribution at every position of that
    text (forward KL), optionally tuning only its last layers.
 
-Everything a run needs to resume sits in `out/work`: the rollouts and the latest checkpoint.
+Everything a run needs to resume sits in `out/work`: the rollouts, the target's answers over them
+and the latest checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,6 +21,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten
 
 from specplay.train.data import Windows, token_stream
 from specplay.train.losses import forward_kl_loss, sparse_forward_kl, target_log_probs
@@ -26,7 +30,6 @@ from specplay.train.rollouts import rollouts
 from specplay.train.teacher import fixed_windows, load_or_build_teacher, step_indices
 from specplay.train.trainer import Progress, TrainConfig, train
 
-ROLLOUTS_FILE = "rollouts.npz"
 PROVENANCE_FILE = "distill.json"
 HELD_OUT_SHARE = 0.1
 
@@ -67,6 +70,25 @@ def freeze_all_but_last(model: nn.Module, last_layers: int) -> None:
         model.lm_head.unfreeze()
 
 
+def weights_fingerprint(model: nn.Module) -> str:
+    """Names, shapes and the first and last values of every weight: tells two targets apart in
+    milliseconds, where hashing a 7B model's weights would take minutes."""
+    digest = hashlib.sha256()
+    for name, array in sorted(tree_flatten(model.parameters())):
+        flat = array.reshape(-1)
+        ends = mx.concatenate([flat[:1024], flat[-1024:]]).astype(mx.float32)
+        digest.update(f"{name}{array.shape}{array.dtype}".encode() + np.array(ends).tobytes())
+    return digest.hexdigest()
+
+
+def rollouts_path(work: Path, target: nn.Module, prompts: list[list[int]], config: DistillConfig) -> Path:
+    """The rollouts of this target, these prompts and these sampling settings: another of any of
+    them (the same --out reused) makes new ones rather than training on stale text."""
+    settings = [config.rollout_tokens, config.temperature, config.max_prompt_tokens, config.train.seed]
+    digest = hashlib.sha256(weights_fingerprint(target).encode() + json.dumps([settings, prompts]).encode())
+    return work / f"rollouts-{digest.hexdigest()[:16]}.npz"
+
+
 def load_or_make_rollouts(
     work: Path,
     target: nn.Module,
@@ -75,11 +97,11 @@ def load_or_make_rollouts(
     eos_token_id: int,
     on_status: Callable[[str], None],
 ) -> list[list[int]]:
-    path = work / ROLLOUTS_FILE
+    path = rollouts_path(work, target, prompts, config)
     if path.is_file():
-        saved = np.load(path)
-        on_status(f"reusing {len(saved['offsets']) - 1} rollouts from {path}")
-        tokens, offsets = saved["tokens"], saved["offsets"]
+        with np.load(path) as saved:
+            tokens, offsets = saved["tokens"], saved["offsets"]
+        on_status(f"reusing {len(offsets) - 1} rollouts from {path}")
         return [tokens[a:b].tolist() for a, b in itertools.pairwise(offsets)]
     clipped = [p[-config.max_prompt_tokens :] for p in prompts]
     sequences = rollouts(
@@ -93,9 +115,9 @@ def load_or_make_rollouts(
     )
     offsets = np.cumsum([0, *(len(s) for s in sequences)])
     work.mkdir(parents=True, exist_ok=True)
-    tmp = work / ("tmp-" + ROLLOUTS_FILE)
+    tmp = work / f".{path.stem}.{os.getpid()}.tmp.npz"
     np.savez(tmp, tokens=np.concatenate([np.asarray(s, dtype=np.int32) for s in sequences]), offsets=offsets)
-    tmp.rename(path)
+    os.replace(tmp, path)  # a killed run leaves no half file that a later one would trust
     return sequences
 
 

@@ -116,10 +116,11 @@ def load_or_build_teacher(
     digest = hashlib.sha256(windows.tobytes() + f"{key}/{top_k}".encode()).hexdigest()[:16]
     path = work / f"teacher-{digest}.npz"
     if path.is_file():
-        saved = np.load(path)
-        on_status(f"reusing the target's answers over {len(saved['windows'])} windows from {path}")
-        hidden = saved["hidden"] if "hidden" in saved.files else None
-        return Teacher(saved["windows"], saved["top_ids"], saved["top_logp"], saved["rest_logp"], hidden)
+        with np.load(path) as saved:
+            hidden = saved["hidden"] if "hidden" in saved.files else None
+            teacher = Teacher(saved["windows"], saved["top_ids"], saved["top_logp"], saved["rest_logp"], hidden)
+        on_status(f"reusing the target's answers over {len(teacher.windows)} windows from {path}")
+        return teacher
     teacher = build_teacher(forward, windows, top_k, on_status)
     work.mkdir(parents=True, exist_ok=True)
     partial = work / f".{path.name}.{os.getpid()}.tmp.npz"
