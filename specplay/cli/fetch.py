@@ -43,5 +43,5 @@ def fetch_command(args: argparse.Namespace) -> int:
         task = progress.add_task(f"unpacking {model.file_name}", total=model.size)
         path = fetch(model, lambda done, total: progress.update(task, completed=done, total=total))
     console.print(f"{model.name}: {path}")
-    console.print("open the playground on it: " + PLAYGROUND.format(name=model.name, layers=22))
+    console.print("open the playground on it: " + PLAYGROUND.format(name=model.name, layers=model.exit_layer))
     return 0

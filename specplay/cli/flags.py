@@ -25,14 +25,18 @@ class Parser(argparse.ArgumentParser):
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models (default: the shipped demo target with drafters base and prose)")
     group.add_argument(
-        "--target", metavar="PATH|ID", default=UNSET, help="target model: mlx-lm folder or cached Hugging Face id"
+        "--target",
+        metavar="SOURCE",
+        default=UNSET,
+        help="target model: an mlx-lm folder, a cached Hugging Face id, a .gguf file or a fetched name (smollm2)",
     )
     group.add_argument(
         "--draft",
-        metavar="[NAME=]PATH|ID",
+        metavar="[NAME=]SOURCE",
         action="append",
         default=UNSET,
-        help="a drafter; repeat for a mixture of speculators (named after its folder unless NAME= is given)",
+        help="a drafter: a model as for --target, prompt-lookup[:n=MIN-MAX] or early-exit:layers=L[,head=DIR]; "
+        "repeat for a mixture of speculators (named after its source unless NAME= is given)",
     )
 
 

@@ -99,8 +99,8 @@ class Generation(Protocol):
 
     def account(self) -> dict[str, Any]:
         """What only the backend knows about this generation so far (which verify strategies ran,
-        whether every judged position was exact...); the engine puts it in the DoneEvent's metrics
-        under "backend". {} when there is nothing to add."""
+        whether every judged position was exact...) as {backend's name: its record}; the engine merges it
+        into the DoneEvent's metrics. {} when there is nothing to add."""
         ...
 
 

@@ -1,8 +1,9 @@
 """How fast speculation should be: α, the cost ratio c and the predicted speedup, defined once.
 
 The playground, `run`, `bench`, `fidelity` and exports all predict from a speculative lane's
-metrics (the engine's names, metrics.py) through `predict`, so they can never disagree on the
-same run.
+metrics (the engine's names, metrics.py) through `predict`: the same counts and times give the
+same α, c and prediction everywhere. What a caller chooses is the yardstick, one target step
+measured beside the lane (local) or one verify call (remote, `predict_modelled`).
 """
 
 from __future__ import annotations
