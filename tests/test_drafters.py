@@ -15,9 +15,7 @@ from specplay.backends.mlx.backend import load_drafter
 from specplay.backends.mlx.build import llama_config, write_model
 from specplay.backends.mlx.drafters import (
     EarlyExit,
-    ModelDrafter,
     PromptLookup,
-    drafter_from_record,
 )
 from specplay.backends.mlx.early_exit import ExitHead, save_exit_head
 from specplay.backends.mlx.loading import folder_identity, load_model
@@ -27,9 +25,11 @@ from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import POLICIES, SamplingParams, SpecSettings
-from specplay.errors import ConfigError, ModelError, SpecplayError, error_line
+from specplay.errors import ConfigError, ModelError, error_line
 from specplay.runner.thread import ModelThread
 from specplay.store import load_session
+from specplay.store.format import SessionError
+from specplay.store.replay import local_model
 from specplay.store.writer import SessionWriter
 from specplay.train.data import Windows, token_stream
 from specplay.train.exit_head import ExitHeadConfig, train_exit_head
@@ -386,17 +386,18 @@ def test_sessions_record_each_drafters_kind_and_parameters(tiny: TinyModels, kin
     assert models["exit"]["head"] is None and models["exit"]["target_layers"] == 2
     assert models["near"]["kind"] == "model" and len(models["near"]["weights_sha256"]) == 64
     assert "path" not in models["lookup"] and "path" not in models["exit"]  # nothing replays them as models
-    specs = {name: drafter_from_record(record) for name, record in models.items() if name != "target"}
-    assert specs == {
-        "near": ModelDrafter(str(tiny.near.resolve())),
-        "lookup": PromptLookup(1, 3),
-        "lookup5": PromptLookup(5, 5),
-        "exit": EarlyExit(1),
+    # A replay reads each record back as the drafter the run was given.
+    specs = {name: local_model(name, "drafter", record) for name, record in models.items() if name != "target"}
+    assert {name: (spec.kind, spec.location, dict(spec.params)) for name, spec in specs.items()} == {
+        "near": ("mlx", str(tiny.near.resolve()), {}),
+        "lookup": ("prompt-lookup", "", {"n_min": 1, "n_max": 3}),
+        "lookup5": ("prompt-lookup", "", {"n_min": 5, "n_max": 5}),
+        "exit": ("early-exit", "", {"layers": 1, "head": None}),
     }
     # Sessions from before drafter kinds name a model drafter by its folder.
-    assert drafter_from_record({"source": "x", "path": "/m"}) == ModelDrafter("/m")
-    with pytest.raises(SpecplayError, match="unknown drafter kind 'medusa'"):
-        drafter_from_record({"kind": "medusa"})
+    assert local_model("d", "drafter", {"source": "x", "path": "/m"}).location == "/m"
+    with pytest.raises(SessionError, match="a drafter of kind 'medusa', which this specplay does not know"):
+        local_model("d", "drafter", {"kind": "medusa"})
     assert kinds.drafter_kind("lookup") == "prompt-lookup" and kinds.drafter_kind("near") == "model"
 
 
@@ -417,7 +418,7 @@ def test_a_trained_exit_head_drafts_losslessly_and_is_checked(tiny: TinyModels, 
     head = backend.describe()["models"]["exit"]["head"]
     assert head["path"] == str((tmp_path / "head").resolve()) and len(head["sha256"]) == 64
     record = backend.describe()["models"]["exit"]
-    assert drafter_from_record(record) == EarlyExit(1, head=(tmp_path / "head").resolve())
+    assert local_model("exit", "drafter", record).params == {"layers": 1, "head": str((tmp_path / "head").resolve())}
 
     # Another target of the same width, or another exit layer, is refused in one line.
     with pytest.raises(ModelError, match="was trained on other target weights"):

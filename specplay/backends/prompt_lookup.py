@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-NGRAM_LIMIT = 16
-"""The longest n-gram looked up: beyond it a match is no likelier to continue, and the index grows."""
-
 
 def copy_after(tokens: Sequence[int], start: int, k: int) -> list[int]:
     """Up to k tokens read from `start` on, as if the proposal were already appended to `tokens`:

@@ -27,6 +27,7 @@ LOOKUP_N = (2, 4)
 """Default n range of prompt lookup: matches of 4 tokens down to 2 (on the demo models it drafted
 more usefully than vLLM's 5..5 and gained more than 1..3)."""
 LOOKUP_N_MAX = 16
+"""The longest n-gram looked up: beyond it a match is no likelier to continue, and the index grows."""
 
 
 def model_spec(name: str, role: Role, source: str, field: str) -> ModelSpec:

@@ -35,8 +35,8 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
     models = dict(backend["models"])
     target = models.pop(TARGET)
     if backend.get("backend") != "vllm":
-        drafters = tuple(_local(name, "drafter", m) for name, m in models.items())
-        return _local(TARGET, "target", target), drafters, VllmOptions()
+        drafters = tuple(local_model(name, "drafter", m) for name, m in models.items())
+        return local_model(TARGET, "target", target), drafters, VllmOptions()
     if backend.get("mode") == "native":  # speculating servers are routed to by name, as drafters are
         params = {"route": target["route"]} if "route" in target else {}
         baseline = backend.get("baseline")
@@ -45,7 +45,9 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
         return ModelSpec(TARGET, "target", "server", target["source"], params), servers, options
     # A drafter on this machine's MLX (mixed mode) has a folder; one on a server, an address.
     drafters = tuple(
-        _local(name, "drafter", m) if m.get("backend") == "mlx" else ModelSpec(name, "drafter", "server", m["source"])
+        local_model(name, "drafter", m)
+        if m.get("backend") == "mlx"
+        else ModelSpec(name, "drafter", "server", m["source"])
         for name, m in models.items()
     )
     options = VllmOptions(
@@ -56,10 +58,19 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
     return ModelSpec(TARGET, "target", "server", target["source"]), drafters, options
 
 
-def _local(name: str, role: Role, model: Mapping[str, Any]) -> ModelSpec:
+LOCAL_RECORD_KINDS = ("model", "gguf", "prompt-lookup", "early-exit")
+
+
+def local_model(name: str, role: Role, model: Mapping[str, Any]) -> ModelSpec:
     """A model this machine ran, from its identity: a folder (saved absolute), the GGUF file it was
-    converted from, or a drafter made from no model or from the target, with its parameters."""
+    converted from, or a drafter made from no model or from the target, with its parameters.
+    Records from before drafter kinds existed are models, named by their folder."""
     kind = model.get("kind", "model")
+    if kind not in LOCAL_RECORD_KINDS:
+        raise SessionError(
+            f"a session names a drafter of kind {kind!r}, which this specplay does not know (known: "
+            f"{', '.join(LOCAL_RECORD_KINDS)}); a newer specplay wrote it, or give the models with --target and --draft"
+        )
     if kind == "prompt-lookup":
         return ModelSpec(name, role, "prompt-lookup", "", {"n_min": int(model["n_min"]), "n_max": int(model["n_max"])})
     if kind == "early-exit":

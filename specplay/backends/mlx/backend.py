@@ -97,7 +97,7 @@ class MlxBackend:
 
     def describe(self) -> dict[str, Any]:
         """Backend and model identity for session files (paths and hashes; nothing secret). Each
-        drafter records its kind and parameters (drafters.drafter_from_record reads them back);
+        drafter records its kind and parameters (a replay reads them back);
         only a model drafter has a `path`, so nothing replays another kind as a model."""
         models: dict[str, Any] = {TARGET: folder_identity(self.target)}
         for name in self.drafters:

@@ -2,24 +2,20 @@
 
 `load_mlx_backend` takes each drafter as (name, spec); a plain string is a `ModelDrafter`. Every
 kind routes, drafts, verifies and commits through the same `Generation` calls, so the router and
-the live controls treat them alike. `drafter_record` is what sessions keep of a spec, and
-`drafter_from_record` reads it back for a replay.
+the live controls treat them alike. `drafter_record` is what sessions keep of a spec (a replay
+reads it back as the run configuration's model, in the store's replay module).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specplay.backends.prompt_lookup import NGRAM_LIMIT
-from specplay.errors import ConfigError, SpecplayError
+from specplay.config.models import EARLY_EXIT, LOOKUP_N, LOOKUP_N_MAX, PROMPT_LOOKUP
+from specplay.errors import ConfigError
 
 MODEL = "model"
-PROMPT_LOOKUP = "prompt-lookup"
-EARLY_EXIT = "early-exit"
-KINDS = (MODEL, PROMPT_LOOKUP, EARLY_EXIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +31,15 @@ class PromptLookup:
     """Proposes the tokens that followed the latest earlier occurrence of the context's last n tokens,
     n from n_max down to n_min; drafts nothing when none occurred. No weights, nothing to load."""
 
-    n_min: int = 2
-    n_max: int = 4
+    n_min: int = LOOKUP_N[0]
+    n_max: int = LOOKUP_N[1]
 
     def __post_init__(self) -> None:
-        if not 1 <= self.n_min <= self.n_max <= NGRAM_LIMIT:
+        if not 1 <= self.n_min <= self.n_max <= LOOKUP_N_MAX:
             raise ConfigError(
                 "draft",
                 f"prompt lookup's n-gram range {self.n_min}..{self.n_max} is invalid: "
-                f"it needs 1 <= n_min <= n_max <= {NGRAM_LIMIT}",
+                f"it needs 1 <= n_min <= n_max <= {LOOKUP_N_MAX}",
             )
 
 
@@ -101,23 +97,3 @@ def drafter_record(spec: DrafterSpec) -> dict[str, Any]:
     if isinstance(spec, EarlyExit):
         return {"kind": EARLY_EXIT, "layers": spec.layers, "head": str(spec.head) if spec.head else None}
     return {"kind": MODEL, "path": spec.path}
-
-
-def drafter_from_record(record: Mapping[str, Any]) -> DrafterSpec:
-    """The spec a session recorded (its drafter's entry in `describe()["models"]`). Records from
-    before drafter kinds existed are models, named by their folder."""
-    kind = record.get("kind", MODEL)
-    try:
-        if kind == PROMPT_LOOKUP:
-            return PromptLookup(int(record["n_min"]), int(record["n_max"]))
-        if kind == EARLY_EXIT:
-            head = record.get("head")
-            path = head.get("path") if isinstance(head, Mapping) else head
-            return EarlyExit(int(record["layers"]), Path(path) if path else None)
-        if kind == MODEL:
-            return ModelDrafter(str(record["path"]))
-    except ConfigError:
-        raise
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SpecplayError(f"a {kind} drafter's record is incomplete ({exc}); give the drafter again") from None
-    raise SpecplayError(f"unknown drafter kind {kind!r} (known: {', '.join(KINDS)}); a newer specplay wrote it")
