@@ -12,7 +12,7 @@ from typing import Any
 
 from specplay.bench.stats import median
 from specplay.bench.sweep import BenchConfig, Measurement
-from specplay.engine.speedup import predict, predict_modelled
+from specplay.engine.speedup import measured_speedup, predict, predict_modelled
 
 
 @dataclass
@@ -102,8 +102,8 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
                 tps[config.label],
                 median([m.e2e_ms for m in runs]),
             )
-            if target_tps and row.tokens_per_s and not (remote and config.mode == "speculative"):
-                row.speedup = row.tokens_per_s / target_tps
+            if not (remote and config.mode == "speculative"):  # remote: HTTP round trips, not a speed
+                row.speedup = measured_speedup(row.tokens_per_s, target_tps)
             theirs = median([m.mlx_lm_tokens_per_s for m in runs if m.mlx_lm_tokens_per_s])
             if theirs and row.tokens_per_s:
                 row.vs_mlx_lm = row.tokens_per_s / theirs

@@ -13,6 +13,7 @@ from rich.text import Text
 from specplay.display.palette import SOURCE_STYLES
 from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
+from specplay.engine.speedup import measured_speedup
 from specplay.store import LaneRecord
 
 
@@ -115,8 +116,8 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
     parts.append(record.done.finish_reason)
     if speed_measured and baseline is not None and baseline.done is not None:
         target_tps = baseline.done.metrics["tokens_per_s"]
-        if target_tps and m["tokens_per_s"]:
-            parts.append(f"target-only {target_tps:.1f} tokens/s, speedup {m['tokens_per_s'] / target_tps:.2f}x")
+        if (speedup := measured_speedup(m["tokens_per_s"], target_tps)) is not None:
+            parts.append(f"target-only {target_tps:.1f} tokens/s, speedup {speedup:.2f}x")
     return " · ".join(parts)
 
 

@@ -50,9 +50,7 @@ def summarize(session: Session) -> dict[str, Any]:
     from specplay.store.diff import token_diff
 
     if baseline is not None and baseline.token_ids:
-        tokens_per_s, target_tokens_per_s = metrics.get("tokens_per_s"), baseline.metrics.get("tokens_per_s")
-        if tokens_per_s and target_tokens_per_s and session.capabilities.wall_time_is_speed:
-            row["speedup"] = tokens_per_s / target_tokens_per_s
+        row["speedup"] = session.measured_speedup
         row["similarity_to_target"] = token_diff(lane.token_ids, baseline.token_ids).similarity
     return row
 

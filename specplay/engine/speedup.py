@@ -21,6 +21,12 @@ def alpha(num_accepted: float, num_judged: float) -> float | None:
     return num_accepted / num_judged if num_judged else None
 
 
+def measured_speedup(tokens_per_s: float | None, target_tokens_per_s: float | None) -> float | None:
+    """The speedup as measured: the speculative lane's tokens/s over the target-only lane's beside
+    it. Only where wall time is a speed (the caller knows: Capabilities.wall_time_is_speed)."""
+    return tokens_per_s / target_tokens_per_s if tokens_per_s and target_tokens_per_s else None
+
+
 def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
     """Leviathan et al. (2023): expected tokens per round, (1 - α^(k+1)) / (1 - α), over a round's
     cost in target steps, k c + 1, with c a draft step's cost over a target step's. At α = 1 the

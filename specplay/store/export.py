@@ -148,13 +148,11 @@ def _speedup(session: Session) -> str | None:
         return None
     if not session.capabilities.wall_time_is_speed:
         return "speedup vs target-only: not measured (the run's wall time was HTTP round trips)"
-    tokens_per_s, target_tokens_per_s = session.main.metrics.get("tokens_per_s"), baseline.metrics.get("tokens_per_s")
-    if not tokens_per_s or not target_tokens_per_s:
+    speedup = session.measured_speedup
+    if speedup is None:
         return None
-    return (
-        f"speedup vs target-only: {tokens_per_s / target_tokens_per_s:.2f}x "
-        f"({tokens_per_s:.1f} vs {target_tokens_per_s:.1f} tokens_per_s)"
-    )
+    tokens_per_s, target_tokens_per_s = session.main.metrics["tokens_per_s"], baseline.metrics["tokens_per_s"]
+    return f"speedup vs target-only: {speedup:.2f}x ({tokens_per_s:.1f} vs {target_tokens_per_s:.1f} tokens_per_s)"
 
 
 def _where(backend: dict[str, Any]) -> str:

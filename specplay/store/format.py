@@ -32,6 +32,7 @@ from specplay.engine.events import (
     Token,
 )
 from specplay.engine.settings import SpecSettings
+from specplay.engine.speedup import measured_speedup
 from specplay.errors import SpecplayError
 from specplay.store.codec import capabilities_from_header, decode_event, request_from_record
 from specplay.store.schema import SchemaError, build
@@ -130,6 +131,13 @@ class Session:
     def main(self) -> LaneRecord:
         """The lane the run was about: the first one."""
         return self.lanes[self.header["lanes"][0]]
+
+    @property
+    def measured_speedup(self) -> float | None:
+        """The main lane's tokens/s over the target-only lane's, where the run's wall time was a speed."""
+        if self.baseline is None or not self.capabilities.wall_time_is_speed:
+            return None
+        return measured_speedup(self.main.metrics.get("tokens_per_s"), self.baseline.metrics.get("tokens_per_s"))
 
     @property
     def baseline(self) -> LaneRecord | None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
 from specplay.engine.metrics import Metrics
-from specplay.engine.speedup import Prediction, alpha, predict, predict_modelled
+from specplay.engine.speedup import Prediction, alpha, measured_speedup, predict, predict_modelled
 
 
 @dataclass
@@ -123,6 +123,5 @@ def compare(speculative: LaneTally, target: LaneTally | None) -> Comparison:
     metrics = speculative.spec.to_dict()
     if target is None:
         return Comparison(None, predict_modelled(metrics))
-    spec_tps, target_tps = speculative.tokens_per_s, target.tokens_per_s
-    speedup = spec_tps / target_tps if spec_tps and target_tps else None
+    speedup = measured_speedup(speculative.tokens_per_s, target.tokens_per_s)
     return Comparison(speedup, predict(metrics, target.mean_step_ms))
