@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -56,11 +56,10 @@ from specplay.backends.vllm.topk import (
     residual_error_bound,
     tv_bracket,
 )
+from specplay.config.run import Strategy
 from specplay.engine.backend import VerifiedDraft
 from specplay.engine.settings import SamplingParams
 
-Strategy = Literal["auto", "prompt-logprobs", "prefixes"]
-STRATEGIES: tuple[Strategy, ...] = ("auto", "prompt-logprobs", "prefixes")
 LONG_CONTEXT = 2048
 """From this many context tokens `auto` verifies by prefixes, which keeps vLLM's prefix cache."""
 STREAM_CHUNK = 256  # tokens asked for per streamed request in target-only and draft-only runs
