@@ -151,3 +151,45 @@ def test_a_server_that_streams_no_token_ids_is_a_clear_error(native: FakeVllm, m
     )
     with pytest.raises(VllmError, match=r"streamed no token_ids; it needs vLLM 0\.10\.2"):
         _events(native.url, 4)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"per_step_accepted": [3, 1]}, "per_step_accepted"),  # 3 accepted of 2 drafted
+        ({"per_step_accepted": [1]}, "per_step_accepted"),  # shorter than per_step_drafted
+        ({"per_step_drafted": "2,2"}, "per_step_accepted"),
+        ({"num_spec_tokens": -1}, "num_spec_tokens"),
+        ({"num_draft_tokens": True}, "num_draft_tokens"),
+        ({"mean_acceptance_length": float("nan")}, "mean_acceptance_length"),
+        ({"draft_acceptance_rate": "high"}, "draft_acceptance_rate"),
+    ],
+)
+def test_the_servers_speculation_metrics_are_checked(change: dict[str, object], field: str) -> None:
+    from specplay.backends.vllm.errors import VllmError
+    from specplay.backends.vllm.native import speculative_metrics
+
+    good = {"num_spec_tokens": 2, "num_spec_steps": 2, "num_draft_tokens": 4, "num_accepted_draft_tokens": 3}
+    good |= {"mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.75, "acceptance_histogram": [0, 1, 1]}
+    good |= {"per_step_accepted": [2, 1], "per_step_drafted": [2, 2], "unknown": float("nan")}
+    kept = speculative_metrics(good, "server 'x'")
+    assert "unknown" not in kept and "acceptance_histogram" not in kept and kept["per_step_accepted"] == [2, 1]
+    with pytest.raises(VllmError, match=f"server 'x' sent metrics.speculative_decoding.{field} that is not"):
+        speculative_metrics(good | change, "server 'x'")
+
+
+def test_counters_that_are_not_finite_or_have_odd_positions_are_skipped() -> None:
+    from specplay.backends.vllm.native import PER_POSITION, parse_prometheus
+
+    text = "\n".join(
+        [
+            'vllm:spec_decode_num_drafts_total{engine="0"} NaN',
+            'vllm:spec_decode_num_draft_tokens_total{engine="0"} +Inf',
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 7',
+            f'{PER_POSITION}{{engine="0",position="0"}} 5',
+            f'{PER_POSITION}{{engine="1",position="0"}} 1',
+            f'{PER_POSITION}{{engine="0",position="x"}} 9',
+            f'{PER_POSITION}{{engine="0",position="²"}} 9',
+        ]
+    )
+    assert parse_prometheus(text) == {"vllm:spec_decode_num_accepted_tokens_total": 7.0, f"{PER_POSITION}[0]": 6.0}

@@ -10,12 +10,14 @@ requests ran meanwhile.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import served_model, server_version
+from specplay.backends.vllm.errors import VllmError
 from specplay.engine.events import Source
 
 SPEC_COUNTERS = (
@@ -59,7 +61,8 @@ def chunk_guess(size: int, k: int | None, first: bool) -> list[Source]:
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """Counters summed over the `engine` label (labels parsed by name, whatever their order);
-    per-position acceptance keyed as `name[position]`."""
+    per-position acceptance keyed as `name[position]`. Samples that are not finite numbers, or
+    whose position is not a whole number, are skipped: a counter specplay cannot use."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -73,8 +76,49 @@ def parse_prometheus(text: str) -> dict[str, float]:
         except ValueError:
             continue
         position = dict(_LABEL.findall(labels or "")).get("position")
-        key = f"{name}[{position}]" if position is not None else name
+        if not math.isfinite(number) or (position is not None and not (position.isascii() and position.isdigit())):
+            continue
+        key = f"{name}[{int(position)}]" if position is not None else name
         out[key] = out.get(key, 0.0) + number
+    return out
+
+
+_COUNTS = ("num_spec_tokens", "num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens")
+_RATES = ("mean_acceptance_length", "draft_acceptance_rate")
+_PER_STEP = ("per_step_accepted", "per_step_drafted")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def speculative_metrics(value: Any, where: str) -> dict[str, Any]:
+    """A response's metrics.speculative_decoding, only the fields specplay reads and each checked
+    (sessions keep it, and recolouring trusts the per-step arrays); one VllmError otherwise."""
+
+    def wrong(field: str, what: str) -> VllmError:
+        return VllmError(f"{where} sent metrics.speculative_decoding.{field} that is not {what}; is it a vLLM server?")
+
+    if not isinstance(value, dict):
+        raise wrong("", "an object")
+    out: dict[str, Any] = {}
+    for field in _COUNTS:
+        if value.get(field) is not None:
+            if not _count(value[field]):
+                raise wrong(field, "a whole number of 0 or more")
+            out[field] = value[field]
+    for field in _RATES:
+        if value.get(field) is not None:
+            number = value[field]
+            if isinstance(number, bool) or not isinstance(number, int | float) or not 0 <= number < math.inf:
+                raise wrong(field, "a finite number of 0 or more")
+            out[field] = float(number)
+    accepted, drafted = value.get(_PER_STEP[0]), value.get(_PER_STEP[1])
+    if accepted is not None or drafted is not None:
+        lists = isinstance(accepted, list) and isinstance(drafted, list) and len(accepted) == len(drafted)
+        if not lists or not all(_count(a) and _count(d) and a <= d for a, d in zip(accepted, drafted, strict=True)):
+            raise wrong("per_step_accepted", "a list as long as per_step_drafted, each step accepting 0 to its drafts")
+        out |= {_PER_STEP[0]: list(accepted), _PER_STEP[1]: list(drafted)}
     return out
 
 

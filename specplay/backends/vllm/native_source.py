@@ -30,6 +30,7 @@ from specplay.backends.vllm.native import (
     counter_delta,
     parse_prometheus,
     recolour,
+    speculative_metrics,
 )
 from specplay.backends.vllm.protocol import completion_body, stream_choices
 from specplay.backends.vllm.remote import RemoteModel
@@ -113,8 +114,8 @@ def _read(
                 return
             choices = stream_choices(event, model.where)
             metrics = event.get("metrics")
-            if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-                ended.spec = metrics["speculative_decoding"]
+            if isinstance(metrics, dict) and metrics.get("speculative_decoding") is not None:
+                ended.spec = speculative_metrics(metrics["speculative_decoding"], model.where)
             for choice in choices:
                 if choice.token_ids is None and choice.text:
                     raise VllmError(f"{model.where} streamed no token_ids; it needs vLLM 0.10.2 or later")
