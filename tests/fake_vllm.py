@@ -278,6 +278,15 @@ class FakeVllm:
         """(choices, metrics, chunks of ids per choice-0 step for streaming)."""
         self._check(body)
         prompts = self.prompts(body)
+        asked = int(body.get("max_tokens") or 16)
+        for prompt in prompts:  # vLLM refuses what would run past the context, as this server does
+            if len(prompt) + asked > self.max_model_len:
+                raise BadRequest(
+                    f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                    f"{len(prompt) + asked} tokens ({len(prompt)} in the messages, {asked} in the completion). "
+                    "Please reduce the length of the messages or completion.",
+                    "input_tokens",
+                )
         seed = body.get("seed")
         n = max(1, int(body.get("n") or 1))
         seeds = [None if seed is None else int(seed) + j for j in range(n)]

@@ -193,3 +193,17 @@ def test_counters_that_are_not_finite_or_have_odd_positions_are_skipped() -> Non
         ]
     )
     assert parse_prometheus(text) == {"vllm:spec_decode_num_accepted_tokens_total": 7.0, f"{PER_POSITION}[0]": 6.0}
+
+
+def test_native_output_stops_where_the_servers_context_ends(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Asked for more than fits, the run ends at the context ("length"), as a local run does,
+    instead of in the server's HTTP 400."""
+    server = FakeVllm(tiny.target, "target", native_draft=tiny.near, native_k=2, max_model_len=40)
+    try:
+        events = _events(server.url, 4000)
+        finished = events[-1]
+        prompt = events[0]
+        assert isinstance(prompt, StartEvent) and isinstance(finished, DoneEvent)
+        assert finished.finish_reason == "length" and len(prompt.prompt_token_ids) + len(finished.token_ids) == 40
+    finally:
+        server.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specplay.backends.vllm.backend import VllmBackend, connect_vllm_backend
@@ -192,7 +192,11 @@ class NativeSource:
     def generate(self, request: Request, controls: LiveControls, clock: Clock | None = None) -> Iterator[Event]:
         """Speculative on the server the route picks; target-only on the baseline server."""
         clock = clock or self.clock
-        check_context(len(request.prompt_token_ids), min(s.max_model_len or 1 << 62 for s in self.servers.values()))
+        lengths = [s.max_model_len for s in self.servers.values() if s.max_model_len]
+        context = min(lengths) if lengths else None
+        check_context(len(request.prompt_token_ids), context)
+        if context is not None:  # as the engine does: the output stops where the context ends, not in an HTTP 400
+            request = replace(request, max_tokens=min(request.max_tokens, context - len(request.prompt_token_ids)))
         if request.mode not in self.capabilities.modes:
             raise ConfigError("mode", f"{request.mode} cannot run in native mode: {NATIVE_FIXED}")
         if request.mode == "target":
