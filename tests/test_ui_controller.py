@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_vllm import FakeVllm
 
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
@@ -18,7 +20,7 @@ from specplay.runner.host import ModelHost
 from specplay.store import load_session
 from specplay.ui.controller import Playground
 from tests.conftest import CODE_PROMPT, TinyModels
-from tests.ui_helpers import mlx_config
+from tests.ui_helpers import mlx_config, server_config
 
 
 class Screen:
@@ -60,6 +62,9 @@ class Screen:
 
     def redraw(self, full: bool) -> None:
         self.calls.append(("redraw", full))
+
+    def show_token_texts(self) -> None:
+        self.calls.append(("token_texts", None))
 
     def said(self, kind: str) -> list[Any]:
         return [value for name, value in self.calls if name == kind]
@@ -208,3 +213,25 @@ def test_a_disk_full_before_the_header_leaves_no_empty_session(tmp_path: Path, m
     with pytest.raises(SessionError, match="No space left on device"):
         writer.SessionWriter(tmp_path, "p", [1], ["speculative"], {}, {}, Capabilities())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_servers_token_texts_never_hold_up_the_ui(servers: tuple[FakeVllm, FakeVllm], tmp_path: Path) -> None:
+    """Drilling into a token asks a remote tokenizer: the view gets the id at once and the text
+    when it arrives, never a wait on an HTTP round trip."""
+    target, near = servers
+    config = server_config(target.url, {"near": near.url}, tmp_path)
+    host = ModelHost(config)
+    arrived = threading.Event()
+    host.on_decoded = arrived.set
+    loaded = threading.Event()
+    host.load(lambda *_: loaded.set())
+    try:
+        assert loaded.wait(30) and host.source is not None
+        assert not host.source.capabilities.local_token_text
+        token_id = host.source.encode("def", raw=True)[0]
+        assert host.decode(token_id) == f"<{token_id}>"  # not yet known: the request is on its way
+        assert arrived.wait(30)
+        text = host.decode(token_id)
+        assert text == host.source.token_text(token_id) and text and "def".startswith(text)
+    finally:
+        host.close()

@@ -27,6 +27,9 @@ class Capabilities:
     """Lanes side by side take turns event by event, each timed by its own turns (their models
     share this machine's time). False: a server streams each lane in its own time, and reading
     one while another waits would time the wait, so lanes run one after the other."""
+    local_token_text: bool = True
+    """`token_text` answers from a tokenizer on this machine. False: a token not seen before is a
+    request to a server, which a view must not wait for."""
     recolours: bool = False
     """Token sources are a guess until the run ends, when a RecolourEvent corrects them: a printed
     transcript waits for it (a live view recolours)."""

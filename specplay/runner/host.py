@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from specplay.backends import open_source, thread_cleanup
@@ -19,6 +19,7 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.request import Request
 from specplay.engine.source import EventSource
+from specplay.errors import SpecplayError
 from specplay.runner.lanes import LaneClock, side_by_side
 from specplay.runner.thread import ModelThread
 
@@ -39,6 +40,11 @@ class ModelHost:
         self.source: EventSource | None = None
         self._clock = clock
         self.thread = ModelThread(on_exit=self._release)
+        self.on_decoded: Callable[[], None] | None = None
+        """Called from a background thread when a server's token text arrives (see `decode`)."""
+        self._texts: dict[int, str] = {}
+        self._asked: set[int] = set()
+        self._decoder: ThreadPoolExecutor | None = None
 
     def _release(self) -> None:
         """On the model thread, as it ends."""
@@ -103,12 +109,36 @@ class ModelHost:
         self.thread.submit(run).add_done_callback(finished)
 
     def close(self) -> None:
+        if self._decoder is not None:
+            self._decoder.shutdown(wait=False, cancel_futures=True)
         self.thread.close()
 
     def decode(self, token_id: int) -> str:
         """One token's text, for drill-down views; called on the UI thread (waiting for the model
-        thread would mean waiting for the run to end)."""
-        return self.source.token_text(token_id) if self.source is not None else f"<{token_id}>"
+        thread would mean waiting for the run to end). From a local tokenizer at once; from a
+        server's, the text when known, else `<id>` while a background thread asks the server
+        (then `on_decoded` is called, on that thread, for the view to show it)."""
+        source = self.source
+        if source is None:
+            return f"<{token_id}>"
+        if source.capabilities.local_token_text:
+            return source.token_text(token_id)
+        if (text := self._texts.get(token_id)) is not None:
+            return text
+        if token_id not in self._asked:
+            self._asked.add(token_id)
+            if self._decoder is None:
+                self._decoder = ThreadPoolExecutor(1, thread_name_prefix="specplay-decode")
+            self._decoder.submit(self._fetch_text, source, token_id)
+        return f"<{token_id}>"
+
+    def _fetch_text(self, source: EventSource, token_id: int) -> None:
+        try:
+            self._texts[token_id] = source.token_text(token_id)
+        except SpecplayError:  # an unreachable server: the view keeps showing the id
+            return
+        if self.on_decoded is not None:
+            self.on_decoded()
 
 
 def _in_turn(lanes: Mapping[str, tuple[LaneClock, Iterator[Event]]]) -> Iterator[tuple[str, Event]]:

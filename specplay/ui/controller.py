@@ -74,6 +74,10 @@ class View(Protocol):
         """Show what was added; `full`: the whole texts, to scroll back and pick tokens."""
         ...
 
+    def show_token_texts(self) -> None:
+        """Token texts a server was asked for have arrived: show the drill-down again."""
+        ...
+
 
 class Playground:
     """The state of the playground between the app's frames."""
@@ -88,6 +92,7 @@ class Playground:
     ) -> None:
         """`schedule(fn)` runs fn on the UI thread soon; callable from any thread."""
         self.config, self.host, self.view, self.schedule = config, host, view, schedule
+        host.on_decoded = lambda: schedule(view.show_token_texts)
         self.settings = config.settings
         """What the controls say now: the next run starts with it."""
         self.seed = config.request.seed

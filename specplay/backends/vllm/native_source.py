@@ -151,6 +151,7 @@ class NativeSource:
             fixed_by=NATIVE_FIXED,
             modes=("speculative", "target") if baseline is not None else ("speculative",),
             lanes_take_turns=False,
+            local_token_text=False,
             recolours=True,
         )
         self.router = router or CodeProseRouter()

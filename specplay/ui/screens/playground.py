@@ -139,6 +139,9 @@ class PlaygroundScreen(Screen[None]):
             self.query_one(DraftTape).add(event, drafted_text)
         self._dirty = True
 
+    def show_token_texts(self) -> None:
+        self.query_one(Inspector).refresh_texts(self.playground.host.decode)
+
     def redraw(self, full: bool) -> None:
         self._dirty = True
         self._redraw()

@@ -100,3 +100,8 @@ class Inspector(Static):
     def show(self, pick: Pick | None, decode: Decode) -> None:
         self.pick = pick
         self.update(self.hint() if pick is None else describe(pick, decode))
+
+    def refresh_texts(self, decode: Decode) -> None:
+        """The same pick again, with token texts that were still on their way."""
+        if self.pick is not None:
+            self.update(describe(self.pick, decode))
