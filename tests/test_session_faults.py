@@ -187,3 +187,13 @@ def test_fuzzed_sessions_load_or_fail_in_one_line(
         _use(session)
     except SpecplayError as error:
         assert "\n" not in str(error)
+
+
+def test_a_sessions_folder_that_is_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "sessions"
+    blocker.write_text("not a folder")
+    for command in (["sessions"], ["run", "--replay", "abc"], ["tui", "--open", "abc"]):
+        assert main([*command, "--sessions-dir", str(blocker)]) == 2, command
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"the sessions folder {blocker} is a file, not a folder" in err, err
+    assert main(["sessions", "--sessions-dir", str(tmp_path / "none-yet")]) == 0  # no folder: no sessions yet

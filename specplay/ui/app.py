@@ -20,7 +20,7 @@ from textual.widgets import Select
 
 from specplay.config.run import RunConfig
 from specplay.runner.host import ModelHost
-from specplay.store import list_session_files
+from specplay.store import SessionError, list_session_files
 from specplay.ui.controller import Playground
 from specplay.ui.messages import Call
 from specplay.ui.screens.playground import PlaygroundScreen
@@ -131,8 +131,11 @@ class PlaygroundApp(App[None]):
                 "Its prompt, seed and settings, on the loaded models",
                 self.action_rerun_session,
             )
-        directory = self.playground.config.sessions_dir
-        for path in reversed(list_session_files(directory)[-RECENT_SESSIONS:]):
+        try:
+            recent = list_session_files(self.playground.config.sessions_dir)[-RECENT_SESSIONS:]
+        except SessionError:  # an unreadable folder offers none; saving says why, in the status line
+            recent = []
+        for path in reversed(recent):
             yield SystemCommand(
                 f"Open session {path.stem}",
                 "Show a saved session read-only",
