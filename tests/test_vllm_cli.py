@@ -293,3 +293,40 @@ def test_credentials_in_an_address_are_sent_never_written(
     (session,) = tmp_path.glob("*.jsonl")
     assert "s3cret" not in session.read_text() and "s3cret" not in out + err
     assert json.loads(out)["token_ids"]
+
+
+def test_a_second_ctrl_c_quits_while_a_server_is_slow_to_answer(tiny: TinyModels, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The first Ctrl-C stops the run at the end of its round, which waits on the server's reply;
+    the second quits at once, the session kept as incomplete."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from specplay.store import load_session
+
+    target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
+    try:
+        target.fault = Fault("slow", after=6, delay_s=60.0)
+        urls = ["--backend", "vllm", "--target-url", target.url, "--draft-url", f"near={near.url}"]
+        args = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "200", "--ignore-eos", "--save"]
+        command = [sys.executable, "-m", "specplay", "run", *urls, *args, "--sessions-dir", str(tmp_path)]
+        run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while target.num_completions <= 6:  # the slow answer has begun
+            assert time.monotonic() < deadline and run.poll() is None, "the run never reached the slow answer"
+            time.sleep(0.05)
+        run.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        assert run.poll() is None  # still waiting for the round to end
+        run.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        assert run.wait(timeout=30) == 130 and time.monotonic() - started < 10
+        err = run.stderr.read() if run.stderr else ""
+        assert "Ctrl-C again quits at once" in err and "Traceback" not in err, err
+        session = load_session(next(tmp_path.glob("*.jsonl")))
+        assert not session.complete and session.main.token_ids
+    finally:
+        target.fault = None
+        target.close()
+        near.close()

@@ -73,9 +73,23 @@ def run(args: argparse.Namespace) -> int:
         warn(message)
     thread = ModelThread(on_exit=thread_cleanup(config))
     try:
-        return _run(thread, config, args)
-    finally:
+        code = _run(thread, config, args)
+    except KeyboardInterrupt:
+        thread.close(wait_s=QUIT_WAIT_S)  # a model thread waiting on a server's reply is left behind
+        raise
+    except BaseException:
         thread.close()
+        raise
+    thread.close()
+    return code
+
+
+QUIT_WAIT_S = 2.0
+"""After a second Ctrl-C, how long the model thread may take to finish before the process ends anyway."""
+
+
+def _stopping() -> None:
+    warn("stopping at the end of this round; Ctrl-C again quits at once (the session is kept, incomplete)")
 
 
 def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> int:
@@ -98,7 +112,7 @@ def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> in
                 console.print(f"--- sample seed {seed} ---", style="dim")
             printer = _Printer(console, live=not args.json and not caps.recolours)
             result = run_sample(
-                thread, source, config, request, printer.take, args.save, not args.no_baseline, identity
+                thread, source, config, request, printer.take, args.save, not args.no_baseline, identity, _stopping
             )
             if args.json:
                 session = str(result.session) if result.session else None
@@ -107,8 +121,12 @@ def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> in
                 _finish(console, result, caps.wall_time_is_speed, caps.recolours)
             if result.cancelled:
                 return 130
-    finally:
+    except KeyboardInterrupt:
+        raise  # the second Ctrl-C: closing would queue behind a model thread that may wait on a server
+    except BaseException:
         thread.call(source.close)
+        raise
+    thread.call(source.close)
     return 0
 
 

@@ -66,10 +66,12 @@ def run_sample(
     save: bool,
     baseline: bool,
     identity: dict[str, Any] | None = None,
+    on_interrupt: Callable[[], None] = lambda: None,
 ) -> SampleRun:
     """The requested lane, then, when saving a speculative run with `baseline`, its target-only
     comparison. Ctrl-C asks the run to stop at its next round and keeps what it made (saved as
-    incomplete); `identity` is the source's description, asked once per run by the caller."""
+    incomplete), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt at once (the
+    session stays, incomplete). `identity` is the source's description, asked once per run."""
     lanes = [request.mode]
     if save and baseline and request.mode == "speculative" and source.capabilities.baseline:
         lanes.append("target")
@@ -80,10 +82,10 @@ def run_sample(
         writer = open_writer(config, spec, ids, lanes, identity or {}, source.capabilities, source.route_map)
     try:
         controls = LiveControls(config.settings, source.drafters)
-        run = SampleRun(stream_lane(thread, source, request, controls, on_event, writer), None, None)
+        run = SampleRun(stream_lane(thread, source, request, controls, on_event, writer, on_interrupt), None, None)
         if lanes[1:] and not run.cancelled:
-            target_only = replace(request, mode="target")
-            run.baseline = stream_lane(thread, source, target_only, LiveControls(config.settings), on_event, writer)
+            target_only, baseline_controls = replace(request, mode="target"), LiveControls(config.settings)
+            run.baseline = stream_lane(thread, source, target_only, baseline_controls, on_event, writer, on_interrupt)
         run.session = writer.finalize() if writer is not None else None
         return run
     finally:
@@ -98,9 +100,11 @@ def stream_lane(
     controls: LiveControls,
     on_event: OnEvent,
     writer: SessionWriter | None,
+    on_interrupt: Callable[[], None] = lambda: None,
 ) -> LaneRecord:
     """One generation's events, made on the model thread; each goes to `on_event` and the session
-    as it comes. Ctrl-C asks the run to stop at its next round; its last events are still read."""
+    as it comes. Ctrl-C asks the run to stop at its next round, whose last events are still read;
+    a second one does not wait for them (a server may be slow to answer)."""
     record = LaneRecord(request.mode)
     events = thread.stream(lambda: source.generate(request, controls))
     while True:
@@ -112,7 +116,10 @@ def stream_lane(
                 on_event(request.mode, event)
             return record
         except KeyboardInterrupt:
+            if controls.stop_requested:
+                raise
             controls.request_stop()  # the engine ends at the next round; keep reading its last events
+            on_interrupt()
         except BaseException:
             controls.request_stop()  # a session that cannot be written: the model thread stops too
             raise

@@ -51,6 +51,7 @@ class ModelThread:
         """`on_exit` runs on the thread as it ends, to release what the thread owns."""
         self._on_exit = on_exit
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._closing = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -91,6 +92,10 @@ class ModelThread:
         self._jobs.put(job)
         return stream
 
-    def close(self) -> None:
-        self._jobs.put(None)
-        self._thread.join()
+    def close(self, wait_s: float | None = None) -> None:
+        """End the thread after its queued jobs; wait for it at most `wait_s` (None: until it ends).
+        A job stuck on a server's reply is left behind with a bound: the thread is a daemon."""
+        if not self._closing:
+            self._closing = True
+            self._jobs.put(None)
+        self._thread.join(wait_s)
