@@ -25,6 +25,9 @@ from specplay.runner.thread import ModelThread
 
 LANES = ("speculative", "target")
 """Session lane order: the speculative lane first, then its target-only comparison."""
+CLOSE_WAIT_S = 5.0
+"""Quitting waits this long for the model thread (a run stops at its next round); one stuck on a
+server's reply is left behind, so the playground never hangs on its way out."""
 DRAFT_LANE = "draft"
 """The optional third lane: the routed drafter alone."""
 
@@ -111,7 +114,7 @@ class ModelHost:
     def close(self) -> None:
         if self._decoder is not None:
             self._decoder.shutdown(wait=False, cancel_futures=True)
-        self.thread.close()
+        self.thread.close(wait_s=CLOSE_WAIT_S)
 
     def decode(self, token_id: int) -> str:
         """One token's text, for drill-down views; called on the UI thread (waiting for the model
