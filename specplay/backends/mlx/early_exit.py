@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -125,9 +126,12 @@ def check_layers(layers: int, split: LayerSplit, label: str) -> None:
 
 
 def save_exit_head(out: Path, head: ExitHead, layers: int, record: Mapping[str, Any] | None = None) -> None:
-    """`out`/exit_head.safetensors and exit_head.json (what the head is, and for which target)."""
+    """`out`/exit_head.safetensors and exit_head.json (what the head is, and for which target),
+    each written beside and renamed into place: a killed save leaves the old head or none."""
     out.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(out / HEAD_WEIGHTS), dict(tree_flatten(head.parameters())), metadata={"format": "mlx"})
+    partial = out / f".{os.getpid()}.tmp.{HEAD_WEIGHTS}"
+    mx.save_safetensors(str(partial), dict(tree_flatten(head.parameters())), metadata={"format": "mlx"})
+    os.replace(partial, out / HEAD_WEIGHTS)
     config = {
         "format": HEAD_FORMAT,
         "version": 1,
@@ -136,7 +140,9 @@ def save_exit_head(out: Path, head: ExitHead, layers: int, record: Mapping[str, 
         "mlp_size": head.mlp_size,
         **(record or {}),
     }
-    (out / HEAD_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    partial = out / f".{os.getpid()}.tmp.{HEAD_CONFIG}"
+    partial.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(partial, out / HEAD_CONFIG)
 
 
 def load_exit_head(folder: Path, layers: int, split: LayerSplit, target_identity: Mapping[str, str]) -> ExitHead:
