@@ -106,11 +106,19 @@ def test_connect_checks_max_logprobs(tiny) -> None:  # type: ignore[no-untyped-d
         server.close()
 
 
-def test_connect_checks_tokenizers_agree(tiny, servers: tuple[FakeVllm, FakeVllm]) -> None:  # type: ignore[no-untyped-def]
+def test_connect_checks_tokenizers_agree_and_closes_what_it_opened(
+    tiny, servers: tuple[FakeVllm, FakeVllm], monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from specplay.backends.vllm.client import VllmClient
+
+    closed: list[str] = []
+    original = VllmClient.close
+    monkeypatch.setattr(VllmClient, "close", lambda self: (closed.append(self.name), original(self))[1])
     other = FakeVllm(tiny.other_vocab, "other")
     try:
         with pytest.raises(VllmError, match="does not tokenize like"):
             connect_vllm_backend(servers[0].url, [("other", other.url)])
+        assert sorted(closed) == ["other", "target"]  # a refused connection leaves no client open
     finally:
         other.close()
 

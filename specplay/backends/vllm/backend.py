@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -112,24 +113,32 @@ def connect_vllm_backend(
     exact_correction: bool = False,
     auth: Mapping[str, tuple[str, str]] | None = None,
 ) -> VllmBackend:
-    """Connect and check every server; load local MLX drafters (call on the MLX thread if any)."""
+    """Connect and check every server; load local MLX drafters (call on the MLX thread if any).
+    A refusal closes the connections made before it."""
     target_url = server_root(target_url)
     logins = dict(auth or {})  # server root -> (user, password) the address held
-    client = VllmClient(TARGET, target_url, api_key, timeout_s, auth=logins.get(target_url))
-    target = connect(client, top_logprobs, is_target=True)
-    remote = {
-        name: connect(VllmClient(name, root, api_key, timeout_s, auth=logins.get(root)), top_logprobs, is_target=False)
-        for name, root in ((name, server_root(url, "draft_url")) for name, url in remote_drafters)
-    }
-    local: dict[str, LocalDrafter] = {}
-    if local_drafters:
-        from specplay.backends.mlx.loading import load_model
+    with contextlib.ExitStack() as opened:
 
-        local = {name: LocalDrafter(load_model(name, path)) for name, path in local_drafters}
-    ids = {f"target ({target_url})": tokenize(target.client, target.model, PROBE_TEXT)}
-    ids |= {
-        f"drafter {name!r} ({m.client.root})": tokenize(m.client, m.model, PROBE_TEXT) for name, m in remote.items()
-    }
-    ids |= {f"drafter {name!r} (local)": list(d.loaded.tokenizer.encode(PROBE_TEXT)) for name, d in local.items()}
-    check_same_tokens(ids)
+        def client(name: str, root: str) -> VllmClient:
+            made = VllmClient(name, root, api_key, timeout_s, auth=logins.get(root))
+            opened.callback(made.close)
+            return made
+
+        target = connect(client(TARGET, target_url), top_logprobs, is_target=True)
+        remote = {
+            name: connect(client(name, root), top_logprobs, is_target=False)
+            for name, root in ((name, server_root(url, "draft_url")) for name, url in remote_drafters)
+        }
+        local: dict[str, LocalDrafter] = {}
+        if local_drafters:
+            from specplay.backends.mlx.loading import load_model
+
+            local = {name: LocalDrafter(load_model(name, path)) for name, path in local_drafters}
+        ids = {f"target ({target_url})": tokenize(target.client, target.model, PROBE_TEXT)}
+        ids |= {
+            f"drafter {name!r} ({m.client.root})": tokenize(m.client, m.model, PROBE_TEXT) for name, m in remote.items()
+        }
+        ids |= {f"drafter {name!r} (local)": list(d.loaded.tokenizer.encode(PROBE_TEXT)) for name, d in local.items()}
+        check_same_tokens(ids)
+        opened.pop_all()  # connected: the backend closes them
     return VllmBackend(target, remote, local, strategy, exact_correction)

@@ -11,6 +11,7 @@ reports none. A plain server of the same target, read the same way, gives the ta
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -332,18 +333,23 @@ def connect_native(
     `route_map` sends router classes to servers."""
     urls = [(route, server_root(target_url)), *((name, server_root(url, "draft_url")) for name, url in more)]
     logins = dict(auth or {})
-    servers = {
-        name: NativeServer(VllmClient(name, url, api_key, timeout_s, auth=logins.get(url))) for name, url in urls
-    }
-    ids = {
-        f"native server {name!r} ({s.client.root})": tokenize(s.client, s.model, PROBE_TEXT)
-        for name, s in servers.items()
-    }
-    baseline = None
-    if baseline_url is not None:
-        root = server_root(baseline_url, "baseline_url")
-        baseline = connect_vllm_backend(root, api_key=api_key, timeout_s=timeout_s, auth=logins)
-        target = baseline.target
-        ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
-    check_same_tokens(ids)
+    with contextlib.ExitStack() as opened:  # a refusal closes the connections made before it
+        servers: dict[str, NativeServer] = {}
+        for name, url in urls:
+            client = VllmClient(name, url, api_key, timeout_s, auth=logins.get(url))
+            opened.callback(client.close)
+            servers[name] = NativeServer(client)
+        ids = {
+            f"native server {name!r} ({s.client.root})": tokenize(s.client, s.model, PROBE_TEXT)
+            for name, s in servers.items()
+        }
+        baseline = None
+        if baseline_url is not None:
+            root = server_root(baseline_url, "baseline_url")
+            baseline = connect_vllm_backend(root, api_key=api_key, timeout_s=timeout_s, auth=logins)
+            opened.callback(baseline.close)
+            target = baseline.target
+            ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
+        check_same_tokens(ids)
+        opened.pop_all()  # connected: the source closes them
     return NativeSource(servers, baseline, route_map=route_map)
