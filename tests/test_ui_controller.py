@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fake_vllm import FakeVllm
 
+from specplay.config.run import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
 from specplay.engine.settings import SpecSettings
@@ -73,9 +74,9 @@ class Screen:
 class Harness:
     """The controller on the tiny models, with the UI thread's queue pumped by the test."""
 
-    def __init__(self, tiny: TinyModels, sessions: Path, **request: Any) -> None:
+    def __init__(self, tiny: TinyModels, sessions: Path, config: RunConfig | None = None, **request: Any) -> None:
         self.scheduled: queue.Queue[Callable[[], None]] = queue.Queue()
-        config = mlx_config(tiny, sessions, **request)
+        config = config or mlx_config(tiny, sessions, **request)
         self.screen = Screen(CODE_PROMPT)
         self.playground = Playground(config, ModelHost(config), self.screen, self.scheduled.put)
 
@@ -164,9 +165,15 @@ def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tin
     assert playground.rerun_session() and playground.settings == settings
 
 
+@pytest.mark.parametrize("backend", ["mlx", "vllm"])
 def test_a_full_disk_mid_run_stops_saving_not_the_run(
-    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny: TinyModels,
+    servers: tuple[FakeVllm, FakeVllm],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
 ) -> None:
+    """The other lane's start must not open a second session once the first could not be written."""
     import errno
 
     from specplay.store import writer
@@ -176,12 +183,14 @@ def test_a_full_disk_mid_run_stops_saving_not_the_run(
 
     def filling(self: writer.SessionWriter, record: dict[str, Any]) -> None:
         counts["records"] += 1
-        if counts["records"] > 5:  # the disk fills after the header and a few events
+        if counts["records"] == 2:  # the disk is full for a moment: the first lane's first event is lost
             self._file.write = lambda _: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[method-assign]
         original(self, record)
 
     monkeypatch.setattr(writer.SessionWriter, "_write", filling)
-    harness = Harness(tiny, tmp_path, raw=True, max_tokens=24, ignore_eos=True)
+    request = {"raw": True, "max_tokens": 24, "ignore_eos": True}
+    remote = server_config(servers[0].url, {"near": servers[1].url}, tmp_path, **request)
+    harness = Harness(tiny, tmp_path, remote if backend == "vllm" else None, **request)
     playground, screen = harness.playground, harness.screen
     try:
         playground.load()
@@ -192,7 +201,7 @@ def test_a_full_disk_mid_run_stops_saving_not_the_run(
         playground.close()
     statuses = [text for text, _ in screen.said("status")]
     assert any(s.startswith("not saving: ") and "No space left on device" in s for s in statuses), statuses
-    assert statuses[-1].startswith("finished (") and playground.last_session is None
+    assert statuses[-1].startswith("finished (") and "saved" not in statuses[-1] and playground.last_session is None
     assert all(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
     (path,) = tmp_path.glob("*.jsonl")
     assert not load_session(path).complete  # what was written before the disk filled is kept

@@ -117,6 +117,8 @@ class Playground:
         self.inbox: deque[LaneItem] = deque()
         """Filled by the model thread, drained by the UI in batches."""
         self._writer: SessionWriter | None = None
+        self._saving = True
+        """False once this run's session could not be written: no later lane opens another."""
         self._prompt = ""
 
     # --- loading -----------------------------------------------------------------------------
@@ -169,7 +171,7 @@ class Playground:
             lane: LiveControls(self.settings, self.drafters if lane != "target" else ()) for lane in self.lanes
         }
         self._clear()
-        self._writer, self._prompt = None, prompt
+        self._writer, self._saving, self._prompt = None, True, prompt
         request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
         run_id = self.run_id
         self.state = "running"
@@ -202,7 +204,7 @@ class Playground:
     def _take(self, item: LaneItem, save: bool = True) -> None:
         event, lane = item.event, item.lane
         self.events[lane].append(event)
-        if save and self._writer is None and isinstance(event, StartEvent):
+        if save and self._saving and self._writer is None and isinstance(event, StartEvent):
             self._writer = self._open_writer(event)
         if self._writer is not None:
             try:
@@ -227,13 +229,14 @@ class Playground:
                 lanes_run_side_by_side=True,
             )
         except SpecplayError as error:  # the run goes on unsaved; say why once
+            self._saving = False
             self.set_status(f"not saving: {error_line(error)}", error=True)
             return None
 
     def _drop_writer(self, error: SpecplayError) -> None:
         assert self._writer is not None
         self._writer.close()
-        self._writer = None
+        self._writer, self._saving = None, False
         self.set_status(f"not saving: {error_line(error)}", error=True)
 
     def _ended(self, run_id: int, error: BaseException | None) -> None:
