@@ -127,3 +127,15 @@ def test_tui_needs_a_drafter_before_loading_anything(capsys: pytest.CaptureFixtu
     assert "--draft is needed" in capsys.readouterr().err
     assert main(["tui", "--target", "nowhere", "--draft", "near=x", "--route", "far"]) == 2
     assert "--route" in capsys.readouterr().err
+
+
+def test_the_tape_fills_in_drafted_texts_a_server_sends_later() -> None:
+    from specplay.ui.widgets.tape import DraftTape
+
+    tape = DraftTape()
+    tape.add(_round(["accepted", "rejected"]), ("<1>", "<1>"))  # an opened session's, before the server answered
+    tape.add(_round(["accepted"]), ("def",))  # decoded when its round came
+    asked: list[int] = []
+    tape.refresh_texts(lambda token_id: asked.append(token_id) or "fib")
+    assert [line.plain.split("│ ")[1].split(" →")[0].strip() for line in tape._lines] == ["fib fib", "def"]
+    assert asked == [1, 1]  # only the round holding unknown texts is decoded again

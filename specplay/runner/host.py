@@ -8,9 +8,11 @@ opened on the model thread from the configuration, never passed in already loade
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from specplay.backends import open_source, thread_cleanup
@@ -37,6 +39,11 @@ OnLoaded = Callable[[EventSource | None, dict[str, Any], BaseException | None], 
 """(source, its description, error): called on the model thread once loading ends."""
 
 
+def unknown_text(token_id: int) -> str:
+    """What a view shows for a token whose text is not known (yet)."""
+    return f"<{token_id}>"
+
+
 class ModelHost:
     def __init__(self, config: RunConfig, clock: Callable[[], float] = time.perf_counter) -> None:
         self.config = config
@@ -47,7 +54,8 @@ class ModelHost:
         """Called from a background thread when a server's token text arrives (see `decode`)."""
         self._texts: dict[int, str] = {}
         self._asked: set[int] = set()
-        self._decoder: ThreadPoolExecutor | None = None
+        self._to_decode: queue.Queue[int | None] = queue.Queue()
+        self._decoder: threading.Thread | None = None
 
     def _release(self) -> None:
         """On the model thread, as it ends."""
@@ -112,8 +120,7 @@ class ModelHost:
         self.thread.submit(run).add_done_callback(finished)
 
     def close(self) -> None:
-        if self._decoder is not None:
-            self._decoder.shutdown(wait=False, cancel_futures=True)
+        self._to_decode.put(None)
         self.thread.close(wait_s=CLOSE_WAIT_S)
 
     def decode(self, token_id: int) -> str:
@@ -123,7 +130,7 @@ class ModelHost:
         (then `on_decoded` is called, on that thread, for the view to show it)."""
         source = self.source
         if source is None:
-            return f"<{token_id}>"
+            return unknown_text(token_id)
         if source.capabilities.local_token_text:
             return source.token_text(token_id)
         if (text := self._texts.get(token_id)) is not None:
@@ -131,17 +138,21 @@ class ModelHost:
         if token_id not in self._asked:
             self._asked.add(token_id)
             if self._decoder is None:
-                self._decoder = ThreadPoolExecutor(1, thread_name_prefix="specplay-decode")
-            self._decoder.submit(self._fetch_text, source, token_id)
-        return f"<{token_id}>"
+                # A daemon: quitting never waits on a server's reply (a pool's workers are joined at exit).
+                self._decoder = threading.Thread(target=self._fetch_texts, args=(source,), daemon=True)
+                self._decoder.start()
+            self._to_decode.put(token_id)
+        return unknown_text(token_id)
 
-    def _fetch_text(self, source: EventSource, token_id: int) -> None:
-        try:
-            self._texts[token_id] = source.token_text(token_id)
-        except SpecplayError:  # an unreachable server: the view keeps showing the id
-            return
-        if self.on_decoded is not None:
-            self.on_decoded()
+    def _fetch_texts(self, source: EventSource) -> None:
+        while (token_id := self._to_decode.get()) is not None:
+            try:
+                self._texts[token_id] = source.token_text(token_id)
+            except SpecplayError:  # an unreachable server: the id stays on show, asked again next time
+                self._asked.discard(token_id)
+                continue
+            if self.on_decoded is not None:
+                self.on_decoded()
 
 
 def _in_turn(lanes: Mapping[str, tuple[LaneClock, Iterator[Event]]]) -> Iterator[tuple[str, Event]]:

@@ -141,6 +141,10 @@ class PlaygroundScreen(Screen[None]):
 
     def show_token_texts(self) -> None:
         self.query_one(Inspector).refresh_texts(self.playground.host.decode)
+        if self.playground.state == "ready":  # an opened session's rejected drafts; a run's come decoded
+            tape = self.query_one(DraftTape)
+            tape.refresh_texts(self.playground.host.decode)
+            tape.flush(full=True)
 
     def redraw(self, full: bool) -> None:
         self._dirty = True

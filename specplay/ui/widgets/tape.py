@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -12,6 +13,7 @@ from textual.widgets import Static
 
 from specplay.display.text import visible
 from specplay.engine.events import RoundEvent
+from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
 
 _OUTCOME_STYLES = {
@@ -44,18 +46,30 @@ class DraftTape(VerticalScroll):
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
         self.border_title = "draft tape"
+        self._rounds: deque[tuple[RoundEvent, tuple[str, ...]]] = deque(maxlen=MAX_ROUNDS)
         self._lines: deque[Content] = deque(maxlen=MAX_ROUNDS)
 
     def compose(self) -> ComposeResult:
         yield Static("")
 
     def clear(self) -> None:
+        self._rounds.clear()
         self._lines.clear()
         self.query_one(Static).update("")
 
     def add(self, event: RoundEvent, drafted_text: tuple[str, ...]) -> None:
         """Take a round; the tape shows it at the next `flush`."""
+        self._rounds.append((event, drafted_text))
         self._lines.append(round_line(event, drafted_text))
+
+    def refresh_texts(self, decode: Callable[[int], str]) -> None:
+        """Decode again the drafted tokens whose text was not known when their round came (a
+        server's tokenizer answers later); shown at the next `flush`."""
+        for i, (event, texts) in enumerate(self._rounds):
+            if any(text == unknown_text(token_id) for token_id, text in zip(event.drafted, texts, strict=False)):
+                texts = tuple(map(decode, event.drafted))
+                self._rounds[i] = (event, texts)
+                self._lines[i] = round_line(event, texts)
 
     def flush(self, full: bool = False) -> None:
         """Show all the rounds kept, or, while generating, the lines of the last ones that fit, in a
