@@ -176,6 +176,8 @@ def test_the_servers_speculation_metrics_are_checked(change: dict[str, object], 
     assert "unknown" not in kept and "acceptance_histogram" not in kept and kept["per_step_accepted"] == [2, 1]
     with pytest.raises(VllmError, match=f"server 'x' sent metrics.speculative_decoding.{field} that is not"):
         speculative_metrics(good | change, "server 'x'")
+    with pytest.raises(VllmError, match=r"sent metrics\.speculative_decoding that is not an object"):
+        speculative_metrics([good], "server 'x'")
 
 
 def test_counters_that_are_not_finite_or_have_odd_positions_are_skipped() -> None:
@@ -197,13 +199,24 @@ def test_counters_that_are_not_finite_or_have_odd_positions_are_skipped() -> Non
 
 def test_native_output_stops_where_the_servers_context_ends(tiny) -> None:  # type: ignore[no-untyped-def]
     """Asked for more than fits, the run ends at the context ("length"), as a local run does,
-    instead of in the server's HTTP 400."""
+    instead of in the server's HTTP 400; a baseline of a shorter context cuts both lanes."""
     server = FakeVllm(tiny.target, "target", native_draft=tiny.near, native_k=2, max_model_len=40)
+    baseline = FakeVllm(tiny.target, "target", max_model_len=30)
     try:
         events = _events(server.url, 4000)
         finished = events[-1]
         prompt = events[0]
         assert isinstance(prompt, StartEvent) and isinstance(finished, DoneEvent)
         assert finished.finish_reason == "length" and len(prompt.prompt_token_ids) + len(finished.token_ids) == 40
+        source = connect_native(server.url, baseline_url=baseline.url)
+        try:
+            token_ids = tuple(source.encode(PROMPT, raw=True))
+            for mode in ("speculative", "target"):
+                request = Request(PROMPT, token_ids, mode, 0, 4000, True)  # type: ignore[arg-type]
+                done_event = list(source.generate(request, LiveControls(SpecSettings(), source.drafters)))[-1]
+                assert isinstance(done_event, DoneEvent) and len(token_ids) + len(done_event.token_ids) == 30, mode
+        finally:
+            source.close()
     finally:
         server.close()
+        baseline.close()

@@ -94,6 +94,7 @@ def _stopping() -> None:
 
 def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> int:
     source = thread.call(lambda: open_source(config))
+    interrupted = False
     try:
         identity = thread.call(source.describe) if args.save else {}
         spec = config.request
@@ -122,11 +123,13 @@ def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> in
             if result.cancelled:
                 return 130
     except KeyboardInterrupt:
-        raise  # the second Ctrl-C: closing would queue behind a model thread that may wait on a server
-    except BaseException:
-        thread.call(source.close)
+        # Ctrl-C outside a run's rounds, or a second one in them: closing the source would queue
+        # behind a model thread that may be waiting on a server's reply.
+        interrupted = True
         raise
-    thread.call(source.close)
+    finally:
+        if not interrupted:
+            thread.call(source.close)
     return 0
 
 

@@ -20,6 +20,8 @@ from specplay.config.catalog import CATALOG, cached_path
 from specplay.config.run import ModelKind, ModelSpec, Role
 from specplay.errors import ConfigError
 
+MODEL = "model"
+"""A drafter that is another model: its kind in a session's record (the run configuration says mlx or gguf)."""
 PROMPT_LOOKUP = "prompt-lookup"
 EARLY_EXIT = "early-exit"
 BUILT_IN: tuple[ModelKind, ...] = (PROMPT_LOOKUP, EARLY_EXIT)

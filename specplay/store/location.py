@@ -18,12 +18,12 @@ def list_session_files(directory: Path) -> list[Path]:
     """Session files, oldest first (names start with their creation time). A folder that does not
     exist holds none; one that cannot be read is a SessionError naming it."""
     fix = f"choose the folder with --sessions-dir or ${ENV_VAR}"
-    if directory.exists() and not directory.is_dir():
-        raise SessionError(f"the sessions folder {directory} is a file, not a folder; {fix}")
     try:
         return sorted(p for p in directory.iterdir() if p.suffix == SUFFIX and p.is_file())
     except FileNotFoundError:
         return []
+    except NotADirectoryError:
+        raise SessionError(f"the sessions folder {directory} is a file, not a folder; {fix}") from None
     except OSError as exc:
         raise SessionError(f"cannot read the sessions folder {directory}: {exc.strerror or exc}; {fix}") from None
 

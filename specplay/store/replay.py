@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specplay.config.models import EARLY_EXIT, MODEL, PROMPT_LOOKUP
 from specplay.config.run import TARGET, BackendKind, ModelSpec, Role, RunConfig, VllmOptions
 from specplay.store.codec import request_from_record
 from specplay.store.format import Session, SessionError
@@ -58,25 +59,25 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
     return ModelSpec(TARGET, "target", "server", target["source"]), drafters, options
 
 
-LOCAL_RECORD_KINDS = ("model", "gguf", "prompt-lookup", "early-exit")
+LOCAL_RECORD_KINDS = (MODEL, "gguf", PROMPT_LOOKUP, EARLY_EXIT)
 
 
 def local_model(name: str, role: Role, model: Mapping[str, Any]) -> ModelSpec:
     """A model this machine ran, from its identity: a folder (saved absolute), the GGUF file it was
     converted from, or a drafter made from no model or from the target, with its parameters.
     Records from before drafter kinds existed are models, named by their folder."""
-    kind = model.get("kind", "model")
+    kind = model.get("kind", MODEL)
     if kind not in LOCAL_RECORD_KINDS:
         raise SessionError(
-            f"a session names a drafter of kind {kind!r}, which this specplay does not know (known: "
+            f"a session names a {role} of kind {kind!r}, which this specplay does not know (known: "
             f"{', '.join(LOCAL_RECORD_KINDS)}); a newer specplay wrote it, or give the models with --target and --draft"
         )
-    if kind == "prompt-lookup":
-        return ModelSpec(name, role, "prompt-lookup", "", {"n_min": int(model["n_min"]), "n_max": int(model["n_max"])})
-    if kind == "early-exit":
+    if kind == PROMPT_LOOKUP:
+        return ModelSpec(name, role, PROMPT_LOOKUP, "", {"n_min": int(model["n_min"]), "n_max": int(model["n_max"])})
+    if kind == EARLY_EXIT:
         head = model.get("head")
         path = head.get("path") if isinstance(head, Mapping) else head
-        return ModelSpec(name, role, "early-exit", "", {"layers": int(model["layers"]), "head": path})
+        return ModelSpec(name, role, EARLY_EXIT, "", {"layers": int(model["layers"]), "head": path})
     if kind == "gguf":
         return ModelSpec(name, role, "gguf", model["source"])
     return ModelSpec(name, role, "mlx", model["path"])

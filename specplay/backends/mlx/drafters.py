@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specplay.config.models import EARLY_EXIT, LOOKUP_N, LOOKUP_N_MAX, PROMPT_LOOKUP
+from specplay.config.models import EARLY_EXIT, LOOKUP_N, LOOKUP_N_MAX, MODEL, PROMPT_LOOKUP
 from specplay.errors import ConfigError
-
-MODEL = "model"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,12 @@ def served_model(client: VllmClient) -> tuple[str, int | None]:
     body = client.get_json("/v1/models")
     try:
         card = body["data"][0]
-        return str(card["id"]), card.get("max_model_len")
+        name, length = str(card["id"]), card.get("max_model_len")
     except (TypeError, KeyError, IndexError):
         raise VllmError(f"{client.where} lists no model at /v1/models; is it a vLLM server?") from None
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+        raise VllmError(f"{client.where} lists max_model_len {length!r}, not a whole number; is it a vLLM server?")
+    return name, length
 
 
 def server_version(client: VllmClient) -> str:

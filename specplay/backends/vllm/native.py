@@ -97,7 +97,8 @@ def speculative_metrics(value: Any, where: str) -> dict[str, Any]:
     (sessions keep it, and recolouring trusts the per-step arrays); one VllmError otherwise."""
 
     def wrong(field: str, what: str) -> VllmError:
-        return VllmError(f"{where} sent metrics.speculative_decoding.{field} that is not {what}; is it a vLLM server?")
+        name = ".".join(["metrics.speculative_decoding", field] if field else ["metrics.speculative_decoding"])
+        return VllmError(f"{where} sent {name} that is not {what}; is it a vLLM server?")
 
     if not isinstance(value, dict):
         raise wrong("", "an object")

@@ -195,6 +195,8 @@ class NativeSource:
         """Speculative on the server the route picks; target-only on the baseline server."""
         clock = clock or self.clock
         lengths = [s.max_model_len for s in self.servers.values() if s.max_model_len]
+        if self.baseline is not None and self.baseline.context_length:
+            lengths.append(self.baseline.context_length)  # the target-only lane asks it for the same output
         context = min(lengths) if lengths else None
         check_context(len(request.prompt_token_ids), context)
         if context is not None:  # as the engine does: the output stops where the context ends, not in an HTTP 400
