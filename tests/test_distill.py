@@ -15,6 +15,7 @@ from specplay.train.distill import DistillConfig, distill, load_or_make_rollouts
 from specplay.train.models import load_folder
 from specplay.train.prompts import read_prompts
 from specplay.train.rollouts import rollouts
+from specplay.train.teacher import weights_fingerprint
 from specplay.train.trainer import Progress, TrainConfig
 
 PROMPTS = [
@@ -138,6 +139,9 @@ def test_rollouts_are_reused_only_for_the_same_target_prompts_and_settings(tiny:
         make(*changed)
         assert not any(s.startswith("reusing") for s in said), changed[1:]
     assert len(list(tmp_path.glob("rollouts-*.npz"))) == 4 and not list(tmp_path.glob(".*"))
+    # The target's answers are keyed by the same fingerprint: another target's are never reused.
+    assert weights_fingerprint(target) == weights_fingerprint(load_folder(tiny.target)[0])
+    assert weights_fingerprint(target) != weights_fingerprint(other)
 
 
 def test_prompts_come_from_text_jsonl_or_saved_sessions(tmp_path: Path) -> None:

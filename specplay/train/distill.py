@@ -21,13 +21,12 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten
 
 from specplay.train.data import Windows, token_stream
 from specplay.train.losses import forward_kl_loss, sparse_forward_kl, target_log_probs
 from specplay.train.models import save_folder
 from specplay.train.rollouts import rollouts
-from specplay.train.teacher import fixed_windows, load_or_build_teacher, step_indices
+from specplay.train.teacher import fixed_windows, load_or_build_teacher, step_indices, weights_fingerprint
 from specplay.train.trainer import Progress, TrainConfig, train
 
 PROVENANCE_FILE = "distill.json"
@@ -68,17 +67,6 @@ def freeze_all_but_last(model: nn.Module, last_layers: int) -> None:
         inner.norm.unfreeze()
     if hasattr(model, "lm_head"):
         model.lm_head.unfreeze()
-
-
-def weights_fingerprint(model: nn.Module) -> str:
-    """Names, shapes and the first and last values of every weight: tells two targets apart in
-    milliseconds, where hashing a 7B model's weights would take minutes."""
-    digest = hashlib.sha256()
-    for name, array in sorted(tree_flatten(model.parameters())):
-        flat = array.reshape(-1)
-        ends = mx.concatenate([flat[:1024], flat[-1024:]]).astype(mx.float32)
-        digest.update(f"{name}{array.shape}{array.dtype}".encode() + np.array(ends).tobytes())
-    return digest.hexdigest()
 
 
 def rollouts_path(work: Path, target: nn.Module, prompts: list[list[int]], config: DistillConfig) -> Path:
@@ -162,9 +150,8 @@ def distill(
     windows, held_windows = rollout_windows(sequences, eos_token_id, config.train)
     seq_len = config.train.seq_len
 
-    teacher = load_or_build_teacher(
-        work, lambda inputs: (target(inputs), None), windows, "drafter", on_status=on_status
-    )
+    key = f"drafter/{weights_fingerprint(target)}"
+    teacher = load_or_build_teacher(work, lambda inputs: (target(inputs), None), windows, key, on_status=on_status)
     if config.last_layers:
         freeze_all_but_last(draft, config.last_layers)
     kl_before = mean_kl(draft, target, held_windows)

@@ -22,7 +22,7 @@ import numpy as np
 from specplay.backends.mlx.early_exit import ExitHead, LayerSplit, check_layers, save_exit_head
 from specplay.train.distill import DistillConfig, load_or_make_rollouts, rollout_windows
 from specplay.train.losses import forward_kl, sparse_forward_kl
-from specplay.train.teacher import load_or_build_teacher, step_indices
+from specplay.train.teacher import load_or_build_teacher, step_indices, weights_fingerprint
 from specplay.train.trainer import LossFn, Progress, TrainConfig, train
 
 CHECKPOINT = "exit-head-checkpoint"
@@ -106,7 +106,8 @@ def train_exit_head(
         return split.logits(split.run(hidden, config.layers, len(split.layers))), hidden
 
     work = checkpoint_dir.parent if checkpoint_dir is not None else out / "work"
-    teacher = load_or_build_teacher(work, forward, windows, f"exit-{config.layers}", on_status=on_status)
+    key = f"exit-{config.layers}/{weights_fingerprint(target)}"
+    teacher = load_or_build_teacher(work, forward, windows, key, on_status=on_status)
 
     def batch(step: int) -> tuple[mx.array, ...]:
         hidden, *answers = teacher.batch(step_indices(config.train.seed, step, len(teacher), config.train.batch_size))
