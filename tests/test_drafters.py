@@ -428,3 +428,11 @@ def test_a_trained_exit_head_drafts_losslessly_and_is_checked(tiny: TinyModels, 
         load_mlx_backend(str(tiny.target), [("exit", EarlyExit(1, head=tmp_path / "layer2"))])
     with pytest.raises(ModelError, match="not found"):
         load_mlx_backend(str(tiny.target), [("exit", EarlyExit(1, head=tmp_path / "nowhere"))])
+    # Weights that are not the ones the config was written with (a save cut between the two files).
+    save_exit_head(tmp_path / "other", ExitHead(64), layers=1)
+    (tmp_path / "head" / "exit_head.safetensors").write_bytes(
+        (tmp_path / "other" / "exit_head.safetensors").read_bytes()
+    )
+    with pytest.raises(ModelError, match=r"is not the file exit_head\.json describes"):
+        load_mlx_backend(str(tiny.target), [("exit", EarlyExit(1, head=tmp_path / "head"))])
+    assert not list((tmp_path / "head").glob(".*"))  # no partial files left beside a head

@@ -126,23 +126,32 @@ def check_layers(layers: int, split: LayerSplit, label: str) -> None:
 
 
 def save_exit_head(out: Path, head: ExitHead, layers: int, record: Mapping[str, Any] | None = None) -> None:
-    """`out`/exit_head.safetensors and exit_head.json (what the head is, and for which target),
-    each written beside and renamed into place: a killed save leaves the old head or none."""
+    """`out`/exit_head.safetensors and exit_head.json (what the head is, for which target, and the
+    weights' sha256), each written beside and renamed into place. A save killed between the two
+    leaves new weights under an old config, which loading refuses by the hash."""
     out.mkdir(parents=True, exist_ok=True)
     partial = out / f".{os.getpid()}.tmp.{HEAD_WEIGHTS}"
-    mx.save_safetensors(str(partial), dict(tree_flatten(head.parameters())), metadata={"format": "mlx"})
-    os.replace(partial, out / HEAD_WEIGHTS)
+    try:
+        mx.save_safetensors(str(partial), dict(tree_flatten(head.parameters())), metadata={"format": "mlx"})
+        weights_sha256 = hashlib.sha256(partial.read_bytes()).hexdigest()
+        os.replace(partial, out / HEAD_WEIGHTS)
+    finally:
+        partial.unlink(missing_ok=True)
     config = {
         "format": HEAD_FORMAT,
         "version": 1,
         "layers": layers,
         "hidden_size": head.hidden_size,
         "mlp_size": head.mlp_size,
+        "weights_sha256": weights_sha256,
         **(record or {}),
     }
     partial = out / f".{os.getpid()}.tmp.{HEAD_CONFIG}"
-    partial.write_text(json.dumps(config, indent=2) + "\n")
-    os.replace(partial, out / HEAD_CONFIG)
+    try:
+        partial.write_text(json.dumps(config, indent=2) + "\n")
+        os.replace(partial, out / HEAD_CONFIG)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def load_exit_head(folder: Path, layers: int, split: LayerSplit, target_identity: Mapping[str, str]) -> ExitHead:
@@ -171,6 +180,12 @@ def load_exit_head(folder: Path, layers: int, split: LayerSplit, target_identity
         raise ModelError(
             f"exit head {str(folder)!r} was trained on other target weights (sha256 {trained_on[:12]}, "
             f"this target's {str(target_identity.get('weights_sha256'))[:12]}); train one for this target"
+        )
+    saved = config.get("weights_sha256")
+    if saved and saved != hashlib.sha256(weights_path.read_bytes()).hexdigest():
+        raise ModelError(
+            f"exit head {str(folder)!r}: {HEAD_WEIGHTS} is not the file {HEAD_CONFIG} describes "
+            "(a save was cut short, or one file was replaced); train the head again"
         )
     head = ExitHead(split.hidden_size, int(config.get("mlp_size") or 0))
     try:
