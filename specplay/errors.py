@@ -30,6 +30,12 @@ def flag_of(field: str) -> str:
     return _FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
 
 
+def detail_of(error: BaseException, limit: int = 200) -> str:
+    """A library's exception as the detail of a specplay message: one line, at most `limit`
+    characters, its type's name when it says nothing."""
+    return one_line(str(error))[:limit].strip() or type(error).__name__
+
+
 def error_line(error: BaseException) -> str:
     """One clear line for any error, safe to print (a server's or a file's text may hold control
     characters): a ConfigError names the flag to change."""

@@ -701,5 +701,5 @@ def test_the_default_cache_follows_the_environment(monkeypatch: pytest.MonkeyPat
 def test_damaged_metadata_is_refused_in_one_line(tiny: Tiny, tmp_path: Path, metadata: dict[str, Any]) -> None:
     written = write_gguf(tiny.llama, tmp_path / "m.gguf", metadata=metadata)
     message = refusal(written.path, tmp_path / "cache")
-    assert str(written.path) in message and "damaged" in message and "download the GGUF file again" in message
+    assert str(written.path) in message and "damaged" in message and "download" in message
     assert "\n" not in message and not [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]

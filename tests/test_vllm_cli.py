@@ -270,11 +270,12 @@ def test_bad_addresses_are_one_line_without_secrets(url: str, message: str, caps
 
 def test_a_printed_command_hides_keys_and_logins() -> None:
     argv = ["specplay", "bench", "--api-key", "s3cret", "--api-key=s3cret", "--draft-url", "a=http://me:s3cret@gpu/v1"]
+    argv += ["--target-url=http://me:s3cret@gpu", "--prompt", "see http://x@y"]
     shown = shown_command(argv, "$SPECPLAY_API_KEY")
     assert "s3cret" not in shown and "me:" not in shown
-    assert (
-        shown
-        == "specplay bench --api-key $SPECPLAY_API_KEY --api-key=$SPECPLAY_API_KEY --draft-url 'a=http://***@gpu/v1'"
+    assert shown == (
+        "specplay bench --api-key $SPECPLAY_API_KEY --api-key=$SPECPLAY_API_KEY --draft-url 'a=http://***@gpu/v1' "
+        "'--target-url=http://***@gpu' --prompt 'see http://x@y'"  # a prompt is left as written
     )
 
 

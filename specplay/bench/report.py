@@ -69,6 +69,8 @@ def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, r
     per_accepted = [
         sum(m.accepted_per_position[i] for m in runs if i < len(m.accepted_per_position)) for i in range(width)
     ]
+    # Drafted counts never rise with the position (position i is drafted only after i - 1), so
+    # leaving out the zeros trims the tail and keeps every index.
     row.acceptance_per_position = [a / d for a, d in zip(per_accepted, per_drafted, strict=True) if d]
     # Through vLLM the speculative lane's times are HTTP round trips: modelled as run and the playground do.
     prediction = predict_modelled(totals) if remote else predict(totals, 1000 / target_tps if target_tps else None)

@@ -20,7 +20,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.models.base import create_attention_mask
 
-from specplay.errors import ModelError
+from specplay.errors import ModelError, detail_of
 
 SPLITTABLE = {"mlx_lm.models.llama": "llama", "mlx_lm.models.qwen2": "qwen2", "mlx_lm.models.qwen3": "qwen3"}
 """Model modules whose forward pass is embed -> layers(h, mask, cache) -> norm -> output head,
@@ -191,7 +191,7 @@ def load_exit_head(folder: Path, layers: int, split: LayerSplit, target_identity
     try:
         head.load_weights(str(weights_path), strict=True)
     except Exception as exc:
-        detail = " ".join(str(exc).split()) or type(exc).__name__
+        detail = detail_of(exc)
         raise ModelError(f"exit head {str(folder)!r}: its weights do not fit its config ({detail})") from None
     head.set_dtype(split.inner.norm.weight.dtype)
     mx.eval(head.parameters())

@@ -17,7 +17,7 @@ from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
-from specplay.errors import ModelError
+from specplay.errors import ModelError, detail_of
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def load_model(name: str, spec: str) -> LoadedModel:
     try:
         model, tokenizer = load(str(path))
     except Exception as exc:
-        detail = " ".join(str(exc).split()) or type(exc).__name__
+        detail = detail_of(exc)
         raise ModelError(f"could not load model {spec!r}: {detail}") from exc
     if mx.default_device() == mx.cpu:
         model = upcast_for_cpu(model)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specplay.config.cache import cache_root
-from specplay.errors import ModelError
+from specplay.errors import ModelError, detail_of
 
 FORMAT = 1
 """The layout of converted folders: a folder from another version is converted again."""
@@ -163,7 +163,7 @@ def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Pro
     Raises ModelError, one line naming the file and the fix, for anything it cannot convert or cache.
     """
     from specplay.backends.mlx.gguf.convert import check_loads, write_folder
-    from specplay.backends.mlx.gguf.reader import check_magic, read_gguf
+    from specplay.backends.mlx.gguf.reader import USE_FOLDER, check_magic, read_gguf
 
     path = Path(path).expanduser()
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -194,9 +194,11 @@ def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Pro
         shutil.rmtree(temp, ignore_errors=True)
         raise _unwritable(cache_dir, exc) from exc
     except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError, OverflowError) as exc:
-        shutil.rmtree(temp, ignore_errors=True)  # metadata of the wrong type or value: a damaged file
-        detail = " ".join(str(exc).split())[:120] or type(exc).__name__
-        raise ModelError(f"{path} has damaged metadata ({detail}); download the GGUF file again") from exc
+        shutil.rmtree(temp, ignore_errors=True)  # metadata of the wrong type or value, most likely
+        raise ModelError(
+            f"{path} cannot be converted: its metadata is not what a {gguf.architecture} GGUF file holds "
+            f"({detail_of(exc, 120)}); if it is damaged download it again, else {USE_FOLDER}"
+        ) from exc
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise

@@ -15,7 +15,7 @@ from specplay.backends.mlx.gguf.names import LAYOUTS, Layout, heads_of, is_norm,
 from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile, RawTensor
 from specplay.backends.mlx.gguf.tensors import GROUP_SIZE, SUPPORTED, convert_tensor
 from specplay.backends.mlx.gguf.tokenizer import tokenizer_files, write_tokenizer
-from specplay.errors import ModelError
+from specplay.errors import ModelError, detail_of
 
 Progress = Callable[[str, int, int], None]
 SHARD_BYTES = 2 * 2**30
@@ -128,5 +128,5 @@ def check_loads(folder: Path, source: Path) -> None:
     try:
         load(str(folder), lazy=True)
     except Exception as exc:
-        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        detail = detail_of(exc)
         raise ModelError(f"{source} converts to a model mlx-lm cannot load ({detail}); {USE_FOLDER}") from exc

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from specplay.errors import ModelError
+from specplay.errors import ModelError, detail_of
 
 MAGIC = b"GGUF"
 USE_FOLDER = "use the model's mlx-lm folder instead"
@@ -167,6 +167,4 @@ def read_gguf(path: Path) -> GGUFFile:
             "download the GGUF file again"
         ) from None
     except (ValueError, OverflowError, TypeError) as exc:
-        raise ModelError(
-            f"{path} is damaged ({' '.join(str(exc).split())[:120]}); download the GGUF file again"
-        ) from exc
+        raise ModelError(f"{path} is damaged ({detail_of(exc, 120)}); download the GGUF file again") from exc
