@@ -14,7 +14,7 @@ from specplay.cli import main
 from specplay.train.distill import DistillConfig, distill, load_or_make_rollouts, mean_kl
 from specplay.train.models import load_folder
 from specplay.train.prompts import read_prompts
-from specplay.train.rollouts import rollouts
+from specplay.train.rollouts import RolloutConfig, rollouts
 from specplay.train.teacher import weights_fingerprint
 from specplay.train.trainer import Progress, TrainConfig
 
@@ -47,7 +47,7 @@ def eos(tiny: TinyModels) -> int:
 
 def small_config(steps: int, **extra: object) -> DistillConfig:
     train = TrainConfig(steps=steps, batch_size=4, seq_len=24, learning_rate=3e-3, warmup_steps=2, checkpoint_every=2)
-    return DistillConfig(train=train, rollout_tokens=24, **extra)
+    return DistillConfig(train=train, rollouts=RolloutConfig(tokens=24), **extra)
 
 
 def test_batched_rollouts_match_one_at_a_time_greedy(tiny: TinyModels) -> None:
@@ -125,15 +125,15 @@ def test_rollouts_are_reused_only_for_the_same_target_prompts_and_settings(tiny:
     prompts = encode(tiny, PROMPTS)
     said: list[str] = []
 
-    def make(model: object, prompts: list[list[int]], config: DistillConfig) -> list[list[int]]:
-        return load_or_make_rollouts(tmp_path, model, prompts, config, eos(tiny), said.append)  # type: ignore[arg-type]
+    def make(model: object, prompts: list[list[int]], config: RolloutConfig) -> list[list[int]]:
+        return load_or_make_rollouts(tmp_path, model, prompts, config, 0, eos(tiny), said.append)  # type: ignore[arg-type]
 
-    first = make(target, prompts, small_config(1))
-    assert make(target, prompts, small_config(1)) == first and said[-1].startswith("reusing 6 rollouts")
+    first = make(target, prompts, RolloutConfig(tokens=24))
+    assert make(target, prompts, RolloutConfig(tokens=24)) == first and said[-1].startswith("reusing 6 rollouts")
     for changed in (
-        (other, prompts, small_config(1)),  # another target in the same --out
-        (target, prompts[:3], small_config(1)),
-        (target, prompts, small_config(1, temperature=0.5)),
+        (other, prompts, RolloutConfig(tokens=24)),  # another target in the same --out
+        (target, prompts[:3], RolloutConfig(tokens=24)),
+        (target, prompts, RolloutConfig(tokens=24, temperature=0.5)),
     ):
         said.clear()
         make(*changed)

@@ -163,6 +163,7 @@ def _drafter(job: _Job, shape: Shape | None) -> int:
     from specplay.train.distill import DistillConfig
     from specplay.train.distill import distill as run_distill
     from specplay.train.models import QUANTIZATION_KEYS, new_drafter, read_config
+    from specplay.train.rollouts import RolloutConfig
 
     args = job.args
     if shape is None:
@@ -179,8 +180,7 @@ def _drafter(job: _Job, shape: Shape | None) -> int:
     job.on_status(f"distilling {described} on {args.target}'s distributions over {len(job.prompts)} prompts")
     config = DistillConfig(
         train=_train_config(args),
-        rollout_tokens=args.rollout_tokens,
-        temperature=args.temperature,
+        rollouts=RolloutConfig(args.rollout_tokens, args.temperature),
         last_layers=args.last_layers,
         storage=args.storage,
     )
@@ -209,9 +209,11 @@ def _exit_head(job: _Job, head: Shape) -> int:
     """Train an exit head for the target's first `head.layers` layers."""
     from specplay.backends.mlx.loading import folder_identity
     from specplay.train.exit_head import ExitHeadConfig, distill_exit_head
+    from specplay.train.rollouts import RolloutConfig
 
     args = job.args
-    config = ExitHeadConfig(head.layers, _train_config(args), head.mlp, args.rollout_tokens, args.temperature)
+    rollouts = RolloutConfig(args.rollout_tokens, args.temperature)
+    config = ExitHeadConfig(head.layers, _train_config(args), head.mlp, rollouts)
     job.on_status(f"training an exit head after layer {head.layers} of {args.target} over {len(job.prompts)} prompts")
     provenance = {"target": args.target, "data": str(args.data)}
     result = distill_exit_head(

@@ -33,6 +33,7 @@ from specplay.train.data import Windows, token_stream
 from specplay.train.distill import DistillConfig, distill
 from specplay.train.losses import forward_kl_loss, next_token_loss, target_log_probs
 from specplay.train.models import load_folder, new_model, parameter_count, save_folder
+from specplay.train.rollouts import RolloutConfig
 from specplay.train.trainer import Progress, TrainConfig, train
 
 VOCAB_SIZE = 4096
@@ -48,8 +49,7 @@ BASE_CODE_SHARE = 0.95
 """`base` is the code drafter: it sees a little prose, as a code-tuned drafter would."""
 PROSE_DISTILL = DistillConfig(
     train=TrainConfig(steps=240, batch_size=16, seq_len=128, learning_rate=1e-3, warmup_steps=20, seed=3),
-    rollout_tokens=96,
-    temperature=1.0,
+    rollouts=RolloutConfig(tokens=96, temperature=1.0),
     storage=DRAFT_STORAGE,
 )
 PROSE_PROMPTS = 1024

@@ -15,7 +15,7 @@ import itertools
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -25,7 +25,7 @@ import numpy as np
 from specplay.train.data import Windows, token_stream
 from specplay.train.losses import forward_kl_loss, sparse_forward_kl, target_log_probs
 from specplay.train.models import save_folder
-from specplay.train.rollouts import rollouts
+from specplay.train.rollouts import RolloutConfig, rollouts
 from specplay.train.teacher import fixed_windows, load_or_build_teacher, step_indices, weights_fingerprint
 from specplay.train.trainer import Progress, TrainConfig, train
 
@@ -36,12 +36,7 @@ HELD_OUT_SHARE = 0.1
 @dataclass(frozen=True)
 class DistillConfig:
     train: TrainConfig
-    rollout_tokens: int = 128
-    """New tokens the target writes after each prompt."""
-    temperature: float = 1.0
-    """Of the target's rollouts; the KL always uses the target's full distribution."""
-    max_prompt_tokens: int = 256
-    """Longer prompts keep their last tokens."""
+    rollouts: RolloutConfig = field(default_factory=RolloutConfig)
     last_layers: int | None = None
     """Tune only the last N transformer layers (plus the final norm and output head)."""
     storage: str = "float32"
@@ -69,10 +64,10 @@ def freeze_all_but_last(model: nn.Module, last_layers: int) -> None:
         model.lm_head.unfreeze()
 
 
-def rollouts_path(work: Path, target: nn.Module, prompts: list[list[int]], config: DistillConfig) -> Path:
+def rollouts_path(work: Path, target: nn.Module, prompts: list[list[int]], config: RolloutConfig, seed: int) -> Path:
     """The rollouts of this target, these prompts and these sampling settings: another of any of
     them (the same --out reused) makes new ones rather than training on stale text."""
-    settings = [config.rollout_tokens, config.temperature, config.max_prompt_tokens, config.train.seed]
+    settings = [config.tokens, config.temperature, config.max_prompt_tokens, seed]
     digest = hashlib.sha256(weights_fingerprint(target).encode() + json.dumps([settings, prompts]).encode())
     return work / f"rollouts-{digest.hexdigest()[:16]}.npz"
 
@@ -81,11 +76,12 @@ def load_or_make_rollouts(
     work: Path,
     target: nn.Module,
     prompts: list[list[int]],
-    config: DistillConfig,
+    config: RolloutConfig,
+    seed: int,
     eos_token_id: int,
     on_status: Callable[[str], None],
 ) -> list[list[int]]:
-    path = rollouts_path(work, target, prompts, config)
+    path = rollouts_path(work, target, prompts, config, seed)
     if path.is_file():
         with np.load(path) as saved:
             tokens, offsets = saved["tokens"], saved["offsets"]
@@ -95,10 +91,10 @@ def load_or_make_rollouts(
     sequences = rollouts(
         target,
         clipped,
-        config.rollout_tokens,
+        config.tokens,
         config.temperature,
         eos_token_id,
-        seed=config.train.seed,
+        seed=seed,
         on_batch=lambda done, total: on_status(f"target rollouts: {done}/{total} prompts"),
     )
     offsets = np.cumsum([0, *(len(s) for s in sequences)])
@@ -146,7 +142,8 @@ def distill(
     provenance: dict | None = None,
 ) -> DistillResult:
     work = out / "work"
-    sequences = load_or_make_rollouts(work, target, prompts, config, eos_token_id, on_status)
+    seed = config.train.seed
+    sequences = load_or_make_rollouts(work, target, prompts, config.rollouts, seed, eos_token_id, on_status)
     windows, held_windows = rollout_windows(sequences, eos_token_id, config.train)
     seq_len = config.train.seq_len
 

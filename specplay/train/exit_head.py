@@ -11,7 +11,7 @@ prompts, resumable from `out/work`) and writes a folder that `EarlyExit(layers, 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,9 @@ import mlx.nn as nn
 import numpy as np
 
 from specplay.backends.mlx.early_exit import ExitHead, LayerSplit, check_layers, save_exit_head
-from specplay.train.distill import DistillConfig, load_or_make_rollouts, rollout_windows
+from specplay.train.distill import load_or_make_rollouts, rollout_windows
 from specplay.train.losses import forward_kl, sparse_forward_kl
+from specplay.train.rollouts import RolloutConfig
 from specplay.train.teacher import load_or_build_teacher, step_indices, weights_fingerprint
 from specplay.train.trainer import LossFn, Progress, TrainConfig, train
 
@@ -35,11 +36,8 @@ class ExitHeadConfig:
     train: TrainConfig
     mlp_size: int = 0
     """0: a residual linear map (hidden x hidden); otherwise a residual MLP this wide."""
-    rollout_tokens: int = 128
-    """distill_exit_head: new tokens the target writes after each prompt."""
-    temperature: float = 1.0
-    """Of the rollouts; the KL always uses the target's full distribution."""
-    max_prompt_tokens: int = 256
+    rollouts: RolloutConfig = field(default_factory=RolloutConfig)
+    """distill_exit_head: how the target continues the prompts."""
 
 
 @dataclass(frozen=True)
@@ -148,13 +146,8 @@ def distill_exit_head(
     head learns the target's distributions over that text. Rollouts and checkpoints live in
     `out/work`, so the same call again resumes."""
     work = out / "work"
-    rollout_config = DistillConfig(
-        train=config.train,
-        rollout_tokens=config.rollout_tokens,
-        temperature=config.temperature,
-        max_prompt_tokens=config.max_prompt_tokens,
-    )
-    sequences = load_or_make_rollouts(work, target, prompts, rollout_config, eos_token_id, on_status)
+    seed = config.train.seed
+    sequences = load_or_make_rollouts(work, target, prompts, config.rollouts, seed, eos_token_id, on_status)
     windows, held_out = rollout_windows(sequences, eos_token_id, config.train)
     record = {"prompts": len(prompts), **dict(provenance or {})}
     return train_exit_head(

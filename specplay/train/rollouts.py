@@ -7,10 +7,23 @@ padding, so each row sees only its own prompt.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How the target continues the prompts a drafter or an exit head is distilled on."""
+
+    tokens: int = 128
+    """New tokens the target writes after each prompt."""
+    temperature: float = 1.0
+    """Of the rollouts; the KL always uses the target's full distribution."""
+    max_prompt_tokens: int = 256
+    """Longer prompts keep their last tokens."""
 
 
 def sample_rows(logits: mx.array, temperature: float, key: mx.array) -> mx.array:
