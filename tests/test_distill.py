@@ -252,6 +252,17 @@ def test_cli_refuses_mismatched_tokenizers_and_missing_data(
         str(tmp_path / "o"),
     )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "nope.txt" in err and "not found" in err
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(b'{"prompt": "caf\xe9"}\n')
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for prompts, out, message in (
+        (latin1, tmp_path / "o", "is not UTF-8 text"),
+        (data, blocker / "o", f"cannot write to --out {blocker / 'o'}"),  # said before any rollout
+    ):
+        common = ["distill", "--target", str(tiny.target), "--exit-head", "layers=1"]
+        code, _, err = run_cli(capsys, *common, "--data", str(prompts), "--out", str(out))
+        assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
 
 
 def test_the_sparse_kl_is_exact_over_its_groups_and_bounds_the_full_kl() -> None:

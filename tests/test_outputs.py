@@ -55,7 +55,7 @@ def test_a_link_is_followed_and_kept(session: Path, tmp_path: Path) -> None:
         ("session", "is a specplay session, which is never overwritten; choose another -o file"),
         ("folder", "is a folder, not a file"),
         ("/dev/full", "cannot write /dev/full: No space left on device"),
-        ("", "is a folder, not a file"),  # -o '' names the current folder
+        ("", "--output is empty: give a file or folder name"),  # not the current folder
     ],
 )
 def test_what_cannot_be_written_is_one_line_and_untouched(
@@ -117,3 +117,18 @@ def test_fidelity_plots_are_checked_before_the_run_and_named_where_they_go(
 def test_write_output_refuses_sockets_and_missing_folders(tmp_path: Path) -> None:
     with pytest.raises(SpecplayError, match="No such file or directory; choose another file"):
         write_output(tmp_path / "missing" / "x.md", "text")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["export", "SESSION", "-o", ""],
+        ["bench", "--quick", "--out", ""],
+        ["distill", "--target", "t", "--exit-head", "layers=1", "--data", "x", "--out", " "],
+    ],
+)
+def test_an_empty_file_or_folder_name_is_refused(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty name would be read as the current folder: a report or a model written all over it."""
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is empty: give a file or folder name" in err, err

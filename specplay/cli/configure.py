@@ -74,6 +74,13 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     return replace(config, route_map=route_map_for(CodeProseRouter(), config.drafter_names, config.route_map))
 
 
+def path_flag(value: str, field: str) -> Path:
+    """A file or folder flag's value; an empty one (which Path would read as ".") is refused."""
+    if not value.strip():
+        raise ConfigError(field, "is empty: give a file or folder name")
+    return Path(value).expanduser()
+
+
 def replay_base(session: Session, flags: Mapping[str, Any]) -> RunConfig:
     """A saved session's configuration, under the models the flags name if they name any (then a
     session whose models cannot be read still replays)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specplay.cli.configure import path_flag
 from specplay.cli.render import warn
 from specplay.config.models import model_spec
 from specplay.errors import ConfigError, SpecplayError
@@ -61,7 +62,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="prompts: .txt (blank-line separated), "
         '.jsonl ("prompt" or "text" per line), or a folder of saved sessions',
     )
-    parser.add_argument("--out", required=True, type=Path, help="folder for the new drafter (usable as --draft DIR)")
+    parser.add_argument("--out", required=True, help="folder for the new drafter (usable as --draft DIR)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=256, help="tokens per training window")
@@ -108,6 +109,10 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError("last_layers", "tunes a drafter's layers; an exit head has none")
     if args.out.exists() and (args.out / "config.json").exists() and not (args.out / "work").exists():
         raise SpecplayError(f"{args.out} already holds a model; choose another --out")
+    try:  # now, not after the rollouts: a folder that cannot be written would waste them
+        (args.out / "work").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecplayError(f"cannot write to --out {args.out}: {exc.strerror or exc}; choose another folder") from None
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,7 @@ class _Job:
 
 
 def distill(args: argparse.Namespace) -> int:
+    args.out = path_flag(args.out, "out")
     _check(args)
     shape = shape_of(args.new_drafter, "new_drafter") if args.new_drafter else None
     head = shape_of(args.exit_head, "exit_head") if args.exit_head else None

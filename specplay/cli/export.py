@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specplay.cli.configure import path_flag
 from specplay.cli.diff import open_session
 from specplay.cli.flags import add_sessions_dir_flag
 from specplay.store.export import FORMATS, export_session
@@ -20,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--format", choices=FORMATS, help="md, html or jsonl (default: from the -o file's suffix, else md)"
     )
-    parser.add_argument("-o", "--output", metavar="FILE", type=Path, help="write here instead of to stdout")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of to stdout")
     add_sessions_dir_flag(parser)
     parser.set_defaults(command=export)
 
@@ -33,12 +34,13 @@ def output_format(chosen: str | None, output: Path | None) -> str:
 
 
 def export(args: argparse.Namespace) -> int:
+    output = path_flag(args.output, "output") if args.output is not None else None
     session = open_session(args.session, args)
-    fmt = output_format(args.format, args.output)
+    fmt = output_format(args.format, output)
     text = export_session(session, fmt)
-    if args.output is None:
+    if output is None:
         sys.stdout.write(text)
         return 0
-    write_output(args.output, text, fix="choose another -o file")
-    print(f"wrote {fmt} export of session {session.id} to {args.output}")
+    write_output(output, text, fix="choose another -o file")
+    print(f"wrote {fmt} export of session {session.id} to {output}")
     return 0

@@ -17,13 +17,18 @@ def read_prompts(source: Path) -> list[str]:
     or "text" field per line) or a text file (prompts separated by blank lines)."""
     if not source.exists():
         raise SpecplayError(f"data {str(source)!r} not found: pass a prompt file (.txt or .jsonl) or a sessions folder")
-    if source.is_dir():
-        prompts = _session_prompts(source)
-    elif source.suffix == ".jsonl":
-        prompts = _jsonl_prompts(source)
-    else:
-        text = source.read_text(encoding="utf-8", errors="replace")
-        prompts = [block.strip("\n") for block in text.split("\n\n")]
+    try:
+        if source.is_dir():
+            prompts = _session_prompts(source)
+        elif source.suffix == ".jsonl":
+            prompts = _jsonl_prompts(source)
+        else:
+            text = source.read_text(encoding="utf-8", errors="replace")
+            prompts = [block.strip("\n") for block in text.split("\n\n")]
+    except UnicodeDecodeError as exc:
+        raise SpecplayError(f"data {str(source)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise SpecplayError(f"data {str(source)!r} cannot be read: {exc.strerror or exc}") from None
     prompts = [p for p in prompts if p.strip()]
     if not prompts:
         raise SpecplayError(f"data {str(source)!r} holds no prompts")
