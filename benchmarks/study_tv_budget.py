@@ -31,7 +31,7 @@ from specplay.engine.events import DoneEvent, StartEvent
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.fidelity.measure import mean_and_se
-from specplay.runner.session_run import open_writer
+from specplay.runner.session_run import local_token_text, open_writer
 from specplay.runner.thread import ModelThread
 
 PROMPTS = {
@@ -128,7 +128,8 @@ class Study:
         request = Request(prompt, ids, mode, seed, self.max_tokens, True)  # type: ignore[arg-type]
         spec = replace(self.config.request, prompt=prompt, seed=seed, mode=mode)  # type: ignore[arg-type]
         writer = open_writer(
-            replace(self.config, settings=settings), spec, ids, [mode], self.identity, source.capabilities, {}
+            replace(self.config, settings=settings), spec, ids, [mode], self.identity, source.capabilities, {},
+            local_token_text(source),
         )
 
         def run() -> dict[str, Any]:

@@ -23,9 +23,23 @@ from specplay.engine.events import (
 )
 from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SamplingParams, SpecSettings
-from specplay.store import SessionWriter, load_session
+from specplay.review import export_sessions
+from specplay.review.markdown import md_escape, md_fence
+from specplay.store import Session, SessionWriter, load_session
 from specplay.store.codec import capabilities_from_header
-from specplay.store.export import md_escape, md_fence, to_html, to_jsonl, to_markdown
+
+
+def to_markdown(session: Session) -> str:
+    return export_sessions([session], "md")
+
+
+def to_html(session: Session) -> str:
+    return export_sessions([session], "html")
+
+
+def to_jsonl(session: Session) -> str:
+    return export_sessions([session], "jsonl")
+
 
 PROMPT_IDS = (5, 6, 7)
 SCRIPT = "<script>alert(1)</script>"
@@ -146,19 +160,32 @@ def test_markdown_transcript(session_path: Path) -> None:
     assert md.startswith("# specplay session ")
     assert f"by specplay {__version__}, backend mlx on cpu." in md
     assert "```\ndef fib(n):\n```" in md
+    # the summary first: acceptance, speedups, TV, similarity; then models, settings, the texts
+    summary = md.index("## Summary")
+    assert summary < md.index("## Models and settings") < md.index("## Texts") < md.index("### Metrics")
+    # 5 tokens: 4 / 1 s speculative against 4 / 2 s target-only; 3 of 4 drafts accepted in 2 rounds
+    assert "| speculative | 5 | 0.75 | 2.50 | 4.0 | 2.00x |" in md
     assert "| target | models/target | abababababab |" in md
     assert "| `tv_budget` | 0 |" in md and "| `temperature` | 0 |" in md
-    # accepted plain, bonus italic, budget underlined, corrected bold; Markdown in the text escaped
-    assert "### speculative\n\ndef fib<i>\\(</i><ins>n</ins><b>\\):</b>" in md
-    assert "### target (target-only baseline)\n\ndef fib\\(n\\):" in md
-    assert "- token 3: k 4 → 2" in md
+    # the target-only text first; accepted plain, bonus italic, budget underlined, corrected bold
+    assert md.index("### target-only\n\ndef fib\\(n\\):") < md.index("### speculative")
+    assert "### speculative\n\nSame tokens as the target-only text.\n\ndef fib<i>\\(</i><ins>n</ins><b>\\):</b>" in md
+    assert "- control change: token 3: k 4 → 2" in md
     for name in ("mean_acceptance_length", "draft_acceptance_rate", "num_spec_steps", "tokens_per_s"):
         assert f"| `{name}` |" in md
-    assert "| `num_spec_steps` | 2 | - |" in md
-    # 5 tokens: 4 / 1 s speculative against 4 / 2 s target-only
-    assert "| `tokens_per_s` | 4.000 | 2.000 |" in md
-    assert "speedup vs target-only: 2.00x (4.0 vs 2.0 tokens\\_per\\_s)" in md
+    assert "| `num_spec_steps` | - | 2 |" in md and "| `tokens_per_s` | 2.000 | 4.000 |" in md
     assert "Incomplete" not in md
+
+
+def test_markdown_marks_where_a_lane_leaves_the_target_only_text(tmp_path: Path) -> None:
+    rounds = [[Token(10, "def", "accepted"), Token(11, " fob", "corrected")], [Token(14, "):", "bonus")]]
+    target = [(10, "def"), (11, " fib"), (12, "(n"), (14, "):")]
+    lanes = {"speculative": speculative_events(rounds), "target": target_events(target)}
+    md = to_markdown(load_session(write_session(tmp_path, lanes)))
+    # token ids 10 11 14 against 10 11 12 14: the reference's "(n" is missing before "):"
+    assert "First divergence at token 2." in md
+    assert "def<b> fob</b><mark>⁁</mark><i>\\):</i>" in md
+    assert "| speculative | 3 |" in md and "| token 2 |" in md
 
 
 def test_markdown_escapes_model_output(tmp_path: Path) -> None:
@@ -185,8 +212,8 @@ def test_markdown_renders_model_output_literally(tmp_path: Path) -> None:
     md = to_markdown(load_session(write_session(tmp_path, lanes, prompt="```\n" + SCRIPT, source=IMG)))
     rendered = MarkdownIt("commonmark", {"html": True}).enable("table").render(md)
     assert "<script" not in rendered and "<img" not in rendered
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;&quot;&gt;&lt;img src=x onerror=alert(1)&gt;<b>" in rendered
-    assert "<b>*a* _b_<br />\n# c<br />\n\xa0\xa0\xa0\xa0d<br />\n1. e<br />\n---<br />\n</b>" in rendered
+    assert "<mark>&lt;script&gt;alert(1)&lt;/script&gt;&quot;&gt;&lt;img src=x onerror=alert(1)&gt;<b>" in rendered
+    assert "<b>*a* _b_<br />\n# c<br />\n\xa0\xa0\xa0\xa0d<br />\n1. e<br />\n---<br />\n</b></mark>" in rendered
     assert "<p>`x` | y</p>" in rendered
     assert rendered.count("<h1>") == 1 and "<li>" not in rendered and "<hr" not in rendered
 
@@ -211,7 +238,7 @@ def test_incomplete_session_is_marked(tmp_path: Path) -> None:
     assert not session.complete
     md, page = to_markdown(session), to_html(session)
     assert "**Incomplete session" in md and "### speculative (incomplete)" in md
-    assert '<p class="incomplete">Incomplete session' in page and "<h3>speculative (incomplete)</h3>" in page
+    assert '<p class="incomplete">Incomplete session' in page and ">speculative (incomplete)</div>" in page
 
 
 # --- HTML ----------------------------------------------------------------------------------
@@ -220,27 +247,33 @@ def test_incomplete_session_is_marked(tmp_path: Path) -> None:
 def test_html_page(session_path: Path) -> None:
     page = to_html(load_session(session_path))
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
-    assert '<span class="accepted" title="accepted, id 10">def</span>' in page
-    assert '<span class="corrected" title="corrected, id 14">):</span>' in page
-    # the terminal's palette: green, yellow, red, bold blue
-    for rule in (".accepted { color: #", ".budget { color: #", ".corrected { color: #", ".bonus { color: #"):
-        assert rule in page
-    assert "font-weight: bold" in page.split(".bonus")[1].split("}")[0]
-    assert '<span class="budget">budget</span>' in page  # the legend
-    assert "<li>token 3: k 4 → 2</li>" in page and "speedup vs target-only: 2.00x" in page
+    assert '<span class="t accepted" data-i="0" tabindex="0" data-tip="&#x27;def&#x27;  accepted' in page
+    assert 'data-i="4" tabindex="0" data-tip="&#x27;):&#x27;  corrected · token 4 · id 14' in page
+    # the playground's palette, from its theme files, one rule set per theme
+    for name in ("specplay-dark", "specplay-light", "specplay-colorblind"):
+        assert f'id="theme-{name}"' in page and f"#theme-{name}:checked ~ .page" in page
+    assert "--spec-accepted: #5fbf77;" in page and "--spec-accepted: #009e73;" in page
+    assert '<span class="t budget">budget</span>' in page  # the legend
+    assert "Control change in speculative: token 3: k 4 → 2" in page
     assert "<td>mean_acceptance_length</td>" in page
-    assert "<script" not in page and "http" not in page  # self-contained
+    assert '<td>speculative</td><td class="num">5</td><td class="num">0.75</td>' in page
+    assert '<figure class="chart"><figcaption>Acceptance by draft position' in page
+    assert "Draft tape of speculative: 2 rounds" in page
+    # self-contained: one script, ours, allowed by hash; nothing to fetch
+    assert page.count("<script") == 1 and "script-src 'sha256-" in page and "default-src 'none'" in page
+    assert "http://" not in page and "https://" not in page and " src=" not in page
 
 
 def test_html_escapes_everything_from_the_session(tmp_path: Path) -> None:
     tokens = [Token(1, SCRIPT, "accepted"), Token(2, IMG, "corrected"), Token(3, "&amp;", "bonus")]
     lanes = {"speculative": speculative_events([tokens]), "target": target_events([(4, SCRIPT)]), SCRIPT: []}
-    path = write_session(tmp_path, lanes, prompt=SCRIPT + IMG, source=IMG)
+    path = write_session(tmp_path, lanes, prompt=SCRIPT + IMG + "\x1b[2J\u202e", source=IMG)
     page = to_html(load_session(path))
-    assert "<script" not in page and "<img" not in page
+    assert page.count("<script") == 1 and "<img" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
-    assert "<pre>&lt;script&gt;alert(1)&lt;/script&gt;&quot;&gt;&lt;img" in page
+    assert '<pre class="prompt">&lt;script&gt;alert(1)&lt;/script&gt;&quot;&gt;&lt;img' in page
+    assert "␛[2J\\u202e</pre>" in page  # control characters and bidi overrides shown, not obeyed
     assert "&amp;amp;" in page
 
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from specplay.cli import main
 from specplay.cli.sessions import summarize
 from specplay.errors import SpecplayError
+from specplay.review import FORMATS, export_sessions
 from specplay.store import Session, SessionError, load_session
 from specplay.store.diff import token_diff
-from specplay.store.export import FORMATS, export_session
 from specplay.store.replay import session_config
 from tests.mutations import JSON_VALUES, paths, replace_at
 from tests.test_export import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
@@ -38,7 +38,7 @@ def test_every_unicode_line_boundary_survives_both_ways(tmp_path: Path) -> None:
     assert json.loads(path.read_text(encoding="utf-8").split("\n")[0])["prompt"] == prompt
     # The raw log an export writes is a session file too, whatever the prompt holds.
     log = tmp_path / "log.jsonl"
-    log.write_text(export_session(session, "jsonl"), encoding="utf-8")
+    log.write_text(export_sessions([session], "jsonl"), encoding="utf-8")
     assert load_session(log).prompt == prompt
 
 
@@ -143,7 +143,7 @@ def _use(session: Session) -> None:
     """What the commands do with a loaded session: any failure must be a SpecplayError."""
     summarize(session)
     for fmt in FORMATS:
-        export_session(session, fmt)
+        export_sessions([session], fmt)
     if session.baseline is not None:
         token_diff(session.main.token_ids, session.baseline.token_ids)
     session_config(session)

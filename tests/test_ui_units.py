@@ -9,17 +9,11 @@ import pytest
 from textual.color import Color
 
 from specplay.cli import main
+from specplay.display.themes import builtin_theme_files, themes_dir
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
 from specplay.engine.speedup import predicted_speedup
 from specplay.ui.stats import LaneTally, compare
-from specplay.ui.theming import (
-    TOKEN_VARIABLES,
-    ThemeError,
-    builtin_theme_files,
-    load_themes,
-    theme_from_toml,
-    themes_dir,
-)
+from specplay.ui.theming import TOKEN_VARIABLES, ThemeError, load_themes, theme_from_toml
 from specplay.ui.widgets.controls_panel import step_from_tv, tv_from_step
 
 

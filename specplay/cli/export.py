@@ -1,4 +1,4 @@
-"""`specplay export`: a session as a Markdown transcript, an HTML page, or its raw JSONL log."""
+"""`specplay export`: sessions as a review page (HTML), a Markdown transcript, or one's raw JSONL log."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ from pathlib import Path
 from specplay.cli.configure import path_flag
 from specplay.cli.diff import open_session
 from specplay.cli.flags import add_sessions_dir_flag
-from specplay.store.export import FORMATS, export_session
+from specplay.review import FORMATS, export_sessions
 from specplay.store.files import write_output
 
 _SUFFIXES = {"md": "md", "markdown": "md", "html": "html", "htm": "html", "jsonl": "jsonl"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("export", help="write a session as Markdown, HTML or its raw JSONL log")
-    parser.add_argument("session", metavar="SESSION", help="session path or id")
+    parser = subparsers.add_parser(
+        "export",
+        help="write sessions as a review page (HTML), a Markdown transcript, or a session's raw JSONL log",
+        description="One session: its lanes side by side. Several sessions of one prompt (a TV-budget or "
+        "k sweep): their texts as columns, each aligned to the first target-only text among them.",
+    )
+    parser.add_argument("sessions", nargs="+", metavar="SESSION", help="session path or id")
     parser.add_argument(
         "--format", choices=FORMATS, help="md, html or jsonl (default: from the -o file's suffix, else md)"
     )
@@ -35,12 +40,13 @@ def output_format(chosen: str | None, output: Path | None) -> str:
 
 def export(args: argparse.Namespace) -> int:
     output = path_flag(args.output, "output") if args.output is not None else None
-    session = open_session(args.session, args)
+    sessions = [open_session(name, args) for name in args.sessions]
     fmt = output_format(args.format, output)
-    text = export_session(session, fmt)
+    text = export_sessions(sessions, fmt)
     if output is None:
         sys.stdout.write(text)
         return 0
     write_output(output, text, fix="choose another -o file")
-    print(f"wrote {fmt} export of session {session.id} to {output}")
+    what = f"session {sessions[0].id}" if len(sessions) == 1 else f"{len(sessions)} sessions"
+    print(f"wrote {fmt} export of {what} to {output}")
     return 0

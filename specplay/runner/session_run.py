@@ -46,15 +46,22 @@ def open_writer(
     identity: dict[str, Any],
     capabilities: Capabilities,
     route_map: Mapping[str, str],
+    token_text: Callable[[int], str] | None = None,
     **about: object,
 ) -> SessionWriter:
     """A session in `config`'s folder for a run of `request` (its prompt, seed and mode as run) on
-    the source `identity` and `capabilities` describe; `about` adds to the request record."""
+    the source `identity` and `capabilities` describe; `about` adds to the request record.
+    `token_text`: a local tokenizer's, to record drafted tokens' texts (never a server round trip)."""
     assert request.prompt is not None
     record = request_record(request, route_map, **about)
     return SessionWriter(
-        config.sessions_dir, request.prompt, list(prompt_token_ids), lanes, identity, record, capabilities
+        config.sessions_dir, request.prompt, list(prompt_token_ids), lanes, identity, record, capabilities, token_text
     )
+
+
+def local_token_text(source: EventSource) -> Callable[[int], str] | None:
+    """The source's token texts where they cost no round trip to a server."""
+    return source.token_text if source.capabilities.local_token_text else None
 
 
 def run_sample(
@@ -79,7 +86,9 @@ def run_sample(
     if save:
         spec = replace(config.request, prompt=request.prompt, seed=request.seed, mode=request.mode)
         ids = request.prompt_token_ids
-        writer = open_writer(config, spec, ids, lanes, identity or {}, source.capabilities, source.route_map)
+        writer = open_writer(
+            config, spec, ids, lanes, identity or {}, source.capabilities, source.route_map, local_token_text(source)
+        )
     try:
         controls = LiveControls(config.settings, source.drafters)
         run = SampleRun(stream_lane(thread, source, request, controls, on_event, writer, on_interrupt), None, None)

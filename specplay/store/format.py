@@ -10,7 +10,10 @@ reads as incomplete, and a last line torn by a kill is ignored.
     {"type": "event", "lane": "speculative", "kind": "start" | "control" | "round" | "step" | "done",
      "data": {...}}
     ("recolour": vLLM's native mode, the server's exact sources for the tokens streamed so far)
+    {"type": "texts", "texts": {"token id": text, ...}}   (drafted and candidate tokens, where known)
     {"type": "end"}
+
+Readers skip record types they do not know, so a newer specplay may add some.
 """
 
 from __future__ import annotations
@@ -122,6 +125,19 @@ class Session:
     @property
     def prompt(self) -> str:
         return self.header["prompt"]
+
+    @property
+    def token_texts(self) -> dict[int, str]:
+        """The text of every token the session names that it knows: committed tokens' own texts and
+        the drafted and candidate tokens' texts the writer recorded."""
+        texts: dict[int, str] = {}
+        for lane in self.lanes.values():
+            texts.update((t.token_id, t.text) for t in lane.tokens if t.text)
+        for record in self.records:
+            if record["type"] == "texts" and isinstance(record.get("texts"), dict):
+                pairs = record["texts"].items()
+                texts.update((int(k), v) for k, v in pairs if k.isascii() and k.isdigit() and isinstance(v, str))
+        return texts
 
     @property
     def capabilities(self) -> Capabilities:

@@ -12,13 +12,14 @@ import contextlib
 import json
 import os
 import secrets
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from specplay import __version__
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.events import Event
+from specplay.engine.events import Event, RoundEvent
 from specplay.store.codec import event_record
 from specplay.store.format import SCHEMA_VERSION, SUFFIX, SessionError
 
@@ -30,6 +31,15 @@ _LINE_BOUNDARIES = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u202
 def record_line(record: dict[str, Any]) -> str:
     """One JSON Lines record: UTF-8 as written, every line boundary escaped."""
     return json.dumps(record, ensure_ascii=False, allow_nan=False).translate(_LINE_BOUNDARIES)
+
+
+def round_token_ids(event: RoundEvent) -> list[int]:
+    """Every token id a round names beyond its committed tokens: drafted ones and candidates."""
+    ids = list(event.drafted)
+    for position in event.positions:
+        ids += [token_id for token_id, _ in (position.top_target or ()) + (position.top_draft or ())]
+    ids += [token_id for token_id, _ in event.bonus_top_target or ()]
+    return ids
 
 
 def _new_name(now: datetime) -> str:
@@ -46,8 +56,11 @@ class SessionWriter:
         backend: dict[str, Any],
         request: dict[str, Any],
         capabilities: Capabilities,
+        token_text: Callable[[int], str] | None = None,
     ) -> None:
-        """`backend` is the source's description, `request` the codec's request record."""
+        """`backend` is the source's description, `request` the codec's request record.
+        `token_text`, where the tokenizer is at hand, records the text of every drafted and
+        candidate token, so a review shows rejected drafts as text without loading a model."""
         now = datetime.now(UTC)
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -59,6 +72,8 @@ class SessionWriter:
                 "choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR"
             ) from None
         self.lanes = list(lanes)
+        self._token_text = token_text
+        self._known_texts: set[int] = set()
         self._lines: list[str] = []
         header = {
             "type": "header",
@@ -96,7 +111,16 @@ class SessionWriter:
             ) from None
 
     def write_event(self, lane: str, event: Event) -> None:
+        if isinstance(event, RoundEvent) and self._token_text is not None:
+            self._write_texts(round_token_ids(event))
         self._write(event_record(lane, event))
+
+    def _write_texts(self, token_ids: list[int]) -> None:
+        new = [token_id for token_id in dict.fromkeys(token_ids) if token_id not in self._known_texts]
+        if not new or self._token_text is None:
+            return
+        self._known_texts.update(new)
+        self._write({"type": "texts", "texts": {str(token_id): self._token_text(token_id) for token_id in new}})
 
     def finalize(self) -> Path:
         """Mark the session complete, atomically; if that cannot be written, the session stays as
@@ -122,3 +146,8 @@ class SessionWriter:
         """Stop writing without finalizing: the session stays readable, marked incomplete."""
         if not self._file.closed:
             self._file.close()
+
+
+def session_jsonl(records: list[dict[str, Any]]) -> str:
+    """A session's records as its raw event log, one per line, header first."""
+    return "".join(record_line(record) + "\n" for record in records)

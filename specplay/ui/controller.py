@@ -225,6 +225,7 @@ class Playground:
                 self.identity,
                 self.capabilities,
                 self.route_map,
+                self.host.decode if self.capabilities.local_token_text else None,
                 source="tui",
                 lanes_run_side_by_side=True,
             )

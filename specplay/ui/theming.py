@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterable
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from textual.theme import Theme
+
+from specplay.display.themes import builtin_theme_files, read_theme
 
 DEFAULT_THEME = "specplay-dark"
 TOKEN_VARIABLES = ("spec-accepted", "spec-budget", "spec-corrected", "spec-bonus", "spec-marker")
@@ -24,7 +25,7 @@ class ThemeError(ValueError):
 
 def theme_from_toml(path: Path) -> Theme:
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = read_theme(path)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ThemeError(f"theme {path.name} cannot be read: {exc}") from None
     variables = {str(k): str(v) for k, v in data.get("variables", {}).items()}
@@ -33,20 +34,6 @@ def theme_from_toml(path: Path) -> Theme:
         raise ThemeError(f"theme {path.name} needs name, primary and [variables] {', '.join(TOKEN_VARIABLES)}")
     colours = {name: str(data[name]) for name in _COLOUR_FIELDS if name in data}
     return Theme(name=str(data["name"]), dark=bool(data.get("dark", True)), variables=variables, **colours)
-
-
-def themes_dir() -> Path:
-    """The shipped themes: inside the package in an installed wheel (the build copies the repo's
-    top-level themes/ there), else the repo's themes/ beside the package (a checkout or an
-    editable install)."""
-    installed = Path(str(files("specplay") / "themes"))
-    if installed.is_dir():
-        return installed
-    return Path(__file__).resolve().parents[2] / "themes"
-
-
-def builtin_theme_files() -> list[Path]:
-    return sorted(themes_dir().glob("*.toml"))
 
 
 def load_themes(paths: Iterable[Path] | None = None) -> list[Theme]:

@@ -1,0 +1,199 @@
+"""A review: runs of one prompt lined up against its target-only text, with what a reader needs
+before reading them. Built from saved sessions (`specplay export`) or a fidelity sweep's samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from specplay.errors import SpecplayError
+from specplay.review.columns import Column, build_columns
+from specplay.review.summary import (
+    INCOMPLETE,
+    change_lines,
+    column_numbers,
+    models,
+    origin,
+    settings,
+    summary_cells,
+)
+from specplay.store.diff import token_diff
+from specplay.store.format import LaneRecord, Session
+
+
+@dataclass(frozen=True)
+class Group:
+    """Columns aligned row by row to one target-only text (a page has one; a sweep one per seed)."""
+
+    title: str | None
+    columns: list[Column]
+    reference: Column | None
+
+    def summary_rows(self) -> list[list[str]]:
+        return [summary_cells(c, column_numbers(c, self.reference)) for c in self.columns]
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass(frozen=True)
+class Review:
+    title: str
+    prompt: str
+    notes: list[str]
+    """Where the runs came from, and anything cut short or odd about them."""
+    models: list[tuple[str, str, str]]
+    settings: list[tuple[str, str]]
+    """Settings every run shared."""
+    column_settings: dict[str, list[tuple[str, str]]]
+    """Per column key: the settings that set it apart from the other runs."""
+    groups: list[Group]
+    tables: list[Table] = field(default_factory=list)
+    """Tables shown after the summary (a sweep's aggregate over seeds)."""
+    changes: dict[str, list[str]] = field(default_factory=dict)
+    """Per column key: live control changes, one line each."""
+
+
+# Settings that say where or when a run was, not how: never what sets a column apart.
+_NOT_SETTINGS = {"source", "lanes_run_side_by_side"}
+_SHORT = {"tv_budget": "D", "temperature": "T"}
+
+
+def _short(settings: Sequence[tuple[str, str]]) -> str:
+    return " · ".join(f"{_SHORT.get(name, name)} {value}" for name, value in settings)
+
+
+def _split_settings(
+    per_run: Sequence[list[tuple[str, str]]],
+) -> tuple[list[tuple[str, str]], list[list[tuple[str, str]]]]:
+    """(settings all runs share, each run's own)."""
+    common = [item for item in per_run[0] if all(item in other for other in per_run[1:])]
+    own = [[item for item in run if item not in common and item[0] not in _NOT_SETTINGS] for run in per_run]
+    return common, own
+
+
+def review_sessions(sessions: Sequence[Session]) -> Review:
+    """One page for sessions of one prompt: a single session shows its lanes; several show each
+    one's speculative (or only) lane beside the first target-only lane among them."""
+    if not sessions:
+        raise SpecplayError("no session to review; name one or more sessions")
+    first = sessions[0]
+    for other in sessions[1:]:
+        if other.prompt != first.prompt:
+            raise SpecplayError(
+                f"sessions {first.id} and {other.id} ran different prompts; a review lines up runs of one "
+                "prompt, so export them one at a time"
+            )
+    notes = [origin(s) + ("" if len(sessions) == 1 else f" ({s.id})") for s in sessions]
+    notes += [f"{INCOMPLETE} ({s.id})" for s in sessions if not s.complete]
+    reference_lane, reference_session = _reference(sessions)
+    specs = []
+    column_of: dict[str, Session] = {}
+    if len(sessions) == 1:
+        lanes = list(first.lanes.values())
+        if reference_lane is not None:  # the target-only text first: the others are read against it
+            lanes = [reference_lane] + [lane for lane in lanes if lane is not reference_lane]
+        for i, lane in enumerate(lanes):
+            key = f"c{i}"
+            title = "target-only" if lane is reference_lane else lane.name
+            specs.append((key, title + ("" if lane.complete else " (incomplete)"), _kind(lane), lane))
+            column_of[key] = first
+        common, own = settings(first), [[] for _ in specs]
+    else:
+        runs = [s for s in sessions if s.main is not reference_lane]
+        if reference_lane is not None:
+            assert reference_session is not None
+            specs.append(("c0", f"target-only ({reference_session.id})", "target", reference_lane))
+            column_of["c0"] = reference_session
+        common, own_by_run = _split_settings([settings(s) for s in runs] or [settings(first)])
+        own = [[] for _ in specs] + own_by_run
+        for i, session in enumerate(runs, start=len(specs)):
+            title = _short(own[i]) or session.id
+            title += "" if session.main.complete else " (incomplete)"
+            specs.append((f"c{i}", title, _kind(session.main), session.main))
+            column_of[f"c{i}"] = session
+        notes += _other_baselines(runs, reference_lane)
+    columns = build_columns(
+        [
+            (key, title, kind, lane, column_of[key].token_texts, column_of[key].capabilities.wall_time_is_speed)
+            for key, title, kind, lane in specs
+        ],
+        reference_lane,
+    )
+    reference = next((c for c in columns if c.lane is reference_lane), None)
+    title = f"specplay session {first.id}" if len(sessions) == 1 else f"specplay review of {len(sessions)} sessions"
+    all_models = list(dict.fromkeys(m for s in sessions for m in models(s)))
+    return Review(
+        title=title,
+        prompt=first.prompt,
+        notes=notes,
+        models=all_models,
+        settings=common,
+        column_settings={c.key: own[i] for i, c in enumerate(columns)},
+        groups=[Group(None, columns, reference)],
+        changes={c.key: change_lines(c.lane) for c in columns if c.lane.changes},
+    )
+
+
+def _kind(lane: LaneRecord) -> str:
+    mode = lane.start.mode if lane.start is not None else lane.name
+    return mode if mode in ("target", "draft") else "speculative"
+
+
+def _reference(sessions: Sequence[Session]) -> tuple[LaneRecord | None, Session | None]:
+    """The first target-only lane: a speculative run's baseline, or a target-only run itself."""
+    for session in sessions:
+        if session.baseline is not None:
+            return session.baseline, session
+        if _kind(session.main) == "target":
+            return session.main, session
+    return None, None
+
+
+def _other_baselines(runs: Sequence[Session], reference: LaneRecord | None) -> list[str]:
+    """A run's own target-only text that differs from the reference is worth a line: the runs
+    then did not share seed, models or settings, and a difference is not all speculation's."""
+    notes = []
+    for session in runs:
+        if reference is None or session.baseline is None or session.baseline is reference:
+            continue
+        diff = token_diff(session.baseline.token_ids, reference.token_ids)
+        if not diff.identical:
+            notes.append(
+                f"Session {session.id}'s own target-only text differs from the reference from token "
+                f"{diff.first_divergence} (similarity {diff.similarity:.3f}): not every difference is speculation's."
+            )
+    return notes
+
+
+def review_sweep(
+    title: str,
+    prompt: str,
+    notes: list[str],
+    run_models: list[tuple[str, str, str]],
+    run_settings: list[tuple[str, str]],
+    lanes_by_seed: Mapping[int, Mapping[str, LaneRecord]],
+    tables: list[Table],
+    wall_time_is_speed: bool,
+) -> Review:
+    """A sweep (rows such as target-only, draft-only, D=0 ... D=1) sampled with several seeds: one
+    group per seed, each row a column aligned to that seed's target-only text."""
+    groups = []
+    column_settings: dict[str, list[tuple[str, str]]] = {}
+    for seed, lanes in lanes_by_seed.items():
+        reference_lane = next((lane for lane in lanes.values() if _kind(lane) == "target"), None)
+        specs = [
+            (f"s{seed}c{i}", label, _kind(lane), lane, {}, wall_time_is_speed)
+            for i, (label, lane) in enumerate(lanes.items())
+        ]
+        columns = build_columns(specs, reference_lane)
+        reference = next((c for c in columns if c.lane is reference_lane), None)
+        groups.append(Group(f"seed {seed}", columns, reference))
+        column_settings |= {c.key: [] for c in columns}
+    return Review(title, prompt, notes, run_models, run_settings, column_settings, groups, tables)

@@ -1,0 +1,317 @@
+"""A review as one self-contained HTML page: inline style and script, nothing fetched, readable
+with scripts off.
+
+Everything from a session (prompt, token texts, names, values) is escaped, and control characters
+are shown as pictures; the page's Content-Security-Policy lets no script run but its own (by hash)
+and load nothing, so even a slip in escaping could not run a session's script.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+from collections.abc import Sequence
+from importlib.resources import files
+
+from specplay.display.text import visible
+from specplay.display.themes import builtin_theme_files, read_theme
+from specplay.engine.events import Candidate
+from specplay.review.build import Group, Review, Table
+from specplay.review.charts import acceptance_chart, speed_chart
+from specplay.review.columns import Column, Provenance
+from specplay.review.summary import LEGEND, SUMMARY_HEADERS, metric_rows
+
+DEFAULT_THEME = "specplay-dark"
+_SERIES_FIELDS = ("primary", "accent", "success", "secondary", "warning", "error")
+_WHY = {
+    "accepted": "u < min(1, p_target/p_draft): kept",
+    "budget": "kept only thanks to the TV budget",
+    "corrected": "drawn from the residual after a rejection",
+    "bonus": "drawn from p_target: all k accepted",
+    "target": "a target-only step",
+    "draft": "a draft-only step",
+}
+
+
+def e(value: object) -> str:
+    """Text from a session as HTML: control characters as pictures, lone surrogates (bytes a
+    tokenizer split mid-character) as U+FFFD, then escaped."""
+    text = visible(str(value)).encode("utf-8", "replace").decode("utf-8")
+    return html.escape(text, quote=True)
+
+
+def _asset(name: str) -> str:
+    return (files("specplay.review") / name).read_text(encoding="utf-8")
+
+
+# --- themes ----------------------------------------------------------------------------------
+
+
+def _theme_css() -> tuple[str, list[tuple[str, bool]]]:
+    """CSS variables per shipped theme, and (name, is default) for the switch."""
+    rules, names = [], []
+    themes = [read_theme(path) for path in builtin_theme_files()]
+    themes.sort(key=lambda t: t.get("name") != DEFAULT_THEME)
+    for i, theme in enumerate(themes):
+        name = str(theme["name"])
+        values = {
+            "background": theme.get("background", "#14171c"),
+            "foreground": theme.get("foreground", "#d8dde3"),
+            "surface": theme.get("surface", "#1c2027"),
+            "panel": theme.get("panel", "#262b34"),
+            **{str(k): v for k, v in theme.get("variables", {}).items()},
+            **{f"series-{j}": theme.get(field, "#888888") for j, field in enumerate(_SERIES_FIELDS)},
+        }
+        body = " ".join(f"--{k}: {v};" for k, v in values.items())
+        body += " --muted: color-mix(in srgb, var(--foreground) 60%, var(--background));"
+        body += " --diverged: color-mix(in srgb, var(--spec-marker) 25%, transparent);"
+        body += " --diverged-edge: color-mix(in srgb, var(--spec-marker) 65%, transparent);"
+        selector = f"#theme-{name}:checked ~ .page" + (", .page" if i == 0 else "")
+        rules.append(f"{selector} {{ {body} }}")
+        names.append((name, i == 0))
+    # The default's rule applies to .page as well; a checked radio's id selector outranks it.
+    return "\n".join(rules), names
+
+
+def _theme_switch(names: Sequence[tuple[str, bool]]) -> tuple[str, str]:
+    """(the radios, before .page; their labels, inside it)."""
+    radios = "".join(
+        f'<input type="radio" name="theme" class="themes" id="theme-{e(name)}"{" checked" if default else ""}>'
+        for name, default in names
+    )
+    labels = "".join(f'<label for="theme-{e(name)}">{e(name.removeprefix("specplay-"))}</label> ' for name, _ in names)
+    return radios, f'<span class="switch">Theme: {labels}</span>'
+
+
+# --- tokens ----------------------------------------------------------------------------------
+
+
+def _quote(texts: dict[int, str], token_id: int) -> str:
+    text = texts.get(token_id)
+    return f"⟨{token_id}⟩" if text is None else "'" + visible(text).replace("\n", "⏎") + "'"
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _tops(label: str, top: Sequence[Candidate] | None, texts: dict[int, str]) -> list[str]:
+    if not top:
+        return []
+    return [f"{label}: " + ", ".join(f"{_quote(texts, t)} {p:.3f}" for t, p in top)]
+
+
+def token_details(column: Column, index: int, texts: dict[int, str]) -> str:
+    """A token's details as plain lines: source, round, route, k, p_target, p_draft, u, d, θ, and
+    the top candidates where the run recorded them (the playground's drill-down, as text)."""
+    token = column.lane.tokens[index]
+    lines = [f"{_quote(texts, token.token_id)}  {token.source} · token {index} · id {token.token_id}"]
+    lines.append(_WHY.get(token.source, token.source))
+    where: Provenance | None = column.provenance[index]
+    if where is None:
+        return "\n".join(lines)
+    round = where.round
+    lines.append(f"round {round.index} · route {round.route} · k {round.k} · accepted {round.num_accepted}")
+    position = where.position
+    if position is None:
+        p = next((p for t, p in round.bonus_top_target or () if t == token.token_id), None)
+        lines.append(f"p_target(x) {_num(p)}")
+        lines += _tops("top p_target", round.bonus_top_target, texts)
+        return "\n".join(lines)
+    if token.source == "corrected":
+        lines.append(f"x = drafted {_quote(texts, position.token_id)}, rejected")
+    ratio = position.p_target / position.p_draft if position.p_draft > 0 else float("inf")
+    lines.append(f"p_target(x) {_num(position.p_target)} · p_draft(x) {_num(position.p_draft)}")
+    lines.append(f"u {_num(position.uniform)} · min(1, p_target/p_draft) {_num(min(1.0, ratio))}")
+    d = (
+        _num(position.tv_distance)
+        if position.tv_lower is None
+        else f"in [{_num(position.tv_lower)}, {_num(position.tv_distance)}]"
+    )
+    lines.append(f"d = TV {d} · θ {_num(position.theta)} · outcome {position.outcome}")
+    if position.error_bound is not None:
+        lines.append(f"approximate: within TV {_num(position.error_bound)} of the rule's distribution")
+    lines += _tops("top p_target", position.top_target, texts)
+    lines += _tops("top p_draft", position.top_draft, texts)
+    return "\n".join(lines)
+
+
+def _p_target(column: Column, index: int) -> float | None:
+    where = column.provenance[index]
+    if where is None:
+        return None
+    if where.position is not None:
+        return where.position.p_target
+    token_id = column.lane.tokens[index].token_id
+    return next((p for t, p in where.round.bonus_top_target or () if t == token_id), None)
+
+
+def _token(column: Column, index: int, texts: dict[int, str], first: int | None) -> str:
+    token = column.lane.tokens[index]
+    classes = ["t", token.source]
+    against = column.divergence
+    if against is not None and index in against.changed:
+        classes.append("dv")
+    if index == first:
+        classes.append("first")
+    attrs = f' class="{" ".join(classes)}" data-i="{index}"'
+    if column.kind == "speculative":
+        attrs += f' tabindex="0" data-tip="{e(token_details(column, index, texts))}"'
+        if (p := _p_target(column, index)) is not None:
+            attrs += f' data-p-target="{p:.6g}"'
+    return f"<span{attrs}>{e(token.text)}</span>"
+
+
+def _gap(column: Column, at: int, first: int | None) -> str:
+    assert column.divergence is not None and column.divergence.diff is not None
+    start, end = column.divergence.gaps[at]
+    cls = "gap first" if at == first else "gap"
+    return f'<span class="{cls}" data-at="{at}" title="the target-only text has {end - start} more tokens here"></span>'
+
+
+def _cell(column: Column, start: int, end: int, texts: dict[int, str], last: bool) -> str:
+    against = column.divergence
+    first = against.diff.first_divergence if against is not None else None
+    parts = []
+    for index in range(start, end):
+        if against is not None and index in against.gaps:
+            parts.append(_gap(column, index, first))
+        parts.append(_token(column, index, texts, first))
+    if last and against is not None and end in against.gaps:
+        parts.append(_gap(column, end, first))
+    cls = "cell reference" if column.kind == "target" and against is None else "cell"
+    return f'<div class="{cls}" data-col="{e(column.key)}" dir="auto">{"".join(parts)}</div>'
+
+
+def _grid(review: Review, group: Group) -> str:
+    columns = group.columns
+    heads = []
+    for c in columns:
+        own = " · ".join(f"{name} {value}" for name, value in review.column_settings.get(c.key, []))
+        extra = f'<span class="own">{e(own)}</span>' if own else ""
+        heads.append(f'<div class="head" data-col="{e(c.key)}">{e(c.title)}{extra}</div>')
+    rows = max((len(c.starts) for c in columns), default=0)
+    cells = []
+    for r in range(rows):
+        for c in columns:
+            texts = dict(c.texts)
+            start = c.starts[r] if r < len(c.starts) else len(c.lane.tokens)
+            end = c.starts[r + 1] if r + 1 < len(c.starts) else len(c.lane.tokens)
+            cells.append(_cell(c, start, end, texts, last=r == rows - 1))
+    style = f"grid-template-columns: repeat({len(columns)}, minmax(18rem, 1fr))"
+    return f'<div class="scroll"><div class="grid" style="{style}">{"".join(heads)}{"".join(cells)}</div></div>'
+
+
+# --- the rest of the page ----------------------------------------------------------------------
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int = 1, cls: str = "") -> str:
+    head = "".join(f"<th>{e(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{e(cell)}</td>' if i >= numeric_from else f"<td>{e(cell)}</td>"
+            for i, cell in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f'<table class="{cls}"><tr>{head}</tr>{body}</table>'
+
+
+def _extra_table(table: Table) -> str:
+    caption = f'<p class="notes">{e(table.caption)}</p>' if table.caption else ""
+    return f"<h3>{e(table.title)}</h3>{_table(table.headers, table.rows)}{caption}"
+
+
+def _legend() -> str:
+    items = "".join(f'<span class="legend-item"><span class="t {s}">{s}</span>: {e(m)}</span>' for s, m in LEGEND)
+    marks = (
+        '<span class="legend-item"><span class="t dv">marked</span>: differs from the target-only text</span>'
+        '<span class="legend-item"><span class="gap"></span>: the target-only text has more here</span>'
+    )
+    return f"<span>{items}{marks}</span>"
+
+
+def _tape(column: Column) -> str:
+    texts = dict(column.texts)
+    rows = []
+    for event in column.lane.rounds:
+        drafts = []
+        for position in event.positions:
+            drafts.append(f'<span class="d {position.outcome}">{e(_quote(texts, position.token_id))}</span>')
+        committed = "".join(f'<span class="t {t.source}">{e(t.text)}</span>' for t in event.tokens)
+        rows.append(
+            f'<tr><td class="num">{event.index}</td><td>{e(event.route)}</td><td class="num">{event.k}</td>'
+            f'<td class="drafts">{"".join(drafts) or "nothing drafted"}</td>'
+            f'<td class="num">{event.num_accepted}</td><td class="drafts">{committed}</td></tr>'
+        )
+    head = "<tr><th>round</th><th>route</th><th>k</th><th>drafted (rejected struck)</th><th>accepted</th>"
+    head += "<th>committed</th></tr>"
+    return (
+        f'<details class="tape" data-col="{e(column.key)}"><summary>Draft tape of {e(column.title)}: '
+        f"{len(column.lane.rounds)} rounds</summary><table>{head}{''.join(rows)}</table></details>"
+    )
+
+
+def _group(review: Review, group: Group, summary: bool) -> str:
+    out = []
+    if group.title:
+        out.append(f"<h2>{e(group.title)}</h2>")
+    if summary:
+        out.append(_table(SUMMARY_HEADERS, group.summary_rows(), cls="summary"))
+    out.append(f'<h3>Texts</h3><div class="bar">{_legend()}</div>')
+    out.append(_grid(review, group))
+    charts = [c for c in (acceptance_chart(group.columns), speed_chart(group.columns)) if c]
+    if any(not c.wall_time_is_speed for c in group.columns):
+        out.append(
+            '<p class="notes">tokens/s through vLLM inspection is not shown: it would time HTTP round trips.</p>'
+        )
+    if charts:
+        out.append(f'<div class="charts">{"".join(charts)}</div>')
+    for column in group.columns:
+        if column.lane.rounds:
+            out.append(_tape(column))
+        for line in review.changes.get(column.key, []):
+            out.append(f"<p>Control change in {e(column.title)}: {e(line)}</p>")
+    lanes = [c.lane for c in group.columns]
+    out.append(
+        "<details><summary>Every metric</summary>"
+        + _table(["metric", *(c.title for c in group.columns)], [[n, *v] for n, v in metric_rows(lanes)])
+        + "</details>"
+    )
+    return "\n".join(out)
+
+
+def to_html(review: Review) -> str:
+    theme_css, names = _theme_css()
+    radios, switch = _theme_switch(names)
+    script = _asset("page.js")
+    script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    policy = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{script_hash}'"
+    body = [f"<h1>{e(review.title)}</h1>", '<div class="notes">']
+    body += [f'<p class="{"incomplete" if "Incomplete" in n else ""}">{e(n)}</p>' for n in review.notes]
+    body += ["</div>", "<h2>Prompt</h2>", f'<pre class="prompt">{e(review.prompt)}</pre>']
+    if len(review.groups) == 1:
+        body.append("<h2>Summary</h2>")
+        body.append(_table(SUMMARY_HEADERS, review.groups[0].summary_rows(), cls="summary"))
+    body += [_extra_table(t) for t in review.tables]
+    models = "".join(f"<tr><td>{e(n)}</td><td>{e(s)}</td><td>{e(d)}</td></tr>" for n, s, d in review.models)
+    body += [
+        "<h2>Models and settings</h2>",
+        f"<table><tr><th>model</th><th>source</th><th>weights</th></tr>{models}</table>",
+    ]
+    settings = " · ".join(f"<code>{e(name)}</code> {e(value)}" for name, value in review.settings)
+    body.append(f'<p class="settings">{settings}</p>')
+    body.append(f'<div class="bar">{switch}</div>')
+    # One group's summary comes first on the page; a sweep's seeds each have their own.
+    body += [_group(review, group, summary=len(review.groups) > 1) for group in review.groups]
+    body.append('<div id="pinned" hidden><pre></pre><small>Esc to close</small></div>')
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{e(review.title)}</title>\n<style>\n{_asset('page.css')}\n{theme_css}\n</style>\n</head>\n<body>\n"
+        f'{radios}\n<div class="page">\n' + "\n".join(body) + f"\n</div>\n<script>{script}</script>\n</body>\n</html>\n"
+    )

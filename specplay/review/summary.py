@@ -1,0 +1,211 @@
+"""What a review says before the texts: where the runs came from, their settings, and per column
+the numbers a reader weighs against the text (acceptance, speedups, TV spent, similarity).
+
+Plain, unescaped strings: each document escapes them for its own format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specplay.engine.speedup import measured_speedup, predict, predict_modelled
+from specplay.review.columns import Column, mean_step_ms
+from specplay.store.format import LaneRecord, Session
+
+LEGEND = (
+    ("accepted", "a draft token the verifier kept"),
+    ("budget", "kept only because of the TV budget"),
+    ("corrected", "drawn from the residual after a rejection"),
+    ("bonus", "the target's own token after a fully accepted round"),
+)
+
+INCOMPLETE = "Incomplete session: the run was cut short; lanes show the tokens they had produced."
+
+METRICS = (
+    "num_tokens",
+    "tokens_per_s",
+    "time_to_first_token_ms",
+    "num_spec_steps",
+    "num_draft_tokens",
+    "num_accepted_draft_tokens",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+    "acceptance_per_position",
+    "num_tokens_by_source",
+    "tv_spent",
+    "draft_ms",
+    "verify_ms",
+    "overhead_ms",
+)
+"""vLLM-named metrics in the order a reader wants them; any others a session holds follow."""
+
+
+def fmt_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {fmt_value(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(fmt_value(v) for v in value) + "]"
+    return str(value)
+
+
+def fmt_setting(value: Any) -> str:
+    """A setting as typed: 0.5, not 0.500."""
+    return f"{value:g}" if isinstance(value, float) else fmt_value(value)
+
+
+def models(session: Session) -> list[tuple[str, str, str]]:
+    """(name, source, short weights hash) of every model the run used."""
+    out = []
+    for name, identity in (session.header.get("backend", {}).get("models") or {}).items():
+        digest = str(identity.get("weights_sha256", ""))[:12] or "-"
+        if identity.get("weights_hash") == "sampled":
+            digest += " (sampled)"
+        out.append((str(name), str(identity.get("source", "?")), digest))
+    return out
+
+
+def _flatten(settings: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    # Sampling and policy fields are flattened, as live control changes name them.
+    for name, value in settings.items():
+        if isinstance(value, dict) and name in ("sampling", "policy_params"):
+            yield from value.items()
+        else:
+            yield name, value
+
+
+def settings(session: Session) -> list[tuple[str, str]]:
+    """The request and the main lane's start settings, as (name, value)."""
+    request = session.header.get("request") or {}
+    start = session.main.start if session.header.get("lanes") else None
+    rows = [(str(k), fmt_setting(v)) for k, v in request.items()]
+    if start is None:
+        return rows
+    if start.route is not None:
+        rows.append(("drafter", str(start.route)))
+    return rows + [(str(k), fmt_setting(v)) for k, v in _flatten(asdict(start.settings))]
+
+
+def metric_rows(lanes: Sequence[LaneRecord]) -> list[tuple[str, list[str]]]:
+    """(metric, value per lane), vLLM's names first."""
+    names = list(METRICS)
+    for lane in lanes:
+        names += [name for name in lane.metrics if name not in names]
+    rows = [(name, [fmt_value(lane.metrics.get(name)) for lane in lanes]) for name in names]
+    rows.append(("finish_reason", [fmt_value(lane.done.finish_reason if lane.done else None) for lane in lanes]))
+    return rows
+
+
+def _where(backend: dict[str, Any]) -> str:
+    if "device" in backend:
+        return f"on {backend['device']}"
+    return f"({backend['mode']} mode)" if "mode" in backend else "on ?"
+
+
+def origin(session: Session) -> str:
+    """When, by which specplay, on which backend and device."""
+    header, backend = session.header, session.header.get("backend") or {}
+    return (
+        f"Created {header.get('created', '?')} by specplay {header.get('specplay_version', '?')}, "
+        f"backend {backend.get('backend', '?')} {_where(backend)}."
+    )
+
+
+def change_lines(lane: LaneRecord) -> list[str]:
+    """One line per live control change: at which token, and what changed."""
+    lines = []
+    for change in lane.changes:
+        what = ", ".join(f"{name} {fmt_setting(old)} → {fmt_setting(new)}" for name, old, new in change.changes)
+        lines.append(f"token {change.token_index}: {what}")
+    return lines
+
+
+@dataclass(frozen=True)
+class ColumnNumbers:
+    """The per-column row of a review's summary."""
+
+    tokens: int
+    draft_acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    tokens_per_s: float | None
+    """None where the run's wall time was HTTP round trips."""
+    measured_speedup: float | None
+    predicted_speedup: float | None
+    tv_spent: float | None
+    similarity: float | None
+    """Normalized Levenshtein similarity of the token ids to the target-only text."""
+    first_divergence: int | None
+
+
+def column_numbers(column: Column, reference: Column | None) -> ColumnNumbers:
+    """Speedups are against the reference's tokens/s and mean step, where both were speeds."""
+    metrics = column.lane.metrics
+    speculative = column.kind == "speculative"
+    speed = column.wall_time_is_speed
+    tokens_per_s = metrics.get("tokens_per_s") if speed else None
+    ref_speed = reference is not None and reference.wall_time_is_speed and reference is not column
+    measured = None
+    predicted = None
+    if speculative:
+        if speed and ref_speed:
+            assert reference is not None
+            measured = measured_speedup(tokens_per_s, reference.lane.metrics.get("tokens_per_s"))
+            predicted = predict(metrics, mean_step_ms(reference.lane)).speedup
+        elif not speed:  # remote: modelled on the speculative lane's own verify calls
+            predicted = predict_modelled(metrics).speedup
+    against = column.divergence
+    return ColumnNumbers(
+        tokens=len(column.lane.tokens),
+        draft_acceptance_rate=metrics.get("draft_acceptance_rate") if speculative else None,
+        mean_acceptance_length=metrics.get("mean_acceptance_length") if speculative else None,
+        tokens_per_s=tokens_per_s,
+        measured_speedup=measured,
+        predicted_speedup=predicted,
+        tv_spent=metrics.get("tv_spent") if speculative else None,
+        similarity=against.diff.similarity if against is not None else (1.0 if column is reference else None),
+        first_divergence=against.diff.first_divergence if against is not None else None,
+    )
+
+
+SUMMARY_HEADERS = (
+    "column",
+    "tokens",
+    "acceptance",
+    "mean acc. length",
+    "tokens/s",
+    "measured speedup",
+    "predicted speedup",
+    "TV spent",
+    "similarity",
+    "first divergence",
+)
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summary_cells(column: Column, numbers: ColumnNumbers) -> list[str]:
+    """One summary row, in SUMMARY_HEADERS' order."""
+    divergence = "-" if column.divergence is None else "none"
+    if numbers.first_divergence is not None:
+        divergence = f"token {numbers.first_divergence}"
+    return [
+        column.title,
+        str(numbers.tokens),
+        _num(numbers.draft_acceptance_rate, ".2f"),
+        _num(numbers.mean_acceptance_length, ".2f"),
+        _num(numbers.tokens_per_s, ".1f"),
+        _num(numbers.measured_speedup, ".2f") + ("x" if numbers.measured_speedup is not None else ""),
+        _num(numbers.predicted_speedup, ".2f") + ("x" if numbers.predicted_speedup is not None else ""),
+        _num(numbers.tv_spent, ".3f"),
+        _num(numbers.similarity, ".3f"),
+        divergence,
+    ]
