@@ -27,7 +27,7 @@ ALLOWED = {
     "store": {"root", "config", "display", "engine", "errors"},
     "runner": {"backends", "config", "engine", "errors", "store"},
     "fidelity": {"engine", "errors", "store"},
-    "review": {"display", "engine", "errors", "store"},
+    "review": {"display", "engine", "errors", "fidelity", "store"},
     "bench": {"data", "engine", "errors", "store"},
     "train": {"backends", "errors", "store"},
     "ui": {"config", "data", "display", "engine", "errors", "runner", "store"},

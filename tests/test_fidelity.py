@@ -36,6 +36,7 @@ from specplay.fidelity.measure import (
     report_path,
     similarities,
 )
+from specplay.review.sweep import sweep_review
 from tests.conftest import PROSE_PROMPT, TinyModels
 
 SAMPLES, TOKENS = 12, 24
@@ -130,6 +131,17 @@ def test_table_fits_80_columns(report: FidelityReport) -> None:
     assert any(line.split()[:1] == ["D=1"] and "1.00" in line for line in lines)
 
 
+def test_the_sweep_review_shows_every_row_of_every_seed(report: FidelityReport) -> None:
+    review = sweep_review(report, {"prompt": PROSE_PROMPT}, {}, speed_measured=True)
+    assert [g.title for g in review.groups] == [f"seed {seed}" for seed in range(SAMPLES)]
+    for group, seed in zip(review.groups, range(SAMPLES), strict=True):
+        assert [c.title for c in group.columns] == [r.label for r in report.rows]
+        assert group.reference is group.columns[0] and group.reference.kind == "target"
+        for column, row in zip(group.columns, report.rows, strict=True):
+            assert column.lane.token_ids == row.samples[seed].token_ids
+    assert report.to_dict().keys() == {"seeds", "budgets", "route", "rows"}  # no events in the file
+
+
 def test_report_names_never_collide(tmp_path: Path) -> None:
     now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     first = report_path(tmp_path, now)
@@ -154,6 +166,11 @@ def test_command_prints_saves_and_plots(tiny: TinyModels, tmp_path: Path, capsys
     assert saved.parent == tmp_path and saved.name.startswith("fidelity_") and saved.suffix == ".json"
     assert json.loads(saved.read_text())["rows"] == result["rows"]
     assert plot == saved.with_suffix(".png") and plot.read_bytes().startswith(b"\x89PNG")
+    page = Path(result["page"])
+    assert page == saved.with_suffix(".html")
+    html = page.read_text(encoding="utf-8")
+    assert html.count('<h2>seed ') == 2 and html.count('class="head" data-col="s0c') == 4
+    assert "<h3>Over 2 seeds</h3>" in html and "<td>D=1</td>" in html
     assert not list(tmp_path.glob("*.tmp"))
 
 

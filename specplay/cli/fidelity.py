@@ -31,6 +31,7 @@ from specplay.cli.flags import (
 from specplay.cli.render import make_console, warn
 from specplay.config.run import RunConfig, check
 from specplay.engine.settings import AUTO_ROUTE
+from specplay.engine.source import EventSource
 from specplay.errors import ConfigError
 from specplay.fidelity.measure import (
     DEFAULT_BUDGETS,
@@ -43,7 +44,11 @@ from specplay.fidelity.measure import (
     report_path,
     write_report,
 )
+from specplay.review.html import to_html
+from specplay.review.sweep import sweep_review
 from specplay.runner.thread import ModelThread
+from specplay.store.files import write_output
+from specplay.store.writer import round_token_ids
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -139,6 +144,8 @@ def fidelity(args: argparse.Namespace) -> int:
                 on_sample,
                 draft_row,
             )
+        # Drafted tokens' texts for the review page, where the tokenizer is local (never a server's).
+        texts = thread.call(lambda: _drafted_texts(source, report)) if source.capabilities.local_token_text else {}
         thread.call(source.close)
     finally:
         thread.close()
@@ -163,13 +170,31 @@ def fidelity(args: argparse.Namespace) -> int:
     if args.plot is not None:  # a folder takes the plot under the report's name
         plot_path = args.plot / plot_path.name if args.plot.is_dir() else args.plot
     plot = plot_fidelity(report, plot_path)
+    speed_measured = source.capabilities.wall_time_is_speed
+    page = write_output(
+        saved.with_suffix(".html"),
+        to_html(sweep_review(report, about, texts, speed_measured)),
+        fix="choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR",
+    )
     if args.json:
-        print(json.dumps(content | {"report": str(saved), "plot": str(plot)}, ensure_ascii=False))
+        print(json.dumps(content | {"report": str(saved), "plot": str(plot), "page": str(page)}, ensure_ascii=False))
     else:
         console = make_console()
-        console.print(fidelity_table(report, speed_measured=source.capabilities.wall_time_is_speed))
-        console.print(f"saved {saved}\nplot {plot}", style="dim")
+        console.print(fidelity_table(report, speed_measured=speed_measured))
+        console.print(f"saved {saved}\nplot {plot}\nreview page {page}", style="dim")
     return 0
+
+
+def _drafted_texts(source: EventSource, report: FidelityReport) -> dict[int, str]:
+    """The text of every drafted and candidate token of the runs a review page shows."""
+    ids = {
+        token_id
+        for by_row in report.lanes.values()
+        for lane in by_row.values()
+        for event in lane.rounds
+        for token_id in round_token_ids(event)
+    }
+    return {token_id: source.token_text(token_id) for token_id in sorted(ids)}
 
 
 @contextlib.contextmanager

@@ -20,12 +20,12 @@ from typing import Any
 from rapidfuzz.distance import Levenshtein
 
 from specplay.engine.controls import LiveControls
-from specplay.engine.events import DoneEvent, StartEvent
 from specplay.engine.request import Request
 from specplay.engine.settings import Mode, SpecSettings
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError, SpecplayError
 from specplay.store.files import write_output
+from specplay.store.format import LaneRecord
 
 DEFAULT_BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
 TARGET_ROW, DRAFT_ROW = "target-only", "draft-only"
@@ -42,6 +42,8 @@ class Sample:
     metrics: Mapping[str, Any]
     """The engine's metrics (tokens_per_s, tv_spent, num_draft_tokens...)."""
     route: str | None = None
+    lane: LaneRecord | None = field(default=None, compare=False)
+    """Every event of the run, for a review page of the sweep."""
 
 
 Generate = Callable[[Mode, float, int], Sample]
@@ -97,6 +99,8 @@ class FidelityReport:
     route: str | None
     """The drafter of the draft-only and speculative rows."""
     rows: list[FidelityRow]
+    lanes: dict[int, dict[str, LaneRecord]] = field(default_factory=dict, compare=False)
+    """Per seed, per row label: the run's events, where the generator kept them (not in to_dict)."""
 
     def row(self, label: str) -> FidelityRow | None:
         return next((r for r in self.rows if r.label == label), None)
@@ -106,7 +110,9 @@ class FidelityReport:
         return [r for r in self.rows if r.mode == "speculative"]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(replace(self, lanes={}))  # the events stay out of the report file
+        del out["lanes"]
+        return out
 
 
 # Statistics: pure functions on token id lists and numbers.
@@ -207,7 +213,12 @@ def measure_fidelity(
     reference = [list(s.token_ids) for s in samples[TARGET_ROW]]
     rows = [_row(spec, samples[spec.label], reference, score) for spec in specs]
     route = samples[specs[-1].label][0].route if seeds else None
-    return FidelityReport(list(seeds), [r.tv_budget for r in rows if r.tv_budget is not None], route, rows)
+    lanes = {
+        seed: {spec.label: lane for spec in specs if (lane := samples[spec.label][i].lane) is not None}
+        for i, seed in enumerate(seeds)
+    }
+    budgets_run = [r.tv_budget for r in rows if r.tv_budget is not None]
+    return FidelityReport(list(seeds), budgets_run, route, rows, {s: by_row for s, by_row in lanes.items() if by_row})
 
 
 def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[int]], score: Score) -> FidelityRow:
@@ -252,14 +263,12 @@ def engine_generator(
         # EOS ends a sample as it would end a real answer: length is part of what may change.
         request = Request(prompt, tuple(prompt_token_ids), mode, seed, max_tokens, ignore_eos=False)
         controls = LiveControls(replace(settings, tv_budget=tv_budget), source.drafters)
-        route, done = None, None
+        lane = LaneRecord(mode)
         for event in source.generate(request, controls):
-            if isinstance(event, StartEvent):
-                route = event.route
-            elif isinstance(event, DoneEvent):
-                done = event
-        assert done is not None
-        return Sample(seed, done.token_ids, done.finish_reason, done.metrics, route)
+            lane.add(event)
+        assert lane.done is not None and lane.start is not None
+        done = lane.done
+        return Sample(seed, done.token_ids, done.finish_reason, done.metrics, lane.start.route, lane)
 
     return generate
 

@@ -181,6 +181,7 @@ def review_sweep(
     lanes_by_seed: Mapping[int, Mapping[str, LaneRecord]],
     tables: list[Table],
     wall_time_is_speed: bool,
+    texts: Mapping[int, str],
 ) -> Review:
     """A sweep (rows such as target-only, draft-only, D=0 ... D=1) sampled with several seeds: one
     group per seed, each row a column aligned to that seed's target-only text."""
@@ -189,7 +190,7 @@ def review_sweep(
     for seed, lanes in lanes_by_seed.items():
         reference_lane = next((lane for lane in lanes.values() if _kind(lane) == "target"), None)
         specs = [
-            (f"s{seed}c{i}", label, _kind(lane), lane, {}, wall_time_is_speed)
+            (f"s{seed}c{i}", label, _kind(lane), lane, texts, wall_time_is_speed)
             for i, (label, lane) in enumerate(lanes.items())
         ]
         columns = build_columns(specs, reference_lane)
