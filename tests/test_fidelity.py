@@ -169,7 +169,7 @@ def test_command_prints_saves_and_plots(tiny: TinyModels, tmp_path: Path, capsys
     page = Path(result["page"])
     assert page == saved.with_suffix(".html")
     html = page.read_text(encoding="utf-8")
-    assert html.count('<h2>seed ') == 2 and html.count('class="head" data-col="s0c') == 4
+    assert html.count("<h2>seed ") == 2 and html.count('class="head" data-col="s0c') == 4
     assert "<h3>Over 2 seeds</h3>" in html and "<td>D=1</td>" in html
     assert not list(tmp_path.glob("*.tmp"))
 
