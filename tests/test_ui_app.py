@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -192,6 +193,20 @@ async def test_draft_lane_prompt_library_and_palette_actions(tiny: TinyModels, t
         assert any(c in plots for c in SPARKS)
         commands = {c.title for c in app.get_system_commands(app.screen)}
         assert f"Open session {app.playground.last_session.stem}" in commands
+
+        # Screenshots: one palette command (ours, not Textual's), and f12; both land beside the sessions
+        (screenshot,) = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
+        folder = tmp_path / "screenshots"
+        assert str(folder) in screenshot.help
+        screenshot.callback()
+        await pilot.press("f12")
+        await wait_for(pilot, lambda: len(list(folder.glob("*.svg"))) == 2, "two screenshots")
+        for svg in folder.glob("*.svg"):
+            assert svg.read_text(encoding="utf-8").lstrip().startswith("<svg")
+        if shutil.which("rsvg-convert"):
+            await wait_for(pilot, lambda: len(list(folder.glob("*.png"))) == 2, "their PNGs")
+            assert all(png.read_bytes().startswith(b"\x89PNG") for png in folder.glob("*.png"))
+        assert not list(folder.glob(".*"))  # no half-written file left
 
 
 async def test_a_saved_session_opens_read_only_and_re_runs(tiny: TinyModels, tmp_path: Path) -> None:

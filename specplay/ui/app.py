@@ -9,21 +9,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Select
 
 from specplay.config.run import RunConfig
+from specplay.display.text import one_line
+from specplay.errors import SpecplayError
 from specplay.runner.host import ModelHost
 from specplay.store import SessionError, list_session_files
 from specplay.ui.controller import Playground
 from specplay.ui.messages import Call
 from specplay.ui.screens.playground import PlaygroundScreen
+from specplay.ui.screenshot import save_screenshot, screenshots_dir
 from specplay.ui.theming import DEFAULT_THEME, load_themes
 from specplay.ui.widgets.controls_panel import ControlsPanel
 from specplay.ui.widgets.inspector import Inspector
@@ -68,6 +73,7 @@ class PlaygroundApp(App[None]):
         Binding("f4", "pick_prompt", "Prompts", priority=True),
         Binding("ctrl+t", "next_theme", "Theme", priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("f12", "screenshot", "Screenshot", show=False),
     ]
 
     def __init__(self, config: RunConfig, options: PlaygroundOptions, clock: Callable[[], float]) -> None:
@@ -110,7 +116,10 @@ class PlaygroundApp(App[None]):
     # --- actions -----------------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Textual's own screenshot command saves into a downloads folder that may not exist.
+        yield from (c for c in super().get_system_commands(screen) if c.title != "Screenshot")
+        folder = screenshots_dir(self.playground.config.sessions_dir)
+        yield SystemCommand("Screenshot", f"Save the screen as SVG (and PNG) in {folder} (f12)", self.action_screenshot)
         yield SystemCommand("Run", "Generate in every lane (ctrl+r)", self.action_run)
         yield SystemCommand("Stop", "Stop the lanes at the next round (escape)", self.action_stop)
         yield SystemCommand("Next theme", "Cycle the specplay themes (ctrl+t)", self.action_next_theme)
@@ -141,6 +150,21 @@ class PlaygroundApp(App[None]):
                 "Show a saved session read-only",
                 partial(self.playground.open_session, path),
             )
+
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """Textual's screenshot, saved beside the sessions (the arguments of Textual's own action are ignored)."""
+        self._save_screenshot(self.export_screenshot(), datetime.now())
+
+    @work(thread=True, exclusive=True, group="screenshot")
+    def _save_screenshot(self, svg: str, now: datetime) -> None:
+        # Off the UI thread: converting to PNG takes a moment.
+        try:
+            svg_path, png = save_screenshot(svg, screenshots_dir(self.playground.config.sessions_dir), now)
+        except SpecplayError as error:
+            self.call_from_thread(self.notify, one_line(str(error)), title="Screenshot", severity="error", markup=False)
+            return
+        saved = f"{svg_path}" + (f" and {png.name}" if png is not None else " (install rsvg-convert for a PNG too)")
+        self.call_from_thread(self.notify, f"Saved {saved}", title="Screenshot", markup=False)
 
     def action_run(self) -> None:
         self.playground.run()

@@ -1,0 +1,66 @@
+"""Screenshots of the playground: Textual's SVG, plus a PNG where rsvg-convert is installed.
+
+Textual saves into the user's downloads folder, which a server or a fresh account may not have;
+specplay keeps screenshots beside the sessions, in one folder it names when it saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+from specplay.errors import SpecplayError
+from specplay.store.files import write_output
+
+CONVERT_TIMEOUT_S = 60
+
+
+def screenshots_dir(sessions_dir: Path) -> Path:
+    return sessions_dir / "screenshots"
+
+
+def _free_name(directory: Path, now: datetime) -> Path:
+    stem = f"specplay_{now.strftime('%Y-%m-%dT%H-%M-%S')}"
+    path, count = directory / f"{stem}.svg", 1
+    while path.exists():
+        count += 1
+        path = directory / f"{stem}_{count}.svg"
+    return path
+
+
+def save_screenshot(svg: str, directory: Path, now: datetime) -> tuple[Path, Path | None]:
+    """The SVG written atomically, and a PNG beside it when a converter is at hand (None if not)."""
+    fix = "free some space or make the sessions folder writable (--sessions-dir)"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecplayError(f"cannot save a screenshot in {directory}: {exc.strerror or exc}; {fix}") from None
+    svg_path = write_output(_free_name(directory, now), svg, fix=fix)
+    return svg_path, to_png(svg_path)
+
+
+def to_png(svg_path: Path) -> Path | None:
+    """rsvg-convert's rendering of `svg_path`, or None without the converter or when it fails
+    (the SVG is the screenshot; the PNG is a convenience)."""
+    converter = shutil.which("rsvg-convert")
+    if converter is None:
+        return None
+    png = svg_path.with_suffix(".png")
+    partial = png.with_name(f".{png.name}.tmp")
+    try:
+        subprocess.run(
+            [converter, "--format", "png", "--output", str(partial), str(svg_path)],
+            check=True,
+            capture_output=True,
+            timeout=CONVERT_TIMEOUT_S,
+        )
+        os.replace(partial, png)
+    except (OSError, subprocess.SubprocessError):
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        return None
+    return png
