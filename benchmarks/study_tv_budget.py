@@ -6,7 +6,7 @@ EOS ignored, after one untimed warm-up of each model. It reports draft acceptanc
 acceptance length, rounds per request, median end-to-end latency against target-only's, TV spent
 and the outputs' log-likelihood per token under the target, writes the table (report.md), every
 number (results.json), every run as a session (sessions/), and the texts of one seed side by side
-(texts.md).
+(texts.md, and a review page per prompt: review-story.html, review-edit.html).
 
     python benchmarks/study_tv_budget.py --out benchmarks/results/study-smollm2 \\
         --drafter exit15=early-exit:layers=15,head=HEAD --contrast lookup=prompt-lookup \\
@@ -31,8 +31,10 @@ from specplay.engine.events import DoneEvent, StartEvent
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.fidelity.measure import mean_and_se
+from specplay.review import review_sessions, to_html
 from specplay.runner.session_run import local_token_text, open_writer
 from specplay.runner.thread import ModelThread
+from specplay.store import load_session
 
 PROMPTS = {
     "story": (
@@ -100,6 +102,8 @@ def main() -> int:
         thread.close()
     (args.out / "report.md").write_text(report(rows, args), encoding="utf-8")
     (args.out / "texts.md").write_text(texts(rows), encoding="utf-8")
+    for prompt, page in review_pages(rows).items():
+        (args.out / f"review-{prompt}.html").write_text(page, encoding="utf-8")
     print(f"report in {args.out}")
     return 0
 
@@ -128,7 +132,13 @@ class Study:
         request = Request(prompt, ids, mode, seed, self.max_tokens, True)  # type: ignore[arg-type]
         spec = replace(self.config.request, prompt=prompt, seed=seed, mode=mode)  # type: ignore[arg-type]
         writer = open_writer(
-            replace(self.config, settings=settings), spec, ids, [mode], self.identity, source.capabilities, {},
+            replace(self.config, settings=settings),
+            spec,
+            ids,
+            [mode],
+            self.identity,
+            source.capabilities,
+            {},
             local_token_text(source),
         )
 
@@ -228,6 +238,20 @@ def texts(rows: list[dict[str, Any]]) -> str:
             title = "target-only" if r["mode"] == "target" else f"{r['drafter']}, k={r['k']}, D={r['tv_budget']:g}"
             lines += [f"### {title}", "", "```", r["text"].strip(), "```", ""]
     return "\n".join(lines)
+
+
+def review_pages(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Per prompt, seed 0's texts as a review page: target-only, then the first drafter at its
+    first k, one column per budget (what `specplay export` makes of those sessions)."""
+    pages = {}
+    for prompt in dict.fromkeys(r["prompt"] for r in rows):
+        seed0 = [r for r in rows if r["prompt"] == prompt and r["seed"] == 0]
+        first = next((r for r in seed0 if r["mode"] == "speculative"), None)
+        chosen = [r for r in seed0 if r["mode"] == "target"]
+        if first is not None:
+            chosen += [r for r in seed0 if (r["drafter"], r["k"]) == (first["drafter"], first["k"])]
+        pages[prompt] = to_html(review_sessions([load_session(Path(r["session"])) for r in chosen]))
+    return pages
 
 
 if __name__ == "__main__":
