@@ -224,34 +224,32 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed0_runs(rows: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    """Seed 0's target-only run, then the first drafter at its first k, budget by budget."""
+    seed0 = [r for r in rows if r["prompt"] == prompt and r["seed"] == 0]
+    first = next((r for r in seed0 if r["mode"] == "speculative"), None)
+    chosen = [r for r in seed0 if r["mode"] == "target"]
+    if first is not None:
+        chosen += [r for r in seed0 if (r["drafter"], r["k"]) == (first["drafter"], first["k"])]
+    return chosen
+
+
 def texts(rows: list[dict[str, Any]]) -> str:
-    """Seed 0's texts, target-only first, then the first drafter at its first k, budget by budget."""
     lines = ["# Texts at seed 0", ""]
     for prompt in dict.fromkeys(r["prompt"] for r in rows):
-        seed0 = [r for r in rows if r["prompt"] == prompt and r["seed"] == 0]
-        first = next((r for r in seed0 if r["mode"] == "speculative"), None)
-        chosen = [r for r in seed0 if r["mode"] == "target"]
-        if first is not None:
-            chosen += [r for r in seed0 if (r["drafter"], r["k"]) == (first["drafter"], first["k"])]
         lines += [f"## {prompt}", ""]
-        for r in chosen:
+        for r in seed0_runs(rows, prompt):
             title = "target-only" if r["mode"] == "target" else f"{r['drafter']}, k={r['k']}, D={r['tv_budget']:g}"
             lines += [f"### {title}", "", "```", r["text"].strip(), "```", ""]
     return "\n".join(lines)
 
 
 def review_pages(rows: list[dict[str, Any]]) -> dict[str, str]:
-    """Per prompt, seed 0's texts as a review page: target-only, then the first drafter at its
-    first k, one column per budget (what `specplay export` makes of those sessions)."""
-    pages = {}
-    for prompt in dict.fromkeys(r["prompt"] for r in rows):
-        seed0 = [r for r in rows if r["prompt"] == prompt and r["seed"] == 0]
-        first = next((r for r in seed0 if r["mode"] == "speculative"), None)
-        chosen = [r for r in seed0 if r["mode"] == "target"]
-        if first is not None:
-            chosen += [r for r in seed0 if (r["drafter"], r["k"]) == (first["drafter"], first["k"])]
-        pages[prompt] = to_html(review_sessions([load_session(Path(r["session"])) for r in chosen]))
-    return pages
+    """Per prompt, seed 0's runs as a review page (what `specplay export` makes of those sessions)."""
+    return {
+        prompt: to_html(review_sessions([load_session(Path(r["session"])) for r in seed0_runs(rows, prompt)]))
+        for prompt in dict.fromkeys(r["prompt"] for r in rows)
+    }
 
 
 if __name__ == "__main__":

@@ -11,3 +11,13 @@ SOURCE_STYLES = {
     "draft": "",
 }
 """Rich styles per token source (see specplay.engine.events.Source)."""
+
+SOURCE_WHY = {
+    "accepted": "u < min(1, p_target/p_draft): kept",
+    "budget": "kept only thanks to the TV budget",
+    "corrected": "drawn from the residual after a rejection",
+    "bonus": "drawn from p_target: all k accepted",
+    "target": "a target-only step",
+    "draft": "a draft-only step",
+}
+"""Why a token of each source is there, in a line: for drill-down views."""

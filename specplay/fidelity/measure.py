@@ -24,7 +24,7 @@ from specplay.engine.request import Request
 from specplay.engine.settings import Mode, SpecSettings
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError, SpecplayError
-from specplay.store.files import write_output
+from specplay.store.files import free_path, write_output
 from specplay.store.format import LaneRecord
 
 DEFAULT_BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -278,12 +278,7 @@ def engine_generator(
 
 def report_path(directory: Path, now: datetime, suffix: str = ".json") -> Path:
     """fidelity_<timestamp><suffix>, with a counter if a report of the same second exists."""
-    stem = f"fidelity_{now.strftime('%Y-%m-%dT%H-%M-%S')}"
-    path, count = directory / f"{stem}{suffix}", 1
-    while path.exists():
-        count += 1
-        path = directory / f"{stem}_{count}{suffix}"
-    return path
+    return free_path(directory, f"fidelity_{now.strftime('%Y-%m-%dT%H-%M-%S')}", suffix)
 
 
 def _unwritable(directory: Path, exc: OSError) -> SpecplayError:

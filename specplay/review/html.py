@@ -14,6 +14,7 @@ import html
 from collections.abc import Sequence
 from importlib.resources import files
 
+from specplay.display.palette import SOURCE_WHY
 from specplay.display.text import visible
 from specplay.display.themes import builtin_theme_files, read_theme
 from specplay.engine.events import Candidate
@@ -24,14 +25,6 @@ from specplay.review.summary import LEGEND, SUMMARY_HEADERS, metric_rows
 
 DEFAULT_THEME = "specplay-dark"
 _SERIES_FIELDS = ("primary", "accent", "success", "secondary", "warning", "error")
-_WHY = {
-    "accepted": "u < min(1, p_target/p_draft): kept",
-    "budget": "kept only thanks to the TV budget",
-    "corrected": "drawn from the residual after a rejection",
-    "bonus": "drawn from p_target: all k accepted",
-    "target": "a target-only step",
-    "draft": "a draft-only step",
-}
 
 
 def e(value: object) -> str:
@@ -107,7 +100,7 @@ def token_details(column: Column, index: int, texts: dict[int, str]) -> str:
     the top candidates where the run recorded them (the playground's drill-down, as text)."""
     token = column.lane.tokens[index]
     lines = [f"{_quote(texts, token.token_id)}  {token.source} · token {index} · id {token.token_id}"]
-    lines.append(_WHY.get(token.source, token.source))
+    lines.append(SOURCE_WHY.get(token.source, token.source))
     where: Provenance | None = column.provenance[index]
     if where is None:
         return "\n".join(lines)

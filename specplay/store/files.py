@@ -49,6 +49,15 @@ def write_output(path: Path, content: str | bytes, fix: str = "choose another fi
     return path
 
 
+def free_path(directory: Path, stem: str, suffix: str) -> Path:
+    """directory/stem+suffix, or stem_2, stem_3... when a file of that name exists."""
+    path, count = directory / f"{stem}{suffix}", 1
+    while path.exists():
+        count += 1
+        path = directory / f"{stem}_{count}{suffix}"
+    return path
+
+
 def is_session(path: Path) -> bool:
     """Whether a regular file holds a specplay session (its first record is a session header)."""
     try:

@@ -14,22 +14,13 @@ from datetime import datetime
 from pathlib import Path
 
 from specplay.errors import SpecplayError
-from specplay.store.files import write_output
+from specplay.store.files import free_path, write_output
 
 CONVERT_TIMEOUT_S = 60
 
 
 def screenshots_dir(sessions_dir: Path) -> Path:
     return sessions_dir / "screenshots"
-
-
-def _free_name(directory: Path, now: datetime) -> Path:
-    stem = f"specplay_{now.strftime('%Y-%m-%dT%H-%M-%S')}"
-    path, count = directory / f"{stem}.svg", 1
-    while path.exists():
-        count += 1
-        path = directory / f"{stem}_{count}.svg"
-    return path
 
 
 def save_screenshot(svg: str, directory: Path, now: datetime) -> tuple[Path, Path | None]:
@@ -39,7 +30,7 @@ def save_screenshot(svg: str, directory: Path, now: datetime) -> tuple[Path, Pat
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecplayError(f"cannot save a screenshot in {directory}: {exc.strerror or exc}; {fix}") from None
-    svg_path = write_output(_free_name(directory, now), svg, fix=fix)
+    svg_path = write_output(free_path(directory, f"specplay_{now.strftime('%Y-%m-%dT%H-%M-%S')}", ".svg"), svg, fix=fix)
     return svg_path, to_png(svg_path)
 
 

@@ -7,21 +7,13 @@ from collections.abc import Callable, Sequence
 from textual.content import Content
 from textual.widgets import Static
 
+from specplay.display.palette import SOURCE_WHY
 from specplay.display.text import visible
 from specplay.engine.events import Candidate, DraftPosition
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.lane_view import Pick
 
 Decode = Callable[[int], str]
-
-_WHY = {
-    "accepted": "u < min(1, p_target/p_draft): kept",
-    "budget": "kept only thanks to the TV budget",
-    "corrected": "drawn from the residual after a rejection",
-    "bonus": "drawn from p_target: all k accepted",
-    "target": "a target-only step",
-    "draft": "a draft-only step",
-}
 
 
 def _quote(text: str) -> str:
@@ -49,7 +41,7 @@ def describe(pick: Pick, decode: Decode) -> Content:
     head = Content.assemble(
         Content.styled(_quote(token.text), f"bold {source_style(token.source)}"),
         f"  {token.source} #{pick.index}  ",
-        Content.styled(_WHY.get(token.source, token.source), "dim"),
+        Content.styled(SOURCE_WHY.get(token.source, token.source), "dim"),
     )
     lines: list[Content | str] = [head]
     if round is None:
