@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specplay.errors import SpecplayError
-from specplay.review.columns import Column, build_columns
+from specplay.review.columns import Column, Kind, build_columns
 from specplay.review.summary import (
     INCOMPLETE,
     change_lines,
@@ -47,7 +47,7 @@ class Review:
     title: str
     prompt: str
     notes: list[str]
-    """Where the runs came from, and anything cut short or odd about them."""
+    """Where the runs came from, and anything odd about them."""
     models: list[tuple[str, str, str]]
     settings: list[tuple[str, str]]
     """Settings every run shared."""
@@ -58,6 +58,8 @@ class Review:
     """Tables shown after the summary (a sweep's aggregate over seeds)."""
     changes: dict[str, list[str]] = field(default_factory=dict)
     """Per column key: live control changes, one line each."""
+    warnings: list[str] = field(default_factory=list)
+    """What a reader must know first: runs that were cut short."""
 
 
 # Settings that say where or when a run was, not how: never what sets a column apart.
@@ -91,7 +93,6 @@ def review_sessions(sessions: Sequence[Session]) -> Review:
                 "prompt, so export them one at a time"
             )
     notes = [origin(s) + ("" if len(sessions) == 1 else f" ({s.id})") for s in sessions]
-    notes += [f"{INCOMPLETE} ({s.id})" for s in sessions if not s.complete]
     reference_lane, reference_session = _reference(sessions)
     specs = []
     column_of: dict[str, Session] = {}
@@ -138,12 +139,13 @@ def review_sessions(sessions: Sequence[Session]) -> Review:
         column_settings={c.key: own[i] for i, c in enumerate(columns)},
         groups=[Group(None, columns, reference)],
         changes={c.key: change_lines(c.lane) for c in columns if c.lane.changes},
+        warnings=[INCOMPLETE + ("" if len(sessions) == 1 else f" ({s.id})") for s in sessions if not s.complete],
     )
 
 
-def _kind(lane: LaneRecord) -> str:
+def _kind(lane: LaneRecord) -> Kind:
     mode = lane.start.mode if lane.start is not None else lane.name
-    return mode if mode in ("target", "draft") else "speculative"
+    return "target" if mode == "target" else "draft" if mode == "draft" else "speculative"
 
 
 def _reference(sessions: Sequence[Session]) -> tuple[LaneRecord | None, Session | None]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from specplay.engine.events import Candidate, DraftPosition, RoundEvent, StepEvent
 from specplay.store.diff import TokenDiff, token_diff
 from specplay.store.format import LaneRecord
 
-Kind = str
-"""What a column is: "target" (the reference), "draft", or "speculative"."""
+Kind = Literal["target", "draft", "speculative"]
+"""What a column's lane is: target-only (a reference, where it is the first), draft-only, or speculative."""
 
 
 @dataclass(frozen=True, slots=True)

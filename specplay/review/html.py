@@ -99,7 +99,9 @@ def token_details(column: Column, index: int, texts: dict[int, str]) -> str:
     """A token's details as plain lines: source, round, route, k, p_target, p_draft, u, d, θ, and
     the top candidates where the run recorded them (the playground's drill-down, as text)."""
     token = column.lane.tokens[index]
-    lines = [f"{_quote(texts, token.token_id)}  {token.source} · token {index} · id {token.token_id}"]
+    lines = [
+        f"{_quote({token.token_id: token.text}, token.token_id)}  {token.source} · token {index} · id {token.token_id}"
+    ]
     lines.append(SOURCE_WHY.get(token.source, token.source))
     where: Provenance | None = column.provenance[index]
     if where is None:
@@ -157,7 +159,7 @@ def _token(column: Column, index: int, texts: dict[int, str], first: int | None)
 
 
 def _gap(column: Column, at: int, first: int | None) -> str:
-    assert column.divergence is not None and column.divergence.diff is not None
+    assert column.divergence is not None
     start, end = column.divergence.gaps[at]
     cls = "gap first" if at == first else "gap"
     return f'<span class="{cls}" data-at="{at}" title="the target-only text has {end - start} more tokens here"></span>'
@@ -185,13 +187,13 @@ def _grid(review: Review, group: Group) -> str:
         extra = f'<span class="own">{e(own)}</span>' if own else ""
         heads.append(f'<div class="head" data-col="{e(c.key)}">{e(c.title)}{extra}</div>')
     rows = max((len(c.starts) for c in columns), default=0)
+    texts = {c.key: dict(c.texts) for c in columns}
     cells = []
     for r in range(rows):
         for c in columns:
-            texts = dict(c.texts)
             start = c.starts[r] if r < len(c.starts) else len(c.lane.tokens)
             end = c.starts[r + 1] if r + 1 < len(c.starts) else len(c.lane.tokens)
-            cells.append(_cell(c, start, end, texts, last=r == rows - 1))
+            cells.append(_cell(c, start, end, texts[c.key], last=r == rows - 1))
     style = f"grid-template-columns: repeat({len(columns)}, minmax(18rem, 1fr))"
     return f'<div class="scroll"><div class="grid" style="{style}">{"".join(heads)}{"".join(cells)}</div></div>'
 
@@ -284,7 +286,8 @@ def to_html(review: Review) -> str:
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     policy = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{script_hash}'"
     body = [f"<h1>{e(review.title)}</h1>", '<div class="notes">']
-    body += [f'<p class="{"incomplete" if "Incomplete" in n else ""}">{e(n)}</p>' for n in review.notes]
+    body += [f'<p class="incomplete">{e(warning)}</p>' for warning in review.warnings]
+    body += [f"<p>{e(note)}</p>" for note in review.notes]
     body += ["</div>", "<h2>Prompt</h2>", f'<pre class="prompt">{e(review.prompt)}</pre>']
     if len(review.groups) == 1:
         body.append("<h2>Summary</h2>")

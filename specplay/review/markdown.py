@@ -127,8 +127,10 @@ def _texts(review: Review, group: Group) -> list[str]:
 
 def to_markdown(review: Review) -> str:
     out = [f"# {md_inline(review.title)}", ""]
+    for warning in review.warnings:
+        out += [f"**{md_inline(warning)}**", ""]
     for note in review.notes:
-        out += [f"**{md_inline(note)}**" if "Incomplete" in note else md_inline(note), ""]
+        out += [md_inline(note), ""]
     out += ["## Prompt", "", md_fence(review.prompt), ""]
     single = len(review.groups) == 1
     if single:
