@@ -58,8 +58,8 @@ def _theme_css() -> tuple[str, list[tuple[str, bool]]]:
         }
         body = " ".join(f"--{k}: {v};" for k, v in values.items())
         body += " --muted: color-mix(in srgb, var(--foreground) 60%, var(--background));"
-        body += " --diverged: color-mix(in srgb, var(--spec-marker) 25%, transparent);"
-        body += " --diverged-edge: color-mix(in srgb, var(--spec-marker) 65%, transparent);"
+        body += " --diverged: color-mix(in srgb, var(--spec-marker) 22%, transparent);"
+        body += " --diverged-edge: var(--spec-marker);"
         selector = f"#theme-{name}:checked ~ .page" + (", .page" if i == 0 else "")
         rules.append(f"{selector} {{ {body} }}")
         names.append((name, i == 0))
