@@ -136,3 +136,12 @@ def test_a_drafter_with_nan_weights_ends_the_run_in_one_line(
     assert err.count("\n") == 1 and "drafter 'nan' gave probabilities that are not numbers" in err, err
     (session,) = (tmp_path / "s").glob("*.jsonl")
     assert not load_session(session).complete
+    # One model alone: its NaN logits end the run in one line too, greedy or sampled.
+    for temperature in ("0", "1"):
+        assert main([*args, "--mode", "draft", "--route", "nan", "--temperature", temperature]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "drafter 'nan' gave logits that are not numbers" in err, err
+    target_only = ["run", "--target", str(broken), "--mode", "target", "--prompt", "x", "--max-tokens", "8"]
+    assert main(target_only) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the target gave logits that are not numbers" in err, err

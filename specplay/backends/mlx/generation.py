@@ -20,7 +20,7 @@ from specplay.engine.accept import inverse_cdf_sample, residual_distribution, tv
 from specplay.engine.backend import VerifiedDraft
 from specplay.engine.sampling import one_hot, sampling_probs, softmax
 from specplay.engine.settings import SamplingParams
-from specplay.errors import ConfigError
+from specplay.errors import ConfigError, ModelError
 
 PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
 CLEAR_EVERY = 256  # return MLX's buffer cache to the system every so many tokens, as mlx-lm does
@@ -245,23 +245,31 @@ class MlxGeneration:
         self, model: ModelCache, sampling: SamplingParams, draw: Callable[[], float], pipeline: bool
     ) -> Iterator[int]:
         def step(inputs: mx.array) -> mx.array:
+            """[token id, whether the logits held a NaN]: damaged weights still give a token id,
+            and the flag comes to the host in the same transfer."""
             logits = model.forward(inputs)[-1:]
-            return mx.argmax(logits, axis=-1) if sampling.greedy else _draw(logits, sampling, _uniforms([draw()]))[0]
+            token = mx.argmax(logits, axis=-1) if sampling.greedy else _draw(logits, sampling, _uniforms([draw()]))[0]
+            token = token.reshape(1)
+            return mx.concatenate([token, mx.isnan(logits).any().reshape(1).astype(token.dtype)])
 
         # Pipelined as mlx-lm's generate_step: token t + 1 is computing while t goes to the host.
-        token = step(self._pending(model))
-        following = token
+        out = step(self._pending(model))
+        following = out
         if pipeline:
-            mx.async_eval(token)
+            mx.async_eval(out)
         try:
             while True:
                 if pipeline:
-                    following = step(token)
+                    following = step(out[:1])
                     mx.async_eval(following)
-                self.tokens.append(token.item())
+                token_id, not_a_number = out.tolist()
+                if not_a_number:
+                    who = "the target" if model is self.target else f"drafter {model.name!r}"
+                    raise ModelError(f"{who} gave logits that are not numbers; check its weights")
+                self.tokens.append(token_id)
                 self._maybe_clear()
                 yield self.tokens[-1]
-                token = following if pipeline else step(token)
+                out = following if pipeline else step(out[:1])
         finally:
             model.trim_to(len(self.tokens) - 1)  # forget the step in flight
 
