@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from specplay.backends.mlx.build import (
 
 # isort: split
 from fake_vllm import FakeVllm  # imports mlx.core: after the OpenBLAS preload above
+from real_vllm import NATIVE_ARGS, VllmServer, ensure_vllm_python
 
 VOCAB = 512
 CODE_PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
@@ -40,6 +42,8 @@ class TinyModels:
     other_vocab: Path  # same vocabulary size, different id -> token table
     recurrent: Path  # a Mamba model: caches that cannot be rewound
     padded: Path  # a drafter whose embedding has rows past the tokenizer's vocabulary
+    served: Path  # head_dim 64, which vLLM's CPU attention accepts: the real-vLLM tier's target
+    served_near: Path  # a noisy copy of it
 
 
 @pytest.fixture(scope="session")
@@ -76,6 +80,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     }
     write_model(root / "recurrent", mamba, root / "tok", seed=7)
     write_model(root / "padded", llama_config(32, 1, VOCAB + 64, **untied), root / "tok", seed=8, output_scale=4.0)
+    served = llama_config(128, 2, VOCAB, num_heads=2, **untied)
+    write_model(root / "served", served, root / "tok", seed=9, output_scale=4.0)
+    write_perturbed_copy(root / "served", root / "served_near", noise=0.05, seed=10)
     return TinyModels(
         root,
         root / "target",
@@ -87,6 +94,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
         root / "other_vocab",
         root / "recurrent",
         root / "padded",
+        root / "served",
+        root / "served_near",
     )
 
 
@@ -110,6 +119,41 @@ def smollm2() -> Path:
         return fetch(CATALOG["smollm2"], directory=test_cache() / "models")
     except SpecplayError as error:
         pytest.skip(f"SmolLM2 GGUF unavailable: {error}")
+
+
+@dataclass(frozen=True)
+class RealServers:
+    target: VllmServer
+    near: VllmServer
+    native: VllmServer
+    """The target speculating natively with `near` as its draft model, k = 2."""
+
+
+@pytest.fixture(scope="session")
+def real_vllm(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServers]:
+    """Real vLLM servers (vLLM's CPU build) of tiny.served and tiny.served_near, started once per
+    test run, side by side, and always stopped; the vLLM environment is built on first use."""
+    python = ensure_vllm_python()
+    if isinstance(python, str):
+        pytest.skip(python)
+    work = tmp_path_factory.mktemp("vllm")
+    native_config = {"method": "draft_model", "model": str(tiny.served_near), "num_speculative_tokens": 2}
+    started = [
+        VllmServer(python, tiny.served, "target", work, ["--max-logprobs", "20"], core=0),
+        VllmServer(python, tiny.served_near, "near", work, ["--max-logprobs", "20"], core=1),
+        VllmServer(
+            python, tiny.served, "native", work, [*NATIVE_ARGS, "--speculative-config", json.dumps(native_config)]
+        ),
+    ]
+    try:
+        for server in started:
+            server.start()
+        for server in started:
+            server.wait_ready()
+        yield RealServers(*started)
+    finally:
+        for server in started:
+            server.stop()
 
 
 @pytest.fixture(scope="session")

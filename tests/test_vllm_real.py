@@ -1,0 +1,188 @@
+"""specplay against real vLLM servers: vLLM's CPU build serving the tiny `served` models on
+loopback (tests/real_vllm.py). The same weights run through the MLX backend, so every answer has a
+local reference; where vLLM differs from what the fake assumed, the same request is put to both.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fake_vllm import FakeVllm
+
+from specplay.cli import main
+from specplay.store import load_session
+from tests.conftest import CODE_PROMPT, RealServers, TinyModels
+
+pytestmark = pytest.mark.real_vllm
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _mlx(tiny: TinyModels, capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    code, out, err = cli(capsys, "run", "--target", str(tiny.served), "--draft", f"near={tiny.served_near}", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+GREEDY = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "24", "--ignore-eos", "--temperature", "0", "--json"]
+
+
+@pytest.mark.parametrize("strategy", ["prompt-logprobs", "prefixes"])
+def test_inspection_mode_is_the_mlx_backends_greedy_output(
+    tiny: TinyModels, real_vllm: RealServers, capsys: pytest.CaptureFixture[str], strategy: str
+) -> None:
+    expected = _mlx(tiny, capsys, *GREEDY)
+    urls = ["--backend", "vllm", "--target-url", real_vllm.target.url, "--draft-url", f"near={real_vllm.near.url}"]
+    code, out, err = cli(capsys, "run", *urls, "--vllm-strategy", strategy, *GREEDY)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["token_ids"] == expected["token_ids"]
+    assert result["vllm"]["verify_strategies"] == {strategy: result["metrics"]["num_spec_steps"]}
+    # the drafter is a noisy copy: it is right often, not always, as the local run says
+    assert result["metrics"]["num_accepted_draft_tokens"] == expected["metrics"]["num_accepted_draft_tokens"]
+
+
+def test_mixed_mode_a_local_drafter_against_a_vllm_target(
+    tiny: TinyModels, real_vllm: RealServers, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = _mlx(tiny, capsys, *GREEDY)
+    args = ["--backend", "vllm", "--target-url", real_vllm.target.url, "--draft", f"local={tiny.served_near}"]
+    code, out, err = cli(capsys, "run", *args, "--route", "local", *GREEDY)
+    assert code == 0, err
+    assert json.loads(out)["token_ids"] == expected["token_ids"]
+
+
+def test_native_mode_is_recoloured_from_the_servers_per_step_arrays(
+    real_vllm: RealServers, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--backend", "vllm", "--vllm-native", "--target-url", real_vllm.native.url, *GREEDY]
+    code, out, err = cli(capsys, "run", *args)
+    assert code == 0, err
+    result = json.loads(out)
+    server = result["metrics"]["server"]
+    assert server["sources_exact"] is True and server["k"] == 2
+    sources = result["sources"]
+    # the prefill's token is the target's own; then each step's accepted drafts and its last token
+    assert len(sources) == 24 and sources[0] == "target" and set(sources[1:]) <= {"accepted", "corrected", "bonus"}
+    # the /metrics counters moved by this request's drafts, and agree with the per-step arrays
+    delta = server["counters_delta"]
+    assert delta["vllm:spec_decode_num_draft_tokens_total"] > 0
+    assert delta["vllm:spec_decode_num_accepted_tokens_total"] == sources.count("accepted")
+
+
+def test_fidelity_through_vllm(
+    tiny: TinyModels, real_vllm: RealServers, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    urls = ["--backend", "vllm", "--target-url", real_vllm.target.url, "--draft-url", f"near={real_vllm.near.url}"]
+    args = ["--prompt", CODE_PROMPT, "--raw", "--samples", "2", "--max-tokens", "8", "--budgets", "0,1"]
+    code, out, err = cli(capsys, "fidelity", *urls, *args, "--json", "--sessions-dir", str(tmp_path))
+    assert code == 0, err
+    report = json.loads(out)
+    assert [r["label"] for r in report["rows"]] == ["target-only", "draft-only", "D=0", "D=1"]
+    assert all(r["log_likelihood_per_token"] < 0 for r in report["rows"])
+    assert Path(report["page"]).read_text(encoding="utf-8").count("<h2>seed ") == 2
+
+
+def test_asking_more_logprobs_than_the_server_allows_names_the_flag(
+    real_vllm: RealServers, capsys: pytest.CaptureFixture[str]
+) -> None:
+    urls = ["--backend", "vllm", "--target-url", real_vllm.target.url, "--draft-url", f"near={real_vllm.near.url}"]
+    code, _, err = cli(capsys, "run", *urls, "--top-logprobs", "21", *GREEDY)
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "--max-logprobs" in err, err
+
+
+def test_a_drafter_server_killed_mid_run_leaves_a_session_and_one_line(
+    tiny: TinyModels, real_vllm: RealServers, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from real_vllm import VllmServer
+
+    doomed = VllmServer(real_vllm.near.python, tiny.served_near, "doomed", tmp_path, ["--max-logprobs", "20"], core=1)
+    doomed.start().wait_ready()
+    sessions = tmp_path / "s"
+
+    def kill_after_some_rounds() -> None:  # once the session holds a few rounds: mid-run, whatever the speed
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            written = list(sessions.glob("*.jsonl"))
+            if written and written[0].read_text(encoding="utf-8").count('"kind": "round"') >= 3:
+                break
+            time.sleep(0.05)
+        doomed.kill()
+
+    killer = threading.Thread(target=kill_after_some_rounds)
+    killer.start()
+    try:
+        urls = ["--backend", "vllm", "--target-url", real_vllm.target.url, "--draft-url", f"near={doomed.url}"]
+        args = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "400", "--ignore-eos", "--save"]
+        code, _, err = cli(capsys, "run", *urls, *args, "--sessions-dir", str(sessions), "--timeout", "60")
+    finally:
+        killer.join()
+        doomed.stop()
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "near" in err
+    (session,) = (tmp_path / "s").glob("*.jsonl")
+    assert not load_session(session).complete
+
+
+REFUSED = [
+    ({"max_tokens": 2, "temperature": 0, "n": 2}, None, "n must be 1 when using greedy sampling, got 2."),
+    (
+        {"max_tokens": 2, "stream": True, "prompt_logprobs": 1},
+        "prompt_logprobs",
+        "`prompt_logprobs` are not available when `stream=True`. (parameter=prompt_logprobs)",
+    ),
+    (
+        {"max_tokens": 2, "logprobs": 25},
+        "logprobs",
+        "Requested sample logprobs of 25, which is greater than max allowed: 20 (parameter=logprobs, value=25)",
+    ),
+]
+
+
+def _both(real_vllm: RealServers, servers: tuple[FakeVllm, FakeVllm]) -> list[str]:
+    return [real_vllm.target.url, servers[0].url]
+
+
+@pytest.mark.parametrize("request_body, param, message", REFUSED, ids=["greedy n=2", "stream prompt_logprobs", "k>cap"])
+def test_the_fake_refuses_what_vllm_refuses(
+    real_vllm: RealServers, servers: tuple[FakeVllm, FakeVllm], request_body: dict, param: str | None, message: str
+) -> None:
+    for url in _both(real_vllm, servers):
+        reply = httpx.post(
+            f"{url}/v1/completions", json={"model": "target", "prompt": [1, 2, 3]} | request_body, timeout=120
+        )
+        assert reply.status_code == 400, (url, reply.text)
+        assert reply.json()["error"] | {"message": reply.json()["error"]["message"]} == {
+            "message": message,
+            "type": "BadRequestError",
+            "param": param,
+            "code": 400,
+        }, url
+
+
+def test_the_fake_answers_in_vllms_shapes(real_vllm: RealServers, servers: tuple[FakeVllm, FakeVllm]) -> None:
+    body = {"model": "target", "prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0, "logprobs": 2}
+    body |= {"return_tokens_as_token_ids": True, "return_token_ids": True}
+    shapes = []
+    for url in _both(real_vllm, servers):
+        assert httpx.get(f"{url}/version", timeout=30).json() == {"version": "0.32.0"}
+        reply = httpx.post(f"{url}/v1/completions", json=body, timeout=120).json()
+        (choice,) = reply["choices"]
+        tokens = choice["logprobs"]["tokens"]
+        # text_offset counts the lengths of the token_id:N strings, not of the text
+        assert choice["logprobs"]["text_offset"] == [0, len(tokens[0])], url
+        with httpx.stream("POST", f"{url}/v1/completions", json=body | {"stream": True}, timeout=120) as stream:
+            chunks = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
+        shapes.append(
+            (sorted(reply), sorted(choice), [sorted(c) for c in chunks], [sorted(c["choices"][0]) for c in chunks])
+        )
+    assert shapes[0] == shapes[1]
