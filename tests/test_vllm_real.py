@@ -11,9 +11,13 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from fake_vllm import FakeVllm
+from helpers import done, rounds, run
 
+from specplay.backends.vllm import connect_vllm_backend
+from specplay.backends.vllm.report import inspection_report
 from specplay.cli import main
 from specplay.store import load_session
 from tests.conftest import CODE_PROMPT, RealServers, TinyModels
@@ -186,3 +190,66 @@ def test_the_fake_answers_in_vllms_shapes(real_vllm: RealServers, servers: tuple
             (sorted(reply), sorted(choice), [sorted(c) for c in chunks], [sorted(c["choices"][0]) for c in chunks])
         )
     assert shapes[0] == shapes[1]
+
+
+# --- temperature 1: what only the top-K can say, checked against the full distributions ------------
+
+
+def _full_probs(model_dir: Path, prefix: list[int]) -> np.ndarray:
+    """The model's whole next-token distribution at temperature 1, from the same weights in MLX."""
+    import mlx.core as mx
+
+    model, _ = _loaded(model_dir)
+    logits = model(mx.array([prefix]))[0, -1]
+    return np.array(mx.softmax(logits.astype(mx.float32)))
+
+
+_MODELS: dict[Path, tuple] = {}
+
+
+def _loaded(model_dir: Path) -> tuple:  # type: ignore[type-arg]
+    from mlx_lm import load
+
+    if model_dir not in _MODELS:
+        _MODELS[model_dir] = load(str(model_dir))
+    return _MODELS[model_dir]
+
+
+@pytest.mark.parametrize("exact_correction", [False, True], ids=["top-K residual", "exact corrections"])
+def test_sampled_rounds_bracket_the_true_tv_and_correct_where_the_target_has_more_mass(
+    tiny: TinyModels, real_vllm: RealServers, exact_correction: bool
+) -> None:
+    """At temperature 1 each server lists its top 20 of 512 tokens: every judged position's d must
+    lie in its bracket [tv_lower, tv_distance], p_target(x) and p_draft(x) must be the models' own,
+    and every correction a token where the target has more mass than the drafter."""
+    vllm = connect_vllm_backend(
+        real_vllm.target.url, [("near", real_vllm.near.url)], timeout_s=120, exact_correction=exact_correction
+    )
+    try:
+        prompt_ids = vllm.encode(CODE_PROMPT, raw=True)
+        events = run(vllm, CODE_PROMPT, max_tokens=12, temperature=1.0, seed=11, k=3)
+    finally:
+        vllm.close()
+    generated = list(done(events).token_ids)
+    judged = 0
+    for r in rounds(events):
+        for i, position in enumerate(r.positions):
+            if position.outcome == "unreached":
+                continue
+            judged += 1
+            prefix = [*prompt_ids, *generated[: r.token_index], *r.drafted[:i]]
+            p_target, p_draft = _full_probs(tiny.served, prefix), _full_probs(tiny.served_near, prefix)
+            tv = 0.5 * float(np.abs(p_target - p_draft).sum())
+            assert position.tv_lower is not None and position.tv_lower - 1e-4 <= tv <= position.tv_distance + 1e-4
+            assert position.p_target == pytest.approx(p_target[position.token_id], abs=1e-4)
+            assert position.p_draft == pytest.approx(p_draft[position.token_id], abs=1e-4)
+            assert position.error_bound is not None and 0 <= position.error_bound <= 1
+            if position.outcome == "rejected":
+                corrected = r.tokens[i].token_id
+                assert p_target[corrected] > p_draft[corrected]
+    assert judged > 0
+    report = inspection_report(done(events).metrics)
+    if exact_correction:
+        exact = report["exact_correction"]
+        rejected = sum(p.outcome == "rejected" for r in rounds(events) for p in r.positions)
+        assert exact["corrections"] + exact["capped"] == rejected and exact["inexact"] == 0
