@@ -49,6 +49,21 @@ def ensure_vllm_python() -> Path | str:
         return f"the vLLM environment could not be built in {env} ({exc}); run scripts/vllm_cpu_env.py to see why"
 
 
+def server_env(work: Path, core: int) -> dict[str, str]:
+    """A CPU vLLM server's environment: 1 GiB of KV cache, one core, its caches under `work`."""
+    env = os.environ | {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": str(core),
+        "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor-cache"),
+        "HF_HUB_OFFLINE": "1",  # the model is a local folder; nothing is fetched
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    env.pop("SPECPLAY_API_KEY", None)
+    return env
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,16 +92,7 @@ class VllmServer:
 
     def start(self) -> VllmServer:
         self.work.mkdir(parents=True, exist_ok=True)
-        env = os.environ | {
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_CPU_OMP_THREADS_BIND": str(self.core),
-            "VLLM_CACHE_ROOT": str(self.work / "vllm-cache"),
-            "TORCHINDUCTOR_CACHE_DIR": str(self.work / "inductor-cache"),
-            "HF_HUB_OFFLINE": "1",  # the model is a local folder; nothing is fetched
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-        }
-        env.pop("SPECPLAY_API_KEY", None)
+        env = server_env(self.work, self.core)
         command = [
             str(self.python),
             "-m",

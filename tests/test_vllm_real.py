@@ -253,3 +253,44 @@ def test_sampled_rounds_bracket_the_true_tv_and_correct_where_the_target_has_mor
         exact = report["exact_correction"]
         rejected = sum(p.outcome == "rejected" for r in rounds(events) for p in r.positions)
         assert exact["corrections"] + exact["capped"] == rejected and exact["inexact"] == 0
+
+
+def test_vllm_launch_starts_servers_that_specplay_drives(
+    tiny: TinyModels, real_vllm: RealServers, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vllm-launch --run` with a separate vLLM environment (--vllm-python): the printed client
+    command works against what it started, and Ctrl-C stops every server."""
+    import signal
+    import subprocess
+    import sys
+
+    from real_vllm import free_port, server_env
+
+    port = free_port()
+    command = [sys.executable, "-m", "specplay", "vllm-launch", "--target", str(tiny.served), "--run"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512"]
+    command += [
+        "--vllm-python",
+        str(real_vllm.target.python),
+        "--vllm-arg=--enforce-eager",
+        "--vllm-arg=--dtype=float32",
+    ]
+    launcher = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=server_env(tmp_path, core=1)
+    )
+    try:
+        assert launcher.stdout is not None
+        # the server logs to the same stdout; the client command comes once it answers /health
+        client = next((line for line in launcher.stdout if line.startswith("specplay ")), "")
+        threading.Thread(target=launcher.stdout.read, daemon=True).start()  # a full pipe would stall the server
+        assert client.startswith(f"specplay run --backend vllm --target-url http://127.0.0.1:{port}/v1"), client
+        code, out, err = cli(capsys, "run", "--backend", "vllm", "--target-url", f"http://127.0.0.1:{port}/v1",
+                             "--mode", "target", *GREEDY)  # fmt: skip
+        assert code == 0, err
+        expected = _mlx(tiny, capsys, "--mode", "target", *GREEDY)
+        assert json.loads(out)["token_ids"] == expected["token_ids"]
+    finally:
+        launcher.send_signal(signal.SIGINT)
+        launcher.wait(timeout=60)
+    with pytest.raises(httpx.ConnectError):  # the server went with the launcher
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)

