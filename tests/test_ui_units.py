@@ -133,3 +133,15 @@ def test_the_tape_fills_in_drafted_texts_a_server_sends_later() -> None:
     tape.refresh_texts(lambda token_id: asked.append(token_id) or "fib")
     assert [line.plain.split("│ ")[1].split(" →")[0].strip() for line in tape._lines] == ["fib fib", "def"]
     assert asked == [1, 1]  # only the round holding unknown texts is decoded again
+
+
+def test_native_stats_say_what_a_sampled_servers_acceptance_measures() -> None:
+    from specplay.engine.events import ControlEvent, StartEvent
+    from specplay.engine.settings import SamplingParams, SpecSettings
+    from specplay.ui.widgets.stats_view import NATIVE_SAMPLED, native_stats
+
+    tally = LaneTally()
+    tally.add(StartEvent("speculative", None, None, (1,), 0, SpecSettings(sampling=SamplingParams(0.0))), 0.0)
+    assert NATIVE_SAMPLED not in str(native_stats(tally, None))  # greedy: draft sampling does not matter
+    tally.add(ControlEvent(3, (("temperature", 0.0, 0.7),)), 0.1)
+    assert tally.temperature == 0.7 and NATIVE_SAMPLED in str(native_stats(tally, None))

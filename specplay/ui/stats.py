@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
+from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.metrics import Metrics
 from specplay.engine.speedup import Prediction, alpha, measured_speedup, predict, predict_modelled
 
@@ -29,13 +29,19 @@ class LaneTally:
     """(busy_s, tokens so far) after each event that committed tokens: tokens/s over time."""
     final_metrics: dict[str, Any] = field(default_factory=dict)
     """The DoneEvent's metrics, once the run ends."""
+    temperature: float = 0.0
+    """The sampling temperature in force (from the start settings and live changes)."""
     error_bound_total: float | None = None
     """When the backend knew only the top-K of a distribution: the sum of the judged positions'
     error bounds, a bound in TV on how far the whole output's distribution may be from the rule's."""
 
     def add(self, event: Event, busy_s: float) -> None:
         self.busy_s = busy_s
-        if isinstance(event, RoundEvent):
+        if isinstance(event, StartEvent):
+            self.temperature = event.settings.sampling.temperature
+        elif isinstance(event, ControlEvent):
+            self.temperature = next((new for name, _, new in event.changes if name == "temperature"), self.temperature)
+        elif isinstance(event, RoundEvent):
             self.tokens += len(event.tokens)
             self.spec.add_round(event)
             bounds = [p.error_bound for p in event.positions if p.outcome != "unreached"]

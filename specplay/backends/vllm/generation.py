@@ -258,7 +258,7 @@ class VllmGeneration:
             found = choice.top_logprobs[0] if choice.top_logprobs else {}
             if missing[row] not in found:
                 raise VllmError(
-                    f"{self.target.where} ignored logprob_token_ids (it needs vLLM 0.33 or later); "
+                    f"{self.target.where} ignored logprob_token_ids (it needs vLLM 0.32 or later); "
                     "verify with --vllm-strategy prompt-logprobs instead"
                 )
             raw_rows[row][missing[row]] = found[missing[row]]
@@ -378,7 +378,7 @@ class VllmGeneration:
         found = choice.top_logprobs[0] if choice.top_logprobs else {}
         if any(token not in found for token in ids):
             raise VllmError(
-                f"{model.where} ignored logprob_token_ids (it needs vLLM 0.33 or later); "
+                f"{model.where} ignored logprob_token_ids (it needs vLLM 0.32 or later); "
                 "run without --vllm-exact-correction"
             )
         return {token: from_logprobs({token: found[token]}).probs[token] for token in ids}

@@ -1,4 +1,4 @@
-"""The parts of vLLM's /v1/completions JSON specplay reads and writes (vLLM 0.33 shapes).
+"""The parts of vLLM's /v1/completions JSON specplay reads and writes (vLLM 0.32 and 0.33 shapes).
 
 Requests always send every sampling parameter: otherwise the server fills them from the model's
 generation_config.json. Token strings are asked for as `token_id:N` placeholders, since decoded

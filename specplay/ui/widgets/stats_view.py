@@ -69,6 +69,13 @@ NO_BASELINE = (
 )
 
 
+NATIVE_SAMPLED = (
+    "T > 0: vLLM keeps a greedily drafted token (its default draft_sample_method) with probability "
+    "p_target(token), below what the two distributions allow; drafters started with "
+    '"draft_sample_method": "probabilistic" (vllm-launch does) follow min(1, p_target/p_draft)'
+)
+
+
 def native_stats(tally: LaneTally, comparison: Comparison | None) -> Content:
     """vLLM speculating on its own GPU: tokens/s is real speed (the server's streaming), the
     acceptance numbers are the server's once the run ends (exact), the chunk-size guess before."""
@@ -93,6 +100,8 @@ def native_stats(tally: LaneTally, comparison: Comparison | None) -> Content:
         lines.append("colours approximate (chunk sizes; start the server with --per-request-spec-decode-metrics)")
     if server.get("counters_contaminated"):
         lines.append("server counters include other requests")
+    if tally.temperature > 0:  # the server's acceptance rule is its own; say what it measures
+        lines.append(NATIVE_SAMPLED)
     return Content("\n".join(lines))
 
 
