@@ -129,10 +129,12 @@ class RealServers:
     """The target speculating natively with `near` as its draft model, k = 2."""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_vllm(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServers]:
-    """Real vLLM servers (vLLM's CPU build) of tiny.served and tiny.served_near, started once per
-    test run, side by side, and always stopped; the vLLM environment is built on first use."""
+    """Real vLLM servers (vLLM's CPU build) of tiny.served and tiny.served_near, started side by
+    side and always stopped; the vLLM environment is built on first use. Module-scoped: the tests
+    that use them live in one module, and the rest of the suite should not share the cores with
+    three idle servers."""
     python = ensure_vllm_python()
     if isinstance(python, str):
         pytest.skip(python)
