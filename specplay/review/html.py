@@ -194,7 +194,7 @@ def _grid(review: Review, group: Group) -> str:
             start = c.starts[r] if r < len(c.starts) else len(c.lane.tokens)
             end = c.starts[r + 1] if r + 1 < len(c.starts) else len(c.lane.tokens)
             cells.append(_cell(c, start, end, texts[c.key], last=r == rows - 1))
-    style = f"grid-template-columns: repeat({len(columns)}, minmax(18rem, 1fr))"
+    style = f"grid-template-columns: repeat({len(columns)}, minmax(14rem, 1fr))"
     return f'<div class="scroll"><div class="grid" style="{style}">{"".join(heads)}{"".join(cells)}</div></div>'
 
 
