@@ -37,7 +37,7 @@ def test_devices_and_pipes_are_written_into_never_replaced(session: Path, tmp_pa
     reader.start()
     assert _export(session, "-o", str(fifo)) == 0
     reader.join(timeout=30)
-    assert stat.S_ISFIFO(fifo.stat().st_mode) and b"## Lanes" in received[0]
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and b"## Texts" in received[0]
 
 
 def test_a_link_is_followed_and_kept(session: Path, tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ def test_a_link_is_followed_and_kept(session: Path, tmp_path: Path) -> None:
     link = tmp_path / "link.md"
     link.symlink_to(target)
     assert _export(session, "-o", str(link)) == 0
-    assert link.is_symlink() and "## Lanes" in target.read_text()
+    assert link.is_symlink() and "## Texts" in target.read_text()
 
 
 @pytest.mark.parametrize(

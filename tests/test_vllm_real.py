@@ -296,3 +296,57 @@ def test_vllm_launch_starts_servers_that_specplay_drives(
         launcher.wait(timeout=60)
     with pytest.raises(httpx.ConnectError):  # the server went with the launcher
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def chi2_999(dof: int) -> float:
+    """The chi-square distribution's 0.999 quantile (a 1-in-1000 false alarm), by Wilson and
+    Hilferty's cube-root approximation: within 2% of the exact value from 3 degrees of freedom on."""
+    z = 3.0902  # the standard normal's 0.999 quantile
+    return dof * (1 - 2 / (9 * dof) + z * (2 / (9 * dof)) ** 0.5) ** 3
+
+
+CORRECTIONS = 400
+
+
+def test_exact_corrections_from_real_server_samples_follow_the_residual(
+    tiny: TinyModels, real_vllm: RealServers
+) -> None:
+    """Rejection from the real target server's own samples (temperature 1, n per request) draws
+    the residual norm((p_target - p_draft)+) exactly. Reference: both full distributions from the
+    same weights in MLX. Tolerance: Pearson's chi-square over the residual's tokens of at least 2%
+    mass (the rest pooled) below its 0.999 quantile, fixed seeds, 400 corrections."""
+    from specplay.backends.vllm.exact import rejection_draw
+
+    prefix = list(range(1, 9))
+    p_target, p_draft = _full_probs(tiny.served, prefix), _full_probs(tiny.served_near, prefix)
+    excess = np.maximum(p_target - p_draft, 0.0)
+    tv, residual = float(excess.sum()), excess / excess.sum()
+    assert tv > 0.05, "pick a prefix where the two models differ"
+    url = f"{real_vllm.target.url}/v1/completions"
+    body = {"model": "target", "prompt": prefix, "max_tokens": 1, "temperature": 1.0, "logprobs": 1}
+    body |= {"return_tokens_as_token_ids": True, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+    correction = 0
+
+    def sample(first: int, n: int) -> list[tuple[int, float]]:
+        # vLLM seeds a request's n samples seed, seed + 1, ...: a batch starts where the last ended,
+        # and each correction has seeds of its own (at most 64 samples: the cap)
+        reply = httpx.post(url, json=body | {"n": n, "seed": 1000 * correction + first}, timeout=120).json()
+        out = []
+        for choice in reply["choices"]:
+            logprobs = choice["logprobs"]
+            token = int(logprobs["tokens"][0].removeprefix("token_id:"))
+            out.append((token, float(np.exp(logprobs["token_logprobs"][0]))))
+        return out
+
+    rng = np.random.default_rng(3)
+    counts = np.zeros(len(residual))
+    for correction in range(CORRECTIONS):  # noqa: B007 (sample reads it)
+        draw = rejection_draw(sample, lambda y: (float(p_draft[y]),) * 2, lambda ys: {}, rng, tv)
+        assert draw.token is not None
+        counts[draw.token] += 1
+    assert counts[residual == 0].sum() == 0, "a correction where the drafter had more mass than the target"
+    big = residual >= 0.02
+    observed = np.append(counts[big], counts[~big].sum())
+    expected = CORRECTIONS * np.append(residual[big], residual[~big].sum())
+    chi2 = float(((observed - expected) ** 2 / expected).sum())
+    assert len(observed) >= 4 and chi2 < chi2_999(len(observed) - 1), (chi2, observed, expected)
