@@ -6,6 +6,7 @@ Plain, unescaped strings: each document escapes them for its own format.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -103,9 +104,13 @@ def metric_rows(lanes: Sequence[LaneRecord]) -> list[tuple[str, list[str]]]:
     return rows
 
 
+_MLX_DEVICE = re.compile(r"^Device\((\w+), \d+\)$")
+
+
 def _where(backend: dict[str, Any]) -> str:
-    if "device" in backend:
-        return f"on {backend['device']}"
+    if "device" in backend:  # older sessions wrote MLX's "Device(cpu, 0)"
+        device = _MLX_DEVICE.sub(r"\1", str(backend["device"]))
+        return f"on {device}"
     return f"({backend['mode']} mode)" if "mode" in backend else "on ?"
 
 

@@ -113,7 +113,8 @@ class MlxBackend:
                 }
             else:
                 models[name] = {"kind": MODEL, **folder_identity(self.models[name])}
-        return {"backend": "mlx", "device": str(mx.default_device()), "models": models}
+        device = "cpu" if mx.default_device() == mx.cpu else "gpu"
+        return {"backend": "mlx", "device": device, "models": models}
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, raw)
