@@ -49,6 +49,14 @@ def ensure_vllm_python() -> Path | str:
         return f"the vLLM environment could not be built in {env} ({exc}); run scripts/vllm_cpu_env.py to see why"
 
 
+def _die_with_parent() -> None:
+    """In the child, before vLLM starts: SIGTERM it when the test process dies, even by SIGKILL,
+    which no fixture's cleanup survives (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 def server_env(work: Path, core: int) -> dict[str, str]:
     """A CPU vLLM server's environment: 1 GiB of KV cache, one core, its caches under `work`."""
     env = os.environ | {
@@ -114,7 +122,12 @@ class VllmServer:
         ]
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         return self
 
