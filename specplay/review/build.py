@@ -14,7 +14,7 @@ from specplay.review.summary import (
     change_lines,
     column_numbers,
     models,
-    origin,
+    origins,
     settings,
     summary_cells,
 )
@@ -92,7 +92,7 @@ def review_sessions(sessions: Sequence[Session]) -> Review:
                 f"sessions {first.id} and {other.id} ran different prompts; a review lines up runs of one "
                 "prompt, so export them one at a time"
             )
-    notes = [origin(s) + ("" if len(sessions) == 1 else f" ({s.id})") for s in sessions]
+    notes = origins(sessions)
     reference_lane, reference_session = _reference(sessions)
     specs = []
     column_of: dict[str, Session] = {}

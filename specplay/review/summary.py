@@ -114,13 +114,22 @@ def _where(backend: dict[str, Any]) -> str:
     return f"({backend['mode']} mode)" if "mode" in backend else "on ?"
 
 
+def _made_by(session: Session) -> str:
+    header, backend = session.header, session.header.get("backend") or {}
+    return f"by specplay {header.get('specplay_version', '?')}, backend {backend.get('backend', '?')} {_where(backend)}"
+
+
 def origin(session: Session) -> str:
     """When, by which specplay, on which backend and device."""
-    header, backend = session.header, session.header.get("backend") or {}
-    return (
-        f"Created {header.get('created', '?')} by specplay {header.get('specplay_version', '?')}, "
-        f"backend {backend.get('backend', '?')} {_where(backend)}."
-    )
+    return f"Created {session.header.get('created', '?')} {_made_by(session)}."
+
+
+def origins(sessions: Sequence[Session]) -> list[str]:
+    """One line for sessions made alike (one specplay, backend and device), else one each."""
+    if len(sessions) == 1 or len({_made_by(s) for s in sessions}) > 1:
+        return [origin(s) + ("" if len(sessions) == 1 else f" ({s.id})") for s in sessions]
+    created = sorted(str(s.header.get("created", "?")) for s in sessions)
+    return [f"{len(sessions)} sessions created {created[0]} to {created[-1]} {_made_by(sessions[0])}."]
 
 
 def change_lines(lane: LaneRecord) -> list[str]:
