@@ -77,3 +77,29 @@ def test_export_refuses_what_it_cannot_line_up(tmp_path: Path, capsys: pytest.Ca
     assert "ran different prompts" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["export", str(one), str(one), "--format", "jsonl"]) != 0
     assert "one session's raw log" in capsys.readouterr().err
+
+
+def test_a_tokens_details_name_its_round_its_numbers_and_the_top_candidates(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from specplay.engine.events import RoundEvent
+    from specplay.review.html import token_details
+
+    events = speculative_events()
+    first = next(e for e in events if isinstance(e, RoundEvent))
+    with_tops = replace(
+        first,
+        positions=(replace(first.positions[0], top_target=((10, 0.5), (77, 0.25)), top_draft=((10, 0.5),)),
+                   *first.positions[1:]),
+        bonus_top_target=((12, 0.4),),
+    )  # fmt: skip
+    events[events.index(first)] = with_tops
+    review = review_sessions([load_session(write_session(tmp_path, {"speculative": events}))])
+    (column,) = review.groups[0].columns
+    details = token_details(column, 0, {77: " seventy"})
+    assert details.splitlines()[0] == "'def'  accepted · token 0 · id 10"
+    assert "round 0 · route near · k 2 · accepted 2" in details
+    assert "p_target(x) 0.500 · p_draft(x) 0.500" in details and "u 0.100" in details and "θ 0.000" in details
+    assert "top p_target: ⟨10⟩ 0.500, ' seventy' 0.250" in details and "top p_draft: ⟨10⟩ 0.500" in details
+    bonus = token_details(column, 2, {})
+    assert "bonus" in bonus and "p_target(x) 0.400" in bonus and "top p_target: ⟨12⟩ 0.400" in bonus
