@@ -33,10 +33,10 @@ from specplay.config.run import RunConfig, check
 from specplay.engine.settings import AUTO_ROUTE
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError
+from specplay.fidelity.cells import row_cells
 from specplay.fidelity.measure import (
     DEFAULT_BUDGETS,
     FidelityReport,
-    FidelityRow,
     check_budgets,
     check_writable,
     engine_generator,
@@ -209,30 +209,6 @@ def _progress() -> Iterator[Callable[[int, int], None] | None]:
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
-def _number(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
-def _row_cells(row: FidelityRow, speed_measured: bool) -> list[str]:
-    # Where wall time is HTTP round trips (vLLM inspection), a speculative row's tokens/s is no speed.
-    tokens_per_s = row.tokens_per_s if speed_measured or row.mode != "speculative" else None
-    ll = _number(row.log_likelihood_per_token)
-    if row.log_likelihood_se is not None:
-        ll += f" ± {row.log_likelihood_se:.2f}"
-    return [
-        row.label,
-        _number(row.draft_acceptance_rate),
-        _number(row.mean_acceptance_length),
-        _number(tokens_per_s, 1),
-        ll,
-        _number(row.distinct_1),
-        _number(row.distinct_2),
-        _number(row.mean_length, 1),
-        _number(row.similarity_to_target),
-        _number(row.tv_spent_per_token, 3),
-    ]
-
-
 # Short headers keep the table within 80 columns; the caption spells them out.
 _HEADERS = (
     "acc.\nrate",
@@ -270,5 +246,5 @@ def fidelity_table(report: FidelityReport, speed_measured: bool = True) -> Table
     for header in _HEADERS:
         table.add_column(header, justify="right", no_wrap=True)
     for row in report.rows:
-        table.add_row(*_row_cells(row, speed_measured))
+        table.add_row(*row_cells(row, speed_measured))
     return table

@@ -13,7 +13,7 @@ from specplay.review.summary import (
     INCOMPLETE,
     change_lines,
     column_numbers,
-    models,
+    models_of,
     origins,
     settings,
     summary_cells,
@@ -120,16 +120,17 @@ def review_sessions(sessions: Sequence[Session]) -> Review:
             specs.append((f"c{i}", title, _kind(session.main), session.main))
             column_of[f"c{i}"] = session
         notes += _other_baselines(runs, reference_lane)
+    texts = {s.id: s.token_texts for s in sessions}  # read off every record: once per session
     columns = build_columns(
         [
-            (key, title, kind, lane, column_of[key].token_texts, column_of[key].capabilities.wall_time_is_speed)
+            (key, title, kind, lane, texts[column_of[key].id], column_of[key].capabilities.wall_time_is_speed)
             for key, title, kind, lane in specs
         ],
         reference_lane,
     )
     reference = next((c for c in columns if c.lane is reference_lane), None)
     title = f"specplay session {first.id}" if len(sessions) == 1 else f"specplay review of {len(sessions)} sessions"
-    all_models = list(dict.fromkeys(m for s in sessions for m in models(s)))
+    all_models = list(dict.fromkeys(m for s in sessions for m in models_of(s.header.get("backend") or {})))
     return Review(
         title=title,
         prompt=first.prompt,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from specplay.engine.events import Candidate, DraftPosition, RoundEvent, StepEvent
+from specplay.engine.events import DraftPosition, RoundEvent, StepEvent
 from specplay.store.diff import TokenDiff, token_diff
 from specplay.store.format import LaneRecord
 
@@ -32,9 +32,13 @@ class Provenance:
         return self.round.positions[self.slot] if self.slot < len(self.round.positions) else None
 
     @property
-    def top_target(self) -> tuple[Candidate, ...] | None:
-        position = self.position
-        return self.round.bonus_top_target if position is None else position.top_target
+    def p_target(self) -> float | None:
+        """p_target of the committed token where it was judged or drawn: a drafted position's own
+        number, or for a bonus its probability among the recorded top candidates (None if not among them)."""
+        if (position := self.position) is not None:
+            return position.p_target
+        token_id = self.round.tokens[self.slot].token_id
+        return next((p for t, p in self.round.bonus_top_target or () if t == token_id), None)
 
 
 def provenance(lane: LaneRecord) -> list[Provenance | None]:

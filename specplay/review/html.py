@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.resources import files
 
 from specplay.display.palette import SOURCE_WHY
@@ -80,7 +80,7 @@ def _theme_switch(names: Sequence[tuple[str, bool]]) -> tuple[str, str]:
 # --- tokens ----------------------------------------------------------------------------------
 
 
-def _quote(texts: dict[int, str], token_id: int) -> str:
+def _quote(texts: Mapping[int, str], token_id: int) -> str:
     text = texts.get(token_id)
     return f"⟨{token_id}⟩" if text is None else "'" + visible(text).replace("\n", "⏎") + "'"
 
@@ -89,13 +89,13 @@ def _num(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def _tops(label: str, top: Sequence[Candidate] | None, texts: dict[int, str]) -> list[str]:
+def _tops(label: str, top: Sequence[Candidate] | None, texts: Mapping[int, str]) -> list[str]:
     if not top:
         return []
     return [f"{label}: " + ", ".join(f"{_quote(texts, t)} {p:.3f}" for t, p in top)]
 
 
-def token_details(column: Column, index: int, texts: dict[int, str]) -> str:
+def token_details(column: Column, index: int, texts: Mapping[int, str]) -> str:
     """A token's details as plain lines: source, round, route, k, p_target, p_draft, u, d, θ, and
     the top candidates where the run recorded them (the playground's drill-down, as text)."""
     token = column.lane.tokens[index]
@@ -110,8 +110,7 @@ def token_details(column: Column, index: int, texts: dict[int, str]) -> str:
     lines.append(f"round {round.index} · route {round.route} · k {round.k} · accepted {round.num_accepted}")
     position = where.position
     if position is None:
-        p = next((p for t, p in round.bonus_top_target or () if t == token.token_id), None)
-        lines.append(f"p_target(x) {_num(p)}")
+        lines.append(f"p_target(x) {_num(where.p_target)}")
         lines += _tops("top p_target", round.bonus_top_target, texts)
         return "\n".join(lines)
     if token.source == "corrected":
@@ -132,17 +131,7 @@ def token_details(column: Column, index: int, texts: dict[int, str]) -> str:
     return "\n".join(lines)
 
 
-def _p_target(column: Column, index: int) -> float | None:
-    where = column.provenance[index]
-    if where is None:
-        return None
-    if where.position is not None:
-        return where.position.p_target
-    token_id = column.lane.tokens[index].token_id
-    return next((p for t, p in where.round.bonus_top_target or () if t == token_id), None)
-
-
-def _token(column: Column, index: int, texts: dict[int, str], first: int | None) -> str:
+def _token(column: Column, index: int, texts: Mapping[int, str], first: int | None) -> str:
     token = column.lane.tokens[index]
     classes = ["t", token.source]
     against = column.divergence
@@ -153,7 +142,8 @@ def _token(column: Column, index: int, texts: dict[int, str], first: int | None)
     attrs = f' class="{" ".join(classes)}" data-i="{index}"'
     if column.kind == "speculative":
         attrs += f' tabindex="0" data-tip="{e(token_details(column, index, texts))}"'
-        if (p := _p_target(column, index)) is not None:
+        where = column.provenance[index]
+        if where is not None and (p := where.p_target) is not None:
             attrs += f' data-p-target="{p:.6g}"'
     return f"<span{attrs}>{e(token.text)}</span>"
 
@@ -165,7 +155,7 @@ def _gap(column: Column, at: int, first: int | None) -> str:
     return f'<span class="{cls}" data-at="{at}" title="the target-only text has {end - start} more tokens here"></span>'
 
 
-def _cell(column: Column, start: int, end: int, texts: dict[int, str], last: bool) -> str:
+def _cell(column: Column, start: int, end: int, texts: Mapping[int, str], last: bool) -> str:
     against = column.divergence
     first = against.diff.first_divergence if against is not None else None
     parts = []
@@ -187,13 +177,12 @@ def _grid(review: Review, group: Group) -> str:
         extra = f'<span class="own">{e(own)}</span>' if own else ""
         heads.append(f'<div class="head" data-col="{e(c.key)}">{e(c.title)}{extra}</div>')
     rows = max((len(c.starts) for c in columns), default=0)
-    texts = {c.key: dict(c.texts) for c in columns}
     cells = []
     for r in range(rows):
         for c in columns:
             start = c.starts[r] if r < len(c.starts) else len(c.lane.tokens)
             end = c.starts[r + 1] if r + 1 < len(c.starts) else len(c.lane.tokens)
-            cells.append(_cell(c, start, end, texts[c.key], last=r == rows - 1))
+            cells.append(_cell(c, start, end, c.texts, last=r == rows - 1))
     style = f"grid-template-columns: repeat({len(columns)}, minmax(14rem, 1fr))"
     return f'<div class="scroll"><div class="grid" style="{style}">{"".join(heads)}{"".join(cells)}</div></div>'
 
@@ -230,7 +219,7 @@ def _legend() -> str:
 
 
 def _tape(column: Column) -> str:
-    texts = dict(column.texts)
+    texts = column.texts
     rows = []
     for event in column.lane.rounds:
         drafts = []

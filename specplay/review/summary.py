@@ -62,10 +62,10 @@ def fmt_setting(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else fmt_value(value)
 
 
-def models(session: Session) -> list[tuple[str, str, str]]:
-    """(name, source, short weights hash) of every model the run used."""
+def models_of(backend: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(name, source, short weights hash) of every model a backend's description names."""
     out = []
-    for name, identity in (session.header.get("backend", {}).get("models") or {}).items():
+    for name, identity in (backend.get("models") or {}).items():
         digest = str(identity.get("weights_sha256", ""))[:12] or "-"
         if identity.get("weights_hash") == "sampled":
             digest += " (sampled)"
@@ -73,7 +73,7 @@ def models(session: Session) -> list[tuple[str, str, str]]:
     return out
 
 
-def _flatten(settings: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+def flatten_settings(settings: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     # Sampling and policy fields are flattened, as live control changes name them.
     for name, value in settings.items():
         if isinstance(value, dict) and name in ("sampling", "policy_params"):
@@ -91,7 +91,7 @@ def settings(session: Session) -> list[tuple[str, str]]:
         return rows
     if start.route is not None:
         rows.append(("drafter", str(start.route)))
-    return rows + [(str(k), fmt_setting(v)) for k, v in _flatten(asdict(start.settings))]
+    return rows + [(str(k), fmt_setting(v)) for k, v in flatten_settings(asdict(start.settings))]
 
 
 def metric_rows(lanes: Sequence[LaneRecord]) -> list[tuple[str, list[str]]]:
