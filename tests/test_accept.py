@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from specplay.engine.accept import (
+    PositionStats,
     greedy_accept,
     inverse_cdf_sample,
     judge,
@@ -17,8 +18,14 @@ from specplay.engine.accept import (
     residual_distribution,
     tv_distance,
 )
+from specplay.engine.settings import AcceptanceRule
 
 BUDGETS = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
+MENTORED = AcceptanceRule()
+
+
+def mentored(budget: float) -> AcceptanceRule:
+    return AcceptanceRule("mentored", budget)
 
 
 def random_pairs(n: int, vocab: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -78,7 +85,7 @@ def test_judge_at_zero_budget_makes_the_lossless_decision_for_every_draw() -> No
         d = float(tv_distance(p_target, p_draft))
         for x in range(30):
             u = float(rng.random())
-            verdict = judge(x, p_target[x], p_draft[x], d, int(p_target.argmax()), 0.0, False, u)
+            verdict = judge(x, p_target[x], p_draft[x], PositionStats(d), int(p_target.argmax()), MENTORED, False, u)
             assert verdict.accepted == (u < lossless_accept_probability(p_target[x], p_draft[x]))
             assert not verdict.by_budget
 
@@ -88,7 +95,7 @@ def test_budget_acceptances_are_those_lossless_would_reject() -> None:
     x, budget = 2, 0.3  # theta = 0.5, pi(x) = 0.35: lossless accepts u < 1/6, mentored u < 7/12
     d = float(tv_distance(p_target, p_draft))
     for u, accepted, by_budget in [(0.1, True, False), (0.3, True, True), (0.58, True, True), (0.6, False, False)]:
-        verdict = judge(x, p_target[x], p_draft[x], d, 0, budget, False, u)
+        verdict = judge(x, p_target[x], p_draft[x], PositionStats(d), 0, mentored(budget), False, u)
         assert (verdict.accepted, verdict.by_budget) == (accepted, by_budget)
         assert verdict.theta == pytest.approx(0.5)
 
@@ -117,10 +124,10 @@ def test_greedy_is_the_one_hot_case_and_budget_accepts_mismatch_with_probability
         theta = mentored_theta(1.0, budget)
         assert mentored_accept_probability(0.0, 1.0, theta) == pytest.approx(budget)
         assert mentored_accept_probability(1.0, 1.0, mentored_theta(0.0, budget)) == 1.0
-    verdict = judge(3, 0.0, 1.0, 1.0, 7, 0.4, True, uniform=0.39)
+    verdict = judge(3, 0.0, 1.0, PositionStats(1.0), 7, mentored(0.4), True, uniform=0.39)
     assert verdict.accepted and verdict.by_budget
-    assert not judge(3, 0.0, 1.0, 1.0, 7, 0.4, True, uniform=0.41).accepted
-    assert not judge(3, 0.0, 1.0, 1.0, 7, 0.0, True, uniform=0.0).accepted
+    assert not judge(3, 0.0, 1.0, PositionStats(1.0), 7, mentored(0.4), True, uniform=0.41).accepted
+    assert not judge(3, 0.0, 1.0, PositionStats(1.0), 7, MENTORED, True, uniform=0.0).accepted
 
 
 @pytest.mark.parametrize("xp", [np, mx], ids=["numpy", "mlx"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specplay.bench.report import build_rows, markdown
+from specplay.bench.report import build_rows, markdown, router_report
 from specplay.bench.stats import coefficient_of_variation, median, needs_more_repeats
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
 from specplay.cli import main
@@ -94,3 +94,40 @@ def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None
     compared = {r["config"] for r in results["rows"] if r["vs_mlx_lm"] is not None}
     assert compared == {"target-only", "k=2", "k=4"}
     assert "## code, temperature 0" in (out / "report.md").read_text()
+    # The router check: each prompt's routed drafter against the one that accepted most.
+    router = results["router"]
+    # Neither drafter is named after a class, so the route map sends both classes to the first.
+    assert {(c["category"], c["routed"], c["labelled"]) for c in router["cases"]} == {
+        ("code", "near", "near"),
+        ("prose", "near", "near"),
+    }
+    assert all(set(c["mean_acceptance_length"]) == {"near", "far"} for c in router["cases"])
+    assert router["accuracy_on_labels"] == 1.0
+    assert 0 <= router["accuracy_by_acceptance"] <= 1
+    assert not any(r["config"] == "router check" for r in results["rows"])  # an accuracy, not a speed row
+    assert "## Router check" in (out / "report.md").read_text()
+
+
+def test_router_report_counts_accuracy_on_labels_and_by_acceptance() -> None:
+    def check(prompt: str, category: str, routed: str, lengths: dict[str, float], repeat: int = 0) -> Measurement:
+        return Measurement(
+            "router check", category, prompt, 0.0, repeat, repeat, routed, 10, 1.0, None, counterfactual=lengths
+        )
+
+    measurements = [
+        check("a", "code", "code-drafter", {"code-drafter": 3.0, "prose-drafter": 2.0}),
+        check("a", "code", "code-drafter", {"code-drafter": 2.0, "prose-drafter": 2.0}, repeat=1),  # mean 2.5 vs 2
+        check(
+            "b", "prose", "code-drafter", {"code-drafter": 2.5, "prose-drafter": 1.5}
+        ),  # label wrong, acceptance right
+        check(
+            "c", "prose", "prose-drafter", {"code-drafter": 2.0, "prose-drafter": 1.0}
+        ),  # label right, acceptance wrong
+        check("d", "other", "prose-drafter", {"code-drafter": 1.0, "prose-drafter": 1.0}),  # a tie; no label
+    ]
+    report = router_report(measurements, {"code": "code-drafter", "prose": "prose-drafter"})
+    assert report is not None
+    assert report["accuracy_on_labels"] == pytest.approx(2 / 3)
+    assert report["accuracy_by_acceptance"] == pytest.approx(3 / 4)
+    assert report["mean_route_regret"] == pytest.approx((0 + 0 + 1.0 + 0) / 4)
+    assert router_report(measurements[:0], {}) is None

@@ -62,6 +62,39 @@ def test_text_output_ends_with_a_stats_line(tiny: TinyModels, capsys: pytest.Cap
     assert stats.startswith("speculative · route far · k 4 fixed") and "mean acceptance length" in stats
 
 
+def test_counterfactual_routes_and_a_relaxed_rule_in_json(tiny: TinyModels, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*models(tiny), "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "24", "--json", "--ignore-eos"]
+    code, out, _ = run_cli(
+        capsys, *args, "--counterfactual", "--rule", "lenience", "--lenience", "3", "--temperature", "1"
+    )
+    assert code == 0
+    result = json.loads(out)
+    assert result["settings"]["rule"] == "lenience" and result["settings"]["rule_params"]["lenience"] == 3.0
+    # Other tools rely on these names: one entry per drafter, the routed one's as committed.
+    counterfactual = result["counterfactual"]
+    assert set(counterfactual) == {"near", "far"}
+    rounds = result["rounds"]
+    assert counterfactual["near"]["accepted_length_per_round"] == [r["num_accepted"] for r in rounds]
+    assert counterfactual["far"]["accepted_length_per_round"] == [
+        next(c["num_accepted"] for c in r["counterfactuals"] if c["route"] == "far") for r in rounds
+    ]
+    best = max(entry["mean_acceptance_length"] for entry in counterfactual.values())
+    assert result["route_regret"] == pytest.approx(best - counterfactual["near"]["mean_acceptance_length"])
+    assert result["metrics"]["counterfactual_ms"] > 0
+    code, out, _ = run_cli(capsys, *args)
+    assert json.loads(out)["counterfactual"] is None and json.loads(out)["route_regret"] is None
+
+
+def test_text_output_names_the_rule_and_the_counterfactual_routes(
+    tiny: TinyModels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [*models(tiny), "--prompt", "hello", "--raw", "--max-tokens", "10", "--route", "far"]
+    code, out, _ = run_cli(capsys, *args, "--rule", "cascade", "--cascade-alpha", "0.1", "--counterfactual")
+    assert code == 0
+    stats = out.strip().splitlines()[-1]
+    assert "cascade α 0.1" in stats and "counterfactual mean acceptance length: " in stats and "route regret" in stats
+
+
 def test_prompt_file(tiny: TinyModels, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     prompt = tmp_path / "prompt.txt"
     prompt.write_text(CODE_PROMPT)
@@ -81,6 +114,12 @@ BAD_INPUTS = [
     (["--draft", "{near}", "--prompt-file", "{root}/nope.txt"], "--prompt-file '{root}/nope.txt' does not exist"),
     (["--prompt", "x"], "--draft is needed in speculative mode"),
     (["--draft", "{near}", "--draft", "{near}", "--prompt", "x"], "--draft names 'near' twice"),
+    (
+        ["--draft", "{near}", "--prompt", "x", "--rule", "lenience", "--lenience", "0.5"],
+        "--lenience must be at least 1",
+    ),
+    (["--draft", "{near}", "--prompt", "x", "--cascade-alpha", "2"], "--cascade-alpha must be in [-1, 1] (got 2.0)"),
+    (["--draft", "{near}", "--prompt", "x", "--typical-epsilon", "nan"], "--typical-epsilon must be 0 or more"),
 ]
 
 

@@ -18,7 +18,7 @@ from specplay.config.demo import demo_model_paths
 from specplay.config.models import source_of
 from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.events import DraftPosition, RoundEvent, StartEvent, Token
+from specplay.engine.events import Counterfactual, DraftPosition, RoundEvent, StartEvent, Token
 from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.store import SessionWriter, load_session
@@ -88,6 +88,14 @@ def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.Monkey
         (("--backend", "vllm", "--target-url", "x", "--vllm-native"), "--target-url takes an http://"),
         (("--backend", "vllm", "--target-url", "http://g:1", "--vllm-native", "--tv", "0.5"), "--vllm-native cannot"),
         (
+            ("--backend", "vllm", "--target-url", "http://g:1", "--draft-url", "http://g:2", "--rule", "typical"),
+            "--rule typical needs full distributions to account its TV, and a vLLM server sends top-K logprobs",
+        ),
+        (
+            ("--backend", "vllm", "--target-url", "http://g:1", "--draft-url", "http://g:2", "--counterfactual"),
+            "--counterfactual routes run on the MLX backend only",
+        ),
+        (
             ("--backend", "vllm", "--target-url", "http://g:1", "--timeout", "0"),
             "--timeout must be a finite number",
         ),
@@ -106,9 +114,15 @@ def test_events_and_the_request_record_round_trip_through_the_codec() -> None:
     position = DraftPosition(1, 0.5, 0.4, 0.1, 0.2, 0.0, "accepted", 0.1, 0.01, top, top)
     tokens = (Token(1, "a", "accepted"), Token(2, "b", "bonus"))
     settings = SpecSettings(3, "confidence", "near", 0.5, SamplingParams(0.7, 0.9, 5, 0.05), PolicyParams(2, 7))
+    ruled = DraftPosition(1, 0.5, 0.4, 0.1, 0.2, 0.0, "budget", accept_probability=1.0, tv_spent=0.05)
+    relaxed = settings.changed(rule="typical", typical_epsilon=0.2, typical_delta=0.7, counterfactual=True)
     for event in (
         RoundEvent(0, 0, "near", 1, (1,), (position,), 1, tokens, 2.0, 3.0, 1.0, top),
+        RoundEvent(
+            1, 2, "near", 1, (1,), (ruled,), 1, tokens, 2.0, 3.0, 1.0, None, (Counterfactual("far", (4, 5), 1, 2.5),)
+        ),
         StartEvent("speculative", "near", "far", (1, 2), 4, settings),
+        StartEvent("speculative", "near", "far", (1, 2), 4, relaxed),
     ):
         record = json.loads(json.dumps(event_record("speculative", event)))
         assert decode_event(record["kind"], record["data"]) == event

@@ -35,6 +35,7 @@ from specplay.fidelity.measure import (
     measure_fidelity,
     report_path,
     similarities,
+    sweep_rules,
 )
 from specplay.review.sweep import sweep_review
 from tests.conftest import PROSE_PROMPT, TinyModels
@@ -82,7 +83,8 @@ def report(backend: MlxBackend) -> FidelityReport:
     prompt_ids = backend.encode(PROSE_PROMPT, raw=True)
     settings = SpecSettings(route="far", sampling=SamplingParams(temperature=1.0))
     generate = engine_generator(SpecEngine(backend), PROSE_PROMPT, prompt_ids, settings, TOKENS)
-    return measure_fidelity(generate, lambda ids: backend.score(prompt_ids, ids), [0.0, 1.0], range(SAMPLES))
+    rules = sweep_rules({"mentored": [0.0, 1.0]})
+    return measure_fidelity(generate, lambda ids: backend.score(prompt_ids, ids), rules, range(SAMPLES))
 
 
 def _ll(report: FidelityReport, label: str) -> tuple[float, float]:
@@ -139,7 +141,7 @@ def test_the_sweep_review_shows_every_row_of_every_seed(report: FidelityReport) 
         assert group.reference is group.columns[0] and group.reference.kind == "target"
         for column, row in zip(group.columns, report.rows, strict=True):
             assert column.lane.token_ids == row.samples[seed].token_ids
-    assert report.to_dict().keys() == {"seeds", "budgets", "route", "rows"}  # no events in the file
+    assert report.to_dict().keys() == {"seeds", "budgets", "route", "rows", "rules", "matched"}  # no events
 
 
 def test_report_names_never_collide(tmp_path: Path) -> None:
@@ -174,14 +176,65 @@ def test_command_prints_saves_and_plots(tiny: TinyModels, tmp_path: Path, capsys
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_a_sweep_of_rules_plots_one_curve_each_and_shows_matched_texts(
+    tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = [
+        "--rule",
+        "mentored,lenience,cascade",
+        "--budgets",
+        "0,1",
+        "--sweep",
+        "lenience=1,8",
+        "--sweep",
+        "cascade=-1,1",
+    ]
+    args = ["--samples", "2", "--max-tokens", "8", "--json", "--sessions-dir", str(tmp_path)]
+    assert main(["fidelity", *models(tiny), *sweep, *args]) == 0
+    result = json.loads(capsys.readouterr().out)
+    labels = [r["label"] for r in result["rows"]]
+    assert labels == [
+        TARGET_ROW,
+        DRAFT_ROW,
+        "D=0",
+        "D=1",
+        "lenience λ=1",
+        "lenience λ=8",
+        "cascade α=-1",
+        "cascade α=1",
+    ]
+    assert result["rules"] == {"mentored": [0.0, 1.0], "lenience": [1.0, 8.0], "cascade": [-1.0, 1.0]}
+    rows = {r["label"]: r for r in result["rows"]}
+    # Each knob's lossless end gives the lossless output, the same seeds' same tokens.
+    lossless = [s["token_ids"] for s in rows["D=0"]["samples"]]
+    assert [s["token_ids"] for s in rows["lenience λ=1"]["samples"]] == lossless
+    assert [s["token_ids"] for s in rows["cascade α=-1"]["samples"]] == lossless
+    assert rows["cascade α=1"]["draft_acceptance_rate"] == 1.0 == rows["D=1"]["draft_acceptance_rate"]
+    assert rows["D=0"]["tv_spent_per_token"] == 0.0 and rows["cascade α=1"]["tv_spent_per_token"] > 0
+    assert {rows[label]["rule"] for label in result["matched"]} == {"mentored", "lenience", "cascade"}
+    html = Path(result["page"]).read_text(encoding="utf-8")
+    assert "at matched acceptance" in html
+    assert html.count('class="head" data-col="s0c') == 2 + 3  # the references and one column per rule
+    assert Path(result["plot"]).read_bytes().startswith(b"\x89PNG")
+
+
 BAD = [
     (["--budgets", "0,1.5"], "--budgets must each be in [0, 1] (got 1.5)"),
     (["--budgets", "0,half"], "--budgets takes TV budgets in [0, 1] separated by commas (got '0,half')"),
     (["--tv", "0.5"], "--tv does not apply: give the TV budgets with --budgets"),
+    (
+        ["--rule", "mentored,fast"],
+        "--rule takes rules from mentored, typical, lenience, cascade (or all), separated by commas (got 'fast')",
+    ),
+    (["--sweep", "lenience=2"], "--sweep names 'lenience', which --rule does not list"),
+    (["--rule", "lenience", "--sweep", "lenience=0.5"], "--lenience must be at least 1 and finite (got 0.5)"),
+    (["--lenience", "2"], "--lenience does not apply: each row has its own value (give them with --sweep lenience=)"),
 ]
 
 
-@pytest.mark.parametrize("args, message", BAD, ids=["range", "number", "tv"])
+@pytest.mark.parametrize(
+    "args, message", BAD, ids=["range", "number", "tv", "rule", "unlisted", "lenience-range", "single-knob"]
+)
 def test_bad_input_is_one_line_before_loading_models(
     tiny: TinyModels, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:

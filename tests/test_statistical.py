@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from specplay.backends.mlx import MlxBackend
-from specplay.engine.accept import mentored_distribution, mentored_theta, tv_distance
+from specplay.engine.accept import (
+    mentored_distribution,
+    mentored_theta,
+    residual_distribution,
+    rule_acceptance_rows,
+    rule_output_distribution,
+    tv_distance,
+)
+from specplay.engine.settings import RuleParams, SpecSettings
 from tests.conftest import PROSE_PROMPT
 from tests.helpers import done, run
 
@@ -72,5 +80,26 @@ def test_budgeted_output_follows_pi(backend: MlxBackend, prompt_ids: list[int]) 
     pi = mentored_distribution(p_target, p_draft, theta)
 
     first = sample_tokens(backend, 0, route="far", tv_budget=budget)
+    assert follows(first, pi)
+    assert not follows(first, p_target)
+
+
+RELAXED = [
+    ("typical", {"rule": "typical", "rule_params": RuleParams(typical_epsilon=0.01)}),
+    ("lenience", {"rule": "lenience", "rule_params": RuleParams(lenience=4.0)}),
+    ("cascade", {"rule": "cascade", "rule_params": RuleParams(cascade_alpha=1.0)}),
+]
+
+
+@pytest.mark.parametrize("settings", [s for _, s in RELAXED], ids=[name for name, _ in RELAXED])
+def test_relaxed_rules_output_follows_their_pi(backend: MlxBackend, prompt_ids: list[int], settings: dict) -> None:
+    p_target = next_token_probs(backend.models["target"].model, [prompt_ids])[0]
+    p_draft = next_token_probs(backend.models["far"].model, [prompt_ids])[0]
+    rule = SpecSettings(**settings).acceptance_rule
+    acceptance = rule_acceptance_rows(rule, p_target[None], p_draft[None], np)[0]
+    pi = rule_output_distribution(p_draft, acceptance, residual_distribution(p_target, p_draft, np), np)
+    assert tv_distance(pi, p_target) > 0.1  # far enough from the target for the control below to bite
+
+    first = sample_tokens(backend, 0, route="far", **settings)
     assert follows(first, pi)
     assert not follows(first, p_target)

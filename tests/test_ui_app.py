@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from textual.binding import Binding
-from textual.widgets import Select, TextArea
+from textual.widgets import Select, Static, Switch, TextArea
 from textual_slider import Slider
 
 from specplay.display.text import visible
@@ -46,12 +46,29 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         await wait_for(pilot, lambda: _control_index(app, "k", 2) is not None, "the k change to take effect")
         app.query_one("#route", Select).value = "far"
         await wait_for(pilot, lambda: _control_index(app, "route", "far") is not None, "the route change")
-        app.query_one("#tv", Slider).value = 10
+        app.query_one("#knob", Slider).value = 10
         await wait_for(pilot, lambda: _control_index(app, "tv_budget", 0.5) is not None, "the TV budget change")
         tv_at = _control_index(app, "tv_budget", 0.5)
         assert tv_at is not None
         await wait_for(
             pilot, lambda: len(after(app.playground.events["speculative"], tv_at)) >= 3, "rounds after the changes"
+        )
+        # Counterfactual routes, live: every other drafter judged each round, shown beside the route.
+        app.query_one("#counterfactual", Switch).value = True
+        await wait_for(pilot, lambda: any(r.counterfactuals for r in spec_rounds(app)), "counterfactual rounds")
+        stats = app.query_one("#counterfactual-stats", Static)
+        await wait_for(pilot, lambda: "route regret" in str(stats.render()), "the counterfactual stats")
+        assert all(name in str(stats.render()) for name in ("near", "far"))
+        # Another rule: the slider now moves its knob (lambda doubles every 4 steps).
+        app.query_one("#rule", Select).value = "lenience"
+        await wait_for(pilot, lambda: _control_index(app, "rule", "lenience") is not None, "the rule change")
+        app.query_one("#knob", Slider).value = 8
+        await wait_for(pilot, lambda: _control_index(app, "lenience", 4.0) is not None, "the lenience change")
+        assert "lenience λ 4" in str(app.query_one("#knob-label").render())
+        lenience_at = _control_index(app, "lenience", 4.0)
+        assert lenience_at is not None
+        await wait_for(
+            pilot, lambda: len(after(app.playground.events["speculative"], lenience_at)) >= 2, "lenience rounds"
         )
 
         handled: list[float] = []
@@ -69,7 +86,11 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         assert all(r.k == 4 and r.route == "near" for r in spec_rounds(app)[:3])
         assert after(events, k_at) and all(r.k == 2 for r in after(events, k_at))
         assert all(r.route == "far" for r in after(events, route_at))
-        assert all(p.theta > 0 for r in after(events, tv_at) for p in r.positions if p.tv_distance > 0)
+        rule_at = _control_index(app, "rule", "lenience")
+        assert rule_at is not None
+        mentored = after(events, tv_at)[: len(after(events, tv_at)) - len(after(events, rule_at))]
+        assert all(p.theta > 0 for r in mentored for p in r.positions if p.tv_distance > 0)
+        assert all(p.theta == 0 for r in after(events, rule_at) for p in r.positions)
         k_change = events[k_at]
         assert isinstance(k_change, ControlEvent) and ("k", 4, 2) in k_change.changes
         assert "⟨k=2⟩" in app.query_one("#speculative", LaneView).text  # the marker in the stream

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fake_vllm import FakeVllm
 
+from specplay.backends.mlx import MlxBackend
 from specplay.config.run import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
@@ -124,7 +125,7 @@ def test_load_run_route_live_changes_and_save(harness: Harness, tmp_path: Path) 
     session = load_session(playground.last_session)
     assert session.complete and list(session.header["lanes"]) == ["speculative", "target"]
     assert session.header["request"]["source"] == "tui" and session.header["request"]["seed"] == 0
-    assert session.main.settings.route == "near" and session.capabilities == Capabilities(top_n=True, scoring=True)
+    assert session.main.settings.route == "near" and session.capabilities == MlxBackend.capabilities
 
 
 def test_read_only_capabilities_refuse_live_changes_and_bad_values_are_one_line(harness: Harness) -> None:

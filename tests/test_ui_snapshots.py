@@ -32,7 +32,9 @@ def test_main_screen_after_a_run(
     snap_compare, tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, theme: str
 ) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(writer, "_new_name", lambda now: "session.jsonl")
-    settings = SpecSettings(k=4, route="near", tv_budget=0.1, sampling=SamplingParams(temperature=0.7))
+    settings = SpecSettings(
+        k=4, route="near", tv_budget=0.1, sampling=SamplingParams(temperature=0.7), counterfactual=True
+    )
     app = make_app(
         tiny,
         tmp_path,

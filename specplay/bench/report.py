@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specplay.bench.stats import median
-from specplay.bench.sweep import BenchConfig, Measurement
+from specplay.bench.sweep import ROUTER_CHECK, BenchConfig, Measurement
 from specplay.engine.speedup import measured_speedup, predict, predict_modelled
 
 
@@ -93,7 +93,7 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
         target_tps = tps.get("target-only")
         for config in configs:
             runs = cells[(category, temperature, config.label)]
-            if not runs:
+            if not runs or config.group == ROUTER_CHECK:  # an accuracy, reported apart (router_report)
                 continue
             row = Row(
                 category,
@@ -115,11 +115,92 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
     return rows
 
 
+@dataclass
+class RouterCase:
+    """One prompt at one temperature in the router check."""
+
+    prompt: str
+    category: str
+    temperature: float
+    routed: str | None
+    labelled: str | None
+    """The drafter the prompt's category maps to (None: a category the router does not know)."""
+    mean_acceptance_length: dict[str, float]
+    """Each drafter's, averaged over the repeats."""
+
+    @property
+    def best(self) -> list[str]:
+        top = max(self.mean_acceptance_length.values())
+        return [name for name, value in self.mean_acceptance_length.items() if value >= top - 1e-9]
+
+    @property
+    def regret(self) -> float:
+        top = max(self.mean_acceptance_length.values())
+        return top - self.mean_acceptance_length.get(self.routed or "", top)
+
+
+def router_report(measurements: Sequence[Measurement], route_map: dict[str, str]) -> dict[str, Any] | None:
+    """The router's accuracy two ways: on labels (the prompt's category sent where the route map
+    sends it) and by acceptance (the drafter that accepted most on this prompt, counterfactually)."""
+    checks = [m for m in measurements if m.counterfactual]
+    if not checks:
+        return None
+    grouped: dict[tuple[str, str, float], list[Measurement]] = defaultdict(list)
+    for m in checks:
+        grouped[(m.category, m.prompt, m.temperature)].append(m)
+    cases = []
+    for (category, prompt, temperature), runs in grouped.items():
+        names = runs[0].counterfactual or {}
+        means = {name: sum((m.counterfactual or {})[name] for m in runs) / len(runs) for name in names}
+        cases.append(RouterCase(prompt, category, temperature, runs[0].route, route_map.get(category), means))
+    labelled = [c for c in cases if c.labelled is not None]
+    return {
+        "accuracy_on_labels": sum(c.routed == c.labelled for c in labelled) / len(labelled) if labelled else None,
+        "accuracy_by_acceptance": sum(c.routed in c.best for c in cases) / len(cases),
+        "mean_route_regret": sum(c.regret for c in cases) / len(cases),
+        "cases": [asdict(c) | {"best": c.best, "regret": c.regret} for c in cases],
+    }
+
+
+def router_markdown(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Router check",
+        "",
+        "Each prompt run routed as `--route auto` would, with every other drafter's proposal judged from the same",
+        "contexts each round (counterfactual routes). Accuracy on labels: the prompt's category sent to the drafter",
+        "the route map names. Accuracy by acceptance: the routed drafter is the one with the highest mean",
+        "acceptance length on that prompt. Route regret: the best drafter's mean acceptance length minus the",
+        "routed one's.",
+        "",
+        f"- accuracy on labels: {_fmt(report['accuracy_on_labels'], '{:.0%}')}",
+        f"- accuracy by acceptance: {report['accuracy_by_acceptance']:.0%}",
+        f"- mean route regret: {report['mean_route_regret']:.2f} tokens per round",
+        "",
+        "| prompt | category | temperature | routed | by label | most accepted | mean acceptance lengths | regret |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for case in report["cases"]:
+        lengths = ", ".join(f"{name} {value:.2f}" for name, value in case["mean_acceptance_length"].items())
+        cells = [
+            case["prompt"],
+            case["category"],
+            f"{case['temperature']:g}",
+            str(case["routed"]),
+            str(case["labelled"] or "–"),
+            ", ".join(case["best"]),
+            lengths,
+            f"{case['regret']:.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def _fmt(value: float | None, pattern: str) -> str:
     return "–" if value is None else pattern.format(value)
 
 
-def markdown(rows: Sequence[Row], about: dict[str, Any]) -> str:
+def markdown(rows: Sequence[Row], about: dict[str, Any], router: dict[str, Any] | None = None) -> str:
     lines = ["# specplay bench", ""]
     lines += [f"- {key}: {value}" for key, value in about.items() if not isinstance(value, dict | list)]
     lines += [
@@ -157,11 +238,23 @@ def markdown(rows: Sequence[Row], about: dict[str, Any]) -> str:
                 _fmt(r.vs_mlx_lm, "{:.2f}x"),
             ]
             lines.append("| " + " | ".join(cells) + " |")
+    if router is not None:
+        lines += router_markdown(router)
     return "\n".join(lines) + "\n"
 
 
-def to_json(rows: Sequence[Row], measurements: Sequence[Measurement], about: dict[str, Any]) -> str:
-    payload = {"about": about, "rows": [asdict(r) for r in rows], "measurements": [asdict(m) for m in measurements]}
+def to_json(
+    rows: Sequence[Row],
+    measurements: Sequence[Measurement],
+    about: dict[str, Any],
+    router: dict[str, Any] | None = None,
+) -> str:
+    payload = {
+        "about": about,
+        "rows": [asdict(r) for r in rows],
+        "router": router,
+        "measurements": [asdict(m) for m in measurements],
+    }
     return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
 
 

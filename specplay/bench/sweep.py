@@ -22,6 +22,8 @@ class BenchConfig:
     policy: str = "fixed"
     tv_budget: float = 0.0
     route: str = AUTO_ROUTE
+    counterfactual: bool = False
+    """Also judge every other drafter each round: the router check, not a speed."""
 
 
 @dataclass
@@ -50,11 +52,17 @@ class Measurement:
     accepted_per_position: list[int] = field(default_factory=list)
     mlx_lm_tokens_per_s: float | None = None
     """mlx-lm's own generation on the same request, when compared (greedy target-only and fixed k)."""
+    counterfactual: dict[str, float] | None = None
+    """The router check: each drafter's mean acceptance length on this request."""
 
 
-def plan(drafters: Sequence[str], quick: bool, copy_only: Sequence[str] = ()) -> list[BenchConfig]:
+def plan(
+    drafters: Sequence[str], quick: bool, copy_only: Sequence[str] = (), counterfactual: bool = False
+) -> list[BenchConfig]:
     """Target-only, draft-only, fixed k, each adaptive policy, TV budgets and routes. Drafters in
-    `copy_only` (prompt lookup) cannot write alone: they get no draft-only row."""
+    `copy_only` (prompt lookup) cannot write alone: they get no draft-only row. With several
+    drafters and a backend that can (`counterfactual`), a router check: the routed run with every
+    other drafter judged from the same contexts."""
     configs = [BenchConfig("target-only", "baseline", mode="target")]
     alone = [name for name in drafters if name not in copy_only]
     configs += [BenchConfig(f"draft-only {name}", "baseline", mode="draft", route=name) for name in alone]
@@ -65,7 +73,13 @@ def plan(drafters: Sequence[str], quick: bool, copy_only: Sequence[str] = ()) ->
     configs += [BenchConfig(f"D={budget:g}", "tv", tv_budget=budget) for budget in budgets]
     if len(drafters) > 1:
         configs += [BenchConfig(f"route {name}", "route", route=name) for name in drafters]
+        if counterfactual:
+            configs.append(BenchConfig("router check", ROUTER_CHECK, counterfactual=True))
     return configs
+
+
+ROUTER_CHECK = "router"
+"""The group of the router check: it measures which drafter accepts most, not a speed."""
 
 
 def load_prompts(path: Path | None, per_category: int) -> list[Prompt]:
@@ -109,4 +123,8 @@ def measure(execute: Execute, config: BenchConfig, prompt: Prompt, temperature: 
         drafted_per_position=metrics["num_drafted_per_position"] or [],
         accepted_per_position=metrics["num_accepted_per_position"] or [],
         mlx_lm_tokens_per_s=result.get("mlx_lm_tokens_per_s"),
+        counterfactual={
+            name: entry["mean_acceptance_length"] for name, entry in (metrics.get("counterfactual") or {}).items()
+        }
+        or None,
     )

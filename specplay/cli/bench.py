@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specplay import __version__
 from specplay.backends import blas_warning, open_source, thread_cleanup
 from specplay.bench.plots import write_plots
-from specplay.bench.report import build_rows, markdown, to_csv, to_json
+from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
 from specplay.bench.stats import needs_more_repeats
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, measure, plan
 from specplay.cli.configure import comma_floats, given, path_flag, run_config
@@ -89,7 +89,7 @@ def bench(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SpecplayError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
     copy_only = [d.name for d in config.drafters if d.kind == "prompt-lookup"]
-    configs = plan(drafters, args.quick, copy_only)
+    configs = plan(drafters, args.quick, copy_only, counterfactual=config.backend == "mlx")
 
     if message := blas_warning(config):
         warn(message)
@@ -98,7 +98,14 @@ def bench(args: argparse.Namespace) -> int:
         source = thread.call(lambda: open_source(config))
 
         def execute(cell: BenchConfig, prompt: Prompt, temperature: float, seed: int) -> dict[str, Any]:
-            settings = SpecSettings(cell.k, cell.policy, cell.route, cell.tv_budget, SamplingParams(temperature))
+            settings = SpecSettings(
+                cell.k,
+                cell.policy,
+                cell.route,
+                cell.tv_budget,
+                SamplingParams(temperature),
+                counterfactual=cell.counterfactual,
+            )
             ids = tuple(source.encode(prompt.text, raw=True))
             request = Request(prompt.text, ids, cell.mode, seed, max_tokens, ignore_eos=True)  # type: ignore[arg-type]
             start = time.perf_counter()
@@ -123,6 +130,7 @@ def bench(args: argparse.Namespace) -> int:
         measurements = _sweep(thread, execute, configs, prompts, temperatures, args.repeats)
         about = _about(args, config, thread.call(source.describe), prompts, temperatures, max_tokens, measurements)
         remote = not source.capabilities.wall_time_is_speed
+        router = router_report(measurements, dict(source.route_map))
         thread.call(source.close)
     finally:
         thread.close()
@@ -131,8 +139,8 @@ def bench(args: argparse.Namespace) -> int:
     if (out / "report.md").exists():
         warn(f"replacing the bench report in {out}")
     fix = "choose another --out"
-    write_output(out / "report.md", markdown(rows, about), fix)
-    write_output(out / "results.json", to_json(rows, measurements, about), fix)
+    write_output(out / "report.md", markdown(rows, about, router), fix)
+    write_output(out / "results.json", to_json(rows, measurements, about, router), fix)
     write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
     print(f"report in {out}: report.md, results.json, results.csv, and three PNG plots", file=sys.stderr)

@@ -20,16 +20,24 @@ from specplay.config.models import model_spec
 from specplay.config.run import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
 from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.engine.router import CodeProseRouter, route_map_for
-from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
+from specplay.engine.settings import AUTO_ROUTE, PolicyParams, RuleParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.store.format import Session
 from specplay.store.location import sessions_dir
 from specplay.store.replay import session_config
 
 MODEL_FLAGS = ("backend", "target", "draft", "target_url", "draft_url", "vllm_native", "baseline_url")
-_SPEC_FLAGS = {"k": "k", "policy": "policy", "route": "route", "tv": "tv_budget"}
+_SPEC_FLAGS = {
+    "k": "k",
+    "policy": "policy",
+    "route": "route",
+    "tv": "tv_budget",
+    "rule": "rule",
+    "counterfactual": "counterfactual",
+}
 _SAMPLING_FLAGS = tuple(SamplingParams.__dataclass_fields__)
 _POLICY_FLAGS = tuple(PolicyParams.__dataclass_fields__)
+_RULE_FLAGS = tuple(RuleParams.__dataclass_fields__)
 _REQUEST_FLAGS = ("raw", "mode", "seed", "max_tokens", "ignore_eos")
 _VLLM_FLAGS = {
     "top_logprobs": "top_logprobs",
@@ -96,8 +104,9 @@ def settings_from(flags: Mapping[str, Any], base: SpecSettings) -> SpecSettings:
     """The live settings the flags give over `base`; a bad value raises ConfigError naming its field."""
     sampling = replace(base.sampling, **{name: flags[name] for name in _SAMPLING_FLAGS if name in flags})
     policy = replace(base.policy_params, **{name: flags[name] for name in _POLICY_FLAGS if name in flags})
+    rules = replace(base.rule_params, **{name: flags[name] for name in _RULE_FLAGS if name in flags})
     spec = {field: flags[flag] for flag, field in _SPEC_FLAGS.items() if flag in flags}
-    return replace(base, sampling=sampling, policy_params=policy, **spec)
+    return replace(base, sampling=sampling, policy_params=policy, rule_params=rules, **spec)
 
 
 def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple[ModelSpec, ...], VllmOptions]:

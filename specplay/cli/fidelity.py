@@ -1,7 +1,9 @@
 """`specplay fidelity`: what did I give up for the speed?
 
-Samples target-only, draft-only and speculative decoding at several TV budgets with the same
-seeds, scores every output under the target, and prints, saves and plots the comparison.
+Samples target-only, draft-only and speculative decoding under each acceptance rule at several
+values of its knob (the TV budget, typical acceptance's epsilon, lenience, the cascade's alpha)
+with the same seeds, scores every output under the target, and prints, saves and plots the
+comparison.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from rich.table import Table
 
 from specplay import __version__
 from specplay.backends import blas_warning, open_source, thread_cleanup
-from specplay.cli.configure import comma_floats, given, run_config
+from specplay.cli.configure import comma_floats, given, pairs, run_config
 from specplay.cli.flags import (
     add_backend_flags,
     add_decoding_flags,
@@ -30,18 +32,20 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import make_console, warn
 from specplay.config.run import RunConfig, check
-from specplay.engine.settings import AUTO_ROUTE
+from specplay.engine.settings import AUTO_ROUTE, RULES, AcceptanceRule, RuleName
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError
 from specplay.fidelity.cells import row_cells
 from specplay.fidelity.measure import (
     DEFAULT_BUDGETS,
+    DEFAULT_KNOBS,
     FidelityReport,
     check_budgets,
     check_writable,
     engine_generator,
     measure_fidelity,
     report_path,
+    sweep_rules,
     write_report,
 )
 from specplay.review.html import to_html
@@ -54,20 +58,33 @@ from specplay.store.writer import round_token_ids
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "fidelity",
-        help="measure what speculative decoding with a TV budget gives up for its speed",
-        description="Sample target-only, draft-only and speculative decoding at each TV budget with the same "
-        "seeds; score every output under the target (temperature 1) and compare.",
+        help="measure what speculative decoding with a relaxed acceptance rule gives up for its speed",
+        description="Sample target-only, draft-only and speculative decoding under each rule at each value of "
+        "its knob with the same seeds; score every output under the target (temperature 1) and compare.",
     )
     add_model_flags(parser)
     add_backend_flags(parser)
     add_prompt_flags(parser)
-    add_decoding_flags(parser)
+    add_decoding_flags(parser, rule_list=True)
     output = parser.add_argument_group("fidelity")
     output.add_argument(
         "--budgets",
         default=",".join(f"{b:g}" for b in DEFAULT_BUDGETS),
         metavar="D,D,...",
-        help="TV budgets, one speculative row each (default: %(default)s)",
+        help="mentored decoding's TV budgets, one speculative row each (default: %(default)s)",
+    )
+    output.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="RULE=V,V,...",
+        help="the knob values of another rule given to --rule (typical: epsilon, lenience: lambda, cascade: alpha); "
+        "defaults: "
+        + "; ".join(
+            f"{name} {','.join(f'{v:g}' for v in values)}"
+            for name, values in DEFAULT_KNOBS.items()
+            if name != "mentored"
+        ),
     )
     output.add_argument("--samples", type=int, default=8, metavar="N", help="samples per row, seeds S..S+N-1")
     output.add_argument("--max-tokens", type=int, default=64)
@@ -88,15 +105,61 @@ TEMPERATURE = 1.0
 """Fidelity is about sampled text: greedy would hide the spread."""
 
 
-def configure(args: argparse.Namespace) -> tuple[RunConfig, list[float]]:
+def parse_rules(text: str) -> list[RuleName]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if names == ["all"]:
+        return list(RULES)
+    for name in names:
+        if name not in RULES:
+            raise ConfigError(
+                "rule", f"takes rules from {', '.join(RULES)} (or all), separated by commas (got {name!r})"
+            )
+    if not names:
+        raise ConfigError("rule", f"takes rules from {', '.join(RULES)} (or all), separated by commas")
+    return list(dict.fromkeys(names))  # type: ignore[arg-type]
+
+
+def sweep_knobs(rules: list[RuleName], budgets: list[float], sweeps: list[str]) -> dict[RuleName, list[float]]:
+    """Each rule's knob values: --budgets for mentored decoding, --sweep RULE=V,... or the defaults for the others."""
+    given_values: dict[str, list[float]] = {}
+    for name, values in pairs(sweeps, "sweep", "RULE=V,V,..."):
+        if name == "mentored":
+            raise ConfigError("sweep", "gives mentored decoding's values with --budgets")
+        if name not in rules:
+            raise ConfigError("sweep", f"names {name!r}, which --rule does not list")
+        given_values[name] = comma_floats(values, "sweep", f"{name}'s knob values")
+    return {
+        name: budgets if name == "mentored" else given_values.get(name, list(DEFAULT_KNOBS[name])) for name in rules
+    }
+
+
+# A single knob value does not apply: each row has its own.
+_SWEPT_FLAGS = {
+    "tv": "--budgets",
+    "typical_epsilon": "--sweep typical=",
+    "lenience": "--sweep lenience=",
+    "cascade_alpha": "--sweep cascade=",
+}
+
+
+def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule]]:
     """Everything that can be checked without models, checked before loading them."""
     flags = given(args)
     if flags.get("mode", "speculative") != "speculative":
         raise ConfigError("mode", "does not apply: fidelity runs target-only, draft-only and speculative rows")
     if flags.get("tv", 0) != 0:
         raise ConfigError("tv", "does not apply: give the TV budgets with --budgets")
+    for flag, instead in _SWEPT_FLAGS.items():
+        if flag in flags:
+            raise ConfigError(flag, f"does not apply: each row has its own value (give them with {instead})")
+    names = parse_rules(flags.pop("rule", "mentored"))
     budgets = parse_budgets(args.budgets)
     config = run_config({"temperature": TEMPERATURE} | flags)
+    rules = sweep_rules(sweep_knobs(names, budgets, args.sweep), config.settings.rule_params)
+    if config.backend == "vllm" and names != ["mentored"]:
+        raise ConfigError(
+            "rule", "mentored is the one rule a vLLM server's top-K logprobs can account: use the MLX backend"
+        )
     if config.native:
         raise ConfigError("vllm_native", "fixes k and the acceptance rule on the server; fidelity varies the TV budget")
     if config.request.prompt is None:
@@ -111,11 +174,11 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, list[float]]:
             raise ConfigError("plot", f"{str(args.plot)!r} must end in {', '.join(PLOT_SUFFIXES)} (or name a folder)")
         if not args.plot.parent.is_dir():
             raise ConfigError("plot", f"goes to a folder that does not exist ({str(args.plot.parent)!r})")
-    return config, budgets
+    return config, rules
 
 
 def fidelity(args: argparse.Namespace) -> int:
-    config, budgets = configure(args)
+    config, rules = configure(args)
     directory = config.sessions_dir
     check_writable(directory)
     if message := blas_warning(config):
@@ -137,9 +200,9 @@ def fidelity(args: argparse.Namespace) -> int:
             report = measure_fidelity(
                 # Both run on the model thread, which owns every MLX array (a vLLM backend scores
                 # through the target server's prompt_logprobs).
-                lambda mode, budget, seed: thread.call(lambda: generate(mode, budget, seed)),
+                lambda mode, rule, seed: thread.call(lambda: generate(mode, rule, seed)),
                 lambda ids: thread.call(lambda: source.score(token_ids, ids)),
-                budgets,
+                rules,
                 seeds,
                 on_sample,
                 draft_row,
@@ -158,7 +221,8 @@ def fidelity(args: argparse.Namespace) -> int:
         "prompt_token_ids": list(token_ids),
         "raw": spec.raw,
         "max_tokens": spec.max_tokens,
-        "settings": asdict(config.settings) | {"tv_budget": None},  # each speculative row has its own
+        # Each speculative row has its own rule and knob.
+        "settings": asdict(config.settings) | {"tv_budget": None, "rule": None},
         "route_map": source.route_map,
         "backend": identity,
     }
@@ -181,6 +245,9 @@ def fidelity(args: argparse.Namespace) -> int:
     else:
         console = make_console()
         console.print(fidelity_table(report, speed_measured=speed_measured))
+        if len(report.rules) > 1:
+            matched = ", ".join(f"{r.label} ({r.mean_acceptance_length:.2f})" for r in report.matched())
+            console.print(f"matched acceptance (mean acceptance length): {matched}", style="dim")
         console.print(f"saved {saved}\nplot {plot}\nreview page {page}", style="dim")
     return 0
 

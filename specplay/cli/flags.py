@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import NoReturn
 
 from specplay.config.run import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
-from specplay.engine.settings import AUTO_ROUTE, MODES, POLICIES, PolicyParams, SamplingParams, SpecSettings
+from specplay.engine.settings import (
+    AUTO_ROUTE,
+    MODES,
+    POLICIES,
+    RULES,
+    PolicyParams,
+    RuleParams,
+    SamplingParams,
+    SpecSettings,
+)
 
 UNSET = argparse.SUPPRESS
 API_KEY_ENV = "SPECPLAY_API_KEY"
@@ -127,7 +136,8 @@ def add_output_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
     )
 
 
-def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
+def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False) -> None:
+    """`rule_list`: --rule takes several rules, comma-separated (a sweep runs each)."""
     settings = SpecSettings()
     spec = parser.add_argument_group("speculative decoding (live in the playground)")
     spec.add_argument("--mode", choices=MODES, default=UNSET, help="speculative (the default), target or draft")
@@ -147,6 +157,47 @@ def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
         default=UNSET,
         metavar="D",
         help="TV budget of mentored decoding: 0 lossless (the default), 1 accepts every draft",
+    )
+    rules = RuleParams()
+    rule_help = (
+        "acceptance rule: mentored (the TV budget, the default), typical (Medusa), lenience (DistillSpec) "
+        "or cascade (speculative cascades); each keeps what lossless acceptance keeps, and more"
+    )
+    if rule_list:
+        spec.add_argument("--rule", default=UNSET, metavar="RULE[,RULE...]", help=rule_help + "; or all")
+    else:
+        spec.add_argument("--rule", choices=RULES, default=UNSET, help=rule_help)
+    spec.add_argument(
+        "--typical-epsilon",
+        type=float,
+        default=UNSET,
+        metavar="E",
+        help=f"typical: keep x when p_target(x) > min(E, DELTA exp(-H)) (default {rules.typical_epsilon:g})",
+    )
+    spec.add_argument(
+        "--typical-delta", type=float, default=UNSET, metavar="DELTA", help="typical: (default sqrt(E), as Medusa)"
+    )
+    spec.add_argument(
+        "--lenience",
+        type=float,
+        default=UNSET,
+        metavar="LAMBDA",
+        help=f"lenience: accept with min(1, LAMBDA p_target/p_draft), 1 lossless (default {rules.lenience:g})",
+    )
+    spec.add_argument(
+        "--cascade-alpha",
+        type=float,
+        default=UNSET,
+        metavar="A",
+        help="cascade: follow the drafter where max p_draft >= max p_target - A; -1 lossless, 1 accepts every "
+        f"draft (default {rules.cascade_alpha:g})",
+    )
+    spec.add_argument(
+        "--counterfactual",
+        action="store_true",
+        default=UNSET,
+        help="each round, also judge every other drafter's proposal from the same context (never committed; "
+        "its cost is reported apart)",
     )
     sampling = parser.add_argument_group("sampling")
     sampling.add_argument("--temperature", type=float, default=UNSET, help="0 is greedy")

@@ -43,6 +43,7 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
                 "draft_ms": r.draft_ms,
                 "verify_ms": r.verify_ms,
                 "overhead_ms": r.overhead_ms,
+                "counterfactuals": [asdict(c) for c in r.counterfactuals],
             }
             for r in record.rounds
         ],
@@ -50,6 +51,9 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
             {"token_index": c.token_index, "changes": [list(change) for change in c.changes]} for c in record.changes
         ],
         "metrics": record.done.metrics,
+        # Counterfactual routes, at the top level for the tools that read them (also in metrics).
+        "counterfactual": record.done.metrics.get("counterfactual"),
+        "route_regret": record.done.metrics.get("route_regret"),
     }
 
 
@@ -97,7 +101,7 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
     if server is not None:
         parts.append(f"k {server['k'] if server['k'] is not None else '?'} (server)")
     elif record.start.mode == "speculative":
-        parts += [f"k {s.k} {s.policy}", f"D {s.tv_budget:g}"]
+        parts += [f"k {s.k} {s.policy}", s.acceptance_rule.describe()]
     parts += [f"temperature {s.sampling.temperature:g}", f"seed {record.start.seed}", f"{m['num_tokens']} tokens"]
     if m["tokens_per_s"] is not None:
         parts.append(f"{m['tokens_per_s']:.1f} tokens/s")
@@ -108,6 +112,8 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
         parts.append(f"{m['num_spec_steps']} rounds")
         if m["tv_spent"]:
             parts.append(f"TV spent {m['tv_spent']:.2f}")
+        if m.get("counterfactual"):
+            parts.append(counterfactual_line(m))
     if server is not None:
         exact = "colours exact (per-step metrics)" if server["sources_exact"] else "colours approximate (chunk sizes)"
         parts.append(exact)
@@ -119,6 +125,13 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
         if (speedup := measured_speedup(m["tokens_per_s"], target_tps)) is not None:
             parts.append(f"target-only {target_tps:.1f} tokens/s, speedup {speedup:.2f}x")
     return " · ".join(parts)
+
+
+def counterfactual_line(metrics: dict[str, Any]) -> str:
+    """Each drafter's mean acceptance length on this text, best first, and the route regret."""
+    ranked = sorted(metrics["counterfactual"].items(), key=lambda item: -item[1]["mean_acceptance_length"])
+    lengths = ", ".join(f"{name} {entry['mean_acceptance_length']:.2f}" for name, entry in ranked)
+    return f"counterfactual mean acceptance length: {lengths}; route regret {metrics['route_regret']:.2f}"
 
 
 class TerminalConsole(Console):

@@ -40,6 +40,7 @@ def summarize(session: Session) -> dict[str, Any]:
         "k": settings.k,
         "policy": settings.policy,
         "tv_budget": settings.tv_budget,
+        "rule": settings.acceptance_rule.describe(),
         "temperature": settings.sampling.temperature,
         "draft_acceptance_rate": metrics.get("draft_acceptance_rate"),
         "mean_acceptance_length": metrics.get("mean_acceptance_length"),
@@ -85,7 +86,7 @@ def list_sessions(args: argparse.Namespace) -> int:
         models = row["target"] + (f" + {row['route']}" if row["route"] else "")
         settings = f"{row['mode']} T={_fmt(row['temperature'], '{:g}')}"
         if row["mode"] == "speculative":
-            settings += f" k={row['k']} {row['policy']} D={_fmt(row['tv_budget'], '{:g}')}"
+            settings += f" k={row['k']} {row['policy']} {row['rule']}"
         prompt = " ".join(row["prompt"].split())
         table.add_row(
             _cell(str(row["created"] or "")[:19].replace("T", " ")),

@@ -137,6 +137,15 @@ def check(config: RunConfig) -> None:
     pinned = config.settings.route
     if config.request.mode == "draft" and pinned in names and config.drafter(pinned).kind == "prompt-lookup":
         raise ConfigError("mode", f"draft cannot run on {pinned!r}: prompt lookup only copies, it cannot write alone")
+    if config.backend == "vllm":
+        if config.settings.rule != "mentored":
+            raise ConfigError(
+                "rule",
+                f"{config.settings.rule} needs full distributions to account its TV, and a vLLM server sends "
+                "top-K logprobs: use --rule mentored, or the MLX backend",
+            )
+        if config.settings.counterfactual:
+            raise ConfigError("counterfactual", "routes run on the MLX backend only: drop --counterfactual")
     if config.native:
         if config.settings.tv_budget > 0 or config.settings.policy != "fixed":
             raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {NATIVE_FIXED}")

@@ -10,8 +10,11 @@ and on the accelerator in the MLX backend.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
+
+from specplay.engine.settings import AcceptanceRule
 
 Array = Any  # numpy.ndarray or mlx.core.array
 _TINY = 1e-30  # keeps a division finite in float32 where the numerator is 0 anyway
@@ -78,6 +81,120 @@ def mentored_accept_probability(p_target_x: float, p_draft_x: float, theta: floa
     return lossless_accept_probability(pi_x, p_draft_x)
 
 
+# Lossless acceptance over whole rows (or scalars): min(1, p_target / p_draft), elementwise, with
+# the limit above where p_draft = 0. The relaxed rules below start from it.
+def lossless_acceptance(p_target: Array, p_draft: Array, xp: Any) -> Array:
+    ratio = xp.minimum(1.0, p_target / xp.maximum(p_draft, _TINY))
+    return xp.where(p_draft > 0, ratio, xp.where(p_target > 0, 1.0, 0.0))
+
+
+# Mentored acceptance over rows: lossless acceptance of pi = (1 - theta) p_target + theta p_draft.
+def mentored_acceptance(p_target: Array, p_draft: Array, theta: Array, xp: Any) -> Array:
+    return lossless_acceptance(mentored_distribution(p_target, p_draft, theta), p_draft, xp)
+
+
+# H(p_target) in nats; a token of zero probability adds nothing.
+def entropy(probs: Array, xp: Any) -> Array:
+    return -(probs * xp.log(xp.maximum(probs, _TINY))).sum(axis=-1)
+
+
+# Typical acceptance (Medusa, Cai et al. 2024) judges by the target alone: x is typical when
+# p_target(x) > min(epsilon, delta * exp(-H(p_target))). The threshold falls where the target is
+# unsure. It adds nothing only where the threshold is at least 1: epsilon >= 1 and
+# delta * exp(-H) >= 1 (H <= ln vocabulary, so delta >= the vocabulary size is enough).
+def typical_threshold(entropy_nats: Array, epsilon: float, delta: float, xp: Any) -> Array:
+    return xp.minimum(epsilon, delta * xp.exp(-entropy_nats))
+
+
+# Relaxed by typicality: accept what lossless acceptance accepts under the same u, and every
+# typical token.
+def typical_acceptance(p_target: Array, p_draft: Array, threshold: Array, xp: Any) -> Array:
+    return xp.where(p_target > threshold, 1.0, lossless_acceptance(p_target, p_draft, xp))
+
+
+# Lenience (DistillSpec, Zhou et al. 2024; Leviathan et al. 2023, appendix): accept with
+# min(1, lambda * p_target(x) / p_draft(x)), lambda >= 1; lambda = 1 is lossless.
+def lenience_acceptance(p_target: Array, p_draft: Array, lenience: float, xp: Any) -> Array:
+    return lossless_acceptance(lenience * p_target, p_draft, xp)
+
+
+# Speculative cascades (Narasimhan et al. 2024) with the Diff deferral rule: where the drafter is
+# about as sure as the target, max p_draft >= max p_target - alpha, the output follows the drafter
+# (its token is kept); elsewhere it defers to the target (lossless). alpha = -1 never trusts the
+# drafter (lossless); alpha = 1 always does.
+def cascade_trusts_drafter(max_p_target: Array, max_p_draft: Array, alpha: float) -> Array:
+    return max_p_draft >= max_p_target - alpha
+
+
+def cascade_acceptance(p_target: Array, p_draft: Array, trusted: Array, xp: Any) -> Array:
+    return xp.where(trusted, 1.0, lossless_acceptance(p_target, p_draft, xp))
+
+
+# Every rule above keeps the lossless residual after a rejection, so its output at a position is
+# exact: pi(y) = p_draft(y) a(y) + (1 - sum_x p_draft(x) a(x)) residual(y), a the rule's
+# acceptance. TV(pi, p_target) is then the TV each rule spends there: one unit for all of them.
+def rule_output_distribution(p_draft: Array, acceptance: Array, residual: Array, xp: Any) -> Array:
+    kept = p_draft * acceptance
+    return kept + (1.0 - kept.sum(axis=-1, keepdims=True)) * residual
+
+
+def rule_acceptance_rows(rule: AcceptanceRule, p_target: Array, p_draft: Array, xp: Any) -> Array:
+    """a(y) for every token of each row [positions, vocab] under `rule`, its statistics (d, H, the
+    maxima) taken from the rows themselves: what a backend holding full distributions computes."""
+    params = rule.params
+    if rule.name == "mentored":
+        tv = tv_distance(p_target, p_draft)[..., None]
+        theta = xp.where(tv > 0, xp.minimum(1.0, rule.tv_budget / xp.maximum(tv, _TINY)), 1.0)
+        return mentored_acceptance(p_target, p_draft, theta, xp)
+    if rule.name == "typical":
+        threshold = typical_threshold(entropy(p_target, xp)[..., None], params.typical_epsilon, params.delta, xp)
+        return typical_acceptance(p_target, p_draft, threshold, xp)
+    if rule.name == "lenience":
+        return lenience_acceptance(p_target, p_draft, params.lenience, xp)
+    trusted = cascade_trusts_drafter(
+        p_target.max(axis=-1, keepdims=True), p_draft.max(axis=-1, keepdims=True), params.cascade_alpha
+    )
+    return cascade_acceptance(p_target, p_draft, trusted, xp)
+
+
+def rule_tv_spent(rule: AcceptanceRule, p_target: Array, p_draft: Array, xp: Any) -> Array:
+    """TV(pi, p_target) at each row: how far the rule moves that position's output from the target."""
+    acceptance = rule_acceptance_rows(rule, p_target, p_draft, xp)
+    residual = residual_distribution(p_target, p_draft, xp)
+    return tv_distance(rule_output_distribution(p_draft, acceptance, residual, xp), p_target)
+
+
+@dataclass(frozen=True, slots=True)
+class PositionStats:
+    """What the rules read at one drafted position x beyond its two probabilities."""
+
+    tv: float
+    """d = TV(p_target, p_draft) (mentored decoding)."""
+    entropy: float | None = None
+    """H(p_target) in nats (typical acceptance)."""
+    max_p_target: float | None = None
+    """The largest probability of p_target (speculative cascades)."""
+    max_p_draft: float | None = None
+
+
+def accept_probability(rule: AcceptanceRule, p_target_x: float, p_draft_x: float, stats: PositionStats) -> float:
+    """The rule's probability of accepting the drafted token x: one position, as the engine judges it."""
+    params = rule.params
+    if rule.lossless:  # a knob at its lossless end reads nothing else (and no backend sent it)
+        return lossless_accept_probability(p_target_x, p_draft_x)
+    if rule.name == "mentored":
+        return mentored_accept_probability(p_target_x, p_draft_x, mentored_theta(stats.tv, rule.tv_budget))
+    if rule.name == "lenience":
+        return lossless_accept_probability(params.lenience * p_target_x, p_draft_x)
+    if rule.name == "typical":
+        assert stats.entropy is not None, "typical acceptance needs H(p_target)"
+        threshold = min(params.typical_epsilon, params.delta * math.exp(-stats.entropy))
+        return 1.0 if p_target_x > threshold else lossless_accept_probability(p_target_x, p_draft_x)
+    assert stats.max_p_target is not None and stats.max_p_draft is not None, "cascades need both maxima"
+    trusted = cascade_trusts_drafter(stats.max_p_target, stats.max_p_draft, params.cascade_alpha)
+    return 1.0 if trusted else lossless_accept_probability(p_target_x, p_draft_x)
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The verifier's decision on one drafted position."""
@@ -86,22 +203,26 @@ class Verdict:
     by_budget: bool
     """Accepted, but lossless acceptance would have rejected it under the same uniform draw."""
     theta: float
+    """Mentored decoding's weight min(1, D / d); 0 under the other rules (no interpolation)."""
+    probability: float | None
+    """The rule's probability of keeping the token; None where greedy and lossless (an argmax match)."""
 
 
 def judge(
     token: int,
     p_target_x: float,
     p_draft_x: float,
-    tv: float,
+    stats: PositionStats,
     target_argmax: int,
-    tv_budget: float,
+    rule: AcceptanceRule,
     greedy: bool,
     uniform: float,
 ) -> Verdict:
-    """Apply the rule the settings call for: greedy, lossless, or mentored with budget D."""
-    theta = mentored_theta(tv, tv_budget)
-    if greedy and tv_budget == 0:
-        return Verdict(greedy_accept(token, target_argmax), False, theta)
-    accepted = uniform < mentored_accept_probability(p_target_x, p_draft_x, theta)
+    """Apply the rule the settings call for: greedy where nothing relaxes it, else its probability."""
+    theta = mentored_theta(stats.tv, rule.tv_budget) if rule.name == "mentored" else 0.0
+    if greedy and rule.lossless:
+        return Verdict(greedy_accept(token, target_argmax), False, theta, None)
+    probability = accept_probability(rule, p_target_x, p_draft_x, stats)
+    accepted = uniform < probability
     by_budget = accepted and uniform >= lossless_accept_probability(p_target_x, p_draft_x)
-    return Verdict(accepted, by_budget, theta)
+    return Verdict(accepted, by_budget, theta, probability)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.settings import SamplingParams
+from specplay.engine.settings import AcceptanceRule, SamplingParams
 
 
 class Detokenizer(Protocol):
@@ -47,6 +47,14 @@ class VerifiedDraft:
     k + 1 positions (the last is where the bonus is drawn), most likely first."""
     top_draft: list[list[tuple[int, float]]] | None = None
     """Likewise for p_draft at the k drafted positions."""
+    entropy: list[float] | None = None
+    """H(p_target) in nats at each drafted position, where the rule asked reads it (typical)."""
+    max_p_target: list[float] | None = None
+    """The largest probability of p_target at each drafted position, where the rule reads it (cascade)."""
+    max_p_draft: list[float] | None = None
+    tv_spent: list[float] | None = None
+    """TV(pi, p_target) at each drafted position under the rule asked, from the full distributions;
+    None under mentored decoding, whose theta * d the engine computes (also from a top-K bracket)."""
 
 
 class Generation(Protocol):
@@ -73,12 +81,28 @@ class Generation(Protocol):
         self,
         draft: Any,
         sampling: SamplingParams,
+        rule: AcceptanceRule,
         residual_uniforms: Sequence[float],
         bonus_uniform: float,
         top_n: int = 0,
     ) -> VerifiedDraft:
-        """Score every drafted position with the target in one forward pass. With `top_n` > 0 (only
-        where the backend's capabilities say `top_n`), also report each distribution's top_n tokens."""
+        """Score every drafted position with the target in one forward pass, with what `rule` reads
+        (only the rules the capabilities list). With `top_n` > 0 (only where the capabilities say
+        `top_n`), also report each distribution's top_n tokens."""
+        ...
+
+    def counterfactual(
+        self,
+        drafter: str,
+        k: int,
+        sampling: SamplingParams,
+        rule: AcceptanceRule,
+        uniforms: Sequence[float],
+        keep_drafting: Callable[[Sequence[float]], bool] | None,
+    ) -> VerifiedDraft:
+        """What `drafter` would propose after `tokens` (uniforms: k to draft, k for corrections, one
+        for the bonus, as a round's), verified by the target, every cache left as it was: nothing is
+        committed (only where the capabilities say `counterfactual`)."""
         ...
 
     def commit(self, tokens: Sequence[int]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specplay.engine.settings import MODES, Mode
+from specplay.engine.settings import MODES, RULES, Mode, RuleName
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +34,16 @@ class Capabilities:
     """Token sources are a guess until the run ends, when a RecolourEvent corrects them: a printed
     transcript waits for it (a live view recolours)."""
 
+    rules: tuple[RuleName, ...] = RULES
+    """The acceptance rules it can judge: the relaxed ones beside mentored decoding need full
+    distributions to account their TV exactly."""
+    counterfactual: bool = False
+    """It can judge other drafters' proposals from a lane's context without committing them."""
+
     @property
     def baseline(self) -> bool:
         """A target-only lane can run beside the speculative one."""
         return "target" in self.modes
 
     def to_record(self) -> dict[str, Any]:
-        return asdict(self) | {"modes": list(self.modes)}
+        return asdict(self) | {"modes": list(self.modes), "rules": list(self.rules)}

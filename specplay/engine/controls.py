@@ -8,7 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from specplay.engine.router import check_route
-from specplay.engine.settings import SpecSettings
+from specplay.engine.settings import GROUPS, SpecSettings
 
 
 class LiveControls:
@@ -43,13 +43,13 @@ class LiveControls:
 
 
 def settings_diff(old: SpecSettings, new: SpecSettings) -> tuple[tuple[str, Any, Any], ...]:
-    """(name, old, new) for each changed setting, sampling and policy fields flattened."""
+    """(name, old, new) for each changed setting, the groups' fields (sampling...) flattened."""
 
     def flat(settings: SpecSettings) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(settings):
             value = getattr(settings, f.name)
-            if f.name in ("sampling", "policy_params"):
+            if f.name in GROUPS:
                 out.update({g.name: getattr(value, g.name) for g in fields(value)})
             else:
                 out[f.name] = value

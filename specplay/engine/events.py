@@ -13,7 +13,8 @@ from specplay.engine.settings import SpecSettings
 
 Source = Literal["accepted", "budget", "corrected", "bonus", "target", "draft"]
 """Where a committed token came from. accepted: a draft token the verifier kept. budget: kept only
-thanks to the TV budget (lossless acceptance would have rejected it under the same draw).
+thanks to a relaxed rule, the TV budget or another (lossless acceptance would have rejected it
+under the same draw).
 corrected: drawn from the residual after a rejection (vLLM: recovered). bonus: the target's own
 token after a fully accepted round. target / draft: the single model of a non-speculative run."""
 
@@ -50,7 +51,7 @@ class DraftPosition:
     tv_distance: float
     """d = TV(p_target, p_draft) at this position."""
     theta: float
-    """Mentored-decoding interpolation weight min(1, D / d)."""
+    """Mentored-decoding interpolation weight min(1, D / d); 0 under the other rules."""
     outcome: Outcome
     tv_lower: float | None = None
     """Set when the backend knew only the top-K: d is then bracketed in [tv_lower, tv_distance]."""
@@ -61,6 +62,31 @@ class DraftPosition:
     """The most likely tokens of p_target here, most likely first; only when the request inspects."""
     top_draft: tuple[Candidate, ...] | None = None
     """Likewise for p_draft."""
+    accept_probability: float | None = None
+    """The rule's probability of keeping the drafted token (None: greedy and lossless, an argmax match)."""
+    tv_spent: float | None = None
+    """TV(pi, p_target): how far the rule moved this position's output from the target (0 when
+    unreached; None in sessions older than the field, where mentored decoding's theta * d holds)."""
+
+    @property
+    def spent(self) -> float:
+        """The TV this position spent, from sessions of any age."""
+        if self.outcome == "unreached":
+            return 0.0
+        return self.tv_spent if self.tv_spent is not None else self.theta * self.tv_distance
+
+
+@dataclass(frozen=True, slots=True)
+class Counterfactual:
+    """What another drafter would have done in a round: its proposal from the same committed
+    tokens, judged by the same rule with the same draws, never committed."""
+
+    route: str
+    drafted: tuple[int, ...]
+    num_accepted: int
+    """Its accepted length: drafted tokens kept before the first rejection."""
+    elapsed_ms: float
+    """Its drafting and verifying; left out of the lane's times and tokens/s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +132,8 @@ class RoundEvent:
     bonus_top_target: tuple[Candidate, ...] | None = None
     """The top of p_target after the last drafted token (where a bonus is drawn); only when the
     request inspects."""
+    counterfactuals: tuple[Counterfactual, ...] = ()
+    """The other drafters' proposals this round, when counterfactual routes are on."""
 
 
 @dataclass(frozen=True, slots=True)

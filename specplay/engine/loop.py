@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from specplay.engine.accept import judge, mentored_theta
+from specplay.engine.accept import PositionStats, judge, mentored_theta
 from specplay.engine.backend import Backend, Generation, VerifiedDraft
+from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls, settings_diff
 from specplay.engine.events import (
     ControlEvent,
+    Counterfactual,
     DoneEvent,
     DraftPosition,
     Event,
@@ -38,6 +40,7 @@ from specplay.engine.metrics import Metrics
 from specplay.engine.policies import make_policy
 from specplay.engine.request import Request
 from specplay.engine.router import CodeProseRouter, Router, resolve_route, route_map_for
+from specplay.engine.settings import SpecSettings
 from specplay.engine.source import Clock
 from specplay.errors import ConfigError, ModelError
 
@@ -95,6 +98,7 @@ class SpecEngine:
         """Run `request`, reading `controls` before every round; ends with a DoneEvent."""
         if request.mode != "target" and not self.backend.drafters:
             raise ConfigError("draft", f"is needed in {request.mode} mode; give at least one drafter")
+        check_supported(controls.settings, self.capabilities)
         check_context(len(request.prompt_token_ids), self.backend.context_length)
         return _Run(self, request, controls, clock or self.clock).events()
 
@@ -106,6 +110,29 @@ def check_context(prompt_tokens: int, context_length: int | None) -> None:
             "prompt",
             f"holds {prompt_tokens} tokens, and the target's context is {context_length}: shorten the prompt",
         )
+
+
+def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
+    """A rule or counterfactual routes the backend cannot judge end the run before a round."""
+    if settings.rule not in capabilities.rules:
+        raise ConfigError(
+            "rule",
+            f"{settings.rule} needs full distributions to account its TV, which this backend does not have: "
+            f"use {' or '.join(capabilities.rules)}, or the MLX backend",
+        )
+    if settings.counterfactual and not capabilities.counterfactual:
+        raise ConfigError("counterfactual", "routes run on the MLX backend only: turn them off here")
+
+
+def _stats(verified: VerifiedDraft, i: int) -> PositionStats:
+    """What the rules read at position i beyond its two probabilities (None where not reported)."""
+
+    def at(values: list[float] | None) -> float | None:
+        return values[i] if values is not None else None
+
+    return PositionStats(
+        verified.tv_distance[i], at(verified.entropy), at(verified.max_p_target), at(verified.max_p_draft)
+    )
 
 
 def _top(rows: list[list[tuple[int, float]]] | None, i: int) -> tuple[tuple[int, float], ...] | None:
@@ -152,9 +179,14 @@ class _Run:
         self.generated: list[int] = []
         self.text_parts: list[str] = []
         self.top_n = 0
+        self.set_aside_s = 0.0
+        """Time spent on counterfactual routes, taken off the lane's clock: not the lane's own work."""
+
+    def _now(self) -> float:
+        return self.clock() - self.set_aside_s
 
     def events(self) -> Iterator[Event]:
-        self.metrics.start_s = self.clock()
+        self.metrics.start_s = self._now()
         models = {"speculative": (None, self.route), "target": (None,), "draft": (self.route,)}
         generation = self.backend.open_generation(self.request.prompt_token_ids, prefill=models[self.request.mode])
         if self.request.inspect and self.backend.capabilities.top_n:
@@ -184,6 +216,7 @@ class _Run:
         if not changes:
             return None
         names = {name for name, _, _ in changes}
+        check_supported(new, self.backend.capabilities)
         if names & _POLICY_FIELDS:
             self.policy = make_policy(new.policy, new.k, new.policy_params)
         if "route" in names and self.auto_route:
@@ -216,8 +249,8 @@ class _Run:
             if self.controls.stop_requested:
                 return "cancelled"
             assert self.route is not None
-            start = self.clock()
-            sampling = self.settings.sampling
+            start = self._now()
+            sampling, rule = self.settings.sampling, self.settings.acceptance_rule
             remaining = self.max_tokens - len(self.generated)
             k = min(self.policy.propose(), remaining)
             # Every draw of the round comes from the engine's generator, in a fixed layout:
@@ -225,9 +258,12 @@ class _Run:
             uniforms = self.rng.random(3 * k + 1)
             keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
             draft = generation.draft(self.route, k, sampling, uniforms[:k], keep_drafting)
-            drafted_at = self.clock()
-            verified = generation.verify(draft, sampling, uniforms[2 * k : 3 * k], float(uniforms[3 * k]), self.top_n)
-            verified_at = self.clock()
+            drafted_at = self._now()
+            counterfactuals = self._counterfactuals(generation, k, uniforms, keep_drafting, remaining, drafted_at)
+            verified = generation.verify(
+                draft, sampling, rule, uniforms[2 * k : 3 * k], float(uniforms[3 * k]), self.top_n
+            )
+            verified_at = self._now()
             _check_numbers(verified, self.route)
 
             positions, committed = self._judge(verified, uniforms[k : 2 * k], remaining)
@@ -236,7 +272,7 @@ class _Run:
             tokens, finish = self._emit(committed)
             num_accepted = sum(p.outcome in ("accepted", "budget") for p in positions)
             self.policy.update(len(verified.drafted), num_accepted)
-            done_at = self.clock()
+            done_at = self._now()
 
             event = RoundEvent(
                 index=index,
@@ -251,6 +287,7 @@ class _Run:
                 verify_ms=1000 * (verified_at - drafted_at),
                 overhead_ms=1000 * (done_at - verified_at),
                 bonus_top_target=_top(verified.top_target, len(verified.drafted)),
+                counterfactuals=counterfactuals,
             )
             self.metrics.add_round(event)
             self.metrics.add_tokens([t.source for t in tokens], done_at)
@@ -259,26 +296,59 @@ class _Run:
                 return finish
         raise AssertionError("unreachable")
 
+    def _counterfactuals(
+        self,
+        generation: Generation,
+        k: int,
+        uniforms: Sequence[float],
+        keep_drafting: Callable[[Sequence[float]], bool] | None,
+        remaining: int,
+        since: float,
+    ) -> tuple[Counterfactual, ...]:
+        """Every other drafter's proposal from the same context, judged by the same rule with the
+        same draws and never committed. From `since` (the lane's clock when drafting ended) to the
+        last one's end, the time is taken off the lane's clock."""
+        if not self.settings.counterfactual:
+            return ()
+        out = []
+        mark = since + self.set_aside_s  # the clock's own reading at `since`
+        began = mark
+        for drafter in self.backend.drafters:
+            if drafter == self.route:
+                continue
+            verified = generation.counterfactual(
+                drafter, k, self.settings.sampling, self.settings.acceptance_rule, uniforms, keep_drafting
+            )
+            positions, _ = self._judge(verified, uniforms[k : 2 * k], remaining)
+            accepted = sum(p.outcome in ("accepted", "budget") for p in positions)
+            now = self.clock()
+            out.append(Counterfactual(drafter, tuple(verified.drafted), accepted, 1000 * (now - mark)))
+            mark = now
+        self.set_aside_s += mark - began
+        return tuple(out)
+
     def _judge(
         self, verified: VerifiedDraft, accept_uniforms: Sequence[float], remaining: int
     ) -> tuple[list[DraftPosition], list[tuple[int, Source]]]:
         """Acceptance left to right; stops at the first rejection, an EOS, or the token limit."""
-        budget, greedy = self.settings.tv_budget, self.settings.sampling.greedy
+        rule, greedy = self.settings.acceptance_rule, self.settings.sampling.greedy
         positions: list[DraftPosition] = []
         committed: list[tuple[int, Source]] = []
         judging = True
         for i, token_id in enumerate(verified.drafted):
-            uniform, tv = float(accept_uniforms[i]), verified.tv_distance[i]
-            p_target, p_draft = verified.p_target[i], verified.p_draft[i]
+            uniform, stats = float(accept_uniforms[i]), _stats(verified, i)
+            p_target, p_draft, tv = verified.p_target[i], verified.p_draft[i], stats.tv
             bracket = _bracket(verified, i)
             tops = {"top_target": _top(verified.top_target, i), "top_draft": _top(verified.top_draft, i)}
             if not judging:
-                theta = mentored_theta(tv, budget)
+                theta = mentored_theta(tv, rule.tv_budget) if rule.name == "mentored" else 0.0
                 positions.append(
-                    DraftPosition(token_id, p_target, p_draft, uniform, tv, theta, "unreached", *bracket, **tops)
+                    DraftPosition(
+                        token_id, p_target, p_draft, uniform, tv, theta, "unreached", *bracket, **tops, tv_spent=0.0
+                    )
                 )
                 continue
-            verdict = judge(token_id, p_target, p_draft, tv, verified.target_argmax[i], budget, greedy, uniform)
+            verdict = judge(token_id, p_target, p_draft, stats, verified.target_argmax[i], rule, greedy, uniform)
             if verdict.accepted:
                 outcome: Outcome = "budget" if verdict.by_budget else "accepted"
                 committed.append((token_id, outcome))
@@ -286,8 +356,21 @@ class _Run:
                 outcome = "rejected"
                 committed.append((verified.corrections[i], "corrected"))
                 judging = False
+            spent = verified.tv_spent[i] if verified.tv_spent is not None else verdict.theta * tv
             positions.append(
-                DraftPosition(token_id, p_target, p_draft, uniform, tv, verdict.theta, outcome, *bracket, **tops)
+                DraftPosition(
+                    token_id,
+                    p_target,
+                    p_draft,
+                    uniform,
+                    tv,
+                    verdict.theta,
+                    outcome,
+                    *bracket,
+                    **tops,
+                    accept_probability=verdict.probability,
+                    tv_spent=spent,
+                )
             )
             if self._ends(committed[-1][0], len(committed), remaining):
                 judging = False
@@ -315,10 +398,10 @@ class _Run:
                     stream = generation.generate(
                         self.route, self.settings.sampling, self._uniform, self.request.pipeline
                     )
-                start = self.clock()
+                start = self._now()
                 token_index = len(self.generated)
                 tokens, finish = self._emit([(next(stream), source)])
-                done_at = self.clock()
+                done_at = self._now()
                 if tokens:
                     self.metrics.add_tokens([source], done_at)
                     yield StepEvent(token_index, self.route, tokens[0], 1000 * (done_at - start))

@@ -22,6 +22,11 @@ class Metrics:
         self.accepted_per_position: list[int] = []
         self.tokens_by_source: Counter[Source] = Counter()
         self.tv_spent = 0.0
+        self.counterfactual_rounds: list[int] = []
+        self.accepted_by_drafter: dict[str, list[int]] = {}
+        """Counterfactual rounds only: each drafter's accepted length per round, the routed one's as committed."""
+        self.routed_accepted: list[int] = []
+        self.counterfactual_ms = 0.0
         self.draft_ms = self.verify_ms = self.overhead_ms = 0.0
         self.num_tokens = 0
         self.start_s: float | None = None
@@ -48,14 +53,44 @@ class Metrics:
             self.drafted_per_position[i] += 1
             if position.outcome in ("accepted", "budget"):
                 self.accepted_per_position[i] += 1
-            # Each judged position emitted a token distributed as pi, which is theta * d from the
-            # target in TV; unreached positions emitted nothing.
+            # Each judged position emitted a token distributed as the rule's pi, position.spent from
+            # the target in TV; unreached positions emitted nothing.
             if position.outcome != "unreached":
                 self.num_judged_draft_tokens += 1
-                self.tv_spent += position.theta * position.tv_distance
+                self.tv_spent += position.spent
+        if event.counterfactuals:
+            self.add_counterfactuals(event)
         self.draft_ms += event.draft_ms
         self.verify_ms += event.verify_ms
         self.overhead_ms += event.overhead_ms
+
+    def add_counterfactuals(self, event: RoundEvent) -> None:
+        self.counterfactual_rounds.append(event.index)
+        self.routed_accepted.append(event.num_accepted)
+        accepted = {event.route: event.num_accepted} | {c.route: c.num_accepted for c in event.counterfactuals}
+        for name, length in accepted.items():
+            # A drafter first seen now (a route change) has no length for the earlier rounds.
+            self.accepted_by_drafter.setdefault(name, [])
+            self.accepted_by_drafter[name].append(length)
+        self.counterfactual_ms += sum(c.elapsed_ms for c in event.counterfactuals)
+
+    def counterfactual(self) -> dict[str, Any]:
+        """Each drafter's mean acceptance length over the counterfactual rounds, and the route
+        regret: the best drafter's minus that of the drafters the route chose."""
+        if not self.counterfactual_rounds:
+            return {"counterfactual": None, "route_regret": None}
+        by_drafter = {
+            name: {"mean_acceptance_length": 1 + sum(lengths) / len(lengths), "accepted_length_per_round": lengths}
+            for name, lengths in self.accepted_by_drafter.items()
+        }
+        routed = 1 + sum(self.routed_accepted) / len(self.routed_accepted)
+        best = max(entry["mean_acceptance_length"] for entry in by_drafter.values())
+        return {
+            "counterfactual": by_drafter,
+            "route_regret": best - routed,  # below 0 where switching routes beat every single drafter
+            "counterfactual_rounds": list(self.counterfactual_rounds),
+            "counterfactual_ms": self.counterfactual_ms,
+        }
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -94,4 +129,4 @@ class Metrics:
             "draft_ms": self.draft_ms if spec else None,
             "verify_ms": self.verify_ms if spec else None,
             "overhead_ms": self.overhead_ms if spec else None,
-        }
+        } | self.counterfactual()

@@ -1,6 +1,7 @@
-"""Fidelity: what speculative decoding with a TV budget gives up for its speed.
+"""Fidelity: what speculative decoding with a relaxed acceptance rule gives up for its speed.
 
-For each row (target-only, draft-only, one per TV budget) the same seeds are sampled and the
+For each row (target-only, draft-only, one per rule and knob value: D = 0.5, lenience λ = 2...)
+the same seeds are sampled and the
 outputs are judged against the target: their log-likelihood under it, their diversity, and how
 close they are to the target-only samples. Generating and scoring come in as callables, so this
 module knows no model library and no UI; it runs wherever those callables run.
@@ -21,13 +22,20 @@ from rapidfuzz.distance import Levenshtein
 
 from specplay.engine.controls import LiveControls
 from specplay.engine.request import Request
-from specplay.engine.settings import Mode, SpecSettings
+from specplay.engine.settings import KNOBS, AcceptanceRule, Mode, RuleName, RuleParams, SpecSettings
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError, SpecplayError
 from specplay.store.files import free_path, write_output
 from specplay.store.format import LaneRecord
 
 DEFAULT_BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
+DEFAULT_KNOBS: dict[RuleName, tuple[float, ...]] = {
+    "mentored": DEFAULT_BUDGETS,
+    "typical": (0.3, 0.1, 0.03, 0.01, 0.003),
+    "lenience": (1.5, 2.0, 4.0, 8.0, 16.0),
+    "cascade": (-0.2, 0.0, 0.1, 0.2, 0.4),
+}
+"""Each rule's knob values a sweep tries when none are given: from nearly lossless to loose."""
 TARGET_ROW, DRAFT_ROW = "target-only", "draft-only"
 
 
@@ -46,8 +54,8 @@ class Sample:
     """Every event of the run, for a review page of the sweep."""
 
 
-Generate = Callable[[Mode, float, int], Sample]
-"""(mode, TV budget, seed) -> one sample; the budget matters in speculative mode only."""
+Generate = Callable[[Mode, AcceptanceRule | None, int], Sample]
+"""(mode, acceptance rule, seed) -> one sample; the rule is None outside speculative mode."""
 Score = Callable[[Sequence[int]], Sequence[float]]
 """Generated token ids -> the target's log-probability (temperature 1) of each."""
 
@@ -56,7 +64,15 @@ Score = Callable[[Sequence[int]], Sequence[float]]
 class RowSpec:
     label: str
     mode: Mode
-    tv_budget: float | None = None
+    rule: AcceptanceRule | None = None
+
+
+def row_label(rule: AcceptanceRule) -> str:
+    """D=0.5 for mentored decoding (as reports always named it), else the rule and its knob."""
+    if rule.name == "mentored":
+        return f"D={rule.tv_budget:g}"
+    symbol = {"typical": "ε", "lenience": "λ", "cascade": "α"}[rule.name]
+    return f"{rule.name} {symbol}={rule.knob:g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +91,7 @@ class FidelityRow:
     label: str
     mode: Mode
     tv_budget: float | None
+    """Mentored decoding's D (None in other rows)."""
     num_samples: int
     draft_acceptance_rate: float | None
     mean_acceptance_length: float | None
@@ -90,12 +107,17 @@ class FidelityRow:
     similarity_to_target: float | None
     tv_spent_per_token: float | None
     samples: list[ScoredSample] = field(default_factory=list)
+    rule: RuleName | None = None
+    """The acceptance rule of a speculative row."""
+    knob: float | None = None
+    """Its knob's value (KNOBS names it: D, epsilon, lambda, alpha)."""
 
 
 @dataclass(frozen=True, slots=True)
 class FidelityReport:
     seeds: list[int]
     budgets: list[float]
+    """Mentored decoding's TV budgets among the rows."""
     route: str | None
     """The drafter of the draft-only and speculative rows."""
     rows: list[FidelityRow]
@@ -109,9 +131,29 @@ class FidelityReport:
     def speculative_rows(self) -> list[FidelityRow]:
         return [r for r in self.rows if r.mode == "speculative"]
 
+    def rows_of(self, rule: RuleName) -> list[FidelityRow]:
+        return [r for r in self.speculative_rows if r.rule == rule]
+
+    @property
+    def rules(self) -> list[RuleName]:
+        return list(dict.fromkeys(r.rule for r in self.speculative_rows if r.rule is not None))
+
+    def matched(self) -> list[FidelityRow]:
+        """One row per rule at about the same mean acceptance length: each rule's row nearest the
+        highest length every rule reaches. Acceptance sets the speed at a given k and cost, so
+        these are the matched-speed points whose texts a reader compares."""
+        curves = [[r for r in self.rows_of(rule) if r.mean_acceptance_length is not None] for rule in self.rules]
+        curves = [curve for curve in curves if curve]
+        if not curves:
+            return []
+        reach = min(max(r.mean_acceptance_length or 0.0 for r in curve) for curve in curves)
+        return [min(curve, key=lambda r: abs((r.mean_acceptance_length or 0.0) - reach)) for curve in curves]
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(replace(self, lanes={}))  # the events stay out of the report file
         del out["lanes"]
+        out["rules"] = {rule: [r.knob for r in self.rows_of(rule)] for rule in self.rules}
+        out["matched"] = [r.label for r in self.matched()] if len(self.rules) > 1 else []
         return out
 
 
@@ -180,34 +222,49 @@ def check_budgets(budgets: Sequence[float]) -> list[float]:
     return sorted(set(budgets))
 
 
-def row_specs(budgets: Sequence[float], draft_row: bool = True) -> list[RowSpec]:
+def sweep_rules(knobs: Mapping[RuleName, Sequence[float]], params: RuleParams | None = None) -> list[AcceptanceRule]:
+    """One rule per knob value, in the order given, the other knobs from `params`; a value out of
+    its rule's range raises the ConfigError that names it."""
+    params = params or RuleParams()
+    rules = []
+    for name, values in knobs.items():
+        for value in values:
+            if name == "mentored":
+                rules.append(AcceptanceRule(name, check_budgets([value])[0], params))
+            else:
+                rules.append(AcceptanceRule(name, 0.0, replace(params, **{KNOBS[name]: value})))
+    return rules
+
+
+def row_specs(rules: Sequence[AcceptanceRule], draft_row: bool = True) -> list[RowSpec]:
     """`draft_row`: the drafter can write alone (prompt lookup cannot: it only copies)."""
     return [
         RowSpec(TARGET_ROW, "target"),
         *([RowSpec(DRAFT_ROW, "draft")] if draft_row else []),
-        *(RowSpec(f"D={budget:g}", "speculative", budget) for budget in budgets),
+        *(RowSpec(row_label(rule), "speculative", rule) for rule in dict.fromkeys(rules)),
     ]
 
 
 def measure_fidelity(
     generate: Generate,
     score: Score,
-    budgets: Sequence[float] = DEFAULT_BUDGETS,
+    rules: Sequence[AcceptanceRule] | None = None,
     seeds: Sequence[int] = range(8),
     on_sample: Callable[[int, int], None] | None = None,
     draft_row: bool = True,
 ) -> FidelityReport:
     """Sample every row with every seed, score each output under the target, and summarise.
+    `rules`: one speculative row each (default: mentored decoding at DEFAULT_BUDGETS).
 
     Rows are interleaved seed by seed, so a slow drift of the machine's speed spreads over all
     rows instead of biasing whichever row ran last. `on_sample(done, total)` reports progress.
     """
-    specs = row_specs(check_budgets(budgets), draft_row)
+    specs = row_specs(rules if rules is not None else sweep_rules({"mentored": DEFAULT_BUDGETS}), draft_row)
     samples: dict[str, list[Sample]] = {spec.label: [] for spec in specs}
     total = len(specs) * len(seeds)
     for i, seed in enumerate(seeds):
         for j, spec in enumerate(specs):
-            samples[spec.label].append(generate(spec.mode, spec.tv_budget or 0.0, seed))
+            samples[spec.label].append(generate(spec.mode, spec.rule, seed))
             if on_sample is not None:
                 on_sample(i * len(specs) + j + 1, total)
     reference = [list(s.token_ids) for s in samples[TARGET_ROW]]
@@ -233,10 +290,11 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
     speculative = spec.mode == "speculative"
     accepted = _total(samples, "num_accepted_draft_tokens")
     num_tokens = sum(len(ids) for ids in outputs)
+    rule = spec.rule
     return FidelityRow(
         label=spec.label,
         mode=spec.mode,
-        tv_budget=spec.tv_budget,
+        tv_budget=rule.tv_budget if rule is not None and rule.name == "mentored" else None,
         num_samples=len(samples),
         draft_acceptance_rate=_ratio(accepted, _total(samples, "num_draft_tokens")) if speculative else None,
         mean_acceptance_length=(
@@ -251,6 +309,8 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
         similarity_to_target=mean_and_se(similar)[0],
         tv_spent_per_token=_ratio(_total(samples, "tv_spent"), num_tokens) if speculative else None,
         samples=scored,
+        rule=rule.name if rule is not None else None,
+        knob=rule.knob if rule is not None else None,
     )
 
 
@@ -259,10 +319,13 @@ def engine_generator(
 ) -> Generate:
     """A Generate over an event source; call the result where its models may run."""
 
-    def generate(mode: Mode, tv_budget: float, seed: int) -> Sample:
+    def generate(mode: Mode, rule: AcceptanceRule | None, seed: int) -> Sample:
         # EOS ends a sample as it would end a real answer: length is part of what may change.
         request = Request(prompt, tuple(prompt_token_ids), mode, seed, max_tokens, ignore_eos=False)
-        controls = LiveControls(replace(settings, tv_budget=tv_budget), source.drafters)
+        ruled = settings
+        if rule is not None:
+            ruled = replace(settings, rule=rule.name, tv_budget=rule.tv_budget, rule_params=rule.params)
+        controls = LiveControls(ruled, source.drafters)
         lane = LaneRecord(mode)
         for event in source.generate(request, controls):
             lane.add(event)

@@ -124,6 +124,9 @@ def token_details(column: Column, index: int, texts: Mapping[int, str]) -> str:
         else f"in [{_num(position.tv_lower)}, {_num(position.tv_distance)}]"
     )
     lines.append(f"d = TV {d} · θ {_num(position.theta)} · outcome {position.outcome}")
+    if position.accept_probability is not None:
+        spent = f" · TV spent {_num(position.tv_spent)}" if position.tv_spent is not None else ""
+        lines.append(f"the rule keeps x with probability {_num(position.accept_probability)}{spent}")
     if position.error_bound is not None:
         lines.append(f"approximate: within TV {_num(position.error_bound)} of the rule's distribution")
     lines += _tops("top p_target", position.top_target, texts)

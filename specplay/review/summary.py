@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specplay.engine.settings import GROUPS
 from specplay.engine.speedup import measured_speedup, predict, predict_modelled
 from specplay.review.columns import Column, mean_step_ms
 from specplay.store.format import LaneRecord, Session
@@ -74,9 +75,9 @@ def models_of(backend: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def flatten_settings(settings: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    # Sampling and policy fields are flattened, as live control changes name them.
+    # Grouped fields (sampling, policy and rule parameters) are flattened, as live control changes name them.
     for name, value in settings.items():
-        if isinstance(value, dict) and name in ("sampling", "policy_params"):
+        if isinstance(value, dict) and name in GROUPS:
             yield from value.items()
         else:
             yield name, value

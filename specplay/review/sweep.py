@@ -1,5 +1,6 @@
 """A fidelity sweep as a review: its table over all seeds, then each seed's texts side by side
-(target-only, draft-only, one column per TV budget), aligned to that seed's target-only text."""
+(target-only, draft-only, one column per TV budget), aligned to that seed's target-only text.
+A sweep of several rules shows, beside the references, one column per rule at matched acceptance."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specplay.fidelity.cells import row_cells
-from specplay.fidelity.measure import FidelityReport
+from specplay.fidelity.measure import DRAFT_ROW, TARGET_ROW, FidelityReport
 from specplay.review.build import Review, Table, review_sweep
 from specplay.review.summary import flatten_settings, fmt_setting, models_of
 
@@ -33,7 +34,7 @@ def sweep_review(
     settings += [
         (str(name), fmt_setting(value))
         for name, value in flatten_settings(about.get("settings") or {})
-        if name != "tv_budget"  # each row has its own
+        if name not in ("tv_budget", "rule")  # each row has its own
     ]
     table = Table(
         f"Over {len(report.seeds)} seeds",
@@ -43,13 +44,23 @@ def sweep_review(
         "mean over the target-only samples",
     )
     notes = [f"Created {about.get('created', '?')} by specplay {about.get('specplay_version', '?')} (fidelity sweep)."]
+    lanes = report.lanes
+    if len(report.rules) > 1:
+        matched = report.matched()
+        shown = {TARGET_ROW, DRAFT_ROW, *(row.label for row in matched)}
+        lanes = {seed: {k: v for k, v in by_row.items() if k in shown} for seed, by_row in lanes.items()}
+        points = ", ".join(f"{row.label} ({row.mean_acceptance_length:.2f})" for row in matched)
+        notes.append(
+            f"Texts: each rule at matched acceptance, its row nearest the highest mean acceptance length every "
+            f"rule reaches: {points}. The table has every row."
+        )
     return review_sweep(
         f"specplay fidelity sweep, drafter {report.route}",
         str(about.get("prompt", "")),
         notes,
         models_of(about.get("backend") or {}),
         settings,
-        report.lanes,
+        lanes,
         [table],
         speed_measured,
         texts,

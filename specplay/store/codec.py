@@ -63,6 +63,14 @@ class ServerAccount:
 
 
 @dataclass(frozen=True)
+class CounterfactualRecord:
+    """One drafter's line of a run's counterfactual routes (engine/metrics.py)."""
+
+    mean_acceptance_length: float
+    accepted_length_per_round: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class MetricsRecord:
     """The shape of a DoneEvent's metrics (engine/metrics.py) that readers rely on."""
 
@@ -83,6 +91,10 @@ class MetricsRecord:
     draft_ms: float | None = None
     verify_ms: float | None = None
     overhead_ms: float | None = None
+    counterfactual: dict[str, CounterfactualRecord] | None = None
+    route_regret: float | None = None
+    counterfactual_rounds: tuple[int, ...] | None = None
+    counterfactual_ms: float | None = None
     vllm: VllmAccount | None = None
     server: ServerAccount | None = None
 

@@ -1,6 +1,6 @@
 """Token-level comparison of two generations, and when a difference is a bug.
 
-A lossless greedy speculative run (temperature 0, TV budget 0) must equal greedy target-only
+A lossless greedy speculative run (temperature 0, a rule that is then lossless) must equal greedy target-only
 decoding token for token, so any divergence from its target-only lane is a violation: of the
 acceptance rule, or of numerics (the verify pass and single steps disagreeing on an argmax).
 """
@@ -17,9 +17,6 @@ from specplay.engine.settings import SpecSettings
 from specplay.store.format import LaneRecord
 
 OpTag = Literal["equal", "insert", "delete", "replace"]
-
-# Live changes that leave lossless greedy decoding; the target-only lane never sees them.
-_LOSSY_FIELDS = ("temperature", "tv_budget")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +76,16 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def is_lossless_greedy(settings: SpecSettings) -> bool:
-    """Start settings under which the output must equal greedy target-only decoding."""
-    return settings.sampling.temperature == 0 and settings.tv_budget == 0
+    """Settings under which the output must equal greedy target-only decoding."""
+    return settings.sampling.greedy and settings.acceptance_rule.lossless_when_greedy
 
 
 def lossy_from(lane: LaneRecord) -> int | None:
-    """The token index from which a live change (temperature or TV budget above 0) made the lane lossy."""
-    current = {"temperature": lane.settings.sampling.temperature, "tv_budget": lane.settings.tv_budget}
+    """The token index from which a live change (a temperature above 0, a relaxed rule) made the lane lossy."""
+    current = lane.settings
     for change in lane.changes:
-        for name, _old, new in change.changes:
-            if name in _LOSSY_FIELDS:
-                current[name] = new
-        if any(current.values()):
+        current = current.changed(**{name: new for name, _old, new in change.changes})
+        if not is_lossless_greedy(current):
             return change.token_index
     return None
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.metrics import Metrics
+from specplay.engine.settings import SpecSettings
 from specplay.engine.speedup import Prediction, alpha, measured_speedup, predict, predict_modelled
 
 
@@ -31,16 +32,18 @@ class LaneTally:
     """The DoneEvent's metrics, once the run ends."""
     temperature: float = 0.0
     """The sampling temperature in force (from the start settings and live changes)."""
+    rule: str = ""
+    """The acceptance rule in force, described (from the start settings and live changes)."""
+    settings: SpecSettings | None = None
     error_bound_total: float | None = None
     """When the backend knew only the top-K of a distribution: the sum of the judged positions'
     error bounds, a bound in TV on how far the whole output's distribution may be from the rule's."""
 
     def add(self, event: Event, busy_s: float) -> None:
-        self.busy_s = busy_s
         if isinstance(event, StartEvent):
-            self.temperature = event.settings.sampling.temperature
-        elif isinstance(event, ControlEvent):
-            self.temperature = next((new for name, _, new in event.changes if name == "temperature"), self.temperature)
+            self._settle(event.settings)
+        elif isinstance(event, ControlEvent) and self.settings is not None:
+            self._settle(self.settings.changed(**{name: new for name, _, new in event.changes}))
         elif isinstance(event, RoundEvent):
             self.tokens += len(event.tokens)
             self.spec.add_round(event)
@@ -54,10 +57,17 @@ class LaneTally:
         elif isinstance(event, DoneEvent):
             self.finish_reason = event.finish_reason
             self.final_metrics = event.metrics
+        # Counterfactual routes' time is not the lane's own: it leaves the lane's tokens/s alone.
+        self.busy_s = busy_s - self.spec.counterfactual_ms / 1000
         if isinstance(event, RoundEvent | StepEvent):
             if not self.samples:
                 self.samples.append((0.0, 0))
-            self.samples.append((busy_s, self.tokens))
+            self.samples.append((self.busy_s, self.tokens))
+
+    def _settle(self, settings: SpecSettings) -> None:
+        self.settings = settings
+        self.temperature = settings.sampling.temperature
+        self.rule = settings.acceptance_rule.describe()
 
     @property
     def server(self) -> dict[str, Any] | None:

@@ -69,7 +69,7 @@ LoadedDrafter = LoadedModel | PromptLookup | LoadedEarlyExit
 class MlxBackend:
     """Models loaded once; each `open_generation` gets fresh caches, so lanes can run side by side."""
 
-    capabilities = Capabilities(top_n=True, scoring=True)
+    capabilities = Capabilities(top_n=True, scoring=True, counterfactual=True)
 
     def __init__(self, target: LoadedModel, drafters: Mapping[str, LoadedDrafter]) -> None:
         self.target = target

@@ -16,10 +16,10 @@ import numpy as np
 from mlx_lm.models.cache import trim_prompt_cache
 
 from specplay.backends.prompt_lookup import NgramIndex
-from specplay.engine.accept import inverse_cdf_sample, residual_distribution, tv_distance
+from specplay.engine.accept import entropy, inverse_cdf_sample, residual_distribution, rule_tv_spent, tv_distance
 from specplay.engine.backend import VerifiedDraft
 from specplay.engine.sampling import one_hot, sampling_probs, softmax
-from specplay.engine.settings import SamplingParams
+from specplay.engine.settings import AcceptanceRule, SamplingParams
 from specplay.errors import ConfigError, ModelError
 
 PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
@@ -90,6 +90,21 @@ def _ranked(ids: mx.array, probs: mx.array) -> list[list[tuple[int, float]]]:
     return [
         sorted(zip(i, p, strict=True), key=lambda c: -c[1]) for i, p in zip(ids.tolist(), probs.tolist(), strict=True)
     ]
+
+
+def _rule_stats(rule: AcceptanceRule, p_target: mx.array, p_draft: mx.array) -> dict[str, mx.array]:
+    """What `rule` reads beyond p_target(x) and p_draft(x), and the TV it spends at each position
+    (mentored decoding's is theta * d, which the engine computes from d)."""
+    if rule.lossless:
+        return {"tv_spent": mx.zeros(p_target.shape[0])} if rule.name != "mentored" else {}
+    stats: dict[str, mx.array] = {}
+    if rule.name == "typical":
+        stats["entropy"] = entropy(p_target, mx)
+    elif rule.name == "cascade":
+        stats |= {"max_p_target": p_target.max(axis=-1), "max_p_draft": p_draft.max(axis=-1)}
+    if rule.name != "mentored":
+        stats["tv_spent"] = rule_tv_spent(rule, p_target, p_draft, mx)
+    return stats
 
 
 class MlxGeneration:
@@ -184,6 +199,7 @@ class MlxGeneration:
         self,
         draft: MlxDraft,
         sampling: SamplingParams,
+        rule: AcceptanceRule,
         residual_uniforms: Sequence[float],
         bonus_uniform: float,
         top_n: int = 0,
@@ -210,12 +226,35 @@ class MlxGeneration:
             bonus,
         )
         tops = (*_top_n(p_target, n), *_top_n(p_draft, n)) if n else ()
-        mx.eval(*results, *tops)  # the round's one transfer to the host
+        stats = _rule_stats(rule, head, p_draft)
+        mx.eval(*results, *tops, *stats.values())  # the round's one transfer to the host
         drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids = (r.tolist() for r in results)
         verified = VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids[0])
+        verified = replace(verified, **{name: value.tolist() for name, value in stats.items()})
         if not tops:
             return verified
         return replace(verified, top_target=_ranked(*tops[:2]), top_draft=_ranked(*tops[2:]))
+
+    def counterfactual(
+        self,
+        drafter: str,
+        k: int,
+        sampling: SamplingParams,
+        rule: AcceptanceRule,
+        uniforms: Sequence[float],
+        keep_drafting: Callable[[Sequence[float]], bool] | None,
+    ) -> VerifiedDraft:
+        """Another drafter's proposal verified in a target pass of its own (MLX models take one
+        sequence per cache, so it cannot share the routed proposal's pass); then the target's and
+        that drafter's caches go back to the committed tokens."""
+        committed = len(self.tokens) - 1
+        draft = self.draft(drafter, k, sampling, uniforms[:k], keep_drafting)
+        drafted = draft.tokens.shape[0]
+        verified = self.verify(draft, sampling, rule, uniforms[2 * k : 2 * k + drafted], float(uniforms[3 * k]))
+        self.target.trim_to(committed)
+        if drafter in self.drafters:
+            self.drafters[drafter].trim_to(committed)
+        return verified
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.tokens.extend(tokens)

@@ -24,7 +24,7 @@ class VllmBackend:
     """Inspection mode. Connected once; each `open_generation` is an independent sequence."""
 
     # Wall time here is mostly HTTP round trips and server recomputes, not speculative speed.
-    capabilities = Capabilities(wall_time_is_speed=False, scoring=True, local_token_text=False)
+    capabilities = Capabilities(wall_time_is_speed=False, scoring=True, local_token_text=False, rules=("mentored",))
 
     def __init__(
         self,

@@ -58,7 +58,8 @@ from specplay.backends.vllm.topk import (
 )
 from specplay.config.run import Strategy
 from specplay.engine.backend import VerifiedDraft
-from specplay.engine.settings import SamplingParams
+from specplay.engine.settings import AcceptanceRule, SamplingParams
+from specplay.errors import ConfigError
 
 LONG_CONTEXT = 2048
 """From this many context tokens `auto` verifies by prefixes, which keeps vLLM's prefix cache."""
@@ -191,11 +192,14 @@ class VllmGeneration:
         self,
         draft: VllmDraft,
         sampling: SamplingParams,
+        rule: AcceptanceRule,
         residual_uniforms: Sequence[float],
         bonus_uniform: float,
         top_n: int = 0,
     ) -> VerifiedDraft:
-        """`top_n` is never asked of this backend (its capabilities say no top-N reports)."""
+        """`top_n` is never asked of this backend (its capabilities say no top-N reports), nor a
+        rule but mentored decoding, whose theta * d the engine accounts from the TV bracket."""
+        assert rule.name == "mentored", "the vLLM backend judges mentored decoding only"
         strategy = self._pick_strategy()
         self.strategies_run[strategy] += 1
         seed = seed_of(bonus_uniform)
@@ -388,6 +392,18 @@ class VllmGeneration:
         return self.local[at.drafter].probs_at(at.prefix, self.tokens, at.sampling, tokens)
 
     # --- committing and single-model runs -------------------------------------------------------
+
+    def counterfactual(
+        self,
+        drafter: str,
+        k: int,
+        sampling: SamplingParams,
+        rule: AcceptanceRule,
+        uniforms: Sequence[float],
+        keep_drafting: Callable[[Sequence[float]], bool] | None,
+    ) -> VerifiedDraft:
+        """Never asked of this backend: its capabilities say no counterfactual routes."""
+        raise ConfigError("counterfactual", "routes run on the MLX backend only (--backend mlx)")
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.tokens.extend(tokens)

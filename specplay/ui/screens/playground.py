@@ -27,7 +27,13 @@ from specplay.ui.widgets.controls_panel import ControlsPanel
 from specplay.ui.widgets.inspector import Inspector
 from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.plots import Plots
-from specplay.ui.widgets.stats_view import NO_BASELINE, native_stats, speculative_stats, target_stats
+from specplay.ui.widgets.stats_view import (
+    NO_BASELINE,
+    counterfactual_stats,
+    native_stats,
+    speculative_stats,
+    target_stats,
+)
 from specplay.ui.widgets.tape import DraftTape
 
 TICK_HZ = 10
@@ -102,6 +108,7 @@ class PlaygroundScreen(Screen[None]):
         self.query_one("#lanes").loading = False
         panel = self.query_one(ControlsPanel)
         panel.set_drafters(drafters)
+        panel.limit_to(capabilities.rules, capabilities.counterfactual and len(drafters) > 1)
         if not capabilities.live_controls:
             panel.fix_speculation(capabilities.fixed_by or "fixed by the backend", routes=len(drafters) > 1)
         self._show_no_baseline()
@@ -197,6 +204,7 @@ class PlaygroundScreen(Screen[None]):
         if DRAFT_LANE in lanes:
             self.query_one(f"#{DRAFT_LANE}", LaneView).set_stats(target_stats(tallies[DRAFT_LANE]))
         self.query_one(Plots).show(spec)
+        self.query_one(ControlsPanel).show_counterfactual(counterfactual_stats(spec))
 
     def _show_no_baseline(self) -> None:
         if not self.playground.capabilities.baseline:

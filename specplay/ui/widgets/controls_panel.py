@@ -1,4 +1,5 @@
-"""The live controls: k, TV budget, policy, route, temperature, seed.
+"""The live controls: k, the acceptance rule and its knob, policy, route (with counterfactual
+routes), temperature, seed.
 
 The panel only reports changes (ControlsPanel.Changed); the app decides which lane's LiveControls
 they go to. Seed is not live: it seeds the next run.
@@ -6,29 +7,51 @@ they go to. Seed is not live: it seeds the next run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Input, Label, Select, Switch
+from textual.widgets import Input, Label, Select, Static, Switch
 from textual_slider import Slider
 
-from specplay.engine.settings import AUTO_ROUTE, POLICIES, SpecSettings
+from specplay.engine.settings import AUTO_ROUTE, KNOBS, POLICIES, RULES, RuleName, SpecSettings
 
 K_MAX = 16
-TV_STEPS = 20
-"""The TV budget slider is an integer slider: D = step / TV_STEPS, so 0..1 in 0.05 steps."""
+KNOB_STEPS = 20
+"""The rule's knob is an integer slider, lossless (or nearly) at 0 and loosest at KNOB_STEPS."""
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
 
 
-def tv_from_step(step: int) -> float:
-    return round(step / TV_STEPS, 4)
+# Per rule, step -> knob: D in 0.05 steps; epsilon from 100 down to 0.001 on a log scale (delta
+# follows as sqrt(epsilon)); lambda doubling every 4 steps, 1 to 32; alpha from -1 to 1 in 0.1 steps.
+def knob_from_step(rule: RuleName, step: int) -> float:
+    if rule == "mentored":
+        return round(step / KNOB_STEPS, 4)
+    if rule == "typical":
+        return float(f"{10 ** (2 - 5 * step / KNOB_STEPS):.3g}")
+    if rule == "lenience":
+        return float(f"{2 ** (step / 4):.3g}")
+    return round(-1 + step / 10, 4)
 
 
-def step_from_tv(tv: float) -> int:
-    return round(tv * TV_STEPS)
+def step_from_knob(rule: RuleName, value: float) -> int:
+    """The nearest step to a knob's value (a session's or a flag's may lie between steps)."""
+    return min(
+        range(KNOB_STEPS + 1),
+        key=lambda step: (
+            abs(math.log(knob_from_step(rule, step) / value))
+            if rule in ("typical", "lenience") and value > 0
+            else abs(knob_from_step(rule, step) - value)
+        ),
+    )
+
+
+def knob_label(rule: RuleName, value: float) -> str:
+    names = {"mentored": "TV budget D", "typical": "typical ε", "lenience": "lenience λ", "cascade": "cascade α"}
+    return f"{names[rule]} {value:.3g}"
 
 
 class ControlsPanel(VerticalScroll):
@@ -53,6 +76,8 @@ class ControlsPanel(VerticalScroll):
         super().__init__(id=id)
         self.border_title = "controls"
         self._settings = settings
+        """The rule and knobs shown: the knob slider moves the current rule's knob."""
+        self._knob_shown = -1
         self._seed = seed
         self._routes = [settings.route]
         self._temperatures = sorted({*TEMPERATURES, settings.sampling.temperature})
@@ -61,12 +86,19 @@ class ControlsPanel(VerticalScroll):
         s = self._settings
         yield Label(self._k_label(s.k), id="k-label")
         yield Slider(1, K_MAX, value=min(s.k, K_MAX), id="k")
-        yield Label(self._tv_label(s.tv_budget), id="tv-label")
-        yield Slider(0, TV_STEPS, value=step_from_tv(s.tv_budget), id="tv")
+        yield Label("acceptance rule")
+        yield Select([(r, r) for r in RULES], value=s.rule, allow_blank=False, id="rule")
+        rule = s.acceptance_rule
+        yield Label(knob_label(rule.name, rule.knob), id="knob-label")
+        yield Slider(0, KNOB_STEPS, value=step_from_knob(rule.name, rule.knob), id="knob")
         yield Label("policy")
         yield Select([(p, p) for p in POLICIES], value=s.policy, allow_blank=False, id="policy")
         yield Label("route")
         yield Select([(s.route, s.route)], value=s.route, allow_blank=False, id="route")
+        with Horizontal():
+            yield Switch(s.counterfactual, id="counterfactual")
+            yield Label("counterfactual")
+        yield Static("", id="counterfactual-stats")
         yield Label("temperature")
         yield Select(
             [(f"{t:g}", t) for t in self._temperatures],
@@ -88,10 +120,24 @@ class ControlsPanel(VerticalScroll):
         route.set_options([(name, name) for name in names])
         route.value = current if current in names else AUTO_ROUTE
 
+    def limit_to(self, rules: Sequence[RuleName], counterfactual: bool) -> None:
+        """Offer only the rules the backend can judge, and counterfactual routes where it can run them."""
+        select = self.query_one("#rule", Select)
+        select.set_options([(r, r) for r in rules])
+        if self._settings.rule in rules:
+            select.value = self._settings.rule
+        switch = self.query_one("#counterfactual", Switch)
+        switch.disabled = not counterfactual
+        if not counterfactual:
+            switch.tooltip = "counterfactual routes run on the MLX backend only"
+
+    def show_counterfactual(self, text: str) -> None:
+        self.query_one("#counterfactual-stats", Static).update(text)
+
     def fix_speculation(self, why: str, routes: bool) -> None:
-        """Native mode: each server fixes k, the TV budget, the policy and its drafter; their
+        """Native mode: each server fixes k, the rule, the policy and its drafter; their
         controls stay visible, read-only, with the reason. `routes`: several servers to route to."""
-        for id in ("k", "tv", "policy", "draft-lane", *(() if routes else ("route",))):
+        for id in ("k", "rule", "knob", "policy", "counterfactual", "draft-lane", *(() if routes else ("route",))):
             self.query_one(f"#{id}").disabled = True
         self.query_one("#k", Slider).tooltip = why
         self.border_subtitle = "k, D: each server's own" if routes else "k, D, route: fixed by the server"
@@ -99,7 +145,10 @@ class ControlsPanel(VerticalScroll):
     def show(self, settings: SpecSettings, seed: int) -> None:
         """Set every control to `settings` (e.g. a reopened session's); each reports its change."""
         self.query_one("#k", Slider).value = min(settings.k, K_MAX)
-        self.query_one("#tv", Slider).value = step_from_tv(settings.tv_budget)
+        self._settings = settings
+        self.query_one("#rule", Select).value = settings.rule
+        self._show_knob(settings)
+        self.query_one("#counterfactual", Switch).value = settings.counterfactual
         self.query_one("#policy", Select).value = settings.policy
         if settings.route in self._routes:
             self.query_one("#route", Select).value = settings.route
@@ -115,29 +164,39 @@ class ControlsPanel(VerticalScroll):
     def _k_label(k: int) -> str:
         return f"k (draft length) {k}"
 
-    @staticmethod
-    def _tv_label(tv: float) -> str:
-        return f"TV budget D {tv:.2f}"
+    def _show_knob(self, settings: SpecSettings) -> None:
+        rule = settings.acceptance_rule
+        self.query_one("#knob-label", Label).update(knob_label(rule.name, rule.knob))
+        slider = self.query_one("#knob", Slider)
+        self._knob_shown = step_from_knob(rule.name, rule.knob)
+        slider.value = self._knob_shown
 
     def on_slider_changed(self, event: Slider.Changed) -> None:
         event.stop()
         if event.slider.id == "k":
             self.query_one("#k-label", Label).update(self._k_label(event.value))
             self.post_message(self.Changed("k", event.value))
-        elif event.slider.id == "tv":
-            tv = tv_from_step(event.value)
-            self.query_one("#tv-label", Label).update(self._tv_label(tv))
-            self.post_message(self.Changed("tv_budget", tv))
+        elif event.slider.id == "knob" and event.value != self._knob_shown:
+            self._knob_shown = event.value
+            rule = self._settings.rule
+            value = knob_from_step(rule, event.value)
+            self.query_one("#knob-label", Label).update(knob_label(rule, value))
+            self._settings = self._settings.changed(**{KNOBS[rule]: value})
+            self.post_message(self.Changed(KNOBS[rule], value))
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
         if event.value is Select.BLANK or event.select.id is None:
             return
+        if event.select.id == "rule":  # the slider now moves this rule's knob, from its current value
+            self._settings = self._settings.changed(rule=event.value)
+            self._show_knob(self._settings)
         self.post_message(self.Changed(event.select.id, event.value))
 
     def on_switch_changed(self, event: Switch.Changed) -> None:
         event.stop()
-        self.post_message(self.Changed("draft_lane", event.value))
+        setting = "counterfactual" if event.switch.id == "counterfactual" else "draft_lane"
+        self.post_message(self.Changed(setting, event.value))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()

@@ -65,6 +65,9 @@ def describe(pick: Pick, decode: Decode) -> Content:
             f"d = TV in [{_num(position.tv_lower)}, {_num(position.tv_distance)}]  θ {_num(position.theta)}"
             f"  outcome {position.outcome}"
         )
+    if position.accept_probability is not None:
+        spent = f"  TV spent {_num(position.tv_spent)}" if position.tv_spent is not None else ""
+        lines.append(f"the rule keeps x with probability {_num(position.accept_probability)}{spent}")
     if position.error_bound is not None:
         lines.append(f"approximate: this token's distribution within TV {_num(position.error_bound)} of the rule's")
     lines += _tops(position.top_target, position.top_draft, decode)

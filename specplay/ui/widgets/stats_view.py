@@ -39,7 +39,7 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
         first,
         f"draft acceptance rate {_num(tally.draft_acceptance_rate, '.2f')}"
         f"  mean acceptance length {_num(tally.mean_acceptance_length, '.2f')}"
-        f"  TV spent {tally.tv_spent:.2f}",
+        f"  TV spent {tally.tv_spent:.2f}  {tally.rule}",
         f"{speed} (α {_num(p.alpha, '.2f')}, k {_num(p.mean_k, '.1f')}"
         f", c {_num(p.cost_ratio, '.2f')}{' per verify call' if remote else ''})",
     ]
@@ -51,6 +51,18 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
             f" (formula: 1 + 0) → {p.costed_speedup:.2f}× predicted"
         )
     return Content("\n".join(lines))
+
+
+def counterfactual_stats(tally: LaneTally) -> str:
+    """Beside the route control: each drafter's mean acceptance length on this text so far, best
+    first, and the route regret (empty while counterfactual routes are off)."""
+    record = tally.spec.counterfactual()
+    if record["counterfactual"] is None:
+        return ""
+    ranked = sorted(record["counterfactual"].items(), key=lambda item: -item[1]["mean_acceptance_length"])
+    lines = [f"{name:<12} {entry['mean_acceptance_length']:.2f}" for name, entry in ranked]
+    rounds = len(record["counterfactual_rounds"])
+    return "\n".join([f"mean acc. length, {rounds} rounds", *lines, f"route regret {record['route_regret']:.2f}"])
 
 
 def _exactness(tally: LaneTally) -> str:

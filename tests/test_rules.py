@@ -1,0 +1,170 @@
+"""The relaxed acceptance rules, exactly: typical acceptance, lenience and speculative cascades.
+
+Every rule keeps the lossless residual, so its output at a position is
+pi(y) = p_draft(y) a(y) + (1 - sum_x p_draft(x) a(x)) residual(y). Here a(x) is read off the
+engine's own `judge` by bisecting the uniform at which it stops accepting, so the rows a backend
+computes (`rule_acceptance_rows`) are checked against the decisions the engine makes.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from specplay.engine.accept import (
+    PositionStats,
+    entropy,
+    judge,
+    lossless_acceptance,
+    residual_distribution,
+    rule_acceptance_rows,
+    rule_output_distribution,
+    rule_tv_spent,
+    tv_distance,
+    typical_threshold,
+)
+from specplay.engine.settings import AcceptanceRule, RuleParams
+from specplay.errors import ConfigError
+from tests.test_accept import random_pairs
+
+RELAXED = [
+    AcceptanceRule("typical", params=RuleParams(typical_epsilon=0.3)),
+    AcceptanceRule("typical", params=RuleParams(typical_epsilon=0.05, typical_delta=0.5)),
+    AcceptanceRule("lenience", params=RuleParams(lenience=1.5)),
+    AcceptanceRule("lenience", params=RuleParams(lenience=4.0)),
+    AcceptanceRule("cascade", params=RuleParams(cascade_alpha=0.0)),
+    AcceptanceRule("cascade", params=RuleParams(cascade_alpha=0.2)),
+    AcceptanceRule("mentored", 0.3),
+]
+VOCAB = 12
+
+
+def stats_of(p_target: np.ndarray, p_draft: np.ndarray) -> PositionStats:
+    return PositionStats(
+        float(tv_distance(p_target, p_draft)), float(entropy(p_target, np)), float(p_target.max()), float(p_draft.max())
+    )
+
+
+def judged_acceptance(rule: AcceptanceRule, p_target: np.ndarray, p_draft: np.ndarray, x: int) -> float:
+    """The measure of uniforms under which the engine's `judge` keeps x: the boundary, bisected."""
+    stats = stats_of(p_target, p_draft)
+
+    def keeps(u: float) -> bool:
+        return judge(x, p_target[x], p_draft[x], stats, 0, rule, False, u).accepted
+
+    if keeps(np.nextafter(1.0, 0.0)):
+        return 1.0
+    low, high = 0.0, 1.0
+    if not keeps(low):
+        return 0.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if keeps(middle) else (low, middle)
+    return high
+
+
+def engine_output(rule: AcceptanceRule, p_target: np.ndarray, p_draft: np.ndarray) -> np.ndarray:
+    """What one drafted position emits when the engine judges: x ~ p_draft kept with the measure of
+    uniforms `judge` accepts, else a draw from the residual."""
+    accept = np.array([judged_acceptance(rule, p_target, p_draft, x) for x in range(len(p_target))])
+    kept = p_draft * accept
+    return kept + (1.0 - kept.sum()) * residual_distribution(p_target, p_draft, np)
+
+
+@pytest.mark.parametrize("rule", RELAXED, ids=lambda r: f"{r.name}-{r.params}")
+def test_each_rules_output_is_the_formula_and_its_tv_is_exact(rule: AcceptanceRule) -> None:
+    for p_target, p_draft in random_pairs(60, VOCAB, seed=5):
+        rows = rule_acceptance_rows(rule, p_target[None], p_draft[None], np)[0]
+        residual = residual_distribution(p_target, p_draft, np)
+        pi = rule_output_distribution(p_draft, rows, residual, np)
+        np.testing.assert_allclose(engine_output(rule, p_target, p_draft), pi, atol=1e-12)
+        assert pi.sum() == pytest.approx(1.0, abs=1e-12) and (pi >= -1e-15).all()
+        # Each rule accepts what lossless acceptance accepts, and more.
+        assert (rows >= lossless_acceptance(p_target, p_draft, np) - 1e-15).all()
+        spent = float(rule_tv_spent(rule, p_target[None], p_draft[None], np)[0])
+        assert spent == pytest.approx(float(tv_distance(pi, p_target)), abs=1e-12)
+        assert spent == pytest.approx(analytic_tv(rule, p_target, p_draft), abs=1e-12)
+
+
+def analytic_tv(rule: AcceptanceRule, p_target: np.ndarray, p_draft: np.ndarray) -> float:
+    """TV(pi, p_target) by each rule's own closed form. The extra mass a rule keeps lies where
+    p_draft > p_target (elsewhere lossless acceptance keeps everything), and the residual gives
+    back exactly that much less: the TV is the acceptance gained."""
+    short = p_target < p_draft  # where lossless acceptance rejects some of the time
+    d = float(tv_distance(p_target, p_draft))
+    params = rule.params
+    if rule.name == "lenience":
+        return float((np.minimum(p_draft, params.lenience * p_target) - p_target)[short].sum())
+    if rule.name == "typical":
+        threshold = typical_threshold(float(entropy(p_target, np)), params.typical_epsilon, params.delta, np)
+        return float((p_draft - p_target)[short & (p_target > threshold)].sum())
+    if rule.name == "cascade":
+        return d if p_draft.max() >= p_target.max() - params.cascade_alpha else 0.0
+    return min(d, rule.tv_budget)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        AcceptanceRule("lenience", params=RuleParams(lenience=1.0)),
+        AcceptanceRule("typical", params=RuleParams(typical_epsilon=1.5, typical_delta=float(VOCAB))),
+        AcceptanceRule("cascade", params=RuleParams(cascade_alpha=-1.0)),
+    ],
+    ids=["lenience-1", "typical-eps-above-1", "cascade-alpha-minus-1"],
+)
+def test_the_lossless_ends_of_each_knob_are_exactly_lossless(rule: AcceptanceRule) -> None:
+    for p_target, p_draft in random_pairs(60, VOCAB, seed=6):
+        rows = rule_acceptance_rows(rule, p_target[None], p_draft[None], np)[0]
+        np.testing.assert_array_equal(rows, lossless_acceptance(p_target, p_draft, np))
+        assert float(rule_tv_spent(rule, p_target[None], p_draft[None], np)[0]) == pytest.approx(0.0, abs=1e-12)
+        stats = stats_of(p_target, p_draft)
+        for x, u in zip(range(VOCAB), np.linspace(0, 0.999, VOCAB), strict=True):
+            verdict = judge(x, p_target[x], p_draft[x], stats, 0, rule, False, float(u))
+            assert not verdict.by_budget
+
+
+def test_typical_acceptance_with_epsilon_above_1_still_relaxes_where_the_target_is_unsure() -> None:
+    # Medusa's threshold is min(epsilon, delta * exp(-H)): epsilon above 1 leaves the entropy term,
+    # which is below 1 wherever H > ln(delta). Only a delta that large makes the rule lossless.
+    p_target = np.full(VOCAB, 1.0 / VOCAB)
+    p_draft = np.eye(VOCAB)[0] * 0.9 + 0.1 / VOCAB
+    assert typical_threshold(float(entropy(p_target, np)), 1.5, 0.9, np) == pytest.approx(0.9 / VOCAB)
+    rule = AcceptanceRule("typical", params=RuleParams(typical_epsilon=1.5, typical_delta=0.9))
+    spent = float(rule_tv_spent(rule, p_target[None], p_draft[None], np)[0])
+    assert spent == pytest.approx(float(tv_distance(p_target, p_draft)))  # every token is typical: pi = p_draft
+    rule = AcceptanceRule("typical", params=RuleParams(typical_epsilon=1.5, typical_delta=1.2))
+    assert float(rule_tv_spent(rule, p_target[None], p_draft[None], np)[0]) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_cascade_follows_the_drafter_where_it_is_as_sure_as_the_target() -> None:
+    p_target, p_draft = np.array([0.5, 0.3, 0.2]), np.array([0.1, 0.6, 0.3])
+    trusting = AcceptanceRule("cascade", params=RuleParams(cascade_alpha=0.0))  # 0.6 >= 0.5
+    rows = rule_acceptance_rows(trusting, p_target[None], p_draft[None], np)[0]
+    np.testing.assert_array_equal(rows, [1.0, 1.0, 1.0])
+    pi = rule_output_distribution(p_draft, rows, residual_distribution(p_target, p_draft, np), np)
+    np.testing.assert_allclose(pi, p_draft)
+    doubting = AcceptanceRule("cascade", params=RuleParams(cascade_alpha=-0.2))  # 0.6 < 0.7
+    rows = rule_acceptance_rows(doubting, p_target[None], p_draft[None], np)[0]
+    np.testing.assert_allclose(rows, [1.0, 0.5, 2 / 3])
+
+
+@pytest.mark.parametrize("rule", RELAXED, ids=lambda r: f"{r.name}-{r.params}")
+def test_mlx_computes_the_same_rows_in_float32(rule: AcceptanceRule) -> None:
+    for p_target, p_draft in random_pairs(8, 64, seed=7):
+        pt32, pd32 = p_target.astype(np.float32)[None], p_draft.astype(np.float32)[None]
+        expected = rule_tv_spent(rule, p_target[None], p_draft[None], np)
+        got = np.array(rule_tv_spent(rule, mx.array(pt32), mx.array(pd32), mx))
+        np.testing.assert_allclose(got, expected, atol=2e-5)
+
+
+def test_out_of_range_knobs_are_refused_naming_the_knob() -> None:
+    for params, name in [
+        ({"lenience": 0.5}, "lenience"),
+        ({"typical_epsilon": -1.0}, "typical_epsilon"),
+        ({"typical_delta": float("nan")}, "typical_delta"),
+        ({"cascade_alpha": 1.5}, "cascade_alpha"),
+    ]:
+        with pytest.raises(ConfigError) as error:
+            RuleParams(**params)
+        assert error.value.field == name
