@@ -19,7 +19,7 @@ from specplay.config.models import source_of
 from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Counterfactual, DraftPosition, RoundEvent, StartEvent, Token
-from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
+from specplay.engine.settings import PolicyParams, RuleParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.store import SessionWriter, load_session
 from specplay.store.codec import decode_event, event_record, request_from_record, request_record
@@ -137,6 +137,7 @@ def test_a_saved_run_replays_and_opens_with_its_configuration(
     models = ["--target", str(tiny.target), "--draft", f"near={tiny.near}", "--draft", f"far={tiny.far}"]
     chosen = ["--k", "3", "--tv", "0.2", "--temperature", "0.5", "--seed", "5", "--route", "far"]
     chosen += ["--route-map", "code=far", "--max-tokens", "9", "--raw", "--ignore-eos", "--k-max", "6"]
+    chosen += ["--rule", "lenience", "--lenience", "3", "--typical-delta", "0.4", "--counterfactual"]
     argv = ["run", *models, "--prompt", CODE_PROMPT, *chosen, "--save", "--sessions-dir", str(tmp_path)]
     original = run_command.configure(parsed(*argv))
     assert main([*argv, "--json"]) == 0
@@ -152,8 +153,12 @@ def test_a_saved_run_replays_and_opens_with_its_configuration(
     again = json.loads(capsys.readouterr().out)
     assert again["token_ids"] == first["token_ids"] and again["sources"] == first["sources"]
 
+    assert original.settings.rule == "lenience" and original.settings.counterfactual
+    assert original.settings.rule_params == RuleParams(lenience=3.0, typical_delta=0.4)
     changed = run_command.configure(parsed("run", "--replay", str(session.path), "--k", "2", "--temperature", "0"))
     assert changed.settings == replace(original.settings, k=2, sampling=SamplingParams(0.0))
+    ruled = run_command.configure(parsed("run", "--replay", str(session.path), "--rule", "typical", "--lenience", "2"))
+    assert ruled.settings == original.settings.changed(rule="typical", lenience=2.0)
     assert (changed.target, changed.drafters, changed.request) == (original.target, original.drafters, original.request)
 
     opened, path = tui_command.configure(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -10,7 +11,7 @@ from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StartEvent
 from specplay.engine.loop import SpecEngine
-from specplay.engine.settings import POLICIES
+from specplay.engine.settings import POLICIES, AcceptanceRule, SamplingParams
 from tests.conftest import CODE_PROMPT, PROSE_PROMPT, TinyModels
 from tests.helpers import Observed, done, rounds, run, sources
 
@@ -203,3 +204,21 @@ def test_a_drafter_with_padded_vocabulary_pairs_with_the_target(tiny: TinyModels
     assert done(run(backend, CODE_PROMPT, k=3)).token_ids == reference
     sampled = done(run(backend, CODE_PROMPT, k=3, temperature=1.0))
     assert max(sampled.token_ids) < backend.vocab_size
+
+
+def test_greedy_lossless_verification_from_the_argmax_alone_matches_the_full_computation(
+    backend: MlxBackend,
+) -> None:
+    # Without a drill-down (top_n 0) greedy lossless verification reads only the target's argmax;
+    # with one it computes every distribution. Both must hand the engine the same numbers.
+    greedy = SamplingParams(0.0)
+    lane = backend.open_generation(backend.encode(CODE_PROMPT, raw=True), prefill=(None, "far"))
+    committed = len(lane.tokens) - 1
+    for drafter in ("near", "far", "self"):
+        draft = lane.draft(drafter, 5, greedy, [0.5] * 5, None)
+        fast = lane.verify(draft, greedy, AcceptanceRule(), [0.3] * 5, 0.7)
+        lane.target.trim_to(committed)
+        full = lane.verify(draft, greedy, AcceptanceRule(), [0.3] * 5, 0.7, top_n=1)
+        lane.target.trim_to(committed)
+        assert replace(full, top_target=None, top_draft=None) == replace(fast, corrections=list(fast.corrections))
+        lane.drafters[drafter].trim_to(committed)

@@ -6,6 +6,10 @@ multi-token forward passes that verification runs. Loading an OpenBLAS with RTLD
 before anything imports mlx. The system's OpenBLAS is used (Debian and Ubuntu:
 libopenblas0-pthread): it picks kernels for the CPU at run time, where a prebuilt wheel may use
 instructions the CPU lacks and crash the process.
+
+OpenBLAS reads its thread count once, as it loads. Unless the user has set one, specplay asks for
+DEFAULT_THREADS while loading it (and leaves the environment as it found it, so programs that
+specplay starts keep their own defaults); THREADS_CHOSEN says what happened.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _KNOWN_PATHS = (
     "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
@@ -27,6 +33,16 @@ INSTALL_HINT = "install OpenBLAS (Debian/Ubuntu: apt-get install libopenblas0-pt
 OPENBLAS_PATH: str | None = None
 """The OpenBLAS in use, or None (not Linux, none installed, or mlx.core was imported first)."""
 
+THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+"""What OpenBLAS reads its thread count from, first match winning: any of them set is the user's choice."""
+DEFAULT_THREADS = 1
+"""OpenBLAS threads when the user sets none. MLX's CPU backend already keeps two threads busy (Python
+building graphs, the stream's own thread running them, BLAS calls included), and on the 2-core
+machine of the README's benchmarks a second BLAS thread competed with them more than it helped
+(benchmarks/bench_vs_mlx_lm.py --processes --blas-threads 1,2)."""
+THREADS_CHOSEN = "not applied: no OpenBLAS loaded"
+"""One line on OpenBLAS's thread count and who chose it, for benchmark headers."""
+
 
 def _candidates() -> list[str]:
     found = [p for p in _KNOWN_PATHS if os.path.exists(p)]
@@ -34,18 +50,56 @@ def _candidates() -> list[str]:
     return found + ([name] if name else [])
 
 
+def user_threads() -> str | None:
+    """The user's thread setting for OpenBLAS, as NAME=VALUE, or None."""
+    for name in THREAD_VARIABLES:
+        if os.environ.get(name, "").strip():
+            return f"{name}={os.environ[name]}"
+    return None
+
+
+@contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """`name` set to `value` (None: untouched) for the block only."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
 def preload_openblas() -> str | None:
-    global OPENBLAS_PATH
+    global OPENBLAS_PATH, THREADS_CHOSEN
     if sys.platform != "linux" or OPENBLAS_PATH or "mlx.core" in sys.modules:
         return OPENBLAS_PATH
-    for path in _candidates():
-        try:
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-        except OSError:
-            continue
-        OPENBLAS_PATH = path
-        break
+    user = user_threads()
+    with _environment("OPENBLAS_NUM_THREADS", None if user else str(DEFAULT_THREADS)):
+        for path in _candidates():
+            try:
+                library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+            OPENBLAS_PATH = path
+            break
+    if OPENBLAS_PATH is not None:
+        THREADS_CHOSEN = _describe_threads(library, user)
     return OPENBLAS_PATH
+
+
+def _describe_threads(library: ctypes.CDLL, user: str | None) -> str:
+    threads = library.openblas_get_num_threads()
+    if user:
+        return f"{threads} (the user's {user})"
+    if threads == DEFAULT_THREADS:
+        return f"{threads} (specplay's default; OPENBLAS_NUM_THREADS overrides it)"
+    return f"{threads} (OpenBLAS's own: it was loaded before specplay asked)"
 
 
 def slow_blas_warning() -> str | None:

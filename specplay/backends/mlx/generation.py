@@ -64,7 +64,13 @@ class ModelCache:
 @dataclass
 class MlxDraft:
     tokens: mx.array  # [k] int; k may be 0 (prompt lookup found no match)
-    p_draft: mx.array  # [k, vocab] float32
+    rows: mx.array | None  # [k, vocab] float32: the drafter's distributions; None where one-hot
+    vocab_size: int
+
+    @property
+    def p_draft(self) -> mx.array:
+        """Built only where verification reads it: greedy lossless verification needs the tokens alone."""
+        return self.rows if self.rows is not None else one_hot(self.tokens, self.vocab_size, mx)
 
 
 def _uniforms(values: Sequence[float]) -> mx.array:
@@ -90,6 +96,17 @@ def _ranked(ids: mx.array, probs: mx.array) -> list[list[tuple[int, float]]]:
     return [
         sorted(zip(i, p, strict=True), key=lambda c: -c[1]) for i, p in zip(ids.tolist(), probs.tolist(), strict=True)
     ]
+
+
+def _verify_argmax(drafted: mx.array, logits: mx.array) -> VerifiedDraft:
+    """Greedy, lossless, no drill-down: both distributions are one-hot, so every number the engine
+    reads follows from the target's argmax at each position (the rest of `verify` computes the same
+    values from the one-hot rows) and no softmax, TV or residual is built."""
+    k = drafted.shape[0]
+    ids = mx.concatenate([drafted.astype(mx.int32), mx.argmax(logits, axis=-1).astype(mx.int32)]).tolist()
+    tokens, argmax = ids[:k], ids[k:]
+    hits = [float(x == a) for x, a in zip(tokens, argmax, strict=False)]
+    return VerifiedDraft(tokens, hits, [1.0] * k, [1.0 - h for h in hits], argmax[:k], argmax[:k], argmax[k])
 
 
 def _rule_stats(rule: AcceptanceRule, p_target: mx.array, p_draft: mx.array) -> dict[str, mx.array]:
@@ -178,8 +195,7 @@ class MlxGeneration:
         # time the host takes to build the verify graph; on CPUs, where MLX dispatch blocks on work
         # in flight, nothing (benchmarks/bench_vs_mlx_lm.py).
         mx.eval(drafted)
-        p_draft = one_hot(drafted, model.vocab_size, mx) if sampling.greedy else mx.concatenate(rows)
-        return MlxDraft(drafted, p_draft)
+        return MlxDraft(drafted, None if sampling.greedy else mx.concatenate(rows), model.vocab_size)
 
     def _look_up(self, index: NgramIndex, k: int, keep_drafting: Callable[[Sequence[float]], bool] | None) -> MlxDraft:
         """Prompt lookup: the proposal is certain, so its distribution is one-hot at every
@@ -192,8 +208,7 @@ class MlxGeneration:
                 if not keep_drafting([1.0] * count):
                     proposal = proposal[:count]
                     break
-        drafted = mx.array(proposal, dtype=mx.int32)
-        return MlxDraft(drafted, one_hot(drafted, self.target.vocab_size, mx))
+        return MlxDraft(mx.array(proposal, dtype=mx.int32), None, self.target.vocab_size)
 
     def verify(
         self,
@@ -206,7 +221,10 @@ class MlxGeneration:
     ) -> VerifiedDraft:
         k = draft.tokens.shape[0]
         inputs = mx.concatenate([self._pending(self.target), draft.tokens.astype(mx.int32)])
-        p_target = sampling_probs(self.target.forward(inputs)[-(k + 1) :], sampling, mx)
+        logits = self.target.forward(inputs)[-(k + 1) :]
+        if sampling.greedy and rule.lossless and not top_n:
+            return _verify_argmax(draft.tokens, logits)
+        p_target = sampling_probs(logits, sampling, mx)
         head, p_draft, x = p_target[:k], draft.p_draft, draft.tokens[:, None]
         u = _uniforms([*residual_uniforms, bonus_uniform])
         bonus = inverse_cdf_sample(p_target[k:], u[k:], mx)
