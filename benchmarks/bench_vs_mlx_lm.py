@@ -1,13 +1,22 @@
-"""specplay against mlx-lm's own generation, on the same models in one process.
+"""specplay against mlx-lm's own generation, on the same models.
 
 Measures greedy speculative and target-only tokens/s (the two sides alternate repeat by repeat,
 since these machines have slow phases) and acceptance at temperature 1: specplay's lossless
 rejection sampling against mlx-lm's exact-match rule. Both sides' tokens/s come from this
 script's clock: (tokens after the first) / (last arrival - first arrival) in the consumer loop.
 
-    python benchmarks/bench_vs_mlx_lm.py                  # random models built in a temp dir
+    python benchmarks/bench_vs_mlx_lm.py                  # in one process, random models built in a temp dir
     python benchmarks/bench_vs_mlx_lm.py --blas-threads   # again with OPENBLAS_NUM_THREADS=1, 2
     python benchmarks/bench_vs_mlx_lm.py --target DIR --draft DIR
+    python benchmarks/bench_vs_mlx_lm.py --processes      # a fresh process per measurement (below)
+    python benchmarks/bench_vs_mlx_lm.py --processes --blas-threads 1,2
+    python benchmarks/bench_vs_mlx_lm.py --profile        # where a round's time goes, on the smallest models
+
+--processes (bench_vs_mlx_lm_processes.py) runs specplay as `specplay run` does and mlx-lm's
+stream_generate each in its own process, alternating, on the smallest models, the demo models
+and SmolLM2 (`specplay fetch smollm2`; the row is skipped, saying so, when it is not fetched),
+and prints each row's median paired ratio with its spread. --profile (profile_round.py) splits
+specplay's round into graph building, dispatch, compute, transfer, events and detokenization.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from typing import Any
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 
 # isort: split
+import bench_vs_mlx_lm_processes as processes
 import mlx.core as mx
 import mlx_lm
 from mlx.utils import tree_flatten
@@ -165,7 +175,7 @@ def print_header(backend: MlxBackend, args: argparse.Namespace) -> None:
     print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     versions = f"mlx {mx.__version__}, mlx-lm {version('mlx-lm')}"
     print(f"python {platform.python_version()}, {versions}, device {mx.default_device()}")
-    print(f"BLAS: {blas_description()}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
+    print(f"BLAS: {blas_description()}; threads: {blas.THREADS_CHOSEN}")
     for name, loaded in backend.models.items():
         params = sum(v.size for _, v in tree_flatten(loaded.model.parameters()))
         dtype = next(v.dtype for _, v in tree_flatten(loaded.model.parameters()))
@@ -225,7 +235,7 @@ def rerun_per_blas_thread_count(args: argparse.Namespace, target: Path, draft: P
     passed = ["--target", str(target), "--draft", str(draft), "--prompt", args.prompt]
     for name in ("k", "max_tokens", "repeats", "seeds", "accept_tokens"):
         passed += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    for threads in ("1", "2"):
+    for threads in args.blas_threads.split(","):
         print(f"\n===== OPENBLAS_NUM_THREADS={threads} =====", flush=True)
         env = dict(os.environ, OPENBLAS_NUM_THREADS=threads)
         subprocess.run([sys.executable, __file__, *passed], env=env, check=True)
@@ -237,22 +247,54 @@ def parse_args() -> argparse.Namespace:
     add("--models", type=Path, help="folder to build the random models in, or reuse (default: a temp dir)")
     add("--target", type=Path, help="an mlx-lm model folder to use as target instead (with --draft)")
     add("--draft", type=Path, help="an mlx-lm model folder sharing the target's tokenizer")
-    add("--k", type=int, default=4, help="draft tokens per round (default 4)")
+    add("--k", type=int, help="draft tokens per round (default 4; 3 with --processes and --profile)")
     add("--max-tokens", type=int, default=200, help="tokens per timed generation (default 200)")
-    add("--repeats", type=int, default=5, help="timed repeats per side (default 5)")
+    add("--repeats", type=int, help="timed repeats per side (default 5; with --processes, per model set)")
     add("--seeds", type=int, default=3, help="seeds for the temperature-1 acceptance (default 3)")
     add("--accept-tokens", type=int, default=100, help="tokens per temperature-1 generation (default 100)")
-    add("--prompt", default=DEFAULT_PROMPT)
-    add("--blas-threads", action="store_true", help="rerun in subprocesses with OPENBLAS_NUM_THREADS=1 and 2")
+    add("--prompt", help="the prompt, encoded as written")
+    add(
+        "--blas-threads",
+        nargs="?",
+        const="1,2",
+        metavar="N,M",
+        help="run once per OPENBLAS_NUM_THREADS value (default 1,2): reruns, or with --processes, rows",
+    )
+    modes = parser.add_argument_group("process mode and profile")
+    modes.add_argument("--processes", action="store_true", help="each measurement in a fresh process")
+    modes.add_argument("--sets", default="smallest,demo,smollm2", help="model sets for --processes (default: all)")
+    modes.add_argument("--smollm2", default="smollm2", help="SmolLM2 as a catalog name, folder or GGUF file")
+    modes.add_argument("--warmup-tokens", type=int, default=16, help="warm-up per process (default 16)")
+    modes.add_argument("--save", type=Path, help="--processes: write every worker's result here as JSON")
+    modes.add_argument(
+        "--specplay-path",
+        choices=("cli", "engine"),
+        default="cli",
+        help="--processes: specplay as `specplay run` runs it (default), or its engine consumed in place",
+    )
+    modes.add_argument("--profile", action="store_true", help="specplay's round, split by where its time goes")
     args = parser.parse_args()
     if (args.target is None) != (args.draft is None):
         parser.error("--target and --draft go together")
+    process_like = args.processes or args.profile
+    args.k = args.k or (3 if process_like else 4)
+    args.prompt = args.prompt or (processes.PROMPT if process_like else DEFAULT_PROMPT)
+    if not args.processes:
+        args.repeats = args.repeats or 5
     return args
 
 
 def main() -> None:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="specplay-bench-") as tmp:
+        if args.processes:
+            processes.main(args, args.models or Path(tmp))
+            return
+        if args.profile:
+            import profile_round  # its profilers load only here
+
+            profile_round.main(args, args.models or Path(tmp))
+            return
         target, draft = (args.target, args.draft) if args.target else build_models(args.models or Path(tmp))
         if args.blas_threads:
             rerun_per_blas_thread_count(args, target, draft)

@@ -33,7 +33,7 @@ def probe(**variables: str) -> dict[str, object]:
 @needs_openblas
 def test_default_applies_when_the_user_sets_nothing() -> None:
     seen = probe()
-    assert seen["threads"] == blas.DEFAULT_THREADS
+    assert seen["threads"] == blas.default_threads()
     assert "specplay's default" in str(seen["chosen"])
     assert seen["env"] is None  # asked for while loading only: programs specplay starts keep their own
 

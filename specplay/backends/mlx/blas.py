@@ -8,7 +8,7 @@ libopenblas0-pthread): it picks kernels for the CPU at run time, where a prebuil
 instructions the CPU lacks and crash the process.
 
 OpenBLAS reads its thread count once, as it loads. Unless the user has set one, specplay asks for
-DEFAULT_THREADS while loading it (and leaves the environment as it found it, so programs that
+default_threads() while loading it (and leaves the environment as it found it, so programs that
 specplay starts keep their own defaults); THREADS_CHOSEN says what happened.
 """
 
@@ -35,11 +35,21 @@ OPENBLAS_PATH: str | None = None
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 """What OpenBLAS reads its thread count from, first match winning: any of them set is the user's choice."""
-DEFAULT_THREADS = 1
-"""OpenBLAS threads when the user sets none. MLX's CPU backend already keeps two threads busy (Python
-building graphs, the stream's own thread running them, BLAS calls included), and on the 2-core
-machine of the README's benchmarks a second BLAS thread competed with them more than it helped
-(benchmarks/bench_vs_mlx_lm.py --processes --blas-threads 1,2)."""
+
+
+def default_threads() -> int:
+    """OpenBLAS threads when the user sets none: one fewer than the CPUs this process may use.
+
+    On CPUs MLX keeps two threads busy: Python building and queueing graphs, and the stream's own
+    thread running them, which also makes the BLAS calls as OpenBLAS's first thread. OpenBLAS's
+    own default, a thread per CPU, leaves none for Python. On the 2-CPU machine of the README one
+    BLAS thread instead of two was as fast or faster for specplay on every model size measured (up
+    to a fifth faster), and for mlx-lm on all rows but one (python benchmarks/bench_vs_mlx_lm.py
+    --processes --blas-threads 1,2). Larger machines get the same rule, unmeasured."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, usable - 1)
+
+
 THREADS_CHOSEN = "not applied: no OpenBLAS loaded"
 """One line on OpenBLAS's thread count and who chose it, for benchmark headers."""
 
@@ -80,7 +90,8 @@ def preload_openblas() -> str | None:
     if sys.platform != "linux" or OPENBLAS_PATH or "mlx.core" in sys.modules:
         return OPENBLAS_PATH
     user = user_threads()
-    with _environment("OPENBLAS_NUM_THREADS", None if user else str(DEFAULT_THREADS)):
+    default = default_threads()
+    with _environment("OPENBLAS_NUM_THREADS", None if user else str(default)):
         for path in _candidates():
             try:
                 library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -89,17 +100,16 @@ def preload_openblas() -> str | None:
             OPENBLAS_PATH = path
             break
     if OPENBLAS_PATH is not None:
-        THREADS_CHOSEN = _describe_threads(library, user)
+        THREADS_CHOSEN = _describe_threads(library.openblas_get_num_threads(), user, default)
     return OPENBLAS_PATH
 
 
-def _describe_threads(library: ctypes.CDLL, user: str | None) -> str:
-    threads = library.openblas_get_num_threads()
+def _describe_threads(threads: int, user: str | None, default: int) -> str:
     if user:
         return f"{threads} (the user's {user})"
-    if threads == DEFAULT_THREADS:
-        return f"{threads} (specplay's default; OPENBLAS_NUM_THREADS overrides it)"
-    return f"{threads} (OpenBLAS's own: it was loaded before specplay asked)"
+    if threads == default:
+        return f"{threads} (specplay's default, CPUs less one; OPENBLAS_NUM_THREADS overrides it)"
+    return f"{threads} (OpenBLAS's own: it was loaded before specplay asked for {default})"
 
 
 def slow_blas_warning() -> str | None:

@@ -77,11 +77,14 @@ def _uniforms(values: Sequence[float]) -> mx.array:
     return mx.array(np.asarray(values, dtype=np.float32))
 
 
-def _draw(logits: mx.array, sampling: SamplingParams, uniforms: mx.array) -> tuple[mx.array, mx.array | None]:
+def _draw(
+    logits: mx.array, sampling: SamplingParams, uniforms: mx.array | None
+) -> tuple[mx.array, mx.array | None]:
     """One token per row of logits, and the distribution it was drawn from (None when greedy:
-    the argmax needs no distribution, and its one-hot is built only where needed)."""
+    the argmax needs no distribution nor draw, and its one-hot is built only where needed)."""
     if sampling.greedy:
         return mx.argmax(logits, axis=-1), None
+    assert uniforms is not None, "a sampled draw needs its uniform"
     probs = sampling_probs(logits, sampling, mx)
     return inverse_cdf_sample(probs, uniforms, mx), probs
 
@@ -173,12 +176,12 @@ class MlxGeneration:
         if drafter in self.lookups:
             return self._look_up(self.lookups[drafter], k, keep_drafting)
         model = self.drafters[drafter]
-        u = _uniforms(uniforms)
+        u = None if sampling.greedy else _uniforms(uniforms)  # the argmax needs no draw
         inputs = self._pending(model)
         tokens, rows, confidences = [], [], []
         for i in range(k):
             logits = model.forward(inputs)[-1:]
-            token, probs = _draw(logits, sampling, u[i : i + 1])
+            token, probs = _draw(logits, sampling, None if u is None else u[i : i + 1])
             tokens.append(token)
             rows.append(probs)
             if keep_drafting is None:

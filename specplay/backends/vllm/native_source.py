@@ -154,6 +154,7 @@ class NativeSource:
             lanes_take_turns=False,
             local_token_text=False,
             recolours=True,
+            rules=("mentored",),
         )
         self.router = router or CodeProseRouter()
         self.route_map = route_map_for(self.router, self.drafters, route_map)
