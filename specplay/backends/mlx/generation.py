@@ -77,9 +77,7 @@ def _uniforms(values: Sequence[float]) -> mx.array:
     return mx.array(np.asarray(values, dtype=np.float32))
 
 
-def _draw(
-    logits: mx.array, sampling: SamplingParams, uniforms: mx.array | None
-) -> tuple[mx.array, mx.array | None]:
+def _draw(logits: mx.array, sampling: SamplingParams, uniforms: mx.array | None) -> tuple[mx.array, mx.array | None]:
     """One token per row of logits, and the distribution it was drawn from (None when greedy:
     the argmax needs no distribution nor draw, and its one-hot is built only where needed)."""
     if sampling.greedy:
