@@ -14,7 +14,7 @@ SOURCE_STYLES = {
 
 SOURCE_WHY = {
     "accepted": "u < min(1, p_target/p_draft): kept",
-    "budget": "kept only thanks to the TV budget",
+    "budget": "kept only thanks to a relaxed rule (the TV budget, typical, lenience, cascade)",
     "corrected": "drawn from the residual after a rejection",
     "bonus": "drawn from p_target: all k accepted",
     "target": "a target-only step",

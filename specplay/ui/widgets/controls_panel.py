@@ -78,6 +78,7 @@ class ControlsPanel(VerticalScroll):
         self._settings = settings
         """The rule and knobs shown: the knob slider moves the current rule's knob."""
         self._knob_shown = -1
+        self._counterfactual_shown = ""
         self._seed = seed
         self._routes = [settings.route]
         self._temperatures = sorted({*TEMPERATURES, settings.sampling.temperature})
@@ -132,7 +133,9 @@ class ControlsPanel(VerticalScroll):
             switch.tooltip = "counterfactual routes run on the MLX backend only"
 
     def show_counterfactual(self, text: str) -> None:
-        self.query_one("#counterfactual-stats", Static).update(text)
+        if text != self._counterfactual_shown:  # an update re-lays the panel out: not every frame
+            self._counterfactual_shown = text
+            self.query_one("#counterfactual-stats", Static).update(text)
 
     def fix_speculation(self, why: str, routes: bool) -> None:
         """Native mode: each server fixes k, the rule, the policy and its drafter; their
