@@ -26,6 +26,8 @@ KNOBS: dict[RuleName, str] = {
     "cascade": "cascade_alpha",
 }
 """The setting that moves each rule from (near) lossless to lossy: what a sweep or a slider changes."""
+KNOB_SYMBOLS: dict[RuleName, str] = {"mentored": "D", "typical": "ε", "lenience": "λ", "cascade": "α"}
+"""Each knob as the papers write it."""
 
 AUTO_ROUTE = "auto"
 K_LIMIT = 64  # beyond this a draft is never worth its cost, and a typo is likelier than intent
@@ -129,14 +131,8 @@ class AcceptanceRule:
 
     def describe(self) -> str:
         """The rule and its knobs, in a few words (D, epsilon, lambda, alpha as the papers write them)."""
-        params = self.params
-        if self.name == "mentored":
-            return f"mentored D {self.tv_budget:g}"
-        if self.name == "typical":
-            return f"typical ε {params.typical_epsilon:g} δ {params.delta:.3g}"
-        if self.name == "lenience":
-            return f"lenience λ {params.lenience:g}"
-        return f"cascade α {params.cascade_alpha:g}"
+        text = f"{self.name} {KNOB_SYMBOLS[self.name]} {self.knob:g}"
+        return text + f" δ {self.params.delta:.3g}" if self.name == "typical" else text
 
     @property
     def knob(self) -> float:

@@ -22,7 +22,7 @@ from rapidfuzz.distance import Levenshtein
 
 from specplay.engine.controls import LiveControls
 from specplay.engine.request import Request
-from specplay.engine.settings import KNOBS, AcceptanceRule, Mode, RuleName, RuleParams, SpecSettings
+from specplay.engine.settings import KNOB_SYMBOLS, KNOBS, AcceptanceRule, Mode, RuleName, RuleParams, SpecSettings
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError, SpecplayError
 from specplay.store.files import free_path, write_output
@@ -69,10 +69,8 @@ class RowSpec:
 
 def row_label(rule: AcceptanceRule) -> str:
     """D=0.5 for mentored decoding (as reports always named it), else the rule and its knob."""
-    if rule.name == "mentored":
-        return f"D={rule.tv_budget:g}"
-    symbol = {"typical": "ε", "lenience": "λ", "cascade": "α"}[rule.name]
-    return f"{rule.name} {symbol}={rule.knob:g}"
+    label = f"{KNOB_SYMBOLS[rule.name]}={rule.knob:g}"
+    return label if rule.name == "mentored" else f"{rule.name} {label}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,17 +111,16 @@ def _verify_argmax(drafted: mx.array, logits: mx.array) -> VerifiedDraft:
 
 
 def _rule_stats(rule: AcceptanceRule, p_target: mx.array, p_draft: mx.array) -> dict[str, mx.array]:
-    """What `rule` reads beyond p_target(x) and p_draft(x), and the TV it spends at each position
-    (mentored decoding's is theta * d, which the engine computes from d)."""
-    if rule.lossless:
-        return {"tv_spent": mx.zeros(p_target.shape[0])} if rule.name != "mentored" else {}
-    stats: dict[str, mx.array] = {}
+    """What `rule` reads beyond p_target(x) and p_draft(x), and the TV it spends at each position.
+    None of it where the engine needs none: a lossless rule spends nothing, and mentored decoding's
+    theta * d the engine computes from d."""
+    if rule.lossless or rule.name == "mentored":
+        return {}
+    stats = {"tv_spent": rule_tv_spent(rule, p_target, p_draft, mx)}
     if rule.name == "typical":
         stats["entropy"] = entropy(p_target, mx)
     elif rule.name == "cascade":
         stats |= {"max_p_target": p_target.max(axis=-1), "max_p_draft": p_draft.max(axis=-1)}
-    if rule.name != "mentored":
-        stats["tv_spent"] = rule_tv_spent(rule, p_target, p_draft, mx)
     return stats
 
 

@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.widgets import Input, Label, Select, Static, Switch
 from textual_slider import Slider
 
-from specplay.engine.settings import AUTO_ROUTE, KNOBS, POLICIES, RULES, RuleName, SpecSettings
+from specplay.engine.settings import AUTO_ROUTE, KNOB_SYMBOLS, KNOBS, POLICIES, RULES, RuleName, SpecSettings
 
 K_MAX = 16
 KNOB_STEPS = 20
@@ -50,8 +50,8 @@ def step_from_knob(rule: RuleName, value: float) -> int:
 
 
 def knob_label(rule: RuleName, value: float) -> str:
-    names = {"mentored": "TV budget D", "typical": "typical ε", "lenience": "lenience λ", "cascade": "cascade α"}
-    return f"{names[rule]} {value:.3g}"
+    name = "TV budget" if rule == "mentored" else rule
+    return f"{name} {KNOB_SYMBOLS[rule]} {value:.3g}"
 
 
 class ControlsPanel(VerticalScroll):
