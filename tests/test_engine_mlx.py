@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import mlx.core as mx
 import pytest
 
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
+from specplay.backends.mlx.generation import _verify_argmax, _verify_distributions
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StartEvent
 from specplay.engine.loop import SpecEngine
@@ -209,16 +211,28 @@ def test_a_drafter_with_padded_vocabulary_pairs_with_the_target(tiny: TinyModels
 def test_greedy_lossless_verification_from_the_argmax_alone_matches_the_full_computation(
     backend: MlxBackend,
 ) -> None:
-    # Without a drill-down (top_n 0) greedy lossless verification reads only the target's argmax;
-    # with one it computes every distribution. Both must hand the engine the same numbers.
+    # Greedy lossless verification reads only the target's argmax, a drill-down's top lists
+    # included; the full computation from the one-hot rows must hand the engine the same numbers.
     greedy = SamplingParams(0.0)
     lane = backend.open_generation(backend.encode(CODE_PROMPT, raw=True), prefill=(None, "far"))
     committed = len(lane.tokens) - 1
     for drafter in ("near", "far", "self"):
         draft = lane.draft(drafter, 5, greedy, [0.5] * 5, None)
-        fast = lane.verify(draft, greedy, AcceptanceRule(), [0.3] * 5, 0.7)
+        inputs = mx.concatenate([mx.array(lane.tokens[committed:]), draft.tokens.astype(mx.int32)])
+        logits = lane.target.forward(inputs)[-6:]
         lane.target.trim_to(committed)
-        full = lane.verify(draft, greedy, AcceptanceRule(), [0.3] * 5, 0.7, top_n=1)
+        for top_n in (0, 5):
+            fast = _verify_argmax(draft.tokens, logits, top_n)
+            full = _verify_distributions(draft, logits, greedy, AcceptanceRule(), [0.3] * 5, 0.7, top_n)
+            if top_n:  # a one-hot's other entries are filler (the engine drops them)
+                assert full.top_target is not None and full.top_draft is not None
+                full = replace(
+                    full,
+                    top_target=[[c for c in row if c[1] > 0] for row in full.top_target],
+                    top_draft=[[c for c in row if c[1] > 0] for row in full.top_draft],
+                )
+                assert len(fast.top_target or ()) == 6 and len(fast.top_draft or ()) == 5
+            assert full == replace(fast, corrections=list(fast.corrections))
+        assert lane.verify(draft, greedy, AcceptanceRule(), [0.3] * 5, 0.7, top_n=5) == fast
         lane.target.trim_to(committed)
-        assert replace(full, top_target=None, top_draft=None) == replace(fast, corrections=list(fast.corrections))
         lane.drafters[drafter].trim_to(committed)

@@ -99,15 +99,61 @@ def _ranked(ids: mx.array, probs: mx.array) -> list[list[tuple[int, float]]]:
     ]
 
 
-def _verify_argmax(drafted: mx.array, logits: mx.array) -> VerifiedDraft:
-    """Greedy, lossless, no drill-down: both distributions are one-hot, so every number the engine
-    reads follows from the target's argmax at each position (the rest of `verify` computes the same
-    values from the one-hot rows) and no softmax, TV or residual is built."""
+def _verify_argmax(drafted: mx.array, logits: mx.array, top_n: int = 0) -> VerifiedDraft:
+    """Greedy and lossless: both distributions are one-hot, so every number the engine reads
+    follows from the target's argmax at each position (`_verify_distributions` computes the same
+    values from the one-hot rows) and no softmax, TV or residual is built. A drill-down's top-n
+    lists of one-hot rows hold one token each, with probability 1 (the rest have none)."""
     k = drafted.shape[0]
     ids = mx.concatenate([drafted.astype(mx.int32), mx.argmax(logits, axis=-1).astype(mx.int32)]).tolist()
     tokens, argmax = ids[:k], ids[k:]
     hits = [float(x == a) for x, a in zip(tokens, argmax, strict=False)]
-    return VerifiedDraft(tokens, hits, [1.0] * k, [1.0 - h for h in hits], argmax[:k], argmax[:k], argmax[k])
+    verified = VerifiedDraft(tokens, hits, [1.0] * k, [1.0 - h for h in hits], argmax[:k], argmax[:k], argmax[k])
+    if not top_n:
+        return verified
+    return replace(verified, top_target=[[(a, 1.0)] for a in argmax], top_draft=[[(x, 1.0)] for x in tokens])
+
+
+def _verify_distributions(
+    draft: MlxDraft,
+    logits: mx.array,
+    sampling: SamplingParams,
+    rule: AcceptanceRule,
+    residual_uniforms: Sequence[float],
+    bonus_uniform: float,
+    top_n: int,
+) -> VerifiedDraft:
+    """Verification from both models' full distributions at the k drafted positions (and the
+    target's at the bonus position): what sampling, a relaxed rule or a drill-down reads."""
+    k = draft.tokens.shape[0]
+    p_target = sampling_probs(logits, sampling, mx)
+    head, p_draft, x = p_target[:k], draft.p_draft, draft.tokens[:, None]
+    u = _uniforms([*residual_uniforms, bonus_uniform])
+    bonus = inverse_cdf_sample(p_target[k:], u[k:], mx)
+    n = min(top_n, p_target.shape[-1])
+    if k == 0:  # nothing drafted: the round is one target step (MLX cannot reduce empty rows)
+        tops = _top_n(p_target, n) if n else ()
+        mx.eval(bonus, *tops)
+        verified = VerifiedDraft([], [], [], [], [], [], bonus.tolist()[0])
+        return replace(verified, top_target=_ranked(*tops), top_draft=[]) if tops else verified
+    results = (
+        draft.tokens,
+        mx.take_along_axis(head, x, axis=-1)[:, 0],
+        mx.take_along_axis(p_draft, x, axis=-1)[:, 0],
+        tv_distance(head, p_draft),
+        mx.argmax(head, axis=-1),
+        inverse_cdf_sample(residual_distribution(head, p_draft, mx), u[:k], mx),
+        bonus,
+    )
+    tops = (*_top_n(p_target, n), *_top_n(p_draft, n)) if n else ()
+    stats = _rule_stats(rule, head, p_draft)
+    mx.eval(*results, *tops, *stats.values())  # the round's one transfer to the host
+    drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids = (r.tolist() for r in results)
+    verified = VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids[0])
+    verified = replace(verified, **{name: value.tolist() for name, value in stats.items()})
+    if not tops:
+        return verified
+    return replace(verified, top_target=_ranked(*tops[:2]), top_draft=_ranked(*tops[2:]))
 
 
 def _rule_stats(rule: AcceptanceRule, p_target: mx.array, p_draft: mx.array) -> dict[str, mx.array]:
@@ -222,36 +268,9 @@ class MlxGeneration:
         k = draft.tokens.shape[0]
         inputs = mx.concatenate([self._pending(self.target), draft.tokens.astype(mx.int32)])
         logits = self.target.forward(inputs)[-(k + 1) :]
-        if sampling.greedy and rule.lossless and not top_n:
-            return _verify_argmax(draft.tokens, logits)
-        p_target = sampling_probs(logits, sampling, mx)
-        head, p_draft, x = p_target[:k], draft.p_draft, draft.tokens[:, None]
-        u = _uniforms([*residual_uniforms, bonus_uniform])
-        bonus = inverse_cdf_sample(p_target[k:], u[k:], mx)
-        n = min(top_n, self.target.vocab_size)
-        if k == 0:  # nothing drafted: the round is one target step (MLX cannot reduce empty rows)
-            tops = _top_n(p_target, n) if n else ()
-            mx.eval(bonus, *tops)
-            verified = VerifiedDraft([], [], [], [], [], [], bonus.tolist()[0])
-            return replace(verified, top_target=_ranked(*tops), top_draft=[]) if tops else verified
-        results = (
-            draft.tokens,
-            mx.take_along_axis(head, x, axis=-1)[:, 0],
-            mx.take_along_axis(p_draft, x, axis=-1)[:, 0],
-            tv_distance(head, p_draft),
-            mx.argmax(head, axis=-1),
-            inverse_cdf_sample(residual_distribution(head, p_draft, mx), u[:k], mx),
-            bonus,
-        )
-        tops = (*_top_n(p_target, n), *_top_n(p_draft, n)) if n else ()
-        stats = _rule_stats(rule, head, p_draft)
-        mx.eval(*results, *tops, *stats.values())  # the round's one transfer to the host
-        drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids = (r.tolist() for r in results)
-        verified = VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids[0])
-        verified = replace(verified, **{name: value.tolist() for name, value in stats.items()})
-        if not tops:
-            return verified
-        return replace(verified, top_target=_ranked(*tops[:2]), top_draft=_ranked(*tops[2:]))
+        if sampling.greedy and rule.lossless:
+            return _verify_argmax(draft.tokens, logits, top_n)
+        return _verify_distributions(draft, logits, sampling, rule, residual_uniforms, bonus_uniform, top_n)
 
     def counterfactual(
         self,
