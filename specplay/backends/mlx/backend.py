@@ -33,6 +33,7 @@ from specplay.backends.mlx.early_exit import (
     load_exit_head,
 )
 from specplay.backends.mlx.generation import MlxGeneration, ModelCache, fit_vocab
+from specplay.backends.mlx.kernels import compile_by_default
 from specplay.backends.mlx.loading import (
     LoadedModel,
     check_token_mapping,
@@ -78,6 +79,8 @@ class MlxBackend:
         """The target and the drafters that are models of their own (what mlx-lm could also run)."""
         self.lookups = {n: d for n, d in drafters.items() if isinstance(d, PromptLookup)}
         self.early_exits = {n: d for n, d in drafters.items() if isinstance(d, LoadedEarlyExit)}
+        self.compiled = compile_by_default()
+        """Each generation's sampling and acceptance math runs compiled (kernels.py: where it pays)."""
         vocab = vocab_table(target.tokenizer)
         for name, drafter in self.models.items():
             if name != TARGET:
@@ -140,7 +143,7 @@ class MlxBackend:
                 name, exit_.model, rewindable_cache(self.target)[: exit_.spec.layers], self.vocab_size
             )
         lookups = {name: NgramIndex(spec.n_min, spec.n_max) for name, spec in self.lookups.items()}
-        lane = MlxGeneration(target, caches, prompt_token_ids, lookups)
+        lane = MlxGeneration(target, caches, prompt_token_ids, lookups, self.compiled)
         for name in prefill:
             lane.prefill(target if name is None else caches.get(name) or lookups[name])
         return lane

@@ -15,8 +15,10 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import trim_prompt_cache
 
+from specplay.backends.mlx import kernels
+from specplay.backends.mlx.kernels import draw_kernel
 from specplay.backends.prompt_lookup import NgramIndex
-from specplay.engine.accept import entropy, inverse_cdf_sample, residual_distribution, rule_tv_spent, tv_distance
+from specplay.engine.accept import inverse_cdf_sample
 from specplay.engine.backend import VerifiedDraft
 from specplay.engine.sampling import one_hot, sampling_probs, softmax
 from specplay.engine.settings import AcceptanceRule, SamplingParams
@@ -77,26 +79,20 @@ def _uniforms(values: Sequence[float]) -> mx.array:
     return mx.array(np.asarray(values, dtype=np.float32))
 
 
-def _draw(logits: mx.array, sampling: SamplingParams, uniforms: mx.array | None) -> tuple[mx.array, mx.array | None]:
+def _draw(
+    logits: mx.array, sampling: SamplingParams, uniforms: mx.array | None, compiled: bool
+) -> tuple[mx.array, mx.array | None]:
     """One token per row of logits, and the distribution it was drawn from (None when greedy:
     the argmax needs no distribution nor draw, and its one-hot is built only where needed)."""
     if sampling.greedy:
         return mx.argmax(logits, axis=-1), None
     assert uniforms is not None, "a sampled draw needs its uniform"
-    probs = sampling_probs(logits, sampling, mx)
-    return inverse_cdf_sample(probs, uniforms, mx), probs
+    return draw_kernel(sampling, compiled)(logits, uniforms)
 
 
-def _top_n(probs: mx.array, n: int) -> tuple[mx.array, mx.array]:
-    """Each row's n most likely token ids and their probabilities, in no particular order."""
-    ids = mx.argpartition(-probs, kth=n - 1, axis=-1)[:, :n]
-    return ids, mx.take_along_axis(probs, ids, axis=-1)
-
-
-def _ranked(ids: mx.array, probs: mx.array) -> list[list[tuple[int, float]]]:
-    return [
-        sorted(zip(i, p, strict=True), key=lambda c: -c[1]) for i, p in zip(ids.tolist(), probs.tolist(), strict=True)
-    ]
+def _ranked(ids: list[list[int]], probs: list[list[float]]) -> list[list[tuple[int, float]]]:
+    """Top-n rows as (token id, p) pairs, most likely first."""
+    return [sorted(zip(i, p, strict=True), key=lambda c: -c[1]) for i, p in zip(ids, probs, strict=True)]
 
 
 def _verify_argmax(drafted: mx.array, logits: mx.array, top_n: int = 0) -> VerifiedDraft:
@@ -122,52 +118,38 @@ def _verify_distributions(
     residual_uniforms: Sequence[float],
     bonus_uniform: float,
     top_n: int,
+    compiled: bool = False,
 ) -> VerifiedDraft:
     """Verification from both models' full distributions at the k drafted positions (and the
     target's at the bonus position): what sampling, a relaxed rule or a drill-down reads."""
     k = draft.tokens.shape[0]
-    p_target = sampling_probs(logits, sampling, mx)
-    head, p_draft, x = p_target[:k], draft.p_draft, draft.tokens[:, None]
     u = _uniforms([*residual_uniforms, bonus_uniform])
-    bonus = inverse_cdf_sample(p_target[k:], u[k:], mx)
-    n = min(top_n, p_target.shape[-1])
+    n = min(top_n, logits.shape[-1])
     if k == 0:  # nothing drafted: the round is one target step (MLX cannot reduce empty rows)
-        tops = _top_n(p_target, n) if n else ()
+        p_target = sampling_probs(logits, sampling, mx)
+        bonus = inverse_cdf_sample(p_target, u, mx)
+        tops = kernels.top_n(p_target, n) if n else ()
         mx.eval(bonus, *tops)
         verified = VerifiedDraft([], [], [], [], [], [], bonus.tolist()[0])
-        return replace(verified, top_target=_ranked(*tops), top_draft=[]) if tops else verified
-    results = (
-        draft.tokens,
-        mx.take_along_axis(head, x, axis=-1)[:, 0],
-        mx.take_along_axis(p_draft, x, axis=-1)[:, 0],
-        tv_distance(head, p_draft),
-        mx.argmax(head, axis=-1),
-        inverse_cdf_sample(residual_distribution(head, p_draft, mx), u[:k], mx),
-        bonus,
+        return replace(verified, top_target=_ranked(*(t.tolist() for t in tops)), top_draft=[]) if tops else verified
+    kernel = kernels.verify_kernel(sampling, rule, n, compiled)
+    out = kernel(logits, draft.tokens, draft.p_draft, u)
+    mx.eval(out)  # the round's one transfer to the host
+    host = {name: value.tolist() for name, value in out.items()}
+    verified = VerifiedDraft(
+        host.pop("drafted"),
+        host.pop("p_target_x"),
+        host.pop("p_draft_x"),
+        host.pop("tv"),
+        host.pop("argmax"),
+        host.pop("corrections"),
+        host.pop("bonus")[0],
     )
-    tops = (*_top_n(p_target, n), *_top_n(p_draft, n)) if n else ()
-    stats = _rule_stats(rule, head, p_draft)
-    mx.eval(*results, *tops, *stats.values())  # the round's one transfer to the host
-    drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids = (r.tolist() for r in results)
-    verified = VerifiedDraft(drafted, p_target_x, p_draft_x, tv, argmax, corrections, bonus_ids[0])
-    verified = replace(verified, **{name: value.tolist() for name, value in stats.items()})
-    if not tops:
-        return verified
-    return replace(verified, top_target=_ranked(*tops[:2]), top_draft=_ranked(*tops[2:]))
-
-
-def _rule_stats(rule: AcceptanceRule, p_target: mx.array, p_draft: mx.array) -> dict[str, mx.array]:
-    """What `rule` reads beyond p_target(x) and p_draft(x), and the TV it spends at each position.
-    None of it where the engine needs none: a lossless rule spends nothing, and mentored decoding's
-    theta * d the engine computes from d."""
-    if rule.lossless or rule.name == "mentored":
-        return {}
-    stats = {"tv_spent": rule_tv_spent(rule, p_target, p_draft, mx)}
-    if rule.name == "typical":
-        stats["entropy"] = entropy(p_target, mx)
-    elif rule.name == "cascade":
-        stats |= {"max_p_target": p_target.max(axis=-1), "max_p_draft": p_draft.max(axis=-1)}
-    return stats
+    if n:
+        top_target = _ranked(host.pop("top_target_ids"), host.pop("top_target_p"))
+        top_draft = _ranked(host.pop("top_draft_ids"), host.pop("top_draft_p"))
+        verified = replace(verified, top_target=top_target, top_draft=top_draft)
+    return replace(verified, **host)  # the rule's statistics
 
 
 class MlxGeneration:
@@ -183,9 +165,12 @@ class MlxGeneration:
         drafters: dict[str, ModelCache],
         prompt_token_ids: Sequence[int],
         lookups: dict[str, NgramIndex] | None = None,
+        compiled: bool = False,
     ) -> None:
         self.target, self.drafters = target, drafters
         self.lookups = lookups or {}
+        self.compiled = compiled
+        """The sampling and acceptance math runs compiled (kernels.py says where that pays)."""
         self.tokens = list(prompt_token_ids)
         self._cleared_at = 0
 
@@ -224,7 +209,7 @@ class MlxGeneration:
         tokens, rows, confidences = [], [], []
         for i in range(k):
             logits = model.forward(inputs)[-1:]
-            token, probs = _draw(logits, sampling, None if u is None else u[i : i + 1])
+            token, probs = _draw(logits, sampling, None if u is None else u[i : i + 1], self.compiled)
             tokens.append(token)
             rows.append(probs)
             if keep_drafting is None:
@@ -270,7 +255,9 @@ class MlxGeneration:
         logits = self.target.forward(inputs)[-(k + 1) :]
         if sampling.greedy and rule.lossless:
             return _verify_argmax(draft.tokens, logits, top_n)
-        return _verify_distributions(draft, logits, sampling, rule, residual_uniforms, bonus_uniform, top_n)
+        return _verify_distributions(
+            draft, logits, sampling, rule, residual_uniforms, bonus_uniform, top_n, self.compiled
+        )
 
     def counterfactual(
         self,
@@ -324,7 +311,10 @@ class MlxGeneration:
             """[token id, whether the logits held a NaN]: damaged weights still give a token id,
             and the flag comes to the host in the same transfer."""
             logits = model.forward(inputs)[-1:]
-            token = mx.argmax(logits, axis=-1) if sampling.greedy else _draw(logits, sampling, _uniforms([draw()]))[0]
+            if sampling.greedy:
+                token = mx.argmax(logits, axis=-1)
+            else:
+                token = _draw(logits, sampling, _uniforms([draw()]), self.compiled)[0]
             token = token.reshape(1)
             return mx.concatenate([token, mx.isnan(logits).any().reshape(1).astype(token.dtype)])
 

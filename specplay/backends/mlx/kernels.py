@@ -1,0 +1,102 @@
+"""A round's sampling and acceptance math as pure functions of arrays, compiled where that pays.
+
+`mx.compile` fuses a function's element-wise work into fewer kernels. On Apple GPUs that saves a
+kernel launch per operation, as mlx-lm's compiled samplers do. On CPUs the math of a real
+vocabulary (16k tokens and up) is bound by its exponentials, not by dispatch: compiled it runs
+at 0.93-1.03x eager, and each new graph is first built by a C++ compiler at run time (0.4-2.4 s).
+Only toy vocabularies gain there (1.1-1.25x at 4k tokens), so CPUs run the math eagerly;
+`benchmarks/bench_compile.py` measures both. Either way the results are the same arrays, so a
+seed gives the same text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+
+import mlx.core as mx
+
+from specplay.engine.accept import entropy, inverse_cdf_sample, residual_distribution, rule_tv_spent, tv_distance
+from specplay.engine.sampling import sampling_probs
+from specplay.engine.settings import AcceptanceRule, SamplingParams
+
+Arrays = dict[str, mx.array]
+DrawKernel = Callable[[mx.array, mx.array], tuple[mx.array, mx.array]]
+VerifyKernel = Callable[[mx.array, mx.array, mx.array, mx.array], Arrays]
+
+
+def compile_by_default() -> bool:
+    """Compile on a GPU, where fusing pays; not on CPUs, where it does not (above)."""
+    return mx.default_device() == mx.gpu
+
+
+def _maybe_compiled(kernel: Callable[..., object], compiled: bool) -> Callable[..., object]:
+    return mx.compile(kernel) if compiled else kernel
+
+
+# A kernel closes over the settings it reads, so each setting has a kernel of its own; a compiled
+# one is traced again only when the shapes change (k, the vocabulary).
+@lru_cache(maxsize=16)
+def draw_kernel(sampling: SamplingParams, compiled: bool) -> DrawKernel:
+    """(logits [rows, vocab], uniforms [rows]) -> (one token per row, the distribution it was
+    drawn from), for a temperature above 0 (the argmax needs neither a draw nor a kernel)."""
+
+    def draw(logits: mx.array, uniforms: mx.array) -> tuple[mx.array, mx.array]:
+        probs = sampling_probs(logits, sampling, mx)
+        return inverse_cdf_sample(probs, uniforms, mx), probs
+
+    return _maybe_compiled(draw, compiled)  # type: ignore[return-value]
+
+
+def rule_stats(rule: AcceptanceRule, p_target: mx.array, p_draft: mx.array) -> Arrays:
+    """What `rule` reads beyond p_target(x) and p_draft(x), and the TV it spends at each position.
+    None of it where the engine needs none: a lossless rule spends nothing, and mentored decoding's
+    theta * d the engine computes from d."""
+    if rule.lossless or rule.name == "mentored":
+        return {}
+    stats = {"tv_spent": rule_tv_spent(rule, p_target, p_draft, mx)}
+    if rule.name == "typical":
+        stats["entropy"] = entropy(p_target, mx)
+    elif rule.name == "cascade":
+        stats |= {"max_p_target": p_target.max(axis=-1), "max_p_draft": p_draft.max(axis=-1)}
+    return stats
+
+
+def top_n(probs: mx.array, n: int) -> tuple[mx.array, mx.array]:
+    """Each row's n most likely token ids and their probabilities, in no particular order."""
+    ids = mx.argpartition(-probs, kth=n - 1, axis=-1)[:, :n]
+    return ids, mx.take_along_axis(probs, ids, axis=-1)
+
+
+def verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compiled: bool) -> VerifyKernel:
+    """(target logits [k + 1, vocab], drafted [k], p_draft [k, vocab], uniforms [k + 1]) -> the
+    arrays a round reads: p_target(x) and p_draft(x), TV, the target's argmax, a residual draw at
+    each drafted position and the bonus draw after them; the rule's statistics, and with `n` > 0
+    each distribution's n most likely tokens. k > 0."""
+    # Mentored decoding and the lossless rules read nothing of the rule on the device (the
+    # engine computes theta on the host), so one kernel serves every TV budget.
+    reads_rule = not (rule.lossless or rule.name == "mentored")
+    return _verify_kernel(sampling, rule if reads_rule else AcceptanceRule(), n, compiled)
+
+
+@lru_cache(maxsize=16)
+def _verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compiled: bool) -> VerifyKernel:
+    def verify(logits: mx.array, drafted: mx.array, p_draft: mx.array, uniforms: mx.array) -> Arrays:
+        k = drafted.shape[0]
+        p_target = sampling_probs(logits, sampling, mx)
+        head, x = p_target[:k], drafted[:, None]
+        out = {
+            "drafted": drafted,
+            "p_target_x": mx.take_along_axis(head, x, axis=-1)[:, 0],
+            "p_draft_x": mx.take_along_axis(p_draft, x, axis=-1)[:, 0],
+            "tv": tv_distance(head, p_draft),
+            "argmax": mx.argmax(head, axis=-1),
+            "corrections": inverse_cdf_sample(residual_distribution(head, p_draft, mx), uniforms[:k], mx),
+            "bonus": inverse_cdf_sample(p_target[k:], uniforms[k:], mx),
+        } | rule_stats(rule, head, p_draft)
+        if n:
+            out["top_target_ids"], out["top_target_p"] = top_n(p_target, n)
+            out["top_draft_ids"], out["top_draft_p"] = top_n(p_draft, n)
+        return out
+
+    return _maybe_compiled(verify, compiled)  # type: ignore[return-value]
