@@ -81,6 +81,10 @@ def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.Monkey
         (("--backend", "vllm"), "--target-url is required with --backend vllm"),
         (("--backend", "vllm", "--target", "/m"), "--target is for local models"),
         (("--draft", "x=/m"), "--target is needed with --draft"),
+        (("--target", "/m", "--target-url", "http://g:1"), "--backend is mlx, which takes --target and --draft"),
+        (("--backend", "vllm", "--target", "/m", "--target-url", "http://g:1"), "--target is for local models"),
+        (("--vllm-native",), "--vllm-native is for vLLM servers"),
+        (("--baseline-url", "http://g:1"), "--baseline-url is for vLLM servers"),
         (("--target", "/m", "--draft", "target=/d"), "cannot name a drafter 'target'"),
         (("--target", "/m", "--draft", "a=/d", "--route", "b"), "--route 'b' is not a drafter"),
         (("--target", "/m", "--draft", "a=/d", "--route-map", "poetry=a"), "--route-map names class 'poetry'"),
@@ -89,7 +93,7 @@ def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.Monkey
         (("--backend", "vllm", "--target-url", "http://g:1", "--vllm-native", "--tv", "0.5"), "--vllm-native cannot"),
         (
             ("--backend", "vllm", "--target-url", "http://g:1", "--draft-url", "http://g:2", "--rule", "typical"),
-            "--rule typical needs full distributions to account its TV, and a vLLM server sends top-K logprobs",
+            "--rule typical needs full distributions to account its TV, and this backend reports only the top-K",
         ),
         (
             ("--backend", "vllm", "--target-url", "http://g:1", "--draft-url", "http://g:2", "--counterfactual"),

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specplay import __version__
 from specplay.backends import blas_warning, open_source, thread_cleanup
+from specplay.backends.capabilities import capabilities_of
 from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
 from specplay.bench.stats import needs_more_repeats
@@ -26,6 +27,7 @@ from specplay.cli.render import warn
 from specplay.cli.shown import shown_command
 from specplay.config.run import check_models
 from specplay.data.library import Prompt
+from specplay.engine.capabilities import check_supported
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.loop import SpecEngine
@@ -65,6 +67,7 @@ def _temperatures(text: str) -> list[float]:
 def bench(args: argparse.Namespace) -> int:
     config = run_config(given(args))
     check_models(config)
+    check_supported(config.settings, capabilities_of(config))
     if config.native:
         raise ConfigError("vllm_native", "does not apply: the bench sweeps k, policies and budgets, which vLLM fixes")
     if args.compare_mlx_lm and config.backend != "mlx":

@@ -113,33 +113,32 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple
     """(backend, target, drafters, vLLM options) from the model flags; none at all: the demo models."""
     backend: BackendKind = flags.get("backend", "mlx")
     local = tuple(model_spec(name, "drafter", source, "draft") for name, source in named_drafters(flags))
-    if backend == "mlx":
-        if "target_url" in flags or "draft_url" in flags:
-            raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
-        if "target" in flags:
-            return backend, model_spec(TARGET, "target", flags["target"], "target"), local, VllmOptions()
-        if local:
-            raise ConfigError("target", "is needed with --draft (or leave out both to use the demo models)")
-        target, drafters = demo_model_paths()
-        demo = tuple(ModelSpec(name, "drafter", "mlx", str(path)) for name, path in drafters.items())
-        return backend, ModelSpec(TARGET, "target", "mlx", str(target)), demo, VllmOptions()
-    if "target" in flags:
-        raise ConfigError("target", "is for local models; with --backend vllm give --target-url URL")
-    if "target_url" not in flags:
-        raise ConfigError("target_url", "is required with --backend vllm (e.g. http://gpu-box:8000/v1)")
-    native = bool(flags.get("vllm_native"))
-    if native:  # speculating servers are routed to by name, as drafters are
-        route, root = named_url(flags["target_url"], "target_url")
-        target = ModelSpec(TARGET, "target", "server", root, {"route": route} if route else {})
-    else:
-        target = ModelSpec(TARGET, "target", "server", server_root(flags["target_url"]))
     remote = tuple(
         ModelSpec(name or f"draft{i + 1}", "drafter", "server", url)
         for i, (name, url) in enumerate(named_url(value) for value in flags.get("draft_url", []))
     )
+    native = bool(flags.get("vllm_native"))
+    # Given both --target and --target-url, take the one this backend cannot run: check_models
+    # then refuses it with its one line, as it refuses any model the backend cannot take.
+    if "target_url" in flags and (backend == "mlx" or "target" not in flags):
+        if native:  # speculating servers are routed to by name, as drafters are
+            route, root = named_url(flags["target_url"], "target_url")
+            target = ModelSpec(TARGET, "target", "server", root, {"route": route} if route else {})
+        else:
+            target = ModelSpec(TARGET, "target", "server", server_root(flags["target_url"]))
+    elif "target" in flags:
+        target = model_spec(TARGET, "target", flags["target"], "target")
+    elif backend == "vllm":
+        raise ConfigError("target_url", "is required with --backend vllm (e.g. http://gpu-box:8000/v1)")
+    elif local or remote:
+        raise ConfigError("target", "is needed with --draft (or leave out both to use the demo models)")
+    else:
+        demo_target, demo_drafters = demo_model_paths()
+        target = ModelSpec(TARGET, "target", "mlx", str(demo_target))
+        local = tuple(ModelSpec(name, "drafter", "mlx", str(path)) for name, path in demo_drafters.items())
     baseline = server_root(flags["baseline_url"], "baseline_url") if "baseline_url" in flags else None
-    written = [flags["target_url"], *flags.get("draft_url", []), *([flags["baseline_url"]] if baseline else [])]
-    logins = tuple((server_root(url_of(value)), login) for value in written if (login := credentials(url_of(value))))
+    written = [flags.get("target_url"), *flags.get("draft_url", []), flags.get("baseline_url")]
+    logins = tuple((server_root(url_of(v)), login) for v in written if v and (login := credentials(url_of(v))))
     return backend, target, (*remote, *local), VllmOptions(native=native, baseline_url=baseline, logins=logins)
 
 

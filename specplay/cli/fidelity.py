@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from rich.table import Table
 
 from specplay import __version__
 from specplay.backends import blas_warning, open_source, thread_cleanup
+from specplay.backends.capabilities import capabilities_of
 from specplay.cli.configure import comma_floats, given, pairs, run_config
 from specplay.cli.flags import (
     add_backend_flags,
@@ -32,6 +33,7 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import make_console, warn
 from specplay.config.run import RunConfig, check
+from specplay.engine.capabilities import check_supported
 from specplay.engine.settings import AUTO_ROUTE, RULES, AcceptanceRule, RuleName
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError
@@ -156,10 +158,8 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule]
     budgets = parse_budgets(args.budgets)
     config = run_config({"temperature": TEMPERATURE} | flags)
     rules = sweep_rules(sweep_knobs(names, budgets, args.sweep), config.settings.rule_params)
-    if config.backend == "vllm" and names != ["mentored"]:
-        raise ConfigError(
-            "rule", "mentored is the one rule a vLLM server's top-K logprobs can account: use the MLX backend"
-        )
+    for name in names:
+        check_supported(replace(config.settings, rule=name), capabilities_of(config))
     if config.native:
         raise ConfigError("vllm_native", "fixes k and the acceptance rule on the server; fidelity varies the TV budget")
     if config.request.prompt is None:

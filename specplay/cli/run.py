@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from specplay.backends import blas_warning, open_source, thread_cleanup
+from specplay.backends.capabilities import capabilities_of
 from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
 from specplay.cli.flags import (
     add_backend_flags,
@@ -20,6 +21,7 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import json_line, legend, make_console, summary, token_text, warn
 from specplay.config.run import RunConfig, check
+from specplay.engine.capabilities import check_supported
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
 from specplay.errors import ConfigError
@@ -62,6 +64,7 @@ def configure(args: argparse.Namespace) -> RunConfig:
     if config.request.prompt is None:
         raise ConfigError("prompt", "or --prompt-file is required (or --replay SESSION)")
     check(config)
+    check_supported(config.settings, capabilities_of(config))
     if args.samples < 1:
         raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
     return config

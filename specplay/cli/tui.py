@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specplay.backends import blas_warning
+from specplay.backends.capabilities import capabilities_of
 from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
 from specplay.cli.flags import (
     UNSET,
@@ -22,6 +23,7 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import warn
 from specplay.config.run import RunConfig, check
+from specplay.engine.capabilities import check_supported
 from specplay.errors import ConfigError
 from specplay.store import find_session, load_session
 
@@ -66,6 +68,7 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, Path | None]:
     if not config.drafter_names:
         raise ConfigError("draft", "is needed: the playground compares speculative decoding with target-only")
     check(config)
+    check_supported(config.settings, capabilities_of(config))
     return config, opened
 
 

@@ -137,15 +137,6 @@ def check(config: RunConfig) -> None:
     pinned = config.settings.route
     if config.request.mode == "draft" and pinned in names and config.drafter(pinned).kind == "prompt-lookup":
         raise ConfigError("mode", f"draft cannot run on {pinned!r}: prompt lookup only copies, it cannot write alone")
-    if config.backend == "vllm":
-        if config.settings.rule != "mentored":
-            raise ConfigError(
-                "rule",
-                f"{config.settings.rule} needs full distributions to account its TV, and a vLLM server sends "
-                "top-K logprobs: use --rule mentored, or the MLX backend",
-            )
-        if config.settings.counterfactual:
-            raise ConfigError("counterfactual", "routes run on the MLX backend only: drop --counterfactual")
     if config.native:
         if config.settings.tv_budget > 0 or config.settings.policy != "fixed":
             raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {NATIVE_FIXED}")
@@ -169,6 +160,9 @@ def check_models(config: RunConfig) -> None:
     if config.backend == "mlx":
         if any(m.kind == "server" for m in (config.target, *config.drafters)):
             raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
+        if config.vllm.native or config.vllm.baseline_url:
+            flag = "vllm_native" if config.vllm.native else "baseline_url"
+            raise ConfigError(flag, "is for vLLM servers: add --backend vllm, or drop it")
         return
     if config.target.kind != "server":
         raise ConfigError("target", "is for local models; with --backend vllm give --target-url URL")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specplay.engine.settings import MODES, RULES, Mode, RuleName
+from specplay.engine.settings import MODES, RULES, Mode, RuleName, SpecSettings
+from specplay.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +48,16 @@ class Capabilities:
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self) | {"modes": list(self.modes), "rules": list(self.rules)}
+
+
+def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
+    """A rule or counterfactual routes the source cannot judge are refused before a round, at a
+    command's edge as in a running playground."""
+    if settings.rule not in capabilities.rules:
+        raise ConfigError(
+            "rule",
+            f"{settings.rule} needs full distributions to account its TV, and this backend reports only the "
+            f"top-K of each: use {' or '.join(capabilities.rules)}, or the MLX backend",
+        )
+    if settings.counterfactual and not capabilities.counterfactual:
+        raise ConfigError("counterfactual", "routes run on the MLX backend only: turn them off")

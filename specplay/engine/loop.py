@@ -20,7 +20,7 @@ import numpy as np
 
 from specplay.engine.accept import PositionStats, judge, mentored_theta
 from specplay.engine.backend import Backend, Generation, VerifiedDraft
-from specplay.engine.capabilities import Capabilities
+from specplay.engine.capabilities import check_supported
 from specplay.engine.controls import LiveControls, settings_diff
 from specplay.engine.events import (
     ControlEvent,
@@ -40,7 +40,6 @@ from specplay.engine.metrics import Metrics
 from specplay.engine.policies import make_policy
 from specplay.engine.request import Request
 from specplay.engine.router import CodeProseRouter, Router, resolve_route, route_map_for
-from specplay.engine.settings import SpecSettings
 from specplay.engine.source import Clock
 from specplay.errors import ConfigError, ModelError
 
@@ -110,18 +109,6 @@ def check_context(prompt_tokens: int, context_length: int | None) -> None:
             "prompt",
             f"holds {prompt_tokens} tokens, and the target's context is {context_length}: shorten the prompt",
         )
-
-
-def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
-    """A rule or counterfactual routes the backend cannot judge end the run before a round."""
-    if settings.rule not in capabilities.rules:
-        raise ConfigError(
-            "rule",
-            f"{settings.rule} needs full distributions to account its TV, which this backend does not have: "
-            f"use {' or '.join(capabilities.rules)}, or the MLX backend",
-        )
-    if settings.counterfactual and not capabilities.counterfactual:
-        raise ConfigError("counterfactual", "routes run on the MLX backend only: turn them off here")
 
 
 def _stats(verified: VerifiedDraft, i: int) -> PositionStats:

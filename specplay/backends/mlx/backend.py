@@ -13,6 +13,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from specplay.backends.capabilities import MLX
 from specplay.backends.mlx.drafters import (
     EARLY_EXIT,
     MODEL,
@@ -45,7 +46,6 @@ from specplay.backends.mlx.loading import (
 )
 from specplay.backends.prompt_lookup import NgramIndex
 from specplay.engine.backend import Detokenizer
-from specplay.engine.capabilities import Capabilities
 from specplay.errors import ConfigError
 
 TARGET = "target"
@@ -70,7 +70,7 @@ LoadedDrafter = LoadedModel | PromptLookup | LoadedEarlyExit
 class MlxBackend:
     """Models loaded once; each `open_generation` gets fresh caches, so lanes can run side by side."""
 
-    capabilities = Capabilities(top_n=True, scoring=True, counterfactual=True)
+    capabilities = MLX
 
     def __init__(self, target: LoadedModel, drafters: Mapping[str, LoadedDrafter]) -> None:
         self.target = target

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specplay.backends.capabilities import VLLM_INSPECTION
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, connect, tokenize
 from specplay.backends.vllm.detok import RemoteDetokenizer, RemoteTokenizer
@@ -15,7 +16,6 @@ from specplay.backends.vllm.local import LocalDrafter
 from specplay.backends.vllm.remote import RemoteModel
 from specplay.config.urls import server_root
 from specplay.engine.backend import Detokenizer
-from specplay.engine.capabilities import Capabilities
 
 TARGET = "target"
 
@@ -23,8 +23,7 @@ TARGET = "target"
 class VllmBackend:
     """Inspection mode. Connected once; each `open_generation` is an independent sequence."""
 
-    # Wall time here is mostly HTTP round trips and server recomputes, not speculative speed.
-    capabilities = Capabilities(wall_time_is_speed=False, scoring=True, local_token_text=False, rules=("mentored",))
+    capabilities = VLLM_INSPECTION
 
     def __init__(
         self,

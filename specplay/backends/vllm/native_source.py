@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specplay.backends.capabilities import vllm_native
 from specplay.backends.vllm.backend import VllmBackend, connect_vllm_backend
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, tokenize
@@ -37,7 +38,6 @@ from specplay.backends.vllm.protocol import completion_body, stream_choices
 from specplay.backends.vllm.remote import RemoteModel
 from specplay.config.run import NATIVE_FIXED, NATIVE_ROUTE
 from specplay.config.urls import server_root
-from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import (
     DoneEvent,
@@ -147,15 +147,7 @@ class NativeSource:
     ) -> None:
         self.servers, self.baseline = servers, baseline
         self.drafters = tuple(servers)
-        self.capabilities = Capabilities(
-            live_controls=False,
-            fixed_by=NATIVE_FIXED,
-            modes=("speculative", "target") if baseline is not None else ("speculative",),
-            lanes_take_turns=False,
-            local_token_text=False,
-            recolours=True,
-            rules=("mentored",),
-        )
+        self.capabilities = vllm_native(baseline is not None)
         self.router = router or CodeProseRouter()
         self.route_map = route_map_for(self.router, self.drafters, route_map)
         self.clock = clock

@@ -1,0 +1,33 @@
+"""What each backend can do, known before it loads: the checks at a command's edge read the same
+records the running sources report, so a run is refused in one line before any model work."""
+
+from __future__ import annotations
+
+from specplay.config.run import NATIVE_FIXED, RunConfig
+from specplay.engine.capabilities import Capabilities
+
+MLX = Capabilities(top_n=True, scoring=True, counterfactual=True)
+
+VLLM_INSPECTION = Capabilities(wall_time_is_speed=False, scoring=True, local_token_text=False, rules=("mentored",))
+"""Wall time is mostly HTTP round trips and server recomputes, not speculative speed; top-K
+logprobs account mentored decoding's TV and no other rule's."""
+
+
+def vllm_native(baseline: bool) -> Capabilities:
+    """Speculating servers: they fix k, the rule and their drafter, stream each lane in its own
+    time, and report their own account at the end; target-only runs on a baseline server."""
+    return Capabilities(
+        live_controls=False,
+        fixed_by=NATIVE_FIXED,
+        modes=("speculative", "target") if baseline else ("speculative",),
+        lanes_take_turns=False,
+        local_token_text=False,
+        recolours=True,
+        rules=("mentored",),
+    )
+
+
+def capabilities_of(config: RunConfig) -> Capabilities:
+    if config.backend == "mlx":
+        return MLX
+    return vllm_native(config.vllm.baseline_url is not None) if config.vllm.native else VLLM_INSPECTION
