@@ -138,3 +138,19 @@ def test_ctrl_c_stops_at_a_round_and_keeps_the_session(tiny: TinyModels, tmp_pat
     session = load_session(next(tmp_path.glob("*.jsonl")))
     assert session.main.done is not None and session.main.done.finish_reason == "cancelled"
     assert session.main.token_ids and not session.complete  # the target-only lane never ran
+
+
+def test_older_sessions_say_what_their_source_could_do() -> None:
+    from specplay.config.capabilities import MLX, VLLM_INSPECTION, vllm_native
+    from specplay.store.codec import capabilities_from_header
+
+    # Before the record: the backend the header names says it, through the same records.
+    assert capabilities_from_header({"backend": {"backend": "mlx"}}) == MLX
+    assert capabilities_from_header({}) == MLX
+    assert capabilities_from_header({"backend": {"backend": "vllm"}}) == VLLM_INSPECTION
+    native = capabilities_from_header({"backend": {"backend": "vllm", "mode": "native"}})
+    assert native == vllm_native(baseline=True) and native.server_judges and not native.live_controls
+    # The first record's spelling of server_judges.
+    first = vllm_native(baseline=False).to_record()
+    first["recolours"] = first.pop("server_judges")
+    assert capabilities_from_header({"capabilities": first}) == vllm_native(baseline=False)

@@ -144,10 +144,10 @@ def test_the_tape_fills_in_drafted_texts_a_server_sends_later() -> None:
 def test_native_stats_say_what_a_sampled_servers_acceptance_measures() -> None:
     from specplay.engine.events import ControlEvent, StartEvent
     from specplay.engine.settings import SamplingParams, SpecSettings
-    from specplay.ui.widgets.stats_view import NATIVE_SAMPLED, native_stats
+    from specplay.ui.widgets.stats_view import NATIVE_SAMPLED, server_account_stats
 
     tally = LaneTally()
     tally.add(StartEvent("speculative", None, None, (1,), 0, SpecSettings(sampling=SamplingParams(0.0))), 0.0)
-    assert NATIVE_SAMPLED not in str(native_stats(tally, None))  # greedy: draft sampling does not matter
+    assert NATIVE_SAMPLED not in str(server_account_stats(tally, None))  # greedy: draft sampling does not matter
     tally.add(ControlEvent(3, (("temperature", 0.0, 0.7),)), 0.1)
-    assert tally.temperature == 0.7 and NATIVE_SAMPLED in str(native_stats(tally, None))
+    assert tally.temperature == 0.7 and NATIVE_SAMPLED in str(server_account_stats(tally, None))

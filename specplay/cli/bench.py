@@ -16,7 +16,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specplay import __version__
 from specplay.backends import blas_warning, open_source, thread_cleanup
-from specplay.backends.capabilities import capabilities_of
 from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
 from specplay.bench.stats import needs_more_repeats
@@ -25,6 +24,7 @@ from specplay.cli.configure import comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags
 from specplay.cli.render import warn
 from specplay.cli.shown import shown_command
+from specplay.config.capabilities import capabilities_of
 from specplay.config.run import check_models
 from specplay.data.library import Prompt
 from specplay.engine.capabilities import check_supported

@@ -22,7 +22,6 @@ from rich.table import Table
 
 from specplay import __version__
 from specplay.backends import blas_warning, open_source, thread_cleanup
-from specplay.backends.capabilities import capabilities_of
 from specplay.cli.configure import comma_floats, given, pairs, run_config
 from specplay.cli.flags import (
     add_backend_flags,
@@ -32,6 +31,7 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import make_console, warn
+from specplay.config.capabilities import capabilities_of
 from specplay.config.run import RunConfig, check
 from specplay.engine.capabilities import check_supported
 from specplay.engine.settings import AUTO_ROUTE, RULES, AcceptanceRule, RuleName

@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.text import Text
 
 from specplay.backends import blas_warning, open_source, thread_cleanup
-from specplay.backends.capabilities import capabilities_of
 from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
 from specplay.cli.flags import (
     add_backend_flags,
@@ -20,6 +19,7 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import json_line, legend, make_console, summary, token_text, warn
+from specplay.config.capabilities import capabilities_of
 from specplay.config.run import RunConfig, check
 from specplay.engine.capabilities import check_supported
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
@@ -114,7 +114,7 @@ def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> in
             request = Request(spec.prompt, token_ids, spec.mode, seed, spec.max_tokens, spec.ignore_eos)
             if not args.json and args.samples > 1:
                 console.print(f"--- sample seed {seed} ---", style="dim")
-            printer = _Printer(console, live=not args.json and not caps.recolours)
+            printer = _Printer(console, live=not args.json and not caps.server_judges)
             result = run_sample(
                 thread, source, config, request, printer.take, args.save, not args.no_baseline, identity, _stopping
             )
@@ -122,7 +122,7 @@ def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> in
                 session = str(result.session) if result.session else None
                 print(json_line(result.main, result.baseline, session), flush=True)
             else:
-                _finish(console, result, caps.wall_time_is_speed, caps.recolours)
+                _finish(console, result, caps.wall_time_is_speed, caps.server_judges)
             if result.cancelled:
                 return 130
     except KeyboardInterrupt:
@@ -156,9 +156,9 @@ class _Printer:
             self.console.print(f"[{', '.join(f'{n}={new}' for n, _, new in event.changes)}]", style="dim", end="")
 
 
-def _finish(console: Console, result: SampleRun, speed_measured: bool, recolours: bool) -> None:
+def _finish(console: Console, result: SampleRun, speed_measured: bool, server_judges: bool) -> None:
     """The text (printed now if its colours were only final at the end), then the stats lines."""
-    if recolours:
+    if server_judges:
         console.print(Text().join(token_text(token) for token in result.main.tokens))
     else:
         sys.stdout.flush()

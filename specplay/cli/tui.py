@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from specplay.backends import blas_warning
-from specplay.backends.capabilities import capabilities_of
 from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
 from specplay.cli.flags import (
     UNSET,
@@ -22,6 +21,7 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import warn
+from specplay.config.capabilities import capabilities_of
 from specplay.config.run import RunConfig, check
 from specplay.engine.capabilities import check_supported
 from specplay.errors import ConfigError

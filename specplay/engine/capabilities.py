@@ -31,9 +31,10 @@ class Capabilities:
     local_token_text: bool = True
     """`token_text` answers from a tokenizer on this machine. False: a token not seen before is a
     request to a server, which a view must not wait for."""
-    recolours: bool = False
-    """Token sources are a guess until the run ends, when a RecolourEvent corrects them: a printed
-    transcript waits for it (a live view recolours)."""
+    server_judges: bool = False
+    """A server speculates and judges by itself: token sources are a guess until the run ends,
+    when a RecolourEvent corrects them and the server's own account arrives (a printed transcript
+    waits for it; views show that account, as the rounds carry no judged positions)."""
 
     rules: tuple[RuleName, ...] = RULES
     """The acceptance rules it can judge: the relaxed ones beside mentored decoding need full

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from specplay.config.capabilities import MLX, VLLM_INSPECTION, vllm_native
 from specplay.config.run import RequestSpec
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
@@ -112,19 +113,18 @@ def decode_event(kind: str, data: Any, where: str = "event") -> Event | None:
 
 
 def capabilities_from_header(header: Mapping[str, Any]) -> Capabilities:
-    """What the session's source could do; sessions older than the record are judged by their backend."""
+    """What the session's source could do. Sessions older than the record name only their
+    backend, which says as much; sessions of the first record spelt one field `recolours`."""
     record = header.get("capabilities")
     if record is not None:
+        if "recolours" in record:
+            record = {key: value for key, value in record.items() if key != "recolours"}
+            record["server_judges"] = header["capabilities"]["recolours"]
         return build(Capabilities, record, "header.capabilities")
     backend = header.get("backend") or {}
-    remote = backend.get("backend") == "vllm"
-    native = remote and backend.get("mode") == "native"
-    return Capabilities(
-        live_controls=not native,
-        wall_time_is_speed=native or not remote,
-        lanes_take_turns=not native,
-        recolours=native,
-    )
+    if backend.get("backend") != "vllm":
+        return MLX
+    return vllm_native(baseline=True) if backend.get("mode") == "native" else VLLM_INSPECTION
 
 
 def request_record(request: RequestSpec, route_map: Mapping[str, str], **about: Any) -> dict[str, Any]:

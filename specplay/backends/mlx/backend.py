@@ -13,7 +13,6 @@ from typing import Any
 
 import mlx.core as mx
 
-from specplay.backends.capabilities import MLX
 from specplay.backends.mlx.drafters import (
     EARLY_EXIT,
     MODEL,
@@ -45,6 +44,7 @@ from specplay.backends.mlx.loading import (
     vocab_table,
 )
 from specplay.backends.prompt_lookup import NgramIndex
+from specplay.config.capabilities import MLX
 from specplay.engine.backend import Detokenizer
 from specplay.errors import ConfigError
 

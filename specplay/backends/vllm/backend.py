@@ -6,7 +6,6 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specplay.backends.capabilities import VLLM_INSPECTION
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, connect, tokenize
 from specplay.backends.vllm.detok import RemoteDetokenizer, RemoteTokenizer
@@ -14,6 +13,7 @@ from specplay.backends.vllm.errors import VllmError
 from specplay.backends.vllm.generation import Strategy, VllmGeneration
 from specplay.backends.vllm.local import LocalDrafter
 from specplay.backends.vllm.remote import RemoteModel
+from specplay.config.capabilities import VLLM_INSPECTION
 from specplay.config.urls import server_root
 from specplay.engine.backend import Detokenizer
 

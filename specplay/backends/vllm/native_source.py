@@ -18,7 +18,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specplay.backends.capabilities import vllm_native
 from specplay.backends.vllm.backend import VllmBackend, connect_vllm_backend
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, tokenize
@@ -36,6 +35,7 @@ from specplay.backends.vllm.native import (
 )
 from specplay.backends.vllm.protocol import completion_body, stream_choices
 from specplay.backends.vllm.remote import RemoteModel
+from specplay.config.capabilities import vllm_native
 from specplay.config.run import NATIVE_FIXED, NATIVE_ROUTE
 from specplay.config.urls import server_root
 from specplay.engine.controls import LiveControls

@@ -30,7 +30,7 @@ from specplay.ui.widgets.plots import Plots
 from specplay.ui.widgets.stats_view import (
     NO_BASELINE,
     counterfactual_stats,
-    native_stats,
+    server_account_stats,
     speculative_stats,
     target_stats,
 )
@@ -197,8 +197,8 @@ class PlaygroundScreen(Screen[None]):
         caps = playground.opened.capabilities if playground.opened is not None else playground.capabilities
         baseline = target if "target" in lanes and caps.wall_time_is_speed else None
         lane = self.query_one("#speculative", LaneView)
-        if caps.recolours:  # a server speculating by itself: its own account, measured against a baseline
-            lane.set_stats(native_stats(spec, compare(spec, baseline) if baseline else None))
+        if caps.server_judges:  # the server's own account, measured against a baseline
+            lane.set_stats(server_account_stats(spec, compare(spec, baseline) if baseline else None))
         else:
             lane.set_stats(speculative_stats(spec, compare(spec, baseline), remote=not caps.wall_time_is_speed))
         if DRAFT_LANE in lanes:

@@ -130,7 +130,7 @@ class ControlsPanel(VerticalScroll):
         switch = self.query_one("#counterfactual", Switch)
         switch.disabled = not counterfactual
         if not counterfactual:
-            switch.tooltip = "counterfactual routes run on the MLX backend only"
+            switch.tooltip = "this backend cannot judge other drafters' proposals: counterfactual routes run on MLX"
 
     def show_counterfactual(self, text: str) -> None:
         if text != self._counterfactual_shown:  # an update re-lays the panel out: not every frame

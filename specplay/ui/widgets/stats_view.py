@@ -88,9 +88,10 @@ NATIVE_SAMPLED = (
 )
 
 
-def native_stats(tally: LaneTally, comparison: Comparison | None) -> Content:
-    """vLLM speculating on its own GPU: tokens/s is real speed (the server's streaming), the
-    acceptance numbers are the server's once the run ends (exact), the chunk-size guess before."""
+def server_account_stats(tally: LaneTally, comparison: Comparison | None) -> Content:
+    """A server that speculates and judges by itself (vLLM's native mode): tokens/s is real speed
+    (the server's streaming), the acceptance numbers are the server's once the run ends (exact),
+    the chunk-size guess before."""
     server = tally.server or {}
     spec = server.get("speculative_decoding") or {}
     exact = "mean_acceptance_length" in spec

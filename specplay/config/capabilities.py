@@ -22,7 +22,7 @@ def vllm_native(baseline: bool) -> Capabilities:
         modes=("speculative", "target") if baseline else ("speculative",),
         lanes_take_turns=False,
         local_token_text=False,
-        recolours=True,
+        server_judges=True,
         rules=("mentored",),
     )
 
