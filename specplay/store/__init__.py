@@ -1,6 +1,7 @@
 """Session files: one run, its lanes and every event, kept so runs can be compared and shown."""
 
-from specplay.store.format import SCHEMA_VERSION, LaneRecord, Session, SessionError, load_session
+from specplay.store.codec import SCHEMA_VERSION
+from specplay.store.format import LaneRecord, Session, SessionError, load_session
 from specplay.store.location import find_session, list_session_files, sessions_dir
 from specplay.store.writer import SessionWriter
 

@@ -1,4 +1,5 @@
-"""The session record, both ways: engine events to JSON records and back, and the request record.
+"""The session record, both ways: the header, engine events, the request record and token texts,
+to JSON records and back.
 
 Events hold plain values, so a record's data is `dataclasses.asdict` of its event. Reading
 rebuilds the frozen event through its declared types (schema.py): fields a newer specplay added
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from specplay import __version__
 from specplay.config.capabilities import MLX, VLLM_INSPECTION, vllm_native
 from specplay.config.run import RequestSpec
 from specplay.engine.capabilities import Capabilities
@@ -25,6 +27,8 @@ from specplay.engine.events import (
     StepEvent,
 )
 from specplay.store.schema import build
+
+SCHEMA_VERSION = 1
 
 KINDS: dict[type, str] = {
     StartEvent: "start",
@@ -143,3 +147,84 @@ def request_record(request: RequestSpec, route_map: Mapping[str, str], **about: 
 
 def request_from_record(record: Mapping[str, Any], prompt: str) -> RequestSpec:
     return replace(build(RequestSpec, {**record, "prompt": prompt}, "header.request"), prompt=prompt)
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """The shape of one model's identity that readers rely on."""
+
+    source: str = "?"
+    path: str | None = None
+    backend: str | None = None
+    route: str | None = None
+    weights_sha256: str | None = None
+    weights_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendRecord:
+    """The shape of what a source said of itself that readers rely on."""
+
+    models: dict[str, ModelRecord] = field(default_factory=dict)
+    backend: str | None = None
+    mode: str | None = None
+
+
+@dataclass(frozen=True)
+class Header:
+    """The header record's shape (the session keeps the record itself as read)."""
+
+    schema_version: int
+    prompt: str
+    prompt_token_ids: tuple[int, ...]
+    lanes: tuple[str, ...]
+    backend: BackendRecord = field(default_factory=BackendRecord)
+    request: dict[str, Any] = field(default_factory=dict)
+    capabilities: Capabilities | None = None
+    created: str | None = None
+    specplay_version: str | None = None
+
+
+def header_record(
+    prompt: str,
+    prompt_token_ids: list[int],
+    lanes: list[str],
+    backend: dict[str, Any],
+    request: dict[str, Any],
+    capabilities: Capabilities,
+    created: str,
+) -> dict[str, Any]:
+    """A session's first record: the prompt, the lanes, what ran them and the request."""
+    return {
+        "type": "header",
+        "schema_version": SCHEMA_VERSION,
+        "specplay_version": __version__,
+        "created": created,
+        "prompt": prompt,
+        "prompt_token_ids": list(prompt_token_ids),
+        "lanes": lanes,
+        "backend": backend,
+        "capabilities": capabilities.to_record(),
+        "request": request,
+    }
+
+
+def check_header(record: Mapping[str, Any]) -> Header:
+    """The header's shape, its request record's and its route map's; a SchemaError names the field."""
+    header = build(Header, record, "header")
+    request_from_record(header.request, header.prompt)
+    build(dict[str, str], header.request.get("route_map") or {}, "header.request.route_map")
+    return header
+
+
+def texts_record(texts: Mapping[int, str]) -> dict[str, Any]:
+    """The texts of drafted and candidate tokens, as a session records them."""
+    return {"type": "texts", "texts": {str(token_id): text for token_id, text in texts.items()}}
+
+
+def texts_from_record(record: Mapping[str, Any]) -> dict[int, str]:
+    """A texts record's pairs; entries of the wrong shape say nothing and are skipped."""
+    texts = record.get("texts")
+    if not isinstance(texts, dict):
+        return {}
+    return {int(k): v for k, v in texts.items() if k.isascii() and k.isdigit() and isinstance(v, str)}

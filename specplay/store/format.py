@@ -37,10 +37,9 @@ from specplay.engine.events import (
 from specplay.engine.settings import SpecSettings
 from specplay.engine.speedup import measured_speedup
 from specplay.errors import SpecplayError
-from specplay.store.codec import capabilities_from_header, decode_event, request_from_record
-from specplay.store.schema import SchemaError, build
+from specplay.store.codec import SCHEMA_VERSION, capabilities_from_header, check_header, decode_event, texts_from_record
+from specplay.store.schema import SchemaError
 
-SCHEMA_VERSION = 1
 SUFFIX = ".jsonl"
 SESSION_START = b'{"type": "header"'
 """How every session file begins (the writer puts the header first, its type first)."""
@@ -134,9 +133,8 @@ class Session:
         for lane in self.lanes.values():
             texts.update((t.token_id, t.text) for t in lane.tokens if t.text)
         for record in self.records:
-            if record["type"] == "texts" and isinstance(record.get("texts"), dict):
-                pairs = record["texts"].items()
-                texts.update((int(k), v) for k, v in pairs if k.isascii() and k.isdigit() and isinstance(v, str))
+            if record["type"] == "texts":
+                texts.update(texts_from_record(record))
         return texts
 
     @property
@@ -160,42 +158,6 @@ class Session:
         """The target-only lane run beside a speculative one, if any."""
         lane = self.lanes.get("target")
         return lane if lane is not None and lane is not self.main else None
-
-
-@dataclass(frozen=True)
-class ModelRecord:
-    """The shape of one model's identity that readers rely on."""
-
-    source: str = "?"
-    path: str | None = None
-    backend: str | None = None
-    route: str | None = None
-    weights_sha256: str | None = None
-    weights_hash: str | None = None
-
-
-@dataclass(frozen=True)
-class BackendRecord:
-    """The shape of what a source said of itself that readers rely on."""
-
-    models: dict[str, ModelRecord] = field(default_factory=dict)
-    backend: str | None = None
-    mode: str | None = None
-
-
-@dataclass(frozen=True)
-class Header:
-    """The header record's shape (the session keeps the record itself as read)."""
-
-    schema_version: int
-    prompt: str
-    prompt_token_ids: tuple[int, ...]
-    lanes: tuple[str, ...]
-    backend: BackendRecord = field(default_factory=BackendRecord)
-    request: dict[str, Any] = field(default_factory=dict)
-    capabilities: Capabilities | None = None
-    created: str | None = None
-    specplay_version: str | None = None
 
 
 def _parse_line(path: Path, number: int, line: str, last: bool) -> dict[str, Any] | None:
@@ -241,9 +203,7 @@ def load_session(path: Path) -> Session:
             "upgrade specplay to open it"
         )
     try:
-        checked = build(Header, header, "header")
-        request_from_record(checked.request, checked.prompt)
-        build(dict[str, str], checked.request.get("route_map") or {}, "header.request.route_map")
+        checked = check_header(header)
     except SchemaError as error:
         raise SessionError(f"session {path} is corrupt: {error}") from None
     names = checked.lanes

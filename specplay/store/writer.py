@@ -17,11 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specplay import __version__
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event, RoundEvent
-from specplay.store.codec import event_record
-from specplay.store.format import SCHEMA_VERSION, SUFFIX, SessionError
+from specplay.store.codec import event_record, header_record, texts_record
+from specplay.store.format import SUFFIX, SessionError
 
 # json.dumps escapes "\n" and the C0 controls; these other Unicode line boundaries it leaves raw,
 # and a reader splitting lines on them would tear the record apart.
@@ -75,18 +74,8 @@ class SessionWriter:
         self._token_text = token_text
         self._known_texts: set[int] = set()
         self._lines: list[str] = []
-        header = {
-            "type": "header",
-            "schema_version": SCHEMA_VERSION,
-            "specplay_version": __version__,
-            "created": now.isoformat(timespec="seconds"),
-            "prompt": prompt,
-            "prompt_token_ids": list(prompt_token_ids),
-            "lanes": lanes,
-            "backend": backend,
-            "capabilities": capabilities.to_record(),
-            "request": request,
-        }
+        created = now.isoformat(timespec="seconds")
+        header = header_record(prompt, prompt_token_ids, lanes, backend, request, capabilities, created)
         try:
             self._write(header)
         except SessionError:  # not even a header: leave no empty session behind
@@ -120,7 +109,7 @@ class SessionWriter:
         if not new or self._token_text is None:
             return
         self._known_texts.update(new)
-        self._write({"type": "texts", "texts": {str(token_id): self._token_text(token_id) for token_id in new}})
+        self._write(texts_record({token_id: self._token_text(token_id) for token_id in new}))
 
     def finalize(self) -> Path:
         """Mark the session complete, atomically; if that cannot be written, the session stays as
