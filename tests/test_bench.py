@@ -36,10 +36,11 @@ def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
     ]
     configs.append(BenchConfig("k=4", "k"))
     spec = {"route": "d", "num_spec_steps": 16, "num_draft_tokens": 64, "num_accepted_draft_tokens": 15}
-    # 30 judged positions per request; 64 drafted tokens in 64 ms against a ~9.1 ms target step
+    # 30 judged positions per request; 64 drafted tokens in 64 ms against a 9 ms target step (the
+    # target-only requests' median mean step, not their tokens/s: one yardstick with the playground)
     spec |= {"num_judged_draft_tokens": 30, "draft_ms": 64.0, "verify_ms": 160.0, "overhead_ms": 16.0}
     spec |= {"draft_lengths": [4] * 16, "drafted_per_position": [16, 8, 8, 8], "accepted_per_position": [6, 4, 3, 2]}
-    measurements = [_m("target-only", 100.0), _m("target-only", 120.0), _m("target-only", 110.0)]
+    measurements = [_m("target-only", t, mean_step_ms=ms) for t, ms in ((100.0, 10.0), (120.0, 8.0), (110.0, 9.5))]
     measurements += [_m("draft-only d", 1000.0), _m("k=4", 150.0, **spec), _m("k=4", 170.0, **spec)]
     rows = {r.config: r for r in build_rows(configs, measurements)}
     target, spec_row = rows["target-only"], rows["k=4"]
@@ -49,10 +50,11 @@ def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
     assert spec_row.mean_acceptance_length == pytest.approx(1 + 30 / 32) and spec_row.rounds_per_request == 16
     assert spec_row.acceptance_per_position == [0.375, 0.5, 0.375, 0.25]
     # the playground's definitions: alpha = accepted / judged, c = drafted token time / target step
-    assert spec_row.alpha == pytest.approx(0.5) and spec_row.cost_ratio == pytest.approx(1.0 / (1000 / 110))
-    assert spec_row.predicted_speedup == pytest.approx(predicted_speedup(0.5, 4, 110 / 1000))
-    # each round verifies in 10 ms and spends 1 ms on the host: 1.1 and 0.11 target steps
-    costed = spec_row.predicted_speedup * (4 * 0.11 + 1) / (4 * 0.11 + 1.1 + 0.11)
+    assert spec_row.alpha == pytest.approx(0.5) and spec_row.cost_ratio == pytest.approx(1.0 / 9.5)
+    assert spec_row.predicted_speedup == pytest.approx(predicted_speedup(0.5, 4, 1 / 9.5))
+    # each round verifies in 10 ms and spends 1 ms on the host: 10 / 9.5 and 1 / 9.5 target steps
+    c = 1 / 9.5
+    costed = spec_row.predicted_speedup * (4 * c + 1) / (4 * c + 10 * c + c)
     assert spec_row.costed_speedup == pytest.approx(costed)
 
 

@@ -236,3 +236,13 @@ def test_greedy_lossless_verification_from_the_argmax_alone_matches_the_full_com
         assert lane.verify(draft, greedy, AcceptanceRule(), [0.3] * 5, 0.7, top_n=5) == fast
         lane.target.trim_to(committed)
         lane.drafters[drafter].trim_to(committed)
+
+
+def test_a_target_only_lane_reports_its_mean_step_the_yardstick_of_predictions(backend: MlxBackend) -> None:
+    from specplay.engine.events import DoneEvent, StepEvent
+
+    events = run(backend, CODE_PROMPT, mode="target", max_tokens=12)
+    steps = [e.step_ms for e in events if isinstance(e, StepEvent)]
+    assert len(steps) == 12 and done(events).metrics["mean_step_ms"] == pytest.approx(sum(steps) / 12)
+    assert done(run(backend, CODE_PROMPT, k=2, max_tokens=8)).metrics["mean_step_ms"] is None
+    assert isinstance(events[-1], DoneEvent)

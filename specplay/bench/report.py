@@ -12,7 +12,13 @@ from typing import Any
 
 from specplay.bench.stats import median
 from specplay.bench.sweep import ROUTER_CHECK, BenchConfig, Measurement
-from specplay.engine.speedup import measured_speedup, predict, predict_modelled
+from specplay.engine.speedup import (
+    draft_acceptance_rate,
+    mean_acceptance_length,
+    measured_speedup,
+    predict,
+    predict_modelled,
+)
 
 
 @dataclass
@@ -54,13 +60,13 @@ _SUMMED = (
 )
 
 
-def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, remote: bool) -> None:
+def _spec_row(row: Row, runs: Sequence[Measurement], target_step_ms: float | None, remote: bool) -> None:
     totals = {name: sum(getattr(m, name) for m in runs) for name in _SUMMED}
     steps, drafted, accepted = totals["num_spec_steps"], totals["num_draft_tokens"], totals["num_accepted_draft_tokens"]
     if not steps:
         return
-    row.draft_acceptance_rate = accepted / drafted if drafted else None  # None: no round drafted
-    row.mean_acceptance_length = 1 + accepted / steps
+    row.draft_acceptance_rate = draft_acceptance_rate(accepted, drafted)  # None: no round drafted
+    row.mean_acceptance_length = mean_acceptance_length(accepted, steps)
     row.rounds_per_request = steps / len(runs)
     width = max(len(m.drafted_per_position) for m in runs)
     per_drafted = [
@@ -73,7 +79,7 @@ def _spec_row(row: Row, runs: Sequence[Measurement], target_tps: float | None, r
     # leaving out the zeros trims the tail and keeps every index.
     row.acceptance_per_position = [a / d for a, d in zip(per_accepted, per_drafted, strict=True) if d]
     # Through vLLM the speculative lane's times are HTTP round trips: modelled as run and the playground do.
-    prediction = predict_modelled(totals) if remote else predict(totals, 1000 / target_tps if target_tps else None)
+    prediction = predict_modelled(totals) if remote else predict(totals, target_step_ms)
     row.alpha, row.cost_ratio = prediction.alpha, prediction.cost_ratio
     row.predicted_speedup, row.costed_speedup = prediction.speedup, prediction.costed_speedup
 
@@ -91,6 +97,8 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
             for c in configs
         }
         target_tps = tps.get("target-only")
+        target_runs = cells[(category, temperature, "target-only")]
+        target_step_ms = median([m.mean_step_ms for m in target_runs if m.mean_step_ms])
         for config in configs:
             runs = cells[(category, temperature, config.label)]
             if not runs or config.group == ROUTER_CHECK:  # an accuracy, reported apart (router_report)
@@ -110,7 +118,7 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
             if theirs and row.tokens_per_s:
                 row.vs_mlx_lm = row.tokens_per_s / theirs
             if config.mode == "speculative":
-                _spec_row(row, runs, target_tps, remote)
+                _spec_row(row, runs, target_step_ms, remote)
             rows.append(row)
     return rows
 

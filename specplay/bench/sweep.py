@@ -40,6 +40,8 @@ class Measurement:
     num_tokens: int
     e2e_ms: float
     tokens_per_s: float | None
+    mean_step_ms: float | None = None
+    """Target-only and draft-only requests: one step's mean time."""
     num_spec_steps: int = 0
     num_draft_tokens: int = 0
     num_accepted_draft_tokens: int = 0
@@ -112,6 +114,7 @@ def measure(execute: Execute, config: BenchConfig, prompt: Prompt, temperature: 
         num_tokens=metrics["num_tokens"],
         e2e_ms=result["e2e_ms"],
         tokens_per_s=metrics["tokens_per_s"],
+        mean_step_ms=metrics.get("mean_step_ms"),
         num_spec_steps=metrics["num_spec_steps"] or 0,
         num_draft_tokens=metrics["num_draft_tokens"] or 0,
         num_accepted_draft_tokens=metrics["num_accepted_draft_tokens"] or 0,

@@ -393,7 +393,9 @@ class _Run:
                 done_at = self._now()
                 if tokens:
                     self.metrics.add_tokens([source], done_at)
-                    yield StepEvent(token_index, self.route, tokens[0], 1000 * (done_at - start))
+                    step = StepEvent(token_index, self.route, tokens[0], 1000 * (done_at - start))
+                    self.metrics.add_step(step)
+                    yield step
                 if finish:
                     return finish
         finally:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from specplay.engine.events import RoundEvent, Source
+from specplay.engine.events import RoundEvent, Source, StepEvent
+from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, mean_step_ms
 
 
 class Metrics:
@@ -28,6 +29,9 @@ class Metrics:
         self.routed_accepted: list[int] = []
         self.counterfactual_ms = 0.0
         self.draft_ms = self.verify_ms = self.overhead_ms = 0.0
+        self.num_steps = 0
+        self.step_ms = 0.0
+        """Target-only and draft-only lanes: their steps and the time those took."""
         self.num_tokens = 0
         self.start_s: float | None = None
         self.first_token_s: float | None = None
@@ -64,6 +68,10 @@ class Metrics:
         self.verify_ms += event.verify_ms
         self.overhead_ms += event.overhead_ms
 
+    def add_step(self, event: StepEvent) -> None:
+        self.num_steps += 1
+        self.step_ms += event.step_ms
+
     def add_counterfactuals(self, event: RoundEvent) -> None:
         self.counterfactual_rounds.append(event.index)
         self.routed_accepted.append(event.num_accepted)
@@ -80,10 +88,13 @@ class Metrics:
         if not self.counterfactual_rounds:
             return {"counterfactual": None, "route_regret": None}
         by_drafter = {
-            name: {"mean_acceptance_length": 1 + sum(lengths) / len(lengths), "accepted_length_per_round": lengths}
+            name: {
+                "mean_acceptance_length": mean_acceptance_length(sum(lengths), len(lengths)),
+                "accepted_length_per_round": lengths,
+            }
             for name, lengths in self.accepted_by_drafter.items()
         }
-        routed = 1 + sum(self.routed_accepted) / len(self.routed_accepted)
+        routed = mean_acceptance_length(sum(self.routed_accepted), len(self.routed_accepted))
         best = max(entry["mean_acceptance_length"] for entry in by_drafter.values())
         return {
             "counterfactual": by_drafter,
@@ -120,8 +131,8 @@ class Metrics:
             "num_draft_tokens": drafted if spec else None,
             "num_accepted_draft_tokens": self.num_accepted_draft_tokens if spec else None,
             "num_judged_draft_tokens": self.num_judged_draft_tokens if spec else None,
-            "mean_acceptance_length": (1 + self.num_accepted_draft_tokens / steps) if spec and steps else None,
-            "draft_acceptance_rate": (self.num_accepted_draft_tokens / drafted) if spec and drafted else None,
+            "mean_acceptance_length": mean_acceptance_length(self.num_accepted_draft_tokens, steps) if spec else None,
+            "draft_acceptance_rate": draft_acceptance_rate(self.num_accepted_draft_tokens, drafted) if spec else None,
             "acceptance_per_position": self.acceptance_per_position() if spec else None,
             "num_drafted_per_position": list(self.drafted_per_position) if spec else None,
             "num_accepted_per_position": list(self.accepted_per_position) if spec else None,
@@ -129,4 +140,5 @@ class Metrics:
             "draft_ms": self.draft_ms if spec else None,
             "verify_ms": self.verify_ms if spec else None,
             "overhead_ms": self.overhead_ms if spec else None,
+            "mean_step_ms": None if spec else mean_step_ms(self.step_ms, self.num_steps),
         } | self.counterfactual()

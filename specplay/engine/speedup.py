@@ -1,4 +1,5 @@
-"""How fast speculation should be: α, the cost ratio c and the predicted speedup, defined once.
+"""How fast speculation should be: α, the acceptance numbers, the cost ratio c and the predicted
+speedup, defined once.
 
 The playground, `run`, `bench`, `fidelity` and exports all predict from a speculative lane's
 metrics (the engine's names, metrics.py) through `predict`: the same counts and times give the
@@ -19,6 +20,23 @@ def alpha(num_accepted: float, num_judged: float) -> float | None:
     this is α's maximum-likelihood estimate. Positions after a rejection were never tried: the
     draft acceptance rate (accepted over drafted) counts them and underestimates α."""
     return num_accepted / num_judged if num_judged else None
+
+
+def mean_acceptance_length(num_accepted: float, num_rounds: float) -> float | None:
+    """Tokens a round commits on average: its accepted drafts, plus the one token (corrected or
+    bonus) every round ends with."""
+    return 1 + num_accepted / num_rounds if num_rounds else None
+
+
+def draft_acceptance_rate(num_accepted: float, num_drafted: float) -> float | None:
+    """Accepted over drafted positions, as vLLM reports it (below α: see `alpha`)."""
+    return num_accepted / num_drafted if num_drafted else None
+
+
+def mean_step_ms(total_step_ms: float, num_steps: int) -> float | None:
+    """One target step, the yardstick of c and the predicted speedup: the mean step time of a
+    target-only lane run beside the speculative one (its StepEvents' step_ms)."""
+    return total_step_ms / num_steps if num_steps else None
 
 
 def measured_speedup(tokens_per_s: float | None, target_tokens_per_s: float | None) -> float | None:

@@ -24,6 +24,7 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.settings import KNOB_SYMBOLS, KNOBS, AcceptanceRule, Mode, RuleName, RuleParams, SpecSettings
 from specplay.engine.source import EventSource
+from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length
 from specplay.errors import ConfigError, SpecplayError
 from specplay.store.files import free_path, write_output
 from specplay.store.format import LaneRecord
@@ -294,10 +295,12 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
         mode=spec.mode,
         tv_budget=rule.tv_budget if rule is not None and rule.name == "mentored" else None,
         num_samples=len(samples),
-        draft_acceptance_rate=_ratio(accepted, _total(samples, "num_draft_tokens")) if speculative else None,
-        mean_acceptance_length=(
-            1 + accepted / steps if speculative and (steps := _total(samples, "num_spec_steps")) else None
-        ),
+        draft_acceptance_rate=draft_acceptance_rate(accepted, _total(samples, "num_draft_tokens"))
+        if speculative
+        else None,
+        mean_acceptance_length=mean_acceptance_length(accepted, _total(samples, "num_spec_steps"))
+        if speculative
+        else None,
         tokens_per_s=median(s.tokens_per_s for s in scored),
         log_likelihood_per_token=log_likelihood,
         log_likelihood_se=se,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent
+from specplay.engine.speedup import mean_step_ms
 from specplay.store.diff import TokenDiff, token_diff
 from specplay.store.format import LaneRecord
 
@@ -160,7 +161,7 @@ def step_times_ms(lane: LaneRecord) -> list[tuple[int, float]]:
     return out
 
 
-def mean_step_ms(lane: LaneRecord) -> float | None:
+def target_step_ms(lane: LaneRecord) -> float | None:
     """A target-only lane's mean step time: the yardstick the playground predicts with."""
     steps = [event.step_ms for event in lane.events if isinstance(event, StepEvent)]
-    return sum(steps) / len(steps) if steps else None
+    return mean_step_ms(sum(steps), len(steps))

@@ -13,7 +13,7 @@ from typing import Any
 
 from specplay.engine.settings import GROUPS
 from specplay.engine.speedup import measured_speedup, predict, predict_modelled
-from specplay.review.columns import Column, mean_step_ms
+from specplay.review.columns import Column, target_step_ms
 from specplay.store.format import LaneRecord, Session
 
 LEGEND = (
@@ -172,7 +172,7 @@ def column_numbers(column: Column, reference: Column | None) -> ColumnNumbers:
         if speed and ref_speed:
             assert reference is not None
             measured = measured_speedup(tokens_per_s, reference.lane.metrics.get("tokens_per_s"))
-            predicted = predict(metrics, mean_step_ms(reference.lane)).speedup
+            predicted = predict(metrics, target_step_ms(reference.lane)).speedup
         elif not speed:  # remote: modelled on the speculative lane's own verify calls
             predicted = predict_modelled(metrics).speedup
     against = column.divergence

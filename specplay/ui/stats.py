@@ -11,7 +11,16 @@ from typing import Any
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SpecSettings
-from specplay.engine.speedup import Prediction, alpha, measured_speedup, predict, predict_modelled
+from specplay.engine.speedup import (
+    Prediction,
+    alpha,
+    draft_acceptance_rate,
+    mean_acceptance_length,
+    mean_step_ms,
+    measured_speedup,
+    predict,
+    predict_modelled,
+)
 
 
 @dataclass
@@ -110,11 +119,11 @@ class LaneTally:
 
     @property
     def draft_acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return draft_acceptance_rate(self.accepted, self.drafted)
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        return 1 + self.accepted / self.rounds if self.rounds else None
+        return mean_acceptance_length(self.accepted, self.rounds)
 
     @property
     def alpha(self) -> float | None:
@@ -122,7 +131,7 @@ class LaneTally:
 
     @property
     def mean_step_ms(self) -> float | None:
-        return self.step_ms / self.steps if self.steps else None
+        return mean_step_ms(self.step_ms, self.steps)
 
 
 @dataclass(frozen=True)
