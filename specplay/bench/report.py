@@ -208,7 +208,10 @@ def _fmt(value: float | None, pattern: str) -> str:
     return "–" if value is None else pattern.format(value)
 
 
-def markdown(rows: Sequence[Row], about: dict[str, Any], router: dict[str, Any] | None = None) -> str:
+def markdown(
+    rows: Sequence[Row], about: dict[str, Any], router: dict[str, Any] | None = None, remote: bool = False
+) -> str:
+    """`remote`: the speculative requests' wall time was not a speed (Capabilities.wall_time_is_speed)."""
     lines = ["# specplay bench", ""]
     lines += [f"- {key}: {value}" for key, value in about.items() if not isinstance(value, dict | list)]
     lines += [
@@ -220,7 +223,7 @@ def markdown(rows: Sequence[Row], about: dict[str, Any], router: dict[str, Any] 
         "costed divides the same expected tokens per round by the round's measured cost (k c + verify + host,",
         "in target steps) instead of k c + 1.",
     ]
-    if about.get("backend") == "vllm":
+    if remote:
         lines += [
             "",
             "Through vLLM servers a speculative request's tokens/s times HTTP round trips and server recomputes, not",

@@ -6,9 +6,7 @@ import argparse
 import math
 import platform
 import sys
-import time
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +16,16 @@ from specplay import __version__
 from specplay.backends import blas_warning, open_source, thread_cleanup
 from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
-from specplay.bench.stats import needs_more_repeats
-from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, measure, plan
+from specplay.bench.run import BenchPlan, run_bench
+from specplay.bench.sweep import load_prompts, plan
 from specplay.cli.configure import comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags
 from specplay.cli.render import warn
 from specplay.cli.shown import shown_command
 from specplay.config.capabilities import capabilities_of
 from specplay.config.run import check_models
-from specplay.data.library import Prompt
 from specplay.engine.capabilities import check_supported
-from specplay.engine.controls import LiveControls
-from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.loop import SpecEngine
-from specplay.engine.request import Request
-from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.errors import ConfigError, SpecplayError
 from specplay.runner.thread import ModelThread
 from specplay.store.files import write_output
@@ -92,45 +85,31 @@ def bench(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SpecplayError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
     copy_only = [d.name for d in config.drafters if d.kind == "prompt-lookup"]
-    configs = plan(drafters, args.quick, copy_only, counterfactual=config.backend == "mlx")
+    configs = plan(drafters, args.quick, copy_only, counterfactual=capabilities_of(config).counterfactual)
 
+    def time_mlx_lm(ids: tuple[int, ...], max_tokens: int, drafter: str | None, k: int) -> float | None:
+        from specplay.backends.mlx.reference import mlx_lm_tokens_per_s
+
+        assert isinstance(source, SpecEngine)  # on MLX: checked above
+        return mlx_lm_tokens_per_s(source.backend, ids, max_tokens, drafter, k)
+
+    warm_up = configs[: 1 + len(drafters) - len(copy_only)]  # target-only, then each drafter alone
+    mlx_lm = time_mlx_lm if args.compare_mlx_lm else None
+    bench_plan = BenchPlan(configs, prompts, temperatures, args.repeats, max_tokens, warm_up, mlx_lm)
     if message := blas_warning(config):
         warn(message)
     thread = ModelThread(on_exit=thread_cleanup(config))
     try:
         source = thread.call(lambda: open_source(config))
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+        ) as progress:
+            task = progress.add_task("bench", total=None)
 
-        def execute(cell: BenchConfig, prompt: Prompt, temperature: float, seed: int) -> dict[str, Any]:
-            settings = SpecSettings(
-                cell.k,
-                cell.policy,
-                cell.route,
-                cell.tv_budget,
-                SamplingParams(temperature),
-                counterfactual=cell.counterfactual,
-            )
-            ids = tuple(source.encode(prompt.text, raw=True))
-            request = Request(prompt.text, ids, cell.mode, seed, max_tokens, ignore_eos=True)  # type: ignore[arg-type]
-            start = time.perf_counter()
-            events = list(source.generate(request, LiveControls(settings, source.drafters)))
-            e2e_ms = 1000 * (time.perf_counter() - start)
-            first, last = events[0], events[-1]
-            assert isinstance(first, StartEvent) and isinstance(last, DoneEvent)
-            lengths = [e.k for e in events if isinstance(e, RoundEvent)]
-            result = {"metrics": last.metrics, "route": first.route, "e2e_ms": e2e_ms, "draft_lengths": lengths}
-            # mlx-lm's rule equals specplay's only when greedy, so only greedy requests are compared.
-            comparable = cell.mode == "target" or (cell.group == "k" and cell.route == AUTO_ROUTE)
-            if args.compare_mlx_lm and temperature == 0 and comparable:
-                k = cell.k if cell.mode == "speculative" else 0
-                from specplay.backends.mlx.reference import mlx_lm_tokens_per_s
+            def on_progress(what: str, done: int, total: int) -> None:
+                progress.update(task, description=what, completed=done, total=total)
 
-                assert isinstance(source, SpecEngine)  # on MLX: checked above
-                result["mlx_lm_tokens_per_s"] = mlx_lm_tokens_per_s(source.backend, ids, max_tokens, first.route, k)
-            return result
-
-        for cell in configs[: 1 + len(drafters) - len(copy_only)]:  # warm-up: every model once, untimed
-            thread.call(lambda c=cell: execute(c, prompts[0], 0.0, 0))
-        measurements = _sweep(thread, execute, configs, prompts, temperatures, args.repeats)
+            measurements = run_bench(source, bench_plan, thread.call, on_progress)
         about = _about(args, config, thread.call(source.describe), prompts, temperatures, max_tokens, measurements)
         remote = not source.capabilities.wall_time_is_speed
         router = router_report(measurements, dict(source.route_map))
@@ -142,7 +121,7 @@ def bench(args: argparse.Namespace) -> int:
     if (out / "report.md").exists():
         warn(f"replacing the bench report in {out}")
     fix = "choose another --out"
-    write_output(out / "report.md", markdown(rows, about, router), fix)
+    write_output(out / "report.md", markdown(rows, about, router, remote), fix)
     write_output(out / "results.json", to_json(rows, measurements, about, router), fix)
     write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
@@ -150,52 +129,21 @@ def bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sweep(thread: ModelThread, execute, configs, prompts, temperatures, repeats: int) -> list[Measurement]:
-    """Every configuration on every prompt and temperature, repeat after repeat; two more
-    repeats when any throughput varies by more than 5%."""
-    cells = [(c, p, t) for t in temperatures for c in configs for p in prompts]
-    measurements: list[Measurement] = []
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
-    ) as progress:
-        task = progress.add_task("bench", total=len(cells) * repeats)
-        repeat = 0
-        while repeat < repeats:
-            for cell, prompt, temperature in cells:
-                progress.update(
-                    task, description=f"{cell.label} · {prompt.name} · T={temperature:g} · repeat {repeat + 1}"
-                )
-                measurements.append(thread.call(partial(measure, execute, cell, prompt, temperature, repeat)))
-                progress.advance(task)
-            repeat += 1
-            if repeat == repeats == 3 and needs_more_repeats(_throughputs(measurements)):
-                repeats = 5
-                progress.update(task, total=len(cells) * repeats)
-    return measurements
-
-
-def _throughputs(measurements: list[Measurement]) -> list[list[float]]:
-    series: dict[tuple[str, str, str, float], list[float]] = {}
-    for m in measurements:
-        if m.tokens_per_s:
-            series.setdefault((m.config, m.category, m.prompt, m.temperature), []).append(m.tokens_per_s)
-    return list(series.values())
-
-
 def _about(args, config, identity, prompts, temperatures, max_tokens, measurements) -> dict[str, Any]:
-    import mlx.core as mx
-    import mlx_lm
-
-    from specplay.backends.mlx import blas
-
     repeats = max(m.repeat for m in measurements) + 1
-    return {
+    about = {
         "specplay": __version__,
         "machine": f"{platform.platform()}, {platform.machine()}, {__import__('os').cpu_count()} CPUs",
         "python": platform.python_version(),
-        "mlx": mx.__version__,
-        "mlx_lm": mlx_lm.__version__,
-        "blas": blas.OPENBLAS_PATH or "platform default",
+    }
+    if config.local_models:  # MLX ran models here (a vLLM-only bench never loads it)
+        import mlx.core as mx
+        import mlx_lm
+
+        from specplay.backends.mlx import blas
+
+        about |= {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__, "blas": blas.OPENBLAS_PATH or "platform default"}
+    return about | {
         "command": shown_command(["specplay", *args.argv], "$SPECPLAY_API_KEY"),
         "prompts": ", ".join(f"{p.category}/{p.name}" for p in prompts),
         "temperatures": ", ".join(f"{t:g}" for t in temperatures),

@@ -1,0 +1,97 @@
+"""Running a bench: every configuration on every prompt and temperature, repeat after repeat,
+each request on the thread that owns the models."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from specplay.bench.stats import needs_more_repeats
+from specplay.bench.sweep import BenchConfig, Measurement, measure
+from specplay.data.library import Prompt
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
+from specplay.engine.request import Request
+from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
+from specplay.engine.source import EventSource
+
+T = TypeVar("T")
+OnModelThread = Callable[[Callable[[], T]], T]
+"""Runs a call where the models live (the runner's ModelThread.call) and returns its result."""
+MlxLmTimer = Callable[[tuple[int, ...], int, str | None, int], float | None]
+"""mlx-lm's greedy tokens/s on (prompt ids, max tokens, drafter or None, k), for --compare-mlx-lm."""
+OnProgress = Callable[[str, int, int], None]
+"""(what runs now, requests done, requests planned)."""
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    configs: Sequence[BenchConfig]
+    prompts: Sequence[Prompt]
+    temperatures: Sequence[float]
+    repeats: int
+    """At least 3; 5 when a throughput varies by more than 5% over the first 3."""
+    max_tokens: int
+    warm_up: Sequence[BenchConfig]
+    """Configurations run once, untimed, before the sweep: every model's first call."""
+    mlx_lm: MlxLmTimer | None = None
+
+
+def execute(
+    source: EventSource, plan: BenchPlan, cell: BenchConfig, prompt: Prompt, temperature: float, seed: int
+) -> dict[str, Any]:
+    """One request of `cell`: its metrics, route, end-to-end time and draft lengths."""
+    settings = SpecSettings(
+        cell.k, cell.policy, cell.route, cell.tv_budget, SamplingParams(temperature), counterfactual=cell.counterfactual
+    )
+    ids = tuple(source.encode(prompt.text, raw=True))
+    request = Request(prompt.text, ids, cell.mode, seed, plan.max_tokens, ignore_eos=True)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    events = list(source.generate(request, LiveControls(settings, source.drafters)))
+    e2e_ms = 1000 * (time.perf_counter() - start)
+    first, last = events[0], events[-1]
+    assert isinstance(first, StartEvent) and isinstance(last, DoneEvent)
+    lengths = [e.k for e in events if isinstance(e, RoundEvent)]
+    result = {"metrics": last.metrics, "route": first.route, "e2e_ms": e2e_ms, "draft_lengths": lengths}
+    # mlx-lm's rule equals specplay's only when greedy, so only greedy requests are compared.
+    comparable = cell.mode == "target" or (cell.group == "k" and cell.route == AUTO_ROUTE)
+    if plan.mlx_lm is not None and temperature == 0 and comparable:
+        k = cell.k if cell.mode == "speculative" else 0
+        result["mlx_lm_tokens_per_s"] = plan.mlx_lm(ids, plan.max_tokens, first.route, k)
+    return result
+
+
+def run_bench(
+    source: EventSource, plan: BenchPlan, on_model_thread: OnModelThread, on_progress: OnProgress
+) -> list[Measurement]:
+    """The warm-up, then the sweep; two more repeats when any throughput varies by more than 5%."""
+
+    def run(cell: BenchConfig, prompt: Prompt, temperature: float, seed: int) -> dict[str, Any]:
+        return execute(source, plan, cell, prompt, temperature, seed)
+
+    for cell in plan.warm_up:
+        on_model_thread(lambda c=cell: run(c, plan.prompts[0], 0.0, 0))
+    cells = [(c, p, t) for t in plan.temperatures for c in plan.configs for p in plan.prompts]
+    measurements: list[Measurement] = []
+    repeats, repeat = plan.repeats, 0
+    while repeat < repeats:
+        for cell, prompt, temperature in cells:
+            what = f"{cell.label} · {prompt.name} · T={temperature:g} · repeat {repeat + 1}"
+            on_progress(what, len(measurements), len(cells) * repeats)
+            measured = on_model_thread(lambda c=cell, p=prompt, t=temperature, r=repeat: measure(run, c, p, t, r))
+            measurements.append(measured)
+        repeat += 1
+        if repeat == repeats == 3 and needs_more_repeats(_throughputs(measurements)):
+            repeats = 5
+    on_progress("done", len(measurements), len(measurements))
+    return measurements
+
+
+def _throughputs(measurements: list[Measurement]) -> list[list[float]]:
+    series: dict[tuple[str, str, str, float], list[float]] = {}
+    for m in measurements:
+        if m.tokens_per_s:
+            series.setdefault((m.config, m.category, m.prompt, m.temperature), []).append(m.tokens_per_s)
+    return list(series.values())
