@@ -9,26 +9,18 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specplay.cli.configure import path_flag
 from specplay.cli.render import warn
 from specplay.config.models import model_spec
 from specplay.errors import ConfigError, SpecplayError
 
+if TYPE_CHECKING:
+    from specplay.train.job import DistillJob, Shape
+
 SHAPE_KEYS = {"new_drafter": ("layers", "width", "heads"), "exit_head": ("layers", "mlp")}
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What `--new-drafter` or `--exit-head` asks for."""
-
-    layers: int
-    width: int = 0
-    heads: int = 0
-    mlp: int = 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -90,10 +82,12 @@ def shape_of(text: str, field: str) -> Shape:
         values[key] = int(value)
     if "layers" not in values or (field == "new_drafter" and "width" not in values):
         raise ConfigError(field, f"needs layers=N{' and width=W' if field == 'new_drafter' else ''} (got {text!r})")
+    from specplay.train.job import Shape
+
     return Shape(**values)
 
 
-def _check(args: argparse.Namespace) -> None:
+def _check(args: argparse.Namespace, out: Path) -> None:
     for field in ("steps", "batch_size", "seq_len", "rollout_tokens"):
         if getattr(args, field) < 1:
             raise ConfigError(field, f"must be at least 1 (got {getattr(args, field)})")
@@ -107,55 +101,27 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError("last_layers", f"must be at least 1 (got {args.last_layers})")
     if args.last_layers is not None and args.exit_head:
         raise ConfigError("last_layers", "tunes a drafter's layers; an exit head has none")
-    if args.out.exists() and (args.out / "config.json").exists() and not (args.out / "work").exists():
-        raise SpecplayError(f"{args.out} already holds a model; choose another --out")
+    if out.exists() and (out / "config.json").exists() and not (out / "work").exists():
+        raise SpecplayError(f"{out} already holds a model; choose another --out")
     try:  # now, not after the rollouts: a folder that cannot be written would waste them
-        (args.out / "work").mkdir(parents=True, exist_ok=True)
+        (out / "work").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SpecplayError(f"cannot write to --out {args.out}: {exc.strerror or exc}; choose another folder") from None
-
-
-@dataclass(frozen=True)
-class _Job:
-    """What every kind of distillation starts from."""
-
-    args: argparse.Namespace
-    target: Any
-    """The target as loaded (its folder, tokenizer, identity)."""
-    target_model: Any
-    """Its model in fp32, frozen."""
-    prompts: list[list[int]]
-    eos: int
-    on_progress: Any
-    on_status: Any
+        raise SpecplayError(f"cannot write to --out {out}: {exc.strerror or exc}; choose another folder") from None
 
 
 def distill(args: argparse.Namespace) -> int:
-    args.out = path_flag(args.out, "out")
-    _check(args)
-    shape = shape_of(args.new_drafter, "new_drafter") if args.new_drafter else None
-    head = shape_of(args.exit_head, "exit_head") if args.exit_head else None
-    target_source = model_spec("target", "target", args.target, "target").location or args.target
-    from specplay.train.prompts import read_prompts
-
-    prompts = read_prompts(args.data)
-
+    job = _job(args)
     from specplay.backends.mlx import blas
-    from specplay.backends.mlx.loading import encode_prompt, load_model, upcast_for_cpu
+    from specplay.train.job import run_job
 
     if message := blas.slow_blas_warning():
         warn(message)
-    target = load_model("target", target_source)
-    eos = target.tokenizer.eos_token_id
-    if eos is None:
-        raise SpecplayError(f"target {args.target!r} has no end-of-sequence token; its tokenizer config must name one")
-    token_ids = [encode_prompt(target.tokenizer, p, args.raw) for p in prompts]  # as `run` encodes them
     with _progress(args.steps) as (on_progress, on_status):
-        job = _Job(args, target, upcast_for_cpu(target.model), token_ids, eos, on_progress, on_status)
         try:
-            return _exit_head(job, head) if head is not None else _drafter(job, shape)
+            print(run_job(job, on_progress, on_status))
+            return 0
         except KeyboardInterrupt:
-            on_status(f"interrupted; run the same command to resume from {args.out / 'work'}")
+            on_status(f"interrupted; run the same command to resume from {job.out / 'work'}")
             return 130
         except SpecplayError:
             raise  # a ConfigError is a ValueError too: keep its own line
@@ -163,94 +129,39 @@ def distill(args: argparse.Namespace) -> int:
             raise SpecplayError(str(exc)) from None
 
 
-def _drafter(job: _Job, shape: Shape | None) -> int:
-    """Distil a drafter model: the one given, or a new one of `shape`."""
-    from specplay.backends.mlx.loading import check_token_mapping, load_model, upcast_for_cpu, vocab_table
-    from specplay.train.distill import DistillConfig
-    from specplay.train.distill import distill as run_distill
-    from specplay.train.models import QUANTIZATION_KEYS, new_drafter, read_config
+def _job(args: argparse.Namespace) -> DistillJob:
+    """The flags as a typed job, checked."""
+    from specplay.train.job import DistillJob
     from specplay.train.rollouts import RolloutConfig
-
-    args = job.args
-    if shape is None:
-        loaded = load_model("draft", args.draft)
-        check_token_mapping(job.target, loaded, vocab_table(job.target.tokenizer))
-        draft = upcast_for_cpu(loaded.model)
-        draft_config = {k: v for k, v in read_config(loaded.path).items() if k not in QUANTIZATION_KEYS}
-        described = args.draft
-    else:
-        draft, draft_config = new_drafter(job.target_model, shape.layers, shape.width, shape.heads or None, args.seed)
-        described = f"a new drafter ({shape.layers} layers x {shape.width})"
-    if args.last_layers is not None and args.last_layers > len(draft.layers):
-        raise ConfigError("last_layers", f"is {args.last_layers} but the drafter has {len(draft.layers)} layers")
-    job.on_status(f"distilling {described} on {args.target}'s distributions over {len(job.prompts)} prompts")
-    config = DistillConfig(
-        train=_train_config(args),
-        rollouts=RolloutConfig(args.rollout_tokens, args.temperature),
-        last_layers=args.last_layers,
-        storage=args.storage,
-    )
-    provenance = {"target": args.target, "data": str(args.data), "draft": args.draft or args.new_drafter}
-    result = run_distill(
-        job.target_model,
-        draft,
-        draft_config,
-        job.target.path,
-        job.prompts,
-        job.eos,
-        args.out,
-        config,
-        on_progress=job.on_progress,
-        on_status=job.on_status,
-        provenance=provenance,
-    )
-    print(
-        f"held-out KL(target || draft) {result.held_out_kl_before:.4f} -> {result.held_out_kl_after:.4f}; "
-        f"drafter written to {args.out} (use it as --draft NAME={args.out})"
-    )
-    return 0
-
-
-def _exit_head(job: _Job, head: Shape) -> int:
-    """Train an exit head for the target's first `head.layers` layers."""
-    from specplay.backends.mlx.loading import folder_identity
-    from specplay.train.exit_head import ExitHeadConfig, distill_exit_head
-    from specplay.train.rollouts import RolloutConfig
-
-    args = job.args
-    rollouts = RolloutConfig(args.rollout_tokens, args.temperature)
-    config = ExitHeadConfig(head.layers, _train_config(args), head.mlp, rollouts)
-    job.on_status(f"training an exit head after layer {head.layers} of {args.target} over {len(job.prompts)} prompts")
-    provenance = {"target": args.target, "data": str(args.data)}
-    result = distill_exit_head(
-        job.target_model,
-        job.prompts,
-        job.eos,
-        args.out,
-        config,
-        folder_identity(job.target),
-        job.on_progress,
-        job.on_status,
-        provenance,
-    )
-    print(
-        f"held-out KL(target || exit after layer {head.layers}) {result.held_out_kl_before:.4f} -> "
-        f"{result.held_out_kl_after:.4f}; head written to {args.out} "
-        f"(use it as --draft exit=early-exit:layers={head.layers},head={args.out})"
-    )
-    return 0
-
-
-def _train_config(args: argparse.Namespace) -> Any:
     from specplay.train.trainer import TrainConfig
 
-    return TrainConfig(
+    out = path_flag(args.out, "out")
+    _check(args, out)
+    start = "exit-head" if args.exit_head else "new-drafter" if args.new_drafter else "draft"
+    shape_text = args.exit_head or args.new_drafter
+    shape = shape_of(shape_text, start.replace("-", "_")) if shape_text else None
+    train = TrainConfig(
         steps=args.steps,
         batch_size=args.batch_size,
         seq_len=args.seq_len,
         learning_rate=args.lr,
         warmup_steps=min(30, args.steps // 10),
         seed=args.seed,
+    )
+    return DistillJob(
+        target=args.target,
+        target_source=model_spec("target", "target", args.target, "target").location or args.target,
+        start=start,
+        data=args.data,
+        out=out,
+        train=train,
+        rollouts=RolloutConfig(args.rollout_tokens, args.temperature),
+        raw=args.raw,
+        draft=args.draft,
+        shape=shape,
+        shape_text=shape_text,
+        last_layers=args.last_layers,
+        storage=args.storage,
     )
 
 
