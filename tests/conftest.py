@@ -12,7 +12,6 @@ import pytest
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.backends.mlx.build import (
-    CHATML_TEMPLATE,
     llama_config,
     read_texts,
     stdlib_sources,
@@ -28,6 +27,12 @@ from real_vllm import NATIVE_ARGS, VllmServer, ensure_vllm_python
 VOCAB = 512
 CODE_PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
 PROSE_PROMPT = "The module provides a way of using the operating system and its files."
+
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""ChatML, as SmolLM2 and Qwen write it: the tiny chat model's template."""
 
 
 @dataclass(frozen=True)

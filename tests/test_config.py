@@ -15,7 +15,6 @@ from specplay.cli import run as run_command
 from specplay.cli import tui as tui_command
 from specplay.cli.configure import given, run_config
 from specplay.config.demo import demo_model_paths
-from specplay.config.models import source_of
 from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Counterfactual, DraftPosition, RoundEvent, StartEvent, Token
@@ -231,7 +230,7 @@ def test_drafter_sources(source: str, kind: str, params: dict[str, object]) -> N
     config = run_config(given(parsed("run", "--target", "/m/t", "--draft", source, "--prompt", "x")))
     (drafter,) = config.drafters
     assert (drafter.kind, dict(drafter.params)) == (kind, params)
-    assert source_of(drafter) == source or kind in ("prompt-lookup", "early-exit")
+    assert drafter.location == source or kind in ("prompt-lookup", "early-exit")  # built-ins live nowhere
     named = run_config(given(parsed("run", "--target", "/m/t", "--draft", f"mine={source}", "--prompt", "x")))
     assert named.drafters[0].name == "mine" and named.drafters[0].kind == kind
 

@@ -398,7 +398,8 @@ def test_sessions_record_each_drafters_kind_and_parameters(tiny: TinyModels, kin
     assert local_model("d", "drafter", {"source": "x", "path": "/m"}).location == "/m"
     with pytest.raises(SessionError, match="a drafter of kind 'medusa', which this specplay does not know"):
         local_model("d", "drafter", {"kind": "medusa"})
-    assert kinds.drafter_kind("lookup") == "prompt-lookup" and kinds.drafter_kind("near") == "model"
+    described = kinds.describe()["models"]
+    assert described["lookup"]["kind"] == "prompt-lookup" and described["near"]["kind"] == "model"
 
 
 def test_a_trained_exit_head_drafts_losslessly_and_is_checked(tiny: TinyModels, tmp_path: Path) -> None:
@@ -412,7 +413,7 @@ def test_a_trained_exit_head_drafts_losslessly_and_is_checked(tiny: TinyModels, 
     assert result.held_out_kl_after < result.held_out_kl_before
 
     backend = load_mlx_backend(str(tiny.target), [("exit", EarlyExit(1, head=tmp_path / "head"))])
-    assert backend.early_exits["exit"].model.own_parameters() == 64 * 64
+    assert backend.describe()["models"]["exit"]["own_parameters"] == 64 * 64  # the head's, not the target's
     reference = done(run(backend, CODE_PROMPT, mode="target", max_tokens=40)).token_ids
     assert done(run(backend, CODE_PROMPT, route="exit", max_tokens=40)).token_ids == reference
     head = backend.describe()["models"]["exit"]["head"]

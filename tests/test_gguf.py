@@ -44,7 +44,6 @@ from mlx_lm import load
 from mlx_lm.utils import load_model
 
 from specplay.backends.mlx.build import (
-    CHATML_TEMPLATE,
     llama_config,
     read_texts,
     stdlib_sources,
@@ -56,6 +55,7 @@ from specplay.backends.mlx.gguf import convert as gguf_convert
 from specplay.backends.mlx.gguf import converted_folder, default_cache_dir
 from specplay.backends.mlx.loading import upcast_for_cpu
 from specplay.errors import ModelError
+from tests.conftest import CHATML_TEMPLATE
 
 VOCAB = 512
 SAMPLES = (

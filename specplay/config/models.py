@@ -101,13 +101,3 @@ def _early_exit_params(params: Mapping[str, str], field: str) -> dict[str, Any]:
         raise ConfigError(field, f"early-exit:layers={params['layers']} must be a whole number of layers, 1 or more")
     head = _absolute(params["head"]) if "head" in params else None
     return {"layers": layers, "head": head}
-
-
-def source_of(spec: ModelSpec) -> str:
-    """The SOURCE a user would write for `spec` (the inverse of model_spec), for messages and commands."""
-    if spec.kind == PROMPT_LOOKUP:
-        return f"{PROMPT_LOOKUP}:n={spec.params['n_min']}-{spec.params['n_max']}"
-    if spec.kind == EARLY_EXIT:
-        head = f",head={spec.params['head']}" if spec.params.get("head") else ""
-        return f"{EARLY_EXIT}:layers={spec.params['layers']}{head}"
-    return spec.location

@@ -14,9 +14,7 @@ from typing import Any
 import mlx.core as mx
 
 from specplay.backends.mlx.drafters import (
-    EARLY_EXIT,
     MODEL,
-    PROMPT_LOOKUP,
     DrafterSpec,
     EarlyExit,
     ModelDrafter,
@@ -92,12 +90,6 @@ class MlxBackend:
         self.context_length = context_length(target)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
 
-    def drafter_kind(self, name: str) -> str:
-        """model, prompt-lookup or early-exit."""
-        if name in self.lookups:
-            return PROMPT_LOOKUP
-        return EARLY_EXIT if name in self.early_exits else MODEL
-
     def describe(self) -> dict[str, Any]:
         """Backend and model identity for session files (paths and hashes; nothing secret). Each
         drafter records its kind and parameters (a replay reads them back);
@@ -111,6 +103,7 @@ class MlxBackend:
                 exit_ = self.early_exits[name]
                 models[name] = drafter_record(exit_.spec) | {
                     "head": exit_.head,
+                    "own_parameters": exit_.model.own_parameters(),
                     "target_layers": exit_.target_layers,
                     "source": describe_spec(exit_.spec),
                 }

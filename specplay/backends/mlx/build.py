@@ -22,10 +22,6 @@ from mlx_lm.utils import save_config, save_model
 from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-CHATML_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -146,23 +142,3 @@ def write_perturbed_copy(src_dir: Path, out_dir: Path, noise: float, seed: int =
     mx.save_safetensors(str(out_dir / "model.safetensors"), noisy, metadata={"format": "mlx"})
     for name in ("config.json", *TOKENIZER_FILES):
         shutil.copyfile(src_dir / name, out_dir / name)
-
-
-def build_smoke_models(out_dir: Path) -> None:
-    """An untrained target and a noisy copy of it as drafter: built in seconds, for trying the
-    machinery before trained models are at hand. Their text is noise; the numbers are real."""
-    train_tokenizer(read_texts(stdlib_sources(40)), out_dir / "tokenizer")
-    write_model(
-        out_dir / "target",
-        llama_config(128, 2, 512, tie_word_embeddings=False),
-        out_dir / "tokenizer",
-        seed=0,
-        output_scale=4.0,
-    )
-    write_perturbed_copy(out_dir / "target", out_dir / "near", noise=0.05, seed=1)
-
-
-if __name__ == "__main__":
-    import sys
-
-    build_smoke_models(Path(sys.argv[1] if len(sys.argv) > 1 else "smoke-models"))

@@ -70,14 +70,6 @@ def as_spec(value: DrafterSpec | str | Path) -> DrafterSpec:
     raise TypeError(f"a drafter is a folder, a Hugging Face id or a drafter spec, not {type(value).__name__}")
 
 
-def kind_of(spec: DrafterSpec) -> str:
-    if isinstance(spec, PromptLookup):
-        return PROMPT_LOOKUP
-    if isinstance(spec, EarlyExit):
-        return EARLY_EXIT
-    return MODEL
-
-
 def describe_spec(spec: DrafterSpec) -> str:
     """One line for views and exports."""
     if isinstance(spec, PromptLookup):
