@@ -80,10 +80,10 @@ def test_caches_hold_the_committed_tokens_with_counterfactuals(backend: MlxBacke
     def check(event: Event, controls: LiveControls) -> None:
         if not isinstance(event, RoundEvent):
             return
-        lane = observed.generations[-1]
-        committed = len(lane.tokens)
-        assert lane.cache_lengths()["target"] == committed - 1
-        assert all(length <= committed - 1 for length in lane.cache_lengths().values())
+        generation = observed.generations[-1]
+        committed = len(generation.tokens)
+        assert generation.cache_lengths()["target"] == committed - 1
+        assert all(length <= committed - 1 for length in generation.cache_lengths().values())
         controls.update(route=["near", "far", "self"][event.index % 3], counterfactual=event.index % 4 != 3)
 
     events = run(observed, CODE_PROMPT, k=3, route="near", temperature=1.0, max_tokens=50, on_event=check)

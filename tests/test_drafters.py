@@ -112,17 +112,17 @@ def test_greedy_output_equals_target_only_for_every_kind(
 def check_caches(observed: Observed, event: RoundEvent) -> None:
     """Every cache holds committed tokens only: KV caches as the model drafter's do, and an n-gram
     index exactly the committed tokens it was last brought up to, never a draft."""
-    lane = observed.generations[-1]
-    lengths = lane.cache_lengths()
-    committed = len(lane.tokens)
+    generation = observed.generations[-1]
+    lengths = generation.cache_lengths()
+    committed = len(generation.tokens)
     assert lengths["target"] == committed - 1
     assert set(lengths) == {"target", *observed.drafters}
     assert all(length <= committed - 1 for length in lengths.values())
-    if event.route in lane.lookups:
-        index = lane.lookups[event.route]
+    if event.route in generation.lookups:
+        index = generation.lookups[event.route]
         assert lengths[event.route] == committed - len(event.tokens) - 1  # the round's context, but its last token
         fresh = NgramIndex(index.n_min, index.n_max)
-        fresh.extend(lane.tokens, index.length)
+        fresh.extend(generation.tokens, index.length)
         assert fresh.last_end == index.last_end
     else:  # the round's drafter lags by one only after a bonus token: it never saw d_k
         assert lengths[event.route] == committed - 1 - (event.tokens[-1].source == "bonus")

@@ -90,9 +90,9 @@ def test_caches_hold_the_committed_tokens_after_every_round(backend: MlxBackend)
     def check(event: Event, controls: LiveControls) -> None:
         if not isinstance(event, RoundEvent):
             return
-        lane = observed.generations[-1]
-        lengths = lane.cache_lengths()
-        committed = len(lane.tokens)
+        generation = observed.generations[-1]
+        lengths = generation.cache_lengths()
+        committed = len(generation.tokens)
         assert lengths["target"] == committed - 1
         # The round's drafter lags by one only after a bonus token: it never saw d_k.
         assert lengths[event.route] == committed - 1 - (event.tokens[-1].source == "bonus")
@@ -214,13 +214,13 @@ def test_greedy_lossless_verification_from_the_argmax_alone_matches_the_full_com
     # Greedy lossless verification reads only the target's argmax, a drill-down's top lists
     # included; the full computation from the one-hot rows must hand the engine the same numbers.
     greedy = SamplingParams(0.0)
-    lane = backend.open_generation(backend.encode(CODE_PROMPT, raw=True), prefill=(None, "far"))
-    committed = len(lane.tokens) - 1
+    generation = backend.open_generation(backend.encode(CODE_PROMPT, raw=True), prefill=(None, "far"))
+    committed = len(generation.tokens) - 1
     for drafter in ("near", "far", "self"):
-        draft = lane.draft(drafter, 5, greedy, [0.5] * 5, None)
-        inputs = mx.concatenate([mx.array(lane.tokens[committed:]), draft.tokens.astype(mx.int32)])
-        logits = lane.target.forward(inputs)[-6:]
-        lane.target.trim_to(committed)
+        draft = generation.draft(drafter, 5, greedy, [0.5] * 5, None)
+        inputs = mx.concatenate([mx.array(generation.tokens[committed:]), draft.tokens.astype(mx.int32)])
+        logits = generation.target.forward(inputs)[-6:]
+        generation.target.trim_to(committed)
         for top_n in (0, 5):
             fast = _verify_argmax(draft.tokens, logits, top_n)
             full = _verify_distributions(draft, logits, greedy, AcceptanceRule(), [0.3] * 5, 0.7, top_n)
@@ -233,9 +233,9 @@ def test_greedy_lossless_verification_from_the_argmax_alone_matches_the_full_com
                 )
                 assert len(fast.top_target or ()) == 6 and len(fast.top_draft or ()) == 5
             assert full == replace(fast, corrections=list(fast.corrections))
-        assert lane.verify(draft, greedy, AcceptanceRule(), [0.3] * 5, 0.7, top_n=5) == fast
-        lane.target.trim_to(committed)
-        lane.drafters[drafter].trim_to(committed)
+        assert generation.verify(draft, greedy, AcceptanceRule(), [0.3] * 5, 0.7, top_n=5) == fast
+        generation.target.trim_to(committed)
+        generation.drafters[drafter].trim_to(committed)
 
 
 def test_a_target_only_lane_reports_its_mean_step_the_yardstick_of_predictions(backend: MlxBackend) -> None:

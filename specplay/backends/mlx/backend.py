@@ -136,15 +136,15 @@ class MlxBackend:
                 name, exit_.model, rewindable_cache(self.target)[: exit_.spec.layers], self.vocab_size
             )
         lookups = {name: NgramIndex(spec.n_min, spec.n_max) for name, spec in self.lookups.items()}
-        lane = MlxGeneration(target, caches, prompt_token_ids, lookups, self.compiled)
+        generation = MlxGeneration(target, caches, prompt_token_ids, lookups, self.compiled)
         for name in prefill:
-            lane.prefill(target if name is None else caches.get(name) or lookups[name])
-        return lane
+            generation.prefill(target if name is None else caches.get(name) or lookups[name])
+        return generation
 
     def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
         """The target's log-probability, at temperature 1, of each of `token_ids` after the prompt.
 
-        One forward pass without a cache, so no lane's state is touched; call on the MLX thread.
+        One forward pass without a cache, so no generation's caches are touched; call on the MLX thread.
         """
         if not token_ids:
             return []

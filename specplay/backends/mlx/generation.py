@@ -41,7 +41,7 @@ def fit_vocab(logits: mx.array, vocab_size: int) -> mx.array:
 
 
 class ModelCache:
-    """A model, its KV cache, and how many of the lane's tokens the cache holds."""
+    """A model, its KV cache, and how many of the generation's tokens the cache holds."""
 
     def __init__(self, name: str, model: Any, cache: list[Any], vocab_size: int) -> None:
         self.name, self.model, self.cache, self.vocab_size = name, model, cache, vocab_size

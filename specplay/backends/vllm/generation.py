@@ -98,7 +98,7 @@ class _Rejected:
     """What an exact correction at one drafted position needs."""
 
     context: list[int]
-    """The lane's tokens at verification (one copy per round, shared by its positions)."""
+    """The generation's tokens at verification (one copy per round, shared by its positions)."""
     drafted: list[int]
     position: int
     drafter: str

@@ -47,7 +47,7 @@ class LocalDrafter:
 
 
 class LocalDraftCache:
-    """One lane's cache of a local drafter; `tokens` is the lane's list, shared."""
+    """One generation's cache of a local drafter; `tokens` is the generation's list, shared."""
 
     def __init__(self, cache: ModelCache) -> None:
         self.cache = cache
@@ -107,7 +107,7 @@ class LocalDraftCache:
         self, prefix: Sequence[int], committed: Sequence[int], sampling: SamplingParams, tokens: Sequence[int]
     ) -> dict[int, float]:
         """p_draft of `tokens` after `prefix`, from the full row (a drafted row keeps only its most
-        probable tokens). The cache keeps what it shares with the lane's `committed` tokens and
+        probable tokens). The cache keeps what it shares with the generation's `committed` tokens and
         the prefix, and ends holding the prefix, which a commit after this position keeps."""
         shared = next(
             (j for j, (a, b) in enumerate(zip(committed, prefix, strict=False)) if a != b),

@@ -1,4 +1,4 @@
-"""One model on one vLLM server, as the lane uses it: what it serves and how it reports logprobs."""
+"""One model on one vLLM server, as a generation uses it: what it serves and how it reports logprobs."""
 
 from __future__ import annotations
 
