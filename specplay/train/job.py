@@ -9,9 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
-
-# isort: split
 from specplay.errors import ConfigError, SpecplayError
 from specplay.train.rollouts import RolloutConfig
 from specplay.train.trainer import TrainConfig
