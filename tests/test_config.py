@@ -95,6 +95,10 @@ def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.Monkey
             "--rule typical needs full distributions to account its TV, and this backend reports only the top-K",
         ),
         (
+            ("--backend", "vllm", "--target-url", "http://g:1", "--vllm-native", "--rule", "lenience"),
+            "--rule lenience cannot run here: k, drafter and acceptance rule are fixed by the server's",
+        ),
+        (
             ("--backend", "vllm", "--target-url", "http://g:1", "--draft-url", "http://g:2", "--counterfactual"),
             "--counterfactual routes run on the MLX backend only",
         ),

@@ -54,6 +54,8 @@ class Capabilities:
 def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
     """A rule or counterfactual routes the source cannot judge are refused before a round, at a
     command's edge as in a running playground."""
+    if settings.rule not in capabilities.rules and capabilities.fixed_by:
+        raise ConfigError("rule", f"{settings.rule} cannot run here: {capabilities.fixed_by}")
     if settings.rule not in capabilities.rules:
         raise ConfigError(
             "rule",
