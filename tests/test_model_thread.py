@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 from specplay.backends.mlx import load_mlx_backend, release_thread
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, DoneEvent, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
-from specplay.runner.thread import EventStream, ModelThread
+from specplay.runner.thread import ModelThread
 from tests.conftest import CODE_PROMPT, TinyModels
 
 
@@ -45,32 +42,3 @@ def test_changes_and_stop_from_another_thread(tiny: TinyModels) -> None:
     final = events[-1]
     assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"
     assert len(final.token_ids) < 400
-
-
-def test_a_stream_wakes_its_reader_at_most_once_an_interval_and_loses_nothing() -> None:
-    class Counted(threading.Condition):
-        wakeups = 0
-
-        def notify(self, n: int = 1) -> None:
-            Counted.wakeups += 1
-            super().notify(n)
-
-    stream = EventStream(wake_interval_s=0.2)
-    stream._ready = Counted()
-
-    def produce() -> None:
-        for i in range(500):  # a burst: the first item wakes the reader, the rest come with it
-            stream.put(i)
-        time.sleep(0.05)
-        stream.put(500)  # within the interval: no wakeup; the reader's wait takes it
-        stream.end()  # announced at once
-
-    producer = threading.Thread(target=produce)
-    started = time.monotonic()
-    producer.start()
-    items = list(stream)
-    elapsed = time.monotonic() - started
-    producer.join()
-    assert items == list(range(501)) and list(stream) == []  # and it stays exhausted
-    assert Counted.wakeups <= 2
-    assert elapsed < 1.0  # the unannounced item waited for the reader's interval, not forever

@@ -6,69 +6,44 @@ round run on this thread; other threads submit work and read results. It knows n
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 _END = object()
-WAKE_INTERVAL_S = 0.05
-"""How often a reader waiting on the model thread's items is woken at most: 20 times a second
-is live enough for text appearing on a terminal."""
 
 
 class EventStream:
     """Items of a generator running on the model thread, read from another thread.
 
-    The producer wakes a waiting reader at most once per `wake_interval_s`, and the reader takes
-    whatever has arrived when it wakes (items not announced are taken within the interval). A
-    wakeup takes a CPU from the model's BLAS threads: on 2 CPUs, one per token cost target-only
-    generation about 15% (benchmarks/bench_vs_mlx_lm.py --processes). The stream's end and
-    errors are announced at once.
-
     An exception raised while waiting (Ctrl-C) leaves the stream readable: the caller can ask
     the generator to stop and keep reading until it ends.
     """
 
-    def __init__(self, wake_interval_s: float = WAKE_INTERVAL_S) -> None:
-        self._items: deque[tuple[Any, BaseException | None]] = deque()
-        self._ready = threading.Condition()
-        self._wake_interval_s = wake_interval_s
-        self._woken_at = -math.inf
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue()
 
     def put(self, item: Any, error: BaseException | None = None) -> None:
-        with self._ready:
-            self._items.append((item, error))
-            now = time.monotonic()
-            if item is _END or error is not None or now - self._woken_at >= self._wake_interval_s:
-                self._woken_at = now
-                self._ready.notify()
-
-    def end(self) -> None:
-        """No more items: the reader stops after the ones already put."""
-        self.put(_END)
+        self._queue.put((item, error))
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
-        with self._ready:
-            while not self._items:
-                # The timeout takes items put without a wakeup, and keeps Ctrl-C responsive.
-                self._ready.wait(timeout=self._wake_interval_s)
-            item, error = self._items[0]
-            if item is not _END:  # the end stays: the stream stays exhausted
-                self._items.popleft()
-        if error is not None:
-            raise error
-        if item is _END:
-            raise StopIteration
-        return item
+        while True:
+            try:
+                item, error = self._queue.get(timeout=0.1)  # a timeout keeps Ctrl-C responsive
+            except queue.Empty:
+                continue
+            if error is not None:
+                raise error
+            if item is _END:
+                self._queue.put((_END, None))  # stay exhausted
+                raise StopIteration
+            return item
 
 
 class ModelThread:
@@ -110,7 +85,7 @@ class ModelThread:
             try:
                 for item in make_items():
                     stream.put(item)
-                stream.end()
+                stream.put(_END)
             except BaseException as exc:
                 stream.put(None, exc)
 
