@@ -24,7 +24,6 @@ from specplay.cli.render import warn
 from specplay.cli.shown import shown_command
 from specplay.config.capabilities import capabilities_of
 from specplay.config.run import check_models
-from specplay.engine.capabilities import check_supported
 from specplay.engine.loop import SpecEngine
 from specplay.errors import ConfigError, SpecplayError
 from specplay.runner.thread import ModelThread
@@ -60,7 +59,6 @@ def _temperatures(text: str) -> list[float]:
 def bench(args: argparse.Namespace) -> int:
     config = run_config(given(args))
     check_models(config)
-    check_supported(config.settings, capabilities_of(config))
     if config.native:
         raise ConfigError("vllm_native", "does not apply: the bench sweeps k, policies and budgets, which vLLM fixes")
     if args.compare_mlx_lm and config.backend != "mlx":

@@ -19,9 +19,7 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import json_line, legend, make_console, summary, token_text, warn
-from specplay.config.capabilities import capabilities_of
 from specplay.config.run import RunConfig, check
-from specplay.engine.capabilities import check_supported
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
 from specplay.errors import ConfigError
@@ -64,7 +62,6 @@ def configure(args: argparse.Namespace) -> RunConfig:
     if config.request.prompt is None:
         raise ConfigError("prompt", "or --prompt-file is required (or --replay SESSION)")
     check(config)
-    check_supported(config.settings, capabilities_of(config))
     if args.samples < 1:
         raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
     return config

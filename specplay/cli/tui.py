@@ -21,9 +21,7 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import warn
-from specplay.config.capabilities import capabilities_of
 from specplay.config.run import RunConfig, check
-from specplay.engine.capabilities import check_supported
 from specplay.errors import ConfigError
 from specplay.store import find_session, load_session
 
@@ -68,7 +66,6 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, Path | None]:
     if not config.drafter_names:
         raise ConfigError("draft", "is needed: the playground compares speculative decoding with target-only")
     check(config)
-    check_supported(config.settings, capabilities_of(config))
     return config, opened
 
 

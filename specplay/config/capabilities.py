@@ -3,8 +3,14 @@ records the running sources report, so a run is refused in one line before any m
 
 from __future__ import annotations
 
-from specplay.config.run import NATIVE_FIXED, RunConfig
+from typing import TYPE_CHECKING
+
 from specplay.engine.capabilities import Capabilities
+
+if TYPE_CHECKING:
+    from specplay.config.run import RunConfig
+
+NATIVE_FIXED = "k, drafter and acceptance rule are fixed by the server's --speculative-config (a restart changes them)"
 
 MLX = Capabilities(top_n=True, scoring=True, counterfactual=True)
 

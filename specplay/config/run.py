@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from specplay.config.capabilities import NATIVE_FIXED, capabilities_of
+from specplay.engine.capabilities import check_supported
 from specplay.engine.router import CodeProseRouter, check_route, check_route_map
 from specplay.engine.settings import Mode, SpecSettings
 from specplay.errors import ConfigError
@@ -116,7 +118,6 @@ class RunConfig:
 
 NATIVE_ROUTE = "server"
 """The route name of a speculating server given without one (`--target-url URL`)."""
-NATIVE_FIXED = "k, drafter and acceptance rule are fixed by the server's --speculative-config (a restart changes them)"
 
 
 def check(config: RunConfig) -> None:
@@ -145,7 +146,9 @@ def check(config: RunConfig) -> None:
 
 
 def check_models(config: RunConfig) -> None:
-    """The models make sense for the backend: local ones on MLX, a target server for vLLM."""
+    """The models make sense for the backend (local ones on MLX, a target server for vLLM), and
+    the backend can judge the rule and counterfactual routes asked for."""
+    check_supported(config.settings, capabilities_of(config))
     names = [d.name for d in config.drafters]
     for name in names:
         if names.count(name) > 1:

@@ -325,10 +325,8 @@ class _Run:
         for i, token_id in enumerate(verified.drafted):
             uniform, stats = float(accept_uniforms[i]), _stats(verified, i)
             p_target, p_draft, tv = verified.p_target[i], verified.p_draft[i], stats.tv
-            bracket = _bracket(verified, i) if verified.tv_lower is not None else (None, None)
-            tops = {}  # the drill-down's candidates, only where the request inspects
-            if verified.top_target is not None:
-                tops = {"top_target": _top(verified.top_target, i), "top_draft": _top(verified.top_draft, i)}
+            bracket = _bracket(verified, i)
+            tops = {"top_target": _top(verified.top_target, i), "top_draft": _top(verified.top_draft, i)}
             if not judging:
                 theta = mentored_theta(tv, rule.tv_budget) if rule.name == "mentored" else 0.0
                 positions.append(

@@ -136,7 +136,10 @@ def _verify_distributions(
     out = kernel(logits, draft.tokens, draft.p_draft, u)
     mx.eval(out)  # the round's one transfer to the host
     host = {name: value.tolist() for name, value in out.items()}
-    verified = VerifiedDraft(
+    if n:
+        host["top_target"] = _ranked(host.pop("top_target_ids"), host.pop("top_target_p"))
+        host["top_draft"] = _ranked(host.pop("top_draft_ids"), host.pop("top_draft_p"))
+    return VerifiedDraft(
         host.pop("drafted"),
         host.pop("p_target_x"),
         host.pop("p_draft_x"),
@@ -144,12 +147,8 @@ def _verify_distributions(
         host.pop("argmax"),
         host.pop("corrections"),
         host.pop("bonus")[0],
+        **host,  # the rule's statistics and the top lists
     )
-    if n:
-        top_target = _ranked(host.pop("top_target_ids"), host.pop("top_target_p"))
-        top_draft = _ranked(host.pop("top_draft_ids"), host.pop("top_draft_p"))
-        verified = replace(verified, top_target=top_target, top_draft=top_draft)
-    return replace(verified, **host)  # the rule's statistics
 
 
 class MlxGeneration:

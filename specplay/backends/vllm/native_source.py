@@ -35,8 +35,8 @@ from specplay.backends.vllm.native import (
 )
 from specplay.backends.vllm.protocol import completion_body, stream_choices
 from specplay.backends.vllm.remote import RemoteModel
-from specplay.config.capabilities import vllm_native
-from specplay.config.run import NATIVE_FIXED, NATIVE_ROUTE
+from specplay.config.capabilities import NATIVE_FIXED, vllm_native
+from specplay.config.run import NATIVE_ROUTE
 from specplay.config.urls import server_root
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import (
