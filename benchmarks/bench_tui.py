@@ -23,6 +23,7 @@ import asyncio
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
@@ -58,7 +59,11 @@ def headless(thread: ModelThread, backend: object, args: argparse.Namespace, set
     return thread.call(run)
 
 
-async def under_tui(args: argparse.Namespace, drafters: list[tuple[str, str]], settings: SpecSettings) -> float:
+async def under_tui(
+    args: argparse.Namespace, drafters: list[tuple[str, str]], settings: SpecSettings
+) -> tuple[float, float]:
+    """The speculative lane's tokens/s under the app, and the share of a core the UI thread (this
+    one: the app runs here) used from the run's start to its end."""
     with tempfile.TemporaryDirectory() as sessions:
         config = RunConfig(
             ModelSpec("target", "target", "mlx", args.target),
@@ -76,13 +81,15 @@ async def under_tui(args: argparse.Namespace, drafters: list[tuple[str, str]], s
             # As a user would: the run starts once the screen has settled, not while Textual still
             # lays out its first frames (--autorun's case, a one-off cost at start).
             await pilot.pause(1.0)
+            wall, cpu = time.perf_counter(), time.thread_time()
             app.action_run()
             while playground.last_session is None:
                 assert playground.state != "failed", playground.status
                 await pilot.pause(0.5)  # a poll costs the UI thread; the real app has none
+            ui_share = (time.thread_time() - cpu) / (time.perf_counter() - wall)
             done = playground.events["speculative"][-1]
         assert isinstance(done, DoneEvent)
-        return float(done.metrics["tokens_per_s"])
+        return float(done.metrics["tokens_per_s"]), ui_share
 
 
 def main() -> int:
@@ -114,12 +121,15 @@ def main() -> int:
             # Alternate which side goes first, so drift (heat, other load) falls on both.
             if i % 2 == 0:
                 h = headless(thread, backend, args, settings)
-                t = asyncio.run(under_tui(args, drafters, settings))
+                t, ui = asyncio.run(under_tui(args, drafters, settings))
             else:
-                t = asyncio.run(under_tui(args, drafters, settings))
+                t, ui = asyncio.run(under_tui(args, drafters, settings))
                 h = headless(thread, backend, args, settings)
             ratios.append(t / h)
-            print(f"pair {i + 1}: headless {h:8.1f} tok/s   TUI {t:8.1f} tok/s   TUI/headless {t / h:.3f}")
+            print(
+                f"pair {i + 1}: headless {h:8.1f} tok/s   TUI {t:8.1f} tok/s   TUI/headless {t / h:.3f}"
+                f"   UI thread {ui:.1%} of a core"
+            )
     finally:
         thread.close()
     print(f"TUI/headless median {statistics.median(ratios):.3f}  (min {min(ratios):.3f}, max {max(ratios):.3f})")

@@ -3,7 +3,7 @@
 `mx.compile` fuses a function's element-wise work into fewer kernels. On Apple GPUs that saves a
 kernel launch per operation, as mlx-lm's compiled samplers do. On CPUs the math of a real
 vocabulary (16k tokens and up) is bound by its exponentials, not by dispatch: compiled it runs
-at 0.93-1.03x eager, and each new graph is first built by a C++ compiler at run time (0.4-2.4 s).
+at 0.93-1.03x eager, and each new graph is first built by a C++ compiler at run time (up to 0.4 s).
 Only toy vocabularies gain there (1.1-1.25x at 4k tokens), so CPUs run the math eagerly;
 `benchmarks/bench_compile.py` measures both. Either way the results are the same arrays, so a
 seed gives the same text.
