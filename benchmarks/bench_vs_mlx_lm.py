@@ -249,7 +249,7 @@ def parse_args() -> argparse.Namespace:
     add("--draft", type=Path, help="an mlx-lm model folder sharing the target's tokenizer")
     add("--k", type=int, help="draft tokens per round (default 4; 3 with --processes and --profile)")
     add("--max-tokens", type=int, default=200, help="tokens per timed generation (default 200)")
-    add("--repeats", type=int, help="timed repeats per side (default 5; with --processes, per model set)")
+    add("--repeats", type=int, help="timed repeats per side (default 5); with --processes, process pairs per row")
     add("--seeds", type=int, default=3, help="seeds for the temperature-1 acceptance (default 3)")
     add("--accept-tokens", type=int, default=100, help="tokens per temperature-1 generation (default 100)")
     add("--prompt", help="the prompt, encoded as written")
@@ -263,9 +263,12 @@ def parse_args() -> argparse.Namespace:
     modes = parser.add_argument_group("process mode and profile")
     modes.add_argument("--processes", action="store_true", help="each measurement in a fresh process")
     modes.add_argument("--sets", default="smallest,demo,smollm2", help="model sets for --processes (default: all)")
+    modes.add_argument("--modes", default="speculative,target", help="--processes: rows per model set (default: both)")
     modes.add_argument("--smollm2", default="smollm2", help="SmolLM2 as a catalog name, folder or GGUF file")
     modes.add_argument("--warmup-tokens", type=int, default=16, help="warm-up per process (default 16)")
-    modes.add_argument("--save", type=Path, help="--processes: write every worker's result here as JSON")
+    modes.add_argument("--generations", type=int, default=3, help="generations per process pair (default 3)")
+    modes.add_argument("--turn-tokens", type=int, default=16, help="tokens per turn (default 16)")
+    modes.add_argument("--save", type=Path, help="--processes: write every turn and generation here as JSON")
     modes.add_argument(
         "--specplay-path",
         choices=("cli", "engine"),

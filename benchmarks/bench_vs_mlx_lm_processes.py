@@ -1,10 +1,12 @@
-"""bench_vs_mlx_lm.py --processes: specplay against mlx-lm, each measurement a fresh process.
+"""bench_vs_mlx_lm.py --processes: specplay against mlx-lm, each side in a process of its own.
 
 In one process the two sides share a heap, BLAS threads and a warm allocator, and whichever runs
-second inherits the first's state; here every measurement starts its own interpreter (the worker,
-bench_vs_mlx_lm_worker.py), warms up, and times one generation. Within a repeat every row runs
-one pair, and which side goes first alternates from pair to pair, so a slow phase of the machine
-falls on both sides. A row's ratio is the median of its paired ratios (specplay / mlx-lm).
+second inherits the first's state; here each side runs in its own interpreter (the worker,
+bench_vs_mlx_lm_worker.py). The two processes of a pair load, warm up, then generate in turns
+of a few tokens each, alternating turn by turn (and who starts), so a phase of the machine,
+which here lasts seconds and moves speeds by a fifth, falls on both sides alike. Each generation
+pair gives a ratio (specplay / mlx-lm tokens/s over the generation's turns); a row's ratio is
+their median, over several fresh process pairs, with their interquartile range.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,7 @@ SPECPLAY_PATHS = {
 }
 SIDES = ("specplay", "mlx-lm")
 MIN_PAIRS = 3
-"""Fewer pairs have no spread worth the name."""
+"""Fewer generation pairs have no spread worth the name."""
 SMALLEST_DAMPING = 0.07
 """How strongly the smallest target's later layers write into the residual stream: at 0.07 its
 first layer (the drafter) agrees with the whole about half the time, as a trained pair might."""
@@ -52,7 +55,7 @@ class ModelSet:
     target: Path
     draft: Path
     repeats: int
-    """Pairs per row by default: long runs vary less, and cost more."""
+    """Process pairs per row by default: slow models cost more per generation."""
 
 
 @dataclass(frozen=True)
@@ -71,16 +74,49 @@ class Cell:
 
 
 @dataclass
-class Pairs:
-    """Each side's worker results for one cell, in pair order."""
+class Generation:
+    """One side's generation: its turns as (tokens, seconds), and what it made (the worker's
+    Generated)."""
 
-    sides: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {side: [] for side in SIDES})
+    turns: list[tuple[int, float]] = field(default_factory=list)
+    made: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return sum(tokens for tokens, _ in self.turns) / sum(seconds for _, seconds in self.turns)
+
+
+@dataclass
+class Pairs:
+    """A row's generations, side by side in the order they ran; `process` numbers the process pair
+    that ran each."""
+
+    sides: dict[str, list[Generation]] = field(default_factory=lambda: {side: [] for side in SIDES})
+    process: list[int] = field(default_factory=list)
 
     def tokens_per_s(self, side: str) -> list[float]:
-        return [r["tokens_per_s"] for r in self.sides[side]]
+        return [generation.tokens_per_s for generation in self.sides[side]]
 
     def ratios(self) -> list[float]:
+        """specplay / mlx-lm per generation pair."""
         return [a / b for a, b in zip(self.tokens_per_s("specplay"), self.tokens_per_s("mlx-lm"), strict=True)]
+
+    def turn_ratios(self) -> list[float]:
+        """specplay / mlx-lm per pair of adjacent turns (a generation's last turn may be short or empty)."""
+        out = []
+        for ours, theirs in zip(self.sides["specplay"], self.sides["mlx-lm"], strict=True):
+            for (a, a_s), (b, b_s) in zip(ours.turns, theirs.turns, strict=False):
+                if a and b:
+                    out.append((a / a_s) / (b / b_s))
+        return out
+
+    def process_ratios(self) -> list[float]:
+        """The median generation ratio of each process pair: how far fresh processes differ."""
+        ratios = self.ratios()
+        return [
+            statistics.median(r for r, p in zip(ratios, self.process, strict=True) if p == process)
+            for process in sorted(set(self.process))
+        ]
 
 
 # ---------------------------------------------------------------- the models
@@ -130,7 +166,7 @@ def smallest_models(root: Path) -> ModelSet:
         f"random llama, width 64, 13 layers, layers 2-13 damped to {SMALLEST_DAMPING}; "
         "drafter: its first layer with its embedding and head"
     )
-    return ModelSet("smallest", about, target, draft, repeats=9)
+    return ModelSet("smallest", about, target, draft, repeats=3)
 
 
 def demo_models() -> ModelSet:
@@ -138,7 +174,7 @@ def demo_models() -> ModelSet:
 
     target, drafters = demo_model_paths()
     about = "the shipped demo target; drafter `base` (the one --route auto sends code to)"
-    return ModelSet("demo", about, target, drafters["base"], repeats=5)
+    return ModelSet("demo", about, target, drafters["base"], repeats=3)
 
 
 def smollm2_models(source: str) -> ModelSet | str:
@@ -155,7 +191,7 @@ def smollm2_models(source: str) -> ModelSet | str:
     except SpecplayError as error:
         return f"skipped: {error}"
     about = "SmolLM2-135M-Instruct (fp32 on CPUs); drafter: the same model loaded again (all drafts accepted)"
-    return ModelSet("smollm2", about, folder, folder, repeats=3)
+    return ModelSet("smollm2", about, folder, folder, repeats=2)
 
 
 def parameters(folder: Path) -> float:
@@ -179,29 +215,84 @@ def parameters(folder: Path) -> float:
 # ---------------------------------------------------------------- running the pairs
 
 
-def run_worker(cell: Cell, side: str, args: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, str(WORKER), "--side", side, "--mode", cell.mode, "--target", str(cell.models.target)]
-    command += ["--draft", str(cell.models.draft), "--k", str(args.k), "--max-tokens", str(args.max_tokens)]
-    command += ["--warmup-tokens", str(args.warmup_tokens), "--prompt", args.prompt, "--path", args.specplay_path]
-    env = dict(os.environ, **({"OPENBLAS_NUM_THREADS": cell.threads} if cell.threads else {}))
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"{side} worker failed on {cell.label(args.k)}:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+class Worker:
+    """One side's worker process: loaded and warmed up, then answering turns."""
+
+    def __init__(self, cell: Cell, side: str, args: argparse.Namespace) -> None:
+        self.label = f"{side} worker on {cell.label(args.k)}"
+        command = [sys.executable, str(WORKER), "--side", side, "--mode", cell.mode]
+        command += ["--target", str(cell.models.target), "--draft", str(cell.models.draft), "--k", str(args.k)]
+        command += ["--max-tokens", str(args.max_tokens)]
+        command += ["--warmup-tokens", str(args.warmup_tokens), "--prompt", args.prompt, "--path", args.specplay_path]
+        env = dict(os.environ, **({"OPENBLAS_NUM_THREADS": cell.threads} if cell.threads else {}))
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by close(); a pipe could fill)
+        self.process = subprocess.Popen(
+            command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
+        )
+        self.ready = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait()
+            self.stderr.seek(0)
+            sys.exit(f"{self.label} failed:\n{self.stderr.read()[-3000:]}")
+        return json.loads(line)
+
+    def turn(self, tokens: int) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"tokens": tokens}) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("\n")
+        self.process.stdin.close()
+        self.process.wait()
+        self.stderr.close()
+
+
+def run_process_pair(cell: Cell, process: int, pairs: Pairs, args: argparse.Namespace) -> None:
+    """A fresh process per side; `args.generations` generations in alternating turns."""
+    workers = {side: Worker(cell, side, args) for side in SIDES}
+    try:
+        for generation in range(args.generations):
+            made = {side: Generation() for side in SIDES}
+            ended: set[str] = set()
+            # Strictly in turn, so every turn resumes after the other side's (resuming after one's
+            # own turn measured a fifth faster on the demo models); who starts alternates.
+            order = SIDES if (generation + process) % 2 == 0 else SIDES[::-1]
+            while len(ended) < len(SIDES):
+                for side in (side for side in order if side not in ended):
+                    answer = workers[side].turn(args.turn_tokens)
+                    made[side].turns.append((answer["tokens"], answer["seconds"]))
+                    if answer["ended"]:
+                        made[side].made = answer["generated"]
+                        ended.add(side)
+            for side in SIDES:
+                pairs.sides[side].append(made[side])
+            pairs.process.append(process)
+    finally:
+        for worker in workers.values():
+            worker.close()
 
 
 def run_pairs(cells: Sequence[Cell], args: argparse.Namespace) -> dict[Cell, Pairs]:
-    """Repeat-major: every row gets a pair per repeat, so the rows share the machine's phases."""
+    """Repeat-major: every row gets a process pair per repeat, so the rows share the machine's phases."""
     results = {cell: Pairs() for cell in cells}
     for repeat in range(max(repeats_of(cell.models, args) for cell in cells)):
-        for index, cell in enumerate(cells):
+        for cell in cells:
             if repeat >= repeats_of(cell.models, args):
                 continue
-            order = SIDES if (repeat + index) % 2 == 0 else SIDES[::-1]
-            for side in order:
-                results[cell].sides[side].append(run_worker(cell, side, args))
-            speeds = " ".join(f"{side} {results[cell].sides[side][-1]['tokens_per_s']:.1f}" for side in SIDES)
-            print(f"  [{repeat + 1}] {cell.label(args.k)}: {speeds} tokens/s", file=sys.stderr, flush=True)
+            pairs = results[cell]
+            run_process_pair(cell, repeat, pairs, args)
+            recent = pairs.ratios()[-args.generations :]
+            speeds = " ".join(f"{side} {pairs.tokens_per_s(side)[-1]:.1f}" for side in SIDES)
+            ratios = " ".join(f"{r:.3f}" for r in recent)
+            line = f"  [{repeat + 1}] {cell.label(args.k)}: {speeds} tokens/s; ratios {ratios}"
+            print(line, file=sys.stderr, flush=True)
     return results
 
 
@@ -236,7 +327,7 @@ def ratio_cells(ratios: Sequence[float]) -> list[str]:
 
 def same_ids(pairs: Pairs) -> str:
     """Whether every run of both sides produced the same greedy ids; where they first differ if not."""
-    runs = [r["ids"] for side in SIDES for r in pairs.sides[side]]
+    runs = [generation.made["ids"] for side in SIDES for generation in pairs.sides[side]]
     first = runs[0]
     for ids in runs[1:]:
         if ids != first:
@@ -248,18 +339,23 @@ def same_ids(pairs: Pairs) -> str:
 
 
 def print_table(results: dict[Cell, Pairs], args: argparse.Namespace) -> None:
-    head = ["", "specplay", "mlx-lm", "ratio", "IQR", "min..max", ">1", "1 outside IQR", "same ids"]
-    rows = [head, ["", "tokens/s", "tokens/s", "median", "", "", "", "", ""]]
+    head = ["", "specplay", "mlx-lm", "ratio", "IQR", "min..max", ">1", "1 outside IQR", "turns"]
+    head += ["processes", "same ids"]
+    rows = [head, ["", "tokens/s", "tokens/s", "median", "", "", "", "", "median", "min..max", ""]]
     for cell, pairs in results.items():
         speeds = [f"{statistics.median(pairs.tokens_per_s(side)):.1f}" for side in SIDES]
-        rows.append([cell.label(args.k), *speeds, *ratio_cells(pairs.ratios()), same_ids(pairs)])
+        by_process = pairs.process_ratios()
+        turns = f"{statistics.median(pairs.turn_ratios()):.3f}"
+        spread = f"{min(by_process):.2f}..{max(by_process):.2f}"
+        rows.append([cell.label(args.k), *speeds, *ratio_cells(pairs.ratios()), turns, spread, same_ids(pairs)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     for row in rows:
         cells = [cell.rjust(width) for cell, width in zip(row, widths, strict=True)]
         print("  ".join([row[0].ljust(widths[0]), *cells[1:]]))
     print(
-        "ratio: median over pairs of specplay/mlx-lm tokens/s; IQR: the pairs' interquartile range; "
-        "'1 outside IQR' yes: the spread is smaller than the ratio's distance from 1"
+        "ratio: median over generation pairs of specplay/mlx-lm tokens/s; IQR: theirs; '1 outside IQR' yes: the "
+        "spread is smaller than the ratio's distance from 1; turns: the median over pairs of adjacent turns; "
+        "processes: each process pair's median"
     )
 
 
@@ -271,16 +367,16 @@ def print_details(results: dict[Cell, Pairs], args: argparse.Namespace) -> None:
             print(acceptance_line(cell, pairs, args.k))
     outputs: dict[str, dict[str, list[int]]] = {}
     for cell, pairs in results.items():
-        outputs.setdefault(cell.models.name, {})[cell.mode] = pairs.sides["specplay"][0]["ids"]
+        outputs.setdefault(cell.models.name, {})[cell.mode] = pairs.sides["specplay"][0].made["ids"]
     for name, modes in outputs.items():
         if len(modes) == 2:
             print(f"{name}: greedy speculative ids == target-only ids: {modes['speculative'] == modes['target']}")
 
 
 def acceptance_line(cell: Cell, pairs: Pairs, k: int) -> str:
-    ours, theirs = pairs.sides["specplay"][0], pairs.sides["mlx-lm"][0]
+    ours, theirs = pairs.sides["specplay"][0].made, pairs.sides["mlx-lm"][0].made
     split = ", ".join(
-        f"{key} {statistics.median(r['per_round_ms'][key] for r in pairs.sides['specplay']):.2f}"
+        f"{key} {statistics.median(g.made['per_round_ms'][key] for g in pairs.sides['specplay']):.2f}"
         for key in ours["per_round_ms"]
     )
     return (
@@ -323,14 +419,14 @@ def print_header(sets: Sequence[ModelSet], skipped: Sequence[str], args: argpars
     print(f"BLAS: {blas.OPENBLAS_PATH or 'reference BLAS'}; threads: {blas.THREADS_CHOSEN}")
     print("MLX's CPU backend has no thread setting: each stream runs its work on one thread of its own")
     print(
-        f"process mode: a fresh process per measurement ({args.warmup_tokens}-token warm-up, then {args.max_tokens} "
-        f"tokens timed), sides alternating who goes first; greedy, k={args.k}, EOS ignored, same fp32 weights "
-        "and OpenBLAS on both sides"
+        f"process mode: each side in its own process ({args.warmup_tokens}-token warm-up), {args.generations} "
+        f"generations of {args.max_tokens} tokens per process pair, the sides alternating turns of "
+        f"{args.turn_tokens} tokens; greedy, k={args.k}, EOS ignored, same fp32 weights and OpenBLAS on both sides"
     )
     print(f"specplay: {SPECPLAY_PATHS[args.specplay_path]}; mlx-lm: stream_generate on the main thread, as its CLI")
     for models in sets:
         sizes = f"target {parameters(models.target):.2f}M, drafter {parameters(models.draft):.2f}M parameters"
-        print(f"  {models.name}: {sizes}; {models.about}; {repeats_of(models, args)} pairs per row")
+        print(f"  {models.name}: {sizes}; {models.about}; {repeats_of(models, args)} process pairs per row")
     for line in skipped:
         print(f"  {line}")
     print(f"prompt: {args.prompt!r}")
@@ -356,14 +452,22 @@ def main(args: argparse.Namespace, models_root: Path) -> None:
     if not sets:
         return
     threads = args.blas_threads.split(",") if args.blas_threads else [None]
-    cells = [Cell(models, mode, t) for models in sets for mode in MODES for t in threads]
+    modes = args.modes.split(",")
+    if unknown := set(modes) - set(MODES):
+        sys.exit(f"unknown mode {sorted(unknown)[0]!r}: choose from {', '.join(MODES)}")
+    cells = [Cell(models, mode, t) for models in sets for mode in modes for t in threads]
     results = run_pairs(cells, args)
     print()
     print_table(results, args)
     print_details(results, args)
     if args.blas_threads:
         print_threads(results, threads, args)
-    print(f"\n{len(cells)} rows, {sum(repeats_of(c.models, args) for c in cells)} pairs")
+    pairs = sum(repeats_of(c.models, args) for c in cells)
+    print(f"\n{len(cells)} rows, {pairs} process pairs, {pairs * args.generations} generation pairs")
     if args.save:
-        raw = [{"row": cell.label(args.k), "threads": cell.threads, **pairs.sides} for cell, pairs in results.items()]
+        raw = [
+            {"row": cell.label(args.k), "threads": cell.threads, "process": pairs.process}
+            | {side: [asdict(generation) for generation in pairs.sides[side]] for side in SIDES}
+            for cell, pairs in results.items()
+        ]
         args.save.write_text(json.dumps(raw))

@@ -177,7 +177,9 @@ class MlxGeneration:
         return [self.target, *self.drafters.values()]
 
     def prefill(self, model: ModelCache | NgramIndex) -> None:
-        """Bring `model`'s cache to all committed tokens but the last, chunk by chunk."""
+        """Bring `model`'s cache to all committed tokens but the last, chunk by chunk; then empty
+        MLX's buffer cache, as mlx-lm does after a prefill, so a generation's steps start from
+        an empty one rather than from the buffers an earlier generation left."""
         if isinstance(model, NgramIndex):
             model.extend(self.tokens, len(self.tokens) - 1)
             return
@@ -185,6 +187,7 @@ class MlxGeneration:
             chunk = self.tokens[model.length : min(model.length + PREFILL_CHUNK, len(self.tokens) - 1)]
             model.forward(mx.array(chunk))
             mx.eval([c.state for c in model.cache])
+        self._clear()
 
     def _pending(self, model: ModelCache) -> mx.array:
         """The tokens `model` has yet to see, the last committed one included."""
@@ -287,8 +290,11 @@ class MlxGeneration:
 
     def _maybe_clear(self) -> None:
         if len(self.tokens) - self._cleared_at >= CLEAR_EVERY:
-            mx.clear_cache()
-            self._cleared_at = len(self.tokens)
+            self._clear()
+
+    def _clear(self) -> None:
+        mx.clear_cache()
+        self._cleared_at = len(self.tokens)
 
     def generate(
         self, model_name: str | None, sampling: SamplingParams, draw: Callable[[], float], pipeline: bool = True
