@@ -13,9 +13,10 @@ script's clock: (tokens after the first) / (last arrival - first arrival) in the
     python benchmarks/bench_vs_mlx_lm.py --profile        # where a round's time goes, on the smallest models
 
 --processes (bench_vs_mlx_lm_processes.py) runs specplay as `specplay run` does and mlx-lm's
-stream_generate each in its own process, alternating, on the smallest models, the demo models
-and SmolLM2 (`specplay fetch smollm2`; the row is skipped, saying so, when it is not fetched),
-and prints each row's median paired ratio with its spread. --profile (profile_round.py) splits
+stream_generate each in its own process, the two generating in alternating turns of a few
+tokens, on the smallest models, the demo models and SmolLM2 (`specplay fetch smollm2`; the row is
+skipped, saying so, when it is not fetched), and prints each row's median paired ratio with its
+spread. --profile (profile_round.py) splits
 specplay's round into graph building, dispatch, compute, transfer, events and detokenization.
 """
 
