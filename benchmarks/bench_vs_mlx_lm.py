@@ -274,7 +274,7 @@ def parse_args() -> argparse.Namespace:
         "--specplay-path",
         choices=("cli", "engine"),
         default="cli",
-        help="--processes: specplay as `specplay run` runs it (default), or its engine consumed in place",
+        help="--processes: specplay as `specplay run` runs it (default), or its engine's events consumed bare",
     )
     modes.add_argument("--profile", action="store_true", help="specplay's round, split by where its time goes")
     args = parser.parse_args()

@@ -36,8 +36,8 @@ WORKER = Path(__file__).with_name("bench_vs_mlx_lm_worker.py")
 PROMPT = 'import os\nimport sys\n\n\ndef parse_args(argv):\n    """Parse the command line arguments."""\n'
 MODES = ("speculative", "target")
 SPECPLAY_PATHS = {
-    "cli": "as `specplay run` (engine on its model thread, events read on the main thread)",
-    "engine": "the engine's events consumed on the main thread, where it runs",
+    "cli": "as `specplay run` (its runner records each lane; events read on the main thread, where the engine runs)",
+    "engine": "the engine's events consumed bare on the main thread, where it runs",
 }
 SIDES = ("specplay", "mlx-lm")
 MIN_PAIRS = 3

@@ -9,10 +9,10 @@ generation ended, and at its end what it made). The parent alternates two such p
 turn, so both sides share every phase of the machine at a grain of a tenth of a second. An empty
 line ends the process.
 
-specplay runs as `specplay run` does (the CLI's flags, its model thread, its event stream, tokens
-counted on the main thread as they arrive); `--path engine` reads the engine's events where it
-runs instead. mlx-lm runs through `stream_generate`, as its own CLI does. Both sides load
-OpenBLAS the same way and run the same fp32 weights.
+specplay runs as `specplay run` does (the CLI's flags, its runner recording each lane, events
+read on the main thread where the engine runs); `--path engine` consumes the engine's events
+bare. mlx-lm runs through `stream_generate`, as its own CLI does. Both sides load OpenBLAS the
+same way and run the same fp32 weights.
 
 A turn's clock runs from its resumption to its last token's arrival and the drain of work still
 in flight (both sides compute one step ahead), so every computation is on some turn's clock and
@@ -28,9 +28,8 @@ import ctypes
 import json
 import os
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -75,53 +74,37 @@ def openblas_threads() -> int | None:
 class Turns:
     """One generation's tokens as they arrive, cut into the turns the parent asks for.
 
-    `arrive` is called on the reading thread with each event's tokens. When a turn has its
-    tokens, `pause` waits until the side computes nothing more (the drain), the clock stops, the
-    reply goes out and the next turn's request is read; then the clock restarts and `resume`
-    lets the side go on. Created as the generation starts: it reads the first turn's request.
+    When a turn has its tokens, MLX is drained (`drain`: the side's work in flight), the clock
+    stops, the reply goes out and the next turn's request is read; then the clock restarts.
+    Created as the generation starts: it reads the first turn's request. The generation's first
+    token starts the clock and is not counted.
     """
 
-    def __init__(self, pause: Callable[[], None], resume: Callable[[], None] = lambda: None) -> None:
-        self.pause, self.resume = pause, resume
+    def __init__(self, drain: Callable[[], None]) -> None:
+        self.drain = drain
         self.quota = read_turn()
-        self.counter = TurnCounter()
-        self.turn_start: float | None = None  # set by the first token
+        self.count = 0
+        self.turn_start: float | None = None
         self.last_arrival = 0.0
 
     def arrive(self, token_ids: list[int]) -> None:
         self.last_arrival = time.perf_counter()
         if self.turn_start is None:
-            self.turn_start = self.last_arrival
-        if not self.counter.add(token_ids, self.quota):
+            self.turn_start, token_ids = self.last_arrival, token_ids[1:]
+        self.count += len(token_ids)
+        if self.count < self.quota:
             return
-        self.pause()
-        tokens, self.counter.count = self.counter.count, 0
-        reply(asdict(TurnReply(tokens, time.perf_counter() - self.turn_start, ended=False)))
-        self.quota = read_turn()
+        self.drain()
+        reply(asdict(TurnReply(self.count, time.perf_counter() - self.turn_start, ended=False)))
+        self.quota, self.count = read_turn(), 0
         self.turn_start = time.perf_counter()
-        self.resume()
 
     def end(self, generated: Generated) -> None:
         """The generation is over: its last turn's reply, timed to its last token (none when the
         turn before took the last), with what it made."""
         assert self.turn_start is not None, "a generation makes at least one token"
         seconds = max(0.0, self.last_arrival - self.turn_start)
-        reply(asdict(TurnReply(self.counter.count, seconds, ended=True, generated=generated)))
-
-
-class TurnCounter:
-    """Where a turn ends, counted alike on the reading thread and by the gate on the model
-    thread (the same events, in order), so the two agree without talking mid-turn. The
-    generation's first token starts the clock and is not counted."""
-
-    def __init__(self) -> None:
-        self.first, self.count = True, 0
-
-    def add(self, token_ids: list[int], quota: int) -> bool:
-        """Count an event's tokens (it has some); True when the turn is complete."""
-        self.count += len(token_ids) - (1 if self.first else 0)
-        self.first = False
-        return self.count >= quota
+        reply(asdict(TurnReply(self.count, seconds, ended=True, generated=generated)))
 
 
 def read_turn() -> int:
@@ -143,31 +126,22 @@ Side = tuple[Generate, Callable[[], None]]
 
 
 def specplay_side(args: argparse.Namespace) -> Side:
-    """A `specplay run` with these flags. `--path cli`: the engine on the model thread, its events
-    read on the main thread, and a gate on the model thread that holds the engine between turns;
-    `--path engine`: the engine's events consumed on the main thread, where it runs."""
-    from specplay.backends import open_source, thread_cleanup
+    """A `specplay run` with these flags, or (`--path engine`) its engine's events consumed bare."""
+    from specplay.backends import open_source
     from specplay.cli import build_parser
     from specplay.cli.run import configure
     from specplay.engine.controls import LiveControls
     from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
     from specplay.engine.request import Request
     from specplay.runner.session_run import run_sample
-    from specplay.runner.thread import ModelThread
 
     flags = ["run", "--target", args.target, "--mode", args.mode, "--k", str(args.k), "--temperature", "0"]
     flags += ["--prompt", args.prompt, "--raw", "--ignore-eos", "--max-tokens", str(args.max_tokens)]
     if args.mode == "speculative":
         flags += ["--draft", f"{DRAFTER}={args.draft}"]
     config = configure(build_parser().parse_args(flags))
-    thread = ModelThread(on_exit=thread_cleanup(config))
-    source = thread.call(lambda: open_source(config)) if args.path == "cli" else open_source(config)
+    source = open_source(config)
     ids = tuple(source.encode(args.prompt, raw=True))
-
-    def tokens_of(event: Event) -> list[int]:
-        if isinstance(event, RoundEvent):
-            return [token.token_id for token in event.tokens]
-        return [event.token.token_id] if isinstance(event, StepEvent) else []
 
     def generated(done: DoneEvent) -> Generated:
         metrics = done.metrics
@@ -184,67 +158,21 @@ def specplay_side(args: argparse.Namespace) -> Side:
             return
         if isinstance(event, DoneEvent):
             turns.end(generated(event))
-        elif token_ids := tokens_of(event):
-            turns.arrive(token_ids)
+        elif isinstance(event, RoundEvent):
+            turns.arrive([token.token_id for token in event.tokens])
+        elif isinstance(event, StepEvent):
+            turns.arrive([event.token.token_id])
 
     def generate(n: int, in_turns: bool) -> None:
         request = Request(args.prompt, ids, args.mode, 0, n, ignore_eos=True)
-        if args.path == "engine":
-            turns = Turns(pause=mx.synchronize) if in_turns else None
-            for event in source.generate(request, LiveControls(config.settings, source.drafters)):
-                read(turns, event)
+        turns = Turns(drain=mx.synchronize) if in_turns else None
+        if args.path == "cli":
+            run_sample(source, config, request, lambda _, event: read(turns, event), save=False, baseline=False)
             return
-        if not in_turns:
-            run_sample(thread, source, config, request, lambda *_: None, save=False, baseline=False)
-            return
-        gate = Gate(tokens_of, quota=lambda: turns.quota)
-        turns = Turns(pause=gate.wait_drained, resume=gate.open)
-        gated: Any = GatedSource(source, gate)
-        run_sample(thread, gated, config, request, lambda _, event: read(turns, event), save=False, baseline=False)
+        for event in source.generate(request, LiveControls(config.settings, source.drafters)):
+            read(turns, event)
 
-    def close() -> None:
-        thread.call(source.close)
-        thread.close()
-
-    return generate, close
-
-
-class Gate:
-    """On the model thread: after the event that completes a turn, drain MLX and wait to be let go."""
-
-    def __init__(self, tokens_of: Callable[[Any], list[int]], quota: Callable[[], int]) -> None:
-        self.tokens_of, self.quota = tokens_of, quota
-        self._drained = threading.Event()
-        self._go = threading.Event()
-
-    def hold(self, events: Iterator[Any]) -> Iterator[Any]:
-        counter = TurnCounter()
-        for event in events:
-            yield event
-            if (token_ids := self.tokens_of(event)) and counter.add(token_ids, self.quota()):
-                counter.count = 0
-                mx.synchronize()
-                self._drained.set()
-                self._go.wait()
-                self._go.clear()
-
-    def wait_drained(self) -> None:
-        self._drained.wait()
-        self._drained.clear()
-
-    def open(self) -> None:
-        self._go.set()
-
-
-class GatedSource:
-    """The event source as run_sample sees it, its events passing the gate on the model thread."""
-
-    def __init__(self, source: Any, gate: Gate) -> None:
-        self.source, self.gate = source, gate
-        self.drafters, self.capabilities, self.route_map = source.drafters, source.capabilities, source.route_map
-
-    def generate(self, *args: Any) -> Iterator[Any]:
-        return self.gate.hold(self.source.generate(*args))
+    return generate, source.close
 
 
 def mlx_lm_side(args: argparse.Namespace) -> Side:
@@ -269,7 +197,7 @@ def mlx_lm_side(args: argparse.Namespace) -> Side:
         extra.update(draft_model=draft, num_draft_tokens=args.k)
 
     def generate(n: int, in_turns: bool) -> None:
-        turns = Turns(pause=lambda: mx.synchronize(generation_stream)) if in_turns else None
+        turns = Turns(drain=lambda: mx.synchronize(generation_stream)) if in_turns else None
         made, from_draft = [], []
         for response in mlx_lm.stream_generate(model, tokenizer, ids, max_tokens=n, **extra):
             made.append(response.token)
@@ -296,7 +224,7 @@ def parse_args() -> argparse.Namespace:
     add("--max-tokens", type=int, default=200, help="tokens per generation")
     add("--warmup-tokens", type=int, default=32, help="tokens generated before the first turn")
     add("--prompt", required=True)
-    add("--path", choices=PATHS, default="cli", help="specplay: through `specplay run`'s threads, or in place")
+    add("--path", choices=PATHS, default="cli", help="specplay: as `specplay run` runs it, or its engine bare")
     args = parser.parse_args()
     if args.mode == "speculative" and not args.draft:
         parser.error("--mode speculative needs --draft")

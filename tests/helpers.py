@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import queue
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from specplay.backends.mlx import MlxBackend
@@ -12,6 +13,7 @@ from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.runner.thread import ModelThread
 
 
 class Observed:
@@ -99,3 +101,22 @@ def chunk_sources(chunk_sizes: list[int], k: int | None) -> list[str]:
     from specplay.backends.vllm.native import chunk_guess
 
     return [source for i, size in enumerate(chunk_sizes) for source in chunk_guess(size, k, first=i == 0)]
+
+
+def events_from(thread: ModelThread, make_events: Callable[[], Iterator[Event]]) -> Iterator[Event]:
+    """A generator's events made on the model thread and read on this one as they come, as the
+    playground's host hands them to its UI thread; an error on the model thread is raised here."""
+    end = object()
+    arrived: queue.Queue[Any] = queue.Queue()
+
+    def job() -> None:
+        try:
+            for event in make_events():
+                arrived.put(event)
+        finally:
+            arrived.put(end)
+
+    finished = thread.submit(job)
+    while (event := arrived.get()) is not end:
+        yield event
+    finished.result()

@@ -38,7 +38,7 @@ from specplay.train.trainer import TrainConfig
 from specplay.ui.stats import LaneTally
 from specplay.ui.widgets.tape import round_line
 from tests.conftest import CODE_PROMPT, PROSE_PROMPT, TinyModels
-from tests.helpers import Observed, done, rounds, run, sources
+from tests.helpers import Observed, done, events_from, rounds, run, sources
 from tests.test_statistical import follows
 
 REPEATING_PROMPT = "for i in range(10):\n    total += values[i]\nfor i in range(10):\n    total += values[i]\nfor i in "
@@ -163,7 +163,7 @@ def test_route_changes_from_another_thread_reach_each_kind(tiny: TinyModels) -> 
         def generate(mode: str, controls: LiveControls) -> list[Event]:
             request = Request(REPEATING_PROMPT, ids, mode, max_tokens=400, ignore_eos=True)  # type: ignore[arg-type]
             events = []
-            for event in thread.stream(lambda: engine.generate(request, controls)):
+            for event in events_from(thread, lambda: engine.generate(request, controls)):
                 events.append(event)
                 if isinstance(event, RoundEvent) and plan and event.route == plan[0][0] and event.index >= 2:
                     plan.pop(0)

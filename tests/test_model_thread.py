@@ -10,6 +10,7 @@ from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
 from specplay.runner.thread import ModelThread
 from tests.conftest import CODE_PROMPT, TinyModels
+from tests.helpers import events_from
 
 
 def test_changes_and_stop_from_another_thread(tiny: TinyModels) -> None:
@@ -22,7 +23,7 @@ def test_changes_and_stop_from_another_thread(tiny: TinyModels) -> None:
         controls = LiveControls(SpecSettings(k=5, route="near"), backend.drafters)
         request = Request(CODE_PROMPT, tuple(backend.encode(CODE_PROMPT, raw=True)), max_tokens=400, ignore_eos=True)
         events, seen_rounds = [], 0
-        for event in thread.stream(lambda: engine.generate(request, controls)):
+        for event in events_from(thread, lambda: engine.generate(request, controls)):
             events.append(event)
             if isinstance(event, RoundEvent):
                 seen_rounds += 1

@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.text import Text
 
-from specplay.backends import blas_warning, open_source, thread_cleanup
+from specplay.backends import blas_warning, open_source
 from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
 from specplay.cli.flags import (
     add_backend_flags,
@@ -24,7 +24,6 @@ from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
 from specplay.errors import ConfigError
 from specplay.runner.session_run import SampleRun, run_sample
-from specplay.runner.thread import ModelThread
 from specplay.store import find_session, load_session
 
 
@@ -71,32 +70,18 @@ def run(args: argparse.Namespace) -> int:
     config = configure(args)
     if message := blas_warning(config):
         warn(message)
-    thread = ModelThread(on_exit=thread_cleanup(config))
-    try:
-        code = _run(thread, config, args)
-    except KeyboardInterrupt:
-        thread.close(wait_s=QUIT_WAIT_S)  # a model thread waiting on a server's reply is left behind
-        raise
-    except BaseException:
-        thread.close()
-        raise
-    thread.close()
-    return code
-
-
-QUIT_WAIT_S = 2.0
-"""After a second Ctrl-C, how long the model thread may take to finish before the process ends anyway."""
+    return _run(config, args)
 
 
 def _stopping() -> None:
     warn("stopping at the end of this round; Ctrl-C again quits at once (the session is kept, incomplete)")
 
 
-def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> int:
-    source = thread.call(lambda: open_source(config))
-    interrupted = False
+def _run(config: RunConfig, args: argparse.Namespace) -> int:
+    """The models load and run here, on the main thread, where the events are read."""
+    source = open_source(config)
     try:
-        identity = thread.call(source.describe) if args.save else {}
+        identity = source.describe() if args.save else {}
         spec = config.request
         assert spec.prompt is not None
         token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
@@ -113,7 +98,7 @@ def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> in
                 console.print(f"--- sample seed {seed} ---", style="dim")
             printer = _Printer(console, live=not args.json and not caps.server_judges)
             result = run_sample(
-                thread, source, config, request, printer.take, args.save, not args.no_baseline, identity, _stopping
+                source, config, request, printer.take, args.save, not args.no_baseline, identity, _stopping
             )
             if args.json:
                 session = str(result.session) if result.session else None
@@ -122,14 +107,8 @@ def _run(thread: ModelThread, config: RunConfig, args: argparse.Namespace) -> in
                 _finish(console, result, caps.wall_time_is_speed, caps.server_judges)
             if result.cancelled:
                 return 130
-    except KeyboardInterrupt:
-        # Ctrl-C outside a run's rounds, or a second one in them: closing the source would queue
-        # behind a model thread that may be waiting on a server's reply.
-        interrupted = True
-        raise
     finally:
-        if not interrupted:
-            thread.call(source.close)
+        source.close()
     return 0
 
 

@@ -1,14 +1,21 @@
 """Headless runs: one request's lanes, one after the other, streamed to the caller and saved.
 
-`specplay run` uses it per sample; the playground runs its lanes side by side instead (host.py),
-through the same session writer and request record.
+`specplay run` uses it per sample, reading the engine where it runs, on the main thread: a
+second thread to read its events cost target-only generation of the demo models several percent
+on two CPUs (benchmarks/bench_vs_mlx_lm.py --processes). The playground, whose main thread is
+Textual's, runs its lanes on the model thread instead (host.py), through the same session writer
+and request record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from specplay.config.run import RequestSpec, RunConfig
@@ -17,7 +24,6 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event
 from specplay.engine.request import Request
 from specplay.engine.source import EventSource
-from specplay.runner.thread import ModelThread
 from specplay.store import LaneRecord, SessionWriter
 from specplay.store.codec import request_record
 
@@ -65,7 +71,6 @@ def local_token_text(source: EventSource) -> Callable[[int], str] | None:
 
 
 def run_sample(
-    thread: ModelThread,
     source: EventSource,
     config: RunConfig,
     request: Request,
@@ -76,9 +81,10 @@ def run_sample(
     on_interrupt: Callable[[], None] = lambda: None,
 ) -> SampleRun:
     """The requested lane, then, when saving a speculative run with `baseline`, its target-only
-    comparison. Ctrl-C asks the run to stop at its next round and keeps what it made (saved as
-    incomplete), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt at once (the
-    session stays, incomplete). `identity` is the source's description, asked once per run."""
+    comparison, on this thread. Ctrl-C asks the run to stop at its next round and keeps what it
+    made (saved as incomplete), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt
+    at once (the session stays, incomplete). `identity` is the source's description, asked once
+    per run."""
     lanes = [request.mode]
     if save and baseline and request.mode == "speculative" and source.capabilities.baseline:
         lanes.append("target")
@@ -91,10 +97,10 @@ def run_sample(
         )
     try:
         controls = LiveControls(config.settings, source.drafters)
-        run = SampleRun(stream_lane(thread, source, request, controls, on_event, writer, on_interrupt), None, None)
+        run = SampleRun(stream_lane(source, request, controls, on_event, writer, on_interrupt), None, None)
         if lanes[1:] and not run.cancelled:
             target_only, baseline_controls = replace(request, mode="target"), LiveControls(config.settings)
-            run.baseline = stream_lane(thread, source, target_only, baseline_controls, on_event, writer, on_interrupt)
+            run.baseline = stream_lane(source, target_only, baseline_controls, on_event, writer, on_interrupt)
         run.session = writer.finalize() if writer is not None else None
         return run
     finally:
@@ -103,7 +109,6 @@ def run_sample(
 
 
 def stream_lane(
-    thread: ModelThread,
     source: EventSource,
     request: Request,
     controls: LiveControls,
@@ -111,24 +116,36 @@ def stream_lane(
     writer: SessionWriter | None,
     on_interrupt: Callable[[], None] = lambda: None,
 ) -> LaneRecord:
-    """One generation's events, made on the model thread; each goes to `on_event` and the session
-    as it comes. Ctrl-C asks the run to stop at its next round, whose last events are still read;
-    a second one does not wait for them (a server may be slow to answer)."""
+    """One generation's events, each to `on_event` and the session as it comes. Ctrl-C asks the
+    run to stop at its next round, whose last events are still read; a second one does not wait
+    for them (a server may be slow to answer)."""
     record = LaneRecord(request.mode)
-    events = thread.stream(lambda: source.generate(request, controls))
-    while True:
-        try:
-            for event in events:
-                record.add(event)
-                if writer is not None:
-                    writer.write_event(request.mode, event)
-                on_event(request.mode, event)
-            return record
-        except KeyboardInterrupt:
-            if controls.stop_requested:
-                raise
-            controls.request_stop()  # the engine ends at the next round; keep reading its last events
-            on_interrupt()
-        except BaseException:
-            controls.request_stop()  # a session that cannot be written: the model thread stops too
-            raise
+    with ctrl_c_stops(controls, on_interrupt):
+        for event in source.generate(request, controls):
+            record.add(event)
+            if writer is not None:
+                writer.write_event(request.mode, event)
+            on_event(request.mode, event)
+    return record
+
+
+@contextmanager
+def ctrl_c_stops(controls: LiveControls, on_interrupt: Callable[[], None]) -> Iterator[None]:
+    """Within the block, the first Ctrl-C asks the run `controls` steer to stop at its next round
+    (and calls `on_interrupt`); a second raises KeyboardInterrupt. Only the main thread receives
+    signals; elsewhere Ctrl-C is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if controls.stop_requested:
+            raise KeyboardInterrupt
+        controls.request_stop()
+        on_interrupt()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)

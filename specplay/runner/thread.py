@@ -8,42 +8,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
-_END = object()
-
-
-class EventStream:
-    """Items of a generator running on the model thread, read from another thread.
-
-    An exception raised while waiting (Ctrl-C) leaves the stream readable: the caller can ask
-    the generator to stop and keep reading until it ends.
-    """
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue()
-
-    def put(self, item: Any, error: BaseException | None = None) -> None:
-        self._queue.put((item, error))
-
-    def __iter__(self) -> Iterator[Any]:
-        return self
-
-    def __next__(self) -> Any:
-        while True:
-            try:
-                item, error = self._queue.get(timeout=0.1)  # a timeout keeps Ctrl-C responsive
-            except queue.Empty:
-                continue
-            if error is not None:
-                raise error
-            if item is _END:
-                self._queue.put((_END, None))  # stay exhausted
-                raise StopIteration
-            return item
 
 
 class ModelThread:
@@ -76,21 +45,6 @@ class ModelThread:
     def call(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the model thread and return its result (or raise its exception) here."""
         return self.submit(fn).result()
-
-    def stream(self, make_items: Callable[[], Iterator[T]]) -> EventStream:
-        """Run the generator `make_items()` on the model thread; read its items from the stream."""
-        stream = EventStream()
-
-        def job() -> None:
-            try:
-                for item in make_items():
-                    stream.put(item)
-                stream.put(_END)
-            except BaseException as exc:
-                stream.put(None, exc)
-
-        self._jobs.put(job)
-        return stream
 
     def close(self, wait_s: float | None = None) -> None:
         """End the thread after its queued jobs; wait for it at most `wait_s` (None: until it ends).
