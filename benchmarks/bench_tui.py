@@ -2,7 +2,8 @@
 
 The same models, prompt, seed and settings run two ways, alternately, several times:
 
-- headless: the engine path `specplay run` takes (one speculative Request on a ModelThread);
+- headless: the engine's events consumed where it runs, as `specplay run` does (here on the
+  ModelThread that loaded the models);
 - TUI: the real playground app driven headless (`app.run_test()`), its speculative lane beside
   the target-only lane, redrawing as it would on screen.
 
