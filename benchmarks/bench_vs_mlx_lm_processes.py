@@ -12,6 +12,7 @@ their median, over several fresh process pairs, with their interquartile range.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -247,9 +248,11 @@ class Worker:
         return self._read()
 
     def close(self) -> None:
+        """An empty line ends the worker; one that already died is only waited for."""
         assert self.process.stdin is not None
-        self.process.stdin.write("\n")
-        self.process.stdin.close()
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.write("\n")
+            self.process.stdin.close()
         self.process.wait()
         self.stderr.close()
 
