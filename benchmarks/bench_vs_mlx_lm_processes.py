@@ -264,8 +264,8 @@ def run_process_pair(cell: Cell, process: int, pairs: Pairs, args: argparse.Name
         for generation in range(args.generations):
             made = {side: Generation() for side in SIDES}
             ended: set[str] = set()
-            # Strictly in turn, so every turn resumes after the other side's (resuming after one's
-            # own turn measured a fifth faster on the demo models); who starts alternates.
+            # Strictly in turn, so every turn resumes after the other side's: a side resuming after
+            # its own turn runs faster, and turns would not be alike. Who starts alternates.
             order = SIDES if (generation + process) % 2 == 0 else SIDES[::-1]
             while len(ended) < len(SIDES):
                 for side in (side for side in order if side not in ended):
