@@ -7,8 +7,7 @@ Two views of the smallest models (bench_vs_mlx_lm_processes.py), greedy, k = 3:
   (mx.eval, mx.async_eval, .tolist/.item, the models' forward, draft/verify/commit, acceptance,
   event and detokenizer calls) with clocks that count each category's exclusive time, for both
   sides in one process on the same weights. It also reads the CPU time of MLX's own threads (the
-  stream's worker and OpenBLAS's), where the compute runs, and times `specplay run`'s hand-off of
-  events from its model thread.
+  stream's worker and OpenBLAS's), where the compute runs.
 - A sampling profile (py-spy --native, when installed): a child process runs specplay's timed
   generations and py-spy samples its Python thread, native MLX frames included.
 """
@@ -20,7 +19,6 @@ import copy
 import io
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -362,54 +360,6 @@ def measure_direct(sides: Sides, args: argparse.Namespace) -> None:
     )
 
 
-# ---------------------------------------------------------------- specplay run's hand-off
-
-
-def measure_cli_handoff(target: Path, draft: Path, args: argparse.Namespace) -> None:
-    """Per round, `specplay run`'s path (engine on its model thread, events read on the main
-    thread) against the engine's events consumed on the model thread itself."""
-    from specplay.backends.mlx import release_thread
-    from specplay.runner.session_run import stream_lane
-    from specplay.runner.thread import ModelThread
-
-    thread = ModelThread(on_exit=release_thread)
-    backend = thread.call(lambda: load_mlx_backend(str(target), [(DRAFTER, str(draft))]))
-    sides = thread.call(lambda: Sides(backend, args.prompt, args.k))
-    settings = SpecSettings(k=args.k, route=DRAFTER, sampling=SamplingParams(temperature=0.0))
-
-    def via_thread(mode: str, n: int) -> float:
-        request = Request(args.prompt, tuple(sides.ids), mode=mode, seed=0, max_tokens=n, ignore_eos=True)
-        start = time.perf_counter()
-        record = stream_lane(thread, sides.engine, request, LiveControls(settings, backend.drafters), _ignore, None)
-        return 1000 * (time.perf_counter() - start) / (len(record.rounds) or len(record.tokens))
-
-    def in_place(mode: str, n: int) -> float:
-        def timed() -> float:
-            start = time.perf_counter()
-            rounds = sides.specplay(mode, n)[1]
-            return 1000 * (time.perf_counter() - start) / rounds
-
-        return thread.call(timed)
-
-    print("\n`specplay run`'s hand-off of events (model thread -> main thread): ms per round, median")
-    for mode in ("speculative", "target"):
-        ways = {"handed to the main thread": via_thread, "consumed on the model thread": in_place}
-        for way in ways.values():
-            way(mode, args.warmup_tokens)
-        per_round: dict[str, list[float]] = {name: [] for name in ways}
-        for repeat in range(args.repeats):
-            for name in list(ways) if repeat % 2 == 0 else list(ways)[::-1]:
-                per_round[name].append(ways[name](mode, args.max_tokens))
-        cells = ", ".join(f"{name} {statistics.median(values):.3f}" for name, values in per_round.items())
-        print(f"  {mode}: {cells}")
-    thread.call(backend.close)
-    thread.close()
-
-
-def _ignore(lane: str, event: Any) -> None:
-    """What `specplay run --json` does with an event while it runs: nothing until the end."""
-
-
 # ---------------------------------------------------------------- py-spy
 
 
@@ -509,7 +459,6 @@ def main(args: argparse.Namespace, models_root: Path) -> None:
     print(f"profile: smallest models ({models.about}), greedy, k={args.k}, {args.max_tokens} tokens x {args.repeats}")
     print(f"BLAS threads: {blas.THREADS_CHOSEN}; both sides in this process on the same weights")
     measure_direct(sides, args)
-    measure_cli_handoff(models.target, models.draft, args)
     sample_with_py_spy(models.target, models.draft, args)
 
 
