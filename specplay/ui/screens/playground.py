@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Select, Static, TextArea
+from textual.widgets import Footer, Header, Input, Select, Static, TextArea
 
 from specplay.data.library import library_prompts
 from specplay.display.text import one_line, visible
@@ -59,6 +59,7 @@ class PlaygroundScreen(Screen[None]):
         self._dirty = False
         self._frame_wall = self._frame_cpu = 0.0
         """When the screen last drew during a run: wall time, and the UI thread's CPU time."""
+        self._cursors_lit = False
 
     def compose(self) -> ComposeResult:
         settings, seed = self.playground.settings, self.playground.seed
@@ -168,7 +169,9 @@ class PlaygroundScreen(Screen[None]):
         the UI thread has used more than UI_CPU_BUDGET of a core since it last did. Every event
         taken and every frame drawn is time the model thread waits for (they share the GIL, and
         often a core), so the UI's share, not a frame rate, is what is held fixed."""
-        if self.playground.state in ("running", "stopping"):
+        running = self.playground.state in ("running", "stopping")
+        self._light_cursors(running)
+        if running:
             wall, cpu = time.perf_counter(), time.thread_time()
             since = wall - self._frame_wall
             if cpu - self._frame_cpu > UI_CPU_BUDGET * since and since < MAX_FRAME_INTERVAL_S:
@@ -176,6 +179,15 @@ class PlaygroundScreen(Screen[None]):
             self._frame_wall, self._frame_cpu = wall, cpu
         self.playground.drain()
         self._redraw()
+
+    def _light_cursors(self, lit: bool) -> None:
+        """While lanes generate, text cursors stay lit rather than blink: each blink repaints its
+        widget, twice a second, on the UI thread."""
+        if lit == self._cursors_lit:
+            return
+        self._cursors_lit = lit
+        for widget in (*self.query(TextArea), *self.query(Input)):
+            widget.cursor_blink = not lit
 
     def _redraw(self) -> None:
         """Show what was taken since the last redraw: one update per widget however many events."""
