@@ -6,7 +6,7 @@ rejection sampling against mlx-lm's exact-match rule. Both sides' tokens/s come 
 script's clock: (tokens after the first) / (last arrival - first arrival) in the consumer loop.
 
     python benchmarks/bench_vs_mlx_lm.py                  # in one process, random models built in a temp dir
-    python benchmarks/bench_vs_mlx_lm.py --blas-threads   # again with OPENBLAS_NUM_THREADS=1, 2
+    python benchmarks/bench_vs_mlx_lm.py --blas-threads   # OpenBLAS's 1 and 2 threads, alternated in one process
     python benchmarks/bench_vs_mlx_lm.py --target DIR --draft DIR
     python benchmarks/bench_vs_mlx_lm.py --processes      # a fresh process per measurement (below)
     python benchmarks/bench_vs_mlx_lm.py --processes --blas-threads 1,2
@@ -28,8 +28,6 @@ import ctypes
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -231,17 +229,6 @@ def _mean_range(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ({min(values):.2f}..{max(values):.2f})"
 
 
-def rerun_per_blas_thread_count(args: argparse.Namespace, target: Path, draft: Path) -> None:
-    """OpenBLAS reads its thread count when it loads, so each setting runs in a fresh process."""
-    passed = ["--target", str(target), "--draft", str(draft), "--prompt", args.prompt]
-    for name in ("k", "max_tokens", "repeats", "seeds", "accept_tokens"):
-        passed += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    for threads in args.blas_threads.split(","):
-        print(f"\n===== OPENBLAS_NUM_THREADS={threads} =====", flush=True)
-        env = dict(os.environ, OPENBLAS_NUM_THREADS=threads)
-        subprocess.run([sys.executable, __file__, *passed], env=env, check=True)
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
@@ -259,12 +246,17 @@ def parse_args() -> argparse.Namespace:
         nargs="?",
         const="1,2",
         metavar="N,M",
-        help="run once per OPENBLAS_NUM_THREADS value (default 1,2): reruns, or with --processes, rows",
+        help="compare OpenBLAS thread counts (default 1,2), alternated in one process; with --processes, as rows",
     )
+    add("--pairs", type=int, default=8, help="--blas-threads: generation pairs per row (default 8)")
     modes = parser.add_argument_group("process mode and profile")
     modes.add_argument("--processes", action="store_true", help="each measurement in a fresh process")
-    modes.add_argument("--sets", default="smallest,demo,smollm2", help="model sets for --processes (default: all)")
-    modes.add_argument("--modes", default="speculative,target", help="--processes: rows per model set (default: both)")
+    modes.add_argument(
+        "--sets", default="smallest,demo,smollm2", help="model sets for --processes and --blas-threads (default: all)"
+    )
+    modes.add_argument(
+        "--modes", default="speculative,target", help="--processes, --blas-threads: rows per model set (default: both)"
+    )
     modes.add_argument("--smollm2", default="smollm2", help="SmolLM2 as a catalog name, folder or GGUF file")
     modes.add_argument("--warmup-tokens", type=int, default=16, help="warm-up per process (default 16)")
     modes.add_argument("--generations", type=int, default=3, help="generations per process pair (default 3)")
@@ -280,7 +272,7 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if (args.target is None) != (args.draft is None):
         parser.error("--target and --draft go together")
-    process_like = args.processes or args.profile
+    process_like = args.processes or args.profile or bool(args.blas_threads)
     args.k = args.k or (3 if process_like else 4)
     args.prompt = args.prompt or (processes.PROMPT if process_like else DEFAULT_PROMPT)
     if not args.processes:
@@ -294,16 +286,18 @@ def main() -> None:
         if args.processes:
             processes.main(args, args.models or Path(tmp))
             return
+        if args.blas_threads:
+            import bench_blas_threads
+
+            bench_blas_threads.main(args, args.models or Path(tmp))
+            return
         if args.profile:
             import profile_round  # its profilers load only here
 
             profile_round.main(args, args.models or Path(tmp))
             return
         target, draft = (args.target, args.draft) if args.target else build_models(args.models or Path(tmp))
-        if args.blas_threads:
-            rerun_per_blas_thread_count(args, target, draft)
-        else:
-            measure(args, target, draft)
+        measure(args, target, draft)
 
 
 if __name__ == "__main__":

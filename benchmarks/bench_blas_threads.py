@@ -1,0 +1,90 @@
+"""bench_vs_mlx_lm.py --blas-threads: OpenBLAS's thread counts against each other, in one process.
+
+OpenBLAS takes a new thread count at run time (openblas_set_num_threads), so one process can
+alternate the counts generation by generation: every count sees the same phases of the machine,
+the same loaded weights and the same warm allocator, and a ratio needs no fresh process per
+side. Each pair of generations runs every count on specplay and on mlx-lm, in an order that
+rotates from pair to pair; a row prints, per side, the median over pairs of each count's tokens/s
+over the first count's, with the interquartile range. It is what decided specplay's default
+(`specplay.backends.mlx.blas.default_threads`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+from pathlib import Path
+
+import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
+
+# isort: split
+from bench_vs_mlx_lm import DRAFTER, Sides
+from bench_vs_mlx_lm_processes import ModelSet, demo_models, quartiles, smallest_models, smollm2_models
+
+from specplay.backends.mlx import blas, load_mlx_backend
+
+
+def set_threads(count: int) -> None:
+    assert blas.OPENBLAS_PATH is not None
+    ctypes.CDLL(blas.OPENBLAS_PATH).openblas_set_num_threads(count)
+
+
+def measure_row(sides: Sides, speculative: bool, counts: list[int], args: argparse.Namespace) -> str:
+    """One model set and mode: each count's tokens/s over the first count's, per side."""
+    mode = "speculative" if speculative else "target"
+    runs = {
+        "specplay": lambda n: sides.specplay(mode, n).tokens_per_s(),
+        "mlx-lm": lambda n: sides.mlx_lm(speculative, n).tokens_per_s(),
+    }
+    cells = [(side, count) for side in runs for count in counts]
+    speeds: dict[tuple[str, int], list[float]] = {cell: [] for cell in cells}
+    for side, count in cells:  # warm-up, untimed
+        set_threads(count)
+        runs[side](32)
+    for pair in range(args.pairs):
+        shift = pair % len(cells)
+        for side, count in cells[shift:] + cells[:shift]:
+            set_threads(count)
+            speeds[side, count].append(runs[side](args.max_tokens))
+    line = f"  {mode:<12}"
+    for side in runs:
+        base = speeds[side, counts[0]]
+        line += f"  {side}: " + " / ".join(f"{statistics.median(speeds[side, c]):.1f}" for c in counts) + " tok/s"
+        for count in counts[1:]:
+            q1, median, q3 = quartiles([a / b for a, b in zip(speeds[side, count], base, strict=True)])
+            line += f" ({count} over {counts[0]}: {median:.3f}, IQR {q1:.3f}-{q3:.3f})"
+    return line
+
+
+def main(args: argparse.Namespace, models_root: Path) -> None:
+    if blas.OPENBLAS_PATH is None:
+        raise SystemExit(f"--blas-threads compares OpenBLAS thread counts, and none is loaded: {blas.INSTALL_HINT}")
+    counts = [int(c) for c in args.blas_threads.split(",")]
+    sets: list[ModelSet] = []
+    if args.target:
+        sets.append(ModelSet("given", "--target and --draft", args.target, args.draft, repeats=0))
+    for name in [] if args.target else args.sets.split(","):
+        found = {"smallest": lambda: smallest_models(models_root), "demo": demo_models}.get(name)
+        models = found() if found else smollm2_models(args.smollm2) if name == "smollm2" else None
+        if models is None:
+            raise SystemExit(f"unknown model set {name!r}: choose from smallest, demo, smollm2")
+        if isinstance(models, str):
+            print(f"smollm2: {models}")
+            continue
+        sets.append(models)
+    print(
+        f"OpenBLAS thread counts {counts} alternated in one process: {args.pairs} pairs of {args.max_tokens}-token "
+        f"generations per row, greedy, k={args.k}; tokens/s medians, then each count over {counts[0]}"
+    )
+    original = ctypes.CDLL(blas.OPENBLAS_PATH).openblas_get_num_threads()
+    try:
+        for models in sets:
+            backend = load_mlx_backend(str(models.target), [(DRAFTER, str(models.draft))])
+            sides = Sides(backend, args.prompt, args.k)
+            print(f"{models.name}: {models.about}", flush=True)
+            for mode in args.modes.split(","):
+                print(measure_row(sides, mode == "speculative", counts, args), flush=True)
+            backend.close()
+    finally:
+        set_threads(original)
