@@ -24,13 +24,16 @@ from bench_vs_mlx_lm_processes import ModelSet, demo_models, quartiles, smallest
 
 from specplay.backends.mlx import blas, load_mlx_backend
 
+FAST_REPEATS = 3
+"""Process pairs --processes gives the fast model sets."""
+
 
 def set_threads(count: int) -> None:
     assert blas.OPENBLAS_PATH is not None
     ctypes.CDLL(blas.OPENBLAS_PATH).openblas_set_num_threads(count)
 
 
-def measure_row(sides: Sides, speculative: bool, counts: list[int], args: argparse.Namespace) -> str:
+def measure_row(sides: Sides, speculative: bool, counts: list[int], pairs: int, args: argparse.Namespace) -> str:
     """One model set and mode: each count's tokens/s over the first count's, per side."""
     mode = "speculative" if speculative else "target"
     runs = {
@@ -42,7 +45,7 @@ def measure_row(sides: Sides, speculative: bool, counts: list[int], args: argpar
     for side, count in cells:  # warm-up, untimed
         set_threads(count)
         runs[side](32)
-    for pair in range(args.pairs):
+    for pair in range(pairs):
         shift = pair % len(cells)
         for side, count in cells[shift:] + cells[:shift]:
             set_threads(count)
@@ -55,6 +58,13 @@ def measure_row(sides: Sides, speculative: bool, counts: list[int], args: argpar
             q1, median, q3 = quartiles([a / b for a, b in zip(speeds[side, count], base, strict=True)])
             line += f" ({count} over {counts[0]}: {median:.3f}, IQR {q1:.3f}-{q3:.3f})"
     return line
+
+
+def pairs_for(models: ModelSet, args: argparse.Namespace) -> int:
+    """--pairs on the fast model sets; a slow one (fewer process pairs in --processes) gets fewer."""
+    if not models.repeats:  # --target and --draft
+        return args.pairs
+    return max(2, round(args.pairs * min(models.repeats, FAST_REPEATS) / FAST_REPEATS))
 
 
 def main(args: argparse.Namespace, models_root: Path) -> None:
@@ -75,7 +85,8 @@ def main(args: argparse.Namespace, models_root: Path) -> None:
         sets.append(models)
     print(
         f"OpenBLAS thread counts {counts} alternated in one process: {args.pairs} pairs of {args.max_tokens}-token "
-        f"generations per row, greedy, k={args.k}; tokens/s medians, then each count over {counts[0]}"
+        f"generations per row (fewer on slow models), greedy, k={args.k}; tokens/s medians, then each count over "
+        f"{counts[0]}"
     )
     original = ctypes.CDLL(blas.OPENBLAS_PATH).openblas_get_num_threads()
     try:
@@ -84,7 +95,7 @@ def main(args: argparse.Namespace, models_root: Path) -> None:
             sides = Sides(backend, args.prompt, args.k)
             print(f"{models.name}: {models.about}", flush=True)
             for mode in args.modes.split(","):
-                print(measure_row(sides, mode == "speculative", counts, args), flush=True)
+                print(measure_row(sides, mode == "speculative", counts, pairs_for(models, args), args), flush=True)
             backend.close()
     finally:
         set_threads(original)

@@ -41,6 +41,9 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         await wait_for(pilot, lambda: app.playground.settings.route == "near", "the route to be pinned before the run")
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(spec_rounds(app)) >= 3, "rounds at k=4")
+        # While lanes generate the prompt's cursor stays lit: each blink would repaint it.
+        prompt = app.query_one("#prompt", TextArea)
+        await wait_for(pilot, lambda: not prompt.cursor_blink, "the cursor to stay lit during the run")
 
         app.query_one("#k", Slider).value = 2
         await wait_for(pilot, lambda: _control_index(app, "k", 2) is not None, "the k change to take effect")
@@ -79,6 +82,7 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         # The key is handled at once, however busy the lanes are: events reach the UI in batches.
         assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
         await wait_for(pilot, lambda: app.playground.state == "ready", "the lanes to stop")
+        await wait_for(pilot, lambda: prompt.cursor_blink, "the cursor to blink again once the run ended")
 
         events = app.playground.events["speculative"]
         k_at, route_at = _control_index(app, "k", 2), _control_index(app, "route", "far")

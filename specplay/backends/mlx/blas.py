@@ -41,11 +41,11 @@ def default_threads() -> int:
     """OpenBLAS threads when the user sets none: one per CPU this process may use.
 
     Measured on the 2-CPU machine of the README with nothing else running (python
-    benchmarks/bench_vs_mlx_lm.py --processes --blas-threads 1,2), two threads beat one on every
-    model size, for specplay and mlx-lm alike: 1.05-1.09x on the smallest models, 1.2-1.5x on the
-    demo models, whose verify passes are matrix products. One thread wins only while other work
-    holds the CPUs (on a loaded machine it measured up to a fifth faster): set
-    OPENBLAS_NUM_THREADS=1 there. Counting the CPUs this process may use, rather than the
+    benchmarks/bench_vs_mlx_lm.py --blas-threads, the counts alternated in one process), two
+    threads ran the demo models and SmolLM2 1.1-1.3x as fast as one, for specplay and mlx-lm
+    alike, and the smallest models, whose products are too small to share, as fast. One thread
+    wins only while other work holds the CPUs (on a loaded machine it measured up to a fifth
+    faster): set OPENBLAS_NUM_THREADS=1 there. Counting the CPUs this process may use, rather than the
     machine's, keeps a container's limit."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
