@@ -20,7 +20,7 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 
 # isort: split
 from bench_vs_mlx_lm import DRAFTER, Sides
-from bench_vs_mlx_lm_processes import ModelSet, demo_models, quartiles, smallest_models, smollm2_models
+from bench_vs_mlx_lm_processes import ModelSet, model_sets, quartiles
 
 from specplay.backends.mlx import blas, load_mlx_backend
 
@@ -71,18 +71,12 @@ def main(args: argparse.Namespace, models_root: Path) -> None:
     if blas.OPENBLAS_PATH is None:
         raise SystemExit(f"--blas-threads compares OpenBLAS thread counts, and none is loaded: {blas.INSTALL_HINT}")
     counts = [int(c) for c in args.blas_threads.split(",")]
-    sets: list[ModelSet] = []
     if args.target:
-        sets.append(ModelSet("given", "--target and --draft", args.target, args.draft, repeats=0))
-    for name in [] if args.target else args.sets.split(","):
-        found = {"smallest": lambda: smallest_models(models_root), "demo": demo_models}.get(name)
-        models = found() if found else smollm2_models(args.smollm2) if name == "smollm2" else None
-        if models is None:
-            raise SystemExit(f"unknown model set {name!r}: choose from smallest, demo, smollm2")
-        if isinstance(models, str):
-            print(f"smollm2: {models}")
-            continue
-        sets.append(models)
+        sets = [ModelSet("given", "--target and --draft", args.target, args.draft, repeats=0)]
+    else:
+        sets, skipped = model_sets(args.sets, models_root, args.smollm2)
+        for line in skipped:
+            print(line)
     print(
         f"OpenBLAS thread counts {counts} alternated in one process: {args.pairs} pairs of {args.max_tokens}-token "
         f"generations per row (fewer on slow models), greedy, k={args.k}; tokens/s medians, then each count over "

@@ -99,9 +99,11 @@ async def under_tui(
                 # Sleeping hands the loop to the app; the real app has no poll, and a pilot.pause
                 # (which waits for the screen to settle) would add work to the thread measured.
                 await asyncio.sleep(POLL_S)
+            if ui_share is None:  # the lane and the session ended within one poll
+                ui_share = (time.thread_time() - cpu) / (time.perf_counter() - wall)
             done = playground.events["speculative"][-1]
         assert isinstance(done, DoneEvent)
-        return float(done.metrics["tokens_per_s"]), ui_share or 0.0
+        return float(done.metrics["tokens_per_s"]), ui_share
 
 
 def main() -> int:

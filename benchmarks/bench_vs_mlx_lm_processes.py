@@ -435,22 +435,28 @@ def print_header(sets: Sequence[ModelSet], skipped: Sequence[str], args: argpars
     print(f"prompt: {args.prompt!r}")
 
 
-def main(args: argparse.Namespace, models_root: Path) -> None:
+def model_sets(names: str, models_root: Path, smollm2: str) -> tuple[list[ModelSet], list[str]]:
+    """The comma-separated model sets named, and a line for each one skipped (SmolLM2 not fetched)."""
     sets: list[ModelSet] = []
     skipped: list[str] = []
-    for name in args.sets.split(","):
+    for name in names.split(","):
         if name == "smallest":
             sets.append(smallest_models(models_root))
         elif name == "demo":
             sets.append(demo_models())
         elif name == "smollm2":
-            found = smollm2_models(args.smollm2)
+            found = smollm2_models(smollm2)
             if isinstance(found, ModelSet):
                 sets.append(found)
             else:
                 skipped.append(f"smollm2: {found}")
         else:
             sys.exit(f"unknown model set {name!r}: choose from smallest, demo, smollm2")
+    return sets, skipped
+
+
+def main(args: argparse.Namespace, models_root: Path) -> None:
+    sets, skipped = model_sets(args.sets, models_root, args.smollm2)
     print_header(sets, skipped, args)
     if not sets:
         return

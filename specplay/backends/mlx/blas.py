@@ -45,8 +45,8 @@ def default_threads() -> int:
     threads ran the demo models and SmolLM2 1.1-1.3x as fast as one, for specplay and mlx-lm
     alike, and the smallest models, whose products are too small to share, as fast. One thread
     wins only while other work holds the CPUs (on a loaded machine it measured up to a fifth
-    faster): set OPENBLAS_NUM_THREADS=1 there. Counting the CPUs this process may use, rather than the
-    machine's, keeps a container's limit."""
+    faster): set OPENBLAS_NUM_THREADS=1 there. Counting the CPUs this process may use, rather
+    than the machine's, keeps a container's limit."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
