@@ -334,6 +334,7 @@ class MlxGeneration:
                     following = step(out[0])
                     mx.async_eval(*following)
                 token, not_a_number = out
+                mx.eval(token, not_a_number)  # one wait for both (unpipelined, neither is scheduled yet)
                 token_id = token.item()
                 if not_a_number.item():
                     who = "the target" if model is self.target else f"drafter {model.name!r}"
