@@ -109,6 +109,7 @@ def test_one_session_page(
 ) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.wait import WebDriverWait
 
     path = sweep[1]  # D = 0.5: accepted, budget, corrected and bonus tokens, and a divergence
     session = load_session(path)
@@ -140,7 +141,13 @@ def test_one_session_page(
     round_ = main_lane.rounds[0]
     token = _tokens(browser, "c1")[0]
     ActionChains(browser).move_to_element(token).perform()
-    shown = browser.execute_script("return getComputedStyle(arguments[0], '::after').content", token)
+
+    def hover_text(driver) -> str | bool:  # type: ignore[no-untyped-def]
+        content = driver.execute_script("return getComputedStyle(arguments[0], '::after').content", token)
+        return content if content != "none" else False
+
+    # The hover style applies at the browser's next frame, which a loaded machine may not have drawn yet.
+    shown = WebDriverWait(browser, 5).until(hover_text)
     assert f"p_target(x) {round_.positions[0].p_target:.3f}" in shown
     assert f"round 0 · route near · k {round_.k}" in shown
     token.click()
