@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,13 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 """ChatML, as SmolLM2 and Qwen write it: the tiny chat model's template."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A shell without job control starts a background command with Ctrl-C (SIGINT) ignored, and its
+    # children inherit that; the tests that press Ctrl-C on a child need it to arrive, as in a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass(frozen=True)
