@@ -10,14 +10,17 @@ script's clock: (tokens after the first) / (last arrival - first arrival) in the
     python benchmarks/bench_vs_mlx_lm.py --target DIR --draft DIR
     python benchmarks/bench_vs_mlx_lm.py --processes      # a fresh process per measurement (below)
     python benchmarks/bench_vs_mlx_lm.py --processes --blas-threads 1,2
+    python benchmarks/bench_vs_mlx_lm.py --processes --control mlx-lm   # mlx-lm against itself
     python benchmarks/bench_vs_mlx_lm.py --profile        # where a round's time goes, on the smallest models
 
 --processes (bench_vs_mlx_lm_processes.py) runs specplay as `specplay run` does and mlx-lm's
 stream_generate each in its own process, the two generating in alternating turns of a few
 tokens, on the smallest models, the demo models and SmolLM2 (`specplay fetch smollm2`; the row is
 skipped, saying so, when it is not fetched), and prints each row's median paired ratio with its
-spread. --profile (profile_round.py) splits
-specplay's round into graph building, dispatch, compute, transfer, events and detokenization.
+spread. With --control, both processes of a pair run the same side: the ratios a row would
+read if the two sides were equal, so a reading's distance from 1 can be set against them.
+--profile (profile_round.py) splits specplay's round into graph building, dispatch, compute,
+transfer, events and detokenization.
 """
 
 from __future__ import annotations
@@ -268,6 +271,11 @@ def parse_args() -> argparse.Namespace:
         default="cli",
         help="--processes: specplay as `specplay run` runs it (default), or its engine's events consumed bare",
     )
+    modes.add_argument(
+        "--control",
+        choices=("specplay", "mlx-lm"),
+        help="--processes: both processes of a pair run this side (A/A: its ratios are the harness's own spread)",
+    )
     modes.add_argument("--profile", action="store_true", help="specplay's round, split by where its time goes")
     args = parser.parse_args()
     if (args.target is None) != (args.draft is None):
@@ -275,6 +283,8 @@ def parse_args() -> argparse.Namespace:
     process_like = args.processes or args.profile or bool(args.blas_threads)
     args.k = args.k or (3 if process_like else 4)
     args.prompt = args.prompt or (processes.PROMPT if process_like else DEFAULT_PROMPT)
+    if args.control and not args.processes:
+        parser.error("--control goes with --processes")
     if not args.processes:
         args.repeats = args.repeats or 5
     return args

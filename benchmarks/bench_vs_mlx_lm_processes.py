@@ -7,6 +7,10 @@ of a few tokens each, alternating turn by turn (and who starts), so a phase of t
 which here lasts seconds and moves speeds by a fifth, falls on both sides alike. Each generation
 pair gives a ratio (specplay / mlx-lm tokens/s over the generation's turns); a row's ratio is
 their median, over several fresh process pairs, with their interquartile range.
+
+With --control SIDE both processes of a pair run SIDE (the columns keep their names, the
+"specplay" one being the first process): an A/A run, whose ratios show how far two equal sides
+read apart in this harness on this machine.
 """
 
 from __future__ import annotations
@@ -220,8 +224,9 @@ class Worker:
     """One side's worker process: loaded and warmed up, then answering turns."""
 
     def __init__(self, cell: Cell, side: str, args: argparse.Namespace) -> None:
-        self.label = f"{side} worker on {cell.label(args.k)}"
-        command = [sys.executable, str(WORKER), "--side", side, "--mode", cell.mode]
+        runs = args.control or side  # an A/A run puts one side in both processes
+        self.label = f"{runs} worker on {cell.label(args.k)}"
+        command = [sys.executable, str(WORKER), "--side", runs, "--mode", cell.mode]
         command += ["--target", str(cell.models.target), "--draft", str(cell.models.draft), "--k", str(args.k)]
         command += ["--max-tokens", str(args.max_tokens)]
         command += ["--warmup-tokens", str(args.warmup_tokens), "--prompt", args.prompt, "--path", args.specplay_path]
@@ -258,8 +263,11 @@ class Worker:
 
 
 def run_process_pair(cell: Cell, process: int, pairs: Pairs, args: argparse.Namespace) -> None:
-    """A fresh process per side; `args.generations` generations in alternating turns."""
-    workers = {side: Worker(cell, side, args) for side in SIDES}
+    """A fresh process per side, started one after the other (which first alternates with the
+    pair, as the second one loads while the first waits); `args.generations` generations in
+    alternating turns."""
+    start_order = SIDES if process % 2 == 0 else SIDES[::-1]
+    workers = {side: Worker(cell, side, args) for side in start_order}
     try:
         for generation in range(args.generations):
             made = {side: Generation() for side in SIDES}
@@ -427,6 +435,11 @@ def print_header(sets: Sequence[ModelSet], skipped: Sequence[str], args: argpars
         f"{args.turn_tokens} tokens; greedy, k={args.k}, EOS ignored, same fp32 weights and OpenBLAS on both sides"
     )
     print(f"specplay: {SPECPLAY_PATHS[args.specplay_path]}; mlx-lm: stream_generate on the main thread, as its CLI")
+    if args.control:
+        print(
+            f"CONTROL: both processes of each pair run {args.control}; the 'specplay' column is the first of "
+            "them, and the ratios are what equal sides read in this harness"
+        )
     for models in sets:
         sizes = f"target {parameters(models.target):.2f}M, drafter {parameters(models.draft):.2f}M parameters"
         print(f"  {models.name}: {sizes}; {models.about}; {repeats_of(models, args)} process pairs per row")
