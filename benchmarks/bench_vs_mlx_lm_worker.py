@@ -11,8 +11,10 @@ line ends the process.
 
 specplay runs as `specplay run` does (the CLI's flags, its runner recording each lane, events
 read on the main thread where the engine runs); `--path engine` consumes the engine's events
-bare. mlx-lm runs through `stream_generate`, as its own CLI does. Both sides load OpenBLAS the
-same way and run the same fp32 weights.
+bare; `--path backend` runs the MLX backend's draft, verify and commit with no engine at all
+(greedy acceptance written out here), so the three paths split what each layer adds. mlx-lm
+runs through `stream_generate`, as its own CLI does. Both sides load OpenBLAS the same way and
+run the same fp32 weights.
 
 A turn's clock runs from its resumption to its last token's arrival and the drain of work still
 in flight (both sides compute one step ahead), so every computation is on some turn's clock and
@@ -31,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core, for both sides alike)
 
@@ -41,9 +43,13 @@ from bench_vs_mlx_lm import mlx_lm_acceptance
 
 from specplay.backends.mlx import blas
 
+if TYPE_CHECKING:
+    from specplay.engine.loop import SpecEngine
+    from specplay.engine.settings import SpecSettings
+
 SIDES = ("specplay", "mlx-lm")
 MODES = ("speculative", "target")
-PATHS = ("cli", "engine")
+PATHS = ("cli", "engine", "backend")
 DRAFTER = "draft"
 
 
@@ -132,6 +138,7 @@ def specplay_side(args: argparse.Namespace) -> Side:
     from specplay.cli.run import configure
     from specplay.engine.controls import LiveControls
     from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
+    from specplay.engine.loop import SpecEngine
     from specplay.engine.request import Request
     from specplay.runner.session_run import run_sample
 
@@ -169,10 +176,55 @@ def specplay_side(args: argparse.Namespace) -> Side:
         if args.path == "cli":
             run_sample(source, config, request, lambda _, event: read(turns, event), save=False, baseline=False)
             return
+        if args.path == "backend":
+            assert isinstance(source, SpecEngine)
+            bare_backend(source, config.settings, args, ids, n, turns)
+            return
         for event in source.generate(request, LiveControls(config.settings, source.drafters)):
             read(turns, event)
 
     return generate, source.close
+
+
+def bare_backend(
+    engine: SpecEngine,
+    settings: SpecSettings,
+    args: argparse.Namespace,
+    ids: tuple[int, ...],
+    n: int,
+    turns: Turns | None,
+) -> None:
+    """n greedy tokens from the backend alone: target steps, or rounds of draft, verify, accept
+    the drafted tokens that match the target's argmax, commit them with the correction or bonus."""
+    generation = engine.backend.open_generation(ids, prefill=(None, DRAFTER) if args.mode == "speculative" else (None,))
+    sampling, rule = settings.sampling, settings.acceptance_rule
+    made: list[int] = []
+    drafted = accepted = rounds = 0
+    if args.mode == "target":
+        stream = generation.generate(None, sampling, lambda: 0.0)
+        while len(made) < n:
+            made.append(next(stream))
+            if turns is not None:
+                turns.arrive(made[-1:])
+        stream.close()
+    while len(made) < n:
+        draft = generation.draft(DRAFTER, min(args.k, n - len(made)), sampling, [], None)
+        verified = generation.verify(draft, sampling, rule, [], 0.0)
+        kept = 0
+        while kept < len(verified.drafted) and verified.drafted[kept] == verified.target_argmax[kept]:
+            kept += 1
+        last = verified.corrections[kept] if kept < len(verified.drafted) else verified.bonus
+        committed = [*verified.drafted[:kept], last][: n - len(made)]
+        generation.commit(committed)
+        made += committed
+        drafted, accepted, rounds = drafted + len(verified.drafted), accepted + kept, rounds + 1
+        if turns is not None:
+            turns.arrive(committed)
+    if turns is not None:
+        result = Generated(made)
+        if rounds:
+            result.acceptance, result.tokens_per_round = accepted / drafted, len(made) / rounds
+        turns.end(result)
 
 
 def mlx_lm_side(args: argparse.Namespace) -> Side:
