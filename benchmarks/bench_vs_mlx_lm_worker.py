@@ -207,19 +207,20 @@ def bare_backend(
             if turns is not None:
                 turns.arrive(made[-1:])
         stream.close()
-    while len(made) < n:
-        draft = generation.draft(DRAFTER, min(args.k, n - len(made)), sampling, [], None)
-        verified = generation.verify(draft, sampling, rule, [], 0.0)
-        kept = 0
-        while kept < len(verified.drafted) and verified.drafted[kept] == verified.target_argmax[kept]:
-            kept += 1
-        last = verified.corrections[kept] if kept < len(verified.drafted) else verified.bonus
-        committed = [*verified.drafted[:kept], last][: n - len(made)]
-        generation.commit(committed)
-        made += committed
-        drafted, accepted, rounds = drafted + len(verified.drafted), accepted + kept, rounds + 1
-        if turns is not None:
-            turns.arrive(committed)
+    else:
+        while len(made) < n:
+            draft = generation.draft(DRAFTER, min(args.k, n - len(made)), sampling, [], None)
+            verified = generation.verify(draft, sampling, rule, [], 0.0)
+            kept = 0
+            while kept < len(verified.drafted) and verified.drafted[kept] == verified.target_argmax[kept]:
+                kept += 1
+            last = verified.corrections[kept] if kept < len(verified.drafted) else verified.bonus
+            committed = [*verified.drafted[:kept], last][: n - len(made)]
+            generation.commit(committed)
+            made += committed
+            drafted, accepted, rounds = drafted + len(verified.drafted), accepted + kept, rounds + 1
+            if turns is not None:
+                turns.arrive(committed)
     if turns is not None:
         result = Generated(made)
         if rounds:
