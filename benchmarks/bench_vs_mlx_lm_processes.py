@@ -43,7 +43,7 @@ MODES = ("speculative", "target")
 SPECPLAY_PATHS = {
     "cli": "as `specplay run` (its runner records each lane; events read on the main thread, where the engine runs)",
     "engine": "the engine's events consumed bare on the main thread, where it runs",
-    "backend": "the MLX backend's draft, verify and commit with no engine (greedy acceptance in the benchmark)",
+    "backend": "the MLX backend's draft, verify and commit, accepted greedily in a loop of the benchmark's (no engine)",
 }
 SIDES = ("specplay", "mlx-lm")
 MIN_PAIRS = 3

@@ -12,7 +12,7 @@ line ends the process.
 specplay runs as `specplay run` does (the CLI's flags, its runner recording each lane, events
 read on the main thread where the engine runs); `--path engine` consumes the engine's events
 bare; `--path backend` runs the MLX backend's draft, verify and commit with no engine at all
-(greedy acceptance written out here), so the three paths split what each layer adds. mlx-lm
+(accepted greedily in a loop of its own here), so the three paths split what each layer adds. mlx-lm
 runs through `stream_generate`, as its own CLI does. Both sides load OpenBLAS the same way and
 run the same fp32 weights.
 
@@ -42,6 +42,8 @@ import mlx.core as mx
 from bench_vs_mlx_lm import mlx_lm_acceptance
 
 from specplay.backends.mlx import blas
+from specplay.engine.accept import greedy_accept
+from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length
 
 if TYPE_CHECKING:
     from specplay.engine.loop import SpecEngine
@@ -212,7 +214,7 @@ def bare_backend(
             draft = generation.draft(DRAFTER, min(args.k, n - len(made)), sampling, [], None)
             verified = generation.verify(draft, sampling, rule, [], 0.0)
             kept = 0
-            while kept < len(verified.drafted) and verified.drafted[kept] == verified.target_argmax[kept]:
+            while kept < len(verified.drafted) and greedy_accept(verified.drafted[kept], verified.target_argmax[kept]):
                 kept += 1
             last = verified.corrections[kept] if kept < len(verified.drafted) else verified.bonus
             committed = [*verified.drafted[:kept], last][: n - len(made)]
@@ -224,7 +226,8 @@ def bare_backend(
     if turns is not None:
         result = Generated(made)
         if rounds:
-            result.acceptance, result.tokens_per_round = accepted / drafted, len(made) / rounds
+            result.acceptance = draft_acceptance_rate(accepted, drafted)
+            result.tokens_per_round = mean_acceptance_length(accepted, rounds)
         turns.end(result)
 
 
