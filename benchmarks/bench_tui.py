@@ -11,10 +11,13 @@ Both sides report the speculative lane's tokens/s the engine measures (DoneEvent
 after the first over the time since the first). Under the TUI the lane's clock runs only during
 its own turns, so the target-only lane's turns are not counted against it; what is counted is
 everything the UI costs the model thread (the GIL, redraws, the drill-down's top-5 per round).
-The ratio is the number to read; absolute speeds depend on the machine.
+The ratio is the number to read; absolute speeds depend on the machine. With --control both
+sides run headless, one after the other as the pairs do: how far two equal sides read apart on
+this machine, the spread a TUI reading must clear.
 
     python benchmarks/bench_tui.py                       # the shipped demo models
     python benchmarks/bench_tui.py --target T --draft near=D --max-tokens 300 --repeats 5
+    python benchmarks/bench_tui.py --control             # headless against headless
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=9, help="pairs of runs, each side in turn (default 9)")
+    parser.add_argument("--control", action="store_true", help="run the TUI side headless too (an A/A run)")
     args = parser.parse_args()
     if args.target:
         drafters = [tuple(d.split("=", 1)) if "=" in d else (Path(d).name, d) for d in args.draft]
@@ -131,26 +135,32 @@ def main() -> int:
         backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
         headless(thread, backend, args, settings)  # warm-up, untimed
         ratios, shares = [], []
+        name = "headless again" if args.control else "TUI"
+
+        def other() -> tuple[float, float | None]:
+            if args.control:
+                return headless(thread, backend, args, settings), None
+            return asyncio.run(under_tui(args, drafters, settings))
+
         for i in range(args.repeats):
             # Alternate which side goes first, so drift (heat, other load) falls on both.
             if i % 2 == 0:
                 h = headless(thread, backend, args, settings)
-                t, ui = asyncio.run(under_tui(args, drafters, settings))
+                t, ui = other()
             else:
-                t, ui = asyncio.run(under_tui(args, drafters, settings))
+                t, ui = other()
                 h = headless(thread, backend, args, settings)
             ratios.append(t / h)
-            shares.append(ui)
-            print(
-                f"pair {i + 1}: headless {h:8.1f} tok/s   TUI {t:8.1f} tok/s   TUI/headless {t / h:.3f}"
-                f"   UI thread {ui:.1%} of a core while it ran"
-            )
+            share = f"   UI thread {ui:.1%} of a core while it ran" if ui is not None else ""
+            shares += [ui] if ui is not None else []
+            print(f"pair {i + 1}: headless {h:8.1f} tok/s   {name} {t:8.1f} tok/s   {name}/headless {t / h:.3f}{share}")
     finally:
         thread.close()
     q1, median, q3 = quartiles(ratios)
+    ui_share = f";  UI thread median {statistics.median(shares):.1%} of a core while the lane ran" if shares else ""
     print(
-        f"TUI/headless median {median:.3f}  (IQR {q1:.3f}-{q3:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f});"
-        f"  UI thread median {statistics.median(shares):.1%} of a core while the lane ran"
+        f"{name}/headless median {median:.3f}  (IQR {q1:.3f}-{q3:.3f}, min {min(ratios):.3f},"
+        f" max {max(ratios):.3f}){ui_share}"
     )
     return 0
 

@@ -15,9 +15,9 @@ script's clock: (tokens after the first) / (last arrival - first arrival) in the
 
 --processes (bench_vs_mlx_lm_processes.py) runs specplay as `specplay run` does and mlx-lm's
 stream_generate each in its own process, the two generating in alternating turns of a few
-tokens, on the smallest models, the demo models and SmolLM2 (`specplay fetch smollm2`; the row is
-skipped, saying so, when it is not fetched), and prints each row's median paired ratio with its
-spread. With --control, both processes of a pair run the same side: the ratios a row would
+tenths of a second, on the smallest models, the demo models and SmolLM2 (`specplay fetch
+smollm2`; the row is skipped, saying so, when it is not fetched), and prints each row's median
+paired ratio with its spread. With --control, both processes of a pair run the same side: the ratios a row would
 read if the two sides were equal, so a reading's distance from 1 can be set against them.
 --profile (profile_round.py) splits specplay's round into graph building, dispatch, compute,
 transfer, events and detokenization.
@@ -263,7 +263,7 @@ def parse_args() -> argparse.Namespace:
     modes.add_argument("--smollm2", default="smollm2", help="SmolLM2 as a catalog name, folder or GGUF file")
     modes.add_argument("--warmup-tokens", type=int, default=16, help="warm-up per process (default 16)")
     modes.add_argument("--generations", type=int, default=3, help="generations per process pair (default 3)")
-    modes.add_argument("--turn-tokens", type=int, default=16, help="tokens per turn (default 16)")
+    modes.add_argument("--turn-s", type=float, default=0.3, help="seconds per turn (default 0.3)")
     modes.add_argument("--save", type=Path, help="--processes: write every turn and generation here as JSON")
     modes.add_argument(
         "--specplay-path",

@@ -3,8 +3,12 @@
 In one process the two sides share a heap, BLAS threads and a warm allocator, and whichever runs
 second inherits the first's state; here each side runs in its own interpreter (the worker,
 bench_vs_mlx_lm_worker.py). The two processes of a pair load, warm up, then generate in turns
-of a few tokens each, alternating turn by turn (and who starts), so a phase of the machine,
-which here lasts seconds and moves speeds by a fifth, falls on both sides alike. Each generation
+of a few tenths of a second each, alternating turn by turn (and who starts), so a phase of the
+machine, which here lasts seconds and moves speeds by a fifth, falls on both sides alike. A turn
+resumes after the other process has had the CPUs and their caches, which costs the side with more
+host work per token more: shorter turns than the default count that cost, which a run alone never
+pays, against specplay (16-token turns, about 0.08 s on the smallest models, read its engine
+several hundredths below its bare backend; 0.3 s turns read them alike). Each generation
 pair gives a ratio (specplay / mlx-lm tokens/s over the generation's turns); a row's ratio is
 their median, over several fresh process pairs, with their interquartile range.
 
@@ -247,9 +251,9 @@ class Worker:
             sys.exit(f"{self.label} failed:\n{self.stderr.read()[-3000:]}")
         return json.loads(line)
 
-    def turn(self, tokens: int) -> dict[str, Any]:
+    def turn(self, seconds: float) -> dict[str, Any]:
         assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"tokens": tokens}) + "\n")
+        self.process.stdin.write(json.dumps({"seconds": seconds}) + "\n")
         self.process.stdin.flush()
         return self._read()
 
@@ -278,7 +282,7 @@ def run_process_pair(cell: Cell, process: int, pairs: Pairs, args: argparse.Name
             order = SIDES if (generation + process) % 2 == 0 else SIDES[::-1]
             while len(ended) < len(SIDES):
                 for side in (side for side in order if side not in ended):
-                    answer = workers[side].turn(args.turn_tokens)
+                    answer = workers[side].turn(args.turn_s)
                     made[side].turns.append((answer["tokens"], answer["seconds"]))
                     if answer["ended"]:
                         made[side].made = answer["generated"]
@@ -433,7 +437,7 @@ def print_header(sets: Sequence[ModelSet], skipped: Sequence[str], args: argpars
     print(
         f"process mode: each side in its own process ({args.warmup_tokens}-token warm-up), {args.generations} "
         f"generations of {args.max_tokens} tokens per process pair, the sides alternating turns of "
-        f"{args.turn_tokens} tokens; greedy, k={args.k}, EOS ignored, same fp32 weights and OpenBLAS on both sides"
+        f"{args.turn_s:g} s; greedy, k={args.k}, EOS ignored, same fp32 weights and OpenBLAS on both sides"
     )
     print(f"specplay: {SPECPLAY_PATHS[args.specplay_path]}; mlx-lm: stream_generate on the main thread, as its CLI")
     if args.control:

@@ -3,11 +3,11 @@
     python benchmarks/bench_vs_mlx_lm_worker.py --side specplay --mode speculative --target DIR --draft DIR
 
 loads the models, warms up and prints `{"ready": ...}`. Then each line it reads on stdin is a
-turn: `{"tokens": N}` runs the current generation (a new one when none is open) until at least N
-more tokens have arrived, stops, and prints one JSON line (tokens, seconds, whether the
-generation ended, and at its end what it made). The parent alternates two such processes turn by
-turn, so both sides share every phase of the machine at a grain of a tenth of a second. An empty
-line ends the process.
+turn: `{"seconds": S}` runs the current generation (a new one when none is open) until a token
+arrives S seconds or more into the turn, stops, and prints one JSON line (tokens, seconds,
+whether the generation ended, and at its end what it made). The parent alternates two such
+processes turn by turn, so both sides share every phase of the machine at a grain of a few tenths
+of a second. An empty line ends the process.
 
 specplay runs as `specplay run` does (the CLI's flags, its runner recording each lane, events
 read on the main thread where the engine runs); `--path engine` consumes the engine's events
@@ -82,15 +82,15 @@ def openblas_threads() -> int | None:
 class Turns:
     """One generation's tokens as they arrive, cut into the turns the parent asks for.
 
-    When a turn has its tokens, MLX is drained (`drain`: the side's work in flight), the clock
-    stops, the reply goes out and the next turn's request is read; then the clock restarts.
+    When a turn has lasted its seconds, MLX is drained (`drain`: the side's work in flight), the
+    clock stops, the reply goes out and the next turn's request is read; then the clock restarts.
     Created as the generation starts: it reads the first turn's request. The generation's first
     token starts the clock and is not counted.
     """
 
     def __init__(self, drain: Callable[[], None]) -> None:
         self.drain = drain
-        self.quota = read_turn()
+        self.quota_s = read_turn()
         self.count = 0
         self.turn_start: float | None = None
         self.last_arrival = 0.0
@@ -100,11 +100,11 @@ class Turns:
         if self.turn_start is None:
             self.turn_start, token_ids = self.last_arrival, token_ids[1:]
         self.count += len(token_ids)
-        if self.count < self.quota:
+        if self.last_arrival - self.turn_start < self.quota_s or not self.count:
             return
         self.drain()
         reply(asdict(TurnReply(self.count, time.perf_counter() - self.turn_start, ended=False)))
-        self.quota, self.count = read_turn(), 0
+        self.quota_s, self.count = read_turn(), 0
         self.turn_start = time.perf_counter()
 
     def end(self, generated: Generated) -> None:
@@ -115,12 +115,12 @@ class Turns:
         reply(asdict(TurnReply(self.count, seconds, ended=True, generated=generated)))
 
 
-def read_turn() -> int:
-    """The next turn's token count; an empty line (or the parent gone) ends the process."""
+def read_turn() -> float:
+    """The next turn's length in seconds; an empty line (or the parent gone) ends the process."""
     line = sys.stdin.readline()
     if not line.strip():
         sys.exit(0)
-    return int(json.loads(line)["tokens"])
+    return float(json.loads(line)["seconds"])
 
 
 def reply(value: dict[str, Any]) -> None:
