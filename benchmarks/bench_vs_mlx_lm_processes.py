@@ -4,12 +4,11 @@ In one process the two sides share a heap, BLAS threads and a warm allocator, an
 second inherits the first's state; here each side runs in its own interpreter (the worker,
 bench_vs_mlx_lm_worker.py). The two processes of a pair load, warm up, then generate in turns
 of a few tenths of a second each, alternating turn by turn (and who starts), so a phase of the
-machine, which here lasts seconds and moves speeds by a fifth, falls on both sides alike. A turn
-resumes after the other process has had the CPUs and their caches, which costs the side with more
-host work per token more: shorter turns than the default count that cost, which a run alone never
-pays, against specplay (16-token turns, about 0.08 s on the smallest models, read its engine
-several hundredths below its bare backend; 0.3 s turns read them alike). Each generation
-pair gives a ratio (specplay / mlx-lm tokens/s over the generation's turns); a row's ratio is
+machine, which here lasts seconds and moves speeds by a fifth, falls on both sides alike. Turns
+are timed rather than counted in tokens, so every model set's turns last alike (16 tokens were
+0.08 s on the smallest models and 1.5 s on SmolLM2). Each turn resumes after the other process
+has had the CPUs and their caches, a cost a run alone never pays, spread over more work the
+longer the turn. Each generation pair gives a ratio (specplay / mlx-lm tokens/s over the generation's turns); a row's ratio is
 their median, over several fresh process pairs, with their interquartile range.
 
 With --control SIDE both processes of a pair run SIDE (the columns keep their names, the
