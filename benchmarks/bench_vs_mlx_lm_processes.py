@@ -8,8 +8,9 @@ machine, which here lasts seconds and moves speeds by a fifth, falls on both sid
 are timed rather than counted in tokens, so every model set's turns last alike (16 tokens were
 0.08 s on the smallest models and 1.5 s on SmolLM2). Each turn resumes after the other process
 has had the CPUs and their caches, a cost a run alone never pays, spread over more work the
-longer the turn. Each generation pair gives a ratio (specplay / mlx-lm tokens/s over the generation's turns); a row's ratio is
-their median, over several fresh process pairs, with their interquartile range.
+longer the turn. Each generation pair gives a ratio (specplay / mlx-lm tokens/s over the
+generation's turns); a row's ratio is their median, over several fresh process pairs, with their
+interquartile range.
 
 With --control SIDE both processes of a pair run SIDE (the columns keep their names, the
 "specplay" one being the first process): an A/A run, whose ratios show how far two equal sides
