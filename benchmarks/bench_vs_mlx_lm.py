@@ -17,8 +17,9 @@ script's clock: (tokens after the first) / (last arrival - first arrival) in the
 stream_generate each in its own process, the two generating in alternating turns of a few
 tenths of a second, on the smallest models, the demo models and SmolLM2 (`specplay fetch
 smollm2`; the row is skipped, saying so, when it is not fetched), and prints each row's median
-paired ratio with its spread. With --control, both processes of a pair run the same side: the ratios a row would
-read if the two sides were equal, so a reading's distance from 1 can be set against them.
+paired ratio with its spread. With --control, both processes of a pair run the same side: the
+ratios a row would read if the two sides were equal, so a reading's distance from 1 can be set
+against them.
 --profile (profile_round.py) splits specplay's round into graph building, dispatch, compute,
 transfer, events and detokenization.
 """
