@@ -268,7 +268,7 @@ def parse_args() -> argparse.Namespace:
     modes.add_argument("--save", type=Path, help="--processes: write every turn and generation here as JSON")
     modes.add_argument(
         "--specplay-path",
-        choices=("cli", "engine", "backend"),
+        choices=tuple(processes.SPECPLAY_PATHS),
         default="cli",
         help="--processes: specplay as `specplay run` runs it (default), its engine's events consumed bare, "
         "or its MLX backend with no engine (greedy)",

@@ -12,9 +12,9 @@ of a second. An empty line ends the process.
 specplay runs as `specplay run` does (the CLI's flags, its runner recording each lane, events
 read on the main thread where the engine runs); `--path engine` consumes the engine's events
 bare; `--path backend` runs the MLX backend's draft, verify and commit with no engine at all
-(accepted greedily in a loop of its own here), so the three paths split what each layer adds. mlx-lm
-runs through `stream_generate`, as its own CLI does. Both sides load OpenBLAS the same way and
-run the same fp32 weights.
+(accepted greedily in a loop of its own here), so the three paths split what each layer adds.
+mlx-lm runs through `stream_generate`, as its own CLI does. Both sides load OpenBLAS the same way
+and run the same fp32 weights.
 
 A turn's clock runs from its resumption to its last token's arrival and the drain of work still
 in flight (both sides compute one step ahead), so every computation is on some turn's clock and
@@ -40,6 +40,7 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core, for both 
 # isort: split
 import mlx.core as mx
 from bench_vs_mlx_lm import mlx_lm_acceptance
+from bench_vs_mlx_lm_processes import SPECPLAY_PATHS
 
 from specplay.backends.mlx import blas
 from specplay.engine.accept import greedy_accept
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 
 SIDES = ("specplay", "mlx-lm")
 MODES = ("speculative", "target")
-PATHS = ("cli", "engine", "backend")
 DRAFTER = "draft"
 
 
@@ -134,7 +134,8 @@ Side = tuple[Generate, Callable[[], None]]
 
 
 def specplay_side(args: argparse.Namespace) -> Side:
-    """A `specplay run` with these flags, or (`--path engine`) its engine's events consumed bare."""
+    """A `specplay run` with these flags, its engine's events consumed bare (`--path engine`), or
+    its MLX backend alone (`--path backend`)."""
     from specplay.backends import open_source
     from specplay.cli import build_parser
     from specplay.cli.run import configure
@@ -280,7 +281,12 @@ def parse_args() -> argparse.Namespace:
     add("--max-tokens", type=int, default=200, help="tokens per generation")
     add("--warmup-tokens", type=int, default=32, help="tokens generated before the first turn")
     add("--prompt", required=True)
-    add("--path", choices=PATHS, default="cli", help="specplay: as `specplay run` runs it, or its engine bare")
+    add(
+        "--path",
+        choices=tuple(SPECPLAY_PATHS),
+        default="cli",
+        help="specplay: as `specplay run`, its engine bare, or its MLX backend alone",
+    )
     args = parser.parse_args()
     if args.mode == "speculative" and not args.draft:
         parser.error("--mode speculative needs --draft")
