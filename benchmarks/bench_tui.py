@@ -151,8 +151,10 @@ def main() -> int:
                 t, ui = other()
                 h = headless(thread, backend, args, settings)
             ratios.append(t / h)
-            share = f"   UI thread {ui:.1%} of a core while it ran" if ui is not None else ""
-            shares += [ui] if ui is not None else []
+            share = ""
+            if ui is not None:
+                shares.append(ui)
+                share = f"   UI thread {ui:.1%} of a core while it ran"
             print(f"pair {i + 1}: headless {h:8.1f} tok/s   {name} {t:8.1f} tok/s   {name}/headless {t / h:.3f}{share}")
     finally:
         thread.close()
