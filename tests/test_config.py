@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -17,11 +17,20 @@ from specplay.cli.configure import given, run_config
 from specplay.config.demo import demo_model_paths
 from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.events import Counterfactual, DraftPosition, RoundEvent, StartEvent, Token
+from specplay.engine.events import (
+    ControlEvent,
+    Counterfactual,
+    DoneEvent,
+    DraftPosition,
+    RoundEvent,
+    StartEvent,
+    StepEvent,
+    Token,
+)
 from specplay.engine.settings import PolicyParams, RuleParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.store import SessionWriter, load_session
-from specplay.store.codec import decode_event, event_record, request_from_record, request_record
+from specplay.store.codec import decode_event, event_record, plain, request_from_record, request_record
 from specplay.store.format import SessionError
 from specplay.store.replay import session_config
 from tests.conftest import CODE_PROMPT, TinyModels
@@ -131,8 +140,16 @@ def test_events_and_the_request_record_round_trip_through_the_codec() -> None:
         StartEvent("speculative", "near", "far", (1, 2), 4, settings),
         StartEvent("speculative", "near", "far", (1, 2), 4, relaxed),
     ):
+        assert plain(event) == asdict(event)  # the writer's fast path builds what asdict would
         record = json.loads(json.dumps(event_record("speculative", event)))
         assert decode_event(record["kind"], record["data"]) == event
+    metrics = {"num_tokens": 2, "acceptance_per_position": (1.0, 0.5), "counterfactual": {"far": {"x": (1, 2)}}}
+    for event in (  # the shapes the writer's fast path must build as asdict does
+        DoneEvent("length", (1, 2), "ab", metrics),
+        ControlEvent(3, (("k", 3, 4), ("route", "near", "far"))),
+        StepEvent(0, None, tokens[0], 1.5),
+    ):
+        assert plain(event) == asdict(event)
     request = RequestSpec("hi", True, "target", 3, 17, True)
     record = json.loads(json.dumps(request_record(request, {"code": "a"}, source="tui")))
     assert request_from_record(record, "hi") == request and record["route_map"] == {"code": "a"}

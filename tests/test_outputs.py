@@ -85,11 +85,11 @@ def test_a_full_disk_mid_run_keeps_the_session_readable(
     written = {"records": 0}
     original = writer.SessionWriter._write
 
-    def filling(self: writer.SessionWriter, record: dict) -> None:  # type: ignore[type-arg]
+    def filling(self: writer.SessionWriter, record: dict, flush: bool = True) -> None:  # type: ignore[type-arg]
         written["records"] += 1
         if written["records"] > 6:  # the disk fills after a few records
             self._file.write = lambda _: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[method-assign]
-        original(self, record)
+        original(self, record, flush)
 
     monkeypatch.setattr(writer.SessionWriter, "_write", filling)
     args = ["run", "--target", str(tiny.target), "--draft", f"near={tiny.near}", "--prompt", "def f(", "--raw"]

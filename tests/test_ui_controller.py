@@ -68,6 +68,9 @@ class Screen:
     def show_token_texts(self) -> None:
         self.calls.append(("token_texts", None))
 
+    def when_drawn(self, then: Callable[[], None]) -> None:
+        then()
+
     def said(self, kind: str) -> list[Any]:
         return [value for name, value in self.calls if name == kind]
 
@@ -182,11 +185,11 @@ def test_a_full_disk_mid_run_stops_saving_not_the_run(
     original = writer.SessionWriter._write
     counts = {"records": 0}
 
-    def filling(self: writer.SessionWriter, record: dict[str, Any]) -> None:
+    def filling(self: writer.SessionWriter, record: dict[str, Any], flush: bool = True) -> None:
         counts["records"] += 1
         if counts["records"] == 2:  # the disk is full for a moment: the first lane's first event is lost
             self._file.write = lambda _: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[method-assign]
-        original(self, record)
+        original(self, record, flush)
 
     monkeypatch.setattr(writer.SessionWriter, "_write", filling)
     request = {"raw": True, "max_tokens": 24, "ignore_eos": True}

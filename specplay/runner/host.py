@@ -8,6 +8,7 @@ opened on the model thread from the configuration, never passed in already loade
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 import time
@@ -69,6 +70,11 @@ class ModelHost:
 
         def load() -> tuple[EventSource, dict[str, Any]]:
             self.source = open_source(self.config)
+            # What exists now (models, tokenizer, the screen) lives as long as the host: frozen out
+            # of the collector, so a full collection during a run, which may fall on any thread
+            # and stalls it, walks only what runs made (tens of ms in the playground otherwise).
+            gc.collect()
+            gc.freeze()
             return self.source, self.source.describe()
 
         def finished(future: Future[tuple[EventSource, dict[str, Any]]]) -> None:

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event, RoundEvent
@@ -84,7 +84,7 @@ class SessionWriter:
                 self.path.unlink()
             raise
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _write(self, record: dict[str, Any], flush: bool = True) -> None:
         try:
             line = record_line(record)
         except ValueError as exc:  # a NaN or infinity: never written (JSON has none)
@@ -92,24 +92,37 @@ class SessionWriter:
         self._lines.append(line)
         try:
             self._file.write(line + "\n")
-            self._file.flush()  # in the OS's hands: survives the process being killed
         except OSError as exc:
-            self.close()
-            raise SessionError(
-                f"cannot write the session {self.path}: {exc.strerror or exc}; what was written before is kept"
-            ) from None
+            self._failed(exc)
+        if flush:
+            self.flush()
 
-    def write_event(self, lane: str, event: Event) -> None:
+    def flush(self) -> None:
+        """Hand what was written to the OS: from then on it survives the process being killed."""
+        try:
+            self._file.flush()
+        except OSError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> NoReturn:
+        self.close()
+        raise SessionError(
+            f"cannot write the session {self.path}: {exc.strerror or exc}; what was written before is kept"
+        ) from None
+
+    def write_event(self, lane: str, event: Event, flush: bool = True) -> None:
+        """Append an event; `flush=False` leaves it buffered until the next `flush` (a caller that
+        takes events in batches flushes once per batch)."""
         if isinstance(event, RoundEvent) and self._token_text is not None:
             self._write_texts(round_token_ids(event))
-        self._write(event_record(lane, event))
+        self._write(event_record(lane, event), flush)
 
     def _write_texts(self, token_ids: list[int]) -> None:
         new = [token_id for token_id in dict.fromkeys(token_ids) if token_id not in self._known_texts]
         if not new or self._token_text is None:
             return
         self._known_texts.update(new)
-        self._write(texts_record({token_id: self._token_text(token_id) for token_id in new}))
+        self._write(texts_record({token_id: self._token_text(token_id) for token_id in new}), flush=False)
 
     def finalize(self) -> Path:
         """Mark the session complete, atomically; if that cannot be written, the session stays as
@@ -134,7 +147,8 @@ class SessionWriter:
     def close(self) -> None:
         """Stop writing without finalizing: the session stays readable, marked incomplete."""
         if not self._file.closed:
-            self._file.close()
+            with contextlib.suppress(OSError):  # a full disk: what was flushed before is kept
+                self._file.close()
 
 
 def session_jsonl(records: list[dict[str, Any]]) -> str:

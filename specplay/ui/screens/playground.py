@@ -6,6 +6,7 @@ controller (ui/controller.py) decides, as the controller's View.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -99,7 +100,7 @@ class PlaygroundScreen(Screen[None]):
 
     def show_status(self, text: str, error: bool = False) -> None:
         status = self.query_one("#status", Static)
-        status.update(Content(one_line(text)))
+        status.update(Content(one_line(text)), layout=False)  # one line, always: no layout needed
         status.set_class(error, "error")
 
     def notify_user(self, text: str, error: bool = False) -> None:
@@ -153,6 +154,9 @@ class PlaygroundScreen(Screen[None]):
             tape = self.query_one(DraftTape)
             tape.refresh_texts(self.playground.host.decode)
             tape.flush(full=True)
+
+    def when_drawn(self, then: Callable[[], None]) -> None:
+        self.call_after_refresh(then)
 
     def redraw(self, full: bool) -> None:
         self._dirty = True

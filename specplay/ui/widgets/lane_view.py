@@ -26,6 +26,7 @@ from textual.widgets import Static
 
 from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, Source, StepEvent, Token
 from specplay.ui.tokens import marker_content, token_content
+from specplay.ui.widgets.steady import steady_update
 
 MIN_TAIL_CHARS = 400
 SELECTED_STYLE = "reverse"
@@ -96,11 +97,14 @@ class LaneView(Vertical, can_focus=True):
         return "".join(part.plain for part in self._parts)
 
     def clear(self) -> None:
+        """Empty the lane for a run, already in its fixed-height form (stats keep their height), so
+        the run's first frames need no layout."""
         self._parts.clear()
         self.picks.clear()
         self._pick_parts.clear()
         self.selected = None
-        self.flush(full=True)
+        self._fix_height()
+        self.query_one(".lane-text", Static).update(Content(""), layout=False)
         self.set_stats(Content(""))
 
     def add(self, event: Event) -> None:
@@ -128,11 +132,10 @@ class LaneView(Vertical, can_focus=True):
         self._parts.append(token_content(token))
 
     def set_stats(self, stats: Content) -> None:
-        """Stats change every redraw but rarely change height: lay out only when they do."""
+        """Stats change every redraw; their height only grows (see steady_update)."""
         widget = self.query_one(".lane-stats", Static)
         lines = len(stats.wrap(max(1, widget.content_size.width)))
-        widget.update(stats, layout=lines != self._stats_lines)
-        self._stats_lines = lines
+        self._stats_lines = steady_update(widget, stats, lines, self._stats_lines)
 
     def flush(self, full: bool = False) -> None:
         """Show the text: the lines of its tail that fill the view, or all of it (also while a
@@ -147,10 +150,15 @@ class LaneView(Vertical, can_focus=True):
             return
         start = self._tail_start(max(MIN_TAIL_CHARS, width * (height + 2)))
         lines = Content.assemble(*self._parts[start:]).wrap(width)[-height:]
-        if text.styles.height is None or text.styles.height.unit != Unit.FRACTION:
-            text.styles.height = "1fr"  # fixed: from now on updates need no layout
-            scroll.scroll_home(animate=False)
+        self._fix_height()
         text.update(Content("\n").join(lines), layout=False)
+
+    def _fix_height(self) -> None:
+        """The text as tall as the view: from then on its updates need no layout."""
+        text = self.query_one(".lane-text", Static)
+        if text.styles.height is None or text.styles.height.unit != Unit.FRACTION:
+            text.styles.height = "1fr"
+            self.query_one(".lane-scroll", VerticalScroll).scroll_home(animate=False)
 
     def _show_all(self) -> None:
         parts = list(self._parts)

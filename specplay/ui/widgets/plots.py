@@ -12,6 +12,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from specplay.ui.stats import LaneTally
+from specplay.ui.widgets.steady import steady_update
 
 BLOCKS = " ▏▎▍▌▋▊▉█"
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -72,10 +73,8 @@ class Plots(Static):
     def __init__(self, id: str | None = None) -> None:
         super().__init__("", id=id)
         self.border_title = "speculative lane"
-        self._lines = -1
+        self._lines = 0
 
     def show(self, spec: LaneTally) -> None:
         content = plots_content(spec, max(16, self.content_size.width or 32))
-        lines = content.plain.count("\n")
-        self.update(content, layout=lines != self._lines)  # a layout repaints the screen: only when needed
-        self._lines = lines
+        self._lines = steady_update(self, content, content.plain.count("\n") + 1, self._lines)

@@ -53,9 +53,11 @@ class DraftTape(VerticalScroll):
         yield Static("")
 
     def clear(self) -> None:
+        """Empty the tape for a run, already in its fixed-height form (see LaneView.clear)."""
         self._rounds.clear()
         self._lines.clear()
-        self.query_one(Static).update("")
+        self._fix_height()
+        self.query_one(Static).update(Content(""), layout=False)
 
     def add(self, event: RoundEvent, drafted_text: tuple[str, ...]) -> None:
         """Take a round; the tape shows it at the next `flush`."""
@@ -85,7 +87,11 @@ class DraftTape(VerticalScroll):
             return
         recent = list(self._lines)[-height:]
         lines = [line for round in recent for line in round.wrap(width)][-height:]
+        self._fix_height()
+        text.update(Content("\n").join(lines), layout=False)
+
+    def _fix_height(self) -> None:
+        text = self.query_one(Static)
         if text.styles.height is None or text.styles.height.unit != Unit.FRACTION:
             text.styles.height = "1fr"
             self.scroll_home(animate=False)
-        text.update(Content("\n").join(lines), layout=False)
