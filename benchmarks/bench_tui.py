@@ -5,13 +5,17 @@ The same models, prompt, seed and settings run two ways, alternately, several ti
 - headless: the engine's events consumed where it runs, as `specplay run` does (here on the
   ModelThread that loaded the models);
 - TUI: the real playground app driven headless (`app.run_test()`), its speculative lane beside
-  the target-only lane, redrawing as it would on screen.
+  the target-only lane, redrawing as it would on screen. Each pair's app loads its own models
+  and runs once, untimed, before the run measured, as the headless side was warmed.
 
 Both sides report the speculative lane's tokens/s the engine measures (DoneEvent.metrics: tokens
 after the first over the time since the first). Under the TUI the lane's clock runs only during
 its own turns, so the target-only lane's turns are not counted against it; what is counted is
-everything the UI costs the model thread (the GIL, redraws, the drill-down's top-5 per round).
-The ratio is the number to read; absolute speeds depend on the machine. With --control both
+everything the UI costs the model thread while it computes (the GIL, the UI's CPU, the
+drill-down's top-5 per round). Frames are drawn while the models wait between events
+(runner/gate.py), outside every lane's clock: what they cost in wall time is printed beside, as
+the share of the run the models were held. The ratio is the number to read; absolute speeds
+depend on the machine. With --control both
 sides run headless, one after the other as the pairs do: how far two equal sides read apart on
 this machine, the spread a TUI reading must clear.
 
@@ -28,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
@@ -69,11 +74,21 @@ def headless(thread: ModelThread, backend: object, args: argparse.Namespace, set
     return thread.call(run)
 
 
-async def under_tui(
-    args: argparse.Namespace, drafters: list[tuple[str, str]], settings: SpecSettings
-) -> tuple[float, float]:
-    """The speculative lane's tokens/s under the app, and the share of a core the UI thread (this
-    one: the app runs here) used from the run's start until the app took that lane's last event."""
+@dataclass(frozen=True)
+class TuiRun:
+    tokens_per_s: float
+    """The speculative lane's, as the engine measured it on the lane's clock."""
+    ui_share: float
+    """The share of a core the UI thread (this one: the app runs here) used from the run's start
+    until the app took the speculative lane's last event."""
+    held_share: float
+    """The share of the run's wall time (both lanes, start to saved session) the models waited
+    for frames (runner/gate.py): what drawing cost in time rather than in speed."""
+
+
+async def under_tui(args: argparse.Namespace, drafters: list[tuple[str, str]], settings: SpecSettings) -> TuiRun:
+    """The second of two runs in a fresh app: the first warms its models, as the headless side's
+    models were warmed."""
     with tempfile.TemporaryDirectory() as sessions:
         config = RunConfig(
             ModelSpec("target", "target", "mlx", args.target),
@@ -91,7 +106,13 @@ async def under_tui(
             # As a user would: the run starts once the screen has settled, not while Textual still
             # lays out its first frames (--autorun's case, a one-off cost at start).
             await pilot.pause(1.0)
-            wall, cpu = time.perf_counter(), time.thread_time()
+            app.action_run()  # the warm-up run, untimed
+            while playground.last_session is None:
+                assert playground.state != "failed", playground.status
+                await asyncio.sleep(POLL_S)
+            playground.last_session = None
+            await pilot.pause(0.5)
+            wall, cpu, held_s = time.perf_counter(), time.thread_time(), playground.host.gate.held_s
             app.action_run()
             ui_share = None
             while playground.last_session is None:
@@ -102,11 +123,13 @@ async def under_tui(
                 # Sleeping hands the loop to the app; the real app has no poll, and a pilot.pause
                 # (which waits for the screen to settle) would add work to the thread measured.
                 await asyncio.sleep(POLL_S)
+            run_s = time.perf_counter() - wall
             if ui_share is None:  # the lane and the session ended within one poll
-                ui_share = (time.thread_time() - cpu) / (time.perf_counter() - wall)
+                ui_share = (time.thread_time() - cpu) / run_s
+            held_share = (playground.host.gate.held_s - held_s) / run_s
             done = playground.events["speculative"][-1]
         assert isinstance(done, DoneEvent)
-        return float(done.metrics["tokens_per_s"]), ui_share
+        return TuiRun(float(done.metrics["tokens_per_s"]), ui_share, held_share)
 
 
 def main() -> int:
@@ -134,13 +157,14 @@ def main() -> int:
     try:
         backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
         headless(thread, backend, args, settings)  # warm-up, untimed
-        ratios, shares = [], []
+        ratios, shares, helds = [], [], []
         name = "headless again" if args.control else "TUI"
 
-        def other() -> tuple[float, float | None]:
+        def other() -> tuple[float, TuiRun | None]:
             if args.control:
                 return headless(thread, backend, args, settings), None
-            return asyncio.run(under_tui(args, drafters, settings))
+            run = asyncio.run(under_tui(args, drafters, settings))
+            return run.tokens_per_s, run
 
         for i in range(args.repeats):
             # Alternate which side goes first, so drift (heat, other load) falls on both.
@@ -153,13 +177,19 @@ def main() -> int:
             ratios.append(t / h)
             share = ""
             if ui is not None:
-                shares.append(ui)
-                share = f"   UI thread {ui:.1%} of a core while it ran"
+                shares.append(ui.ui_share)
+                helds.append(ui.held_share)
+                share = f"   UI thread {ui.ui_share:.1%} of a core; frames held the models {ui.held_share:.1%}"
             print(f"pair {i + 1}: headless {h:8.1f} tok/s   {name} {t:8.1f} tok/s   {name}/headless {t / h:.3f}{share}")
     finally:
         thread.close()
     q1, median, q3 = quartiles(ratios)
-    ui_share = f";  UI thread median {statistics.median(shares):.1%} of a core while the lane ran" if shares else ""
+    ui_share = ""
+    if shares:
+        ui_share = (
+            f";  UI thread median {statistics.median(shares):.1%} of a core while the lane ran;"
+            f"  frames held the models {statistics.median(helds):.1%} of the run's wall time"
+        )
     print(
         f"{name}/headless median {median:.3f}  (IQR {q1:.3f}-{q3:.3f}, min {min(ratios):.3f},"
         f" max {max(ratios):.3f}){ui_share}"

@@ -1,8 +1,11 @@
-"""Lanes taking turns on one model thread, each timed by its own work."""
+"""Lanes taking turns on one model thread, each timed by its own work, and frames drawn between turns."""
 
 from __future__ import annotations
 
+import threading
 import time
+
+import pytest
 
 from specplay.backends.mlx import MlxBackend
 from specplay.engine.controls import LiveControls
@@ -10,6 +13,8 @@ from specplay.engine.events import DoneEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
+from specplay.runner import gate as gate_module
+from specplay.runner.gate import TurnGate
 from specplay.runner.lanes import LaneClock, side_by_side
 from tests.conftest import CODE_PROMPT
 from tests.helpers import done, run
@@ -62,3 +67,36 @@ def test_unpipelined_steps_give_the_same_tokens(backend: MlxBackend) -> None:
             controls = LiveControls(SpecSettings().changed(temperature=temperature))
             outputs.append([e for e in SpecEngine(backend).generate(request, controls)][-1].token_ids)
         assert outputs[0] == outputs[1]
+
+
+def test_a_hold_stops_the_model_thread_at_its_next_boundary_until_released() -> None:
+    gate = TurnGate()
+    gate.between_turns()  # nothing asked: no wait
+    held = threading.Event()
+    passed = threading.Event()
+
+    def model_thread() -> None:
+        gate.between_turns()
+        passed.set()
+
+    gate.hold(held.set)
+    thread = threading.Thread(target=model_thread)
+    thread.start()
+    assert held.wait(5.0)  # the UI's turn is given at the boundary...
+    assert not passed.wait(0.2)  # ...and the models wait while it draws
+    gate.release()
+    assert passed.wait(5.0)
+    thread.join()
+    assert gate.held_s >= 0.2
+    gate.hold(lambda: pytest.fail("a released hold is never given"))
+    gate.release()
+    gate.between_turns()
+
+
+def test_a_hold_never_released_stops_the_models_for_a_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gate_module, "MAX_HOLD_S", 0.1)
+    gate = TurnGate()
+    gate.hold(lambda: None)
+    started = time.perf_counter()
+    gate.between_turns()
+    assert 0.1 <= time.perf_counter() - started < 5.0

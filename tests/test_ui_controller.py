@@ -169,6 +169,45 @@ def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tin
     assert playground.rerun_session() and playground.settings == settings
 
 
+def test_frames_are_drawn_while_the_models_wait_between_events(harness: Harness) -> None:
+    """A frame asked for is drawn at the models' next event boundary, they make nothing while it
+    is drawn, and the lanes' clocks leave that time out."""
+    playground = harness.playground
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    playground.run()
+    harness.until(lambda: len(playground.events["speculative"]) > 3, "rounds")
+    held: dict[str, Any] = {}
+
+    def draw() -> None:
+        held["made"] = list(playground.inbox)
+        time.sleep(0.5)  # a slow frame
+        held["made while drawn"] = len(playground.inbox) - len(held["made"])
+        playground.release_models()
+
+    def pump_until(condition: Callable[[], bool], what: str) -> None:
+        """The UI thread's scheduled work, leaving the inbox as the model thread filled it."""
+        deadline = time.monotonic() + 30
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            while not harness.scheduled.empty():
+                harness.scheduled.get()()
+            time.sleep(0.005)
+
+    playground.drain()
+    pump_until(lambda: any(i.lane == "speculative" for i in list(playground.inbox)), "a round")
+    assert playground.draw_between_turns(draw)
+    pump_until(lambda: "made while drawn" in held, "the frame")
+    assert held["made while drawn"] == 0
+    made = len(held["made"])
+    pump_until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)[made:]) >= 2, "more rounds")
+    before = [i for i in held["made"] if i.lane == "speculative"]
+    after = [i for i in list(playground.inbox)[made:] if i.lane == "speculative"]
+    assert after[0].busy_s - before[-1].busy_s < 0.4  # the lane's clock did not run through the frame
+    playground.stop()
+    harness.until(lambda: playground.state == "ready", "the run to stop")
+
+
 @pytest.mark.parametrize("backend", ["mlx", "vllm"])
 def test_a_full_disk_mid_run_stops_saving_not_the_run(
     tiny: TinyModels,

@@ -23,6 +23,7 @@ from specplay.engine.events import Event, RoundEvent
 from specplay.engine.request import Request
 from specplay.engine.source import EventSource
 from specplay.errors import SpecplayError
+from specplay.runner.gate import TurnGate
 from specplay.runner.lanes import LaneClock, side_by_side
 from specplay.runner.thread import ModelThread
 
@@ -57,6 +58,8 @@ class ModelHost:
         self._asked: set[int] = set()
         self._to_decode: queue.Queue[int | None] = queue.Queue()
         self._decoder: threading.Thread | None = None
+        self.gate = TurnGate()
+        """Where lanes take turns on this machine, the screen draws between them (gate.py)."""
 
     def _release(self) -> None:
         """On the model thread, as it ends."""
@@ -116,9 +119,12 @@ class ModelHost:
                     inspect=lane == "speculative",
                 )
                 lanes[lane] = (clock, source.generate(request, controls[lane], clock))
-            for lane, event in side_by_side(lanes) if source.capabilities.lanes_take_turns else _in_turn(lanes):
+            take_turns = source.capabilities.lanes_take_turns
+            for lane, event in side_by_side(lanes) if take_turns else _in_turn(lanes):
                 drafted = tuple(map(source.token_text, event.drafted)) if isinstance(event, RoundEvent) else ()
                 on_event(lane, event, lanes[lane][0](), drafted)
+                if take_turns:  # no lane's clock runs here (a server's lane streams in its own time)
+                    self.gate.between_turns()
 
         def finished(future: Future[None]) -> None:
             on_end(future.exception())
@@ -126,6 +132,7 @@ class ModelHost:
         self.thread.submit(run).add_done_callback(finished)
 
     def close(self) -> None:
+        self.gate.release()
         self._to_decode.put(None)
         self.thread.close(wait_s=CLOSE_WAIT_S)
 

@@ -191,6 +191,18 @@ class Playground:
             )
         )
 
+    def draw_between_turns(self, draw: Callable[[], None]) -> bool:
+        """Have `draw` run on the UI thread while the models wait between two events, until
+        `release_models`; False where the lanes do not take turns on this machine (a server's
+        stream in its own time): draw now."""
+        if not self.capabilities.lanes_take_turns:
+            return False
+        self.host.gate.hold(lambda: self.schedule(draw))
+        return True
+
+    def release_models(self) -> None:
+        self.host.gate.release()
+
     def stop(self) -> None:
         if self.state != "running":
             return
@@ -256,6 +268,7 @@ class Playground:
     def _ended(self, run_id: int, error: BaseException | None) -> None:
         if run_id != self.run_id:
             return
+        self.release_models()  # a frame asked for after the last event is drawn below
         self.drain()  # events still queued belong before the end
         self.view.redraw(full=True)
         self.state = "ready"

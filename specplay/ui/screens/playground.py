@@ -61,6 +61,8 @@ class PlaygroundScreen(Screen[None]):
         self._frame_wall = self._frame_cpu = 0.0
         """When the screen last drew during a run: wall time, and the UI thread's CPU time."""
         self._cursors_lit = False
+        self._frame_asked = False
+        """A frame waits for the models' next event boundary."""
 
     def compose(self) -> ComposeResult:
         settings, seed = self.playground.settings, self.playground.seed
@@ -141,6 +143,7 @@ class PlaygroundScreen(Screen[None]):
         self.query_one(Inspector).show(None, self.playground.host.decode)
         self._show_no_baseline()
         self._frame_wall, self._frame_cpu = time.perf_counter(), time.thread_time()
+        self._frame_asked = False
 
     def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
         self.query_one(f"#{lane}", LaneView).add(event)
@@ -159,6 +162,7 @@ class PlaygroundScreen(Screen[None]):
         self.call_after_refresh(then)
 
     def redraw(self, full: bool) -> None:
+        self._frame_asked = False
         self._dirty = True
         self._redraw()
         if full:
@@ -170,19 +174,32 @@ class PlaygroundScreen(Screen[None]):
 
     def _tick(self) -> None:
         """TICK_HZ times a second: take the queued events and redraw, unless, while lanes generate,
-        the UI thread has used more than UI_CPU_BUDGET of a core since it last did. Every event
-        taken and every frame drawn is time the model thread waits for (they share the GIL, and
-        often a core), so the UI's share, not a frame rate, is what is held fixed."""
+        the UI thread has used more than UI_CPU_BUDGET of a core since it last did. Where the
+        lanes' models share this machine, the frame waits for their next event boundary and they
+        wait for the frame (runner/gate.py): drawn during their compute it would take their CPU
+        and GIL, and their tokens/s would read low."""
         running = self.playground.state in ("running", "stopping")
         self._light_cursors(running)
         if running:
+            if self._frame_asked:
+                return
             wall, cpu = time.perf_counter(), time.thread_time()
             since = wall - self._frame_wall
             if cpu - self._frame_cpu > UI_CPU_BUDGET * since and since < MAX_FRAME_INTERVAL_S:
                 return
             self._frame_wall, self._frame_cpu = wall, cpu
+            if self.playground.draw_between_turns(self._draw_between_turns):
+                self._frame_asked = True
+                return
         self.playground.drain()
         self._redraw()
+
+    def _draw_between_turns(self) -> None:
+        """The models wait: draw, and let them go on once the frame is on screen."""
+        self._frame_asked = False
+        self.playground.drain()
+        self._redraw()
+        self.call_after_refresh(self.playground.release_models)
 
     def _light_cursors(self, lit: bool) -> None:
         """While lanes generate, text cursors stay lit rather than blink: each blink repaints its
