@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 from textual.color import Color
+from textual.content import Content
+from textual.visual import VisualType
+from textual.widgets import Static
 
 from specplay.cli import main
 from specplay.display.themes import builtin_theme_files, themes_dir
@@ -16,6 +19,7 @@ from specplay.engine.speedup import predicted_speedup
 from specplay.ui.stats import LaneTally, compare
 from specplay.ui.theming import TOKEN_VARIABLES, ThemeError, load_themes, theme_from_toml
 from specplay.ui.widgets.controls_panel import KNOB_STEPS, knob_from_step, step_from_knob
+from specplay.ui.widgets.steady import steady_update
 
 
 def _round(outcomes: list[str], draft_ms: float = 4.0) -> RoundEvent:
@@ -151,3 +155,19 @@ def test_native_stats_say_what_a_sampled_servers_acceptance_measures() -> None:
     assert NATIVE_SAMPLED not in str(server_account_stats(tally, None))  # greedy: draft sampling does not matter
     tally.add(ControlEvent(3, (("temperature", 0.0, 0.7),)), 0.1)
     assert tally.temperature == 0.7 and NATIVE_SAMPLED in str(server_account_stats(tally, None))
+
+
+def test_stats_and_plots_keep_their_height_and_ask_for_a_layout_only_to_grow() -> None:
+    asked: list[bool] = []
+
+    class Spy(Static):
+        def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+            asked.append(layout)
+            super().update(content, layout=layout)
+
+    widget = Spy("")
+    assert steady_update(widget, Content("a\nb\nc"), 3, 0) == 3
+    assert steady_update(widget, Content("a"), 1, 3) == 3  # a run's start: blank lines hold the height
+    assert str(widget.content) == "a\n\n" and str(widget.content).count("\n") + 1 == 3
+    assert steady_update(widget, Content("a\nb\nc\nd"), 4, 3) == 4
+    assert asked == [True, False, True]

@@ -2,10 +2,9 @@
 to JSON records and back.
 
 Events hold plain values, so a record's data is `dataclasses.asdict` of its event (built by
-`plain`, without asdict's deep copies). Reading
-rebuilds the frozen event through its declared types (schema.py): fields a newer specplay added
-are dropped, fields an older one lacked take their defaults, and anything of the wrong shape is a
-SchemaError that names the field.
+`plain`, without asdict's deep copies). Reading rebuilds the frozen event through its declared
+types (schema.py): fields a newer specplay added are dropped, fields an older one lacked take
+their defaults, and anything of the wrong shape is a SchemaError that names the field.
 """
 
 from __future__ import annotations
