@@ -395,10 +395,10 @@ def acceptance_line(cell: Cell, pairs: Pairs, k: int) -> str:
         f"{key} {statistics.median(g.made['per_round_ms'][key] for g in pairs.sides['specplay']):.2f}"
         for key in ours["per_round_ms"]
     )
+    own = f"; specplay per round (ms): {split}" if split else ""  # none where a control runs mlx-lm twice
     return (
         f"{cell.label(k)}: acceptance specplay {ours['acceptance']:.3f}, mlx-lm {theirs['acceptance']:.3f}; "
-        f"tokens per round {ours['tokens_per_round']:.2f} / {theirs['tokens_per_round']:.2f}; "
-        f"specplay per round (ms): {split}"
+        f"tokens per round {ours['tokens_per_round']:.2f} / {theirs['tokens_per_round']:.2f}{own}"
     )
 
 
