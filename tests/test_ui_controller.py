@@ -19,7 +19,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import ModelHost
-from specplay.store import load_session
+from specplay.store import list_session_files, load_session
 from specplay.ui.controller import Playground
 from tests.conftest import CODE_PROMPT, TinyModels
 from tests.ui_helpers import mlx_config, server_config
@@ -91,6 +91,15 @@ class Harness:
             while not self.scheduled.empty():
                 self.scheduled.get()()
             self.playground.drain()
+            time.sleep(0.005)
+
+    def pump_until(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+        """Like `until`, leaving the inbox as the model thread filled it (no frame takes it)."""
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            while not self.scheduled.empty():
+                self.scheduled.get()()
             time.sleep(0.005)
 
 
@@ -185,27 +194,34 @@ def test_frames_are_drawn_while_the_models_wait_between_events(harness: Harness)
         held["made while drawn"] = len(playground.inbox) - len(held["made"])
         playground.release_models()
 
-    def pump_until(condition: Callable[[], bool], what: str) -> None:
-        """The UI thread's scheduled work, leaving the inbox as the model thread filled it."""
-        deadline = time.monotonic() + 30
-        while not condition():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            while not harness.scheduled.empty():
-                harness.scheduled.get()()
-            time.sleep(0.005)
-
     playground.drain()
-    pump_until(lambda: any(i.lane == "speculative" for i in list(playground.inbox)), "a round")
+    harness.pump_until(lambda: any(i.lane == "speculative" for i in list(playground.inbox)), "a round")
     assert playground.draw_between_turns(draw)
-    pump_until(lambda: "made while drawn" in held, "the frame")
+    harness.pump_until(lambda: "made while drawn" in held, "the frame")
     assert held["made while drawn"] == 0
     made = len(held["made"])
-    pump_until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)[made:]) >= 2, "more rounds")
+    harness.pump_until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)[made:]) >= 2, "more rounds")
     before = [i for i in held["made"] if i.lane == "speculative"]
     after = [i for i in list(playground.inbox)[made:] if i.lane == "speculative"]
     assert after[0].busy_s - before[-1].busy_s < 0.4  # the lane's clock did not run through the frame
     playground.stop()
     harness.until(lambda: playground.state == "ready", "the run to stop")
+
+
+def test_quitting_mid_run_saves_what_no_frame_took_yet(harness: Harness, tmp_path: Path) -> None:
+    """Events wait in the inbox for the next frame, up to a second on a busy machine: quitting then
+    writes them to the session (incomplete), rather than leaving none."""
+    playground = harness.playground
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    playground.run()
+    harness.pump_until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)) > 3, "rounds")
+    assert not playground.events["speculative"]  # no frame has taken anything
+    playground.close()
+    (path,) = list_session_files(tmp_path)
+    session = load_session(path)
+    assert not session.complete
+    assert len(session.lanes["speculative"].events) > 3
 
 
 @pytest.mark.parametrize("backend", ["mlx", "vllm"])

@@ -124,6 +124,8 @@ class Playground:
         self._saving = True
         """False once this run's session could not be written: no later lane opens another."""
         self._prompt = ""
+        self._closing = False
+        """Set as the app quits: from then on nothing is drawn (its screen may be gone)."""
 
     # --- loading -----------------------------------------------------------------------------
 
@@ -229,15 +231,20 @@ class Playground:
     def _take(self, item: LaneItem, save: bool = True) -> None:
         event, lane = item.event, item.lane
         self.events[lane].append(event)
-        if save and self._saving and self._writer is None and isinstance(event, StartEvent):
+        if save:
+            self._save(lane, event)
+        self.tallies[lane].add(event, item.busy_s)
+        self.view.add_event(lane, event, item.drafted_text)
+
+    def _save(self, lane: str, event: Event) -> None:
+        """Write an event to this run's session, opening it at the run's first start."""
+        if self._saving and self._writer is None and isinstance(event, StartEvent):
             self._writer = self._open_writer(event)
         if self._writer is not None:
             try:
                 self._writer.write_event(lane, event, flush=False)
             except SpecplayError as error:  # a full disk: the run goes on, what was written is kept
                 self._drop_writer(error)
-        self.tallies[lane].add(event, item.busy_s)
-        self.view.add_event(lane, event, item.drafted_text)
 
     def _open_writer(self, start: StartEvent) -> SessionWriter | None:
         request = replace(self.config.request, prompt=self._prompt, seed=start.seed, mode="speculative")
@@ -397,14 +404,24 @@ class Playground:
 
     def set_status(self, text: str, error: bool = False) -> None:
         self.status = text
-        self.view.show_status(text, error)
+        if not self._closing:  # the screen may be gone
+            self.view.show_status(text, error)
 
     def close(self) -> None:
+        self._closing = True
         for controls in self.controls.values():
             controls.request_stop()
-        if self._writer is not None:
-            self._writer.close()  # incomplete, but every event so far is on disk
-        self.host.close()
+        try:
+            # Events wait for the next frame (up to a second on a busy machine): they are saved too.
+            while self.inbox:
+                item = self.inbox.popleft()
+                if item.run_id == self.run_id:
+                    self._save(item.lane, item.event)
+        finally:
+            if self._writer is not None:
+                self._writer.close()  # incomplete, but every event so far is on disk
+            self._writer, self._saving = None, False
+            self.host.close()
 
 
 def _event_seconds(event: Event) -> float:
