@@ -20,7 +20,7 @@ from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import ModelHost
 from specplay.store import list_session_files, load_session
-from specplay.ui.controller import Playground
+from specplay.ui.controller import LaneItem, Playground
 from tests.conftest import CODE_PROMPT, TinyModels
 from tests.ui_helpers import mlx_config, server_config
 
@@ -84,22 +84,16 @@ class Harness:
         self.screen = Screen(CODE_PROMPT)
         self.playground = Playground(config, ModelHost(config), self.screen, self.scheduled.put)
 
-    def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0, drain: bool = True) -> None:
+        """Pump the UI thread's scheduled work until `condition`; `drain=False` leaves the inbox as
+        the model thread filled it (no frame takes it)."""
         deadline = time.monotonic() + timeout_s
         while not condition():
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             while not self.scheduled.empty():
                 self.scheduled.get()()
-            self.playground.drain()
-            time.sleep(0.005)
-
-    def pump_until(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-        """Like `until`, leaving the inbox as the model thread filled it (no frame takes it)."""
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            while not self.scheduled.empty():
-                self.scheduled.get()()
+            if drain:
+                self.playground.drain()
             time.sleep(0.005)
 
 
@@ -195,14 +189,18 @@ def test_frames_are_drawn_while_the_models_wait_between_events(harness: Harness)
         playground.release_models()
 
     playground.drain()
-    harness.pump_until(lambda: any(i.lane == "speculative" for i in list(playground.inbox)), "a round")
+    harness.until(lambda: any(i.lane == "speculative" for i in list(playground.inbox)), "a round", drain=False)
     assert playground.draw_between_turns(draw)
-    harness.pump_until(lambda: "made while drawn" in held, "the frame")
+    harness.until(lambda: "made while drawn" in held, "the frame", drain=False)
     assert held["made while drawn"] == 0
     made = len(held["made"])
-    harness.pump_until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)[made:]) >= 2, "more rounds")
+
+    def later_rounds() -> list[LaneItem]:
+        return [i for i in list(playground.inbox)[made:] if i.lane == "speculative"]
+
+    harness.until(lambda: len(later_rounds()) >= 2, "more rounds", drain=False)
     before = [i for i in held["made"] if i.lane == "speculative"]
-    after = [i for i in list(playground.inbox)[made:] if i.lane == "speculative"]
+    after = later_rounds()
     assert after[0].busy_s - before[-1].busy_s < 0.4  # the lane's clock did not run through the frame
     playground.stop()
     harness.until(lambda: playground.state == "ready", "the run to stop")
@@ -215,7 +213,7 @@ def test_quitting_mid_run_saves_what_no_frame_took_yet(harness: Harness, tmp_pat
     playground.load()
     harness.until(lambda: playground.state == "ready", "the models to load")
     playground.run()
-    harness.pump_until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)) > 3, "rounds")
+    harness.until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)) > 3, "rounds", drain=False)
     assert not playground.events["speculative"]  # no frame has taken anything
     playground.close()
     (path,) = list_session_files(tmp_path)
