@@ -51,8 +51,8 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 
 def plain(value: Any) -> Any:
-    """`dataclasses.asdict(value)` for events, about five times faster: immutable values are shared,
-    not deep-copied (a session writes an event per round, in the playground on the UI thread)."""
+    """`dataclasses.asdict(value)` for events, without its deep copy of every value: immutable ones
+    are shared (a session writes an event per round, in the playground on the UI thread)."""
     kind = type(value)
     if kind in _ATOMS:
         return value
