@@ -79,7 +79,8 @@ class View(Protocol):
         ...
 
     def when_drawn(self, then: Callable[[], None]) -> None:
-        """Call `then` once the screen has drawn what it was asked to so far."""
+        """Call `then` after the screen's next refresh (usually after it has drawn what it was
+        asked to so far)."""
         ...
 
 
@@ -182,8 +183,8 @@ class Playground:
         run_id = self.run_id
         self.state = "running"
         self.set_status(f"generating (seed {self.seed})… escape stops")
-        # The models start once the cleared lanes are drawn: that layout, the costliest frame of a
-        # run, then takes no CPU from the lanes' time.
+        # The models start after the screen's next refresh, so the cleared lanes' layout, the
+        # costliest frame of a run, mostly falls before them rather than in the lanes' time.
         self.view.when_drawn(
             lambda: self.host.start(
                 request,

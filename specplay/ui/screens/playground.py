@@ -195,7 +195,8 @@ class PlaygroundScreen(Screen[None]):
         self._redraw()
 
     def _draw_between_turns(self) -> None:
-        """The models wait: draw, and let them go on once the frame is on screen."""
+        """The models wait: draw, and let them go on after the screen's next refresh (in Textual
+        usually after this frame's paint; a widget that reports its change late paints after)."""
         self._frame_asked = False
         self.playground.drain()
         self._redraw()
