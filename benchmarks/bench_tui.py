@@ -15,9 +15,8 @@ everything the UI costs the model thread while it computes (the GIL, the UI's CP
 drill-down's top-5 per round). Frames are drawn while the models wait between events
 (runner/gate.py), outside every lane's clock: what they cost in wall time is printed beside, as
 the share of the run the models were held. The ratio is the number to read; absolute speeds
-depend on the machine. With --control both
-sides run headless, one after the other as the pairs do: how far two equal sides read apart on
-this machine, the spread a TUI reading must clear.
+depend on the machine. With --control both sides run headless, one after the other as the pairs
+do: how far two equal sides read apart on this machine, the spread a TUI reading must clear.
 
     python benchmarks/bench_tui.py                       # the shipped demo models
     python benchmarks/bench_tui.py --target T --draft near=D --max-tokens 300 --repeats 5

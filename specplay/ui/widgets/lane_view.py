@@ -103,8 +103,7 @@ class LaneView(Vertical, can_focus=True):
         self.picks.clear()
         self._pick_parts.clear()
         self.selected = None
-        self._fix_height()
-        self.query_one(".lane-text", Static).update(Content(""), layout=False)
+        self._show_tail(Content(""))
         self.set_stats(Content(""))
 
     def add(self, event: Event) -> None:
@@ -143,22 +142,20 @@ class LaneView(Vertical, can_focus=True):
         if full or self.selected is not None:
             self._show_all()
             return
-        scroll = self.query_one(".lane-scroll", VerticalScroll)
-        text = self.query_one(".lane-text", Static)
-        width, height = scroll.size
+        width, height = self.query_one(".lane-scroll", VerticalScroll).size
         if width <= 0 or height <= 0:
             return
         start = self._tail_start(max(MIN_TAIL_CHARS, width * (height + 2)))
         lines = Content.assemble(*self._parts[start:]).wrap(width)[-height:]
-        self._fix_height()
-        text.update(Content("\n").join(lines), layout=False)
+        self._show_tail(Content("\n").join(lines))
 
-    def _fix_height(self) -> None:
-        """The text as tall as the view: from then on its updates need no layout."""
+    def _show_tail(self, tail: Content) -> None:
+        """Show `tail` in a text as tall as the view: from then on its updates need no layout."""
         text = self.query_one(".lane-text", Static)
         if text.styles.height is None or text.styles.height.unit != Unit.FRACTION:
             text.styles.height = "1fr"
             self.query_one(".lane-scroll", VerticalScroll).scroll_home(animate=False)
+        text.update(tail, layout=False)
 
     def _show_all(self) -> None:
         parts = list(self._parts)

@@ -56,8 +56,7 @@ class DraftTape(VerticalScroll):
         """Empty the tape for a run, already in its fixed-height form (see LaneView.clear)."""
         self._rounds.clear()
         self._lines.clear()
-        self._fix_height()
-        self.query_one(Static).update(Content(""), layout=False)
+        self._show_recent(Content(""))
 
     def add(self, event: RoundEvent, drafted_text: tuple[str, ...]) -> None:
         """Take a round; the tape shows it at the next `flush`."""
@@ -76,8 +75,8 @@ class DraftTape(VerticalScroll):
     def flush(self, full: bool = False) -> None:
         """Show all the rounds kept, or, while generating, the lines of the last ones that fit, in a
         text of fixed height (an update then needs no layout: see LaneView)."""
-        text = self.query_one(Static)
         if full:
+            text = self.query_one(Static)
             text.styles.height = "auto"
             text.update(Content("\n").join(self._lines))
             self.scroll_end(animate=False, immediate=False)
@@ -87,11 +86,12 @@ class DraftTape(VerticalScroll):
             return
         recent = list(self._lines)[-height:]
         lines = [line for round in recent for line in round.wrap(width)][-height:]
-        self._fix_height()
-        text.update(Content("\n").join(lines), layout=False)
+        self._show_recent(Content("\n").join(lines))
 
-    def _fix_height(self) -> None:
+    def _show_recent(self, recent: Content) -> None:
+        """Show `recent` in a text as tall as the tape: from then on its updates need no layout."""
         text = self.query_one(Static)
         if text.styles.height is None or text.styles.height.unit != Unit.FRACTION:
             text.styles.height = "1fr"
             self.scroll_home(animate=False)
+        text.update(recent, layout=False)
