@@ -6,6 +6,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from specplay.engine.draws import BLOCK, Draws
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
 from specplay.errors import ConfigError
@@ -85,3 +86,14 @@ def test_bad_settings_name_their_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError) as error:
         SamplingParams(**kwargs)
     assert error.value.field == field
+
+
+def test_the_engines_draws_are_its_seeded_stream_in_order() -> None:
+    """Read in blocks, the draws are the values of asking the seeded generator batch by batch:
+    a seed gives the same run whatever the block size (batches here cross block ends, and one
+    is larger than a block)."""
+    sizes = [10, 1, 7, 300, 13, BLOCK, 1, 1, 4 * BLOCK + 3, 2]
+    draws, reference = Draws(7), np.random.default_rng(7)
+    for n in sizes:
+        assert draws.take(n) == reference.random(n).tolist()
+    assert draws.one() == reference.random()

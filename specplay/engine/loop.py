@@ -16,12 +16,11 @@ import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from specplay.engine.accept import PositionStats, judge, mentored_theta
 from specplay.engine.backend import Backend, Generation, VerifiedDraft
 from specplay.engine.capabilities import check_supported
 from specplay.engine.controls import LiveControls, settings_diff
+from specplay.engine.draws import Draws
 from specplay.engine.events import (
     ControlEvent,
     Counterfactual,
@@ -113,12 +112,12 @@ def check_context(prompt_tokens: int, context_length: int | None) -> None:
 
 def _stats(verified: VerifiedDraft, i: int) -> PositionStats:
     """What the rules read at position i beyond its two probabilities (None where not reported)."""
-
-    def at(values: list[float] | None) -> float | None:
-        return values[i] if values is not None else None
-
+    entropy, max_p_target, max_p_draft = verified.entropy, verified.max_p_target, verified.max_p_draft
     return PositionStats(
-        verified.tv_distance[i], at(verified.entropy), at(verified.max_p_target), at(verified.max_p_draft)
+        verified.tv_distance[i],
+        entropy[i] if entropy is not None else None,
+        max_p_target[i] if max_p_target is not None else None,
+        max_p_draft[i] if max_p_draft is not None else None,
     )
 
 
@@ -141,7 +140,9 @@ def _check_numbers(verified: VerifiedDraft, route: str) -> None:
     """A model whose probabilities are not numbers (NaN weights, an overflow) ends the run in one
     line rather than judging with them."""
     for name, values in (("p_target", verified.p_target), ("p_draft", verified.p_draft)):
-        if not all(0 <= v <= 1 for v in values):  # also false for NaN
+        # A NaN makes the sum NaN (and min and max unreliable), so the sum is asked first.
+        total = sum(values)
+        if total != total or (values and (min(values) < 0 or max(values) > 1)):
             who = "the target" if name == "p_target" else f"drafter {route!r}"
             raise ModelError(f"{who} gave probabilities that are not numbers in [0, 1]; check its weights")
 
@@ -153,7 +154,9 @@ class _Run:
         self.backend, self.clock = engine.backend, clock
         self.request, self.controls = request, controls
         self.settings = controls.settings
-        self.rng = np.random.default_rng(request.seed)
+        self.rule = self.settings.acceptance_rule
+        """The settings' acceptance rule, built once per change of settings (rounds read it often)."""
+        self.draws = Draws(request.seed)
         self.metrics = Metrics(speculative=request.mode == "speculative")
         self.auto_route = engine.auto_route(request.prompt) if request.mode != "target" else None
         self.route = resolve_route(self.settings.route, self.auto_route) if self.auto_route else None
@@ -199,7 +202,7 @@ class _Run:
         if new is self.settings:
             return None
         changes = settings_diff(self.settings, new)
-        self.settings = new
+        self.settings, self.rule = new, new.acceptance_rule
         if not changes:
             return None
         names = {name for name, _, _ in changes}
@@ -237,19 +240,17 @@ class _Run:
                 return "cancelled"
             assert self.route is not None
             start = self._now()
-            sampling, rule = self.settings.sampling, self.settings.acceptance_rule
+            sampling, rule = self.settings.sampling, self.rule
             remaining = self.max_tokens - len(self.generated)
             k = min(self.policy.propose(), remaining)
             # Every draw of the round comes from the engine's generator, in a fixed layout:
             # k to draft, k to accept, k for corrections, one for the bonus.
-            uniforms = self.rng.random(3 * k + 1)
+            uniforms = self.draws.take(3 * k + 1)
             keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
             draft = generation.draft(self.route, k, sampling, uniforms[:k], keep_drafting)
             drafted_at = self._now()
             counterfactuals = self._counterfactuals(generation, k, uniforms, keep_drafting, remaining, drafted_at)
-            verified = generation.verify(
-                draft, sampling, rule, uniforms[2 * k : 3 * k], float(uniforms[3 * k]), self.top_n
-            )
+            verified = generation.verify(draft, sampling, rule, uniforms[2 * k : 3 * k], uniforms[3 * k], self.top_n)
             verified_at = self._now()
             _check_numbers(verified, self.route)
 
@@ -303,9 +304,7 @@ class _Run:
         for drafter in self.backend.drafters:
             if drafter == self.route:
                 continue
-            verified = generation.counterfactual(
-                drafter, k, self.settings.sampling, self.settings.acceptance_rule, uniforms, keep_drafting
-            )
+            verified = generation.counterfactual(drafter, k, self.settings.sampling, self.rule, uniforms, keep_drafting)
             positions, _ = self._judge(verified, uniforms[k : 2 * k], remaining)
             accepted = sum(p.outcome in ("accepted", "budget") for p in positions)
             now = self.clock()
@@ -318,21 +317,19 @@ class _Run:
         self, verified: VerifiedDraft, accept_uniforms: Sequence[float], remaining: int
     ) -> tuple[list[DraftPosition], list[tuple[int, Source]]]:
         """Acceptance left to right; stops at the first rejection, an EOS, or the token limit."""
-        rule, greedy = self.settings.acceptance_rule, self.settings.sampling.greedy
+        rule, greedy = self.rule, self.settings.sampling.greedy
         positions: list[DraftPosition] = []
         committed: list[tuple[int, Source]] = []
         judging = True
         for i, token_id in enumerate(verified.drafted):
-            uniform, stats = float(accept_uniforms[i]), _stats(verified, i)
+            uniform, stats = accept_uniforms[i], _stats(verified, i)
             p_target, p_draft, tv = verified.p_target[i], verified.p_draft[i], stats.tv
-            bracket = _bracket(verified, i)
-            tops = {"top_target": _top(verified.top_target, i), "top_draft": _top(verified.top_draft, i)}
+            # tv_lower, error_bound, top_target, top_draft: DraftPosition's fields after outcome
+            seen = (*_bracket(verified, i), _top(verified.top_target, i), _top(verified.top_draft, i))
             if not judging:
                 theta = mentored_theta(tv, rule.tv_budget) if rule.name == "mentored" else 0.0
                 positions.append(
-                    DraftPosition(
-                        token_id, p_target, p_draft, uniform, tv, theta, "unreached", *bracket, **tops, tv_spent=0.0
-                    )
+                    DraftPosition(token_id, p_target, p_draft, uniform, tv, theta, "unreached", *seen, None, 0.0)
                 )
                 continue
             verdict = judge(token_id, p_target, p_draft, stats, verified.target_argmax[i], rule, greedy, uniform)
@@ -346,17 +343,7 @@ class _Run:
             spent = verified.tv_spent[i] if verified.tv_spent is not None else verdict.theta * tv
             positions.append(
                 DraftPosition(
-                    token_id,
-                    p_target,
-                    p_draft,
-                    uniform,
-                    tv,
-                    verdict.theta,
-                    outcome,
-                    *bracket,
-                    **tops,
-                    accept_probability=verdict.probability,
-                    tv_spent=spent,
+                    token_id, p_target, p_draft, uniform, tv, verdict.theta, outcome, *seen, verdict.probability, spent
                 )
             )
             if self._ends(committed[-1][0], len(committed), remaining):
@@ -364,9 +351,6 @@ class _Run:
         if judging:
             committed.append((verified.bonus, "bonus"))
         return positions, committed
-
-    def _uniform(self) -> float:
-        return float(self.rng.random())
 
     def _steps(self, generation: Generation) -> Generator[Event, None, FinishReason]:
         """Target-only or draft-only: one token per step, no acceptance."""
@@ -383,7 +367,7 @@ class _Run:
                     return "cancelled"
                 if stream is None:
                     stream = generation.generate(
-                        self.route, self.settings.sampling, self._uniform, self.request.pipeline
+                        self.route, self.settings.sampling, self.draws.one, self.request.pipeline
                     )
                 start = self._now()
                 token_index = len(self.generated)

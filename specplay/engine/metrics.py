@@ -44,7 +44,8 @@ class Metrics:
             self.first_token_s = now_s
         self.last_token_s = now_s
         self.num_tokens += len(sources)
-        self.tokens_by_source.update(sources)
+        for source in sources:  # Counter.update would first ask whether `sources` is a Mapping
+            self.tokens_by_source[source] += 1
 
     def add_round(self, event: RoundEvent) -> None:
         self.num_spec_steps += 1
