@@ -145,3 +145,23 @@ def test_a_drafter_with_nan_weights_ends_the_run_in_one_line(
     assert main(target_only) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the target gave logits that are not numbers" in err, err
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), -0.01, 1.01])
+def test_a_probability_that_is_no_number_in_0_1_ends_the_round(bad: float) -> None:
+    from specplay.engine.backend import VerifiedDraft
+    from specplay.engine.loop import _check_numbers
+    from specplay.errors import ModelError
+
+    def verified(p_target: list[float], p_draft: list[float]) -> VerifiedDraft:
+        return VerifiedDraft([5, 6, 7], p_target, p_draft, [0.0] * 3, [5, 6, 7], [5, 6, 7], 8)
+
+    _check_numbers(verified([0.0, 0.5, 1.0], [1.0, 0.25, 0.0]), "near")
+    _check_numbers(VerifiedDraft([], [], [], [], [], [], 8), "near")  # nothing drafted
+    for position in range(3):
+        values = [0.5, 0.5, 0.5]
+        values[position] = bad
+        with pytest.raises(ModelError, match="the target gave probabilities"):
+            _check_numbers(verified(values, [0.5] * 3), "near")
+        with pytest.raises(ModelError, match="drafter 'near' gave probabilities"):
+            _check_numbers(verified([0.5] * 3, values), "near")
