@@ -18,7 +18,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
-from textual.css.scalar import Unit
 from textual.events import Click
 from textual.message import Message
 from textual.style import Style
@@ -26,7 +25,7 @@ from textual.widgets import Static
 
 from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, Source, StepEvent, Token
 from specplay.ui.tokens import marker_content, token_content
-from specplay.ui.widgets.steady import steady_update
+from specplay.ui.widgets.steady import show_in_view, steady_update
 
 MIN_TAIL_CHARS = 400
 SELECTED_STYLE = "reverse"
@@ -150,12 +149,7 @@ class LaneView(Vertical, can_focus=True):
         self._show_tail(Content("\n").join(lines))
 
     def _show_tail(self, tail: Content) -> None:
-        """Show `tail` in a text as tall as the view: from then on its updates need no layout."""
-        text = self.query_one(".lane-text", Static)
-        if text.styles.height is None or text.styles.height.unit != Unit.FRACTION:
-            text.styles.height = "1fr"
-            self.query_one(".lane-scroll", VerticalScroll).scroll_home(animate=False)
-        text.update(tail, layout=False)
+        show_in_view(self.query_one(".lane-text", Static), self.query_one(".lane-scroll", VerticalScroll), tail)
 
     def _show_all(self) -> None:
         parts = list(self._parts)

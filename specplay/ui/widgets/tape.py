@@ -8,13 +8,13 @@ from collections.abc import Callable
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
-from textual.css.scalar import Unit
 from textual.widgets import Static
 
 from specplay.display.text import visible
 from specplay.engine.events import RoundEvent
 from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
+from specplay.ui.widgets.steady import show_in_view
 
 _OUTCOME_STYLES = {
     "accepted": source_style("accepted"),
@@ -89,9 +89,4 @@ class DraftTape(VerticalScroll):
         self._show_recent(Content("\n").join(lines))
 
     def _show_recent(self, recent: Content) -> None:
-        """Show `recent` in a text as tall as the tape: from then on its updates need no layout."""
-        text = self.query_one(Static)
-        if text.styles.height is None or text.styles.height.unit != Unit.FRACTION:
-            text.styles.height = "1fr"
-            self.scroll_home(animate=False)
-        text.update(recent, layout=False)
+        show_in_view(self.query_one(Static), self, recent)
