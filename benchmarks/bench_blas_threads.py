@@ -20,9 +20,10 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 
 # isort: split
 from bench_vs_mlx_lm import DRAFTER, Sides
-from bench_vs_mlx_lm_processes import ModelSet, model_sets, quartiles
+from bench_vs_mlx_lm_processes import ModelSet, model_sets
 
 from specplay.backends.mlx import blas, load_mlx_backend
+from specplay.bench.stats import quartiles
 
 FAST_REPEATS = 3
 """Process pairs --processes gives the fast model sets."""

@@ -1,26 +1,29 @@
-"""Tokens/s of the speculative lane under the playground against headless generation.
+"""The playground's speculative tokens/s against `specplay run --replay` of the session it saved.
 
-The same models, prompt, seed and settings run two ways, alternately, several times:
+For each drafter (a row per kind: another model, prompt lookup, an early exit), pairs of runs,
+the side that goes first alternating:
 
-- headless: the engine's events consumed where it runs, as `specplay run` does (here on the
-  ModelThread that loaded the models);
-- TUI: the real playground app driven headless (`app.run_test()`), its speculative lane beside
-  the target-only lane, redrawing as it would on screen. Each pair's app loads its own models
-  and runs once, untimed, before the run measured, as the headless side was warmed.
+- TUI: the real playground app driven headless (`app.run_test()`), the drafter pinned, its
+  speculative lane beside the target-only lane and redrawing as on screen. The number read is the
+  one the lane shows (`LaneTally.tokens_per_s`, the engine's definition: tokens after the first
+  over the time since the first, on the lane's own clock). Each pair's app loads its own models
+  and runs a short warm-up first, as the headless side is warm.
+- headless: the session that run saved, replayed as `specplay run --replay SESSION` configures
+  it (`replay_base`), its speculative lane run where the engine runs, on a model thread holding
+  models loaded once per row.
 
-Both sides report the speculative lane's tokens/s the engine measures (DoneEvent.metrics: tokens
-after the first over the time since the first). Under the TUI the lane's clock runs only during
-its own turns, so the target-only lane's turns are not counted against it; what is counted is
-everything the UI costs the model thread while it computes (the GIL, the UI's CPU, the
-drill-down's top-5 per round). Frames are drawn while the models wait between events
-(runner/gate.py), outside every lane's clock: what they cost in wall time is printed beside, as
-the share of the run the models were held. The ratio is the number to read; absolute speeds
-depend on the machine. With --control both sides run headless, one after the other as the pairs
-do: how far two equal sides read apart on this machine, the spread a TUI reading must clear.
+The ratio TUI / headless is the number to read (absolute speeds depend on the machine). Beside it:
+the share of a core the UI thread took while the lane ran, and the share of the run's wall time
+the models waited for frames (drawn between events, runner/gate.py: time, not speed). With
+--control both sides run headless: how far two equal sides read apart here.
 
-    python benchmarks/bench_tui.py                       # the shipped demo models
-    python benchmarks/bench_tui.py --target T --draft near=D --max-tokens 300 --repeats 5
-    python benchmarks/bench_tui.py --control             # headless against headless
+    python benchmarks/bench_tui.py                                    # the models `specplay` opens
+    python benchmarks/bench_tui.py --target smollm2 --draft lookup=prompt-lookup \\
+        --draft exit=early-exit:layers=26 --draft self=smollm2 --max-tokens 64
+    python benchmarks/bench_tui.py --target demo --control            # headless against headless
+
+Model flags are those of `specplay` (a fetched name, a GGUF file, a folder, `demo`; with none,
+the default models); the prompt is the playground's first unless --prompt gives one.
 """
 
 from __future__ import annotations
@@ -31,52 +34,35 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 
 # isort: split
-from bench_vs_mlx_lm_processes import quartiles
-
-from specplay.backends.mlx import load_mlx_backend, release_thread
-from specplay.config.demo import demo_model_paths
-from specplay.config.run import ModelSpec, RequestSpec, RunConfig
+from specplay.backends import open_source, thread_cleanup
+from specplay.bench.stats import quartiles
+from specplay.cli.configure import replay_base, run_config
+from specplay.config.run import RunConfig
+from specplay.data.library import library_prompts
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
-from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
-from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.engine.source import EventSource
 from specplay.runner.thread import ModelThread
+from specplay.store import load_session
 from specplay.ui.app import create_app
 
 POLL_S = 0.05
 """How often the benchmark looks for the speculative lane's end: the UI's share is read then."""
-PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
-
-
-def default_models() -> tuple[str, list[tuple[str, str]]]:
-    """The demo models that ship inside specplay."""
-    target, drafters = demo_model_paths()
-    return str(target), [(name, str(path)) for name, path in drafters.items()]
-
-
-def headless(thread: ModelThread, backend: object, args: argparse.Namespace, settings: SpecSettings) -> float:
-    def run() -> float:
-        engine = SpecEngine(backend)  # type: ignore[arg-type]
-        ids = tuple(engine.encode(args.prompt, raw=True))
-        request = Request(args.prompt, ids, "speculative", args.seed, args.max_tokens, ignore_eos=True)
-        done = [e for e in engine.generate(request, LiveControls(settings, engine.drafters))][-1]
-        assert isinstance(done, DoneEvent)
-        return float(done.metrics["tokens_per_s"])
-
-    return thread.call(run)
+WARMUP_TOKENS = 16
 
 
 @dataclass(frozen=True)
 class TuiRun:
     tokens_per_s: float
-    """The speculative lane's, as the engine measured it on the lane's clock."""
+    """The speculative lane's, as the lane shows it."""
+    session: Path
     ui_share: float
     """The share of a core the UI thread (this one: the app runs here) used from the run's start
     until the app took the speculative lane's last event."""
@@ -85,114 +71,135 @@ class TuiRun:
     for frames (runner/gate.py): what drawing cost in time rather than in speed."""
 
 
-async def under_tui(args: argparse.Namespace, drafters: list[tuple[str, str]], settings: SpecSettings) -> TuiRun:
-    """The second of two runs in a fresh app: the first warms its models, as the headless side's
-    models were warmed."""
-    with tempfile.TemporaryDirectory() as sessions:
-        config = RunConfig(
-            ModelSpec("target", "target", "mlx", args.target),
-            tuple(ModelSpec(name, "drafter", "mlx", path) for name, path in drafters),
-            request=RequestSpec(args.prompt, raw=True, seed=args.seed, max_tokens=args.max_tokens, ignore_eos=True),
-            settings=settings,
-            sessions_dir=Path(sessions),
-        )
-        app = create_app(config)
-        playground = app.playground
-        async with app.run_test(size=(160, 50)) as pilot:
-            while playground.state != "ready":
-                assert playground.state != "failed", playground.status
-                await pilot.pause(0.1)
-            # As a user would: the run starts once the screen has settled, not while Textual still
-            # lays out its first frames (--autorun's case, a one-off cost at start).
-            await pilot.pause(1.0)
-            app.action_run()  # the warm-up run, untimed
-            while playground.last_session is None:
-                assert playground.state != "failed", playground.status
-                await asyncio.sleep(POLL_S)
-            playground.last_session = None
-            await pilot.pause(0.5)
-            wall, cpu, held_s = time.perf_counter(), time.thread_time(), playground.host.gate.held_s
-            app.action_run()
-            ui_share = None
-            while playground.last_session is None:
-                assert playground.state != "failed", playground.status
-                lane = playground.events["speculative"]
-                if ui_share is None and lane and isinstance(lane[-1], DoneEvent):
-                    ui_share = (time.thread_time() - cpu) / (time.perf_counter() - wall)
-                # Sleeping hands the loop to the app; the real app has no poll, and a pilot.pause
-                # (which waits for the screen to settle) would add work to the thread measured.
-                await asyncio.sleep(POLL_S)
-            run_s = time.perf_counter() - wall
-            if ui_share is None:  # the lane and the session ended within one poll
-                ui_share = (time.thread_time() - cpu) / run_s
-            held_share = (playground.host.gate.held_s - held_s) / run_s
-            done = playground.events["speculative"][-1]
+def headless(thread: ModelThread, source: EventSource, config: RunConfig) -> float:
+    """The speculative lane of `config`'s request, its events consumed where the engine runs."""
+    spec = config.request
+
+    def run() -> float:
+        assert spec.prompt is not None
+        ids = tuple(source.encode(spec.prompt, raw=spec.raw))
+        request = Request(spec.prompt, ids, "speculative", spec.seed, spec.max_tokens, spec.ignore_eos)
+        done = list(source.generate(request, LiveControls(config.settings, source.drafters)))[-1]
         assert isinstance(done, DoneEvent)
-        return TuiRun(float(done.metrics["tokens_per_s"]), ui_share, held_share)
+        return float(done.metrics["tokens_per_s"])
+
+    return thread.call(run)
+
+
+async def under_tui(config: RunConfig) -> TuiRun:
+    """A fresh app: a warm-up run of a few tokens, then the run measured."""
+    app = create_app(config)
+    playground = app.playground
+    measured = playground.config
+    async with app.run_test(size=(160, 50)) as pilot:
+        while playground.state != "ready":
+            assert playground.state != "failed", playground.status
+            await pilot.pause(0.1)
+        # As a user would: the run starts once the screen has settled, not while Textual still
+        # lays out its first frames (--autorun's case, a one-off cost at start).
+        await pilot.pause(1.0)
+        playground.config = replace(measured, request=replace(measured.request, max_tokens=WARMUP_TOKENS))
+        app.action_run()
+        while playground.last_session is None:
+            assert playground.state != "failed", playground.status
+            await asyncio.sleep(POLL_S)
+        playground.config, playground.last_session = measured, None
+        await pilot.pause(0.5)
+        wall, cpu, held_s = time.perf_counter(), time.thread_time(), playground.host.gate.held_s
+        app.action_run()
+        ui_share = None
+        while playground.last_session is None:
+            assert playground.state != "failed", playground.status
+            lane = playground.events["speculative"]
+            if ui_share is None and lane and isinstance(lane[-1], DoneEvent):
+                ui_share = (time.thread_time() - cpu) / (time.perf_counter() - wall)
+            # Sleeping hands the loop to the app; the real app has no poll, and a pilot.pause
+            # (which waits for the screen to settle) would add work to the thread measured.
+            await asyncio.sleep(POLL_S)
+        run_s = time.perf_counter() - wall
+        if ui_share is None:  # the lane and the session ended within one poll
+            ui_share = (time.thread_time() - cpu) / run_s
+        held_share = (playground.host.gate.held_s - held_s) / run_s
+        shown = playground.tallies["speculative"].tokens_per_s
+        assert shown is not None
+        return TuiRun(shown, playground.last_session, ui_share, held_share)
+
+
+def measure_drafter(config: RunConfig, drafter: str, args: argparse.Namespace) -> list[float]:
+    """Pairs of runs with `drafter` pinned; prints each pair and the row, returns the ratios."""
+    config = replace(config, settings=replace(config.settings, route=drafter))
+    kind = config.drafter(drafter).kind
+    thread = ModelThread(on_exit=thread_cleanup(config))
+    ratios, shares, helds = [], [], []
+    try:
+        source = thread.call(lambda: open_source(config))
+        warm = replace(config, request=replace(config.request, max_tokens=WARMUP_TOKENS))
+        headless(thread, source, warm)  # untimed
+        name = "headless again" if args.control else "TUI"
+        last_session: Path | None = None
+
+        def replayed() -> RunConfig:
+            """`specplay run --replay SESSION`'s configuration of the last session the app saved."""
+            if last_session is None:
+                return config
+            replay = run_config({}, replay_base(load_session(last_session), {}))
+            assert replay.request == config.request and replay.settings == config.settings
+            return replay
+
+        for i in range(args.repeats):
+            ui = None
+            # Alternate which side goes first, so drift (heat, other load) falls on both; a
+            # headless side that goes first replays the session of the app's previous run.
+            if i % 2 == 1:
+                h = headless(thread, source, replayed())
+            if args.control:
+                t = headless(thread, source, config)
+            else:
+                ui = asyncio.run(under_tui(config))
+                t, last_session = ui.tokens_per_s, ui.session
+            if i % 2 == 0:
+                h = headless(thread, source, replayed())
+            ratios.append(t / h)
+            extra = ""
+            if ui is not None:
+                shares.append(ui.ui_share)
+                helds.append(ui.held_share)
+                extra = f"   UI thread {ui.ui_share:.1%} of a core; frames held the models {ui.held_share:.1%}"
+            print(f"  {drafter} pair {i + 1}: headless {h:8.1f}   {name} {t:8.1f} tokens/s   ratio {t / h:.3f}{extra}")
+    finally:
+        thread.close()
+    q1, median, q3 = quartiles(ratios)
+    line = f"{drafter} ({kind}): {name}/headless median {median:.3f} (IQR {q1:.3f}-{q3:.3f}, {len(ratios)} pairs)"
+    if shares:
+        line += f"; UI thread {statistics.median(shares):.1%} of a core, frames held the models"
+        line += f" {statistics.median(helds):.1%} of the run"
+    print(line, flush=True)
+    return ratios
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", help="target model folder (default: the shipped demo models)")
-    parser.add_argument("--draft", action="append", default=[], metavar="NAME=PATH")
-    parser.add_argument("--prompt", default=PROMPT)
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=9, help="pairs of runs, each side in turn (default 9)")
+    parser.add_argument("--target", help="as for specplay: a fetched name, a GGUF file, a folder, demo")
+    parser.add_argument("--draft", action="append", metavar="[NAME=]SOURCE", help="as for specplay; repeat")
+    parser.add_argument("--drafters", help="comma-separated drafters to measure (default: every one)")
+    parser.add_argument("--prompt", help="default: the playground's first library prompt")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--k", type=int)
+    parser.add_argument("--repeats", type=int, default=5, help="pairs per drafter (default 5)")
     parser.add_argument("--control", action="store_true", help="run the TUI side headless too (an A/A run)")
     args = parser.parse_args()
-    if args.target:
-        drafters = [tuple(d.split("=", 1)) if "=" in d else (Path(d).name, d) for d in args.draft]
-    else:
-        args.target, drafters = default_models()
-    if not drafters:
-        parser.error("--draft is needed with --target")
-    settings = SpecSettings(k=args.k, route=drafters[0][0], sampling=SamplingParams(temperature=args.temperature))
-    print(f"target {args.target}, drafter {drafters[0][0]}, k={args.k}, T={args.temperature}, {args.max_tokens} tokens")
-
-    thread = ModelThread(on_exit=release_thread)
-    try:
-        backend = thread.call(lambda: load_mlx_backend(args.target, drafters))
-        headless(thread, backend, args, settings)  # warm-up, untimed
-        ratios, shares, helds = [], [], []
-        name = "headless again" if args.control else "TUI"
-
-        def other() -> tuple[float, TuiRun | None]:
-            if args.control:
-                return headless(thread, backend, args, settings), None
-            run = asyncio.run(under_tui(args, drafters, settings))
-            return run.tokens_per_s, run
-
-        for i in range(args.repeats):
-            # Alternate which side goes first, so drift (heat, other load) falls on both.
-            if i % 2 == 0:
-                h = headless(thread, backend, args, settings)
-                t, ui = other()
-            else:
-                t, ui = other()
-                h = headless(thread, backend, args, settings)
-            ratios.append(t / h)
-            share = ""
-            if ui is not None:
-                shares.append(ui.ui_share)
-                helds.append(ui.held_share)
-                share = f"   UI thread {ui.ui_share:.1%} of a core; frames held the models {ui.held_share:.1%}"
-            print(f"pair {i + 1}: headless {h:8.1f} tok/s   {name} {t:8.1f} tok/s   {name}/headless {t / h:.3f}{share}")
-    finally:
-        thread.close()
-    q1, median, q3 = quartiles(ratios)
-    ui_share = ""
-    if shares:
-        ui_share = (
-            f";  UI thread median {statistics.median(shares):.1%} of a core while the lane ran;"
-            f"  frames held the models {statistics.median(helds):.1%} of the run's wall time"
-        )
-    print(
-        f"{name}/headless median {median:.3f}  (IQR {q1:.3f}-{q3:.3f}, min {min(ratios):.3f},"
-        f" max {max(ratios):.3f}){ui_share}"
-    )
+    flags = {key: value for key, value in (("target", args.target), ("draft", args.draft), ("k", args.k)) if value}
+    prompt = args.prompt or library_prompts()[0].text
+    with tempfile.TemporaryDirectory() as sessions:
+        flags |= {"prompt": prompt, "max_tokens": args.max_tokens, "ignore_eos": True, "sessions_dir": sessions}
+        config = run_config(flags)
+        drafters = args.drafters.split(",") if args.drafters else list(config.drafter_names)
+        print(f"target {config.target.location}; {args.max_tokens} tokens, k {config.settings.k}, greedy")
+        rows = {drafter: measure_drafter(config, drafter, args) for drafter in drafters}
+    print()
+    for drafter, ratios in rows.items():
+        q1, median, q3 = quartiles(ratios)
+        print(f"{drafter:<10} {config.drafter(drafter).kind:<14} {median:.3f}  (IQR {q1:.3f}-{q3:.3f})")
     return 0
 
 

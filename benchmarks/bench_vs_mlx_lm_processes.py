@@ -40,6 +40,7 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 import mlx.core as mx
 
 from specplay.backends.mlx import blas, build
+from specplay.bench.stats import quartiles
 
 WORKER = Path(__file__).with_name("bench_vs_mlx_lm_worker.py")
 PROMPT = 'import os\nimport sys\n\n\ndef parse_args(argv):\n    """Parse the command line arguments."""\n'
@@ -136,30 +137,13 @@ def truncated_copy(source: Path, out: Path, layers: int) -> None:
     """`source`'s first `layers` layers with its embedding, final norm and head: a smaller model
     of the same family and tokenizer, as a folder any mlx-lm program loads."""
     weights = mx.load(str(source / "model.safetensors"))
-    kept = {name: value for name, value in weights.items() if _layer_of(name) < layers}
+    kept = {name: value for name, value in weights.items() if build.layer_of(name) < layers}
     out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out / "model.safetensors"), kept, metadata={"format": "mlx"})
     config = json.loads((source / "config.json").read_text())
     (out / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=layers), indent=2))
     for name in build.TOKENIZER_FILES:
         shutil.copyfile(source / name, out / name)
-
-
-def _layer_of(weight_name: str) -> int:
-    """The layer index of `model.layers.N.…`; -1 for weights outside the layers."""
-    parts = weight_name.split(".")
-    return int(parts[2]) if parts[:2] == ["model", "layers"] else -1
-
-
-def damp_layers(folder: Path, first: int, scale: float) -> None:
-    """Scale what layers `first`.. write into the residual stream (attention and MLP outputs), so
-    a model cut after layer `first` predicts much as the whole model does."""
-    path = str(folder / "model.safetensors")
-    weights = mx.load(path)
-    for name, value in weights.items():
-        if _layer_of(name) >= first and name.endswith(("o_proj.weight", "down_proj.weight")):
-            weights[name] = value * scale
-    mx.save_safetensors(path, weights, metadata={"format": "mlx"})
 
 
 def smallest_models(root: Path) -> ModelSet:
@@ -170,7 +154,7 @@ def smallest_models(root: Path) -> ModelSet:
         build.train_tokenizer(build.read_texts(build.stdlib_sources(40)), root / "tokenizer", vocab_size=512)
         config = build.llama_config(64, 13, 512, tie_word_embeddings=False)
         build.write_model(target, config, root / "tokenizer", seed=0, output_scale=4.0)
-        damp_layers(target, 1, SMALLEST_DAMPING)
+        build.damp_layers(target, 1, SMALLEST_DAMPING)
         truncated_copy(target, draft, 1)
     about = (
         f"random llama, width 64, 13 layers, layers 2-13 damped to {SMALLEST_DAMPING}; "
@@ -317,13 +301,6 @@ def repeats_of(models: ModelSet, args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- the report
-
-
-def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
 
 
 def ratio_cells(ratios: Sequence[float]) -> list[str]:

@@ -43,6 +43,17 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def empty_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every test run starts from a specplay cache of its own, empty: what the user fetched never
+    changes the models a test gets (with no model flags, SmolLM2 once it is fetched)."""
+    patch = pytest.MonkeyPatch()
+    cache = tmp_path_factory.mktemp("specplay-cache")
+    patch.setenv("SPECPLAY_CACHE_DIR", str(cache))
+    yield cache
+    patch.undo()
+
+
 @dataclass(frozen=True)
 class TinyModels:
     root: Path

@@ -14,6 +14,7 @@ from specplay.cli import build_parser, main
 from specplay.cli import run as run_command
 from specplay.cli import tui as tui_command
 from specplay.cli.configure import given, run_config
+from specplay.config.catalog import CATALOG
 from specplay.config.demo import demo_model_paths
 from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
 from specplay.engine.capabilities import Capabilities
@@ -60,11 +61,53 @@ def test_flags_become_a_typed_configuration(tmp_path: Path) -> None:
 
 def test_no_model_flags_means_the_demo_models_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECPLAY_SESSIONS_DIR", "/elsewhere")
-    config = run_config(given(parsed("run", "--prompt", "x")))
+    config = run_config(given(parsed("run", "--prompt", "x")))  # the test run's cache holds no SmolLM2
     target, drafters = demo_model_paths()
     assert config.target.location == str(target) and [d.name for d in config.drafters] == list(drafters)
     assert config.settings == SpecSettings() and config.request == RequestSpec("x")
     assert config.sessions_dir == Path("/elsewhere") and config.backend == "mlx"
+    assert config.route_map == {"code": "base", "prose": "prose"}
+
+
+def fetched_smollm2(cache: Path) -> Path:
+    """A cache that holds SmolLM2's file as `specplay fetch` leaves it: whole (a sparse file of the
+    right size; these tests never load it)."""
+    path = cache / "models" / CATALOG["smollm2"].file_name
+    path.parent.mkdir(parents=True)
+    with path.open("wb") as out:
+        out.truncate(CATALOG["smollm2"].size)
+    return path
+
+
+def test_no_model_flags_open_on_smollm2_once_it_is_fetched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(tmp_path))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / CATALOG["smollm2"].file_name).write_bytes(b"half a file")  # a fetch cut short
+    assert run_config(given(parsed("run", "--prompt", "x"))).target.location == str(demo_model_paths()[0])
+    (tmp_path / "models" / CATALOG["smollm2"].file_name).unlink()
+    (tmp_path / "models").rmdir()
+    path = fetched_smollm2(tmp_path)
+    lookup = ModelSpec("lookup", "drafter", "prompt-lookup", "", {"n_min": 2, "n_max": 4})
+    exit_ = ModelSpec("exit", "drafter", "early-exit", "", {"layers": 26, "head": None})
+    for argv in ((), ("--target", "smollm2")):  # by default, or by name without --draft
+        config = run_config(given(parsed("run", *argv, "--prompt", "x")))
+        assert config.target == ModelSpec("target", "target", "gguf", str(path))
+        assert config.drafters == (lookup, exit_)
+        assert config.route_map == {"code": "lookup", "prose": "exit"}
+    # the demo models by name; a set's name as --target with drafters of the user's own is its target
+    demo = run_config(given(parsed("run", "--target", "demo", "--prompt", "x")))
+    assert demo.target.location == str(demo_model_paths()[0]) and [d.name for d in demo.drafters] == ["base", "prose"]
+    mine = run_config(given(parsed("run", "--target", "demo", "--draft", "p=prompt-lookup", "--prompt", "x")))
+    assert mine.target == demo.target and [d.name for d in mine.drafters] == ["p"]
+    assert mine.route_map == {"code": "p", "prose": "p"}
+    # the user's route map over the set's; a folder named like a set is that folder
+    mapped = run_config(given(parsed("run", "--route-map", "code=exit", "--prompt", "x")))
+    assert mapped.route_map == {"code": "exit", "prose": "exit"}
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").mkdir()
+    assert run_config(given(parsed("run", "--target", "demo", "--prompt", "x"))).target.location == str(
+        tmp_path / "demo"
+    )
 
 
 def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.MonkeyPatch) -> None:

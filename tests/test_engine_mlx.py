@@ -11,7 +11,7 @@ import pytest
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.backends.mlx.generation import _verify_argmax, _verify_distributions
 from specplay.engine.controls import LiveControls
-from specplay.engine.events import ControlEvent, Event, RoundEvent, StartEvent
+from specplay.engine.events import ControlEvent, Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import POLICIES, AcceptanceRule, SamplingParams
 from tests.conftest import CODE_PROMPT, PROSE_PROMPT, TinyModels
@@ -195,7 +195,13 @@ def test_chat_template_is_applied_unless_raw(tiny: TinyModels) -> None:
 
 def test_auto_route_uses_the_route_map(backend: MlxBackend) -> None:
     engine = SpecEngine(backend, route_map={"code": "far"})  # prose keeps its default, the first drafter
-    assert engine.auto_route(CODE_PROMPT) == "far" and engine.auto_route(PROSE_PROMPT) == "near"
+    assert engine.route_choice(CODE_PROMPT).drafter == "far" and engine.route_choice(PROSE_PROMPT).drafter == "near"
+    # auto never falls back silently: the choice says which class it saw and how it got there
+    code, prose = engine.route_choice(CODE_PROMPT), engine.route_choice(PROSE_PROMPT)
+    assert code.describe() == "auto: code prompt → far (the route map)"
+    assert prose.describe() == (
+        "auto: prose prompt → near (the first drafter: none is named prose, and no --route-map prose=NAME)"
+    )
     start = run(backend, CODE_PROMPT, max_tokens=2)[0]
     assert isinstance(start, StartEvent) and start.auto_route == start.route == "near"
 
@@ -245,3 +251,23 @@ def test_a_target_only_lane_reports_its_mean_step_the_yardstick_of_predictions(b
     steps = [e.step_ms for e in events if isinstance(e, StepEvent)]
     assert len(steps) == 12 and done(events).metrics["mean_step_ms"] == pytest.approx(sum(steps) / 12)
     assert done(run(backend, CODE_PROMPT, k=2, max_tokens=8)).metrics["mean_step_ms"] is None
+
+
+@pytest.mark.parametrize("mode", ["speculative", "target"])
+def test_round_times_add_up_to_the_lane_time_its_speed_counts(backend: MlxBackend, mode: str) -> None:
+    """A round's draft + verify + host (a step's step_ms) runs from the end of the one before, so
+    the rounds after the first account for exactly the time tokens/s divides by: a cost line in
+    target steps takes the whole round apart, consumer's time between rounds included."""
+
+    def slow_consumer(event: Event, controls: LiveControls) -> None:
+        sum(range(20_000))  # a consumer's work between rounds is the lane's time too
+
+    events = run(backend, CODE_PROMPT, mode=mode, route="near", max_tokens=30, on_event=slow_consumer)
+    metrics = done(events).metrics
+    if mode == "speculative":
+        times = [e.draft_ms + e.verify_ms + e.overhead_ms for e in rounds(events)]
+    else:
+        times = [e.step_ms for e in events if isinstance(e, StepEvent)]
+    assert (metrics["num_tokens"] - 1) / metrics["tokens_per_s"] == pytest.approx(sum(times[1:]) / 1000, rel=1e-9)
+    # ...and the first round's time, the prefill's apart, is in the time to the first token
+    assert metrics["time_to_first_token_ms"] > times[0]

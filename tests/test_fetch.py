@@ -22,7 +22,7 @@ def test_fetch_lists_then_downloads_once_and_reuses(monkeypatch: pytest.MonkeyPa
     assert main(["fetch", "smollm2"]) == 0  # downloads unless an earlier test run did
     out = capsys.readouterr().out
     path = cached_path(CATALOG["smollm2"])
-    assert f"smollm2: {path}" in out and "--target smollm2 --draft lookup=prompt-lookup" in out
+    assert f"smollm2: {path}" in out and "`specplay` now opens the playground on it" in out
     assert path.stat().st_size == CATALOG["smollm2"].size
 
     def no_network(*args: object, **kwargs: object) -> None:

@@ -43,17 +43,38 @@ def test_alpha_counts_only_judged_positions() -> None:
     assert spec.alpha == pytest.approx(5 / 6)  # 5 accepted of 6 judged
     assert spec.draft_acceptance_rate == pytest.approx(5 / 8)  # of 8 drafted
     assert spec.mean_acceptance_length == pytest.approx(1 + 5 / 2)
-    assert spec.tokens == 7 and spec.tokens_per_s == pytest.approx(3.5)
+    # the engine's one definition: the 5 tokens after the first round's first, over 1 s since it
+    assert spec.tokens == 7 and spec.tokens_per_s == pytest.approx(6.0)
     for i in range(4):
         target.add(StepEvent(i, None, Token(1, "a", "target"), step_ms=2.0), busy_s=0.5 * (i + 1))
+    assert target.tokens_per_s == pytest.approx(3 / 1.5)
     comparison = compare(spec, target)
     p = comparison.prediction
     assert p.cost_ratio == pytest.approx(1.0 / 2.0)  # 1 ms per drafted token over a 2 ms step
-    assert comparison.speedup == pytest.approx(3.5 / 2.0)
+    assert comparison.speedup == pytest.approx(6.0 / 2.0)
     assert p.speedup == pytest.approx(predicted_speedup(5 / 6, 4, 0.5))
     # each round: verify 1 ms and no host work against 2 ms target steps
     assert p.verify_steps == pytest.approx(0.5) and p.host_steps == 0
     assert p.costed_speedup == pytest.approx(p.speedup * (4 * 0.5 + 1) / (4 * 0.5 + 0.5))
+    # the round's own account: 3.5 tokens a round over 4 x 0.5 + 0.5 + 0 target steps
+    assert p.round_steps == pytest.approx(2.5) and p.accounted_speedup == pytest.approx(3.5 / 2.5)
+
+
+def test_a_lane_shows_the_speed_and_first_token_time_its_run_records() -> None:
+    """While the lane runs: the engine's definition on the lane's clock; once it ends: what the
+    run's end recorded, the number its session keeps."""
+    from specplay.engine.events import DoneEvent, StartEvent
+    from specplay.engine.settings import SpecSettings
+
+    lane = LaneTally()
+    lane.add(StartEvent("target", None, None, (1,), 0, SpecSettings()), busy_s=0.0)
+    lane.add(StepEvent(0, None, Token(1, "a", "target"), step_ms=900.0), busy_s=0.9)  # prefill and a step
+    lane.add(StepEvent(1, None, Token(1, "a", "target"), step_ms=100.0), busy_s=1.0)
+    lane.add(StepEvent(2, None, Token(1, "a", "target"), step_ms=100.0), busy_s=1.1)
+    assert lane.tokens_per_s == pytest.approx(2 / 0.2)  # not 3 tokens over 1.1 s
+    assert lane.time_to_first_token_s == pytest.approx(0.9)
+    lane.add(DoneEvent("length", (1, 1, 1), "aaa", {"tokens_per_s": 9.5, "time_to_first_token_ms": 880.0}), 1.1)
+    assert lane.tokens_per_s == 9.5 and lane.time_to_first_token_s == pytest.approx(0.88)
 
 
 def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:

@@ -22,3 +22,11 @@ def coefficient_of_variation(values: Sequence[float]) -> float:
 def needs_more_repeats(throughputs: Sequence[Sequence[float]]) -> bool:
     """True when any configuration's tokens/s varies by more than 5% across repeats."""
     return any(coefficient_of_variation(values) > CV_LIMIT for values in throughputs)
+
+
+def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile), the benchmarks' spread; one value is all three."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3

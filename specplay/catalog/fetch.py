@@ -14,7 +14,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from specplay.config.catalog import CatalogModel, cached_path
+from specplay.config.catalog import CatalogModel, cached_path, is_fetched
 from specplay.errors import SpecplayError
 
 Progress = Callable[[int, int], None]
@@ -26,7 +26,7 @@ def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: P
     """The model's file in the cache (or `directory`): already there, or downloaded, checked and
     put there now."""
     path = cached_path(model, directory)
-    if path.is_file() and path.stat().st_size == model.size:
+    if is_fetched(model, directory):
         return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

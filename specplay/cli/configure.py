@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.cli.flags import API_KEY_ENV
-from specplay.config.demo import demo_model_paths
+from specplay.config.model_sets import ModelSet, default_set, named_set
 from specplay.config.models import model_spec
 from specplay.config.run import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
 from specplay.config.urls import credentials, named_url, server_root, url_of
@@ -56,8 +56,10 @@ def given(args: argparse.Namespace) -> dict[str, Any]:
 def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunConfig:
     """`flags` (from `given`) over `base`; with neither model flags nor a base, the demo models."""
     new_models = base is None or any(name in flags for name in MODEL_FLAGS)
+    opened_with: ModelSet | None = None
     if new_models:
         backend, target, drafters, vllm = models_from(flags)
+        opened_with = model_set_for(flags)
     else:
         assert base is not None
         backend, target, drafters, vllm = base.backend, base.target, base.drafters, base.vllm
@@ -72,8 +74,10 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
         request = replace(request, prompt=prompt_from(flags))
     settings = settings_from(flags, start.settings)
     user_map = {} if new_models else dict(start.route_map)  # a base's map names the base's drafters
-    if "route_map" in flags:
-        user_map = dict(pairs(flags["route_map"], "route_map", "CLASS=NAME"))
+    if opened_with is not None:
+        user_map = dict(opened_with.route_map)
+    if "route_map" in flags:  # class by class, over the set's or the base's map
+        user_map |= dict(pairs(flags["route_map"], "route_map", "CLASS=NAME"))
     config = RunConfig(target, drafters, backend, vllm, request, settings, user_map, sessions_dir_from(flags))
     pinned = settings.route != AUTO_ROUTE and "route" not in flags
     if new_models and pinned and settings.route not in config.drafter_names:
@@ -109,8 +113,19 @@ def settings_from(flags: Mapping[str, Any], base: SpecSettings) -> SpecSettings:
     return replace(base, sampling=sampling, policy_params=policy, rule_params=rules, **spec)
 
 
+def model_set_for(flags: Mapping[str, Any]) -> ModelSet | None:
+    """The model set the flags ask for: none named, the default one (SmolLM2 once fetched, else the
+    demo models); `--target demo` or a catalog name without --draft, that set."""
+    if flags.get("backend", "mlx") != "mlx" or any(name in flags for name in ("draft", "draft_url", "target_url")):
+        return None
+    if "target" not in flags:
+        return default_set()
+    return named_set(flags["target"])
+
+
 def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple[ModelSpec, ...], VllmOptions]:
-    """(backend, target, drafters, vLLM options) from the model flags; none at all: the demo models."""
+    """(backend, target, drafters, vLLM options) from the model flags; none at all: the default
+    model set (model_sets.py)."""
     backend: BackendKind = flags.get("backend", "mlx")
     local = tuple(model_spec(name, "drafter", source, "draft") for name, source in named_drafters(flags))
     remote = tuple(
@@ -118,28 +133,35 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple
         for i, (name, url) in enumerate(named_url(value) for value in flags.get("draft_url", []))
     )
     native = bool(flags.get("vllm_native"))
+    opened_with = model_set_for(flags)
+    if opened_with is not None:
+        target, local = opened_with.target, opened_with.drafters
     # Given both --target and --target-url, take the one this backend cannot run: check_models
     # then refuses it with its one line, as it refuses any model the backend cannot take.
-    if "target_url" in flags and (backend == "mlx" or "target" not in flags):
+    elif "target_url" in flags and (backend == "mlx" or "target" not in flags):
         if native:  # speculating servers are routed to by name, as drafters are
             route, root = named_url(flags["target_url"], "target_url")
             target = ModelSpec(TARGET, "target", "server", root, {"route": route} if route else {})
         else:
             target = ModelSpec(TARGET, "target", "server", server_root(flags["target_url"]))
     elif "target" in flags:
-        target = model_spec(TARGET, "target", flags["target"], "target")
+        target = named_target(flags["target"])
     elif backend == "vllm":
         raise ConfigError("target_url", "is required with --backend vllm (e.g. http://gpu-box:8000/v1)")
-    elif local or remote:
-        raise ConfigError("target", "is needed with --draft (or leave out both to use the demo models)")
     else:
-        demo_target, demo_drafters = demo_model_paths()
-        target = ModelSpec(TARGET, "target", "mlx", str(demo_target))
-        local = tuple(ModelSpec(name, "drafter", "mlx", str(path)) for name, path in demo_drafters.items())
+        raise ConfigError(
+            "target", "is needed with --draft (or leave out both: SmolLM2 once fetched, else the demo models)"
+        )
     baseline = server_root(flags["baseline_url"], "baseline_url") if "baseline_url" in flags else None
     written = [flags.get("target_url"), *flags.get("draft_url", []), flags.get("baseline_url")]
     logins = tuple((server_root(url_of(v)), login) for v in written if v and (login := credentials(url_of(v))))
     return backend, target, (*remote, *local), VllmOptions(native=native, baseline_url=baseline, logins=logins)
+
+
+def named_target(source: str) -> ModelSpec:
+    """--target SOURCE with drafters of the user's own: a model set's name means its target."""
+    named = named_set(source)
+    return named.target if named is not None else model_spec(TARGET, "target", source, "target")
 
 
 def named_drafters(flags: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -10,8 +10,6 @@ from specplay.cli.render import make_console
 from specplay.config.catalog import CATALOG, cached_path
 from specplay.errors import ConfigError
 
-PLAYGROUND = "specplay --target {name} --draft lookup=prompt-lookup --draft exit=early-exit:layers={layers}"
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -43,5 +41,8 @@ def fetch_command(args: argparse.Namespace) -> int:
         task = progress.add_task(f"unpacking {model.file_name}", total=model.size)
         path = fetch(model, lambda done, total: progress.update(task, completed=done, total=total))
     console.print(f"{model.name}: {path}")
-    console.print("open the playground on it: " + PLAYGROUND.format(name=model.name, layers=model.exit_layer))
+    drafters = " ".join(f"--draft {name}={source}" for name, source in model.drafters)
+    console.print(
+        f"`specplay` now opens the playground on it, as `specplay --target {model.name}` does (drafters {drafters})"
+    )
     return 0

@@ -193,7 +193,9 @@ def fidelity(args: argparse.Namespace) -> int:
         assert spec.prompt is not None
         token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
         generate = engine_generator(source, spec.prompt, token_ids, config.settings, spec.max_tokens)
-        route = source.auto_route(spec.prompt) if config.settings.route == AUTO_ROUTE else config.settings.route
+        route = (
+            source.route_choice(spec.prompt).drafter if config.settings.route == AUTO_ROUTE else config.settings.route
+        )
         draft_row = config.drafter(route).kind != "prompt-lookup"  # it cannot write alone
         seeds = range(spec.seed, spec.seed + args.samples)
         with _progress() as on_sample:

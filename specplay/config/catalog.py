@@ -22,12 +22,19 @@ class CatalogModel:
     size: int
     """Bytes of the weights file."""
     license: str
-    exit_layer: int
-    """The layer an untrained early-exit drafter leaves the model after, in the hint `fetch` prints."""
+    drafters: tuple[tuple[str, str], ...]
+    """(name, source) of the drafters it opens with when no --draft is given: a mixture a first
+    run learns from."""
+    route_map: tuple[tuple[str, str], ...]
+    """Router class to drafter for those drafters."""
 
     @property
     def file_name(self) -> str:
         return Path(self.member).name
+
+    @property
+    def short_title(self) -> str:
+        return self.title.split(",")[0]
 
 
 CATALOG = {
@@ -40,9 +47,19 @@ CATALOG = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         size=98_362_432,
         license="Apache-2.0",
-        exit_layer=26,  # of 30: untrained, shallower exits rarely agree with the target (README)
+        # Code goes to prompt lookup, which pays wherever the answer reuses the prompt (an edit, a
+        # rewrite); prose to an early exit after 26 of 30 layers, a model drafter made from the
+        # target itself (untrained, shallower exits rarely agree with the target).
+        drafters=(("lookup", "prompt-lookup"), ("exit", "early-exit:layers=26")),
+        route_map=(("code", "lookup"), ("prose", "exit")),
     ),
 }
+
+
+def is_fetched(model: CatalogModel, directory: Path | None = None) -> bool:
+    """Whether the model's whole file is in the cache (`fetch` renames it there only once checked)."""
+    path = cached_path(model, directory)
+    return path.is_file() and path.stat().st_size == model.size
 
 
 def models_dir() -> Path:

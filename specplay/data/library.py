@@ -1,5 +1,8 @@
 """Prompt files: the shipped library (specplay/data/prompts.jsonl) and the user's own, one JSON
-object per line with a category, a text and optionally a name."""
+object per line with a category, a text and optionally a name and a note.
+
+The library opens with prompts that show each route at its best and at its worst (their notes
+say how); the first is the playground's prompt until the user types another."""
 
 from __future__ import annotations
 
@@ -16,10 +19,12 @@ class Prompt:
     category: str
     name: str
     text: str
+    note: str = ""
+    """What the prompt shows, for the library's list."""
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({self.category})"
+        return f"{self.name} ({self.category}) · {self.note}" if self.note else f"{self.name} ({self.category})"
 
 
 def library_prompts() -> list[Prompt]:
@@ -45,7 +50,8 @@ def parse_prompts(text: str, source: str, field: str) -> list[Prompt]:
             continue
         try:
             row = json.loads(line)
-            prompts.append(Prompt(str(row["category"]), str(row.get("name", f"line {number}")), str(row["text"])))
+            name = str(row.get("name", f"line {number}"))
+            prompts.append(Prompt(str(row["category"]), name, str(row["text"]), str(row.get("note", ""))))
         except (json.JSONDecodeError, KeyError, TypeError):
             raise ConfigError(field, f"line {number} of {source} is not a {{category, text}} object") from None
     return prompts

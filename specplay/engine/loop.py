@@ -38,7 +38,7 @@ from specplay.engine.events import (
 from specplay.engine.metrics import Metrics
 from specplay.engine.policies import make_policy
 from specplay.engine.request import Request
-from specplay.engine.router import CodeProseRouter, Router, resolve_route, route_map_for
+from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
 from specplay.engine.source import Clock
 from specplay.errors import ConfigError, ModelError
 
@@ -74,8 +74,8 @@ class SpecEngine:
         self.route_map = route_map_for(self.router, backend.drafters, route_map)
         self.clock = clock
 
-    def auto_route(self, prompt: str) -> str:
-        return self.route_map[self.router.classify(prompt)]
+    def route_choice(self, prompt: str) -> RouteChoice:
+        return route_choice(self.router, self.route_map, self.drafters, prompt)
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self.backend.encode(prompt, raw)
@@ -158,7 +158,7 @@ class _Run:
         """The settings' acceptance rule, built once per change of settings (rounds read it often)."""
         self.draws = Draws(request.seed)
         self.metrics = Metrics(speculative=request.mode == "speculative")
-        self.auto_route = engine.auto_route(request.prompt) if request.mode != "target" else None
+        self.auto_route = engine.route_choice(request.prompt).drafter if request.mode != "target" else None
         self.route = resolve_route(self.settings.route, self.auto_route) if self.auto_route else None
         self.policy = make_policy(self.settings.policy, self.settings.k, self.settings.policy_params)
         self.detokenizer = self.backend.detokenizer()
@@ -171,6 +171,9 @@ class _Run:
         self.top_n = 0
         self.set_aside_s = 0.0
         """Time spent on counterfactual routes, taken off the lane's clock: not the lane's own work."""
+        self.last_end_s = 0.0
+        """When the last round or step ended (first: when the prefill did). A round's or step's
+        time runs from there, so that the rounds' times add up to the lane's time between tokens."""
 
     def _now(self) -> float:
         return self.clock() - self.set_aside_s
@@ -179,6 +182,7 @@ class _Run:
         self.metrics.start_s = self._now()
         models = {"speculative": (None, self.route), "target": (None,), "draft": (self.route,)}
         generation = self.backend.open_generation(self.request.prompt_token_ids, prefill=models[self.request.mode])
+        self.last_end_s = self._now()
         if self.request.inspect and self.backend.capabilities.top_n:
             self.top_n = TOP_N
         yield StartEvent(
@@ -273,12 +277,15 @@ class _Run:
                 tokens=tuple(tokens),
                 draft_ms=1000 * (drafted_at - start),
                 verify_ms=1000 * (verified_at - drafted_at),
-                overhead_ms=1000 * (done_at - verified_at),
+                # Everything else since the last round: judging, commit, events, the live controls,
+                # and whatever the consumer did between rounds.
+                overhead_ms=1000 * (done_at - verified_at + start - self.last_end_s),
                 bonus_top_target=_top(verified.top_target, len(verified.drafted)),
                 counterfactuals=counterfactuals,
             )
             self.metrics.add_round(event)
             self.metrics.add_tokens([t.source for t in tokens], done_at)
+            self.last_end_s = done_at
             yield event
             if finish:
                 return finish
@@ -369,13 +376,15 @@ class _Run:
                     stream = generation.generate(
                         self.route, self.settings.sampling, self.draws.one, self.request.pipeline
                     )
-                start = self._now()
                 token_index = len(self.generated)
                 tokens, finish = self._emit([(next(stream), source)])
                 done_at = self._now()
                 if tokens:
                     self.metrics.add_tokens([source], done_at)
-                    step = StepEvent(token_index, self.route, tokens[0], 1000 * (done_at - start))
+                    # From the last step's end, as a round's time is: the yardstick of c and of a
+                    # round's cost in target steps must count what the lane's tokens/s counts.
+                    step = StepEvent(token_index, self.route, tokens[0], 1000 * (done_at - self.last_end_s))
+                    self.last_end_s = done_at
                     self.metrics.add_step(step)
                     yield step
                 if finish:

@@ -8,6 +8,7 @@ a drafter. A pinned route (a drafter's name) bypasses the router. Anything with 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from specplay.engine.settings import AUTO_ROUTE
@@ -81,6 +82,33 @@ class CodeProseRouter:
 def default_route_map(classes: Sequence[str], drafters: Sequence[str]) -> dict[str, str]:
     """Each class to the drafter of the same name if there is one, else to the first drafter."""
     return {c: (c if c in drafters else drafters[0]) for c in classes}
+
+
+@dataclass(frozen=True, slots=True)
+class RouteChoice:
+    """Where `--route auto` sends a prompt, and why: what the playground says, never a silent fallback."""
+
+    prompt_class: str
+    """The router's label for the prompt ("code", "prose")."""
+    drafter: str
+    why: str
+    """How the class reached the drafter: its name, the route map, or the first-drafter default."""
+
+    def describe(self) -> str:
+        return f"auto: {self.prompt_class} prompt → {self.drafter} ({self.why})"
+
+
+def route_choice(router: Router, route_map: Mapping[str, str], drafters: Sequence[str], prompt: str) -> RouteChoice:
+    """The router's class for `prompt` and the drafter `route_map` sends it to, with the reason."""
+    prompt_class = router.classify(prompt)
+    drafter = route_map[prompt_class]
+    if drafter == prompt_class:
+        why = f"the drafter named {prompt_class}"
+    elif drafter == default_route_map(router.classes, drafters)[prompt_class]:
+        why = f"the first drafter: none is named {prompt_class}, and no --route-map {prompt_class}=NAME"
+    else:
+        why = "the route map"
+    return RouteChoice(prompt_class, drafter, why)
 
 
 def check_route_map(route_map: Mapping[str, str], classes: Sequence[str], drafters: Sequence[str]) -> None:

@@ -14,6 +14,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event
 from specplay.engine.request import Request
+from specplay.engine.router import RouteChoice
 
 Clock = Callable[[], float]
 
@@ -25,8 +26,8 @@ class EventSource(Protocol):
     route_map: dict[str, str]
     """Router class to route, as resolved at load (sessions record it)."""
 
-    def auto_route(self, prompt: str) -> str:
-        """The route the router picks for this prompt."""
+    def route_choice(self, prompt: str) -> RouteChoice:
+        """The route the router picks for this prompt (`--route auto`), and why."""
         ...
 
     def encode(self, prompt: str, raw: bool) -> list[int]:

@@ -71,6 +71,12 @@ class Prediction:
     costed_speedup: float | None = None
     """The formula's expected tokens per round over the round's measured cost, k c + verify + host:
     where the prediction parts from the measurement, this says which term did it."""
+    round_steps: float | None = None
+    """A round's measured time in target steps: k c + verify + host, which add up to the round."""
+    accounted_speedup: float | None = None
+    """The round's own account: tokens a round committed (the mean acceptance length) over its
+    cost in target steps. Where the lanes' times are their tokens' times, this is the measured
+    speedup taken apart, so it says which part made a run slower than target-only."""
 
 
 def predict(metrics: Mapping[str, Any], target_step_ms: float | None) -> Prediction:
@@ -87,9 +93,12 @@ def predict(metrics: Mapping[str, Any], target_step_ms: float | None) -> Predict
     speedup = predicted_speedup(a, mean_k, c)
     verify = (metrics.get("verify_ms") or 0.0) / rounds / target_step_ms
     host = (metrics.get("overhead_ms") or 0.0) / rounds / target_step_ms
+    round_steps = mean_k * c + verify + host
     # predicted_speedup's round cost is k c + 1; scale it to k c + verify + host
-    costed = speedup * (mean_k * c + 1) / (mean_k * c + verify + host)
-    return Prediction(a, mean_k, c, speedup, verify, host, costed)
+    costed = speedup * (mean_k * c + 1) / round_steps
+    tokens = mean_acceptance_length(metrics.get("num_accepted_draft_tokens") or 0, rounds)
+    accounted = tokens / round_steps if tokens is not None else None
+    return Prediction(a, mean_k, c, speedup, verify, host, costed, round_steps, accounted)
 
 
 def predict_modelled(metrics: Mapping[str, Any]) -> Prediction:
@@ -99,4 +108,6 @@ def predict_modelled(metrics: Mapping[str, Any]) -> Prediction:
     rounds = metrics.get("num_spec_steps") or 0
     verify_ms = metrics.get("verify_ms") or 0.0
     prediction = predict(metrics, verify_ms / rounds if rounds and verify_ms > 0 else None)
-    return replace(prediction, verify_steps=None, host_steps=None, costed_speedup=None)
+    return replace(
+        prediction, verify_steps=None, host_steps=None, costed_speedup=None, round_steps=None, accounted_speedup=None
+    )

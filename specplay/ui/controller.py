@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from specplay.config.model_sets import models_line
 from specplay.config.run import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
@@ -125,6 +126,8 @@ class Playground:
         self._saving = True
         """False once this run's session could not be written: no later lane opens another."""
         self._prompt = ""
+        self._route_note = ""
+        """Where the current run's route sent its prompt, for the status line."""
         self._closing = False
         """Set as the app quits: from then on nothing is drawn (its screen may be gone)."""
 
@@ -150,7 +153,7 @@ class Playground:
         self.view.show_loaded(self.drafters, self.capabilities)
         self.state = "ready"
         if self.opened is None:
-            self.set_status(f"ready: target and drafters {', '.join(self.drafters) or '(none)'}; ctrl+r runs")
+            self.set_status(f"ready: {models_line(self.config, identity)}; ctrl+r runs")
         else:
             self._show_opened_settings(self.opened)
         if autorun:
@@ -182,7 +185,8 @@ class Playground:
         request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
         run_id = self.run_id
         self.state = "running"
-        self.set_status(f"generating (seed {self.seed})… escape stops")
+        self._route_note = self._route_line(prompt)
+        self.set_status(f"generating (seed {self.seed}) · {self._route_note}… escape stops")
         # The models start after the screen's next refresh, so the cleared lanes' layout, the
         # costliest frame of a run, mostly falls before them rather than in the lanes' time.
         self.view.when_drawn(
@@ -294,7 +298,7 @@ class Playground:
             self.set_status(f"run failed: {error_line(error)}", error=True)
         else:
             finish = self.tallies["speculative"].finish_reason or "done"
-            self.set_status(f"finished ({finish}){saved}; ctrl+r runs again")
+            self.set_status(f"finished ({finish}) · {self._route_note}{saved}; ctrl+r runs again")
 
     def _clear(self) -> None:
         self.events = {lane: [] for lane in ALL_LANES}
@@ -341,10 +345,18 @@ class Playground:
         for lane in lanes:
             self.controls[lane].update(**{setting: value})
 
+    def _route_line(self, prompt: str) -> str:
+        """Where the speculative lane's route sends this prompt: auto says which class it saw and
+        how that class reached its drafter; a pinned route says so."""
+        source = self.host.source
+        if self.settings.route != AUTO_ROUTE or source is None:
+            return f"route {self.settings.route} (pinned)"
+        return source.route_choice(prompt).describe()
+
     def _route_for(self, prompt: str, route: str) -> str:
         """The drafter a route setting picks for `prompt`."""
         source = self.host.source
-        return source.auto_route(prompt) if route == AUTO_ROUTE and source is not None else route
+        return source.route_choice(prompt).drafter if route == AUTO_ROUTE and source is not None else route
 
     def _copies_only(self, route: str) -> bool:
         return any(d.name == route and d.kind == "prompt-lookup" for d in self.config.drafters)

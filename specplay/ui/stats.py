@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent
+from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, Source, StartEvent, StepEvent
 from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SpecSettings
 from specplay.engine.speedup import (
@@ -33,10 +33,11 @@ class LaneTally:
     steps: int = 0
     step_ms: float = 0.0
     spec: Metrics = field(default_factory=lambda: Metrics(speculative=True))
-    """The engine's own round counters (acceptance, TV spent, draft time)."""
+    """The engine's own counters (acceptance, TV spent, draft time; tokens on the lane's clock)."""
     finish_reason: str | None = None
     samples: list[tuple[float, int]] = field(default_factory=list)
-    """(busy_s, tokens so far) after each event that committed tokens: tokens/s over time."""
+    """(busy_s, tokens so far) after each event that committed tokens, from the first token on:
+    tokens/s over time."""
     final_metrics: dict[str, Any] = field(default_factory=dict)
     """The DoneEvent's metrics, once the run ends."""
     temperature: float = 0.0
@@ -51,6 +52,7 @@ class LaneTally:
     def add(self, event: Event, busy_s: float) -> None:
         if isinstance(event, StartEvent):
             self._settle(event.settings)
+            self.spec.start_s = busy_s
         elif isinstance(event, ControlEvent) and self.settings is not None:
             self._settle(self.settings.changed(**{name: new for name, _, new in event.changes}))
         elif isinstance(event, RoundEvent):
@@ -68,9 +70,11 @@ class LaneTally:
             self.final_metrics = event.metrics
         # Counterfactual routes' time is not the lane's own: it leaves the lane's tokens/s alone.
         self.busy_s = busy_s - self.spec.counterfactual_ms / 1000
-        if isinstance(event, RoundEvent | StepEvent):
-            if not self.samples:
-                self.samples.append((0.0, 0))
+        sources = _sources(event)
+        if sources:
+            # Timed on the lane's clock as the engine times its own metrics: the speed shown while
+            # the lane runs is the one its session records.
+            self.spec.add_tokens(sources, self.busy_s)
             self.samples.append((self.busy_s, self.tokens))
 
     def _settle(self, settings: SpecSettings) -> None:
@@ -91,7 +95,22 @@ class LaneTally:
 
     @property
     def tokens_per_s(self) -> float | None:
-        return self.tokens / self.busy_s if self.busy_s > 0 and self.tokens else None
+        """The engine's one definition (tokens after the first over the time since the first,
+        `Metrics.tokens_per_s`): what the run's end records once it has ended, the same count on
+        the lane's clock before."""
+        if "tokens_per_s" in self.final_metrics:
+            return self.final_metrics["tokens_per_s"]
+        return self.spec.tokens_per_s
+
+    @property
+    def time_to_first_token_s(self) -> float | None:
+        """From the lane's start (prefill included) to its first token, on the lane's clock: apart
+        from tokens/s, as the engine records it."""
+        if (recorded := self.final_metrics.get("time_to_first_token_ms")) is not None:
+            return recorded / 1000
+        if self.spec.first_token_s is None or self.spec.start_s is None:
+            return None
+        return self.spec.first_token_s - self.spec.start_s
 
     @property
     def rounds(self) -> int:
@@ -150,3 +169,12 @@ def compare(speculative: LaneTally, target: LaneTally | None) -> Comparison:
         return Comparison(None, predict_modelled(metrics))
     speedup = measured_speedup(speculative.tokens_per_s, target.tokens_per_s)
     return Comparison(speedup, predict(metrics, target.mean_step_ms))
+
+
+def _sources(event: Event) -> list[Source]:
+    """Where each token an event commits came from."""
+    if isinstance(event, RoundEvent):
+        return [token.source for token in event.tokens]
+    if isinstance(event, StepEvent):
+        return [event.token.source]
+    return []

@@ -13,6 +13,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from specplay.backends.mlx import blas
 from specplay.backends.mlx.drafters import (
     MODEL,
     DrafterSpec,
@@ -38,6 +39,7 @@ from specplay.backends.mlx.loading import (
     encode_prompt,
     folder_identity,
     load_model,
+    parameter_count,
     rewindable_cache,
     vocab_table,
 )
@@ -179,6 +181,7 @@ def load_mlx_backend(target: str, drafters: Sequence[tuple[str, DrafterSpec | st
                 f"names {name!r} {'twice' if name != TARGET else 'as a drafter'}; give each drafter its own NAME=",
             )
     loaded_target = load_model(TARGET, target)
+    blas.fit_threads(parameter_count(loaded_target.model))
     return MlxBackend(
         loaded_target, {name: load_drafter(name, as_spec(spec), loaded_target) for name, spec in drafters}
     )

@@ -7,9 +7,10 @@ before anything imports mlx. The system's OpenBLAS is used (Debian and Ubuntu:
 libopenblas0-pthread): it picks kernels for the CPU at run time, where a prebuilt wheel may use
 instructions the CPU lacks and crash the process.
 
-OpenBLAS reads its thread count once, as it loads. Unless the user has set one, specplay asks for
-default_threads() while loading it (and leaves the environment as it found it, so programs that
-specplay starts keep their own defaults); THREADS_CHOSEN says what happened.
+OpenBLAS reads its thread count from the environment once, as it loads. Unless the user has set
+one, specplay asks for default_threads() while loading it (and leaves the environment as it found
+it, so programs that specplay starts keep their own defaults), then, once the target is loaded,
+sets the count its size calls for (`fit_threads`); THREADS_CHOSEN says what happened.
 """
 
 from __future__ import annotations
@@ -38,20 +39,31 @@ THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS
 
 
 def default_threads() -> int:
-    """OpenBLAS threads when the user sets none: one per CPU this process may use.
-
-    Measured on the 2-CPU machine of the README with nothing else running (python
-    benchmarks/bench_vs_mlx_lm.py --blas-threads, the counts alternated in one process), two
-    threads ran the demo models and SmolLM2 1.1-1.3x as fast as one, for specplay and mlx-lm
-    alike, and the smallest models, whose products are too small to share, as fast. One thread
-    wins only while other work holds the CPUs (on a loaded machine it measured up to a fifth
-    faster): set OPENBLAS_NUM_THREADS=1 there. Counting the CPUs this process may use, rather
-    than the machine's, keeps a container's limit."""
+    """OpenBLAS threads for a model large enough to share its products: one per CPU this process
+    may use (a container's limit counts, not the machine's CPUs)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+SMALL_MODEL_PARAMETERS = 4_000_000
+"""Below this many target parameters, one OpenBLAS thread; from it on, one per CPU.
+
+Fitted by benchmarks/bench_threads.py (`specplay run` in fresh processes, the counts alternated,
+random llama targets from 0.9M to 8M parameters, the demo models and SmolLM2): on a 2-CPU machine
+the second thread slows the smallest models, whose products are too small to share, while its
+wake-ups and spinning take CPU time from MLX's and Python's threads; from the demo models (16M)
+up two threads win by a fifth or more. One thread also wins while other work holds the CPUs:
+set OPENBLAS_NUM_THREADS=1 there."""
+
+
+def threads_for(target_parameters: int) -> int:
+    """The OpenBLAS thread count for a target of this many parameters (SMALL_MODEL_PARAMETERS)."""
+    return 1 if target_parameters < SMALL_MODEL_PARAMETERS else default_threads()
+
+
 THREADS_CHOSEN = "not applied: no OpenBLAS loaded"
-"""One line on OpenBLAS's thread count and who chose it, for benchmark headers."""
+"""One line on OpenBLAS's thread count and who chose it, for benchmark headers and sessions."""
+_THREADS_ARE_OURS = False
+"""Whether specplay set the count (no user setting, and OpenBLAS loaded as specplay asked)."""
 
 
 def _candidates() -> list[str]:
@@ -86,7 +98,7 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
 
 
 def preload_openblas() -> str | None:
-    global OPENBLAS_PATH, THREADS_CHOSEN
+    global OPENBLAS_PATH, THREADS_CHOSEN, _THREADS_ARE_OURS
     if sys.platform != "linux" or OPENBLAS_PATH or "mlx.core" in sys.modules:
         return OPENBLAS_PATH
     user = user_threads()
@@ -100,7 +112,9 @@ def preload_openblas() -> str | None:
             OPENBLAS_PATH = path
             break
     if OPENBLAS_PATH is not None:
-        THREADS_CHOSEN = _describe_threads(library.openblas_get_num_threads(), user, default)
+        threads = library.openblas_get_num_threads()
+        THREADS_CHOSEN = _describe_threads(threads, user, default)
+        _THREADS_ARE_OURS = user is None and threads == default
     return OPENBLAS_PATH
 
 
@@ -110,6 +124,24 @@ def _describe_threads(threads: int, user: str | None, default: int) -> str:
     if threads == default:
         return f"{threads} (specplay's default, one per CPU; OPENBLAS_NUM_THREADS overrides it)"
     return f"{threads} (OpenBLAS's own: it was loaded before specplay asked for {default})"
+
+
+def fit_threads(target_parameters: int) -> None:
+    """Give OpenBLAS the thread count a target of this size runs fastest with, unless the user set
+    one (their setting wins) or OpenBLAS was loaded before specplay could ask (it keeps its own)."""
+    global THREADS_CHOSEN
+    if OPENBLAS_PATH is None or not _THREADS_ARE_OURS:
+        return
+    library = ctypes.CDLL(OPENBLAS_PATH)
+    threads = threads_for(target_parameters)
+    library.openblas_set_num_threads(threads)
+    size = f"{target_parameters / 1e6:.1f}M"
+    if threads == 1:
+        why = f"a {size}-parameter target, too small to share its products"
+    else:
+        why = f"one per CPU for a {size}-parameter target"
+    threads = library.openblas_get_num_threads()
+    THREADS_CHOSEN = f"{threads} (specplay's choice: {why}; OPENBLAS_NUM_THREADS overrides it)"
 
 
 def slow_blas_warning() -> str | None:

@@ -122,6 +122,23 @@ def llama_config(
     }
 
 
+def layer_of(weight_name: str) -> int:
+    """The layer index of `model.layers.N.…`; -1 for weights outside the layers."""
+    parts = weight_name.split(".")
+    return int(parts[2]) if parts[:2] == ["model", "layers"] else -1
+
+
+def damp_layers(folder: Path, first: int, scale: float) -> None:
+    """Scale what layers `first`.. write into the residual stream (attention and MLP outputs), so
+    a model cut after layer `first` predicts much as the whole model does."""
+    path = str(folder / "model.safetensors")
+    weights = mx.load(path)
+    for name, value in weights.items():
+        if layer_of(name) >= first and name.endswith(("o_proj.weight", "down_proj.weight")):
+            weights[name] = value * scale
+    mx.save_safetensors(path, weights, metadata={"format": "mlx"})
+
+
 def read_texts(files: Sequence[Path]) -> list[str]:
     return [f.read_text(encoding="utf-8", errors="replace") for f in files]
 

@@ -85,7 +85,17 @@ def load_model(name: str, spec: str) -> LoadedModel:
         raise ModelError(f"could not load model {spec!r}: {detail}") from exc
     if mx.default_device() == mx.cpu:
         model = upcast_for_cpu(model)
+    # Dequantizing and casting are lazy: left so, the first forward pass of the first run would
+    # compute them (seconds on SmolLM2) and read as that lane's time to first token.
+    mx.eval(model.parameters())
     return LoadedModel(name, spec, path, model, tokenizer)
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Weights the model computes with (a quantized matrix counted unpacked, as it runs on CPUs)."""
+    from mlx.utils import tree_flatten
+
+    return sum(value.size for _, value in tree_flatten(model.parameters()))
 
 
 def upcast_for_cpu(model: nn.Module) -> nn.Module:

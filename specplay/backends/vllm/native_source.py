@@ -53,7 +53,7 @@ from specplay.engine.events import (
 from specplay.engine.loop import check_context
 from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
-from specplay.engine.router import CodeProseRouter, Router, resolve_route, route_map_for
+from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
 from specplay.engine.settings import K_LIMIT, SpecSettings
 from specplay.engine.source import Clock
 from specplay.errors import ConfigError
@@ -155,8 +155,8 @@ class NativeSource:
         self.tokenizer = RemoteTokenizer(first.client, first.model)
         self._encoder = VllmBackend(RemoteModel(first.client, first.model), {}, {})
 
-    def auto_route(self, prompt: str) -> str:
-        return self.route_map[self.router.classify(prompt)]
+    def route_choice(self, prompt: str) -> RouteChoice:
+        return route_choice(self.router, self.route_map, self.drafters, prompt)
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self._encoder.encode(prompt, raw)
@@ -199,7 +199,7 @@ class NativeSource:
         if request.mode == "target":
             assert self.baseline is not None
             return baseline_events(self.baseline, self.tokenizer, request, controls, clock)
-        return self._speculative(request, controls, clock, self.auto_route(request.prompt))
+        return self._speculative(request, controls, clock, self.route_choice(request.prompt).drafter)
 
     def _speculative(self, request: Request, controls: LiveControls, clock: Clock, auto_route: str) -> Iterator[Event]:
         """One native request as engine events, on the server the route setting picks (`auto_route`

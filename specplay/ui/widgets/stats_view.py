@@ -11,11 +11,17 @@ def _num(value: float | None, spec: str, unit: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{unit}"
 
 
-def target_stats(tally: LaneTally) -> Content:
-    line = (
-        f"{_num(tally.tokens_per_s, '.1f')} tokens/s  {tally.tokens} tokens  {tally.busy_s:.2f} s"
-        f"  step {_num(tally.mean_step_ms, '.1f', ' ms')}"
+def _speed(tally: LaneTally) -> str:
+    """tokens/s by the engine's one definition (after the first token), and the time to the first
+    token apart: a lane's prefill and first round are not its speed."""
+    return (
+        f"{_num(tally.tokens_per_s, '.1f')} tokens/s  {tally.tokens} tokens"
+        f"  first token {_num(tally.time_to_first_token_s, '.2f', ' s')}"
     )
+
+
+def target_stats(tally: LaneTally) -> Content:
+    line = f"{_speed(tally)}  step {_num(tally.mean_step_ms, '.1f', ' ms')}"
     return Content(line + _finish(tally))
 
 
@@ -30,10 +36,7 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
         )
         speed = f"speedup {_num(p.speedup, '.2f', '×')} modelled"
     else:
-        first = (
-            f"{_num(tally.tokens_per_s, '.1f')} tokens/s  {tally.tokens} tokens  {tally.busy_s:.2f} s"
-            f"  {tally.rounds} rounds{_finish(tally)}"
-        )
+        first = f"{_speed(tally)}  {tally.rounds} rounds{_finish(tally)}"
         speed = f"speedup {_num(comparison.speedup, '.2f', '×')} measured  {_num(p.speedup, '.2f', '×')} predicted"
     lines = [
         first,
@@ -45,10 +48,13 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
     ]
     if remote:
         lines.append(_exactness(tally))
-    elif p.costed_speedup is not None:
+    elif p.round_steps is not None and p.accounted_speedup is not None and p.mean_k is not None:
+        # The round taken apart, in target steps (the formula takes verify as 1 and host as 0).
+        assert p.cost_ratio is not None and p.verify_steps is not None and p.host_steps is not None
         lines.append(
-            f"measured round: verify {p.verify_steps:.2f} + host {p.host_steps:.2f} target steps"
-            f" (formula: 1 + 0) → {p.costed_speedup:.2f}× predicted"
+            f"a round: draft {p.mean_k * p.cost_ratio:.2f} + verify {p.verify_steps:.2f} + host {p.host_steps:.2f}"
+            f" = {p.round_steps:.2f} target steps for {_num(tally.mean_acceptance_length, '.2f')} tokens"
+            f" → {p.accounted_speedup:.2f}×"
         )
     return Content("\n".join(lines))
 
@@ -99,8 +105,7 @@ def server_account_stats(tally: LaneTally, comparison: Comparison | None) -> Con
     rate = spec.get("draft_acceptance_rate") if exact else tally.draft_acceptance_rate
     approx = "" if exact else "≈"
     lines = [
-        f"{_num(tally.tokens_per_s, '.1f')} tokens/s  {tally.tokens} tokens  {tally.busy_s:.2f} s"
-        f"  k {server.get('k') or '?'} (server){_finish(tally)}",
+        f"{_speed(tally)}  k {server.get('k') or '?'} (server){_finish(tally)}",
         f"draft acceptance rate {approx}{_num(rate, '.2f')}  mean acceptance length {approx}{_num(length, '.2f')}",
     ]
     if comparison is not None:

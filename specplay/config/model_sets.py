@@ -1,0 +1,95 @@
+"""The models a command runs when the user names none, and the one line that says which they are.
+
+With no model flags specplay opens on a real model once one is fetched (`specplay fetch
+smollm2`), with the drafters that show it at work; until then on the demo models that ship inside
+the package. Either is also asked for by name: `--target smollm2`, `--target demo` (with no
+--draft, each brings its own drafters and routes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specplay.config.catalog import CATALOG, CatalogModel, cached_path, is_fetched
+from specplay.config.demo import DEMO_DIR, demo_model_paths
+from specplay.config.models import MODEL, model_spec
+from specplay.config.run import TARGET, ModelSpec, RunConfig
+
+DEMO = "demo"
+"""`--target demo`: the shipped demo target (with its drafters when no --draft is given)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSet:
+    """A target with the drafters and routes it opens with."""
+
+    name: str
+    target: ModelSpec
+    drafters: tuple[ModelSpec, ...]
+    route_map: Mapping[str, str] = field(default_factory=dict)
+    """Router class to drafter; empty: each class to the drafter of its name, else the first."""
+
+
+def demo_set() -> ModelSet:
+    target, drafters = demo_model_paths()
+    specs = tuple(ModelSpec(name, "drafter", "mlx", str(path)) for name, path in drafters.items())
+    return ModelSet(DEMO, ModelSpec(TARGET, "target", "mlx", str(target)), specs)
+
+
+def catalog_set(model: CatalogModel, field_name: str = "target") -> ModelSet:
+    """A fetched catalog model with its drafters (not fetched: the ConfigError saying how to)."""
+    target = model_spec(TARGET, "target", model.name, field_name)
+    drafters = tuple(model_spec(name, "drafter", source, "draft") for name, source in model.drafters)
+    return ModelSet(model.name, target, drafters, dict(model.route_map))
+
+
+def named_set(name: str) -> ModelSet | None:
+    """`demo` or a catalog name, unless a folder or file of that name exists (then it is that)."""
+    if Path(name).exists():
+        return None
+    if name == DEMO:
+        return demo_set()
+    model = CATALOG.get(name)
+    return catalog_set(model) if model is not None else None
+
+
+def default_set() -> ModelSet:
+    """The first catalog model that is fetched, else the demo models."""
+    for model in CATALOG.values():
+        if is_fetched(model):
+            return catalog_set(model)
+    return demo_set()
+
+
+def models_line(config: RunConfig, identity: Mapping[str, Any]) -> str:
+    """Which models a run loaded (`identity`: the source's own description), for the playground's
+    status line; on the demo models, that they are toys and how to get a real one."""
+    records = identity.get("models") or {}
+    drafters = ", ".join(_drafter(d.name, records.get(d.name) or {}, config.route_map) for d in config.drafters)
+    if Path(config.target.location) == DEMO_DIR / "target":
+        real = next(iter(CATALOG.values()))
+        # The way to real text first: a narrow terminal cuts the status line's end.
+        return (
+            f"the demo models, toys whose text is not English (for real text: `specplay fetch {real.name}`,"
+            f" {real.size / 1e6:.0f} MB, then start again); drafters {drafters}"
+        )
+    target = _target(config.target)
+    return f"{target}, drafters {drafters}" if drafters else target
+
+
+def _target(spec: ModelSpec) -> str:
+    for model in CATALOG.values():
+        if spec.location == str(cached_path(model)):
+            return model.short_title
+    return Path(spec.location).name.removesuffix(".gguf") or spec.location
+
+
+def _drafter(name: str, record: Mapping[str, Any], route_map: Mapping[str, str]) -> str:
+    """`name (what it is; for the classes routed to it)`: a model drafter by its folder's name."""
+    what = record.get("source", "") if record.get("kind") != MODEL else ""
+    classes = [cls for cls, drafter in route_map.items() if drafter == name]
+    detail = "; ".join(part for part in (what, "for " + " and ".join(classes) if classes else "") if part)
+    return f"{name} ({detail})" if detail else name
