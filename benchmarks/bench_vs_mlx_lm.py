@@ -253,6 +253,12 @@ def parse_args() -> argparse.Namespace:
         help="compare OpenBLAS thread counts (default 1,2), alternated in one process; with --processes, as rows",
     )
     add("--pairs", type=int, default=8, help="--blas-threads: generation pairs per row (default 8)")
+    add(
+        "--mlx-lm-threads",
+        metavar="N",
+        help="--processes: OPENBLAS_NUM_THREADS for mlx-lm's processes only (its best count), specplay's left"
+        " to choose its own",
+    )
     modes = parser.add_argument_group("process mode and profile")
     modes.add_argument("--processes", action="store_true", help="each measurement in a fresh process")
     modes.add_argument(

@@ -219,7 +219,8 @@ class Worker:
         command += ["--target", str(cell.models.target), "--draft", str(cell.models.draft), "--k", str(args.k)]
         command += ["--max-tokens", str(args.max_tokens)]
         command += ["--warmup-tokens", str(args.warmup_tokens), "--prompt", args.prompt, "--path", args.specplay_path]
-        env = dict(os.environ, **({"OPENBLAS_NUM_THREADS": cell.threads} if cell.threads else {}))
+        threads = cell.threads or (args.mlx_lm_threads if runs == "mlx-lm" else None)
+        env = dict(os.environ, **({"OPENBLAS_NUM_THREADS": threads} if threads else {}))
         self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by close(); a pipe could fill)
         self.process = subprocess.Popen(
             command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
@@ -257,6 +258,9 @@ def run_process_pair(cell: Cell, process: int, pairs: Pairs, args: argparse.Name
     alternating turns."""
     start_order = SIDES if process % 2 == 0 else SIDES[::-1]
     workers = {side: Worker(cell, side, args) for side in start_order}
+    if process == 0:  # what each side's OpenBLAS runs with, as the process itself reports it
+        threads = ", ".join(f"{side} {workers[side].ready.get('blas_threads')}" for side in SIDES)
+        print(f"  {cell.label(args.k)}: BLAS threads {threads}", file=sys.stderr, flush=True)
     try:
         for generation in range(args.generations):
             made = {side: Generation() for side in SIDES}
@@ -409,7 +413,9 @@ def print_header(sets: Sequence[ModelSet], skipped: Sequence[str], args: argpars
     print(
         f"python {platform.python_version()}, mlx {mx.__version__}, mlx-lm {version('mlx-lm')}, {mx.default_device()}"
     )
-    print(f"BLAS: {blas.OPENBLAS_PATH or 'reference BLAS'}; threads: {blas.THREADS_CHOSEN}")
+    print(f"BLAS: {blas.OPENBLAS_PATH or 'reference BLAS'}; threads in this process: {blas.THREADS_CHOSEN}")
+    if args.mlx_lm_threads and not args.blas_threads:
+        print(f"threads: mlx-lm's processes OPENBLAS_NUM_THREADS={args.mlx_lm_threads}; specplay's its own choice")
     print("MLX's CPU backend has no thread setting: each stream runs its work on one thread of its own")
     print(
         f"process mode: each side in its own process ({args.warmup_tokens}-token warm-up), {args.generations} "

@@ -6,10 +6,12 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from specplay.backends.mlx import blas
+from tests.conftest import TinyModels
 
 # A fresh interpreter: OpenBLAS reads its thread count once, when it loads.
 PROBE = """
@@ -28,6 +30,43 @@ def probe(**variables: str) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if k not in blas.THREAD_VARIABLES} | variables
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+FIT = """
+import ctypes, json, sys
+from specplay.backends.mlx import blas, load_mlx_backend
+get = ctypes.CDLL(blas.OPENBLAS_PATH).openblas_get_num_threads
+seen = {}
+for parameters in (1_000_000, 50_000_000):
+    blas.fit_threads(parameters)
+    seen[parameters] = [get(), blas.THREADS_CHOSEN]
+load_mlx_backend(sys.argv[1])  # a tiny target: loading fits the count to it
+seen["loaded"] = [get(), blas.THREADS_CHOSEN]
+print(json.dumps(seen))
+"""
+
+
+def fitted(target: str, **variables: str) -> dict[str, list[Any]]:
+    env = {k: v for k, v in os.environ.items() if k not in blas.THREAD_VARIABLES} | variables
+    done = subprocess.run([sys.executable, "-c", FIT, target], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_openblas
+def test_the_count_follows_the_loaded_targets_size(tiny: TinyModels) -> None:
+    seen = fitted(str(tiny.target))
+    assert blas.threads_for(1_000_000) == 1 and blas.threads_for(50_000_000) == blas.default_threads()
+    assert seen["1000000"][0] == 1 and "too small to share its products" in seen["1000000"][1]
+    assert seen["50000000"][0] == blas.default_threads() and "one per CPU" in seen["50000000"][1]
+    assert seen["loaded"][0] == 1  # the tiny target, under 4M parameters
+
+
+@needs_openblas
+@pytest.mark.parametrize("variable", blas.THREAD_VARIABLES)
+def test_the_users_setting_wins_over_the_fitted_count(tiny: TinyModels, variable: str) -> None:
+    wanted = min(2, os.cpu_count() or 1)
+    seen = fitted(str(tiny.target), **{variable: str(wanted)})
+    assert all(count == wanted and f"{variable}={wanted}" in chosen for count, chosen in seen.values())
 
 
 @needs_openblas
