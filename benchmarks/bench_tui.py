@@ -14,7 +14,8 @@ the side that goes first alternating:
 
 The ratio TUI / headless is the number to read (absolute speeds depend on the machine). Beside it:
 the share of a core the UI thread took while the lane ran, and the share of the run's wall time
-the models waited for frames (drawn between events, runner/gate.py: time, not speed). With
+the models waited for frames (drawn between events, runner/gate.py: time, not speed), and the
+speedup the stats show (the speculative lane over the target-only lane beside it). With
 --control both sides run headless: how far two equal sides read apart here.
 
     python benchmarks/bench_tui.py                                    # the models `specplay` opens
@@ -43,6 +44,7 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends import open_source, thread_cleanup
 from specplay.bench.stats import quartiles
 from specplay.cli.configure import replay_base, run_config
+from specplay.config.models import BUILT_IN, MODEL
 from specplay.config.run import RunConfig
 from specplay.data.library import library_prompts
 from specplay.engine.controls import LiveControls
@@ -52,6 +54,7 @@ from specplay.engine.source import EventSource
 from specplay.runner.thread import ModelThread
 from specplay.store import load_session
 from specplay.ui.app import create_app
+from specplay.ui.stats import compare
 
 POLL_S = 0.05
 """How often the benchmark looks for the speculative lane's end: the UI's share is read then."""
@@ -69,6 +72,9 @@ class TuiRun:
     held_share: float
     """The share of the run's wall time (both lanes, start to saved session) the models waited
     for frames (runner/gate.py): what drawing cost in time rather than in speed."""
+    speedup: float | None
+    """The measured speedup the stats show: the speculative lane's tokens/s over the target-only
+    lane's, both as shown."""
 
 
 def headless(thread: ModelThread, source: EventSource, config: RunConfig) -> float:
@@ -120,17 +126,25 @@ async def under_tui(config: RunConfig) -> TuiRun:
         if ui_share is None:  # the lane and the session ended within one poll
             ui_share = (time.thread_time() - cpu) / run_s
         held_share = (playground.host.gate.held_s - held_s) / run_s
-        shown = playground.tallies["speculative"].tokens_per_s
+        tallies = playground.tallies
+        shown = tallies["speculative"].tokens_per_s
         assert shown is not None
-        return TuiRun(shown, playground.last_session, ui_share, held_share)
+        speedup = compare(tallies["speculative"], tallies["target"]).speedup
+        return TuiRun(shown, playground.last_session, ui_share, held_share, speedup)
+
+
+def drafter_kind(config: RunConfig, drafter: str) -> str:
+    """model, prompt-lookup or early-exit: the kind a session records (a model's file format aside)."""
+    kind = config.drafter(drafter).kind
+    return kind if kind in BUILT_IN else MODEL
 
 
 def measure_drafter(config: RunConfig, drafter: str, args: argparse.Namespace) -> list[float]:
     """Pairs of runs with `drafter` pinned; prints each pair and the row, returns the ratios."""
     config = replace(config, settings=replace(config.settings, route=drafter))
-    kind = config.drafter(drafter).kind
+    kind = drafter_kind(config, drafter)
     thread = ModelThread(on_exit=thread_cleanup(config))
-    ratios, shares, helds = [], [], []
+    ratios, shares, helds, speedups = [], [], [], []
     try:
         source = thread.call(lambda: open_source(config))
         warm = replace(config, request=replace(config.request, max_tokens=WARMUP_TOKENS))
@@ -165,6 +179,9 @@ def measure_drafter(config: RunConfig, drafter: str, args: argparse.Namespace) -
                 shares.append(ui.ui_share)
                 helds.append(ui.held_share)
                 extra = f"   UI thread {ui.ui_share:.1%} of a core; frames held the models {ui.held_share:.1%}"
+                if ui.speedup is not None:
+                    speedups.append(ui.speedup)
+                    extra += f"; speedup shown {ui.speedup:.2f}×"
             print(f"  {drafter} pair {i + 1}: headless {h:8.1f}   {name} {t:8.1f} tokens/s   ratio {t / h:.3f}{extra}")
     finally:
         thread.close()
@@ -173,6 +190,8 @@ def measure_drafter(config: RunConfig, drafter: str, args: argparse.Namespace) -
     if shares:
         line += f"; UI thread {statistics.median(shares):.1%} of a core, frames held the models"
         line += f" {statistics.median(helds):.1%} of the run"
+    if speedups:
+        line += f"; speedup shown (over the target-only lane) median {statistics.median(speedups):.2f}×"
     print(line, flush=True)
     return ratios
 
@@ -199,7 +218,7 @@ def main() -> int:
     print()
     for drafter, ratios in rows.items():
         q1, median, q3 = quartiles(ratios)
-        print(f"{drafter:<10} {config.drafter(drafter).kind:<14} {median:.3f}  (IQR {q1:.3f}-{q3:.3f})")
+        print(f"{drafter:<10} {drafter_kind(config, drafter):<14} {median:.3f}  (IQR {q1:.3f}-{q3:.3f})")
     return 0
 
 

@@ -105,3 +105,35 @@ def test_bad_drafters_of_the_real_model_are_one_line(
     assert main(["run", "--target", str(smollm2), "--draft", draft, "--prompt", "x", "--max-tokens", "2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+async def test_with_no_model_flags_the_playground_writes_english_on_smollm2(
+    smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README command 1's last step, `specplay` once SmolLM2 is fetched: the status line names the
+    model and its drafters, ctrl+r fills both lanes with English and says where auto routed."""
+    from specplay.cli import build_parser
+    from specplay.cli.tui import configure
+    from specplay.engine.events import StepEvent
+    from specplay.ui.app import create_app
+    from tests.ui_helpers import wait_for
+
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(smollm2.parents[1]))  # where the test run fetched it
+    args = build_parser().parse_args(["tui", "--max-tokens", "32", "--sessions-dir", str(tmp_path)])
+    args.argv = []
+    config, _ = configure(args)  # as `specplay` builds it: the library's first prompt in the editor
+    app = create_app(config)
+    playground = app.playground
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: playground.state == "ready", "the models to load", timeout_s=120)
+        ready = "SmolLM2-135M-Instruct, drafters lookup (prompt lookup, n 2..4; for code), exit (early exit after"
+        assert ready in playground.status
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: "auto: code prompt → lookup" in playground.status, "the run to start")
+        await wait_for(pilot, lambda: playground.last_session is not None, "both lanes and the session", 240)
+    for lane in ("speculative", "target"):
+        tokens = [t for e in playground.events[lane] if isinstance(e, RoundEvent) for t in e.tokens]
+        tokens += [e.token for e in playground.events[lane] if isinstance(e, StepEvent)]
+        words = "".join(t.text for t in tokens).split()
+        english = {"the", "a", "to", "of", "and", "is", "it", "this", "in", "def", "return", "with", "for"}
+        assert len(words) >= 8 and english & {w.lower().strip(".,:`") for w in words}, (lane, words)
