@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import sys
 import tempfile
@@ -170,6 +171,7 @@ def measure_drafter(config: RunConfig, drafter: str, args: argparse.Namespace) -
                 t = headless(thread, source, config)
             else:
                 ui = asyncio.run(under_tui(config))
+                gc.collect()  # the closed app's models, before the next side runs
                 t, last_session = ui.tokens_per_s, ui.session
             if i % 2 == 0:
                 h = headless(thread, source, replayed())

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -301,3 +303,18 @@ def test_a_servers_token_texts_never_hold_up_the_ui(servers: tuple[FakeVllm, Fak
         assert text == host.source.token_text(token_id) and text and "def".startswith(text)
     finally:
         host.close()
+
+
+def test_a_closed_hosts_models_can_be_collected(tiny: TinyModels, tmp_path: Path) -> None:
+    """Loading freezes what it made out of the collector (no full collection walks the models
+    during a run); closing thaws it, or a process that opens host after host keeps every model."""
+    host = ModelHost(mlx_config(tiny, tmp_path))
+    loaded = threading.Event()
+    host.load(lambda *_: loaded.set())
+    assert loaded.wait(60) and host.source is not None
+    assert gc.get_freeze_count() > 0
+    source = weakref.ref(host.source)
+    host.close()
+    del host
+    gc.collect()
+    assert source() is None

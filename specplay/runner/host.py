@@ -65,6 +65,9 @@ class ModelHost:
         """On the model thread, as it ends."""
         if self.source is not None:
             self.source.close()
+        # What loading froze (load below) is collectable again: a process that opens another host
+        # (a benchmark, the tests) would otherwise keep every closed host's models.
+        gc.unfreeze()
         if cleanup := thread_cleanup(self.config):
             cleanup()
 
