@@ -94,6 +94,8 @@ class Turns:
         self.count = 0
         self.turn_start: float | None = None
         self.last_arrival = 0.0
+        self.paused_s = 0.0
+        """Time spent between turns (the other side's): the engine's clock runs on through it."""
 
     def arrive(self, token_ids: list[int]) -> None:
         self.last_arrival = time.perf_counter()
@@ -103,9 +105,11 @@ class Turns:
         if self.last_arrival - self.turn_start < self.quota_s or not self.count:
             return
         self.drain()
-        reply(asdict(TurnReply(self.count, time.perf_counter() - self.turn_start, ended=False)))
+        paused = time.perf_counter()
+        reply(asdict(TurnReply(self.count, paused - self.turn_start, ended=False)))
         self.quota_s, self.count = read_turn(), 0
         self.turn_start = time.perf_counter()
+        self.paused_s += self.turn_start - paused
 
     def end(self, generated: Generated) -> None:
         """The generation is over: its last turn's reply, timed to its last token (none when the
@@ -153,7 +157,7 @@ def specplay_side(args: argparse.Namespace) -> Side:
     source = open_source(config)
     ids = tuple(source.encode(args.prompt, raw=True))
 
-    def generated(done: DoneEvent) -> Generated:
+    def generated(done: DoneEvent, paused_s: float) -> Generated:
         metrics = done.metrics
         result = Generated(list(done.token_ids))
         if args.mode == "speculative":
@@ -161,13 +165,16 @@ def specplay_side(args: argparse.Namespace) -> Side:
             result.tokens_per_round = metrics["mean_acceptance_length"]
             rounds = metrics["num_spec_steps"]
             result.per_round_ms = {key: metrics[f"{key}_ms"] / rounds for key in ("draft", "verify", "overhead")}
+            # The engine's host time runs from one round's end to the next's start: out of it, the
+            # other side's turns, which fell there.
+            result.per_round_ms["overhead"] -= paused_s * 1000 / rounds
         return result
 
     def read(turns: Turns | None, event: Event) -> None:
         if turns is None:
             return
         if isinstance(event, DoneEvent):
-            turns.end(generated(event))
+            turns.end(generated(event, turns.paused_s))
         elif isinstance(event, RoundEvent):
             turns.arrive([token.token_id for token in event.tokens])
         elif isinstance(event, StepEvent):

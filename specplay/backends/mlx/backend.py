@@ -111,8 +111,9 @@ class MlxBackend:
                 }
             else:
                 models[name] = {"kind": MODEL, **folder_identity(self.models[name])}
-        device = "cpu" if mx.default_device() == mx.cpu else "gpu"
-        return {"backend": "mlx", "device": device, "models": models}
+        if mx.default_device() == mx.cpu:  # the thread count moves a CPU's speed by a fifth or more
+            return {"backend": "mlx", "device": "cpu", "blas_threads": blas.THREADS_CHOSEN, "models": models}
+        return {"backend": "mlx", "device": "gpu", "models": models}
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, raw)

@@ -47,12 +47,14 @@ def default_threads() -> int:
 SMALL_MODEL_PARAMETERS = 4_000_000
 """Below this many target parameters, one OpenBLAS thread; from it on, one per CPU.
 
-Fitted by benchmarks/bench_threads.py (`specplay run` in fresh processes, the counts alternated,
-random llama targets from 0.9M to 8M parameters, the demo models and SmolLM2): on a 2-CPU machine
-the second thread slows the smallest models, whose products are too small to share, while its
-wake-ups and spinning take CPU time from MLX's and Python's threads; from the demo models (16M)
-up two threads win by a fifth or more. One thread also wins while other work holds the CPUs:
-set OPENBLAS_NUM_THREADS=1 there."""
+Measured on 2-CPU VMs (README, Benchmarks): on the smallest llama target (0.94M parameters)
+`specplay run` in fresh processes read 976-1,015 tokens/s with one thread against 826 with two,
+whose wake-ups and spinning take CPU time from MLX's and Python's threads while its share of
+products this small saves nothing; on the demo models (16M) and SmolLM2 (135M) two threads win by
+a fifth or more. Where between the two the second thread starts to pay is not resolved:
+benchmarks/bench_threads.py walks random targets of 0.9M to 8M parameters, and on the VM it ran
+on, its A/A control spread wider than the effect. One thread also wins while other work holds
+the CPUs: set OPENBLAS_NUM_THREADS=1 there."""
 
 
 def threads_for(target_parameters: int) -> int:
