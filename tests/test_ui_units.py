@@ -56,8 +56,34 @@ def test_alpha_counts_only_judged_positions() -> None:
     # each round: verify 1 ms and no host work against 2 ms target steps
     assert p.verify_steps == pytest.approx(0.5) and p.host_steps == 0
     assert p.costed_speedup == pytest.approx(p.speedup * (4 * 0.5 + 1) / (4 * 0.5 + 0.5))
-    # the round's own account: 3.5 tokens a round over 4 x 0.5 + 0.5 + 0 target steps
-    assert p.round_steps == pytest.approx(2.5) and p.accounted_speedup == pytest.approx(3.5 / 2.5)
+
+
+def test_the_rounds_account_is_the_measured_speedup_taken_apart() -> None:
+    """Over the span tokens/s counts (after the first token's round or step, up to the last
+    token's): where each event's times add up to the time since the one before, as the engine
+    times them, the account's speedup is the measured one, whatever the first round and a final
+    round that commits nothing (an end of sequence) cost."""
+
+    def timed_round(tokens: int, draft_ms: float, verify_ms: float, host_ms: float) -> RoundEvent:
+        made = tuple(Token(1, "a", "accepted") for _ in range(tokens))
+        return RoundEvent(0, 0, "near", 4, (1,) * 4, (), tokens - 1, made, draft_ms, verify_ms, host_ms)
+
+    spec, target = LaneTally(), LaneTally()
+    busy_s = 0.0
+    for tokens, draft_ms, verify_ms, host_ms in [(3, 50, 400, 5), (5, 20, 120, 10), (2, 20, 110, 20), (0, 1, 90, 1)]:
+        busy_s += (draft_ms + verify_ms + host_ms) / 1000
+        spec.add(timed_round(tokens, draft_ms, verify_ms, host_ms), busy_s)
+    busy_s = 0.0
+    for step_ms in (300.0, 100.0, 100.0, 100.0):  # the first step follows the prefill
+        busy_s += step_ms / 1000
+        target.add(StepEvent(0, None, Token(1, "a", "target"), step_ms=step_ms), busy_s)
+    assert target.mean_step_ms == pytest.approx(100.0)  # the steps tokens/s counts
+    comparison = compare(spec, target)
+    account = comparison.account
+    assert account is not None and comparison.speedup is not None
+    assert (account.draft_steps, account.verify_steps, account.host_steps) == pytest.approx((0.2, 1.15, 0.15))
+    assert account.tokens == pytest.approx((10 - 1) / 2)
+    assert account.speedup == pytest.approx(comparison.speedup)  # (9 / 0.3 s) over (3 / 0.3 s)
 
 
 def test_a_lane_shows_the_speed_and_first_token_time_its_run_records() -> None:

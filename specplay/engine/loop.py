@@ -380,12 +380,12 @@ class _Run:
                 tokens, finish = self._emit([(next(stream), source)])
                 done_at = self._now()
                 if tokens:
-                    self.metrics.add_tokens([source], done_at)
                     # From the last step's end, as a round's time is: the yardstick of c and of a
                     # round's cost in target steps must count what the lane's tokens/s counts.
                     step = StepEvent(token_index, self.route, tokens[0], 1000 * (done_at - self.last_end_s))
                     self.last_end_s = done_at
                     self.metrics.add_step(step)
+                    self.metrics.add_tokens([source], done_at)
                     yield step
                 if finish:
                     return finish

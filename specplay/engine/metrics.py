@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from specplay.engine.events import RoundEvent, Source, StepEvent
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, mean_step_ms
+
+
+@dataclass
+class TimedRounds:
+    """Rounds inside the span tokens/s counts and their times: what a measured speedup is made of
+    (`speedup.round_account`)."""
+
+    rounds: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    overhead_ms: float = 0.0
+
+    def add(self, event: RoundEvent) -> None:
+        self.rounds += 1
+        self.draft_ms += event.draft_ms
+        self.verify_ms += event.verify_ms
+        self.overhead_ms += event.overhead_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class Metrics:
@@ -29,9 +50,12 @@ class Metrics:
         self.routed_accepted: list[int] = []
         self.counterfactual_ms = 0.0
         self.draft_ms = self.verify_ms = self.overhead_ms = 0.0
+        self.timed = TimedRounds()
+        """The rounds tokens/s counts: after the first token's, up to the last token's."""
         self.num_steps = 0
         self.step_ms = 0.0
-        """Target-only and draft-only lanes: their steps and the time those took."""
+        """Target-only and draft-only lanes: their steps after the first token's and the time those
+        took, the span tokens/s counts (the yardstick of c and of a round's cost)."""
         self.num_tokens = 0
         self.start_s: float | None = None
         self.first_token_s: float | None = None
@@ -48,6 +72,9 @@ class Metrics:
             self.tokens_by_source[source] += 1
 
     def add_round(self, event: RoundEvent) -> None:
+        """Before `add_tokens` with the round's tokens: a round after the first token's is timed."""
+        if self.num_tokens and event.tokens:
+            self.timed.add(event)
         self.num_spec_steps += 1
         self.num_draft_tokens += event.k
         self.num_accepted_draft_tokens += event.num_accepted
@@ -70,8 +97,10 @@ class Metrics:
         self.overhead_ms += event.overhead_ms
 
     def add_step(self, event: StepEvent) -> None:
-        self.num_steps += 1
-        self.step_ms += event.step_ms
+        """Before `add_tokens` with the step's token, as `add_round`."""
+        if self.num_tokens:
+            self.num_steps += 1
+            self.step_ms += event.step_ms
 
     def add_counterfactuals(self, event: RoundEvent) -> None:
         self.counterfactual_rounds.append(event.index)
@@ -141,5 +170,6 @@ class Metrics:
             "draft_ms": self.draft_ms if spec else None,
             "verify_ms": self.verify_ms if spec else None,
             "overhead_ms": self.overhead_ms if spec else None,
+            "timed_rounds": self.timed.to_dict() if spec else None,
             "mean_step_ms": None if spec else mean_step_ms(self.step_ms, self.num_steps),
         } | self.counterfactual()

@@ -71,12 +71,6 @@ class Prediction:
     costed_speedup: float | None = None
     """The formula's expected tokens per round over the round's measured cost, k c + verify + host:
     where the prediction parts from the measurement, this says which term did it."""
-    round_steps: float | None = None
-    """A round's measured time in target steps: k c + verify + host, which add up to the round."""
-    accounted_speedup: float | None = None
-    """The round's own account: tokens a round committed (the mean acceptance length) over its
-    cost in target steps. Where the lanes' times are their tokens' times, this is the measured
-    speedup taken apart, so it says which part made a run slower than target-only."""
 
 
 def predict(metrics: Mapping[str, Any], target_step_ms: float | None) -> Prediction:
@@ -93,12 +87,47 @@ def predict(metrics: Mapping[str, Any], target_step_ms: float | None) -> Predict
     speedup = predicted_speedup(a, mean_k, c)
     verify = (metrics.get("verify_ms") or 0.0) / rounds / target_step_ms
     host = (metrics.get("overhead_ms") or 0.0) / rounds / target_step_ms
-    round_steps = mean_k * c + verify + host
     # predicted_speedup's round cost is k c + 1; scale it to k c + verify + host
-    costed = speedup * (mean_k * c + 1) / round_steps
-    tokens = mean_acceptance_length(metrics.get("num_accepted_draft_tokens") or 0, rounds)
-    accounted = tokens / round_steps if tokens is not None else None
-    return Prediction(a, mean_k, c, speedup, verify, host, costed, round_steps, accounted)
+    costed = speedup * (mean_k * c + 1) / (mean_k * c + verify + host)
+    return Prediction(a, mean_k, c, speedup, verify, host, costed)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundAccount:
+    """A measured speedup taken apart: the mean round inside the span tokens/s counts (after the
+    first token's round, up to the last token's), in target steps. A round's parts add up to the
+    time between its tokens and the previous round's, so where the target-only lane's steps are
+    timed alike, `speedup` is the measured speedup, and the parts say which one made it."""
+
+    draft_steps: float
+    verify_steps: float
+    host_steps: float
+    tokens: float
+    """Tokens per round: those tokens/s counts (all but the first) over the rounds of its span."""
+
+    @property
+    def round_steps(self) -> float:
+        return self.draft_steps + self.verify_steps + self.host_steps
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens / self.round_steps if self.round_steps > 0 else 0.0
+
+
+def round_account(metrics: Mapping[str, Any], target_step_ms: float | None) -> RoundAccount | None:
+    """From a speculative lane's `timed_rounds` and `num_tokens`, and one target step as measured
+    beside it (on the target-only lane's span alike, `Metrics.add_step`)."""
+    timed = metrics.get("timed_rounds") or {}
+    rounds = timed.get("rounds") or 0
+    if not rounds or not target_step_ms:
+        return None
+    all_rounds_in_steps = rounds * target_step_ms  # ms over this: each part of a mean round in target steps
+    return RoundAccount(
+        timed["draft_ms"] / all_rounds_in_steps,
+        timed["verify_ms"] / all_rounds_in_steps,
+        timed["overhead_ms"] / all_rounds_in_steps,
+        (metrics["num_tokens"] - 1) / rounds,
+    )
 
 
 def predict_modelled(metrics: Mapping[str, Any]) -> Prediction:
@@ -108,6 +137,4 @@ def predict_modelled(metrics: Mapping[str, Any]) -> Prediction:
     rounds = metrics.get("num_spec_steps") or 0
     verify_ms = metrics.get("verify_ms") or 0.0
     prediction = predict(metrics, verify_ms / rounds if rounds and verify_ms > 0 else None)
-    return replace(
-        prediction, verify_steps=None, host_steps=None, costed_speedup=None, round_steps=None, accounted_speedup=None
-    )
+    return replace(prediction, verify_steps=None, host_steps=None, costed_speedup=None)

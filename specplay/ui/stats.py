@@ -13,6 +13,7 @@ from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SpecSettings
 from specplay.engine.speedup import (
     Prediction,
+    RoundAccount,
     alpha,
     draft_acceptance_rate,
     mean_acceptance_length,
@@ -20,6 +21,7 @@ from specplay.engine.speedup import (
     measured_speedup,
     predict,
     predict_modelled,
+    round_account,
 )
 
 
@@ -30,8 +32,6 @@ class LaneTally:
     tokens: int = 0
     busy_s: float = 0.0
     """The lane's own time (its LaneClock): its turns on the model thread, prefill included."""
-    steps: int = 0
-    step_ms: float = 0.0
     spec: Metrics = field(default_factory=lambda: Metrics(speculative=True))
     """The engine's own counters (acceptance, TV spent, draft time; tokens on the lane's clock)."""
     finish_reason: str | None = None
@@ -62,9 +62,8 @@ class LaneTally:
             if any(bound is not None for bound in bounds):
                 self.error_bound_total = (self.error_bound_total or 0.0) + sum(b or 0.0 for b in bounds)
         elif isinstance(event, StepEvent):
-            self.steps += 1
             self.tokens += 1
-            self.step_ms += event.step_ms
+            self.spec.add_step(event)
         elif isinstance(event, DoneEvent):
             self.finish_reason = event.finish_reason
             self.final_metrics = event.metrics
@@ -150,7 +149,8 @@ class LaneTally:
 
     @property
     def mean_step_ms(self) -> float | None:
-        return mean_step_ms(self.step_ms, self.steps)
+        """A target-only step after the first token's, as the engine's yardstick counts it."""
+        return mean_step_ms(self.spec.step_ms, self.spec.num_steps)
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,8 @@ class Comparison:
     """Measured: the speculative lane's tokens/s over the target-only lane's (None where wall time
     is not a speed, or no target-only lane ran)."""
     prediction: Prediction
+    account: RoundAccount | None = None
+    """The measured speedup taken apart, a mean round in target steps (local lanes only)."""
 
 
 def compare(speculative: LaneTally, target: LaneTally | None) -> Comparison:
@@ -168,7 +170,7 @@ def compare(speculative: LaneTally, target: LaneTally | None) -> Comparison:
     if target is None:
         return Comparison(None, predict_modelled(metrics))
     speedup = measured_speedup(speculative.tokens_per_s, target.tokens_per_s)
-    return Comparison(speedup, predict(metrics, target.mean_step_ms))
+    return Comparison(speedup, predict(metrics, target.mean_step_ms), round_account(metrics, target.mean_step_ms))
 
 
 def _sources(event: Event) -> list[Source]:

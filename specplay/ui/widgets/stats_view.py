@@ -48,13 +48,11 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
     ]
     if remote:
         lines.append(_exactness(tally))
-    elif p.round_steps is not None and p.accounted_speedup is not None and p.mean_k is not None:
-        # The round taken apart, in target steps (the formula takes verify as 1 and host as 0).
-        assert p.cost_ratio is not None and p.verify_steps is not None and p.host_steps is not None
+    elif (a := comparison.account) is not None:
+        # The measured speedup taken apart, in target steps (the formula takes verify as 1, host as 0).
         lines.append(
-            f"a round: draft {p.mean_k * p.cost_ratio:.2f} + verify {p.verify_steps:.2f} + host {p.host_steps:.2f}"
-            f" = {p.round_steps:.2f} target steps for {_num(tally.mean_acceptance_length, '.2f')} tokens"
-            f" → {p.accounted_speedup:.2f}×"
+            f"a round: draft {a.draft_steps:.2f} + verify {a.verify_steps:.2f} + host {a.host_steps:.2f}"
+            f" = {a.round_steps:.2f} target steps for {a.tokens:.2f} tokens → {a.speedup:.2f}×"
         )
     return Content("\n".join(lines))
 
