@@ -55,7 +55,7 @@ def test_flags_become_a_typed_configuration(tmp_path: Path) -> None:
     assert config.request == RequestSpec("hi", True, "speculative", 9, 12, True)
     sampling = SamplingParams(temperature=0.5, top_k=7)
     assert config.settings == SpecSettings(3, tv_budget=0.25, sampling=sampling, policy_params=PolicyParams(k_max=6))
-    assert config.route_map == {"code": "a", "prose": "a"} and config.sessions_dir == tmp_path  # code: the first
+    assert config.route_map == {"prose": "a"} and config.sessions_dir == tmp_path  # as given (code: the first, later)
     check(config)
 
 
@@ -66,7 +66,7 @@ def test_no_model_flags_means_the_demo_models_and_defaults(monkeypatch: pytest.M
     assert config.target.location == str(target) and [d.name for d in config.drafters] == list(drafters)
     assert config.settings == SpecSettings() and config.request == RequestSpec("x")
     assert config.sessions_dir == Path("/elsewhere") and config.backend == "mlx"
-    assert config.route_map == {"code": "base", "prose": "prose"}
+    assert config.route_map == {}  # each class to the drafter of its name: base is first, prose is named
 
 
 def fetched_smollm2(cache: Path) -> Path:
@@ -99,7 +99,7 @@ def test_no_model_flags_open_on_smollm2_once_it_is_fetched(tmp_path: Path, monke
     assert demo.target.location == str(demo_model_paths()[0]) and [d.name for d in demo.drafters] == ["base", "prose"]
     mine = run_config(given(parsed("run", "--target", "demo", "--draft", "p=prompt-lookup", "--prompt", "x")))
     assert mine.target == demo.target and [d.name for d in mine.drafters] == ["p"]
-    assert mine.route_map == {"code": "p", "prose": "p"}
+    assert mine.route_map == {}  # the set's map named the set's drafters
     # the user's route map over the set's; a folder named like a set is that folder
     mapped = run_config(given(parsed("run", "--route-map", "code=exit", "--prompt", "x")))
     assert mapped.route_map == {"code": "exit", "prose": "exit"}
@@ -211,11 +211,14 @@ def test_a_saved_run_replays_and_opens_with_its_configuration(
     first = json.loads(capsys.readouterr().out)
     session = load_session(Path(first["session"]))
 
+    # The session records the route map as the run resolved it (prose: the first drafter, by default)
+    assert original.route_map == {"code": "far"}
+    resolved = replace(original, route_map={"code": "far", "prose": "near"})
     saved = session_config(session)
-    assert replace(saved, sessions_dir=original.sessions_dir) == original  # nothing lost, nothing added
+    assert replace(saved, sessions_dir=original.sessions_dir) == resolved  # nothing lost, nothing added
 
     replayed = run_command.configure(parsed("run", "--replay", session.id, "--sessions-dir", str(tmp_path)))
-    assert replayed == original
+    assert replayed == resolved
     assert main(["run", "--replay", session.id, "--sessions-dir", str(tmp_path), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["token_ids"] == first["token_ids"] and again["sources"] == first["sources"]
@@ -237,7 +240,7 @@ def test_a_saved_run_replays_and_opens_with_its_configuration(
     elsewhere, _ = tui_command.configure(parsed("tui", "--open", str(session.path), *other_models))
     assert elsewhere.target.location == str(tiny.near)  # model flags replace the session's models, all of them
     assert [d.name for d in elsewhere.drafters] == ["d"] and elsewhere.settings.route == "auto"
-    assert elsewhere.route_map == {"code": "d", "prose": "d"} and elsewhere.settings.k == 3
+    assert elsewhere.route_map == {} and elsewhere.settings.k == 3  # the session's map named its own drafters
 
     # A session whose models cannot be read replays on the models given, and only on them.
     lines = session.path.read_text().splitlines()

@@ -203,6 +203,9 @@ def test_auto_route_uses_the_route_map(backend: MlxBackend) -> None:
     assert prose.describe() == (
         "auto: prose prompt → near (the first drafter: none is named prose, and no --route-map prose=NAME)"
     )
+    # a map that names the first drafter is still the map (SmolLM2's: code to lookup, its first)
+    named_first = SpecEngine(backend, route_map={"code": "near"}).route_choice(CODE_PROMPT)
+    assert named_first.describe() == "auto: code prompt → near (the route map)"
     start = run(backend, CODE_PROMPT, max_tokens=2)[0]
     assert isinstance(start, StartEvent) and start.auto_route == start.route == "near"
 

@@ -129,7 +129,8 @@ async def test_with_no_model_flags_the_playground_writes_english_on_smollm2(
         ready = "SmolLM2-135M-Instruct, drafters lookup (prompt lookup, n 2..4; for code), exit (early exit after"
         assert ready in playground.status
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: "auto: code prompt → lookup" in playground.status, "the run to start")
+        routed = "auto: code prompt → lookup (the route map)"  # the set's map names lookup for code
+        await wait_for(pilot, lambda: routed in playground.status, "the run to start")
         await wait_for(pilot, lambda: playground.last_session is not None, "both lanes and the session", 240)
     for lane in ("speculative", "target"):
         tokens = [t for e in playground.events[lane] if isinstance(e, RoundEvent) for t in e.tokens]

@@ -82,8 +82,10 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     pinned = settings.route != AUTO_ROUTE and "route" not in flags
     if new_models and pinned and settings.route not in config.drafter_names:
         config = replace(config, settings=replace(settings, route=AUTO_ROUTE))  # the base's drafter is gone
-    # The resolved map (classes the user left out go to their default drafter), as sessions record it.
-    return replace(config, route_map=route_map_for(CodeProseRouter(), config.drafter_names, config.route_map))
+    # Checked here, kept as given: the run sends the classes it leaves out to their default drafter
+    # (route_map_for), so it can say which class the map named and which it defaulted.
+    route_map_for(CodeProseRouter(), config.drafter_names, config.route_map)
+    return config
 
 
 def path_flag(value: str, field: str) -> Path:

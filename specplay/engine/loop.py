@@ -72,10 +72,12 @@ class SpecEngine:
         self.drafters = backend.drafters
         self.router = router or CodeProseRouter()
         self.route_map = route_map_for(self.router, backend.drafters, route_map)
+        self.named_routes = dict(route_map or {})
+        """The classes the run's configuration mapped; the others go by `route_map_for`'s default."""
         self.clock = clock
 
     def route_choice(self, prompt: str) -> RouteChoice:
-        return route_choice(self.router, self.route_map, self.drafters, prompt)
+        return route_choice(self.router, self.route_map, self.named_routes, prompt)
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self.backend.encode(prompt, raw)

@@ -98,16 +98,17 @@ class RouteChoice:
         return f"auto: {self.prompt_class} prompt → {self.drafter} ({self.why})"
 
 
-def route_choice(router: Router, route_map: Mapping[str, str], drafters: Sequence[str], prompt: str) -> RouteChoice:
-    """The router's class for `prompt` and the drafter `route_map` sends it to, with the reason."""
+def route_choice(router: Router, route_map: Mapping[str, str], named: Mapping[str, str], prompt: str) -> RouteChoice:
+    """The router's class for `prompt` and the drafter `route_map` (resolved: `route_map_for`)
+    sends it to, with the reason; `named`: the classes the user or the model set mapped."""
     prompt_class = router.classify(prompt)
     drafter = route_map[prompt_class]
-    if drafter == prompt_class:
-        why = f"the drafter named {prompt_class}"
-    elif drafter == default_route_map(router.classes, drafters)[prompt_class]:
-        why = f"the first drafter: none is named {prompt_class}, and no --route-map {prompt_class}=NAME"
-    else:
+    if prompt_class in named:
         why = "the route map"
+    elif drafter == prompt_class:
+        why = f"the drafter named {prompt_class}"
+    else:
+        why = f"the first drafter: none is named {prompt_class}, and no --route-map {prompt_class}=NAME"
     return RouteChoice(prompt_class, drafter, why)
 
 

@@ -150,13 +150,15 @@ class NativeSource:
         self.capabilities = vllm_native(baseline is not None)
         self.router = router or CodeProseRouter()
         self.route_map = route_map_for(self.router, self.drafters, route_map)
+        self.named_routes = dict(route_map or {})
+        """The classes the run's configuration mapped; the others go by `route_map_for`'s default."""
         self.clock = clock
         first = next(iter(servers.values()))
         self.tokenizer = RemoteTokenizer(first.client, first.model)
         self._encoder = VllmBackend(RemoteModel(first.client, first.model), {}, {})
 
     def route_choice(self, prompt: str) -> RouteChoice:
-        return route_choice(self.router, self.route_map, self.drafters, prompt)
+        return route_choice(self.router, self.route_map, self.named_routes, prompt)
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self._encoder.encode(prompt, raw)
