@@ -1,4 +1,4 @@
-"""OpenBLAS's thread count against model size: what specplay's default (`blas.threads_for`) is fitted on.
+"""OpenBLAS's thread count against model size: where a second thread starts to pay (`blas.threads_for`).
 
 Every run is `specplay run --json` in a fresh process, as a user starts it, so OpenBLAS loads and
 picks its threads as it does for them. Per model and mode, each pair runs every setting once, in
