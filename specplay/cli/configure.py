@@ -19,7 +19,7 @@ from specplay.config.model_sets import ModelSet, default_set, named_set
 from specplay.config.models import model_spec
 from specplay.config.run import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
 from specplay.config.urls import credentials, named_url, server_root, url_of
-from specplay.engine.router import CodeProseRouter, route_map_for
+from specplay.engine.router import CodeProseRouter, check_route_map
 from specplay.engine.settings import AUTO_ROUTE, PolicyParams, RuleParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.store.format import Session
@@ -84,7 +84,8 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
         config = replace(config, settings=replace(settings, route=AUTO_ROUTE))  # the base's drafter is gone
     # Checked here, kept as given: the run sends the classes it leaves out to their default drafter
     # (route_map_for), so it can say which class the map named and which it defaulted.
-    route_map_for(CodeProseRouter(), config.drafter_names, config.route_map)
+    if config.drafter_names:
+        check_route_map(config.route_map, CodeProseRouter.classes, config.drafter_names)
     return config
 
 

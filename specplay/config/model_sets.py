@@ -17,7 +17,6 @@ from specplay.config.catalog import CATALOG, CatalogModel, cached_path, is_fetch
 from specplay.config.demo import DEMO_DIR, demo_model_paths
 from specplay.config.models import MODEL, model_spec
 from specplay.config.run import TARGET, ModelSpec, RunConfig
-from specplay.engine.router import CodeProseRouter, route_map_for
 
 DEMO = "demo"
 """`--target demo`: the shipped demo target (with its drafters when no --draft is given)."""
@@ -65,11 +64,11 @@ def default_set() -> ModelSet:
     return demo_set()
 
 
-def models_line(config: RunConfig, identity: Mapping[str, Any]) -> str:
-    """Which models a run loaded (`identity`: the source's own description), for the playground's
-    status line; on the demo models, that they are toys and how to get a real one."""
+def models_line(config: RunConfig, identity: Mapping[str, Any], route_map: Mapping[str, str]) -> str:
+    """Which models a run loaded (`identity`: the source's own description; `route_map`: its
+    resolved map), for the playground's status line; on the demo models, that they are toys and
+    how to get a real one."""
     records = identity.get("models") or {}
-    route_map = route_map_for(CodeProseRouter(), config.drafter_names, config.route_map)
     drafters = ", ".join(_drafter(d.name, records.get(d.name) or {}, route_map) for d in config.drafters)
     if Path(config.target.location) == DEMO_DIR / "target":
         real = next(iter(CATALOG.values()))

@@ -153,7 +153,7 @@ class Playground:
         self.view.show_loaded(self.drafters, self.capabilities)
         self.state = "ready"
         if self.opened is None:
-            self.set_status(f"ready: {models_line(self.config, identity)}; ctrl+r runs")
+            self.set_status(f"ready: {models_line(self.config, identity, self.route_map)}; ctrl+r runs")
         else:
             self._show_opened_settings(self.opened)
         if autorun:
