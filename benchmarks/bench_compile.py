@@ -22,13 +22,11 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 import mlx.core as mx
 
 from specplay.backends.mlx import kernels
+from specplay.engine.rules import MENTORED, AcceptanceRule, Typical
 from specplay.engine.sampling import softmax
-from specplay.engine.settings import AcceptanceRule, RuleParams, SamplingParams
+from specplay.engine.settings import SamplingParams
 
-RULES = {
-    "lossless": AcceptanceRule(),
-    "typical": AcceptanceRule("typical", params=RuleParams(typical_epsilon=0.09)),
-}
+RULES = {"lossless": MENTORED, "typical": Typical(typical_epsilon=0.09)}
 
 
 def _inputs(vocab: int, k: int) -> tuple[mx.array, ...]:

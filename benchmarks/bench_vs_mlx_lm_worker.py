@@ -44,6 +44,7 @@ from bench_vs_mlx_lm_processes import SPECPLAY_PATHS
 
 from specplay.backends.mlx import blas
 from specplay.engine.accept import greedy_accept
+from specplay.engine.draws import RoundDraws
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length
 
 if TYPE_CHECKING:
@@ -208,6 +209,7 @@ def bare_backend(
     the drafted tokens that match the target's argmax, commit them with the correction or bonus."""
     generation = engine.backend.open_generation(ids, prefill=(None, DRAFTER) if args.mode == "speculative" else (None,))
     sampling, rule = settings.sampling, settings.acceptance_rule
+    no_draws = RoundDraws(draft=[], accept=[], residual=[], bonus=0.0)  # greedy: no draw is read
     made: list[int] = []
     drafted = accepted = rounds = 0
     if args.mode == "target":
@@ -220,7 +222,7 @@ def bare_backend(
     else:
         while len(made) < n:
             draft = generation.draft(DRAFTER, min(args.k, n - len(made)), sampling, [], None)
-            verified = generation.verify(draft, sampling, rule, [], 0.0)
+            verified = generation.verify(draft, sampling, rule, no_draws)
             kept = 0
             while kept < len(verified.drafted) and greedy_accept(verified.drafted[kept], verified.target_argmax[kept]):
                 kept += 1

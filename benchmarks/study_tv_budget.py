@@ -71,8 +71,8 @@ def main() -> int:
     named = [(v.split("=", 1)[0], v.split("=", 1)[1], True) for v in args.drafter]
     named += [(v.split("=", 1)[0], v.split("=", 1)[1], False) for v in args.contrast]
     config = RunConfig(
-        model_spec(TARGET, "target", args.target, "target"),
-        tuple(model_spec(name, "drafter", source, "draft") for name, source, _ in named),
+        target=model_spec(TARGET, "target", args.target, "target"),
+        drafters=tuple(model_spec(name, "drafter", source, "draft") for name, source, _ in named),
         request=RequestSpec(max_tokens=args.max_tokens, ignore_eos=True),
         settings=SpecSettings(sampling=SamplingParams(args.temperature)),
         sessions_dir=args.out / "sessions",
@@ -134,12 +134,12 @@ class Study:
         writer = open_writer(
             replace(self.config, settings=settings),
             spec,
-            ids,
-            [mode],
-            self.identity,
-            source.capabilities,
-            {},
-            local_token_text(source),
+            prompt_token_ids=ids,
+            lanes=[mode],
+            identity=self.identity,
+            capabilities=source.capabilities,
+            route_map={},
+            token_text=local_token_text(source),
         )
 
         def run() -> dict[str, Any]:

@@ -67,7 +67,7 @@ def run(
 ) -> list[Event]:
     """All events of one generation; `on_event` may change the controls between rounds; `raw`
     False puts the prompt through the chat template."""
-    controls = LiveControls(SpecSettings(sampling=SamplingParams(temperature), **settings), backend.drafters)
+    controls = LiveControls(SpecSettings(sampling=SamplingParams(temperature)).changed(**settings), backend.drafters)
     request = Request(prompt, tuple(backend.encode(prompt, raw=raw)), mode, seed, max_tokens, ignore_eos)  # type: ignore[arg-type]
     events = []
     for event in SpecEngine(backend).generate(request, controls):  # type: ignore[arg-type]

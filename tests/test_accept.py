@@ -7,25 +7,41 @@ import numpy as np
 import pytest
 
 from specplay.engine.accept import (
-    PositionStats,
+    SCALARS,
+    Verdict,
     greedy_accept,
     inverse_cdf_sample,
     judge,
     lossless_accept_probability,
-    mentored_accept_probability,
-    mentored_distribution,
-    mentored_theta,
     residual_distribution,
     tv_distance,
 )
-from specplay.engine.settings import AcceptanceRule
+from specplay.engine.rules import MENTORED, AcceptanceRule, Mentored, mentored_distribution, mentored_theta
 
 BUDGETS = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
-MENTORED = AcceptanceRule()
 
 
-def mentored(budget: float) -> AcceptanceRule:
-    return AcceptanceRule("mentored", budget)
+def mentored(budget: float) -> Mentored:
+    return Mentored(tv_budget=budget)
+
+
+def mentored_accept_probability(p_target_x: float, p_draft_x: float, tv: float, budget: float) -> float:
+    return mentored(budget).accept_probability(p_target_x, p_draft_x, {"tv": tv})
+
+
+def judged(
+    rule: AcceptanceRule, x: int, p_target_x: float, p_draft_x: float, tv: float, argmax: int, greedy: bool, u: float
+) -> Verdict:
+    return judge(
+        rule,
+        greedy=greedy,
+        token_id=x,
+        target_argmax=argmax,
+        p_target_x=p_target_x,
+        p_draft_x=p_draft_x,
+        stats={"tv": tv},
+        uniform=u,
+    )
 
 
 def random_pairs(n: int, vocab: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -43,8 +59,8 @@ def random_pairs(n: int, vocab: int, seed: int = 0) -> list[tuple[np.ndarray, np
 
 
 def acceptance_probabilities(p_target: np.ndarray, p_draft: np.ndarray, budget: float) -> np.ndarray:
-    theta = mentored_theta(float(tv_distance(p_target, p_draft)), budget)
-    return np.array([mentored_accept_probability(pt, pd, theta) for pt, pd in zip(p_target, p_draft, strict=True)])
+    d = float(tv_distance(p_target, p_draft))
+    return np.array([mentored_accept_probability(pt, pd, d, budget) for pt, pd in zip(p_target, p_draft, strict=True)])
 
 
 def output_distribution(p_target: np.ndarray, p_draft: np.ndarray, budget: float) -> np.ndarray:
@@ -74,9 +90,11 @@ def test_output_distribution_is_target_at_zero_budget_and_pi_above(budget: float
 
 def test_zero_budget_is_exactly_lossless() -> None:
     for p_target, p_draft in random_pairs(50, 30, seed=1):
-        theta = mentored_theta(float(tv_distance(p_target, p_draft)), 0.0)
+        d = float(tv_distance(p_target, p_draft))
         for pt, pd in zip(p_target, p_draft, strict=True):
-            assert mentored_accept_probability(pt, pd, theta) == lossless_accept_probability(pt, pd)
+            assert mentored_accept_probability(pt, pd, d, 0.0) == lossless_accept_probability(pt, pd)
+            # Past the shortcut a lossless knob takes: the formula itself at D = 0.
+            assert mentored(0.0).acceptance(pt, pd, {"tv": d}, SCALARS) == lossless_accept_probability(pt, pd)
 
 
 def test_judge_at_zero_budget_makes_the_lossless_decision_for_every_draw() -> None:
@@ -85,18 +103,18 @@ def test_judge_at_zero_budget_makes_the_lossless_decision_for_every_draw() -> No
         d = float(tv_distance(p_target, p_draft))
         for x in range(30):
             u = float(rng.random())
-            verdict = judge(x, p_target[x], p_draft[x], PositionStats(d), int(p_target.argmax()), MENTORED, False, u)
+            verdict = judged(MENTORED, x, p_target[x], p_draft[x], d, int(p_target.argmax()), False, u)
             assert verdict.accepted == (u < lossless_accept_probability(p_target[x], p_draft[x]))
-            assert not verdict.by_budget
+            assert not verdict.relaxed
 
 
 def test_budget_acceptances_are_those_lossless_would_reject() -> None:
     p_target, p_draft = np.array([0.7, 0.2, 0.1]), np.array([0.1, 0.3, 0.6])  # d = 0.6
     x, budget = 2, 0.3  # theta = 0.5, pi(x) = 0.35: lossless accepts u < 1/6, mentored u < 7/12
     d = float(tv_distance(p_target, p_draft))
-    for u, accepted, by_budget in [(0.1, True, False), (0.3, True, True), (0.58, True, True), (0.6, False, False)]:
-        verdict = judge(x, p_target[x], p_draft[x], PositionStats(d), 0, mentored(budget), False, u)
-        assert (verdict.accepted, verdict.by_budget) == (accepted, by_budget)
+    for u, accepted, relaxed in [(0.1, True, False), (0.3, True, True), (0.58, True, True), (0.6, False, False)]:
+        verdict = judged(mentored(budget), x, p_target[x], p_draft[x], d, 0, False, u)
+        assert (verdict.accepted, verdict.relaxed) == (accepted, relaxed)
         assert verdict.theta == pytest.approx(0.5)
 
 
@@ -121,13 +139,12 @@ def test_greedy_is_the_one_hot_case_and_budget_accepts_mismatch_with_probability
     assert greedy_accept(5, 5) and not greedy_accept(5, 6)
     # One-hot distributions: a mismatch has d = 1, theta = D, pi(x) = D, p_draft(x) = 1.
     for budget in BUDGETS:
-        theta = mentored_theta(1.0, budget)
-        assert mentored_accept_probability(0.0, 1.0, theta) == pytest.approx(budget)
-        assert mentored_accept_probability(1.0, 1.0, mentored_theta(0.0, budget)) == 1.0
-    verdict = judge(3, 0.0, 1.0, PositionStats(1.0), 7, mentored(0.4), True, uniform=0.39)
-    assert verdict.accepted and verdict.by_budget
-    assert not judge(3, 0.0, 1.0, PositionStats(1.0), 7, mentored(0.4), True, uniform=0.41).accepted
-    assert not judge(3, 0.0, 1.0, PositionStats(1.0), 7, MENTORED, True, uniform=0.0).accepted
+        assert mentored_accept_probability(0.0, 1.0, 1.0, budget) == pytest.approx(budget)
+        assert mentored_accept_probability(1.0, 1.0, 0.0, budget) == 1.0
+    verdict = judged(mentored(0.4), 3, 0.0, 1.0, 1.0, 7, True, 0.39)
+    assert verdict.accepted and verdict.relaxed
+    assert not judged(mentored(0.4), 3, 0.0, 1.0, 1.0, 7, True, 0.41).accepted
+    assert not judged(MENTORED, 3, 0.0, 1.0, 1.0, 7, True, 0.0).accepted
 
 
 @pytest.mark.parametrize("xp", [np, mx], ids=["numpy", "mlx"])

@@ -32,7 +32,7 @@ def test_json_output(tiny: TinyModels, capsys: pytest.CaptureFixture[str]) -> No
     result = json.loads(line)
     assert result["mode"] == "speculative" and result["route"] == "near" and result["seed"] == 0
     assert len(result["token_ids"]) == len(result["sources"]) == 20
-    assert set(result["sources"]) <= {"accepted", "budget", "corrected", "bonus"}
+    assert set(result["sources"]) <= {"accepted", "relaxed", "corrected", "bonus"}
     assert sum(len(r["sources"]) for r in result["rounds"]) == 20
     assert {"route", "k", "drafted", "num_accepted"} <= result["rounds"][0].keys()
     metrics = result["metrics"]

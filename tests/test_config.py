@@ -28,7 +28,8 @@ from specplay.engine.events import (
     StepEvent,
     Token,
 )
-from specplay.engine.settings import PolicyParams, RuleParams, SamplingParams, SpecSettings
+from specplay.engine.rules import RuleParams
+from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.store import SessionWriter, load_session
 from specplay.store.codec import decode_event, event_record, plain, request_from_record, request_record
@@ -54,7 +55,9 @@ def test_flags_become_a_typed_configuration(tmp_path: Path) -> None:
     assert config.drafters == (ModelSpec("a", "drafter", "mlx", "/m/a"), ModelSpec("b", "drafter", "mlx", "/m/b"))
     assert config.request == RequestSpec("hi", True, "speculative", 9, 12, True)
     sampling = SamplingParams(temperature=0.5, top_k=7)
-    assert config.settings == SpecSettings(3, tv_budget=0.25, sampling=sampling, policy_params=PolicyParams(k_max=6))
+    assert config.settings == SpecSettings(
+        k=3, sampling=sampling, policy_params=PolicyParams(k_max=6), rule_params=RuleParams(tv_budget=0.25)
+    )
     assert config.route_map == {"prose": "a"} and config.sessions_dir == tmp_path  # as given (code: the first, later)
     check(config)
 
@@ -172,8 +175,15 @@ def test_events_and_the_request_record_round_trip_through_the_codec() -> None:
     top = ((5, 0.5), (6, 0.25))
     position = DraftPosition(1, 0.5, 0.4, 0.1, 0.2, 0.0, "accepted", 0.1, 0.01, top, top)
     tokens = (Token(1, "a", "accepted"), Token(2, "b", "bonus"))
-    settings = SpecSettings(3, "confidence", "near", 0.5, SamplingParams(0.7, 0.9, 5, 0.05), PolicyParams(2, 7))
-    ruled = DraftPosition(1, 0.5, 0.4, 0.1, 0.2, 0.0, "budget", accept_probability=1.0, tv_spent=0.05)
+    settings = SpecSettings(
+        k=3,
+        policy="confidence",
+        route="near",
+        sampling=SamplingParams(temperature=0.7, top_p=0.9, top_k=5, min_p=0.05),
+        policy_params=PolicyParams(k_min=2, k_max=7),
+        rule_params=RuleParams(tv_budget=0.5),
+    )
+    ruled = DraftPosition(1, 0.5, 0.4, 0.1, 0.2, 0.0, "relaxed", accept_probability=1.0, tv_spent=0.05)
     relaxed = settings.changed(rule="typical", typical_epsilon=0.2, typical_delta=0.7, counterfactual=True)
     for event in (
         RoundEvent(0, 0, "near", 1, (1,), (position,), 1, tokens, 2.0, 3.0, 1.0, top),
@@ -224,7 +234,7 @@ def test_a_saved_run_replays_and_opens_with_its_configuration(
     assert again["token_ids"] == first["token_ids"] and again["sources"] == first["sources"]
 
     assert original.settings.rule == "lenience" and original.settings.counterfactual
-    assert original.settings.rule_params == RuleParams(lenience=3.0, typical_delta=0.4)
+    assert original.settings.rule_params == RuleParams(tv_budget=0.2, lenience=3.0, typical_delta=0.4)
     changed = run_command.configure(parsed("run", "--replay", str(session.path), "--k", "2", "--temperature", "0"))
     assert changed.settings == replace(original.settings, k=2, sampling=SamplingParams(0.0))
     ruled = run_command.configure(parsed("run", "--replay", str(session.path), "--rule", "typical", "--lenience", "2"))
@@ -235,7 +245,7 @@ def test_a_saved_run_replays_and_opens_with_its_configuration(
         parsed("tui", "--open", session.id, "--sessions-dir", str(tmp_path), "--tv", "0.75")
     )
     assert path == session.path
-    assert opened.settings == replace(original.settings, tv_budget=0.75) and opened.drafters == original.drafters
+    assert opened.settings == original.settings.changed(tv_budget=0.75) and opened.drafters == original.drafters
     other_models = ("--target", str(tiny.near), "--draft", f"d={tiny.far}")
     elsewhere, _ = tui_command.configure(parsed("tui", "--open", str(session.path), *other_models))
     assert elsewhere.target.location == str(tiny.near)  # model flags replace the session's models, all of them
@@ -263,22 +273,41 @@ def test_a_vllm_session_names_its_servers_and_folders_never_its_key(tmp_path: Pa
         "prose": {"backend": "mlx", "path": "/m/prose"},
     }
     request = request_record(RequestSpec("hi", seed=3), {})
-    path = SessionWriter(tmp_path, "hi", [1], ["speculative"], backend, request, Capabilities()).finalize()
+    path = SessionWriter(
+        tmp_path,
+        prompt="hi",
+        prompt_token_ids=[1],
+        lanes=["speculative"],
+        backend=backend,
+        request=request,
+        capabilities=Capabilities(),
+    ).finalize()
     config = session_config(load_session(path))
     assert config == RunConfig(
-        ModelSpec("target", "target", "server", "http://gpu:8000"),
-        (ModelSpec("code", "drafter", "server", "http://gpu:8001"), ModelSpec("prose", "drafter", "mlx", "/m/prose")),
-        "vllm",
-        VllmOptions(top_logprobs=8, strategy="prefixes", exact_correction=True),
-        RequestSpec("hi", seed=3),
+        target=ModelSpec("target", "target", "server", "http://gpu:8000"),
+        drafters=(
+            ModelSpec("code", "drafter", "server", "http://gpu:8001"),
+            ModelSpec("prose", "drafter", "mlx", "/m/prose"),
+        ),
+        backend="vllm",
+        vllm=VllmOptions(top_logprobs=8, strategy="prefixes", exact_correction=True),
+        request=RequestSpec("hi", seed=3),
     )
     native = {"backend": "vllm", "mode": "native", "baseline": {"source": "http://gpu:9"}}
     native["models"] = {"target": {"source": "http://gpu:1", "route": "code"}, "prose": {"source": "http://gpu:2"}}
-    path = SessionWriter(tmp_path, "hi", [1], ["speculative"], native, request, Capabilities()).finalize()
+    path = SessionWriter(
+        tmp_path,
+        prompt="hi",
+        prompt_token_ids=[1],
+        lanes=["speculative"],
+        backend=native,
+        request=request,
+        capabilities=Capabilities(),
+    ).finalize()
     config = session_config(load_session(path))
     assert config.native and config.drafter_names == ("code", "prose") and config.vllm.baseline_url == "http://gpu:9"
     with pytest.raises(ConfigError, match="cannot change the TV budget"):
-        check(replace(config, settings=SpecSettings(tv_budget=0.5)))
+        check(replace(config, settings=SpecSettings(rule_params=RuleParams(tv_budget=0.5))))
 
 
 @pytest.mark.parametrize(

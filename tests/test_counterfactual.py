@@ -13,7 +13,8 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
-from specplay.engine.settings import RuleParams, SamplingParams, SpecSettings
+from specplay.engine.rules import RuleParams
+from specplay.engine.settings import SamplingParams, SpecSettings
 from tests.conftest import CODE_PROMPT, PROSE_PROMPT, TinyModels
 from tests.helpers import Observed, done, rounds, run, sources
 
@@ -139,7 +140,7 @@ def test_the_lossless_end_of_each_knob_gives_the_lossless_output(backend: MlxBac
 def test_relaxed_rules_keep_more_and_say_so(backend: MlxBackend, settings: dict) -> None:
     events = run(backend, PROSE_PROMPT, route="far", temperature=1.0, max_tokens=60, **settings)
     relaxed = done(events).metrics
-    assert "budget" in sources(events)
+    assert "relaxed" in sources(events)
     assert relaxed["tv_spent"] > 0
     spent = sum(p.tv_spent for r in rounds(events) for p in r.positions)
     assert relaxed["tv_spent"] == pytest.approx(spent)
@@ -148,7 +149,7 @@ def test_relaxed_rules_keep_more_and_say_so(backend: MlxBackend, settings: dict)
         assert position.accept_probability is not None
         # Whatever lossless acceptance keeps under the same draw, the rule keeps too.
         assert position.accept_probability >= lossless_accept_probability(position.p_target, position.p_draft)
-        assert (position.outcome == "budget") == (
+        assert (position.outcome == "relaxed") == (
             lossless_accept_probability(position.p_target, position.p_draft) <= position.uniform
             and position.outcome != "rejected"
         )

@@ -9,7 +9,8 @@ import pytest
 
 from specplay.cli import main
 from specplay.cli.diff import ONLY_A, ONLY_B, render_diff
-from specplay.engine.events import ControlEvent, DoneEvent, FinishReason, Source, StartEvent, Token
+from specplay.engine.events import ControlEvent, DoneEvent, FinishReason, StartEvent, Token, TokenSource
+from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import LaneRecord, load_session
 from specplay.store.diff import Opcode, first_divergence, is_lossless_greedy, token_diff, violation
@@ -72,7 +73,7 @@ def lane(
     finish: FinishReason | None = "length",
     changes: list[ControlEvent] | None = None,
 ) -> LaneRecord:
-    settings = SpecSettings(k=4, tv_budget=tv_budget, sampling=SamplingParams(temperature))
+    settings = SpecSettings(k=4, rule_params=RuleParams(tv_budget=tv_budget), sampling=SamplingParams(temperature))
     record = LaneRecord("speculative", tokens=tokens(token_ids, [""] * len(token_ids), "accepted"))
     record.add(StartEvent("speculative", "near", "near", (1,), 0, settings))
     record.changes = list(changes or [])
@@ -81,7 +82,7 @@ def lane(
     return record
 
 
-def tokens(token_ids: list[int], texts: list[str], source: Source) -> list[Token]:
+def tokens(token_ids: list[int], texts: list[str], source: TokenSource) -> list[Token]:
     return [Token(i, text, source) for i, text in zip(token_ids, texts, strict=True)]
 
 

@@ -212,7 +212,15 @@ def test_a_round_that_drafts_nothing_is_one_target_step(kinds: MlxBackend, tmp_p
     assert tally.rounds == len(all_rounds) and tally.tokens == len(done(events).token_ids)
     line = round_line(empty[0], ()).plain
     assert "k=0" in line and "nothing drafted" in line and "→" in line
-    writer = SessionWriter(tmp_path, CODE_PROMPT, [], ["speculative"], kinds.describe(), {}, kinds.capabilities)
+    writer = SessionWriter(
+        tmp_path,
+        prompt=CODE_PROMPT,
+        prompt_token_ids=[],
+        lanes=["speculative"],
+        backend=kinds.describe(),
+        request={},
+        capabilities=kinds.capabilities,
+    )
     for event in events:
         writer.write_event("speculative", event)
     session = load_session(writer.finalize())
@@ -315,7 +323,7 @@ def test_early_exit_shares_the_targets_weights(tiny: TinyModels, kinds: MlxBacke
     loaded = load_model("target", str(tiny.target))
     mx.eval(loaded.model.parameters())
     before = mx.get_active_memory()
-    drafter = load_drafter("exit", EarlyExit(1), loaded)
+    drafter = load_drafter("exit", EarlyExit(1), target=loaded)
     assert mx.get_active_memory() - before < 1024
     assert drafter.model.own_parameters() == 0  # type: ignore[union-attr]
 

@@ -22,6 +22,7 @@ from specplay.engine.events import (
     Token,
 )
 from specplay.engine.metrics import Metrics
+from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.review import export_sessions
 from specplay.review.markdown import md_escape, md_fence
@@ -48,12 +49,12 @@ IMG = '"><img src=x onerror=alert(1)>'
 # token and a correction.
 ROUNDS = [
     [Token(10, "def", "accepted"), Token(11, " fib", "accepted"), Token(12, "(", "bonus")],
-    [Token(13, "n", "budget"), Token(14, "):", "corrected")],
+    [Token(13, "n", "relaxed"), Token(14, "):", "corrected")],
 ]
 
 
 def settings(temperature: float = 0.0, tv_budget: float = 0.0) -> SpecSettings:
-    return SpecSettings(tv_budget=tv_budget, sampling=SamplingParams(temperature))
+    return SpecSettings(rule_params=RuleParams(tv_budget=tv_budget), sampling=SamplingParams(temperature))
 
 
 def _position(token: Token) -> DraftPosition:
@@ -85,7 +86,7 @@ def speculative_events(
     for index, round_tokens in enumerate(rounds):
         events += [c for c in changes if c.token_index == len(tokens)]
         drafted = [t for t in round_tokens if t.source != "bonus"]
-        accepted = sum(t.source in ("accepted", "budget") for t in round_tokens)
+        accepted = sum(t.source in ("accepted", "relaxed") for t in round_tokens)
         event = RoundEvent(
             index,
             len(tokens),
@@ -134,7 +135,15 @@ def write_session(
     backend = {"backend": "mlx", "device": "cpu", "models": {"target": identity, "near": identity | {"source": "near"}}}
     request = {"mode": next(iter(lanes)), "seed": 0, "max_tokens": 5, "ignore_eos": False, "raw": True}
     capabilities = capabilities_from_header({"backend": backend})  # what a source on this backend says
-    writer = SessionWriter(directory, prompt, list(PROMPT_IDS), list(lanes), backend, request, capabilities)
+    writer = SessionWriter(
+        directory,
+        prompt=prompt,
+        prompt_token_ids=list(PROMPT_IDS),
+        lanes=list(lanes),
+        backend=backend,
+        request=request,
+        capabilities=capabilities,
+    )
     for name, events in lanes.items():
         for event in events:
             writer.write_event(name, event)
@@ -253,7 +262,7 @@ def test_html_page(session_path: Path) -> None:
     for name in ("specplay-dark", "specplay-light", "specplay-colorblind"):
         assert f'id="theme-{name}"' in page and f"#theme-{name}:checked ~ .page" in page
     assert "--spec-accepted: #5fbf77;" in page and "--spec-accepted: #009e73;" in page
-    assert '<span class="t budget">budget</span>' in page  # the legend
+    assert '<span class="t relaxed">relaxed</span>' in page  # the legend
     assert "Control change in speculative: token 3: k 4 → 2" in page
     assert "<td>mean_acceptance_length</td>" in page
     assert '<td>speculative</td><td class="num">5</td><td class="num">0.75</td>' in page

@@ -11,7 +11,8 @@ import pytest
 
 from specplay.backends.mlx import MlxBackend, kernels
 from specplay.engine.events import RoundEvent
-from specplay.engine.settings import AcceptanceRule, RuleParams
+from specplay.engine.rules import RULES as REGISTRY
+from specplay.engine.rules import AcceptanceRule, Cascade, Lenience, Mentored, RuleParams, Typical
 from tests.conftest import CODE_PROMPT
 from tests.helpers import done, rounds, run
 
@@ -49,12 +50,16 @@ def _positions(events: list) -> list[tuple]:
 
 
 RULES = [
-    AcceptanceRule(),
-    AcceptanceRule("mentored", 0.3),
-    AcceptanceRule("typical", params=RuleParams(typical_epsilon=0.2)),
-    AcceptanceRule("lenience", params=RuleParams(lenience=3.0)),
-    AcceptanceRule("cascade", params=RuleParams(cascade_alpha=0.1)),
+    Mentored(),
+    Mentored(tv_budget=0.3),
+    Typical(typical_epsilon=0.2),
+    Lenience(lenience=3.0),
+    Cascade(cascade_alpha=0.1),
 ]
+
+
+def test_every_registered_rule_is_run_through_the_kernels() -> None:
+    assert {type(rule) for rule in RULES} == set(REGISTRY.values())
 
 
 @pytest.mark.parametrize(
@@ -77,8 +82,7 @@ def test_compiled_math_gives_the_same_run_as_eager_math(
                 k=4,
                 route=route,
                 rule=rule.name,
-                tv_budget=rule.tv_budget,
-                rule_params=rule.params,
+                rule_params=rule.into_params(RuleParams()),
                 max_tokens=24,
             )
             for seed in (1, 2)

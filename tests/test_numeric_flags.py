@@ -154,10 +154,21 @@ def test_a_probability_that_is_no_number_in_0_1_ends_the_round(bad: float) -> No
     from specplay.errors import ModelError
 
     def verified(p_target: list[float], p_draft: list[float]) -> VerifiedDraft:
-        return VerifiedDraft([5, 6, 7], p_target, p_draft, [0.0] * 3, [5, 6, 7], [5, 6, 7], 8)
+        return VerifiedDraft(
+            drafted=[5, 6, 7],
+            p_target=p_target,
+            p_draft=p_draft,
+            tv_distance=[0.0] * 3,
+            target_argmax=[5, 6, 7],
+            corrections=[5, 6, 7],
+            bonus=8,
+        )
 
     _check_numbers(verified([0.0, 0.5, 1.0], [1.0, 0.25, 0.0]), "near")
-    _check_numbers(VerifiedDraft([], [], [], [], [], [], 8), "near")  # nothing drafted
+    nothing = VerifiedDraft(
+        drafted=[], p_target=[], p_draft=[], tv_distance=[], target_argmax=[], corrections=[], bonus=8
+    )
+    _check_numbers(nothing, "near")  # nothing drafted
     for position in range(3):
         values = [0.5, 0.5, 0.5]
         values[position] = bad

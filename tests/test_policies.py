@@ -74,7 +74,7 @@ def test_confidence_stops_when_rejection_looks_likely() -> None:
 )
 def test_out_of_range_settings(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError) as error:
-        SpecSettings(**kwargs)
+        SpecSettings().changed(**kwargs)
     assert error.value.field == field
 
 

@@ -38,7 +38,7 @@ def test_round_trip(tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixt
     main_lane, baseline = session.main, session.baseline
     assert main_lane.token_ids == printed["token_ids"] and main_lane.sources == printed["sources"]
     assert main_lane.text == printed["text"] and main_lane.metrics == printed["metrics"]
-    assert len(main_lane.rounds) == len(printed["rounds"]) and main_lane.settings.tv_budget == 0.3
+    assert len(main_lane.rounds) == len(printed["rounds"]) and main_lane.settings.rule_params.tv_budget == 0.3
     assert baseline is not None and baseline.start is not None
     assert baseline.start.mode == "target" and baseline.start.seed == 0
     assert baseline.metrics["tokens_per_s"] > 0 and set(baseline.sources) == {"target"}
@@ -121,7 +121,7 @@ def test_replay_reproduces_a_session_and_takes_changes(
     assert again["token_ids"] == original["token_ids"] and again["settings"] == original["settings"]
     assert main(["run", "--replay", str(first), "--tv", "1", "--json"]) == 0
     changed = json.loads(capsys.readouterr().out)
-    assert changed["settings"]["tv_budget"] == 1.0 and changed["settings"]["k"] == 3
+    assert changed["settings"]["rule_params"]["tv_budget"] == 1.0 and changed["settings"]["k"] == 3
     assert "corrected" not in changed["sources"]
 
 

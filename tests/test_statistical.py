@@ -12,15 +12,9 @@ import numpy as np
 import pytest
 
 from specplay.backends.mlx import MlxBackend
-from specplay.engine.accept import (
-    mentored_distribution,
-    mentored_theta,
-    residual_distribution,
-    rule_acceptance_rows,
-    rule_output_distribution,
-    tv_distance,
-)
-from specplay.engine.settings import RuleParams, SpecSettings
+from specplay.engine.accept import residual_distribution, rule_output_distribution, tv_distance
+from specplay.engine.rules import RuleParams, mentored_distribution, mentored_theta
+from specplay.engine.settings import SpecSettings
 from tests.conftest import PROSE_PROMPT
 from tests.helpers import done, run
 
@@ -96,7 +90,7 @@ def test_relaxed_rules_output_follows_their_pi(backend: MlxBackend, prompt_ids: 
     p_target = next_token_probs(backend.models["target"].model, [prompt_ids])[0]
     p_draft = next_token_probs(backend.models["far"].model, [prompt_ids])[0]
     rule = SpecSettings(**settings).acceptance_rule
-    acceptance = rule_acceptance_rows(rule, p_target[None], p_draft[None], np)[0]
+    acceptance = rule.acceptance_rows(p_target[None], p_draft[None], np)[0]
     pi = rule_output_distribution(p_draft, acceptance, residual_distribution(p_target, p_draft, np), np)
     assert tv_distance(pi, p_target) > 0.1  # far enough from the target for the control below to bite
 

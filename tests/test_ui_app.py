@@ -12,6 +12,7 @@ from textual_slider import Slider
 
 from specplay.display.text import visible
 from specplay.engine.events import ControlEvent, DoneEvent, StepEvent
+from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import list_session_files, load_session
 from specplay.ui.app import PlaygroundApp
@@ -235,7 +236,9 @@ async def test_draft_lane_prompt_library_and_palette_actions(tiny: TinyModels, t
 
 
 async def test_a_saved_session_opens_read_only_and_re_runs(tiny: TinyModels, tmp_path: Path) -> None:
-    settings = SpecSettings(k=3, route="near", tv_budget=0.25, sampling=SamplingParams(temperature=0.7))
+    settings = SpecSettings(
+        k=3, route="near", rule_params=RuleParams(tv_budget=0.25), sampling=SamplingParams(temperature=0.7)
+    )
     first = make_app(
         tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=20, raw=True, seed=7, settings=settings
     )

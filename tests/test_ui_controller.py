@@ -279,7 +279,15 @@ def test_a_disk_full_before_the_header_leaves_no_empty_session(tmp_path: Path, m
     original = writer.SessionWriter._write
     monkeypatch.setattr(writer.SessionWriter, "_write", full)
     with pytest.raises(SessionError, match="No space left on device"):
-        writer.SessionWriter(tmp_path, "p", [1], ["speculative"], {}, {}, Capabilities())
+        writer.SessionWriter(
+            tmp_path,
+            prompt="p",
+            prompt_token_ids=[1],
+            lanes=["speculative"],
+            backend={},
+            request={},
+            capabilities=Capabilities(),
+        )
     assert list(tmp_path.iterdir()) == []
 
 

@@ -14,6 +14,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import TextArea
 
+from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import writer
 from tests.conftest import CODE_PROMPT, TinyModels
@@ -33,7 +34,11 @@ def test_main_screen_after_a_run(
 ) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(writer, "_new_name", lambda now: "session.jsonl")
     settings = SpecSettings(
-        k=4, route="near", tv_budget=0.1, sampling=SamplingParams(temperature=0.7), counterfactual=True
+        k=4,
+        route="near",
+        rule_params=RuleParams(tv_budget=0.1),
+        sampling=SamplingParams(temperature=0.7),
+        counterfactual=True,
     )
     app = make_app(
         tiny,

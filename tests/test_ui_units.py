@@ -14,11 +14,11 @@ from textual.widgets import Static
 from specplay.cli import main
 from specplay.display.themes import builtin_theme_files, themes_dir
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
-from specplay.engine.settings import RULES
+from specplay.engine.rules import KNOB_STEPS, RULES, Cascade, Lenience, Mentored, Typical
 from specplay.engine.speedup import predicted_speedup
 from specplay.ui.stats import LaneTally, compare
 from specplay.ui.theming import TOKEN_VARIABLES, ThemeError, load_themes, theme_from_toml
-from specplay.ui.widgets.controls_panel import KNOB_STEPS, knob_from_step, step_from_knob
+from specplay.ui.widgets.controls_panel import step_from_knob
 from specplay.ui.widgets.steady import steady_update
 
 
@@ -128,13 +128,16 @@ def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
 
 
 def test_knob_slider_steps_are_exact_and_run_from_lossless_to_loose() -> None:
-    assert [knob_from_step("mentored", s) for s in (0, 1, 10, 20)] == [0.0, 0.05, 0.5, 1.0]
-    assert [knob_from_step("lenience", s) for s in (0, 4, 8, 20)] == [1.0, 2.0, 4.0, 32.0]
-    assert [knob_from_step("cascade", s) for s in (0, 10, 20)] == [-1.0, 0.0, 1.0]
-    assert [knob_from_step("typical", s) for s in (0, 8, 20)] == [100.0, 1.0, 0.001]
-    for rule in RULES:
-        assert all(step_from_knob(rule, knob_from_step(rule, s)) == s for s in range(KNOB_STEPS + 1))
-    assert step_from_knob("lenience", 3.0) in (6, 7)  # a flag's value between steps: the nearest
+    assert [Mentored().slider_value(s) for s in (0, 1, 10, 20)] == [0.0, 0.05, 0.5, 1.0]
+    assert [Lenience().slider_value(s) for s in (0, 4, 8, 20)] == [1.0, 2.0, 4.0, 32.0]
+    assert [Cascade().slider_value(s) for s in (0, 10, 20)] == [-1.0, 0.0, 1.0]
+    assert [Typical().slider_value(s) for s in (0, 8, 20)] == [100.0, 1.0, 0.001]
+    for rule in RULES.values():
+        field = rule.knob.setting.field
+        for step in range(KNOB_STEPS + 1):
+            assert step_from_knob(rule(**{field: rule().slider_value(step)})) == step
+        assert rule(**{field: rule().slider_value(0)}).lossless == (rule.knob.lossless is not None)
+    assert step_from_knob(Lenience(lenience=3.0)) in (6, 7)  # a flag's value between steps: the nearest
 
 
 def test_builtin_themes_define_the_token_colours() -> None:

@@ -23,7 +23,7 @@ TOKENS = 16
 @pytest.fixture(scope="module")
 def vllm(servers: tuple[FakeVllm, FakeVllm]) -> Iterator[VllmBackend]:
     target, near = servers
-    backend = connect_vllm_backend(target.url + "/v1", [("near", near.url)])
+    backend = connect_vllm_backend(target.url + "/v1", remote_drafters=[("near", near.url)])
     yield backend
     backend.close()
 
@@ -52,7 +52,7 @@ def test_greedy_equals_mlx_greedy_target_only(vllm: VllmBackend, backend: MlxBac
 
 def test_prefix_strategy_gives_the_same_greedy_output(servers: tuple[FakeVllm, FakeVllm], backend: MlxBackend) -> None:
     target, near = servers
-    vllm = connect_vllm_backend(target.url, [("near", near.url)], strategy="prefixes")
+    vllm = connect_vllm_backend(target.url, remote_drafters=[("near", near.url)], strategy="prefixes")
     before = len(target.requests)
     finished = done(run(vllm, PROMPT, max_tokens=TOKENS))
     assert finished.token_ids == mlx_target_only(backend)
@@ -117,7 +117,7 @@ def test_connect_checks_tokenizers_agree_and_closes_what_it_opened(
     other = FakeVllm(tiny.other_vocab, "other")
     try:
         with pytest.raises(VllmError, match="does not tokenize like"):
-            connect_vllm_backend(servers[0].url, [("other", other.url)])
+            connect_vllm_backend(servers[0].url, remote_drafters=[("other", other.url)])
         assert sorted(closed) == ["other", "target"]  # a refused connection leaves no client open
     finally:
         other.close()
@@ -136,7 +136,7 @@ def test_api_key_is_sent_but_never_recorded(tiny) -> None:  # type: ignore[no-un
 
 
 def test_http_400_is_shown_as_it_came(vllm: VllmBackend) -> None:
-    body = completion_body("target", [1, 2, 3], 1, SamplingParams(1.0), 0, 50)
+    body = completion_body("target", [1, 2, 3], max_tokens=1, sampling=SamplingParams(1.0), seed=0, logprobs=50)
     with pytest.raises(VllmError, match="Requested sample logprobs of 50, which is greater than max allowed: 20"):
         vllm.target.client.post_json("/v1/completions", body)
 
@@ -147,7 +147,7 @@ def test_http_400_is_shown_as_it_came(vllm: VllmBackend) -> None:
 def test_server_faults_mid_run_are_clear_errors(servers: tuple[FakeVllm, FakeVllm], kind: str, message: str) -> None:
     target, near = servers
     # The timeout leaves room for a loaded machine; only the slow fault outlasts it.
-    vllm = connect_vllm_backend(target.url, [("near", near.url)], timeout_s=2.0)
+    vllm = connect_vllm_backend(target.url, remote_drafters=[("near", near.url)], timeout_s=2.0)
     target.fault = Fault(kind, after=target.num_completions + 2, delay_s=4.0)
     with pytest.raises(VllmError, match=message):
         run(vllm, PROMPT, max_tokens=TOKENS)
@@ -157,7 +157,7 @@ def test_server_faults_mid_run_are_clear_errors(servers: tuple[FakeVllm, FakeVll
 def test_server_killed_mid_run(tiny) -> None:  # type: ignore[no-untyped-def]
     target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
     try:
-        vllm = connect_vllm_backend(target.url, [("near", near.url)])
+        vllm = connect_vllm_backend(target.url, remote_drafters=[("near", near.url)])
         target.fault = Fault("die", after=target.num_completions + 2)
         with pytest.raises(VllmError, match="target"):
             run(vllm, PROMPT, max_tokens=TOKENS)
@@ -175,7 +175,7 @@ def test_eos_is_learned_from_servers_that_stop_on_it(servers: tuple[FakeVllm, Fa
     saved = target.backend.eos_token_ids, near.backend.eos_token_ids
     target.backend.eos_token_ids = near.backend.eos_token_ids = frozenset({eos})
     try:
-        vllm = connect_vllm_backend(target.url, [("near", near.url)])
+        vllm = connect_vllm_backend(target.url, remote_drafters=[("near", near.url)])
         for mode in ("speculative", "target"):
             finished = done(run(vllm, PROMPT, mode=mode, max_tokens=TOKENS, ignore_eos=False))
             assert finished.token_ids == expected[:stop_at] and finished.finish_reason == "stop"
@@ -197,7 +197,7 @@ def test_hostile_servers_are_one_bounded_line(servers: tuple[FakeVllm, FakeVllm]
     from specplay.errors import error_line
 
     target, near = servers
-    vllm = connect_vllm_backend(target.url, [("near", near.url)], timeout_s=3.0)
+    vllm = connect_vllm_backend(target.url, remote_drafters=[("near", near.url)], timeout_s=3.0)
     target.fault = Fault(kind, after=target.num_completions, delay_s=1.0)  # a byte a second: never a read timeout
     start = time.monotonic()
     with pytest.raises(VllmError) as error:

@@ -203,7 +203,15 @@ def test_lazy_corrections_draw_only_what_is_read() -> None:
 
 def full_probs(server: FakeVllm, prefix: Sequence[int]) -> np.ndarray:
     """The server's whole next-token distribution at temperature 1 (logprobs -1: every token)."""
-    body = completion_body(server.served_name, prefix, 1, SamplingParams(1.0), 0, -1, return_tokens_as_token_ids=True)
+    body = completion_body(
+        server.served_name,
+        prefix,
+        max_tokens=1,
+        sampling=SamplingParams(1.0),
+        seed=0,
+        logprobs=-1,
+        return_tokens_as_token_ids=True,
+    )
     (choice, *_), _, _ = server.completion(body)  # straight to the model, not through the request log
     out = np.zeros(server.vocab_size)
     for key, logprob in choice["logprobs"]["top_logprobs"][0].items():
@@ -233,7 +241,9 @@ def test_exact_corrections_spend_requests_only_at_rejections(
     servers: tuple[FakeVllm, FakeVllm], strategy: Strategy
 ) -> None:
     target, near = servers
-    vllm = connect_vllm_backend(target.url, [("near", near.url)], strategy=strategy, exact_correction=True)
+    vllm = connect_vllm_backend(
+        target.url, remote_drafters=[("near", near.url)], strategy=strategy, exact_correction=True
+    )
     prompt_ids = vllm.encode(PROMPT, raw=True)
     since_target, since_near = len(target.requests), len(near.requests)
     events = run(vllm, PROMPT, max_tokens=10, temperature=1.0, seed=7, k=4)
@@ -266,8 +276,8 @@ def test_exact_corrections_spend_requests_only_at_rejections(
 
 def test_without_the_flag_nothing_changes(servers: tuple[FakeVllm, FakeVllm]) -> None:
     target, near = servers
-    plain = connect_vllm_backend(target.url, [("near", near.url)])
-    exact = connect_vllm_backend(target.url, [("near", near.url)], exact_correction=True)
+    plain = connect_vllm_backend(target.url, remote_drafters=[("near", near.url)])
+    exact = connect_vllm_backend(target.url, remote_drafters=[("near", near.url)], exact_correction=True)
     since = len(target.requests)
     events = run(plain, PROMPT, max_tokens=6, temperature=1.0, seed=5, k=4)
     assert not any("n" in body for body in completions_since(target, since))
@@ -335,7 +345,7 @@ def test_cli_flag_reaches_the_backend_and_the_report(
 def test_fake_server_honours_n(servers: tuple[FakeVllm, FakeVllm]) -> None:
     target, _ = servers
     prompts = [[1, 2, 3], [1, 2, 3, 4]]
-    body = completion_body("target", prompts, 1, SamplingParams(1.0), 7, 2, n=5)
+    body = completion_body("target", prompts, max_tokens=1, sampling=SamplingParams(1.0), seed=7, logprobs=2, n=5)
     choices, _, _ = target.completion(body)
     assert [c["index"] for c in choices] == list(range(10))
     assert [c["prompt_token_ids"] for c in choices] == [prompts[0]] * 5 + [prompts[1]] * 5  # prompt-major
@@ -344,5 +354,7 @@ def test_fake_server_honours_n(servers: tuple[FakeVllm, FakeVllm]) -> None:
     draws = [c["token_ids"][0] for c in choices[:5]]
     assert len(set(draws)) > 1  # each sample its own draw
     # sample j is seeded seed + j, as vLLM seeds its parallel samples
-    single = target.completion(completion_body("target", prompts[0], 1, SamplingParams(1.0), 9, 2))[0]
+    single = target.completion(
+        completion_body("target", prompts[0], max_tokens=1, sampling=SamplingParams(1.0), seed=9, logprobs=2)
+    )[0]
     assert single[0]["token_ids"] == choices[2]["token_ids"]

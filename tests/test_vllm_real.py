@@ -225,7 +225,10 @@ def test_sampled_rounds_bracket_the_true_tv_and_correct_where_the_target_has_mor
     lie in its bracket [tv_lower, tv_distance], p_target(x) and p_draft(x) must be the models' own,
     and every correction a token where the target has more mass than the drafter."""
     vllm = connect_vllm_backend(
-        real_vllm.target.url, [("near", real_vllm.near.url)], timeout_s=120, exact_correction=exact_correction
+        real_vllm.target.url,
+        remote_drafters=[("near", real_vllm.near.url)],
+        timeout_s=120,
+        exact_correction=exact_correction,
     )
     try:
         prompt_ids = vllm.encode(CODE_PROMPT, raw=True)

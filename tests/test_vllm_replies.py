@@ -23,9 +23,11 @@ def replies(servers: tuple[FakeVllm, FakeVllm]) -> list[dict[str, Any]]:
     target, _ = servers
     client = VllmClient("target", target.url)
     bodies = [
-        completion_body("target", [5, 6, 7], 3, SamplingParams(1.0), 1, 5),
-        completion_body("target", [5, 6, 7, 8], 1, SamplingParams(0.7), 2, 5, prompt_logprobs=5),
-        completion_body("target", [[5, 6], [5, 6, 7]], 1, SamplingParams(1.0), 3, 5),
+        completion_body("target", [5, 6, 7], max_tokens=3, sampling=SamplingParams(1.0), seed=1, logprobs=5),
+        completion_body(
+            "target", [5, 6, 7, 8], max_tokens=1, sampling=SamplingParams(0.7), seed=2, logprobs=5, prompt_logprobs=5
+        ),
+        completion_body("target", [[5, 6], [5, 6, 7]], max_tokens=1, sampling=SamplingParams(1.0), seed=3, logprobs=5),
     ]
     out = [client.post_json("/v1/completions", body) for body in bodies]
     client.close()

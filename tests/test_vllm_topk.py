@@ -17,7 +17,7 @@ from specplay.backends.vllm.topk import (
     tv_bracket,
 )
 from specplay.config.urls import named_url, server_root
-from specplay.engine.accept import mentored_accept_probability, mentored_theta
+from specplay.engine.rules import Mentored, mentored_theta
 from specplay.engine.settings import SamplingParams
 from specplay.errors import ConfigError
 from tests.helpers import chunk_sources
@@ -41,7 +41,7 @@ def test_worked_example_of_the_research_note() -> None:
     assert lo == pytest.approx(0.900, abs=2e-3) and hi == pytest.approx(0.910, abs=2e-3)
     theta = mentored_theta(hi, 0.3)
     assert theta == pytest.approx(0.330, abs=2e-3)
-    accept = mentored_accept_probability(p_target.probs[975], p_draft.probs[975], theta)
+    accept = Mentored(tv_budget=0.3).accept_probability(p_target.probs[975], p_draft.probs[975], {"tv": hi})
     assert accept == pytest.approx(0.365, abs=2e-3)
     assert residual(p_target, p_draft)[701] == pytest.approx(0.9993, abs=1e-3)
     assert residual_error_bound(p_target, p_draft) == pytest.approx(0.0106, abs=1e-3)

@@ -25,8 +25,8 @@ def mlx_config(
     drafters = (ModelSpec("near", "drafter", "mlx", str(tiny.near)), ModelSpec("far", "drafter", "mlx", str(tiny.far)))
     target_spec = ModelSpec("target", "target", "mlx", str(target or tiny.target))
     return RunConfig(
-        target_spec,
-        drafters,
+        target=target_spec,
+        drafters=drafters,
         request=RequestSpec(**request),
         settings=settings or SpecSettings(),
         sessions_dir=sessions,
@@ -43,12 +43,12 @@ def server_config(
 ) -> RunConfig:
     """A target and drafters on (fake) vLLM servers."""
     return RunConfig(
-        ModelSpec("target", "target", "server", target_url),
-        tuple(ModelSpec(name, "drafter", "server", url) for name, url in drafters.items()),
-        "vllm",
-        vllm or VllmOptions(),
-        RequestSpec(**request),
-        settings or SpecSettings(),
+        target=ModelSpec("target", "target", "server", target_url),
+        drafters=tuple(ModelSpec(name, "drafter", "server", url) for name, url in drafters.items()),
+        backend="vllm",
+        vllm=vllm or VllmOptions(),
+        request=RequestSpec(**request),
+        settings=settings or SpecSettings(),
         sessions_dir=sessions,
     )
 

@@ -50,12 +50,12 @@ def open_source(config: RunConfig, on_progress: Progress | None = None) -> Event
 
     backend = connect_vllm_backend(
         config.target.location,
-        servers,
-        local,
-        options.api_key,
-        options.top_logprobs,
-        options.strategy,
-        options.timeout_s,
+        remote_drafters=servers,
+        local_drafters=local,
+        api_key=options.api_key,
+        top_logprobs=options.top_logprobs,
+        strategy=options.strategy,
+        timeout_s=options.timeout_s,
         exact_correction=options.exact_correction,
         auth=dict(options.logins),
     )

@@ -104,13 +104,13 @@ def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measuremen
             if not runs or config.group == ROUTER_CHECK:  # an accuracy, reported apart (router_report)
                 continue
             row = Row(
-                category,
-                temperature,
-                config.label,
-                config.group,
-                len(runs),
-                tps[config.label],
-                median([m.e2e_ms for m in runs]),
+                category=category,
+                temperature=temperature,
+                config=config.label,
+                group=config.group,
+                requests=len(runs),
+                tokens_per_s=tps[config.label],
+                median_e2e_ms=median([m.e2e_ms for m in runs]),
             )
             if not (remote and config.mode == "speculative"):  # remote: HTTP round trips, not a speed
                 row.speedup = measured_speedup(row.tokens_per_s, target_tps)
@@ -160,7 +160,15 @@ def router_report(measurements: Sequence[Measurement], route_map: dict[str, str]
     for (category, prompt, temperature), runs in grouped.items():
         names = runs[0].counterfactual or {}
         means = {name: sum((m.counterfactual or {})[name] for m in runs) / len(runs) for name in names}
-        cases.append(RouterCase(prompt, category, temperature, runs[0].route, route_map.get(category), means))
+        case = RouterCase(
+            prompt=prompt,
+            category=category,
+            temperature=temperature,
+            routed=runs[0].route,
+            labelled=route_map.get(category),
+            mean_acceptance_length=means,
+        )
+        cases.append(case)
     labelled = [c for c in cases if c.labelled is not None]
     return {
         "accuracy_on_labels": sum(c.routed == c.labelled for c in labelled) / len(labelled) if labelled else None,

@@ -14,6 +14,7 @@ from specplay.data.library import Prompt
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.request import Request
+from specplay.engine.rules import RuleParams
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.engine.source import EventSource
 
@@ -44,7 +45,12 @@ def execute(
 ) -> dict[str, Any]:
     """One request of `cell`: its metrics, route, end-to-end time and draft lengths."""
     settings = SpecSettings(
-        cell.k, cell.policy, cell.route, cell.tv_budget, SamplingParams(temperature), counterfactual=cell.counterfactual
+        k=cell.k,
+        policy=cell.policy,
+        route=cell.route,
+        sampling=SamplingParams(temperature=temperature),
+        rule_params=RuleParams(tv_budget=cell.tv_budget),
+        counterfactual=cell.counterfactual,
     )
     ids = tuple(source.encode(prompt.text, raw=True))
     request = Request(prompt.text, ids, cell.mode, seed, plan.max_tokens, ignore_eos=True)  # type: ignore[arg-type]
@@ -69,7 +75,7 @@ def run_bench(
     """The warm-up, then the sweep; two more repeats when any throughput varies by more than 5%."""
 
     def run(cell: BenchConfig, prompt: Prompt, temperature: float, seed: int) -> dict[str, Any]:
-        return execute(source, plan, cell, prompt, temperature, seed)
+        return execute(source, plan, cell=cell, prompt=prompt, temperature=temperature, seed=seed)
 
     for cell in plan.warm_up:
         on_model_thread(lambda c=cell: run(c, plan.prompts[0], 0.0, 0))

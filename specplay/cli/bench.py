@@ -93,7 +93,15 @@ def bench(args: argparse.Namespace) -> int:
 
     warm_up = configs[: 1 + len(drafters) - len(copy_only)]  # target-only, then each drafter alone
     mlx_lm = time_mlx_lm if args.compare_mlx_lm else None
-    bench_plan = BenchPlan(configs, prompts, temperatures, args.repeats, max_tokens, warm_up, mlx_lm)
+    bench_plan = BenchPlan(
+        configs=configs,
+        prompts=prompts,
+        temperatures=temperatures,
+        repeats=args.repeats,
+        max_tokens=max_tokens,
+        warm_up=warm_up,
+        mlx_lm=mlx_lm,
+    )
     if message := blas_warning(config):
         warn(message)
     thread = ModelThread(on_exit=thread_cleanup(config))
@@ -108,7 +116,15 @@ def bench(args: argparse.Namespace) -> int:
                 progress.update(task, description=what, completed=done, total=total)
 
             measurements = run_bench(source, bench_plan, thread.call, on_progress)
-        about = _about(args, config, thread.call(source.describe), prompts, temperatures, max_tokens, measurements)
+        about = _about(
+            args,
+            config,
+            identity=thread.call(source.describe),
+            prompts=prompts,
+            temperatures=temperatures,
+            max_tokens=max_tokens,
+            measurements=measurements,
+        )
         remote = not source.capabilities.wall_time_is_speed
         router = router_report(measurements, dict(source.route_map))
         thread.call(source.close)

@@ -20,7 +20,8 @@ from specplay.config.models import model_spec
 from specplay.config.run import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
 from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.engine.router import CodeProseRouter, check_route_map
-from specplay.engine.settings import AUTO_ROUTE, PolicyParams, RuleParams, SamplingParams, SpecSettings
+from specplay.engine.rules import RuleParams
+from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.store.format import Session
 from specplay.store.location import sessions_dir
@@ -31,7 +32,6 @@ _SPEC_FLAGS = {
     "k": "k",
     "policy": "policy",
     "route": "route",
-    "tv": "tv_budget",
     "rule": "rule",
     "counterfactual": "counterfactual",
 }
@@ -68,7 +68,7 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
         api_key=flags.get("api_key") or os.environ.get(API_KEY_ENV) or None,
         **{field: flags[flag] for flag, field in _VLLM_FLAGS.items() if flag in flags},
     )
-    start = base or RunConfig(target, drafters)
+    start = base or RunConfig(target=target, drafters=drafters)
     request = replace(start.request, **{name: flags[name] for name in _REQUEST_FLAGS if name in flags})
     if "prompt" in flags or "prompt_file" in flags:
         request = replace(request, prompt=prompt_from(flags))
@@ -78,7 +78,16 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
         user_map = dict(opened_with.route_map)
     if "route_map" in flags:  # class by class, over the set's or the base's map
         user_map |= dict(pairs(flags["route_map"], "route_map", "CLASS=NAME"))
-    config = RunConfig(target, drafters, backend, vllm, request, settings, user_map, sessions_dir_from(flags))
+    config = RunConfig(
+        target=target,
+        drafters=drafters,
+        backend=backend,
+        vllm=vllm,
+        request=request,
+        settings=settings,
+        route_map=user_map,
+        sessions_dir=sessions_dir_from(flags),
+    )
     pinned = settings.route != AUTO_ROUTE and "route" not in flags
     if new_models and pinned and settings.route not in config.drafter_names:
         config = replace(config, settings=replace(settings, route=AUTO_ROUTE))  # the base's drafter is gone

@@ -61,9 +61,10 @@ def diff(args: argparse.Namespace) -> int:
     checked = args.b is None and is_lossless_greedy(lane_a.settings)
     broken_at = violation(lane_a, lane_b, result) if checked else None
     if args.json:
-        print(json.dumps(_json(a, lane_a, b, lane_b, result, checked, broken_at), ensure_ascii=False))
+        record = _json(a, lane_a, b, lane_b, result=result, checked=checked, broken_at=broken_at)
+        print(json.dumps(record, ensure_ascii=False))
     else:
-        _show(a, lane_a, b, lane_b, result, broken_at)
+        _show(a, lane_a, b, lane_b, result=result, broken_at=broken_at)
     return 1 if broken_at is not None else 0
 
 

@@ -34,7 +34,8 @@ from specplay.cli.render import make_console, warn
 from specplay.config.capabilities import capabilities_of
 from specplay.config.run import RunConfig, check
 from specplay.engine.capabilities import check_supported
-from specplay.engine.settings import AUTO_ROUTE, RULES, AcceptanceRule, RuleName
+from specplay.engine.rules import RULE_NAMES, RULES, AcceptanceRule, Mentored
+from specplay.engine.settings import AUTO_ROUTE
 from specplay.engine.source import EventSource
 from specplay.errors import ConfigError
 from specplay.fidelity.cells import row_cells
@@ -85,7 +86,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         + "; ".join(
             f"{name} {','.join(f'{v:g}' for v in values)}"
             for name, values in DEFAULT_KNOBS.items()
-            if name != "mentored"
+            if name != Mentored.name
         ),
     )
     output.add_argument("--samples", type=int, default=8, metavar="N", help="samples per row, seeds S..S+N-1")
@@ -107,41 +108,41 @@ TEMPERATURE = 1.0
 """Fidelity is about sampled text: greedy would hide the spread."""
 
 
-def parse_rules(text: str) -> list[RuleName]:
+def parse_rules(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     if names == ["all"]:
-        return list(RULES)
+        return list(RULE_NAMES)
     for name in names:
         if name not in RULES:
             raise ConfigError(
-                "rule", f"takes rules from {', '.join(RULES)} (or all), separated by commas (got {name!r})"
+                "rule", f"takes rules from {', '.join(RULE_NAMES)} (or all), separated by commas (got {name!r})"
             )
     if not names:
-        raise ConfigError("rule", f"takes rules from {', '.join(RULES)} (or all), separated by commas")
-    return list(dict.fromkeys(names))  # type: ignore[arg-type]
+        raise ConfigError("rule", f"takes rules from {', '.join(RULE_NAMES)} (or all), separated by commas")
+    return list(dict.fromkeys(names))
 
 
-def sweep_knobs(rules: list[RuleName], budgets: list[float], sweeps: list[str]) -> dict[RuleName, list[float]]:
+def swept_flag(name: str) -> str:
+    """Where a sweep takes a rule's knob values: --budgets, the TV budgets of its first reports, or --sweep."""
+    return "--budgets" if name == Mentored.name else f"--sweep {name}="
+
+
+def sweep_knobs(rules: list[str], budgets: list[float], sweeps: list[str]) -> dict[str, list[float]]:
     """Each rule's knob values: --budgets for mentored decoding, --sweep RULE=V,... or the defaults for the others."""
     given_values: dict[str, list[float]] = {}
     for name, values in pairs(sweeps, "sweep", "RULE=V,V,..."):
-        if name == "mentored":
+        if name == Mentored.name:
             raise ConfigError("sweep", "gives mentored decoding's values with --budgets")
         if name not in rules:
             raise ConfigError("sweep", f"names {name!r}, which --rule does not list")
         given_values[name] = comma_floats(values, "sweep", f"{name}'s knob values")
     return {
-        name: budgets if name == "mentored" else given_values.get(name, list(DEFAULT_KNOBS[name])) for name in rules
+        name: budgets if name == Mentored.name else given_values.get(name, list(DEFAULT_KNOBS[name])) for name in rules
     }
 
 
 # A single knob value does not apply: each row has its own.
-_SWEPT_FLAGS = {
-    "tv": "--budgets",
-    "typical_epsilon": "--sweep typical=",
-    "lenience": "--sweep lenience=",
-    "cascade_alpha": "--sweep cascade=",
-}
+_SWEPT_FLAGS = {rule.knob.setting.field: swept_flag(name) for name, rule in RULES.items()}
 
 
 def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule]]:
@@ -149,12 +150,12 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule]
     flags = given(args)
     if flags.get("mode", "speculative") != "speculative":
         raise ConfigError("mode", "does not apply: fidelity runs target-only, draft-only and speculative rows")
-    if flags.get("tv", 0) != 0:
-        raise ConfigError("tv", "does not apply: give the TV budgets with --budgets")
+    if flags.get(Mentored.knob.setting.field, 0) != 0:
+        raise ConfigError(Mentored.knob.setting.field, "does not apply: give the TV budgets with --budgets")
     for flag, instead in _SWEPT_FLAGS.items():
         if flag in flags:
             raise ConfigError(flag, f"does not apply: each row has its own value (give them with {instead})")
-    names = parse_rules(flags.pop("rule", "mentored"))
+    names = parse_rules(flags.pop("rule", Mentored.name))
     budgets = parse_budgets(args.budgets)
     config = run_config({"temperature": TEMPERATURE} | flags)
     rules = sweep_rules(sweep_knobs(names, budgets, args.sweep), config.settings.rule_params)
@@ -175,6 +176,14 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule]
         if not args.plot.parent.is_dir():
             raise ConfigError("plot", f"goes to a folder that does not exist ({str(args.plot.parent)!r})")
     return config, rules
+
+
+def _recorded_settings(config: RunConfig, rules: list[AcceptanceRule]) -> dict[str, object]:
+    """The report's settings: each speculative row has its own rule and knob, left out (None) here."""
+    settings = asdict(config.settings)
+    swept = {rule.knob.setting.field for rule in rules}
+    params = {name: None if name in swept else value for name, value in settings["rule_params"].items()}
+    return settings | {"rule": None, "rule_params": params}
 
 
 def fidelity(args: argparse.Namespace) -> int:
@@ -204,10 +213,10 @@ def fidelity(args: argparse.Namespace) -> int:
                 # through the target server's prompt_logprobs).
                 lambda mode, rule, seed: thread.call(lambda: generate(mode, rule, seed)),
                 lambda ids: thread.call(lambda: source.score(token_ids, ids)),
-                rules,
-                seeds,
-                on_sample,
-                draft_row,
+                rules=rules,
+                seeds=seeds,
+                on_sample=on_sample,
+                draft_row=draft_row,
             )
         # Drafted tokens' texts for the review page, where the tokenizer is local (never a server's).
         texts = thread.call(lambda: _drafted_texts(source, report)) if source.capabilities.local_token_text else {}
@@ -224,7 +233,7 @@ def fidelity(args: argparse.Namespace) -> int:
         "raw": spec.raw,
         "max_tokens": spec.max_tokens,
         # Each speculative row has its own rule and knob.
-        "settings": asdict(config.settings) | {"tv_budget": None, "rule": None},
+        "settings": _recorded_settings(config, rules),
         "route_map": source.route_map,
         "backend": identity,
     }

@@ -9,16 +9,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from specplay.config.run import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
-from specplay.engine.settings import (
-    AUTO_ROUTE,
-    MODES,
-    POLICIES,
-    RULES,
-    PolicyParams,
-    RuleParams,
-    SamplingParams,
-    SpecSettings,
-)
+from specplay.engine.rules import RULE_NAMES, RULES, RuleParams, all_settings
+from specplay.engine.settings import AUTO_ROUTE, MODES, POLICIES, PolicyParams, SamplingParams, SpecSettings
 
 UNSET = argparse.SUPPRESS
 API_KEY_ENV = "SPECPLAY_API_KEY"
@@ -151,47 +143,23 @@ def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False)
     spec.add_argument(
         "--route", default=UNSET, metavar="NAME|auto", help=f"pin a drafter, or let the router choose ({AUTO_ROUTE})"
     )
-    spec.add_argument(
-        "--tv",
-        type=float,
-        default=UNSET,
-        metavar="D",
-        help="TV budget of mentored decoding: 0 lossless (the default), 1 accepts every draft",
-    )
-    rules = RuleParams()
-    rule_help = (
-        "acceptance rule: mentored (the TV budget, the default), typical (Medusa), lenience (DistillSpec) "
-        "or cascade (speculative cascades); each keeps what lossless acceptance keeps, and more"
-    )
+    rule_help = "acceptance rule: " + ", ".join(f"{name} ({rule.description})" for name, rule in RULES.items())
+    rule_help += f"; each keeps what lossless acceptance keeps, and more (default {settings.rule})"
     if rule_list:
         spec.add_argument("--rule", default=UNSET, metavar="RULE[,RULE...]", help=rule_help + "; or all")
     else:
-        spec.add_argument("--rule", choices=RULES, default=UNSET, help=rule_help)
-    spec.add_argument(
-        "--typical-epsilon",
-        type=float,
-        default=UNSET,
-        metavar="E",
-        help=f"typical: keep x when p_target(x) > min(E, DELTA exp(-H)) (default {rules.typical_epsilon:g})",
-    )
-    spec.add_argument(
-        "--typical-delta", type=float, default=UNSET, metavar="DELTA", help="typical: (default sqrt(E), as Medusa)"
-    )
-    spec.add_argument(
-        "--lenience",
-        type=float,
-        default=UNSET,
-        metavar="LAMBDA",
-        help=f"lenience: accept with min(1, LAMBDA p_target/p_draft), 1 lossless (default {rules.lenience:g})",
-    )
-    spec.add_argument(
-        "--cascade-alpha",
-        type=float,
-        default=UNSET,
-        metavar="A",
-        help="cascade: follow the drafter where max p_draft >= max p_target - A; -1 lossless, 1 accepts every "
-        f"draft (default {rules.cascade_alpha:g})",
-    )
+        spec.add_argument("--rule", choices=RULE_NAMES, default=UNSET, help=rule_help)
+    defaults = RuleParams()
+    for setting in all_settings():
+        default = getattr(defaults, setting.field)
+        spec.add_argument(
+            setting.flag,
+            dest=setting.field,
+            type=float,
+            default=UNSET,
+            metavar=setting.metavar,
+            help=setting.help if default is None else f"{setting.help} (default {default:g})",
+        )
     spec.add_argument(
         "--counterfactual",
         action="store_true",

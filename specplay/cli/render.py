@@ -80,7 +80,7 @@ def vllm_report(metrics: dict[str, Any]) -> dict[str, Any] | None:
 
 def legend() -> Text:
     text = Text("sources: ")
-    for source in ("accepted", "budget", "corrected", "bonus"):
+    for source in ("accepted", "relaxed", "corrected", "bonus"):
         text.append(source, style=SOURCE_STYLES[source]).append(" ")
     return text
 

@@ -93,12 +93,26 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
             if not caps.live_controls and caps.fixed_by:
                 console.print(caps.fixed_by, style="dim")
         for seed in range(spec.seed, spec.seed + args.samples):
-            request = Request(spec.prompt, token_ids, spec.mode, seed, spec.max_tokens, spec.ignore_eos)
+            request = Request(
+                prompt=spec.prompt,
+                prompt_token_ids=token_ids,
+                mode=spec.mode,
+                seed=seed,
+                max_tokens=spec.max_tokens,
+                ignore_eos=spec.ignore_eos,
+            )
             if not args.json and args.samples > 1:
                 console.print(f"--- sample seed {seed} ---", style="dim")
             printer = _Printer(console, live=not args.json and not caps.server_judges)
             result = run_sample(
-                source, config, request, printer.take, args.save, not args.no_baseline, identity, _stopping
+                source,
+                config,
+                request,
+                on_event=printer.take,
+                save=args.save,
+                baseline=not args.no_baseline,
+                identity=identity,
+                on_interrupt=_stopping,
             )
             if args.json:
                 session = str(result.session) if result.session else None

@@ -39,7 +39,7 @@ def summarize(session: Session) -> dict[str, Any]:
         "route": lane.start.route if lane.start else None,
         "k": settings.k,
         "policy": settings.policy,
-        "tv_budget": settings.tv_budget,
+        "tv_budget": settings.rule_params.tv_budget,
         "rule": settings.acceptance_rule.describe(),
         "temperature": settings.sampling.temperature,
         "draft_acceptance_rate": metrics.get("draft_acceptance_rate"),

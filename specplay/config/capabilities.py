@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specplay.engine.capabilities import Capabilities
+from specplay.engine.rules import RULES
 
 if TYPE_CHECKING:
     from specplay.config.run import RunConfig
@@ -14,9 +15,12 @@ NATIVE_FIXED = "k, drafter and acceptance rule are fixed by the server's --specu
 
 MLX = Capabilities(top_n=True, scoring=True, counterfactual=True)
 
-VLLM_INSPECTION = Capabilities(wall_time_is_speed=False, scoring=True, local_token_text=False, rules=("mentored",))
+TOP_K_RULES = tuple(name for name, rule in RULES.items() if not rule.full_distributions)
+"""The rules a backend that knows only each distribution's top-K can judge: a bracket of d is enough."""
+
+VLLM_INSPECTION = Capabilities(wall_time_is_speed=False, scoring=True, local_token_text=False, rules=TOP_K_RULES)
 """Wall time is mostly HTTP round trips and server recomputes, not speculative speed; top-K
-logprobs account mentored decoding's TV and no other rule's."""
+logprobs account the TV of a rule judged from d, and no other rule's."""
 
 
 def vllm_native(baseline: bool) -> Capabilities:
@@ -29,7 +33,7 @@ def vllm_native(baseline: bool) -> Capabilities:
         lanes_take_turns=False,
         local_token_text=False,
         server_judges=True,
-        rules=("mentored",),
+        rules=TOP_K_RULES,
     )
 
 

@@ -81,7 +81,7 @@ class RequestSpec:
     ignore_eos: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunConfig:
     target: ModelSpec
     drafters: tuple[ModelSpec, ...]
@@ -139,7 +139,7 @@ def check(config: RunConfig) -> None:
     if config.request.mode == "draft" and pinned in names and config.drafter(pinned).kind == "prompt-lookup":
         raise ConfigError("mode", f"draft cannot run on {pinned!r}: prompt lookup only copies, it cannot write alone")
     if config.native:
-        if config.settings.tv_budget > 0 or config.settings.policy != "fixed":
+        if config.settings.rule_params.tv_budget > 0 or config.settings.policy != "fixed":
             raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {NATIVE_FIXED}")
         if config.request.mode == "draft":
             raise ConfigError("mode", f"draft cannot run in native mode: {NATIVE_FIXED}")

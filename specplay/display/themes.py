@@ -26,5 +26,10 @@ def builtin_theme_files() -> list[Path]:
 
 
 def read_theme(path: Path) -> dict[str, Any]:
-    """A theme file as TOML data; OSError or tomllib.TOMLDecodeError when it cannot be read."""
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    """A theme file as TOML data; OSError or tomllib.TOMLDecodeError when it cannot be read.
+    Themes written before relaxed tokens had their name call their colour spec-budget."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    variables = data.get("variables")
+    if isinstance(variables, dict) and "spec-budget" in variables:
+        variables.setdefault("spec-relaxed", variables.pop("spec-budget"))
+    return data

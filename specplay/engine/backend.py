@@ -4,11 +4,13 @@ a backend runs the models, keeps their caches, and reports the numbers acceptanc
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.settings import AcceptanceRule, SamplingParams
+from specplay.engine.draws import RoundDraws
+from specplay.engine.rules import AcceptanceRule
+from specplay.engine.settings import SamplingParams
 
 
 class Detokenizer(Protocol):
@@ -22,7 +24,7 @@ class Detokenizer(Protocol):
     def last_segment(self) -> str: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VerifiedDraft:
     """Host copy of a verified round: per drafted position i, what the rules need."""
 
@@ -47,11 +49,9 @@ class VerifiedDraft:
     k + 1 positions (the last is where the bonus is drawn), most likely first."""
     top_draft: list[list[tuple[int, float]]] | None = None
     """Likewise for p_draft at the k drafted positions."""
-    entropy: list[float] | None = None
-    """H(p_target) in nats at each drafted position, where the rule asked reads it (typical)."""
-    max_p_target: list[float] | None = None
-    """The largest probability of p_target at each drafted position, where the rule reads it (cascade)."""
-    max_p_draft: list[float] | None = None
+    rule_stats: dict[str, list[float]] = field(default_factory=dict)
+    """What the rule asked reads beyond d at each drafted position, by name (its `statistics`:
+    H(p_target) for typical acceptance, both maxima for cascades)."""
     tv_spent: list[float] | None = None
     """TV(pi, p_target) at each drafted position under the rule asked, from the full distributions;
     None under mentored decoding, whose theta * d the engine computes (also from a top-K bracket)."""
@@ -78,31 +78,27 @@ class Generation(Protocol):
         ...
 
     def verify(
-        self,
-        draft: Any,
-        sampling: SamplingParams,
-        rule: AcceptanceRule,
-        residual_uniforms: Sequence[float],
-        bonus_uniform: float,
-        top_n: int = 0,
+        self, draft: Any, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0
     ) -> VerifiedDraft:
         """Score every drafted position with the target in one forward pass, with what `rule` reads
-        (only the rules the capabilities list). With `top_n` > 0 (only where the capabilities say
-        `top_n`), also report each distribution's top_n tokens."""
+        (only the rules the capabilities list); corrections and bonus drawn with `draws`. With
+        `top_n` > 0 (only where the capabilities say `top_n`), also report each distribution's
+        top_n tokens."""
         ...
 
     def counterfactual(
         self,
         drafter: str,
+        *,
         k: int,
         sampling: SamplingParams,
         rule: AcceptanceRule,
-        uniforms: Sequence[float],
+        draws: RoundDraws,
         keep_drafting: Callable[[Sequence[float]], bool] | None,
     ) -> VerifiedDraft:
-        """What `drafter` would propose after `tokens` (uniforms: k to draft, k for corrections, one
-        for the bonus, as a round's), verified by the target, every cache left as it was: nothing is
-        committed (only where the capabilities say `counterfactual`)."""
+        """What `drafter` would propose after `tokens` with the round's draws, verified by the
+        target, every cache left as it was: nothing is committed (only where the capabilities say
+        `counterfactual`)."""
         ...
 
     def commit(self, tokens: Sequence[int]) -> None:

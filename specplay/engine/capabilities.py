@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specplay.engine.settings import MODES, RULES, Mode, RuleName, SpecSettings
+from specplay.engine.rules import RULE_NAMES
+from specplay.engine.settings import MODES, Mode, SpecSettings
 from specplay.errors import ConfigError
 
 
@@ -36,7 +37,7 @@ class Capabilities:
     when a RecolourEvent corrects them and the server's own account arrives (a printed transcript
     waits for it; views show that account, as the rounds carry no judged positions)."""
 
-    rules: tuple[RuleName, ...] = RULES
+    rules: tuple[str, ...] = RULE_NAMES
     """The acceptance rules it can judge: the relaxed ones beside mentored decoding need full
     distributions to account their TV exactly."""
     counterfactual: bool = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 BLOCK = 256
@@ -32,3 +34,23 @@ class Draws:
 
     def one(self) -> float:
         return self.take(1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundDraws:
+    """The uniforms of one speculative round of k drafted tokens, taken from the stream as 3k + 1
+    in this order; every backend reads them by name."""
+
+    draft: list[float]
+    """k: drafted token i is drawn with draft[i] (unused at temperature 0)."""
+    accept: list[float]
+    """k: position i is kept iff accept[i] < the rule's acceptance probability."""
+    residual: list[float]
+    """k: the correction after a rejection at position i is drawn with residual[i]."""
+    bonus: float
+    """The bonus token after k accepted drafts."""
+
+    @classmethod
+    def take(cls, draws: Draws, k: int) -> RoundDraws:
+        u = draws.take(3 * k + 1)
+        return cls(draft=u[:k], accept=u[k : 2 * k], residual=u[2 * k : 3 * k], bonus=u[3 * k])

@@ -11,15 +11,18 @@ from typing import Any, Literal
 
 from specplay.engine.settings import SpecSettings
 
-Source = Literal["accepted", "budget", "corrected", "bonus", "target", "draft"]
-"""Where a committed token came from. accepted: a draft token the verifier kept. budget: kept only
-thanks to a relaxed rule, the TV budget or another (lossless acceptance would have rejected it
-under the same draw).
-corrected: drawn from the residual after a rejection (vLLM: recovered). bonus: the target's own
-token after a fully accepted round. target / draft: the single model of a non-speculative run."""
+TokenSource = Literal["accepted", "relaxed", "corrected", "bonus", "target", "draft"]
+"""Where a committed token came from. accepted: a draft token the verifier kept. relaxed: kept
+only thanks to a relaxed rule, the TV budget or another (lossless acceptance would have rejected
+it under the same draw; older sessions call it "budget"). corrected: drawn from the
+residual after a rejection (vLLM: recovered). bonus: the target's own token after a fully
+accepted round. target / draft: the single model of a non-speculative run."""
 
-Outcome = Literal["accepted", "budget", "rejected", "unreached"]
+Outcome = Literal["accepted", "relaxed", "rejected", "unreached"]
 """A drafted position's fate; positions after the first rejection are never judged."""
+
+KEPT: frozenset[Outcome] = frozenset(("accepted", "relaxed"))
+"""The outcomes that keep the drafted token."""
 
 FinishReason = Literal["stop", "length", "cancelled"]
 
@@ -34,7 +37,7 @@ class Token:
     token_id: int
     text: str
     """Its share of the decoded text; empty while bytes of a character are still held back."""
-    source: Source
+    source: TokenSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,10 @@ class DraftPosition:
     tv_spent: float | None = None
     """TV(pi, p_target): how far the rule moved this position's output from the target (0 when
     unreached; None in sessions older than the field, where mentored decoding's theta * d holds)."""
+
+    @property
+    def kept(self) -> bool:
+        return self.outcome in KEPT
 
     @property
     def spent(self) -> float:
@@ -161,7 +168,7 @@ class RecolourEvent:
     streams tokens whose sources can only be guessed from chunk sizes; its per-step arrays,
     when the server sends them, arrive with the last chunk and replace the guess."""
 
-    sources: tuple[Source, ...]
+    sources: tuple[TokenSource, ...]
     """One per generated token so far, in order."""
     exact: bool
     """From the server's per-step accounting (True) or still the chunk-size heuristic (False)."""

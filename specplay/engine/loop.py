@@ -1,9 +1,7 @@
 """The generation loop: speculative, target-only and draft-only over one Backend.
 
-A speculative round: the routed drafter drafts k tokens keeping its distribution at each
-position; the target scores all k + 1 positions in one forward pass; acceptance runs left to
-right; the first rejection takes a correction from the residual; a fully accepted round earns a
-bonus token from the target; the caches rewind to the committed tokens.
+The speculative round is `_Run._round` (its algorithm in the comment above it);
+`reference_round.py` is the same round in plain numpy, which the tests hold the engine to.
 
 The engine owns the one seeded random source and every decision, and reports through events.
 It knows nothing of a UI, HTTP, files or any model library; its clock is injected.
@@ -16,11 +14,11 @@ import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
-from specplay.engine.accept import PositionStats, judge, mentored_theta
+from specplay.engine.accept import Verdict, judge
 from specplay.engine.backend import Backend, Generation, VerifiedDraft
 from specplay.engine.capabilities import check_supported
 from specplay.engine.controls import LiveControls, settings_diff
-from specplay.engine.draws import Draws
+from specplay.engine.draws import Draws, RoundDraws
 from specplay.engine.events import (
     ControlEvent,
     Counterfactual,
@@ -30,10 +28,10 @@ from specplay.engine.events import (
     FinishReason,
     Outcome,
     RoundEvent,
-    Source,
     StartEvent,
     StepEvent,
     Token,
+    TokenSource,
 )
 from specplay.engine.metrics import Metrics
 from specplay.engine.policies import make_policy
@@ -112,15 +110,9 @@ def check_context(prompt_tokens: int, context_length: int | None) -> None:
         )
 
 
-def _stats(verified: VerifiedDraft, i: int) -> PositionStats:
-    """What the rules read at position i beyond its two probabilities (None where not reported)."""
-    entropy, max_p_target, max_p_draft = verified.entropy, verified.max_p_target, verified.max_p_draft
-    return PositionStats(
-        verified.tv_distance[i],
-        entropy[i] if entropy is not None else None,
-        max_p_target[i] if max_p_target is not None else None,
-        max_p_draft[i] if max_p_draft is not None else None,
-    )
+def _stats(verified: VerifiedDraft, i: int) -> dict[str, float]:
+    """What the rule reads at position i beyond its two probabilities: d and what the backend reported."""
+    return {"tv": verified.tv_distance[i]} | {name: values[i] for name, values in verified.rule_stats.items()}
 
 
 def _top(rows: list[list[tuple[int, float]]] | None, i: int) -> tuple[tuple[int, float], ...] | None:
@@ -129,13 +121,6 @@ def _top(rows: list[list[tuple[int, float]]] | None, i: int) -> tuple[tuple[int,
     if rows is None or i >= len(rows):
         return None
     return tuple((int(t), float(p)) for t, p in rows[i] if p > 0)
-
-
-def _bracket(verified: VerifiedDraft, i: int) -> tuple[float | None, float | None]:
-    """(tv_lower, error_bound) at position i, when the backend knew only the top-K."""
-    tv_lower = verified.tv_lower[i] if verified.tv_lower is not None else None
-    error_bound = verified.error_bound[i] if verified.error_bound is not None else None
-    return tv_lower, error_bound
 
 
 def _check_numbers(verified: VerifiedDraft, route: str) -> None:
@@ -188,19 +173,21 @@ class _Run:
         if self.request.inspect and self.backend.capabilities.top_n:
             self.top_n = TOP_N
         yield StartEvent(
-            self.request.mode,
-            self.route,
-            self.auto_route,
-            self.request.prompt_token_ids,
-            self.request.seed,
-            self.settings,
+            mode=self.request.mode,
+            route=self.route,
+            auto_route=self.auto_route,
+            prompt_token_ids=self.request.prompt_token_ids,
+            seed=self.request.seed,
+            settings=self.settings,
         )
         run = self._rounds(generation) if self.request.mode == "speculative" else self._steps(generation)
         finish = yield from run
         self.detokenizer.finalize()
         self.text_parts.append(self.detokenizer.last_segment)
         metrics = self.metrics.to_dict() | generation.account()
-        yield DoneEvent(finish, tuple(self.generated), "".join(self.text_parts), metrics)
+        yield DoneEvent(
+            finish_reason=finish, token_ids=tuple(self.generated), text="".join(self.text_parts), metrics=metrics
+        )
 
     def _take_controls(self) -> ControlEvent | None:
         """Adopt settings changed since the last round; say which, at which token."""
@@ -217,26 +204,25 @@ class _Run:
             self.policy = make_policy(new.policy, new.k, new.policy_params)
         if "route" in names and self.auto_route:
             self.route = resolve_route(new.route, self.auto_route)
-        return ControlEvent(len(self.generated), changes)
+        return ControlEvent(token_index=len(self.generated), changes=changes)
 
-    def _emit(self, committed: Sequence[tuple[int, Source]]) -> tuple[list[Token], FinishReason | None]:
+    def _is_eos(self, token_id: int) -> bool:
+        return token_id in self.backend.eos_token_ids and not self.request.ignore_eos
+
+    def _emit(self, committed: Sequence[tuple[int, TokenSource]]) -> tuple[list[Token], FinishReason | None]:
         """Detokenize committed tokens, stopping at EOS (which is not output) or the token limit."""
         out: list[Token] = []
         for token_id, source in committed:
-            if token_id in self.backend.eos_token_ids and not self.request.ignore_eos:
+            if self._is_eos(token_id):
                 return out, "stop"
             self.detokenizer.add_token(token_id)
             text = self.detokenizer.last_segment
             self.text_parts.append(text)
             self.generated.append(token_id)
-            out.append(Token(token_id, text, source))
+            out.append(Token(token_id=token_id, text=text, source=source))
             if len(self.generated) == self.max_tokens:
                 return out, "length"
         return out, None
-
-    def _ends(self, token_id: int, num_tokens: int, remaining: int) -> bool:
-        eos = token_id in self.backend.eos_token_ids and not self.request.ignore_eos
-        return eos or num_tokens == remaining
 
     def _rounds(self, generation: Generation) -> Generator[Event, None, FinishReason]:
         for index in itertools.count():
@@ -244,62 +230,130 @@ class _Run:
                 yield event
             if self.controls.stop_requested:
                 return "cancelled"
-            assert self.route is not None
-            start = self._now()
-            sampling, rule = self.settings.sampling, self.rule
-            remaining = self.max_tokens - len(self.generated)
-            k = min(self.policy.propose(), remaining)
-            # Every draw of the round comes from the engine's generator, in a fixed layout:
-            # k to draft, k to accept, k for corrections, one for the bonus.
-            uniforms = self.draws.take(3 * k + 1)
-            keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
-            draft = generation.draft(self.route, k, sampling, uniforms[:k], keep_drafting)
-            drafted_at = self._now()
-            counterfactuals = self._counterfactuals(generation, k, uniforms, keep_drafting, remaining, drafted_at)
-            verified = generation.verify(draft, sampling, rule, uniforms[2 * k : 3 * k], uniforms[3 * k], self.top_n)
-            verified_at = self._now()
-            _check_numbers(verified, self.route)
-
-            positions, committed = self._judge(verified, uniforms[k : 2 * k], remaining)
-            generation.commit([token_id for token_id, _ in committed])
-            token_index = len(self.generated)
-            tokens, finish = self._emit(committed)
-            num_accepted = sum(p.outcome in ("accepted", "budget") for p in positions)
-            self.policy.update(len(verified.drafted), num_accepted)
-            done_at = self._now()
-
-            event = RoundEvent(
-                index=index,
-                token_index=token_index,
-                route=self.route,
-                k=len(verified.drafted),
-                drafted=tuple(verified.drafted),
-                positions=tuple(positions),
-                num_accepted=num_accepted,
-                tokens=tuple(tokens),
-                draft_ms=1000 * (drafted_at - start),
-                verify_ms=1000 * (verified_at - drafted_at),
-                # Everything else since the last round: judging, commit, events, the live controls,
-                # and whatever the consumer did between rounds.
-                overhead_ms=1000 * (done_at - verified_at + start - self.last_end_s),
-                bonus_top_target=_top(verified.top_target, len(verified.drafted)),
-                counterfactuals=counterfactuals,
-            )
-            self.metrics.add_round(event)
-            self.metrics.add_tokens([t.source for t in tokens], done_at)
-            self.last_end_s = done_at
+            event, finish = self._round(generation, index)
             yield event
             if finish:
                 return finish
         raise AssertionError("unreachable")
 
+    # One speculative round (Leviathan et al. 2023), in the order gpt-fast writes it:
+    #   1. draft: the routed drafter proposes k tokens, keeping p_draft at each position;
+    #   2. verify: the target scores all k + 1 positions in one forward pass;
+    #   3. judge left to right: keep x_i iff u_i < the rule's acceptance probability a(x_i);
+    #   4. at the first rejection a correction is drawn from the residual; if all k are kept,
+    #      a bonus token is drawn from the target after them;
+    #   5. commit the tokens, and every cache rewinds to them.
+    # Every draw comes from the engine's seeded stream (RoundDraws), so a seed replays the round.
+    def _round(self, generation: Generation, index: int) -> tuple[RoundEvent, FinishReason | None]:
+        assert self.route is not None
+        sampling, start = self.settings.sampling, self._now()
+        remaining = self.max_tokens - len(self.generated)
+        k = min(self.policy.propose(), remaining)
+        draws = RoundDraws.take(self.draws, k)
+        keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
+
+        draft = generation.draft(self.route, k, sampling, draws.draft, keep_drafting)  # 1
+        drafted_at = self._now()
+        counterfactuals = self._counterfactuals(generation, k, draws, keep_drafting, since=drafted_at)
+        verified = generation.verify(draft, sampling, self.rule, draws, self.top_n)  # 2
+        verified_at = self._now()
+        _check_numbers(verified, self.route)
+        positions, committed = self._judge(verified, draws, remaining)  # 3 and 4
+        generation.commit([token_id for token_id, _ in committed])  # 5
+
+        token_index = len(self.generated)
+        tokens, finish = self._emit(committed)
+        num_accepted = sum(position.kept for position in positions)
+        self.policy.update(len(verified.drafted), num_accepted)
+        done_at = self._now()
+        event = RoundEvent(
+            index=index,
+            token_index=token_index,
+            route=self.route,
+            k=len(verified.drafted),
+            drafted=tuple(verified.drafted),
+            positions=tuple(positions),
+            num_accepted=num_accepted,
+            tokens=tuple(tokens),
+            draft_ms=1000 * (drafted_at - start),
+            verify_ms=1000 * (verified_at - drafted_at),
+            # Everything else since the last round: judging, commit, events, the live controls,
+            # and whatever the consumer did between rounds.
+            overhead_ms=1000 * (done_at - verified_at + start - self.last_end_s),
+            bonus_top_target=_top(verified.top_target, len(verified.drafted)),
+            counterfactuals=counterfactuals,
+        )
+        self.metrics.add_round(event)
+        self.metrics.add_tokens([t.source for t in tokens], done_at)
+        self.last_end_s = done_at
+        return event, finish
+
+    def _judge(
+        self, verified: VerifiedDraft, draws: RoundDraws, remaining: int
+    ) -> tuple[list[DraftPosition], list[tuple[int, TokenSource]]]:
+        """Steps 3 and 4: acceptance left to right, stopping at the first rejection (its correction
+        committed), an EOS or the token limit; a bonus when none stopped it."""
+        greedy = self.settings.sampling.greedy
+        positions: list[DraftPosition] = []
+        committed: list[tuple[int, TokenSource]] = []
+        judging = True
+        for i, token_id in enumerate(verified.drafted):
+            if not judging:
+                positions.append(self._position(verified, i, draws.accept[i], "unreached", None))
+                continue
+            verdict = judge(
+                self.rule,
+                greedy=greedy,
+                token_id=token_id,
+                target_argmax=verified.target_argmax[i],
+                p_target_x=verified.p_target[i],
+                p_draft_x=verified.p_draft[i],
+                stats=_stats(verified, i),
+                uniform=draws.accept[i],
+            )
+            if verdict.accepted:
+                outcome: Outcome = "relaxed" if verdict.relaxed else "accepted"
+                committed.append((token_id, outcome))
+            else:
+                outcome = "rejected"
+                committed.append((verified.corrections[i], "corrected"))
+            positions.append(self._position(verified, i, draws.accept[i], outcome, verdict))
+            judging = verdict.accepted and not self._is_eos(token_id) and len(committed) < remaining
+        if judging:
+            committed.append((verified.bonus, "bonus"))
+        return positions, committed
+
+    def _position(
+        self, verified: VerifiedDraft, i: int, uniform: float, outcome: Outcome, verdict: Verdict | None
+    ) -> DraftPosition:
+        """Position i as the events record it; `verdict` None where judging stopped before it."""
+        tv = verified.tv_distance[i]
+        if verdict is None:
+            spent = 0.0
+        else:  # a backend that knows the rows reports the rule's TV; mentored decoding's is theta * d
+            spent = verified.tv_spent[i] if verified.tv_spent is not None else verdict.theta * tv
+        return DraftPosition(
+            token_id=verified.drafted[i],
+            p_target=verified.p_target[i],
+            p_draft=verified.p_draft[i],
+            uniform=uniform,
+            tv_distance=tv,
+            theta=self.rule.theta(tv) if verdict is None else verdict.theta,
+            outcome=outcome,
+            tv_lower=verified.tv_lower[i] if verified.tv_lower is not None else None,
+            error_bound=verified.error_bound[i] if verified.error_bound is not None else None,
+            top_target=_top(verified.top_target, i),
+            top_draft=_top(verified.top_draft, i),
+            accept_probability=None if verdict is None else verdict.probability,
+            tv_spent=spent,
+        )
+
     def _counterfactuals(
         self,
         generation: Generation,
         k: int,
-        uniforms: Sequence[float],
+        draws: RoundDraws,
         keep_drafting: Callable[[Sequence[float]], bool] | None,
-        remaining: int,
         since: float,
     ) -> tuple[Counterfactual, ...]:
         """Every other drafter's proposal from the same context, judged by the same rule with the
@@ -313,57 +367,26 @@ class _Run:
         for drafter in self.backend.drafters:
             if drafter == self.route:
                 continue
-            verified = generation.counterfactual(drafter, k, self.settings.sampling, self.rule, uniforms, keep_drafting)
-            positions, _ = self._judge(verified, uniforms[k : 2 * k], remaining)
-            accepted = sum(p.outcome in ("accepted", "budget") for p in positions)
+            verified = generation.counterfactual(
+                drafter, k=k, sampling=self.settings.sampling, rule=self.rule, draws=draws, keep_drafting=keep_drafting
+            )
+            positions, _ = self._judge(verified, draws, remaining=k)  # never committed: only its accepted length counts
             now = self.clock()
-            out.append(Counterfactual(drafter, tuple(verified.drafted), accepted, 1000 * (now - mark)))
+            out.append(
+                Counterfactual(
+                    route=drafter,
+                    drafted=tuple(verified.drafted),
+                    num_accepted=sum(position.kept for position in positions),
+                    elapsed_ms=1000 * (now - mark),
+                )
+            )
             mark = now
         self.set_aside_s += mark - began
         return tuple(out)
 
-    def _judge(
-        self, verified: VerifiedDraft, accept_uniforms: Sequence[float], remaining: int
-    ) -> tuple[list[DraftPosition], list[tuple[int, Source]]]:
-        """Acceptance left to right; stops at the first rejection, an EOS, or the token limit."""
-        rule, greedy = self.rule, self.settings.sampling.greedy
-        positions: list[DraftPosition] = []
-        committed: list[tuple[int, Source]] = []
-        judging = True
-        for i, token_id in enumerate(verified.drafted):
-            uniform, stats = accept_uniforms[i], _stats(verified, i)
-            p_target, p_draft, tv = verified.p_target[i], verified.p_draft[i], stats.tv
-            # tv_lower, error_bound, top_target, top_draft: DraftPosition's fields after outcome
-            seen = (*_bracket(verified, i), _top(verified.top_target, i), _top(verified.top_draft, i))
-            if not judging:
-                theta = mentored_theta(tv, rule.tv_budget) if rule.name == "mentored" else 0.0
-                positions.append(
-                    DraftPosition(token_id, p_target, p_draft, uniform, tv, theta, "unreached", *seen, None, 0.0)
-                )
-                continue
-            verdict = judge(token_id, p_target, p_draft, stats, verified.target_argmax[i], rule, greedy, uniform)
-            if verdict.accepted:
-                outcome: Outcome = "budget" if verdict.by_budget else "accepted"
-                committed.append((token_id, outcome))
-            else:
-                outcome = "rejected"
-                committed.append((verified.corrections[i], "corrected"))
-                judging = False
-            spent = verified.tv_spent[i] if verified.tv_spent is not None else verdict.theta * tv
-            positions.append(
-                DraftPosition(
-                    token_id, p_target, p_draft, uniform, tv, verdict.theta, outcome, *seen, verdict.probability, spent
-                )
-            )
-            if self._ends(committed[-1][0], len(committed), remaining):
-                judging = False
-        if judging:
-            committed.append((verified.bonus, "bonus"))
-        return positions, committed
-
     def _steps(self, generation: Generation) -> Generator[Event, None, FinishReason]:
         """Target-only or draft-only: one token per step, no acceptance."""
-        source: Source = "target" if self.request.mode == "target" else "draft"
+        source: TokenSource = "target" if self.request.mode == "target" else "draft"
         stream: Iterator[int] | None = None
         try:
             while True:
@@ -384,7 +407,8 @@ class _Run:
                 if tokens:
                     # From the last step's end, as a round's time is: the yardstick of c and of a
                     # round's cost in target steps must count what the lane's tokens/s counts.
-                    step = StepEvent(token_index, self.route, tokens[0], 1000 * (done_at - self.last_end_s))
+                    step_ms = 1000 * (done_at - self.last_end_s)
+                    step = StepEvent(token_index=token_index, route=self.route, token=tokens[0], step_ms=step_ms)
                     self.last_end_s = done_at
                     self.metrics.add_step(step)
                     self.metrics.add_tokens([source], done_at)

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specplay.engine.events import RoundEvent, Source, StepEvent
+from specplay.engine.events import RoundEvent, StepEvent, TokenSource
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, mean_step_ms
 
 
@@ -42,7 +42,7 @@ class Metrics:
         """Drafted positions the verifier reached: a rejection ends the round."""
         self.drafted_per_position: list[int] = []
         self.accepted_per_position: list[int] = []
-        self.tokens_by_source: Counter[Source] = Counter()
+        self.tokens_by_source: Counter[TokenSource] = Counter()
         self.tv_spent = 0.0
         self.counterfactual_rounds: list[int] = []
         self.accepted_by_drafter: dict[str, list[int]] = {}
@@ -61,7 +61,7 @@ class Metrics:
         self.first_token_s: float | None = None
         self.last_token_s: float | None = None
 
-    def add_tokens(self, sources: list[Source], now_s: float) -> None:
+    def add_tokens(self, sources: list[TokenSource], now_s: float) -> None:
         if not sources:
             return
         if self.first_token_s is None:
@@ -83,7 +83,7 @@ class Metrics:
                 self.drafted_per_position.append(0)
                 self.accepted_per_position.append(0)
             self.drafted_per_position[i] += 1
-            if position.outcome in ("accepted", "budget"):
+            if position.kept:
                 self.accepted_per_position[i] += 1
             # Each judged position emitted a token distributed as the rule's pi, position.spent from
             # the target in TV; unreached positions emitted nothing.

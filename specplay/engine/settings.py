@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from specplay.engine.rules import MENTORED, RULES, AcceptanceRule, RuleParams, make_rule
 from specplay.errors import ConfigError
 
 Mode = Literal["speculative", "target", "draft"]
@@ -13,21 +14,6 @@ MODES: tuple[Mode, ...] = ("speculative", "target", "draft")
 
 PolicyName = Literal["fixed", "acceptance-rate", "accepted-length", "confidence"]
 POLICIES: tuple[PolicyName, ...] = ("fixed", "acceptance-rate", "accepted-length", "confidence")
-
-RuleName = Literal["mentored", "typical", "lenience", "cascade"]
-RULES: tuple[RuleName, ...] = ("mentored", "typical", "lenience", "cascade")
-"""Acceptance rules (engine/accept.py): mentored decoding's TV budget (D = 0 is lossless), Medusa's
-typical acceptance, DistillSpec's lenience, speculative cascades."""
-
-KNOBS: dict[RuleName, str] = {
-    "mentored": "tv_budget",
-    "typical": "typical_epsilon",
-    "lenience": "lenience",
-    "cascade": "cascade_alpha",
-}
-"""The setting that moves each rule from (near) lossless to lossy: what a sweep or a slider changes."""
-KNOB_SYMBOLS: dict[RuleName, str] = {"mentored": "D", "typical": "ε", "lenience": "λ", "cascade": "α"}
-"""Each knob as the papers write it."""
 
 AUTO_ROUTE = "auto"
 K_LIMIT = 64  # beyond this a draft is never worth its cost, and a typo is likelier than intent
@@ -95,84 +81,17 @@ class PolicyParams:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class RuleParams:
-    """The knobs of the relaxed acceptance rules beside mentored decoding's TV budget."""
-
-    typical_epsilon: float = 0.09
-    """typical: the threshold's cap (Medusa's default)."""
-    typical_delta: float | None = None
-    """typical: the entropy term's weight; None pairs it with epsilon as Medusa does, sqrt(epsilon)."""
-    lenience: float = 2.0
-    """lenience: lambda >= 1 in min(1, lambda p_target / p_draft); 1 is lossless."""
-    cascade_alpha: float = 0.0
-    """cascade: trust the drafter where max p_draft >= max p_target - alpha; -1 never (lossless), 1 always."""
-
-    def __post_init__(self) -> None:
-        eps, delta = self.typical_epsilon, self.typical_delta
-        _check(0 <= eps < math.inf, "typical_epsilon", f"must be 0 or more and finite (got {eps})")
-        _check(delta is None or 0 <= delta < math.inf, "typical_delta", f"must be 0 or more and finite (got {delta})")
-        _check(1 <= self.lenience < math.inf, "lenience", f"must be at least 1 and finite (got {self.lenience})")
-        alpha = self.cascade_alpha
-        _check(-1 <= alpha <= 1, "cascade_alpha", f"must be in [-1, 1] (got {alpha})")
-
-    @property
-    def delta(self) -> float:
-        return self.typical_delta if self.typical_delta is not None else math.sqrt(self.typical_epsilon)
-
-
-@dataclass(frozen=True, slots=True)
-class AcceptanceRule:
-    """The rule a round is judged by, as the engine hands it to a backend."""
-
-    name: RuleName = "mentored"
-    tv_budget: float = 0.0
-    params: RuleParams = field(default_factory=RuleParams)
-
-    def describe(self) -> str:
-        """The rule and its knobs, in a few words (D, epsilon, lambda, alpha as the papers write them)."""
-        text = f"{self.name} {KNOB_SYMBOLS[self.name]} {self.knob:g}"
-        return text + f" δ {self.params.delta:.3g}" if self.name == "typical" else text
-
-    @property
-    def knob(self) -> float:
-        """The value of the rule's one swept knob (KNOBS)."""
-        return self.tv_budget if self.name == "mentored" else getattr(self.params, KNOBS[self.name])
-
-    @property
-    def lossless_when_greedy(self) -> bool:
-        """At temperature 0 both distributions are one-hot, so p_target(x) is 0 for any token but
-        the argmax: typical acceptance and lenience then keep only argmax matches. Mentored
-        decoding with D > 0 keeps a mismatch with probability D; a cascade with alpha >= 0 trusts
-        the (equally sure) drafter."""
-        if self.name == "cascade":
-            return self.params.cascade_alpha < 0
-        return self.name != "mentored" or self.tv_budget == 0
-
-    @property
-    def lossless(self) -> bool:
-        """Exactly the lossless rule whatever the distributions (typical acceptance never is for
-        sure: its threshold depends on the target's entropy)."""
-        if self.name == "mentored":
-            return self.tv_budget == 0
-        if self.name == "lenience":
-            return self.params.lenience == 1
-        return self.name == "cascade" and self.params.cascade_alpha == -1
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SpecSettings:
     """Everything a user may change while a generation runs."""
 
     k: int = 4
     policy: PolicyName = "fixed"
     route: str = AUTO_ROUTE
-    tv_budget: float = 0.0
-    """Mentored decoding: how far (in total variation, per token) the output may move toward the drafter."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
     policy_params: PolicyParams = field(default_factory=PolicyParams)
-    rule: RuleName = "mentored"
-    """The acceptance rule; its knob is tv_budget (mentored) or in rule_params (the others)."""
+    rule: str = MENTORED.name
+    """The acceptance rule (rules.RULES); every rule's settings are in rule_params."""
     rule_params: RuleParams = field(default_factory=RuleParams)
     counterfactual: bool = False
     """Each round, also judge every other drafter's proposal from the same context (never committed)."""
@@ -180,13 +99,12 @@ class SpecSettings:
     def __post_init__(self) -> None:
         _check(1 <= self.k <= K_LIMIT, "k", f"must be between 1 and {K_LIMIT} (got {self.k})")
         _check(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)} (got {self.policy!r})")
-        _check(0 <= self.tv_budget <= 1, "tv_budget", f"must be in [0, 1] (got {self.tv_budget})")
         _check(bool(self.route), "route", "must name a drafter or be 'auto'")
         _check(self.rule in RULES, "rule", f"must be one of {', '.join(RULES)} (got {self.rule!r})")
 
     @property
     def acceptance_rule(self) -> AcceptanceRule:
-        return AcceptanceRule(self.rule, self.tv_budget, self.rule_params)
+        return make_rule(self.rule, self.rule_params)
 
     def changed(self, **changes: object) -> SpecSettings:
         """A copy with `changes`; the fields of sampling, policy_params and rule_params

@@ -83,13 +83,21 @@ def predict(metrics: Mapping[str, Any], target_step_ms: float | None) -> Predict
     mean_k = drafted / rounds if rounds else None
     c = (metrics.get("draft_ms") or 0.0) / drafted / target_step_ms if drafted and target_step_ms else None
     if a is None or mean_k is None or c is None or target_step_ms is None:
-        return Prediction(a, mean_k, c, None)
+        return Prediction(alpha=a, mean_k=mean_k, cost_ratio=c, speedup=None)
     speedup = predicted_speedup(a, mean_k, c)
     verify = (metrics.get("verify_ms") or 0.0) / rounds / target_step_ms
     host = (metrics.get("overhead_ms") or 0.0) / rounds / target_step_ms
     # predicted_speedup's round cost is k c + 1; scale it to k c + verify + host
     costed = speedup * (mean_k * c + 1) / (mean_k * c + verify + host)
-    return Prediction(a, mean_k, c, speedup, verify, host, costed)
+    return Prediction(
+        alpha=a,
+        mean_k=mean_k,
+        cost_ratio=c,
+        speedup=speedup,
+        verify_steps=verify,
+        host_steps=host,
+        costed_speedup=costed,
+    )
 
 
 @dataclass(frozen=True, slots=True)

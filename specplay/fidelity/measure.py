@@ -22,20 +22,16 @@ from rapidfuzz.distance import Levenshtein
 
 from specplay.engine.controls import LiveControls
 from specplay.engine.request import Request
-from specplay.engine.settings import KNOB_SYMBOLS, KNOBS, AcceptanceRule, Mode, RuleName, RuleParams, SpecSettings
+from specplay.engine.rules import RULES, AcceptanceRule, Mentored, RuleParams, make_rule
+from specplay.engine.settings import Mode, SpecSettings
 from specplay.engine.source import EventSource
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length
 from specplay.errors import ConfigError, SpecplayError
 from specplay.store.files import free_path, write_output
 from specplay.store.format import LaneRecord
 
-DEFAULT_BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
-DEFAULT_KNOBS: dict[RuleName, tuple[float, ...]] = {
-    "mentored": DEFAULT_BUDGETS,
-    "typical": (0.3, 0.1, 0.03, 0.01, 0.003),
-    "lenience": (1.5, 2.0, 4.0, 8.0, 16.0),
-    "cascade": (-0.2, 0.0, 0.1, 0.2, 0.4),
-}
+DEFAULT_BUDGETS = Mentored.knob.sweep
+DEFAULT_KNOBS: dict[str, tuple[float, ...]] = {name: rule.knob.sweep for name, rule in RULES.items()}
 """Each rule's knob values a sweep tries when none are given: from nearly lossless to loose."""
 TARGET_ROW, DRAFT_ROW = "target-only", "draft-only"
 
@@ -66,12 +62,6 @@ class RowSpec:
     label: str
     mode: Mode
     rule: AcceptanceRule | None = None
-
-
-def row_label(rule: AcceptanceRule) -> str:
-    """D=0.5 for mentored decoding (as reports always named it), else the rule and its knob."""
-    label = f"{KNOB_SYMBOLS[rule.name]}={rule.knob:g}"
-    return label if rule.name == "mentored" else f"{rule.name} {label}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +96,10 @@ class FidelityRow:
     similarity_to_target: float | None
     tv_spent_per_token: float | None
     samples: list[ScoredSample] = field(default_factory=list)
-    rule: RuleName | None = None
+    rule: str | None = None
     """The acceptance rule of a speculative row."""
     knob: float | None = None
-    """Its knob's value (KNOBS names it: D, epsilon, lambda, alpha)."""
+    """Its knob's value (D, epsilon, lambda, alpha: the rule's `knob`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +120,11 @@ class FidelityReport:
     def speculative_rows(self) -> list[FidelityRow]:
         return [r for r in self.rows if r.mode == "speculative"]
 
-    def rows_of(self, rule: RuleName) -> list[FidelityRow]:
+    def rows_of(self, rule: str) -> list[FidelityRow]:
         return [r for r in self.speculative_rows if r.rule == rule]
 
     @property
-    def rules(self) -> list[RuleName]:
+    def rules(self) -> list[str]:
         return list(dict.fromkeys(r.rule for r in self.speculative_rows if r.rule is not None))
 
     def matched(self) -> list[FidelityRow]:
@@ -221,18 +211,15 @@ def check_budgets(budgets: Sequence[float]) -> list[float]:
     return sorted(set(budgets))
 
 
-def sweep_rules(knobs: Mapping[RuleName, Sequence[float]], params: RuleParams | None = None) -> list[AcceptanceRule]:
-    """One rule per knob value, in the order given, the other knobs from `params`; a value out of
-    its rule's range raises the ConfigError that names it."""
+def sweep_rules(knobs: Mapping[str, Sequence[float]], params: RuleParams | None = None) -> list[AcceptanceRule]:
+    """One rule per knob value, in the order given, the other settings from `params`; a value out
+    of its rule's range raises the ConfigError that names it."""
     params = params or RuleParams()
-    rules = []
-    for name, values in knobs.items():
-        for value in values:
-            if name == "mentored":
-                rules.append(AcceptanceRule(name, check_budgets([value])[0], params))
-            else:
-                rules.append(AcceptanceRule(name, 0.0, replace(params, **{KNOBS[name]: value})))
-    return rules
+    return [
+        make_rule(name, replace(params, **{RULES[name].knob.setting.field: value}))
+        for name, values in knobs.items()
+        for value in values
+    ]
 
 
 def row_specs(rules: Sequence[AcceptanceRule], draft_row: bool = True) -> list[RowSpec]:
@@ -240,7 +227,7 @@ def row_specs(rules: Sequence[AcceptanceRule], draft_row: bool = True) -> list[R
     return [
         RowSpec(TARGET_ROW, "target"),
         *([RowSpec(DRAFT_ROW, "draft")] if draft_row else []),
-        *(RowSpec(row_label(rule), "speculative", rule) for rule in dict.fromkeys(rules)),
+        *(RowSpec(rule.row_label(), "speculative", rule) for rule in dict.fromkeys(rules)),
     ]
 
 
@@ -258,7 +245,7 @@ def measure_fidelity(
     Rows are interleaved seed by seed, so a slow drift of the machine's speed spreads over all
     rows instead of biasing whichever row ran last. `on_sample(done, total)` reports progress.
     """
-    specs = row_specs(rules if rules is not None else sweep_rules({"mentored": DEFAULT_BUDGETS}), draft_row)
+    specs = row_specs(rules if rules is not None else sweep_rules({Mentored.name: DEFAULT_BUDGETS}), draft_row)
     samples: dict[str, list[Sample]] = {spec.label: [] for spec in specs}
     total = len(specs) * len(seeds)
     for i, seed in enumerate(seeds):
@@ -282,7 +269,14 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
     per_token = [statistics.fmean(score(ids)) if ids else None for ids in outputs]
     similar = similarities(outputs, reference, leave_one_out=spec.mode == "target")
     scored = [
-        ScoredSample(s.seed, ids, s.finish_reason, s.metrics.get("tokens_per_s"), ll, sim)
+        ScoredSample(
+            seed=s.seed,
+            token_ids=ids,
+            finish_reason=s.finish_reason,
+            tokens_per_s=s.metrics.get("tokens_per_s"),
+            log_likelihood_per_token=ll,
+            similarity_to_target=sim,
+        )
         for s, ids, ll, sim in zip(samples, outputs, per_token, similar, strict=True)
     ]
     log_likelihood, se = mean_and_se(per_token)
@@ -293,7 +287,7 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
     return FidelityRow(
         label=spec.label,
         mode=spec.mode,
-        tv_budget=rule.tv_budget if rule is not None and rule.name == "mentored" else None,
+        tv_budget=rule.tv_budget if isinstance(rule, Mentored) else None,
         num_samples=len(samples),
         draft_acceptance_rate=draft_acceptance_rate(accepted, _total(samples, "num_draft_tokens"))
         if speculative
@@ -311,7 +305,7 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
         tv_spent_per_token=_ratio(_total(samples, "tv_spent"), num_tokens) if speculative else None,
         samples=scored,
         rule=rule.name if rule is not None else None,
-        knob=rule.knob if rule is not None else None,
+        knob=rule.value if rule is not None else None,
     )
 
 
@@ -325,14 +319,21 @@ def engine_generator(
         request = Request(prompt, tuple(prompt_token_ids), mode, seed, max_tokens, ignore_eos=False)
         ruled = settings
         if rule is not None:
-            ruled = replace(settings, rule=rule.name, tv_budget=rule.tv_budget, rule_params=rule.params)
+            ruled = replace(settings, rule=rule.name, rule_params=rule.into_params(settings.rule_params))
         controls = LiveControls(ruled, source.drafters)
         lane = LaneRecord(mode)
         for event in source.generate(request, controls):
             lane.add(event)
         assert lane.done is not None and lane.start is not None
         done = lane.done
-        return Sample(seed, done.token_ids, done.finish_reason, done.metrics, lane.start.route, lane)
+        return Sample(
+            seed=seed,
+            token_ids=done.token_ids,
+            finish_reason=done.finish_reason,
+            metrics=done.metrics,
+            route=lane.start.route,
+            lane=lane,
+        )
 
     return generate
 

@@ -200,4 +200,13 @@ def review_sweep(
         reference = next((c for c in columns if c.lane is reference_lane), None)
         groups.append(Group(f"seed {seed}", columns, reference))
         column_settings |= {c.key: [] for c in columns}
-    return Review(title, prompt, notes, run_models, run_settings, column_settings, groups, tables)
+    return Review(
+        title=title,
+        prompt=prompt,
+        notes=notes,
+        models=run_models,
+        settings=run_settings,
+        column_settings=column_settings,
+        groups=groups,
+        tables=tables,
+    )

@@ -141,7 +141,18 @@ def build_columns(
     for key, title, kind, lane, texts, speed in specs:
         against = None if reference is None or lane is reference else divergence(lane.token_ids, reference.token_ids)
         starts = aligned_starts(ref_starts, against) if reference is not None else [0]
-        columns.append(Column(key, title, kind, lane, texts, against, provenance(lane), starts, speed))
+        column = Column(
+            key=key,
+            title=title,
+            kind=kind,
+            lane=lane,
+            texts=texts,
+            divergence=against,
+            provenance=provenance(lane),
+            starts=starts,
+            wall_time_is_speed=speed,
+        )
+        columns.append(column)
     return columns
 
 

@@ -20,9 +20,9 @@ _MD_SPECIAL = set("\\`*_{}[]()#+-.!|<>~&=$")
 _MD_INLINE_SPECIAL = set("\\`*_[]<>!|~&$#")
 # Raw HTML tags rather than ** and _: emphasis delimiters stop working next to whitespace and
 # punctuation, which model output is full of. GitHub keeps <b>, <i>, <ins> and <mark>.
-_MD_TAGS = {"corrected": "b", "bonus": "i", "budget": "ins"}
+_MD_TAGS = {"corrected": "b", "bonus": "i", "relaxed": "ins"}
 _MD_LEGEND = (
-    "accepted plain · <b>corrected</b> bold · <i>bonus</i> italic · <ins>budget</ins> underlined · "
+    "accepted plain · <b>corrected</b> bold · <i>bonus</i> italic · <ins>relaxed</ins> underlined · "
     "<mark>marked</mark>: differs from the target-only text (<mark>⁁</mark>: the target-only text has more there)"
 )
 

@@ -18,7 +18,7 @@ from specplay.store.format import LaneRecord, Session
 
 LEGEND = (
     ("accepted", "a draft token the verifier kept"),
-    ("budget", "kept only because of a relaxed rule (the TV budget or another)"),
+    ("relaxed", "kept only because of a relaxed rule (the TV budget or another)"),
     ("corrected", "drawn from the residual after a rejection"),
     ("bonus", "the target's own token after a fully accepted round"),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specplay.engine.rules import KNOB_FIELDS
 from specplay.fidelity.cells import row_cells
 from specplay.fidelity.measure import DRAFT_ROW, TARGET_ROW, FidelityReport
 from specplay.review.build import Review, Table, review_sweep
@@ -34,7 +35,7 @@ def sweep_review(
     settings += [
         (str(name), fmt_setting(value))
         for name, value in flatten_settings(about.get("settings") or {})
-        if name not in ("tv_budget", "rule")  # each row has its own
+        if name != "rule" and not (name in KNOB_FIELDS and value is None)  # each row has its own
     ]
     table = Table(
         f"Over {len(report.seeds)} seeds",
@@ -55,13 +56,13 @@ def sweep_review(
             f"rule reaches: {points}. The table has every row."
         )
     return review_sweep(
-        f"specplay fidelity sweep, drafter {report.route}",
-        str(about.get("prompt", "")),
-        notes,
-        models_of(about.get("backend") or {}),
-        settings,
-        lanes,
-        [table],
-        speed_measured,
-        texts,
+        title=f"specplay fidelity sweep, drafter {report.route}",
+        prompt=str(about.get("prompt", "")),
+        notes=notes,
+        run_models=models_of(about.get("backend") or {}),
+        run_settings=settings,
+        lanes_by_seed=lanes,
+        tables=[table],
+        wall_time_is_speed=speed_measured,
+        texts=texts,
     )

@@ -112,12 +112,12 @@ class ModelHost:
                 clock = LaneClock(self._clock)
                 # pipeline=False: lanes on one device may not compute on another's time.
                 request = Request(
-                    spec.prompt,
-                    token_ids,
-                    lane,  # type: ignore[arg-type]
-                    spec.seed,
-                    spec.max_tokens,
-                    spec.ignore_eos,
+                    prompt=spec.prompt,
+                    prompt_token_ids=token_ids,
+                    mode=lane,  # type: ignore[arg-type]
+                    seed=spec.seed,
+                    max_tokens=spec.max_tokens,
+                    ignore_eos=spec.ignore_eos,
                     pipeline=False,
                     inspect=lane == "speculative",
                 )

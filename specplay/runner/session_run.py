@@ -47,6 +47,7 @@ class SampleRun:
 def open_writer(
     config: RunConfig,
     request: RequestSpec,
+    *,
     prompt_token_ids: Sequence[int],
     lanes: list[str],
     identity: dict[str, Any],
@@ -61,7 +62,14 @@ def open_writer(
     assert request.prompt is not None
     record = request_record(request, route_map, **about)
     return SessionWriter(
-        config.sessions_dir, request.prompt, list(prompt_token_ids), lanes, identity, record, capabilities, token_text
+        config.sessions_dir,
+        prompt=request.prompt,
+        prompt_token_ids=list(prompt_token_ids),
+        lanes=lanes,
+        backend=identity,
+        request=record,
+        capabilities=capabilities,
+        token_text=token_text,
     )
 
 
@@ -93,14 +101,31 @@ def run_sample(
         spec = replace(config.request, prompt=request.prompt, seed=request.seed, mode=request.mode)
         ids = request.prompt_token_ids
         writer = open_writer(
-            config, spec, ids, lanes, identity or {}, source.capabilities, source.route_map, local_token_text(source)
+            config,
+            spec,
+            prompt_token_ids=ids,
+            lanes=lanes,
+            identity=identity or {},
+            capabilities=source.capabilities,
+            route_map=source.route_map,
+            token_text=local_token_text(source),
         )
     try:
         controls = LiveControls(config.settings, source.drafters)
-        run = SampleRun(stream_lane(source, request, controls, on_event, writer, on_interrupt), None, None)
+        main = stream_lane(
+            source, request, controls=controls, on_event=on_event, writer=writer, on_interrupt=on_interrupt
+        )
+        run = SampleRun(main, None, None)
         if lanes[1:] and not run.cancelled:
             target_only, baseline_controls = replace(request, mode="target"), LiveControls(config.settings)
-            run.baseline = stream_lane(source, target_only, baseline_controls, on_event, writer, on_interrupt)
+            run.baseline = stream_lane(
+                source,
+                target_only,
+                controls=baseline_controls,
+                on_event=on_event,
+                writer=writer,
+                on_interrupt=on_interrupt,
+            )
         run.session = writer.finalize() if writer is not None else None
         return run
     finally:
@@ -111,6 +136,7 @@ def run_sample(
 def stream_lane(
     source: EventSource,
     request: Request,
+    *,
     controls: LiveControls,
     on_event: OnEvent,
     writer: SessionWriter | None,

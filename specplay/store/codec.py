@@ -129,13 +129,50 @@ class MetricsRecord:
     server: ServerAccount | None = None
 
 
+_RENAMED_SOURCES = {"budget": "relaxed"}
+"""Token sources and outcomes older sessions spelt otherwise."""
+
+
+def _renamed(value: Any) -> Any:
+    return _RENAMED_SOURCES.get(value, value) if isinstance(value, str) else value
+
+
+def upgrade(kind: str, data: Any) -> Any:
+    """An event record of an older session in today's shape: tokens kept by a relaxed rule were
+    "budget", and mentored decoding's TV budget sat beside the rule rather than among its knobs."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    if kind == "start" and isinstance(settings := data.get("settings"), dict) and "tv_budget" in settings:
+        settings = dict(settings)
+        params = settings.get("rule_params")
+        params = dict(params) if isinstance(params, dict) else {}
+        params.setdefault("tv_budget", settings.pop("tv_budget"))
+        data["settings"] = settings | {"rule_params": params}
+    if kind == "round":
+        for name, key in (("tokens", "source"), ("positions", "outcome")):
+            if isinstance(items := data.get(name), list):
+                data[name] = [
+                    {**item, key: _renamed(item.get(key))} if isinstance(item, dict) else item for item in items
+                ]
+    if kind == "step" and isinstance(token := data.get("token"), dict):
+        data["token"] = {**token, "source": _renamed(token.get("source"))}
+    if kind == "recolour" and isinstance(sources := data.get("sources"), list):
+        data["sources"] = [_renamed(source) for source in sources]
+    if kind == "done" and isinstance(metrics := data.get("metrics"), dict):
+        by_source = metrics.get("num_tokens_by_source")
+        if isinstance(by_source, dict):
+            data["metrics"] = metrics | {"num_tokens_by_source": {_renamed(k): v for k, v in by_source.items()}}
+    return data
+
+
 def decode_event(kind: str, data: Any, where: str = "event") -> Event | None:
     """One event record's data as the engine emitted it (None for a kind this specplay does not
     know); a SchemaError names the field when the data does not have the event's shape."""
     cls = _CLASSES.get(kind)
     if cls is None:
         return None
-    event = build(cls, data, f"{where} ({kind})")
+    event = build(cls, upgrade(kind, data), f"{where} ({kind})")
     if isinstance(event, DoneEvent):
         build(MetricsRecord, event.metrics, f"{where} (done).metrics")
     return event
@@ -212,6 +249,7 @@ class Header:
 
 def header_record(
     prompt: str,
+    *,
     prompt_token_ids: list[int],
     lanes: list[str],
     backend: dict[str, Any],

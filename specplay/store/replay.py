@@ -29,7 +29,15 @@ def session_config(session: Session, models: Models | None = None) -> RunConfig:
     kind, target, drafters, options = models
     request = request_from_record(session.header.get("request") or {}, session.prompt)
     route_map = dict((session.header.get("request") or {}).get("route_map") or {})
-    return RunConfig(target, drafters, kind, options, request, session.main.settings, route_map)
+    return RunConfig(
+        target=target,
+        drafters=drafters,
+        backend=kind,
+        vllm=options,
+        request=request,
+        settings=session.main.settings,
+        route_map=route_map,
+    )
 
 
 def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...], VllmOptions]:

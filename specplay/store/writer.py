@@ -49,6 +49,7 @@ class SessionWriter:
     def __init__(
         self,
         directory: Path,
+        *,
         prompt: str,
         prompt_token_ids: list[int],
         lanes: list[str],
@@ -75,7 +76,15 @@ class SessionWriter:
         self._known_texts: set[int] = set()
         self._lines: list[str] = []
         created = now.isoformat(timespec="seconds")
-        header = header_record(prompt, prompt_token_ids, lanes, backend, request, capabilities, created)
+        header = header_record(
+            prompt=prompt,
+            prompt_token_ids=prompt_token_ids,
+            lanes=lanes,
+            backend=backend,
+            request=request,
+            capabilities=capabilities,
+            created=created,
+        )
         try:
             self._write(header)
         except SessionError:  # not even a header: leave no empty session behind

@@ -164,12 +164,12 @@ def build_prose(out: Path) -> None:
     distill(
         target,
         draft,
-        config,
-        out / "tokenizer",
-        prose_prompts(out),
-        eos,
-        out / "prose",
-        PROSE_DISTILL,
+        draft_config=config,
+        tokenizer_dir=out / "tokenizer",
+        prompts=prose_prompts(out),
+        eos_token_id=eos,
+        out=out / "prose",
+        config=PROSE_DISTILL,
         on_progress=print_progress("prose"),
         on_status=lambda line: print(f"prose: {line}", flush=True),
     )

@@ -143,7 +143,15 @@ def distill(
 ) -> DistillResult:
     work = out / "work"
     seed = config.train.seed
-    sequences = load_or_make_rollouts(work, target, prompts, config.rollouts, seed, eos_token_id, on_status)
+    sequences = load_or_make_rollouts(
+        work,
+        target,
+        prompts=prompts,
+        config=config.rollouts,
+        seed=seed,
+        eos_token_id=eos_token_id,
+        on_status=on_status,
+    )
     windows, held_windows = rollout_windows(sequences, eos_token_id, config.train)
     seq_len = config.train.seq_len
 

@@ -147,18 +147,26 @@ def distill_exit_head(
     `out/work`, so the same call again resumes."""
     work = out / "work"
     seed = config.train.seed
-    sequences = load_or_make_rollouts(work, target, prompts, config.rollouts, seed, eos_token_id, on_status)
+    sequences = load_or_make_rollouts(
+        work,
+        target,
+        prompts=prompts,
+        config=config.rollouts,
+        seed=seed,
+        eos_token_id=eos_token_id,
+        on_status=on_status,
+    )
     windows, held_out = rollout_windows(sequences, eos_token_id, config.train)
     record = {"prompts": len(prompts), **dict(provenance or {})}
     return train_exit_head(
         target,
         windows,
-        held_out,
-        out,
-        config,
-        target_identity,
-        on_progress,
-        on_status,
+        held_out=held_out,
+        out=out,
+        config=config,
+        target_identity=target_identity,
+        on_progress=on_progress,
+        on_status=on_status,
         checkpoint_dir=work / CHECKPOINT,
         provenance=record,
     )

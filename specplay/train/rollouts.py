@@ -75,7 +75,14 @@ def rollouts(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         key, sub = mx.random.split(key)
-        continuations = continue_batch(model, [prompts[i] for i in chunk], max_tokens, temperature, eos_token_id, sub)
+        continuations = continue_batch(
+            model,
+            [prompts[i] for i in chunk],
+            max_tokens=max_tokens,
+            temperature=temperature,
+            eos_token_id=eos_token_id,
+            key=sub,
+        )
         for i, continuation in zip(chunk, continuations, strict=True):
             results[i] = [*prompts[i], *continuation]
         on_batch(min(start + batch_size, len(order)), len(order))

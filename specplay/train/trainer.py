@@ -129,7 +129,7 @@ def train(
             loss = step_fn(*batch(step))
             mx.eval(loss, model.state, optimizer.state)
             losses.append(loss.item())
-            _report(on_progress, config, step + 1, first_step, losses, started)
+            _report(on_progress, config, done=step + 1, first_step=first_step, losses=losses, started=started)
             if checkpoint_dir is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps):
                 save_checkpoint(checkpoint_dir, model, optimizer, step + 1, meta)
         except KeyboardInterrupt:

@@ -257,12 +257,12 @@ class Playground:
             return open_writer(
                 self.config,
                 request,
-                start.prompt_token_ids,
-                list(self.lanes),
-                self.identity,
-                self.capabilities,
-                self.route_map,
-                self.host.decode if self.capabilities.local_token_text else None,
+                prompt_token_ids=start.prompt_token_ids,
+                lanes=list(self.lanes),
+                identity=self.identity,
+                capabilities=self.capabilities,
+                route_map=self.route_map,
+                token_text=self.host.decode if self.capabilities.local_token_text else None,
                 source="tui",
                 lanes_run_side_by_side=True,
             )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, Source, StartEvent, StepEvent
+from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent, TokenSource
 from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SpecSettings
 from specplay.engine.speedup import (
@@ -173,7 +173,7 @@ def compare(speculative: LaneTally, target: LaneTally | None) -> Comparison:
     return Comparison(speedup, predict(metrics, target.mean_step_ms), round_account(metrics, target.mean_step_ms))
 
 
-def _sources(event: Event) -> list[Source]:
+def _sources(event: Event) -> list[TokenSource]:
     """Where each token an event commits came from."""
     if isinstance(event, RoundEvent):
         return [token.source for token in event.tokens]

@@ -12,7 +12,7 @@ from textual.theme import Theme
 from specplay.display.themes import builtin_theme_files, read_theme
 
 DEFAULT_THEME = "specplay-dark"
-TOKEN_VARIABLES = ("spec-accepted", "spec-budget", "spec-corrected", "spec-bonus", "spec-marker")
+TOKEN_VARIABLES = ("spec-accepted", "spec-relaxed", "spec-corrected", "spec-bonus", "spec-marker")
 """Theme variables every specplay theme defines, one per speculative token source."""
 
 _COLOUR_FIELDS = ("primary", "secondary", "accent", "warning", "error", "success")

@@ -10,7 +10,7 @@ from textual.content import Content
 from specplay.display.text import visible
 from specplay.engine.events import Token
 
-SPEC_SOURCES = ("accepted", "budget", "corrected", "bonus")
+SPEC_SOURCES = ("accepted", "relaxed", "corrected", "bonus")
 MARKER_STYLE = "reverse $spec-marker"
 
 

@@ -184,11 +184,11 @@ def load_mlx_backend(target: str, drafters: Sequence[tuple[str, DrafterSpec | st
     loaded_target = load_model(TARGET, target)
     blas.fit_threads(parameter_count(loaded_target.model))
     return MlxBackend(
-        loaded_target, {name: load_drafter(name, as_spec(spec), loaded_target) for name, spec in drafters}
+        loaded_target, {name: load_drafter(name, as_spec(spec), target=loaded_target) for name, spec in drafters}
     )
 
 
-def load_drafter(name: str, spec: DrafterSpec, target: LoadedModel) -> LoadedDrafter:
+def load_drafter(name: str, spec: DrafterSpec, *, target: LoadedModel) -> LoadedDrafter:
     """What one drafter needs at run time: a model loaded, an early exit built over `target`'s own
     modules (its layer count checked, a head loaded and checked), or, for prompt lookup, nothing."""
     if isinstance(spec, ModelDrafter):

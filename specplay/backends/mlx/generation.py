@@ -20,8 +20,10 @@ from specplay.backends.mlx.kernels import draw_kernel
 from specplay.backends.prompt_lookup import NgramIndex
 from specplay.engine.accept import inverse_cdf_sample
 from specplay.engine.backend import VerifiedDraft
+from specplay.engine.draws import RoundDraws
+from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import one_hot, sampling_probs, softmax
-from specplay.engine.settings import AcceptanceRule, SamplingParams
+from specplay.engine.settings import SamplingParams
 from specplay.errors import ConfigError, ModelError
 
 PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
@@ -104,7 +106,15 @@ def _verify_argmax(drafted: mx.array, logits: mx.array, top_n: int = 0) -> Verif
     ids = mx.concatenate([drafted.astype(mx.int32), mx.argmax(logits, axis=-1).astype(mx.int32)]).tolist()
     tokens, argmax = ids[:k], ids[k:]
     hits = [float(x == a) for x, a in zip(tokens, argmax, strict=False)]
-    verified = VerifiedDraft(tokens, hits, [1.0] * k, [1.0 - h for h in hits], argmax[:k], argmax[:k], argmax[k])
+    verified = VerifiedDraft(
+        drafted=tokens,
+        p_target=hits,
+        p_draft=[1.0] * k,
+        tv_distance=[1.0 - h for h in hits],
+        target_argmax=argmax[:k],
+        corrections=argmax[:k],
+        bonus=argmax[k],
+    )
     if not top_n:
         return verified
     return replace(verified, top_target=[[(a, 1.0)] for a in argmax], top_draft=[[(x, 1.0)] for x in tokens])
@@ -113,41 +123,53 @@ def _verify_argmax(drafted: mx.array, logits: mx.array, top_n: int = 0) -> Verif
 def _verify_distributions(
     draft: MlxDraft,
     logits: mx.array,
+    *,
     sampling: SamplingParams,
     rule: AcceptanceRule,
-    residual_uniforms: Sequence[float],
-    bonus_uniform: float,
+    draws: RoundDraws,
     top_n: int,
     compiled: bool = False,
 ) -> VerifiedDraft:
     """Verification from both models' full distributions at the k drafted positions (and the
     target's at the bonus position): what sampling, a relaxed rule or a drill-down reads."""
     k = draft.tokens.shape[0]
-    u = _uniforms([*residual_uniforms, bonus_uniform])
+    u = _uniforms([*draws.residual, draws.bonus])
     n = min(top_n, logits.shape[-1])
     if k == 0:  # nothing drafted: the round is one target step (MLX cannot reduce empty rows)
         p_target = sampling_probs(logits, sampling, mx)
         bonus = inverse_cdf_sample(p_target, u, mx)
         tops = kernels.top_n(p_target, n) if n else ()
         mx.eval(bonus, *tops)
-        verified = VerifiedDraft([], [], [], [], [], [], bonus.tolist()[0])
+        verified = VerifiedDraft(
+            drafted=[],
+            p_target=[],
+            p_draft=[],
+            tv_distance=[],
+            target_argmax=[],
+            corrections=[],
+            bonus=bonus.tolist()[0],
+        )
         return replace(verified, top_target=_ranked(*(t.tolist() for t in tops)), top_draft=[]) if tops else verified
     kernel = kernels.verify_kernel(sampling, rule, n, compiled)
     out = kernel(logits, draft.tokens, draft.p_draft, u)
     mx.eval(out)  # the round's one transfer to the host
+    stats = {name: value.tolist() for name, value in out.pop("rule_stats", {}).items()}
     host = {name: value.tolist() for name, value in out.items()}
+    tops = {}
     if n:
-        host["top_target"] = _ranked(host.pop("top_target_ids"), host.pop("top_target_p"))
-        host["top_draft"] = _ranked(host.pop("top_draft_ids"), host.pop("top_draft_p"))
+        tops["top_target"] = _ranked(host.pop("top_target_ids"), host.pop("top_target_p"))
+        tops["top_draft"] = _ranked(host.pop("top_draft_ids"), host.pop("top_draft_p"))
     return VerifiedDraft(
-        host.pop("drafted"),
-        host.pop("p_target_x"),
-        host.pop("p_draft_x"),
-        host.pop("tv"),
-        host.pop("argmax"),
-        host.pop("corrections"),
-        host.pop("bonus")[0],
-        **host,  # the rule's statistics and the top lists
+        drafted=host["drafted"],
+        p_target=host["p_target_x"],
+        p_draft=host["p_draft_x"],
+        tv_distance=host["tv"],
+        target_argmax=host["argmax"],
+        corrections=host["corrections"],
+        bonus=host["bonus"][0],
+        rule_stats=stats,
+        tv_spent=host.get("tv_spent"),
+        **tops,
     )
 
 
@@ -244,13 +266,7 @@ class MlxGeneration:
         return MlxDraft(mx.array(proposal, dtype=mx.int32), None, self.target.vocab_size)
 
     def verify(
-        self,
-        draft: MlxDraft,
-        sampling: SamplingParams,
-        rule: AcceptanceRule,
-        residual_uniforms: Sequence[float],
-        bonus_uniform: float,
-        top_n: int = 0,
+        self, draft: MlxDraft, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0
     ) -> VerifiedDraft:
         k = draft.tokens.shape[0]
         inputs = mx.concatenate([self._pending(self.target), draft.tokens.astype(mx.int32)])
@@ -258,25 +274,25 @@ class MlxGeneration:
         if sampling.greedy and rule.lossless:
             return _verify_argmax(draft.tokens, logits, top_n)
         return _verify_distributions(
-            draft, logits, sampling, rule, residual_uniforms, bonus_uniform, top_n, self.compiled
+            draft, logits, sampling=sampling, rule=rule, draws=draws, top_n=top_n, compiled=self.compiled
         )
 
     def counterfactual(
         self,
         drafter: str,
+        *,
         k: int,
         sampling: SamplingParams,
         rule: AcceptanceRule,
-        uniforms: Sequence[float],
+        draws: RoundDraws,
         keep_drafting: Callable[[Sequence[float]], bool] | None,
     ) -> VerifiedDraft:
         """Another drafter's proposal verified in a target pass of its own (MLX models take one
         sequence per cache, so it cannot share the routed proposal's pass); then the target's and
         that drafter's caches go back to the committed tokens."""
         committed = len(self.tokens) - 1
-        draft = self.draft(drafter, k, sampling, uniforms[:k], keep_drafting)
-        drafted = draft.tokens.shape[0]
-        verified = self.verify(draft, sampling, rule, uniforms[2 * k : 2 * k + drafted], float(uniforms[3 * k]))
+        draft = self.draft(drafter, k, sampling, draws.draft, keep_drafting)
+        verified = self.verify(draft, sampling, rule, draws)
         self.target.trim_to(committed)
         if drafter in self.drafters:
             self.drafters[drafter].trim_to(committed)

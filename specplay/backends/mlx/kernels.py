@@ -16,9 +16,10 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from specplay.engine.accept import entropy, inverse_cdf_sample, residual_distribution, rule_tv_spent, tv_distance
+from specplay.engine.accept import inverse_cdf_sample, residual_distribution, tv_distance
+from specplay.engine.rules import MENTORED, AcceptanceRule, rule_tv_spent
 from specplay.engine.sampling import sampling_probs
-from specplay.engine.settings import AcceptanceRule, SamplingParams
+from specplay.engine.settings import SamplingParams
 
 Arrays = dict[str, mx.array]
 DrawKernel = Callable[[mx.array, mx.array], tuple[mx.array, mx.array]]
@@ -48,18 +49,15 @@ def draw_kernel(sampling: SamplingParams, compiled: bool) -> DrawKernel:
     return _maybe_compiled(draw, compiled)  # type: ignore[return-value]
 
 
+def _reads_rows(rule: AcceptanceRule) -> bool:
+    """Whether the device computes anything of `rule`: a lossless rule spends nothing, and a rule
+    judged from d alone (mentored decoding) has its TV computed by the engine from d."""
+    return rule.full_distributions and not rule.lossless
+
+
 def rule_stats(rule: AcceptanceRule, p_target: mx.array, p_draft: mx.array) -> Arrays:
-    """What `rule` reads beyond p_target(x) and p_draft(x), and the TV it spends at each position.
-    None of it where the engine needs none: a lossless rule spends nothing, and mentored decoding's
-    theta * d the engine computes from d."""
-    if rule.lossless or rule.name == "mentored":
-        return {}
-    stats = {"tv_spent": rule_tv_spent(rule, p_target, p_draft, mx)}
-    if rule.name == "typical":
-        stats["entropy"] = entropy(p_target, mx)
-    elif rule.name == "cascade":
-        stats |= {"max_p_target": p_target.max(axis=-1), "max_p_draft": p_draft.max(axis=-1)}
-    return stats
+    """What `rule` reads beyond p_target(x) and p_draft(x) at each position, by name."""
+    return {name: value[..., 0] for name, value in rule.statistics(p_target, p_draft, mx).items()}
 
 
 def top_n(probs: mx.array, n: int) -> tuple[mx.array, mx.array]:
@@ -69,14 +67,15 @@ def top_n(probs: mx.array, n: int) -> tuple[mx.array, mx.array]:
 
 
 def verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compiled: bool) -> VerifyKernel:
-    """(target logits [k + 1, vocab], drafted [k], p_draft [k, vocab], uniforms [k + 1]) -> the
-    arrays a round reads: p_target(x) and p_draft(x), TV, the target's argmax, a residual draw at
-    each drafted position and the bonus draw after them; the rule's statistics, and with `n` > 0
-    each distribution's n most likely tokens. k > 0."""
-    # Mentored decoding and the lossless rules read nothing of the rule on the device (the
-    # engine computes theta on the host), so one kernel serves every TV budget.
-    reads_rule = not (rule.lossless or rule.name == "mentored")
-    return _verify_kernel(sampling, rule if reads_rule else AcceptanceRule(), n, compiled)
+    """(target logits [k + 1, vocab], drafted [k], p_draft [k, vocab], uniforms) -> the arrays a
+    round reads: p_target(x) and p_draft(x), TV, the target's argmax, a residual draw at each
+    drafted position and the bonus draw after them; the rule's TV and statistics, and with `n` > 0
+    each distribution's n most likely tokens. k > 0. `uniforms` are the round's residual draws
+    then its bonus draw: the bonus takes the first after the k drafted positions' (with a draft
+    shorter than the round's k, one of the residual draws no position used)."""
+    # Rules judged from d, and lossless ones, read nothing of the rule on the device (the engine
+    # computes theta on the host), so one kernel serves every TV budget.
+    return _verify_kernel(sampling, rule if _reads_rows(rule) else MENTORED, n, compiled)
 
 
 @lru_cache(maxsize=16)
@@ -93,7 +92,10 @@ def _verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compi
             "argmax": mx.argmax(head, axis=-1),
             "corrections": inverse_cdf_sample(residual_distribution(head, p_draft, mx), uniforms[:k], mx),
             "bonus": inverse_cdf_sample(p_target[k:], uniforms[k:], mx),
-        } | rule_stats(rule, head, p_draft)
+        }
+        if _reads_rows(rule):
+            out["tv_spent"] = rule_tv_spent(rule, head, p_draft, mx)
+            out["rule_stats"] = rule_stats(rule, head, p_draft)
         if n:
             out["top_target_ids"], out["top_target_p"] = top_n(p_target, n)
             out["top_draft_ids"], out["top_draft_p"] = top_n(p_draft, n)

@@ -28,6 +28,7 @@ class VllmBackend:
     def __init__(
         self,
         target: RemoteModel,
+        *,
         remote: dict[str, RemoteModel],
         local: dict[str, LocalDrafter],
         strategy: Strategy = "auto",
@@ -93,7 +94,12 @@ class VllmBackend:
     ) -> VllmGeneration:
         """`prefill` is ignored: servers fill their caches on the first request."""
         return VllmGeneration(
-            self.target, self.remote, self.local, prompt_token_ids, self.strategy, self.exact_correction
+            target=self.target,
+            remote=self.remote,
+            local=self.local,
+            prompt_token_ids=prompt_token_ids,
+            strategy=self.strategy,
+            exact_correction=self.exact_correction,
         )
 
     def close(self) -> None:
@@ -103,6 +109,7 @@ class VllmBackend:
 
 def connect_vllm_backend(
     target_url: str,
+    *,
     remote_drafters: Sequence[tuple[str, str]] = (),
     local_drafters: Sequence[tuple[str, str]] = (),
     api_key: str | None = None,
@@ -140,4 +147,4 @@ def connect_vllm_backend(
         ids |= {f"drafter {name!r} (local)": list(d.loaded.tokenizer.encode(PROBE_TEXT)) for name, d in local.items()}
         check_same_tokens(ids)
         opened.pop_all()  # connected: the backend closes them
-    return VllmBackend(target, remote, local, strategy, exact_correction)
+    return VllmBackend(target, remote=remote, local=local, strategy=strategy, exact_correction=exact_correction)

@@ -69,7 +69,9 @@ def connect(client: VllmClient, top_logprobs: int, is_target: bool) -> RemoteMod
 
 def _probe(model: RemoteModel, prompt: Sequence[int], temperature: float, extra: dict[str, Any]) -> dict[str, Any]:
     client, k = model.client, model.top_logprobs
-    body = completion_body(model.model, prompt, 1, SamplingParams(temperature), 0, k, **extra)
+    body = completion_body(
+        model.model, prompt, max_tokens=1, sampling=SamplingParams(temperature), seed=0, logprobs=k, **extra
+    )
     try:
         reply = client.post_json("/v1/completions", body)
     except VllmError as error:

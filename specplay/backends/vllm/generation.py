@@ -58,7 +58,9 @@ from specplay.backends.vllm.topk import (
 )
 from specplay.config.run import Strategy
 from specplay.engine.backend import VerifiedDraft
-from specplay.engine.settings import AcceptanceRule, SamplingParams
+from specplay.engine.draws import RoundDraws
+from specplay.engine.rules import AcceptanceRule
+from specplay.engine.settings import SamplingParams
 from specplay.errors import ConfigError
 
 LONG_CONTEXT = 2048
@@ -189,27 +191,22 @@ class VllmGeneration:
         return "prefixes" if len(self.tokens) >= LONG_CONTEXT else "prompt-logprobs"
 
     def verify(
-        self,
-        draft: VllmDraft,
-        sampling: SamplingParams,
-        rule: AcceptanceRule,
-        residual_uniforms: Sequence[float],
-        bonus_uniform: float,
-        top_n: int = 0,
+        self, draft: VllmDraft, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0
     ) -> VerifiedDraft:
         """`top_n` is never asked of this backend (its capabilities say no top-N reports), nor a
-        rule but mentored decoding, whose theta * d the engine accounts from the TV bracket."""
-        assert rule.name == "mentored", "the vLLM backend judges mentored decoding only"
+        rule that needs full distributions: one judged from d has its theta * d accounted by the
+        engine from the TV bracket."""
+        assert not rule.full_distributions, f"the vLLM backend cannot judge {rule.name}: it needs full distributions"
         strategy = self._pick_strategy()
         self.strategies_run[strategy] += 1
-        seed = seed_of(bonus_uniform)
+        seed = seed_of(draws.bonus)
         if strategy == "prompt-logprobs":
             targets, bonus = self._verify_prompt_logprobs(draft, sampling, seed)
         else:
             targets, bonus = self._verify_prefixes(draft, sampling, seed)
         if sampling.greedy:
             return self._greedy(draft.tokens, targets, bonus)
-        return self._sampled(draft, targets, bonus, residual_uniforms, sampling)
+        return self._sampled(draft, targets, bonus, draws.residual, sampling)
 
     def _verify_prompt_logprobs(
         self, draft: VllmDraft, sampling: SamplingParams, seed: int
@@ -272,7 +269,13 @@ class VllmGeneration:
         argmax = [t.argmax for t in targets]
         hits = [float(x == a) for x, a in zip(drafted, argmax, strict=True)]
         return VerifiedDraft(
-            list(drafted), hits, [1.0] * len(drafted), [1.0 - h for h in hits], argmax, list(argmax), bonus
+            drafted=list(drafted),
+            p_target=hits,
+            p_draft=[1.0] * len(drafted),
+            tv_distance=[1.0 - h for h in hits],
+            target_argmax=argmax,
+            corrections=list(argmax),
+            bonus=bonus,
         )
 
     def _sampled(
@@ -296,7 +299,17 @@ class VllmGeneration:
             if exact:
                 tv_lower = lo
                 bound = capped_bound(bound, tv_lower, hi)
-                at = _Rejected(context, draft.tokens, i, draft.drafter, target, dist_draft, sampling, uniform, tv_lower)
+                at = _Rejected(
+                    context=context,
+                    drafted=draft.tokens,
+                    position=i,
+                    drafter=draft.drafter,
+                    target=target,
+                    p_draft=dist_draft,
+                    sampling=sampling,
+                    uniform=uniform,
+                    tv_lower=tv_lower,
+                )
                 draws.append(partial(self._exact_correction, at))
             else:
                 draws.append(_top_k_draw(target.dist, dist_draft, uniform))
@@ -316,7 +329,17 @@ class VllmGeneration:
         else:
             corrections = [draw() for draw in draws]  # each top-K draw costs nothing: drawn eagerly
         argmax = [t.argmax for t in targets]
-        return VerifiedDraft(list(draft.tokens), p_target, p_draft, tv_hi, argmax, corrections, bonus, tv_lo, bounds)
+        return VerifiedDraft(
+            drafted=list(draft.tokens),
+            p_target=p_target,
+            p_draft=p_draft,
+            tv_distance=tv_hi,
+            target_argmax=argmax,
+            corrections=corrections,
+            bonus=bonus,
+            tv_lower=tv_lo,
+            error_bound=bounds,
+        )
 
     # --- exact corrections (exact.py) ------------------------------------------------------------
 
@@ -335,13 +358,13 @@ class VllmGeneration:
         rng = np.random.default_rng([seed, ACCEPT_STREAM])
         free = [at.target.sample] if at.target.sample is not None else []
         draw = rejection_draw(
-            lambda first, n: self._target_samples(at, seed + first, n),
-            lambda token: p_draft_range(at.p_draft, token),
-            lambda tokens: self._look_up_draft(at, seed, tokens),
-            rng,
-            at.tv_lower,
-            SAMPLE_CAP,
-            free,
+            sample=lambda first, n: self._target_samples(at, seed + first, n),
+            p_draft_of=lambda token: p_draft_range(at.p_draft, token),
+            look_up=lambda tokens: self._look_up_draft(at, seed, tokens),
+            rng=rng,
+            tv_lower=at.tv_lower,
+            cap=SAMPLE_CAP,
+            free=free,
         )
         if draw.token is not None:
             self.exact_draws["corrections"] += 1
@@ -396,10 +419,11 @@ class VllmGeneration:
     def counterfactual(
         self,
         drafter: str,
+        *,
         k: int,
         sampling: SamplingParams,
         rule: AcceptanceRule,
-        uniforms: Sequence[float],
+        draws: RoundDraws,
         keep_drafting: Callable[[Sequence[float]], bool] | None,
     ) -> VerifiedDraft:
         """Never asked of this backend: its capabilities say no counterfactual routes."""

@@ -18,7 +18,7 @@ from typing import Any
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import served_model, server_version
 from specplay.backends.vllm.errors import VllmError
-from specplay.engine.events import Source
+from specplay.engine.events import TokenSource
 
 SPEC_COUNTERS = (
     "vllm:spec_decode_num_drafts_total",
@@ -36,8 +36,8 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 # then emits a_j accepted draft tokens and one more token, a bonus when all d_j drafts were
 # accepted and a corrected (vLLM: recovered) token otherwise. Stop strings and max_tokens can cut
 # the last step, so the list is truncated to the output length.
-def recolour(num_tokens: int, per_step_accepted: Sequence[int], per_step_drafted: Sequence[int]) -> list[Source]:
-    sources: list[Source] = ["target"]
+def recolour(num_tokens: int, per_step_accepted: Sequence[int], per_step_drafted: Sequence[int]) -> list[TokenSource]:
+    sources: list[TokenSource] = ["target"]
     for accepted, drafted in zip(per_step_accepted, per_step_drafted, strict=True):
         sources += ["accepted"] * accepted
         sources.append("bonus" if accepted == drafted else "corrected")
@@ -47,12 +47,12 @@ def recolour(num_tokens: int, per_step_accepted: Sequence[int], per_step_drafted
 # The heuristic when no per-step arrays come back: a streamed chunk of n tokens is taken as one
 # step with n - 1 accepted drafts, its last token a bonus when n - 1 == k, else corrected. Wrong
 # whenever the server merged chunks (a lagging client) or skipped steps without drafts (ngram).
-def chunk_guess(size: int, k: int | None, first: bool) -> list[Source]:
+def chunk_guess(size: int, k: int | None, first: bool) -> list[TokenSource]:
     """One chunk's sources by the heuristic above; the stream's first chunk opens with the
     prefill token, the target's alone."""
     if size <= 0:
         return []
-    head: list[Source] = ["target"] if first else []
+    head: list[TokenSource] = ["target"] if first else []
     size -= len(head)
     if size == 0:
         return head

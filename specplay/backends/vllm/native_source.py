@@ -45,10 +45,10 @@ from specplay.engine.events import (
     FinishReason,
     RecolourEvent,
     RoundEvent,
-    Source,
     StartEvent,
     StepEvent,
     Token,
+    TokenSource,
 )
 from specplay.engine.loop import check_context
 from specplay.engine.metrics import Metrics
@@ -103,7 +103,11 @@ def _read(
     comes from the server (per token from single-token decodes only where a chunk holds several),
     so no request per token slows the reading and skews the times."""
     body = completion_body(
-        model.model, list(request.prompt_token_ids), request.max_tokens, settings.sampling, request.seed
+        model.model,
+        list(request.prompt_token_ids),
+        max_tokens=request.max_tokens,
+        sampling=settings.sampling,
+        seed=request.seed,
     )
     body |= {"stream": True, "stream_options": {"include_usage": True}, "ignore_eos": request.ignore_eos}
     stream = model.client.post_sse("/v1/completions", body)
@@ -155,7 +159,7 @@ class NativeSource:
         self.clock = clock
         first = next(iter(servers.values()))
         self.tokenizer = RemoteTokenizer(first.client, first.model)
-        self._encoder = VllmBackend(RemoteModel(first.client, first.model), {}, {})
+        self._encoder = VllmBackend(RemoteModel(first.client, first.model), remote={}, local={})
 
     def route_choice(self, prompt: str) -> RouteChoice:
         return route_choice(self.router, self.route_map, self.named_routes, prompt)
@@ -212,19 +216,43 @@ class NativeSource:
         server = self.servers[route]
         if server.k is not None and server.k <= K_LIMIT:  # sessions record the k that ran: the server's
             settings = settings.changed(k=server.k)
-        yield StartEvent("speculative", route, auto_route, request.prompt_token_ids, request.seed, settings)
+        yield StartEvent(
+            mode="speculative",
+            route=route,
+            auto_route=auto_route,
+            prompt_token_ids=request.prompt_token_ids,
+            seed=request.seed,
+            settings=settings,
+        )
         metrics = Metrics(speculative=True)
         metrics.start_s = clock()
         before = parse_prometheus(server.client.get_text("/metrics"))
         model = RemoteModel(server.client, server.model)
         ended, generated, texts = _Stream(), [], []
         last_s = metrics.start_s
-        for chunk in _read(model, self.tokenizer, request, settings, controls, clock, ended):
+        chunks = _read(
+            model,
+            tokenizer=self.tokenizer,
+            request=request,
+            settings=settings,
+            controls=controls,
+            clock=clock,
+            ended=ended,
+        )
+        for chunk in chunks:
             k = ended.spec.get("num_spec_tokens") or server.k
             sources = chunk_guess(len(chunk.token_ids), k, first=not generated)
             tokens = [Token(*fields) for fields in zip(chunk.token_ids, chunk.texts, sources, strict=True)]
             chunk_ms = 1000 * (chunk.arrived_s - last_s)
-            yield from _chunk_events(tokens, route, server.k, len(generated), chunk_ms, metrics, chunk.arrived_s)
+            yield from _chunk_events(
+                tokens,
+                route=route,
+                k=server.k,
+                token_index=len(generated),
+                chunk_ms=chunk_ms,
+                metrics=metrics,
+                now_s=chunk.arrived_s,
+            )
             generated += chunk.token_ids
             texts += chunk.texts
             last_s = chunk.arrived_s
@@ -253,11 +281,27 @@ def baseline_events(
     """Target-only on the plain server, read exactly as the native lane is read (server text,
     arrival times), so the two lanes' speeds compare like with like."""
     settings = controls.settings
-    yield StartEvent("target", None, None, request.prompt_token_ids, request.seed, settings)
+    yield StartEvent(
+        mode="target",
+        route=None,
+        auto_route=None,
+        prompt_token_ids=request.prompt_token_ids,
+        seed=request.seed,
+        settings=settings,
+    )
     metrics = Metrics(speculative=False)
     metrics.start_s = last_s = clock()
     ended, generated, texts = _Stream(), [], []
-    for chunk in _read(baseline.target, tokenizer, request, settings, controls, clock, ended):
+    chunks = _read(
+        baseline.target,
+        tokenizer=tokenizer,
+        request=request,
+        settings=settings,
+        controls=controls,
+        clock=clock,
+        ended=ended,
+    )
+    for chunk in chunks:
         for i, (token_id, text) in enumerate(zip(chunk.token_ids, chunk.texts, strict=True)):
             step_ms = 1000 * (chunk.arrived_s - last_s) if i == 0 else 0.0
             yield StepEvent(len(generated), None, Token(token_id, text, "target"), step_ms)
@@ -282,10 +326,20 @@ def _chunk_events(
     num_accepted = sum(t.source == "accepted" for t in tokens)
     drafted = max(k or len(tokens) - 1, num_accepted)
     round = RoundEvent(
-        metrics.num_spec_steps, token_index, route, drafted, (), (), num_accepted, tuple(tokens), 0.0, chunk_ms, 0.0
+        index=metrics.num_spec_steps,
+        token_index=token_index,
+        route=route,
+        k=drafted,
+        drafted=(),
+        positions=(),
+        num_accepted=num_accepted,
+        tokens=tuple(tokens),
+        draft_ms=0.0,
+        verify_ms=chunk_ms,
+        overhead_ms=0.0,
     )
     metrics.add_round(round)
-    sources: list[Source] = [t.source for t in tokens]
+    sources: list[TokenSource] = [t.source for t in tokens]
     metrics.add_tokens(sources, now_s)
     yield round
 

@@ -20,6 +20,7 @@ TOKEN_ID_PREFIX = "token_id:"
 def completion_body(
     model: str,
     prompt: Sequence[int] | Sequence[Sequence[int]] | str,
+    *,
     max_tokens: int,
     sampling: SamplingParams,
     seed: int | None = None,

@@ -44,7 +44,16 @@ class RemoteModel:
         **extra: Any,
     ) -> list[Choice]:
         logprobs = self.top_logprobs if need_logprobs else None
-        body = completion_body(self.model, prompt, max_tokens, sampling, seed, logprobs, ignore_eos=False, **extra)
+        body = completion_body(
+            self.model,
+            prompt,
+            max_tokens=max_tokens,
+            sampling=sampling,
+            seed=seed,
+            logprobs=logprobs,
+            ignore_eos=False,
+            **extra,
+        )
         choices = parse_choices(self.client.post_json("/v1/completions", body), self.where, num_choices, need_logprobs)
         for choice in choices:
             self.learn_eos(choice.finish_reason, choice.token_ids, max_tokens)
@@ -59,7 +68,16 @@ class RemoteModel:
         self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, seed: int | None
     ) -> Iterator[int]:
         """Generated ids as the server streams them."""
-        body = completion_body(self.model, prompt, max_tokens, sampling, seed, None, ignore_eos=False, stream=True)
+        body = completion_body(
+            self.model,
+            prompt,
+            max_tokens=max_tokens,
+            sampling=sampling,
+            seed=seed,
+            logprobs=None,
+            ignore_eos=False,
+            stream=True,
+        )
         events = self.client.post_sse("/v1/completions", body)
         try:
             for event in events:
@@ -85,7 +103,15 @@ class RemoteModel:
         actual token), and the choice, whose one generated token is a sample after them all.
         vLLM recomputes such a prompt without the prefix cache."""
         start = len(context)
-        (choice,) = self.complete([*context, *tokens], 1, sampling, seed, 1, need_logprobs, prompt_logprobs=top)
+        (choice,) = self.complete(
+            [*context, *tokens],
+            max_tokens=1,
+            sampling=sampling,
+            seed=seed,
+            num_choices=1,
+            need_logprobs=need_logprobs,
+            prompt_logprobs=top,
+        )
         rows = choice.prompt_logprobs
         if rows is None or len(rows) < start + len(tokens):
             raise VllmError(f"{self.where} did not return prompt_logprobs; it needs vLLM 0.6 or later")

@@ -17,41 +17,27 @@ from textual.message import Message
 from textual.widgets import Input, Label, Select, Static, Switch
 from textual_slider import Slider
 
-from specplay.engine.settings import AUTO_ROUTE, KNOB_SYMBOLS, KNOBS, POLICIES, RULES, RuleName, SpecSettings
+from specplay.engine.rules import KNOB_STEPS, RULE_NAMES, AcceptanceRule
+from specplay.engine.settings import AUTO_ROUTE, POLICIES, SpecSettings
 
 K_MAX = 16
-KNOB_STEPS = 20
-"""The rule's knob is an integer slider, lossless (or nearly) at 0 and loosest at KNOB_STEPS."""
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
 
 
-# Per rule, step -> knob: D in 0.05 steps; epsilon from 100 down to 0.001 on a log scale (delta
-# follows as sqrt(epsilon)); lambda doubling every 4 steps, 1 to 32; alpha from -1 to 1 in 0.1 steps.
-def knob_from_step(rule: RuleName, step: int) -> float:
-    if rule == "mentored":
-        return round(step / KNOB_STEPS, 4)
-    if rule == "typical":
-        return float(f"{10 ** (2 - 5 * step / KNOB_STEPS):.3g}")
-    if rule == "lenience":
-        return float(f"{2 ** (step / 4):.3g}")
-    return round(-1 + step / 10, 4)
+def step_from_knob(rule: AcceptanceRule) -> int:
+    """The slider step nearest `rule`'s knob (a session's or a flag's value may lie between steps)."""
+
+    def distance(step: int) -> float:
+        at_step = rule.slider_value(step)
+        if rule.knob.log_scale and rule.value > 0:
+            return abs(math.log(at_step / rule.value))
+        return abs(at_step - rule.value)
+
+    return min(range(KNOB_STEPS + 1), key=distance)
 
 
-def step_from_knob(rule: RuleName, value: float) -> int:
-    """The nearest step to a knob's value (a session's or a flag's may lie between steps)."""
-    return min(
-        range(KNOB_STEPS + 1),
-        key=lambda step: (
-            abs(math.log(knob_from_step(rule, step) / value))
-            if rule in ("typical", "lenience") and value > 0
-            else abs(knob_from_step(rule, step) - value)
-        ),
-    )
-
-
-def knob_label(rule: RuleName, value: float) -> str:
-    name = "TV budget" if rule == "mentored" else rule
-    return f"{name} {KNOB_SYMBOLS[rule]} {value:.3g}"
+def knob_label(rule: AcceptanceRule) -> str:
+    return f"{rule.knob.label} {rule.knob.symbol} {rule.value:.3g}"
 
 
 class ControlsPanel(VerticalScroll):
@@ -88,10 +74,10 @@ class ControlsPanel(VerticalScroll):
         yield Label(self._k_label(s.k), id="k-label")
         yield Slider(1, K_MAX, value=min(s.k, K_MAX), id="k")
         yield Label("acceptance rule")
-        yield Select([(r, r) for r in RULES], value=s.rule, allow_blank=False, id="rule")
+        yield Select([(r, r) for r in RULE_NAMES], value=s.rule, allow_blank=False, id="rule")
         rule = s.acceptance_rule
-        yield Label(knob_label(rule.name, rule.knob), id="knob-label")
-        yield Slider(0, KNOB_STEPS, value=step_from_knob(rule.name, rule.knob), id="knob")
+        yield Label(knob_label(rule), id="knob-label")
+        yield Slider(0, KNOB_STEPS, value=step_from_knob(rule), id="knob")
         yield Label("policy")
         yield Select([(p, p) for p in POLICIES], value=s.policy, allow_blank=False, id="policy")
         yield Label("route")
@@ -121,7 +107,7 @@ class ControlsPanel(VerticalScroll):
         route.set_options([(name, name) for name in names])
         route.value = current if current in names else AUTO_ROUTE
 
-    def limit_to(self, rules: Sequence[RuleName], counterfactual: bool) -> None:
+    def limit_to(self, rules: Sequence[str], counterfactual: bool) -> None:
         """Offer only the rules the backend can judge, and counterfactual routes where it can run them."""
         select = self.query_one("#rule", Select)
         select.set_options([(r, r) for r in rules])
@@ -169,9 +155,9 @@ class ControlsPanel(VerticalScroll):
 
     def _show_knob(self, settings: SpecSettings) -> None:
         rule = settings.acceptance_rule
-        self.query_one("#knob-label", Label).update(knob_label(rule.name, rule.knob))
+        self.query_one("#knob-label", Label).update(knob_label(rule))
         slider = self.query_one("#knob", Slider)
-        self._knob_shown = step_from_knob(rule.name, rule.knob)
+        self._knob_shown = step_from_knob(rule)
         slider.value = self._knob_shown
 
     def on_slider_changed(self, event: Slider.Changed) -> None:
@@ -181,11 +167,11 @@ class ControlsPanel(VerticalScroll):
             self.post_message(self.Changed("k", event.value))
         elif event.slider.id == "knob" and event.value != self._knob_shown:
             self._knob_shown = event.value
-            rule = self._settings.rule
-            value = knob_from_step(rule, event.value)
-            self.query_one("#knob-label", Label).update(knob_label(rule, value))
-            self._settings = self._settings.changed(**{KNOBS[rule]: value})
-            self.post_message(self.Changed(KNOBS[rule], value))
+            knob = self._settings.acceptance_rule.knob.setting.field
+            value = self._settings.acceptance_rule.slider_value(event.value)
+            self._settings = self._settings.changed(**{knob: value})
+            self.query_one("#knob-label", Label).update(knob_label(self._settings.acceptance_rule))
+            self.post_message(self.Changed(knob, value))
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()

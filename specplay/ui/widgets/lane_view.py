@@ -23,7 +23,7 @@ from textual.message import Message
 from textual.style import Style
 from textual.widgets import Static
 
-from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, Source, StepEvent, Token
+from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, StepEvent, Token, TokenSource
 from specplay.ui.tokens import marker_content, token_content
 from specplay.ui.widgets.steady import show_in_view, steady_update
 
@@ -117,7 +117,7 @@ class LaneView(Vertical, can_focus=True):
         elif isinstance(event, RecolourEvent):
             self._recolour(event.sources)
 
-    def _recolour(self, sources: Sequence[Source]) -> None:
+    def _recolour(self, sources: Sequence[TokenSource]) -> None:
         """A remote speculator's exact account replaces the sources its stream suggested."""
         for pick, source in zip(list(self.picks), sources, strict=False):
             token = replace(pick.token, source=source)

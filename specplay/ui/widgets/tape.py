@@ -18,7 +18,7 @@ from specplay.ui.widgets.steady import show_in_view
 
 _OUTCOME_STYLES = {
     "accepted": source_style("accepted"),
-    "budget": source_style("budget"),
+    "relaxed": source_style("relaxed"),
     "rejected": "strike $spec-corrected",
     "unreached": "strike dim",
 }
