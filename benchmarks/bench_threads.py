@@ -38,7 +38,7 @@ from pathlib import Path
 
 from specplay.backends.mlx import blas, build
 from specplay.bench.stats import quartiles
-from specplay.config.catalog import CATALOG, is_fetched
+from specplay.catalog.models import CATALOG, is_fetched
 from specplay.data.library import library_prompts
 
 CODE_PROMPT = 'import os\nimport sys\n\n\ndef parse_args(argv):\n    """Parse the command line arguments."""\n'

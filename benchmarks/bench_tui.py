@@ -46,12 +46,12 @@ from specplay.backends import open_source, thread_cleanup
 from specplay.bench.stats import quartiles
 from specplay.cli.configure import replay_base, run_config
 from specplay.config.models import BUILT_IN, MODEL
-from specplay.config.run import RunConfig
+from specplay.config.run_config import RunConfig
 from specplay.data.library import library_prompts
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
 from specplay.engine.request import Request
-from specplay.engine.source import EventSource
+from specplay.engine.stream import EventStream
 from specplay.runner.thread import ModelThread
 from specplay.store import load_session
 from specplay.ui.app import create_app
@@ -78,7 +78,7 @@ class TuiRun:
     lane's, both as shown."""
 
 
-def headless(thread: ModelThread, source: EventSource, config: RunConfig) -> float:
+def headless(thread: ModelThread, source: EventStream, config: RunConfig) -> float:
     """The speculative lane of `config`'s request, its events consumed where the engine runs."""
     spec = config.request
 

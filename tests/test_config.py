@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from specplay.catalog.models import CATALOG
 from specplay.cli import build_parser, main
 from specplay.cli import run as run_command
 from specplay.cli import tui as tui_command
 from specplay.cli.configure import given, run_config
-from specplay.config.catalog import CATALOG
 from specplay.config.demo import demo_model_paths
-from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
+from specplay.config.run_config import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
     ControlEvent,

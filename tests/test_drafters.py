@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 
 from specplay.backends.mlx import MlxBackend, load_mlx_backend, release_thread
-from specplay.backends.mlx.backend import load_drafter
-from specplay.backends.mlx.build import llama_config, write_model
 from specplay.backends.mlx.drafters import (
     EarlyExit,
     PromptLookup,
 )
 from specplay.backends.mlx.early_exit import ExitHead, save_exit_head
 from specplay.backends.mlx.loading import folder_identity, load_model
+from specplay.backends.mlx.mlx_backend import load_drafter
 from specplay.backends.prompt_lookup import NgramIndex, copy_after
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
@@ -33,6 +32,7 @@ from specplay.store.replay import local_model
 from specplay.store.writer import SessionWriter
 from specplay.train.data import Windows, token_stream
 from specplay.train.exit_head import ExitHeadConfig, train_exit_head
+from specplay.train.model_files import llama_config, write_model
 from specplay.train.teacher import fixed_windows
 from specplay.train.trainer import TrainConfig
 from specplay.ui.stats import LaneTally

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from specplay.catalog import fetch as fetching
+from specplay.catalog.models import CATALOG, cached_path
 from specplay.cli import main
-from specplay.config.catalog import CATALOG, cached_path
 from specplay.errors import SpecplayError
 from tests.real_models import test_cache
 

@@ -37,7 +37,7 @@ from specplay.fidelity.measure import (
     similarities,
     sweep_rules,
 )
-from specplay.review.sweep import sweep_review
+from specplay.review.fidelity_page import sweep_review
 from tests.conftest import PROSE_PROMPT, TinyModels
 
 SAMPLES, TOKENS = 12, 24

@@ -43,18 +43,18 @@ from mlx.utils import tree_unflatten
 from mlx_lm import load
 from mlx_lm.utils import load_model
 
-from specplay.backends.mlx.build import (
+from specplay.backends.mlx.gguf import cache as gguf_cache
+from specplay.backends.mlx.gguf import convert as gguf_convert
+from specplay.backends.mlx.gguf import converted_folder, default_cache_dir
+from specplay.backends.mlx.loading import upcast_for_cpu
+from specplay.errors import ModelError
+from specplay.train.model_files import (
     llama_config,
     read_texts,
     stdlib_sources,
     train_tokenizer,
     write_model,
 )
-from specplay.backends.mlx.gguf import cache as gguf_cache
-from specplay.backends.mlx.gguf import convert as gguf_convert
-from specplay.backends.mlx.gguf import converted_folder, default_cache_dir
-from specplay.backends.mlx.loading import upcast_for_cpu
-from specplay.errors import ModelError
 from tests.conftest import CHATML_TEMPLATE
 
 VOCAB = 512

@@ -149,7 +149,7 @@ def test_a_drafter_with_nan_weights_ends_the_run_in_one_line(
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), -0.01, 1.01])
 def test_a_probability_that_is_no_number_in_0_1_ends_the_round(bad: float) -> None:
-    from specplay.engine.backend import VerifiedDraft
+    from specplay.engine.backend_protocol import VerifiedDraft
     from specplay.engine.loop import _check_numbers
     from specplay.errors import ModelError
 

@@ -12,8 +12,8 @@ import pytest
 
 from specplay.cli import main
 from specplay.errors import SpecplayError
+from specplay.files import write_output
 from specplay.store import load_session
-from specplay.store.files import write_output
 from tests.conftest import TinyModels
 from tests.test_export import same_as_rounds, speculative_events, target_events, write_session
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specplay.backends.mlx import MlxBackend
-from specplay.backends.mlx.backend import TARGET
+from specplay.backends.mlx.mlx_backend import TARGET
 from specplay.engine.reference_round import Probs, lossless, reference_speculative, rule_acceptance
 from specplay.engine.rules import Mentored
 from specplay.engine.sampling import sampling_probs

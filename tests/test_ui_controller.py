@@ -16,13 +16,13 @@ import pytest
 from fake_vllm import FakeVllm
 
 from specplay.backends.mlx import MlxBackend
-from specplay.config.run import RunConfig
+from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import ModelHost
 from specplay.store import list_session_files, load_session
-from specplay.ui.controller import LaneItem, Playground
+from specplay.ui.controller import LaneItem, PlaygroundController
 from tests.conftest import CODE_PROMPT, TinyModels
 from tests.ui_helpers import mlx_config, server_config
 
@@ -84,7 +84,7 @@ class Harness:
         self.scheduled: queue.Queue[Callable[[], None]] = queue.Queue()
         config = config or mlx_config(tiny, sessions, **request)
         self.screen = Screen(CODE_PROMPT)
-        self.playground = Playground(config, ModelHost(config), self.screen, self.scheduled.put)
+        self.playground = PlaygroundController(config, ModelHost(config), self.screen, self.scheduled.put)
 
     def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0, drain: bool = True) -> None:
         """Pump the UI thread's scheduled work until `condition`; `drain=False` leaves the inbox as

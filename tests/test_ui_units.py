@@ -148,6 +148,14 @@ def test_builtin_themes_define_the_token_colours() -> None:
     assert len(builtin_theme_files()) == len(themes)
 
 
+def test_a_theme_written_before_relaxed_tokens_had_their_name_still_loads(tmp_path: Path) -> None:
+    shipped = (builtin_theme_files()[0]).read_text(encoding="utf-8")
+    old = tmp_path / "old.toml"
+    old.write_text(shipped.replace("spec-relaxed =", "spec-budget =").replace('name = "', 'name = "old-'), "utf-8")
+    (theme,) = load_themes([old])
+    assert theme.variables["spec-relaxed"] and "spec-budget" not in theme.variables
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 

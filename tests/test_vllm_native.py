@@ -91,7 +91,7 @@ def test_native_events_without_per_step_metrics_keep_the_guess(tiny) -> None:  #
 async def test_playground_watches_native_speculation_against_a_baseline(
     tiny: TinyModels, native: FakeVllm, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
-    from specplay.config.run import VllmOptions
+    from specplay.config.run_config import VllmOptions
     from specplay.store import load_session
     from specplay.ui.widgets.controls_panel import ControlsPanel
     from specplay.ui.widgets.lane_view import LaneView
@@ -126,7 +126,7 @@ async def test_playground_watches_native_speculation_against_a_baseline(
 
 
 async def test_playground_in_native_mode_without_a_baseline_says_how_to_compare(native: FakeVllm, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from specplay.config.run import VllmOptions
+    from specplay.config.run_config import VllmOptions
     from specplay.ui.widgets.lane_view import LaneView
     from tests.ui_helpers import app_for, server_config, wait_for
 

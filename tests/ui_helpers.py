@@ -9,7 +9,7 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from specplay.config.run import ModelSpec, RequestSpec, RunConfig, VllmOptions
+from specplay.config.run_config import ModelSpec, RequestSpec, RunConfig, VllmOptions
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.ui.app import PlaygroundApp, PlaygroundOptions, create_app

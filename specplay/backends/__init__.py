@@ -8,14 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specplay.config.run import LOCAL_KINDS, ModelSpec, RunConfig
-from specplay.engine.source import EventSource
+from specplay.config.run_config import LOCAL_KINDS, ModelSpec, RunConfig
+from specplay.engine.stream import EventStream
 
 Progress = Callable[[str, int, int], None]
 """(stage, done, total): converting a GGUF file ("hashing" bytes, "converting" tensors)."""
 
 
-def open_source(config: RunConfig, on_progress: Progress | None = None) -> EventSource:
+def open_source(config: RunConfig, on_progress: Progress | None = None) -> EventStream:
     """Load or connect what `config` names; call on the model thread (MLX state is per thread).
     GGUF files are converted first, once (`on_progress` follows it), then load like folders."""
     for model in (config.target, *config.drafters):

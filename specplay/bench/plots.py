@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.bench.report import Row
-from specplay.store.files import write_output
+from specplay.files import write_output
 
 
 def _pyplot() -> Any:

@@ -1,1 +1,2 @@
-"""Obtaining the real models of the catalog (config/catalog.py), only when the user asks."""
+"""Real models by a short name: what the catalog holds (models.py) and fetching them (fetch.py),
+only when the user asks."""

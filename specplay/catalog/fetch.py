@@ -14,7 +14,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from specplay.config.catalog import CatalogModel, cached_path, is_fetched
+from specplay.catalog.models import CatalogModel, cached_path, is_fetched
 from specplay.errors import SpecplayError
 
 Progress = Callable[[int, int], None]

@@ -14,20 +14,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specplay import __version__
 from specplay.backends import blas_warning, open_source, thread_cleanup
+from specplay.bench.execute import BenchPlan, run_bench
 from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
-from specplay.bench.run import BenchPlan, run_bench
 from specplay.bench.sweep import load_prompts, plan
 from specplay.cli.configure import comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags
 from specplay.cli.render import warn
 from specplay.cli.shown import shown_command
 from specplay.config.capabilities import capabilities_of
-from specplay.config.run import check_models
+from specplay.config.run_config import check_models
 from specplay.engine.loop import SpecEngine
 from specplay.errors import ConfigError, SpecplayError
+from specplay.files import write_output
 from specplay.runner.thread import ModelThread
-from specplay.store.files import write_output
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -86,7 +86,7 @@ def bench(args: argparse.Namespace) -> int:
     configs = plan(drafters, args.quick, copy_only, counterfactual=capabilities_of(config).counterfactual)
 
     def time_mlx_lm(ids: tuple[int, ...], max_tokens: int, drafter: str | None, k: int) -> float | None:
-        from specplay.backends.mlx.reference import mlx_lm_tokens_per_s
+        from specplay.bench.mlx_lm import mlx_lm_tokens_per_s
 
         assert isinstance(source, SpecEngine)  # on MLX: checked above
         return mlx_lm_tokens_per_s(source.backend, ids, max_tokens, drafter, k)

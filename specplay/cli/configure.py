@@ -17,7 +17,7 @@ from typing import Any
 from specplay.cli.flags import API_KEY_ENV
 from specplay.config.model_sets import ModelSet, default_set, named_set
 from specplay.config.models import model_spec
-from specplay.config.run import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
+from specplay.config.run_config import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
 from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.engine.router import CodeProseRouter, check_route_map
 from specplay.engine.rules import RuleParams
@@ -171,7 +171,7 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple
 
 
 def named_target(source: str) -> ModelSpec:
-    """--target SOURCE with drafters of the user's own: a model set's name means its target."""
+    """--target MODEL with drafters of the user's own: a model set's name means its target."""
     named = named_set(source)
     return named.target if named is not None else model_spec(TARGET, "target", source, "target")
 

@@ -150,7 +150,7 @@ def _job(args: argparse.Namespace) -> DistillJob:
     )
     return DistillJob(
         target=args.target,
-        target_source=model_spec("target", "target", args.target, "target").location or args.target,
+        target_model=model_spec("target", "target", args.target, "target").location or args.target,
         start=start,
         data=args.data,
         out=out,

@@ -9,8 +9,8 @@ from pathlib import Path
 from specplay.cli.configure import path_flag
 from specplay.cli.diff import open_session
 from specplay.cli.flags import add_sessions_dir_flag
+from specplay.files import write_output
 from specplay.review import FORMATS, export_sessions
-from specplay.store.files import write_output
 
 _SUFFIXES = {"md": "md", "markdown": "md", "html": "html", "htm": "html", "jsonl": "jsonl"}
 

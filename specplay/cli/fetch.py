@@ -6,8 +6,8 @@ import argparse
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+from specplay.catalog.models import CATALOG, cached_path
 from specplay.cli.render import make_console
-from specplay.config.catalog import CATALOG, cached_path
 from specplay.errors import ConfigError
 
 

@@ -32,11 +32,11 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import make_console, warn
 from specplay.config.capabilities import capabilities_of
-from specplay.config.run import RunConfig, check
+from specplay.config.run_config import RunConfig, check
 from specplay.engine.capabilities import check_supported
 from specplay.engine.rules import RULE_NAMES, RULES, AcceptanceRule, Mentored
 from specplay.engine.settings import AUTO_ROUTE
-from specplay.engine.source import EventSource
+from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError
 from specplay.fidelity.cells import row_cells
 from specplay.fidelity.measure import (
@@ -51,10 +51,10 @@ from specplay.fidelity.measure import (
     sweep_rules,
     write_report,
 )
+from specplay.files import write_output
+from specplay.review.fidelity_page import sweep_review
 from specplay.review.html import to_html
-from specplay.review.sweep import sweep_review
 from specplay.runner.thread import ModelThread
-from specplay.store.files import write_output
 from specplay.store.writer import round_token_ids
 
 
@@ -263,7 +263,7 @@ def fidelity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _drafted_texts(source: EventSource, report: FidelityReport) -> dict[int, str]:
+def _drafted_texts(source: EventStream, report: FidelityReport) -> dict[int, str]:
     """The text of every drafted and candidate token of the runs a review page shows."""
     ids = {
         token_id

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import NoReturn
 
-from specplay.config.run import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
+from specplay.config.run_config import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
 from specplay.engine.rules import RULE_NAMES, RULES, RuleParams, all_settings
 from specplay.engine.settings import AUTO_ROUTE, MODES, POLICIES, PolicyParams, SamplingParams, SpecSettings
 
@@ -27,17 +27,17 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models (default: the shipped demo target with drafters base and prose)")
     group.add_argument(
         "--target",
-        metavar="SOURCE",
+        metavar="MODEL",
         default=UNSET,
         help="target model: an mlx-lm folder, a cached Hugging Face id, a .gguf file or a fetched name (smollm2)",
     )
     group.add_argument(
         "--draft",
-        metavar="[NAME=]SOURCE",
+        metavar="[NAME=]MODEL",
         action="append",
         default=UNSET,
         help="a drafter: a model as for --target, prompt-lookup[:n=MIN-MAX] or early-exit:layers=L[,head=DIR]; "
-        "repeat for a mixture of speculators (named after its source unless NAME= is given)",
+        "repeat for a mixture of speculators (named after its model unless NAME= is given)",
     )
 
 

@@ -19,7 +19,7 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import json_line, legend, make_console, summary, token_text, warn
-from specplay.config.run import RunConfig, check
+from specplay.config.run_config import RunConfig, check
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
 from specplay.errors import ConfigError

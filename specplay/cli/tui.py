@@ -21,7 +21,7 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import warn
-from specplay.config.run import RunConfig, check
+from specplay.config.run_config import RunConfig, check
 from specplay.errors import ConfigError
 from specplay.store import find_session, load_session
 

@@ -9,7 +9,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.rules import RULES
 
 if TYPE_CHECKING:
-    from specplay.config.run import RunConfig
+    from specplay.config.run_config import RunConfig
 
 NATIVE_FIXED = "k, drafter and acceptance rule are fixed by the server's --speculative-config (a restart changes them)"
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specplay.config.catalog import CATALOG, CatalogModel, cached_path, is_fetched
+from specplay.catalog.models import CATALOG, CatalogModel, cached_path, is_fetched
 from specplay.config.demo import DEMO_DIR, demo_model_paths
 from specplay.config.models import MODEL, model_spec
-from specplay.config.run import TARGET, ModelSpec, RunConfig
+from specplay.config.run_config import TARGET, ModelSpec, RunConfig
 
 DEMO = "demo"
 """`--target demo`: the shipped demo target (with its drafters when no --draft is given)."""

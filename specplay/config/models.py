@@ -1,6 +1,6 @@
-"""Model specs as users write them: `--target SOURCE`, `--draft [NAME=]SOURCE`.
+"""Model specs as users write them: `--target MODEL`, `--draft [NAME=]MODEL`.
 
-A SOURCE is an mlx-lm folder or a cached Hugging Face id, a GGUF file (`*.gguf`), the name of a
+A MODEL is an mlx-lm folder or a cached Hugging Face id, a GGUF file (`*.gguf`), the name of a
 model `specplay fetch` downloaded (e.g. `smollm2`), or a drafter made from the target or from no
 model:
 
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specplay.config.catalog import CATALOG, cached_path
-from specplay.config.run import ModelKind, ModelSpec, Role
+from specplay.catalog.models import CATALOG, cached_path
+from specplay.config.run_config import ModelKind, ModelSpec, Role
 from specplay.errors import ConfigError
 
 MODEL = "model"

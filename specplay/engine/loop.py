@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from specplay.engine.accept import Verdict, judge
-from specplay.engine.backend import Backend, Generation, VerifiedDraft
+from specplay.engine.backend_protocol import Backend, Generation, VerifiedDraft
 from specplay.engine.capabilities import check_supported
 from specplay.engine.controls import LiveControls, settings_diff
 from specplay.engine.draws import Draws, RoundDraws
@@ -37,7 +37,7 @@ from specplay.engine.metrics import Metrics
 from specplay.engine.policies import make_policy
 from specplay.engine.request import Request
 from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
-from specplay.engine.source import Clock
+from specplay.engine.stream import Clock
 from specplay.errors import ConfigError, ModelError
 
 _POLICY_FIELDS = {

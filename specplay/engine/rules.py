@@ -106,8 +106,8 @@ class AcceptanceRule:
         raise NotImplementedError
 
     def statistics(self, p_target: Array, p_draft: Array, xp: Any) -> dict[str, Array]:
-        """What `acceptance` reads beyond d, from rows [positions, vocab] (kept [positions, 1]):
-        a backend reports each at every drafted position."""
+        """What `acceptance` reads, from rows [positions, vocab] (kept [positions, 1]). A backend
+        reports each but d (which it always reports) at every drafted position."""
         return {}
 
     def slider_value(self, step: int) -> float:
@@ -143,8 +143,7 @@ class AcceptanceRule:
     def acceptance_rows(self, p_target: Array, p_draft: Array, xp: Any) -> Array:
         """a(y) for every token of each row [positions, vocab], its statistics taken from the rows
         themselves: what a backend holding full distributions computes."""
-        stats = {"tv": tv_distance(p_target, p_draft)[..., None]} | self.statistics(p_target, p_draft, xp)
-        return self.acceptance(p_target, p_draft, stats, xp)
+        return self.acceptance(p_target, p_draft, self.statistics(p_target, p_draft, xp), xp)
 
     def describe(self) -> str:
         """The rule and its knob in a few words, as the papers write them."""
@@ -192,6 +191,9 @@ class Mentored(AcceptanceRule):
     )
     settings: ClassVar[tuple[Setting, ...]] = (knob.setting,)
     full_distributions: ClassVar[bool] = False
+
+    def statistics(self, p_target: Array, p_draft: Array, xp: Any) -> dict[str, Array]:
+        return {"tv": tv_distance(p_target, p_draft)[..., None]}
 
     def acceptance(self, p_target: Array, p_draft: Array, stats: Stats, xp: Any) -> Array:
         tv = stats["tv"]

@@ -24,10 +24,10 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.rules import RULES, AcceptanceRule, Mentored, RuleParams, make_rule
 from specplay.engine.settings import Mode, SpecSettings
-from specplay.engine.source import EventSource
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length
+from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError
-from specplay.store.files import free_path, write_output
+from specplay.files import free_path, write_output
 from specplay.store.format import LaneRecord
 
 DEFAULT_BUDGETS = Mentored.knob.sweep
@@ -310,7 +310,7 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
 
 
 def engine_generator(
-    source: EventSource, prompt: str, prompt_token_ids: Sequence[int], settings: SpecSettings, max_tokens: int
+    source: EventStream, prompt: str, prompt_token_ids: Sequence[int], settings: SpecSettings, max_tokens: int
 ) -> Generate:
     """A Generate over an event source; call the result where its models may run."""
 

@@ -17,11 +17,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from specplay.backends import open_source, thread_cleanup
-from specplay.config.run import RequestSpec, RunConfig
+from specplay.config.run_config import RequestSpec, RunConfig
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.request import Request
-from specplay.engine.source import EventSource
+from specplay.engine.stream import EventStream
 from specplay.errors import SpecplayError
 from specplay.runner.gate import TurnGate
 from specplay.runner.lanes import LaneClock, side_by_side
@@ -37,7 +37,7 @@ DRAFT_LANE = "draft"
 
 OnEvent = Callable[[str, Event, float, tuple[str, ...]], None]
 """(lane, event, the lane's own seconds so far, the text of each drafted token of a round)."""
-OnLoaded = Callable[[EventSource | None, dict[str, Any], BaseException | None], None]
+OnLoaded = Callable[[EventStream | None, dict[str, Any], BaseException | None], None]
 """(source, its description, error): called on the model thread once loading ends."""
 
 
@@ -49,7 +49,7 @@ def unknown_text(token_id: int) -> str:
 class ModelHost:
     def __init__(self, config: RunConfig, clock: Callable[[], float] = time.perf_counter) -> None:
         self.config = config
-        self.source: EventSource | None = None
+        self.source: EventStream | None = None
         self._clock = clock
         self.thread = ModelThread(on_exit=self._release)
         self.on_decoded: Callable[[], None] | None = None
@@ -74,7 +74,7 @@ class ModelHost:
     def load(self, done: OnLoaded) -> None:
         """Open the configured source on the model thread; `done` is called there."""
 
-        def load() -> tuple[EventSource, dict[str, Any]]:
+        def load() -> tuple[EventStream, dict[str, Any]]:
             self.source = open_source(self.config)
             # What exists now (models, tokenizer, the screen) lives as long as the host: frozen out
             # of the collector, so a full collection during a run, which may fall on any thread
@@ -83,7 +83,7 @@ class ModelHost:
             gc.freeze()
             return self.source, self.source.describe()
 
-        def finished(future: Future[tuple[EventSource, dict[str, Any]]]) -> None:
+        def finished(future: Future[tuple[EventStream, dict[str, Any]]]) -> None:
             if error := future.exception():
                 done(None, {}, error)
             else:
@@ -160,7 +160,7 @@ class ModelHost:
             self._to_decode.put(token_id)
         return unknown_text(token_id)
 
-    def _fetch_texts(self, source: EventSource) -> None:
+    def _fetch_texts(self, source: EventStream) -> None:
         while (token_id := self._to_decode.get()) is not None:
             try:
                 self._texts[token_id] = source.token_text(token_id)

@@ -18,12 +18,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specplay.config.run import RequestSpec, RunConfig
+from specplay.config.run_config import RequestSpec, RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event
 from specplay.engine.request import Request
-from specplay.engine.source import EventSource
+from specplay.engine.stream import EventStream
 from specplay.store import LaneRecord, SessionWriter
 from specplay.store.codec import request_record
 
@@ -73,13 +73,13 @@ def open_writer(
     )
 
 
-def local_token_text(source: EventSource) -> Callable[[int], str] | None:
+def local_token_text(source: EventStream) -> Callable[[int], str] | None:
     """The source's token texts where they cost no round trip to a server."""
     return source.token_text if source.capabilities.local_token_text else None
 
 
 def run_sample(
-    source: EventSource,
+    source: EventStream,
     config: RunConfig,
     request: Request,
     on_event: OnEvent,
@@ -134,7 +134,7 @@ def run_sample(
 
 
 def stream_lane(
-    source: EventSource,
+    source: EventStream,
     request: Request,
     *,
     controls: LiveControls,

@@ -17,7 +17,7 @@ from typing import Any
 
 from specplay import __version__
 from specplay.config.capabilities import MLX, VLLM_INSPECTION, vllm_native
-from specplay.config.run import RequestSpec
+from specplay.config.run_config import RequestSpec
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
     ControlEvent,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specplay.config.models import EARLY_EXIT, MODEL, PROMPT_LOOKUP
-from specplay.config.run import TARGET, BackendKind, ModelSpec, Role, RunConfig, VllmOptions
+from specplay.config.run_config import TARGET, BackendKind, ModelSpec, Role, RunConfig, VllmOptions
 from specplay.store.codec import request_from_record
 from specplay.store.format import Session, SessionError
 

@@ -1,6 +1,6 @@
 """Build the demo models that ship inside specplay, offline, from this Python installation.
 
-    python -m specplay.train.demo_models OUT_DIR [--stage all|tokenizer|target|base|prose|manifest]
+    python scripts/build_demo_models.py OUT_DIR [--stage all|tokenizer|target|base|prose|manifest]
 
 Stages (each skipped when its output exists, so an interrupted build continues):
 1. tokenizer: byte-level BPE on the training split of the corpus (code and prose).
@@ -13,11 +13,9 @@ Stages (each skipped when its output exists, so an interrupted build continues):
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -27,11 +25,11 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from specplay.backends.mlx.build import llama_config, train_tokenizer
 from specplay.train import corpus
 from specplay.train.data import Windows, token_stream
 from specplay.train.distill import DistillConfig, distill
 from specplay.train.losses import forward_kl_loss, next_token_loss, target_log_probs
+from specplay.train.model_files import llama_config, train_tokenizer
 from specplay.train.models import load_folder, new_model, parameter_count, save_folder
 from specplay.train.rollouts import RolloutConfig
 from specplay.train.trainer import Progress, TrainConfig, train
@@ -241,22 +239,14 @@ OUTPUTS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specplay.train.demo_models", description=__doc__.split("\n")[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--stage", choices=["all", *STAGES], default="all")
-    args = parser.parse_args(argv)
-    for name, build in STAGES.items():
-        if args.stage not in ("all", name):
+def build(out: Path, stage: str = "all") -> None:
+    """Run `stage` (or all stages, in order) into `out`, skipping what is already built."""
+    for name, make in STAGES.items():
+        if stage not in ("all", name):
             continue
-        if (args.out / OUTPUTS[name]).is_file():
+        if (out / OUTPUTS[name]).is_file():
             print(f"{name}: already built", flush=True)
             continue
         started = time.perf_counter()
-        build(args.out)
+        make(out)
         print(f"{name}: built in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

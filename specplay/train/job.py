@@ -32,7 +32,7 @@ class Shape:
 class DistillJob:
     target: str
     """The target as the user named it (messages, provenance)."""
-    target_source: str
+    target_model: str
     """Where it loads from (a folder, a Hugging Face id, a GGUF file's converted folder)."""
     start: Literal["draft", "new-drafter", "exit-head"]
     data: Path
@@ -69,7 +69,7 @@ def load(job: DistillJob) -> Loaded:
     from specplay.train.prompts import read_prompts
 
     prompts = read_prompts(job.data)
-    target = load_model("target", job.target_source)
+    target = load_model("target", job.target_model)
     eos = target.tokenizer.eos_token_id
     if eos is None:
         raise SpecplayError(f"target {job.target!r} has no end-of-sequence token; its tokenizer config must name one")

@@ -12,7 +12,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes, dequantize_model, quantize_model, save_config, save_model
 
-from specplay.backends.mlx.build import TOKENIZER_FILES, eos_token_id
+from specplay.train.model_files import TOKENIZER_FILES, eos_token_id
 
 QUANTIZATION_KEYS = ("quantization", "quantization_config")
 

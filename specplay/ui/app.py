@@ -20,12 +20,12 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Select
 
-from specplay.config.run import RunConfig
+from specplay.config.run_config import RunConfig
 from specplay.display.text import one_line
 from specplay.errors import SpecplayError
 from specplay.runner.host import ModelHost
 from specplay.store import SessionError, list_session_files
-from specplay.ui.controller import Playground
+from specplay.ui.controller import PlaygroundController
 from specplay.ui.messages import Call
 from specplay.ui.screens.playground import PlaygroundScreen
 from specplay.ui.screenshot import save_screenshot, screenshots_dir
@@ -80,7 +80,9 @@ class PlaygroundApp(App[None]):
         super().__init__()
         self.options = options
         self.main = PlaygroundScreen(config.request.prompt or "")
-        self.playground = Playground(config, ModelHost(config, clock), self.main, self._schedule, options.draft_lane)
+        self.playground = PlaygroundController(
+            config, ModelHost(config, clock), self.main, self._schedule, options.draft_lane
+        )
         self.main.playground = self.playground
         self._theme_names: list[str] = []
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from specplay.config.model_sets import models_line
-from specplay.config.run import RunConfig
+from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
-from specplay.engine.source import EventSource
+from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
 from specplay.runner.session_run import open_writer
@@ -85,7 +85,7 @@ class View(Protocol):
         ...
 
 
-class Playground:
+class PlaygroundController:
     """The state of the playground between the app's frames."""
 
     def __init__(
@@ -141,7 +141,7 @@ class Playground:
         )
 
     def _loaded(
-        self, source: EventSource | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
+        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
     ) -> None:
         if error is not None:
             self.state = "failed"

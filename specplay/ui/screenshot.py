@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from specplay.errors import SpecplayError
-from specplay.store.files import free_path, write_output
+from specplay.files import free_path, write_output
 
 CONVERT_TIMEOUT_S = 60
 

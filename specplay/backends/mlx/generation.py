@@ -19,7 +19,7 @@ from specplay.backends.mlx import kernels
 from specplay.backends.mlx.kernels import draw_kernel
 from specplay.backends.prompt_lookup import NgramIndex
 from specplay.engine.accept import inverse_cdf_sample
-from specplay.engine.backend import VerifiedDraft
+from specplay.engine.backend_protocol import VerifiedDraft
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import one_hot, sampling_probs, softmax

@@ -56,8 +56,8 @@ def _reads_rows(rule: AcceptanceRule) -> bool:
 
 
 def rule_stats(rule: AcceptanceRule, p_target: mx.array, p_draft: mx.array) -> Arrays:
-    """What `rule` reads beyond p_target(x) and p_draft(x) at each position, by name."""
-    return {name: value[..., 0] for name, value in rule.statistics(p_target, p_draft, mx).items()}
+    """What `rule` reads at each position beyond p_target(x), p_draft(x) and d (reported apart), by name."""
+    return {name: value[..., 0] for name, value in rule.statistics(p_target, p_draft, mx).items() if name != "tv"}
 
 
 def top_n(probs: mx.array, n: int) -> tuple[mx.array, mx.array]:

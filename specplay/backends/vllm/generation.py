@@ -56,8 +56,8 @@ from specplay.backends.vllm.topk import (
     residual_error_bound,
     tv_bracket,
 )
-from specplay.config.run import Strategy
-from specplay.engine.backend import VerifiedDraft
+from specplay.config.run_config import Strategy
+from specplay.engine.backend_protocol import VerifiedDraft
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams

@@ -18,7 +18,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specplay.backends.vllm.backend import VllmBackend, connect_vllm_backend
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, tokenize
 from specplay.backends.vllm.detok import RemoteTokenizer
@@ -35,8 +34,9 @@ from specplay.backends.vllm.native import (
 )
 from specplay.backends.vllm.protocol import completion_body, stream_choices
 from specplay.backends.vllm.remote import RemoteModel
+from specplay.backends.vllm.vllm_backend import VllmBackend, connect_vllm_backend
 from specplay.config.capabilities import NATIVE_FIXED, vllm_native
-from specplay.config.run import NATIVE_ROUTE
+from specplay.config.run_config import NATIVE_ROUTE
 from specplay.config.urls import server_root
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import (
@@ -55,7 +55,7 @@ from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
 from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
 from specplay.engine.settings import K_LIMIT, SpecSettings
-from specplay.engine.source import Clock
+from specplay.engine.stream import Clock
 from specplay.errors import ConfigError
 
 

@@ -21,7 +21,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import DRAFT_LANE
-from specplay.ui.controller import ALL_LANES, Playground
+from specplay.ui.controller import ALL_LANES, PlaygroundController
 from specplay.ui.stats import compare
 from specplay.ui.tokens import legend
 from specplay.ui.widgets.controls_panel import ControlsPanel
@@ -50,7 +50,7 @@ class PlaygroundScreen(Screen[None]):
     class Ready(Message):
         """The screen's widgets exist: the controller may draw."""
 
-    playground: Playground
+    playground: PlaygroundController
     """The controller this screen draws for; set before the screen mounts."""
 
     def __init__(self, prompt: str) -> None:

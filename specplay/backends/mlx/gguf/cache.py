@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specplay.config.cache import cache_root
+from specplay.cache import cache_root
 from specplay.errors import ModelError, detail_of
 
 FORMAT = 1
@@ -33,7 +33,7 @@ Progress = Callable[[str, int, int], None]
 
 
 def default_cache_dir() -> Path:
-    """The cache's gguf folder (config/cache.py says where the cache is)."""
+    """The cache's gguf folder (specplay/cache.py says where the cache is)."""
     return cache_root() / "gguf"
 
 

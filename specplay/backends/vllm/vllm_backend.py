@@ -15,7 +15,7 @@ from specplay.backends.vllm.local import LocalDrafter
 from specplay.backends.vllm.remote import RemoteModel
 from specplay.config.capabilities import VLLM_INSPECTION
 from specplay.config.urls import server_root
-from specplay.engine.backend import Detokenizer
+from specplay.engine.backend_protocol import Detokenizer
 
 TARGET = "target"
 

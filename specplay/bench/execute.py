@@ -16,7 +16,7 @@ from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.request import Request
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
-from specplay.engine.source import EventSource
+from specplay.engine.stream import EventStream
 
 T = TypeVar("T")
 OnModelThread = Callable[[Callable[[], T]], T]
@@ -41,7 +41,7 @@ class BenchPlan:
 
 
 def execute(
-    source: EventSource, plan: BenchPlan, cell: BenchConfig, prompt: Prompt, temperature: float, seed: int
+    source: EventStream, plan: BenchPlan, cell: BenchConfig, prompt: Prompt, temperature: float, seed: int
 ) -> dict[str, Any]:
     """One request of `cell`: its metrics, route, end-to-end time and draft lengths."""
     settings = SpecSettings(
@@ -70,7 +70,7 @@ def execute(
 
 
 def run_bench(
-    source: EventSource, plan: BenchPlan, on_model_thread: OnModelThread, on_progress: OnProgress
+    source: EventStream, plan: BenchPlan, on_model_thread: OnModelThread, on_progress: OnProgress
 ) -> list[Measurement]:
     """The warm-up, then the sweep; two more repeats when any throughput varies by more than 5%."""
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import mlx.core as mx
 from mlx_lm import stream_generate
 
-from specplay.backends.mlx.backend import TARGET, MlxBackend
+from specplay.backends.mlx.mlx_backend import TARGET, MlxBackend
 
 
 def mlx_lm_tokens_per_s(

@@ -45,7 +45,7 @@ from specplay.backends.mlx.loading import (
 )
 from specplay.backends.prompt_lookup import NgramIndex
 from specplay.config.capabilities import MLX
-from specplay.engine.backend import Detokenizer
+from specplay.engine.backend_protocol import Detokenizer
 from specplay.errors import ConfigError
 
 TARGET = "target"

@@ -19,7 +19,7 @@ from specplay.engine.router import RouteChoice
 Clock = Callable[[], float]
 
 
-class EventSource(Protocol):
+class EventStream(Protocol):
     capabilities: Capabilities
     drafters: tuple[str, ...]
     """The routes: drafters, or speculating servers."""
