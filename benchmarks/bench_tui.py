@@ -42,7 +42,7 @@ from pathlib import Path
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 
 # isort: split
-from specplay.backends import open_source, thread_cleanup
+from specplay.backends import open_stream, thread_cleanup
 from specplay.bench.stats import quartiles
 from specplay.cli.configure import replay_base, run_config
 from specplay.config.models import BUILT_IN, MODEL
@@ -147,7 +147,7 @@ def measure_drafter(config: RunConfig, drafter: str, args: argparse.Namespace) -
     thread = ModelThread(on_exit=thread_cleanup(config))
     ratios, shares, helds, speedups = [], [], [], []
     try:
-        source = thread.call(lambda: open_source(config))
+        source = thread.call(lambda: open_stream(config))
         warm = replace(config, request=replace(config.request, max_tokens=WARMUP_TOKENS))
         headless(thread, source, warm)  # untimed
         name = "headless again" if args.control else "TUI"

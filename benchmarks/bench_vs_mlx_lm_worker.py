@@ -141,7 +141,7 @@ Side = tuple[Generate, Callable[[], None]]
 def specplay_side(args: argparse.Namespace) -> Side:
     """A `specplay run` with these flags, its engine's events consumed bare (`--path engine`), or
     its MLX backend alone (`--path backend`)."""
-    from specplay.backends import open_source
+    from specplay.backends import open_stream
     from specplay.cli import build_parser
     from specplay.cli.run import configure
     from specplay.engine.controls import LiveControls
@@ -155,7 +155,7 @@ def specplay_side(args: argparse.Namespace) -> Side:
     if args.mode == "speculative":
         flags += ["--draft", f"{DRAFTER}={args.draft}"]
     config = configure(build_parser().parse_args(flags))
-    source = open_source(config)
+    source = open_stream(config)
     ids = tuple(source.encode(args.prompt, raw=True))
 
     def generated(done: DoneEvent, paused_s: float) -> Generated:

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from specplay.backends import open_source, thread_cleanup
+from specplay.backends import open_stream, thread_cleanup
 from specplay.config.models import model_spec
 from specplay.config.run_config import TARGET, RequestSpec, RunConfig
 from specplay.engine.controls import LiveControls
@@ -81,7 +81,7 @@ def main() -> int:
     thread = ModelThread(on_exit=thread_cleanup(config))
     rows: list[dict[str, Any]] = []
     try:
-        source = thread.call(lambda: open_source(config))
+        source = thread.call(lambda: open_stream(config))
         study = Study(config, thread, source, thread.call(source.describe), args.max_tokens)
         for prompt_name, prompt in PROMPTS.items():
             ids = tuple(thread.call(lambda p=prompt: source.encode(p, raw=False)))

@@ -36,8 +36,8 @@ def stop_at_models(monkeypatch: pytest.MonkeyPatch) -> None:
         raise ReachedModels
 
     for module in (run, bench, fidelity):
-        monkeypatch.setattr(module, "open_source", reached)
-    monkeypatch.setattr(backends, "open_source", reached)
+        monkeypatch.setattr(module, "open_stream", reached)
+    monkeypatch.setattr(backends, "open_stream", reached)
     monkeypatch.setattr("specplay.ui.app.PlaygroundApp.run", reached)
     monkeypatch.setattr("specplay.backends.mlx.loading.load_model", reached)
 

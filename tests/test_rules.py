@@ -9,6 +9,7 @@ computes (`acceptance_rows`) are checked against the decisions the engine makes.
 from __future__ import annotations
 
 import ast
+from dataclasses import fields
 from pathlib import Path
 
 import mlx.core as mx
@@ -37,7 +38,7 @@ from specplay.engine.rules import (
     Mentored,
     RuleParams,
     Typical,
-    rule_tv_spent,
+    all_settings,
     typical_threshold,
 )
 from specplay.errors import ConfigError
@@ -114,7 +115,7 @@ def test_each_rules_output_is_the_formula_and_its_tv_is_exact(rule: AcceptanceRu
         assert pi.sum() == pytest.approx(1.0, abs=1e-12) and (pi >= -1e-15).all()
         # Each rule accepts what lossless acceptance accepts, and more.
         assert (rows >= lossless_acceptance(p_target, p_draft, np) - 1e-15).all()
-        spent = float(rule_tv_spent(rule, p_target[None], p_draft[None], np)[0])
+        spent = float(rule.tv_spent(p_target[None], p_draft[None], np)[0])
         assert spent == pytest.approx(float(tv_distance(pi, p_target)), abs=1e-12)
         assert spent == pytest.approx(analytic_tv(rule, p_target, p_draft), abs=1e-12)
 
@@ -149,7 +150,7 @@ def test_the_lossless_ends_of_each_knob_are_exactly_lossless(rule: AcceptanceRul
     for p_target, p_draft in random_pairs(60, VOCAB, seed=6):
         rows = rule.acceptance_rows(p_target[None], p_draft[None], np)[0]
         np.testing.assert_array_equal(rows, lossless_acceptance(p_target, p_draft, np))
-        assert float(rule_tv_spent(rule, p_target[None], p_draft[None], np)[0]) == pytest.approx(0.0, abs=1e-12)
+        assert float(rule.tv_spent(p_target[None], p_draft[None], np)[0]) == pytest.approx(0.0, abs=1e-12)
         for x, u in zip(range(VOCAB), np.linspace(0, 0.999, VOCAB), strict=True):
             assert not judge_at(rule, p_target, p_draft, x, float(u)).relaxed
 
@@ -161,10 +162,10 @@ def test_typical_acceptance_with_epsilon_above_1_still_relaxes_where_the_target_
     p_draft = np.eye(VOCAB)[0] * 0.9 + 0.1 / VOCAB
     assert typical_threshold(float(entropy(p_target, np)), 1.5, 0.9, np) == pytest.approx(0.9 / VOCAB)
     rule = Typical(typical_epsilon=1.5, typical_delta=0.9)
-    spent = float(rule_tv_spent(rule, p_target[None], p_draft[None], np)[0])
+    spent = float(rule.tv_spent(p_target[None], p_draft[None], np)[0])
     assert spent == pytest.approx(float(tv_distance(p_target, p_draft)))  # every token is typical: pi = p_draft
     rule = Typical(typical_epsilon=1.5, typical_delta=1.2)
-    assert float(rule_tv_spent(rule, p_target[None], p_draft[None], np)[0]) == pytest.approx(0.0, abs=1e-12)
+    assert float(rule.tv_spent(p_target[None], p_draft[None], np)[0]) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_the_cascade_follows_the_drafter_where_it_is_as_sure_as_the_target() -> None:
@@ -183,8 +184,8 @@ def test_the_cascade_follows_the_drafter_where_it_is_as_sure_as_the_target() -> 
 def test_mlx_computes_the_same_rows_in_float32(rule: AcceptanceRule) -> None:
     for p_target, p_draft in random_pairs(8, 64, seed=7):
         pt32, pd32 = p_target.astype(np.float32)[None], p_draft.astype(np.float32)[None]
-        expected = rule_tv_spent(rule, p_target[None], p_draft[None], np)
-        got = np.array(rule_tv_spent(rule, mx.array(pt32), mx.array(pd32), mx))
+        expected = rule.tv_spent(p_target[None], p_draft[None], np)
+        got = np.array(rule.tv_spent(mx.array(pt32), mx.array(pd32), mx))
         np.testing.assert_allclose(got, expected, atol=2e-5)
 
 
@@ -218,6 +219,7 @@ def test_no_module_but_the_registry_spells_a_rules_name() -> None:
 
 def test_every_layer_offers_every_registered_rule() -> None:
     assert tuple(RULES) == RULE_NAMES and len(RULE_NAMES) >= 4
+    assert [f.name for f in fields(RuleParams)] == [s.field for s in all_settings()]  # every setting, once
     assert MLX.rules == RULE_NAMES  # full distributions: every rule
     assert VLLM_INSPECTION.rules == tuple(name for name, rule in RULES.items() if not rule.full_distributions)
     assert parse_rules("all") == list(RULE_NAMES) and list(DEFAULT_KNOBS) == list(RULE_NAMES)

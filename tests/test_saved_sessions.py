@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from specplay.backends import open_source
+from specplay.backends import open_stream
 from specplay.cli import main
 from specplay.config.demo import DEMO_DIR
 from specplay.engine.controls import LiveControls
@@ -487,7 +487,7 @@ def test_the_playground_session_replays_with_its_live_changes(tmp_path: Path) ->
     session = load_session(with_demo_paths(PLAYGROUND, tmp_path))
     config = session_config(session)
     assert config.settings == session.main.settings and config.request.max_tokens == 40
-    source = open_source(config)
+    source = open_stream(config)
     try:
         for name, lane in session.lanes.items():
             again = replay_lane(session, lane, source, config.request.max_tokens, config.request.ignore_eos)

@@ -11,7 +11,7 @@ from helpers import done, run
 from specplay.backends.mlx import MlxBackend
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.native import NativeServer, recolour
-from specplay.backends.vllm.native_source import connect_native
+from specplay.backends.vllm.native_stream import connect_native
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RecolourEvent, RoundEvent, StartEvent, StepEvent
 from specplay.engine.request import Request
@@ -142,12 +142,12 @@ async def test_playground_in_native_mode_without_a_baseline_says_how_to_compare(
 
 
 def test_a_server_that_streams_no_token_ids_is_a_clear_error(native: FakeVllm, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from specplay.backends.vllm import native_source
+    from specplay.backends.vllm import native_stream
     from specplay.backends.vllm.errors import VllmError
 
-    old_body = native_source.completion_body
+    old_body = native_stream.completion_body
     monkeypatch.setattr(
-        native_source, "completion_body", lambda *a, **kw: old_body(*a, **kw) | {"return_token_ids": False}
+        native_stream, "completion_body", lambda *a, **kw: old_body(*a, **kw) | {"return_token_ids": False}
     )
     with pytest.raises(VllmError, match=r"streamed no token_ids; it needs vLLM 0\.10\.2"):
         _events(native.url, 4)

@@ -1,4 +1,4 @@
-"""Backends run the models; `open_source` turns a run configuration into the event source every
+"""Backends run the models; `open_stream` turns a run configuration into the event stream every
 command and the playground talk to. Each backend is imported only when a configuration asks for
 it, so a vLLM-only run never loads MLX."""
 
@@ -15,7 +15,7 @@ Progress = Callable[[str, int, int], None]
 """(stage, done, total): converting a GGUF file ("hashing" bytes, "converting" tensors)."""
 
 
-def open_source(config: RunConfig, on_progress: Progress | None = None) -> EventStream:
+def open_stream(config: RunConfig, on_progress: Progress | None = None) -> EventStream:
     """Load or connect what `config` names; call on the model thread (MLX state is per thread).
     GGUF files are converted first, once (`on_progress` follows it), then load like folders."""
     for model in (config.target, *config.drafters):
@@ -33,7 +33,7 @@ def open_source(config: RunConfig, on_progress: Progress | None = None) -> Event
     local = [(m.name, m.location) for m in config.drafters if m.kind in LOCAL_KINDS]
     servers = [(m.name, m.location) for m in config.drafters if m.kind == "server"]
     if options.native:
-        from specplay.backends.vllm.native_source import connect_native
+        from specplay.backends.vllm.native_stream import connect_native
 
         return connect_native(
             config.target.location,

@@ -13,7 +13,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from specplay import __version__
-from specplay.backends import blas_warning, open_source, thread_cleanup
+from specplay.backends import blas_warning, open_stream, thread_cleanup
 from specplay.bench.execute import BenchPlan, run_bench
 from specplay.bench.plots import write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
@@ -106,7 +106,7 @@ def bench(args: argparse.Namespace) -> int:
         warn(message)
     thread = ModelThread(on_exit=thread_cleanup(config))
     try:
-        source = thread.call(lambda: open_source(config))
+        source = thread.call(lambda: open_stream(config))
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
         ) as progress:

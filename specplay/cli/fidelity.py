@@ -21,7 +21,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from specplay import __version__
-from specplay.backends import blas_warning, open_source, thread_cleanup
+from specplay.backends import blas_warning, open_stream, thread_cleanup
 from specplay.cli.configure import comma_floats, given, pairs, run_config
 from specplay.cli.flags import (
     add_backend_flags,
@@ -194,7 +194,7 @@ def fidelity(args: argparse.Namespace) -> int:
         warn(message)
     thread = ModelThread(on_exit=thread_cleanup(config))
     try:
-        source = thread.call(lambda: open_source(config))
+        source = thread.call(lambda: open_stream(config))
         if not source.capabilities.scoring:
             raise ConfigError("backend", "cannot score text under the target here; fidelity needs a backend that can")
         identity = thread.call(source.describe)

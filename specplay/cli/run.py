@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.text import Text
 
-from specplay.backends import blas_warning, open_source
+from specplay.backends import blas_warning, open_stream
 from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
 from specplay.cli.flags import (
     add_backend_flags,
@@ -79,7 +79,7 @@ def _stopping() -> None:
 
 def _run(config: RunConfig, args: argparse.Namespace) -> int:
     """The models load and run here, on the main thread, where the events are read."""
-    source = open_source(config)
+    source = open_stream(config)
     try:
         identity = source.describe() if args.save else {}
         spec = config.request

@@ -125,7 +125,7 @@ class Generation(Protocol):
 
 
 class Backend(Protocol):
-    """Models that can draft and verify; `SpecEngine` makes it an event source."""
+    """Models that can draft and verify; `SpecEngine` makes it an event stream."""
 
     drafters: tuple[str, ...]
     eos_token_ids: frozenset[int]

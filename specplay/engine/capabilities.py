@@ -1,4 +1,4 @@
-"""What an event source can do. The views read this record instead of asking which backend runs."""
+"""What an event stream can do. The views read this record instead of asking which backend runs."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ TOP_N = 5
 
 
 class SpecEngine:
-    """The event source of speculative decoding (and target-only, draft-only) over a backend."""
+    """The event stream of speculative decoding (and target-only, draft-only) over a backend."""
 
     def __init__(
         self,

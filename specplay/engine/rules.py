@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from specplay.engine.accept import (
@@ -144,6 +144,15 @@ class AcceptanceRule:
         """a(y) for every token of each row [positions, vocab], its statistics taken from the rows
         themselves: what a backend holding full distributions computes."""
         return self.acceptance(p_target, p_draft, self.statistics(p_target, p_draft, xp), xp)
+
+    def output_distribution(self, p_target: Array, p_draft: Array, xp: Any) -> Array:
+        """pi: what each row's position emits under the rule, exactly (accept.rule_output_distribution)."""
+        acceptance = self.acceptance_rows(p_target, p_draft, xp)
+        return rule_output_distribution(p_draft, acceptance, residual_distribution(p_target, p_draft, xp), xp)
+
+    def tv_spent(self, p_target: Array, p_draft: Array, xp: Any) -> Array:
+        """TV(pi, p_target) at each row: how far the rule moves that position's output from the target."""
+        return tv_distance(self.output_distribution(p_target, p_draft, xp), p_target)
 
     def describe(self) -> str:
         """The rule and its knob in a few words, as the papers write them."""
@@ -399,13 +408,3 @@ def make_rule(name: str, params: RuleParams | None = None) -> AcceptanceRule:
     if name not in RULES:
         raise ConfigError("rule", f"must be one of {', '.join(RULE_NAMES)} (got {name!r})")
     return RULES[name].from_params(params or RuleParams())
-
-
-def rule_tv_spent(rule: AcceptanceRule, p_target: Array, p_draft: Array, xp: Any) -> Array:
-    """TV(pi, p_target) at each row: how far `rule` moves that position's output from the target."""
-    acceptance = rule.acceptance_rows(p_target, p_draft, xp)
-    residual = residual_distribution(p_target, p_draft, xp)
-    return tv_distance(rule_output_distribution(p_draft, acceptance, residual, xp), p_target)
-
-
-assert [f.name for f in fields(RuleParams)] == [s.field for s in all_settings()], "RuleParams lists every setting"

@@ -1,7 +1,7 @@
 """What every consumer of runs talks to: something that turns a request into the event stream.
 
 The speculative engine over a backend (loop.SpecEngine) and a vLLM server that speculates by
-itself (backends/vllm/native_source.py) both implement it; `capabilities` says how they differ,
+itself (backends/vllm/native_stream.py) both implement it; `capabilities` says how they differ,
 so the playground, `run`, sessions and exports never ask which one they have.
 """
 

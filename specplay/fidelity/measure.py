@@ -312,7 +312,7 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
 def engine_generator(
     source: EventStream, prompt: str, prompt_token_ids: Sequence[int], settings: SpecSettings, max_tokens: int
 ) -> Generate:
-    """A Generate over an event source; call the result where its models may run."""
+    """A Generate over an event stream; call the result where its models may run."""
 
     def generate(mode: Mode, rule: AcceptanceRule | None, seed: int) -> Sample:
         # EOS ends a sample as it would end a real answer: length is part of what may change.

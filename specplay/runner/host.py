@@ -1,4 +1,4 @@
-"""The model thread and what lives on it for the playground: the event source, and runs of its
+"""The model thread and what lives on it for the playground: the event stream, and runs of its
 lanes side by side.
 
 Nothing here touches Textual: results go through callbacks, which the app points at
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from specplay.backends import open_source, thread_cleanup
+from specplay.backends import open_stream, thread_cleanup
 from specplay.config.run_config import RequestSpec, RunConfig
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
@@ -75,7 +75,7 @@ class ModelHost:
         """Open the configured source on the model thread; `done` is called there."""
 
         def load() -> tuple[EventStream, dict[str, Any]]:
-            self.source = open_source(self.config)
+            self.source = open_stream(self.config)
             # What exists now (models, tokenizer, the screen) lives as long as the host: frozen out
             # of the collector, so a full collection during a run, which may fall on any thread
             # and stalls it, walks only what runs made (tens of ms in the playground otherwise).

@@ -83,7 +83,7 @@ class VllmAccount:
 
 @dataclass(frozen=True)
 class ServerAccount:
-    """What a speculating vLLM server said of a native run (backends/vllm/native_source.py)."""
+    """What a speculating vLLM server said of a native run (backends/vllm/native_stream.py)."""
 
     sources_exact: bool = False
     counters_contaminated: bool = False

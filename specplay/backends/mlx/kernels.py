@@ -17,7 +17,7 @@ from functools import lru_cache
 import mlx.core as mx
 
 from specplay.engine.accept import inverse_cdf_sample, residual_distribution, tv_distance
-from specplay.engine.rules import MENTORED, AcceptanceRule, rule_tv_spent
+from specplay.engine.rules import MENTORED, AcceptanceRule
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
 
@@ -94,7 +94,7 @@ def _verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compi
             "bonus": inverse_cdf_sample(p_target[k:], uniforms[k:], mx),
         }
         if _reads_rows(rule):
-            out["tv_spent"] = rule_tv_spent(rule, head, p_draft, mx)
+            out["tv_spent"] = rule.tv_spent(head, p_draft, mx)
             out["rule_stats"] = rule_stats(rule, head, p_draft)
         if n:
             out["top_target_ids"], out["top_target_p"] = top_n(p_target, n)

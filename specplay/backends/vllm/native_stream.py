@@ -135,8 +135,8 @@ def _read(
         stream.close()
 
 
-class NativeSource:
-    """An event source of vLLM speculating on its own: speculating servers of one target, each with
+class NativeStream:
+    """An event stream of vLLM speculating on its own: speculating servers of one target, each with
     its own drafter (`servers`, by route name; routing picks one per request), and optionally a
     plain server of the same target (`baseline`) for the target-only lane, which makes the measured
     speedup a fair one: both lanes' times are the servers' own streaming."""
@@ -378,7 +378,7 @@ def connect_native(
     route: str = NATIVE_ROUTE,
     route_map: Mapping[str, str] | None = None,
     auth: Mapping[str, tuple[str, str]] | None = None,
-) -> NativeSource:
+) -> NativeStream:
     """Connect to a speculating server (routed to as `route`), to `more` (name, URL) speculating
     servers of the same target, and, when given, to a plain server of it; all must tokenize alike.
     `route_map` sends router classes to servers."""
@@ -403,4 +403,4 @@ def connect_native(
             ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
         check_same_tokens(ids)
         opened.pop_all()  # connected: the source closes them
-    return NativeSource(servers, baseline, route_map=route_map)
+    return NativeStream(servers, baseline, route_map=route_map)
