@@ -36,6 +36,25 @@ CHATML_TEMPLATE = (
 """ChatML, as SmolLM2 and Qwen write it: the tiny chat model's template."""
 
 
+SLOW_FIXTURES = frozenset({"smollm2", "real_vllm"})
+"""What makes a test slow by itself: the real GGUF (fetched once, converted) and real vLLM servers."""
+SLOW_MODULES = frozenset(
+    {"test_review_browser", "test_statistical", "test_vllm_real", "test_vllm_cli", "test_bench_tui"}
+)
+"""A real Chromium; thousands of samples per distribution; real vLLM servers; every command end
+to end against server processes; the playground timed against a replay of its session."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow tier, `-m slow`: what needs a real model download, a real server, a browser or
+    thousands of samples. `-m "not slow"` is the quick tier a contributor runs while working."""
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module is not None else ""
+        real_vllm = item.get_closest_marker("real_vllm") is not None
+        if real_vllm or module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # A shell without job control starts a background command with Ctrl-C (SIGINT) ignored, and its
     # children inherit that; the tests that press Ctrl-C on a child need it to arrive, as in a terminal.
