@@ -156,10 +156,10 @@ def smollm2() -> Path:
     from specplay.catalog.fetch import fetch
     from specplay.catalog.models import CATALOG
     from specplay.errors import SpecplayError
-    from tests.real_models import test_cache
+    from tests.real_models import models_cache
 
     try:
-        return fetch(CATALOG["smollm2"], directory=test_cache() / "models")
+        return fetch(CATALOG["smollm2"], directory=models_cache() / "models")
     except SpecplayError as error:
         pytest.skip(f"SmolLM2 GGUF unavailable: {error}")
 

@@ -8,10 +8,7 @@ from pathlib import Path
 TEST_CACHE_ENV = "SPECPLAY_TEST_CACHE"
 
 
-def test_cache() -> Path:
+def models_cache() -> Path:
     """$SPECPLAY_TEST_CACHE, else ~/.cache/specplay-tests: kept between runs, so a model is
     downloaded (and converted) once per machine."""
     return Path(os.environ.get(TEST_CACHE_ENV) or Path.home() / ".cache" / "specplay-tests")
-
-
-test_cache.__test__ = False  # type: ignore[attr-defined]  (a helper, not a test)

@@ -17,6 +17,7 @@ from specplay.engine.accept import (
     tv_distance,
 )
 from specplay.engine.rules import MENTORED, AcceptanceRule, Mentored, mentored_distribution, mentored_theta
+from tests.distributions import random_pairs
 
 BUDGETS = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
 
@@ -42,20 +43,6 @@ def judged(
         stats={"tv": tv},
         uniform=u,
     )
-
-
-def random_pairs(n: int, vocab: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    pairs = []
-    for i in range(n):
-        concentration = [0.1, 0.5, 2.0][i % 3]  # from peaked to flat
-        p_target = rng.dirichlet(np.full(vocab, concentration))
-        p_draft = rng.dirichlet(np.full(vocab, concentration))
-        if i % 5 == 0:
-            p_draft[rng.choice(vocab, vocab // 3, replace=False)] = 0.0  # tokens the drafter never proposes
-            p_draft /= p_draft.sum()
-        pairs.append((p_target, p_draft))
-    return pairs
 
 
 def acceptance_probabilities(p_target: np.ndarray, p_draft: np.ndarray, budget: float) -> np.ndarray:

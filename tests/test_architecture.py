@@ -192,3 +192,16 @@ def test_records_and_options_go_by_keyword() -> None:
     calls = _positional_calls(6)
     assert [c for c in calls if c[0].startswith(("engine/", "backends/"))] == []
     assert len(calls) <= 5, calls
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test code lives in the support modules (helpers, session_events, distributions...),
+    so a test module can be moved or deleted alone."""
+    tests = Path(__file__).parent
+    importing = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            module = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
+            if module.rpartition(".")[2].startswith("test_"):
+                importing.append(f"{path.name} imports {node.module}")
+    assert importing == []

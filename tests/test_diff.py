@@ -14,7 +14,7 @@ from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import LaneRecord, load_session
 from specplay.store.diff import Opcode, first_divergence, is_lossless_greedy, token_diff, violation
-from tests.test_export import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
+from tests.session_events import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
 
 # --- token_diff on hand-made sequences --------------------------------------------------------
 

@@ -38,8 +38,8 @@ from specplay.train.trainer import TrainConfig
 from specplay.ui.stats import LaneTally
 from specplay.ui.widgets.tape import round_line
 from tests.conftest import CODE_PROMPT, PROSE_PROMPT, TinyModels
+from tests.distributions import follows
 from tests.helpers import Observed, done, events_from, rounds, run, sources
-from tests.test_statistical import follows
 
 REPEATING_PROMPT = "for i in range(10):\n    total += values[i]\nfor i in range(10):\n    total += values[i]\nfor i in "
 PROMPTS = (CODE_PROMPT, PROSE_PROMPT, REPEATING_PROMPT)

@@ -12,11 +12,11 @@ from specplay.catalog import fetch as fetching
 from specplay.catalog.models import CATALOG, cached_path
 from specplay.cli import main
 from specplay.errors import SpecplayError
-from tests.real_models import test_cache
+from tests.real_models import models_cache
 
 
 def test_fetch_lists_then_downloads_once_and_reuses(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(test_cache()))
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(models_cache()))
     assert main(["fetch"]) == 0
     assert "smollm2  SmolLM2-135M-Instruct" in capsys.readouterr().out
     assert main(["fetch", "smollm2"]) == 0  # downloads unless an earlier test run did

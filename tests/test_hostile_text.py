@@ -12,7 +12,7 @@ from specplay.cli import main
 from specplay.display.text import one_line, visible
 from specplay.errors import ConfigError, error_line
 from tests.conftest import TinyModels
-from tests.test_export import same_as_rounds, speculative_events, target_events, write_session
+from tests.session_events import same_as_rounds, speculative_events, target_events, write_session
 
 ESCAPES = "\x1b[2J\x1b]0;pwned\x07\x9b31m\x08"
 HOSTILE = f"x [/bold] y [red]z[/red] {ESCAPES} \u202eevil\u202c end"

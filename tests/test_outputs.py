@@ -15,7 +15,7 @@ from specplay.errors import SpecplayError
 from specplay.files import write_output
 from specplay.store import load_session
 from tests.conftest import TinyModels
-from tests.test_export import same_as_rounds, speculative_events, target_events, write_session
+from tests.session_events import same_as_rounds, speculative_events, target_events, write_session
 
 
 @pytest.fixture

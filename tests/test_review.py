@@ -13,7 +13,7 @@ from specplay.review import review_sessions
 from specplay.review.columns import aligned_starts, divergence, segment_starts
 from specplay.review.summary import column_numbers
 from specplay.store import load_session
-from tests.test_export import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
+from tests.session_events import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
 
 
 def test_rows_start_after_line_breaks_and_long_sentences() -> None:

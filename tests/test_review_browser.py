@@ -23,7 +23,7 @@ from specplay.engine.events import Token
 from specplay.store import Session, load_session
 from specplay.store.diff import token_diff
 from tests.conftest import PROSE_PROMPT, TinyModels
-from tests.test_export import SCRIPT, speculative_events, target_events, write_session
+from tests.session_events import SCRIPT, speculative_events, target_events, write_session
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -43,7 +43,7 @@ from specplay.engine.rules import (
 )
 from specplay.errors import ConfigError
 from specplay.fidelity.measure import DEFAULT_KNOBS, sweep_rules
-from tests.test_accept import random_pairs
+from tests.distributions import random_pairs
 
 RELAXED = [
     Typical(typical_epsilon=0.3),

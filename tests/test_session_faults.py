@@ -22,7 +22,7 @@ from specplay.store import Session, SessionError, load_session
 from specplay.store.diff import token_diff
 from specplay.store.replay import session_config
 from tests.mutations import JSON_VALUES, paths, replace_at
-from tests.test_export import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
+from tests.session_events import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
 
 LINE_BOUNDARIES = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 

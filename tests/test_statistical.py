@@ -16,6 +16,7 @@ from specplay.engine.accept import residual_distribution, rule_output_distributi
 from specplay.engine.rules import RuleParams, mentored_distribution, mentored_theta
 from specplay.engine.settings import SpecSettings
 from tests.conftest import PROSE_PROMPT
+from tests.distributions import follows
 from tests.helpers import done, run
 
 SAMPLES = 2500
@@ -25,13 +26,6 @@ def next_token_probs(model, prefixes: list[list[int]]) -> np.ndarray:
     """Temperature-1 distributions after each prefix (all the same length), in float64."""
     logits = model(mx.array(prefixes))[:, -1, :].astype(mx.float32)
     return np.array(mx.softmax(logits, axis=-1)).astype(np.float64)
-
-
-def follows(counts: np.ndarray, expected: np.ndarray) -> bool:
-    n = counts.sum()
-    frequent = expected >= 0.02
-    error = np.abs(counts / n - expected)[frequent]
-    return bool(np.all(error <= 4.5 * np.sqrt(expected * (1 - expected) / n)[frequent]))
 
 
 def sample_tokens(backend: MlxBackend, position: int, **settings) -> np.ndarray:

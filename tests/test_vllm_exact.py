@@ -32,7 +32,7 @@ from specplay.cli import main
 from specplay.engine.events import Event
 from specplay.engine.settings import SamplingParams
 from tests.conftest import CODE_PROMPT, TinyModels
-from tests.test_vllm_topk import truncated
+from tests.distributions import truncated
 
 PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
 DRAWS = 20_000

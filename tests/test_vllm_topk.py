@@ -20,16 +20,8 @@ from specplay.config.urls import named_url, server_root
 from specplay.engine.rules import Mentored, mentored_theta
 from specplay.engine.settings import SamplingParams
 from specplay.errors import ConfigError
+from tests.distributions import truncated
 from tests.helpers import chunk_sources
-
-
-def truncated(dist: np.ndarray, k: int, extra: int | None = None) -> TopK:
-    """As a server lists a row: the top-k, and the sampled (or actual) token wherever it lies.
-    (The exact-correction tests use it too.)"""
-    listed = [int(i) for i in np.argsort(-dist, kind="stable")[:k]]
-    listed += [extra] if extra is not None and extra not in listed else []
-    with np.errstate(divide="ignore"):
-        return from_logprobs({i: float(np.log(dist[i])) for i in listed}, top=k)
 
 
 def test_worked_example_of_the_research_note() -> None:
