@@ -206,7 +206,7 @@ class Mentored(AcceptanceRule):
 
     def acceptance(self, p_target: Array, p_draft: Array, stats: Stats, xp: Any) -> Array:
         tv = stats["tv"]
-        theta = xp.where(tv > 0, xp.minimum(1.0, self.tv_budget / xp.maximum(tv, _TINY)), 1.0)
+        theta = mentored_theta(tv, self.tv_budget, xp)
         return lossless_acceptance(mentored_distribution(p_target, p_draft, theta), p_draft, xp)
 
     def theta(self, tv: float) -> float:
@@ -223,9 +223,9 @@ class Mentored(AcceptanceRule):
         return f"D={self.tv_budget:g}"  # as reports have always named mentored rows
 
 
-def mentored_theta(tv: float, tv_budget: float) -> float:
+def mentored_theta(tv: Array, tv_budget: float, xp: Any = SCALARS) -> Array:
     """theta = min(1, D / d), and 1 where d = 0 (D = 0 then gives pi = p_target wherever d > 0)."""
-    return SCALARS.where(tv > 0, SCALARS.minimum(1.0, tv_budget / SCALARS.maximum(tv, _TINY)), 1.0)
+    return xp.where(tv > 0, xp.minimum(1.0, tv_budget / xp.maximum(tv, _TINY)), 1.0)
 
 
 def mentored_distribution(p_target: Array, p_draft: Array, theta: Array) -> Array:
