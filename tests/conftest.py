@@ -1,40 +1,24 @@
-"""Tiny real MLX models, built once per test session from the standard library's text."""
+"""The suite's tiers and shared fixtures: the tiny real MLX models (built once per session), fake
+and real vLLM servers of them, SmolLM2. Model libraries are imported by the fixtures that need
+them, so tests on the scripted backend never load MLX."""
 
 from __future__ import annotations
 
 import json
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
-from specplay.backends.mlx import MlxBackend, load_mlx_backend
-from specplay.train.model_files import (
-    llama_config,
-    read_texts,
-    stdlib_sources,
-    train_tokenizer,
-    write_model,
-    write_perturbed_copy,
-)
+from tests.support.real_vllm import NATIVE_ARGS, RealServers, VllmServer, ensure_vllm_python
+from tests.support.scripted import ScriptedBackend, scripted_backend
+from tests.support.tiny_models import TinyModels, build_tiny_models
 
-# isort: split
-from fake_vllm import FakeVllm  # imports mlx.core: after the OpenBLAS preload above
-from real_vllm import NATIVE_ARGS, VllmServer, ensure_vllm_python
-
-VOCAB = 512
-CODE_PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
-PROSE_PROMPT = "The module provides a way of using the operating system and its files."
-
-CHATML_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-"""ChatML, as SmolLM2 and Qwen write it: the tiny chat model's template."""
-
+if TYPE_CHECKING:
+    from specplay.backends.mlx import MlxBackend
+    from tests.support.fake_vllm import FakeVllm
 
 SLOW_FIXTURES = frozenset({"smollm2", "real_vllm"})
 """What makes a test slow by itself: the real GGUF (fetched once, converted) and real vLLM servers."""
@@ -73,78 +57,22 @@ def empty_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     patch.undo()
 
 
-@dataclass(frozen=True)
-class TinyModels:
-    root: Path
-    target: Path
-    near: Path  # a noisy copy of the target: accepted often, not always
-    far: Path  # a different architecture (qwen2), random: rarely accepted
-    swa_target: Path  # sliding window of 8 tokens on alternate layers
-    swa_near: Path
-    chat_target: Path  # same weights as target, tokenizer with a ChatML template
-    other_vocab: Path  # same vocabulary size, different id -> token table
-    recurrent: Path  # a Mamba model: caches that cannot be rewound
-    padded: Path  # a drafter whose embedding has rows past the tokenizer's vocabulary
-    served: Path  # head_dim 64, which vLLM's CPU attention accepts: the real-vLLM tier's target
-    served_near: Path  # a noisy copy of it
-
-
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
-    root = tmp_path_factory.mktemp("tiny")
-    sources = stdlib_sources()
-    train_tokenizer(read_texts(sources[:20]), root / "tok", VOCAB)
-    train_tokenizer(
-        read_texts(sources[:20]), root / "chat_tok", VOCAB, eos_token="<|im_end|>", chat_template=CHATML_TEMPLATE
-    )
-    train_tokenizer(read_texts(sources[-20:]), root / "other_tok", VOCAB)
+    return build_tiny_models(tmp_path_factory.mktemp("tiny"))
 
-    untied = {"tie_word_embeddings": False}
-    write_model(root / "target", llama_config(64, 2, VOCAB, **untied), root / "tok", seed=0, output_scale=4.0)
-    write_perturbed_copy(root / "target", root / "near", noise=0.05, seed=3)
-    qwen = llama_config(32, 1, VOCAB, **untied) | {"model_type": "qwen2"}
-    write_model(root / "far", qwen, root / "tok", seed=1, output_scale=4.0)
-    swa = llama_config(64, 2, VOCAB, layer_types=["sliding_attention", "full_attention"], sliding_window=8, **untied)
-    write_model(root / "swa_target", swa, root / "tok", seed=4, output_scale=4.0)
-    write_perturbed_copy(root / "swa_target", root / "swa_near", noise=0.05, seed=5)
-    write_model(root / "chat_target", llama_config(64, 2, VOCAB, **untied), root / "chat_tok", seed=0, output_scale=4.0)
-    write_model(root / "other_vocab", llama_config(32, 1, VOCAB), root / "other_tok", seed=6)
-    mamba = {
-        "model_type": "mamba",
-        "vocab_size": VOCAB,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "state_size": 4,
-        "num_hidden_layers": 1,
-        "conv_kernel": 4,
-        "use_bias": False,
-        "use_conv_bias": True,
-        "time_step_rank": 4,
-    }
-    write_model(root / "recurrent", mamba, root / "tok", seed=7)
-    write_model(root / "padded", llama_config(32, 1, VOCAB + 64, **untied), root / "tok", seed=8, output_scale=4.0)
-    served = llama_config(128, 2, VOCAB, num_heads=2, **untied)
-    write_model(root / "served", served, root / "tok", seed=9, output_scale=4.0)
-    write_perturbed_copy(root / "served", root / "served_near", noise=0.05, seed=10)
-    return TinyModels(
-        root,
-        root / "target",
-        root / "near",
-        root / "far",
-        root / "swa_target",
-        root / "swa_near",
-        root / "chat_target",
-        root / "other_vocab",
-        root / "recurrent",
-        root / "padded",
-        root / "served",
-        root / "served_near",
-    )
+
+@pytest.fixture
+def scripted() -> ScriptedBackend:
+    """The scripted backend (tests/support/scripted.py): target, near, far, self and lookup, no model library."""
+    return scripted_backend()
 
 
 @pytest.fixture(scope="session")
 def backend(tiny: TinyModels) -> MlxBackend:
     """Target with three drafters: near, far, and the target itself."""
+    from specplay.backends.mlx import load_mlx_backend
+
     drafters = [("near", str(tiny.near)), ("far", str(tiny.far)), ("self", str(tiny.target))]
     return load_mlx_backend(str(tiny.target), drafters)
 
@@ -156,20 +84,12 @@ def smollm2() -> Path:
     from specplay.catalog.fetch import fetch
     from specplay.catalog.models import CATALOG
     from specplay.errors import SpecplayError
-    from tests.real_models import models_cache
+    from tests.support.real_models import models_cache
 
     try:
         return fetch(CATALOG["smollm2"], directory=models_cache() / "models")
     except SpecplayError as error:
         pytest.skip(f"SmolLM2 GGUF unavailable: {error}")
-
-
-@dataclass(frozen=True)
-class RealServers:
-    target: VllmServer
-    near: VllmServer
-    native: VllmServer
-    """The target speculating natively with `near` as its draft model, k = 2."""
 
 
 @pytest.fixture(scope="module")
@@ -203,8 +123,10 @@ def real_vllm(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 @pytest.fixture(scope="session")
 def servers(tiny: TinyModels) -> Iterator[tuple[FakeVllm, FakeVllm]]:
-    """Fake vLLM servers (tests/fake_vllm.py) of the target and of `near`, shared by the vLLM tests;
+    """Fake vLLM servers (tests/support/fake_vllm.py) of the target and of `near`, shared by the vLLM tests;
     tests that break a server (faults, kills) start their own or reset `fault` afterwards."""
+    from tests.support.fake_vllm import FakeVllm
+
     target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
     yield target, near
     target.close()

@@ -24,6 +24,7 @@ from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import one_hot, sampling_probs, softmax
 from specplay.engine.settings import SamplingParams
+from specplay.engine.verify_rows import top_n as top_tokens
 from specplay.errors import ConfigError, ModelError
 
 PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
@@ -138,7 +139,7 @@ def _verify_distributions(
     if k == 0:  # nothing drafted: the round is one target step (MLX cannot reduce empty rows)
         p_target = sampling_probs(logits, sampling, mx)
         bonus = inverse_cdf_sample(p_target, u, mx)
-        tops = kernels.top_n(p_target, n) if n else ()
+        tops = top_tokens(p_target, n, mx) if n else ()
         mx.eval(bonus, *tops)
         verified = VerifiedDraft(
             drafted=[],

@@ -16,10 +16,11 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from specplay.engine.accept import inverse_cdf_sample, residual_distribution, tv_distance
+from specplay.engine.accept import inverse_cdf_sample
 from specplay.engine.rules import MENTORED, AcceptanceRule
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
+from specplay.engine.verify_rows import reads_rows, verify_rows
 
 Arrays = dict[str, mx.array]
 DrawKernel = Callable[[mx.array, mx.array], tuple[mx.array, mx.array]]
@@ -49,23 +50,6 @@ def draw_kernel(sampling: SamplingParams, compiled: bool) -> DrawKernel:
     return _maybe_compiled(draw, compiled)  # type: ignore[return-value]
 
 
-def _reads_rows(rule: AcceptanceRule) -> bool:
-    """Whether the device computes anything of `rule`: a lossless rule spends nothing, and a rule
-    judged from d alone (mentored decoding) has its TV computed by the engine from d."""
-    return rule.full_distributions and not rule.lossless
-
-
-def rule_stats(rule: AcceptanceRule, p_target: mx.array, p_draft: mx.array) -> Arrays:
-    """What `rule` reads at each position beyond p_target(x), p_draft(x) and d (reported apart), by name."""
-    return {name: value[..., 0] for name, value in rule.statistics(p_target, p_draft, mx).items() if name != "tv"}
-
-
-def top_n(probs: mx.array, n: int) -> tuple[mx.array, mx.array]:
-    """Each row's n most likely token ids and their probabilities, in no particular order."""
-    ids = mx.argpartition(-probs, kth=n - 1, axis=-1)[:, :n]
-    return ids, mx.take_along_axis(probs, ids, axis=-1)
-
-
 def verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compiled: bool) -> VerifyKernel:
     """(target logits [k + 1, vocab], drafted [k], p_draft [k, vocab], uniforms) -> the arrays a
     round reads: p_target(x) and p_draft(x), TV, the target's argmax, a residual draw at each
@@ -75,30 +59,13 @@ def verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compil
     shorter than the round's k, one of the residual draws no position used)."""
     # Rules judged from d, and lossless ones, read nothing of the rule on the device (the engine
     # computes theta on the host), so one kernel serves every TV budget.
-    return _verify_kernel(sampling, rule if _reads_rows(rule) else MENTORED, n, compiled)
+    return _verify_kernel(sampling, rule if reads_rows(rule) else MENTORED, n, compiled)
 
 
 @lru_cache(maxsize=16)
 def _verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compiled: bool) -> VerifyKernel:
     def verify(logits: mx.array, drafted: mx.array, p_draft: mx.array, uniforms: mx.array) -> Arrays:
-        k = drafted.shape[0]
         p_target = sampling_probs(logits, sampling, mx)
-        head, x = p_target[:k], drafted[:, None]
-        out = {
-            "drafted": drafted,
-            "p_target_x": mx.take_along_axis(head, x, axis=-1)[:, 0],
-            "p_draft_x": mx.take_along_axis(p_draft, x, axis=-1)[:, 0],
-            "tv": tv_distance(head, p_draft),
-            "argmax": mx.argmax(head, axis=-1),
-            "corrections": inverse_cdf_sample(residual_distribution(head, p_draft, mx), uniforms[:k], mx),
-            "bonus": inverse_cdf_sample(p_target[k:], uniforms[k:], mx),
-        }
-        if _reads_rows(rule):
-            out["tv_spent"] = rule.tv_spent(head, p_draft, mx)
-            out["rule_stats"] = rule_stats(rule, head, p_draft)
-        if n:
-            out["top_target_ids"], out["top_target_p"] = top_n(p_target, n)
-            out["top_draft_ids"], out["top_draft_p"] = top_n(p_draft, n)
-        return out
+        return verify_rows(p_target, drafted, p_draft, uniforms, rule=rule, n=n, xp=mx)
 
     return _maybe_compiled(verify, compiled)  # type: ignore[return-value]

@@ -1,0 +1,98 @@
+"""OpenBLAS's thread count: specplay's default unless the user set one, as OpenBLAS itself reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from specplay.backends.mlx import blas
+from tests.support.tiny_models import TinyModels
+
+# A fresh interpreter: OpenBLAS reads its thread count once, when it loads.
+PROBE = """
+import ctypes, json, os
+from specplay.backends.mlx import blas
+threads = ctypes.CDLL(blas.OPENBLAS_PATH).openblas_get_num_threads() if blas.OPENBLAS_PATH else None
+print(json.dumps({"threads": threads, "chosen": blas.THREADS_CHOSEN, "env": os.environ.get("OPENBLAS_NUM_THREADS")}))
+"""
+
+needs_openblas = pytest.mark.skipif(
+    sys.platform != "linux" or blas.OPENBLAS_PATH is None, reason="OpenBLAS is preloaded on Linux only, when installed"
+)
+
+
+def probe(**variables: str) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if k not in blas.THREAD_VARIABLES} | variables
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+FIT = """
+import ctypes, json, sys
+from specplay.backends.mlx import blas, load_mlx_backend
+get = ctypes.CDLL(blas.OPENBLAS_PATH).openblas_get_num_threads
+seen = {}
+for parameters in (1_000_000, 50_000_000):
+    blas.fit_threads(parameters)
+    seen[parameters] = [get(), blas.THREADS_CHOSEN]
+backend = load_mlx_backend(sys.argv[1])  # a tiny target: loading fits the count to it
+seen["loaded"] = [get(), backend.describe()["blas_threads"]]  # as sessions record it
+print(json.dumps(seen))
+"""
+
+
+def fitted(target: str, **variables: str) -> dict[str, list[Any]]:
+    env = {k: v for k, v in os.environ.items() if k not in blas.THREAD_VARIABLES} | variables
+    done = subprocess.run([sys.executable, "-c", FIT, target], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_openblas
+def test_the_count_follows_the_loaded_targets_size(tiny: TinyModels) -> None:
+    seen = fitted(str(tiny.target))
+    assert blas.threads_for(1_000_000) == 1 and blas.threads_for(50_000_000) == blas.default_threads()
+    assert seen["1000000"][0] == 1 and "too small to share its products" in seen["1000000"][1]
+    assert seen["50000000"][0] == blas.default_threads() and "one per CPU" in seen["50000000"][1]
+    assert seen["loaded"][0] == 1 and "too small to share its products" in seen["loaded"][1]  # under 4M
+
+
+@needs_openblas
+@pytest.mark.parametrize("variable", blas.THREAD_VARIABLES)
+def test_the_users_setting_wins_over_the_fitted_count(tiny: TinyModels, variable: str) -> None:
+    wanted = min(2, os.cpu_count() or 1)
+    seen = fitted(str(tiny.target), **{variable: str(wanted)})
+    assert all(count == wanted and f"{variable}={wanted}" in chosen for count, chosen in seen.values())
+
+
+@needs_openblas
+def test_default_applies_when_the_user_sets_nothing() -> None:
+    seen = probe()
+    assert seen["threads"] == blas.default_threads()
+    assert "specplay's default" in str(seen["chosen"])
+    assert seen["env"] is None  # asked for while loading only: programs specplay starts keep their own
+
+
+@needs_openblas
+@pytest.mark.parametrize("variable", blas.THREAD_VARIABLES)
+def test_the_users_setting_wins(variable: str) -> None:
+    wanted = min(2, os.cpu_count() or 1)  # OpenBLAS caps its threads at the CPUs it sees
+    seen = probe(**{variable: str(wanted)})
+    assert seen["threads"] == wanted
+    assert f"{variable}={wanted}" in str(seen["chosen"])
+
+
+def test_user_threads_reads_openblas_variables_in_its_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in blas.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert blas.user_threads() is None
+    monkeypatch.setenv("OMP_NUM_THREADS", " ")  # blank is unset, as OpenBLAS reads it
+    assert blas.user_threads() is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert blas.user_threads() == "OMP_NUM_THREADS=3"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert blas.user_threads() == "OPENBLAS_NUM_THREADS=2"

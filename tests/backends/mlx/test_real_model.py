@@ -1,0 +1,141 @@
+"""SmolLM2-135M-Instruct, a real chat model, through the whole of specplay: its GGUF file loaded by
+name, the chat template, lossless greedy speculation with drafters made from the target and from
+no model (also under live changes), consistent caches, and sessions that replay."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from specplay.backends.mlx import MlxBackend, load_mlx_backend
+from specplay.backends.mlx.drafters import EarlyExit, PromptLookup
+from specplay.cli import main
+from specplay.engine.events import ControlEvent, Event, RoundEvent
+from specplay.store import load_session
+from tests.support.engine_runs import done, rounds, run
+from tests.support.observed import Observed
+
+# Asks to rewrite a given function: the answer copies much of the prompt, where prompt lookup shines.
+EDIT_PROMPT = (
+    "Rewrite this function so it uses a list comprehension. Keep the name and the docstring.\n\n"
+    "def squares(numbers):\n"
+    '    """The squares of the even numbers."""\n'
+    "    result = []\n"
+    "    for n in numbers:\n"
+    "        if n % 2 == 0:\n"
+    "            result.append(n * n)\n"
+    "    return result\n"
+)
+STORY_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2: Path) -> MlxBackend:
+    """SmolLM2 with prompt lookup and early exits after 8 and 26 of its 30 layers."""
+    drafters = [("lookup", PromptLookup(2, 4)), ("exit8", EarlyExit(8)), ("exit26", EarlyExit(26))]
+    return load_mlx_backend(str(smollm2), drafters)
+
+
+def test_the_gguf_loads_by_catalog_name_with_its_chat_template(smol: MlxBackend) -> None:
+    assert smol.target.source.endswith(".gguf")
+    ids = smol.encode("Hi!", raw=False)
+    text = smol.tokenizer.decode(ids)
+    assert "<|im_start|>user\nHi!<|im_end|>" in text and text.rstrip().endswith("<|im_start|>assistant")
+    assert smol.describe()["models"]["target"]["kind"] == "gguf"
+    assert smol.context_length == 8192
+
+
+@pytest.mark.parametrize("route", ["lookup", "exit8", "exit26"])
+def test_greedy_speculation_equals_greedy_target_only_with_every_drafter_kind(smol: MlxBackend, route: str) -> None:
+    observed = Observed(smol)
+    expected = done(run(smol, EDIT_PROMPT, mode="target", max_tokens=TOKENS, raw=False)).token_ids
+    events = run(observed, EDIT_PROMPT, max_tokens=TOKENS, route=route, k=4, raw=False)
+    assert done(events).token_ids == expected
+    generation = observed.generations[-1]
+    committed = len(generation.tokens) - 1
+    assert all(length <= committed for length in generation.cache_lengths().values())
+    assert rounds(events)
+
+
+def test_live_k_and_route_changes_stay_lossless(smol: MlxBackend) -> None:
+    expected = done(run(smol, STORY_PROMPT, mode="target", max_tokens=TOKENS, raw=False)).token_ids
+    chooser = random.Random(7)
+
+    def change(event: Event, controls: object) -> None:
+        if isinstance(event, RoundEvent):
+            controls.update(k=chooser.randint(1, 6), route=chooser.choice(["lookup", "exit8", "exit26"]))  # type: ignore[attr-defined]
+
+    events = run(smol, STORY_PROMPT, max_tokens=TOKENS, route="exit26", on_event=change, raw=False)
+    assert done(events).token_ids == expected
+    assert sum(isinstance(e, ControlEvent) for e in events) >= 2
+    assert {r.route for r in rounds(events)} >= {"lookup", "exit8"}
+
+
+def test_the_cli_runs_and_replays_the_real_model_by_name(
+    smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(smollm2.parents[1]))  # where the test run fetched it
+    args = ["run", "--target", "smollm2", "--draft", "lookup=prompt-lookup", "--draft", "exit=early-exit:layers=26"]
+    args += ["--prompt", EDIT_PROMPT, "--max-tokens", "16", "--json", "--save", "--sessions-dir", str(tmp_path)]
+    assert main(args) == 0, capsys.readouterr().err
+    first = json.loads(capsys.readouterr().out)
+    assert first["route"] == "lookup" and first["metrics"]["num_tokens"] == 16  # the router sends code to lookup
+    session = load_session(Path(first["session"]))
+    models = session.header["backend"]["models"]
+    assert models["target"]["kind"] == "gguf" and models["lookup"]["kind"] == "prompt-lookup"
+    assert models["exit"] == models["exit"] | {"kind": "early-exit", "layers": 26}
+    assert main(["run", "--replay", session.id, "--sessions-dir", str(tmp_path), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["token_ids"] == first["token_ids"] and again["sources"] == first["sources"]
+
+
+@pytest.mark.parametrize(
+    "draft, message",
+    [
+        ("exit=early-exit:layers=30", "layers=30 is out of range; the target has 30 layers, so use 1..29"),
+        ("lookup=prompt-lookup:n=0-2", "needs n=MIN-MAX with 1 <= MIN <= MAX <= 16"),
+    ],
+)
+def test_bad_drafters_of_the_real_model_are_one_line(
+    draft: str, message: str, smollm2: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--target", str(smollm2), "--draft", draft, "--prompt", "x", "--max-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+async def test_with_no_model_flags_the_playground_writes_english_on_smollm2(
+    smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README command 1's last step, `specplay` once SmolLM2 is fetched: the status line names the
+    model and its drafters, ctrl+r fills both lanes with English and says where auto routed."""
+    from specplay.cli import build_parser
+    from specplay.cli.tui import configure
+    from specplay.engine.events import StepEvent
+    from specplay.ui.app import create_app
+    from tests.support.ui_helpers import wait_for
+
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(smollm2.parents[1]))  # where the test run fetched it
+    args = build_parser().parse_args(["tui", "--max-tokens", "32", "--sessions-dir", str(tmp_path)])
+    args.argv = []
+    config, _ = configure(args)  # as `specplay` builds it: the library's first prompt in the editor
+    app = create_app(config)
+    playground = app.playground
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: playground.state == "ready", "the models to load", timeout_s=120)
+        ready = "SmolLM2-135M-Instruct, drafters lookup (prompt lookup, n 2..4; for code), exit (early exit after"
+        assert ready in playground.status
+        await pilot.press("ctrl+r")
+        routed = "auto: code prompt → lookup (the route map)"  # the set's map names lookup for code
+        await wait_for(pilot, lambda: routed in playground.status, "the run to start")
+        await wait_for(pilot, lambda: playground.last_session is not None, "both lanes and the session", 240)
+    for lane in ("speculative", "target"):
+        tokens = [t for e in playground.events[lane] if isinstance(e, RoundEvent) for t in e.tokens]
+        tokens += [e.token for e in playground.events[lane] if isinstance(e, StepEvent)]
+        words = "".join(t.text for t in tokens).split()
+        english = {"the", "a", "to", "of", "and", "is", "it", "this", "in", "def", "return", "with", "for"}
+        assert len(words) >= 8 and english & {w.lower().strip(".,:`") for w in words}, (lane, words)

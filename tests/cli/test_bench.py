@@ -1,0 +1,135 @@
+"""The bench report's arithmetic on recorded results, and a quick sweep on tiny models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specplay.bench.report import build_rows, markdown, router_report
+from specplay.bench.stats import coefficient_of_variation, median, needs_more_repeats
+from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
+from specplay.cli import main
+from specplay.engine.speedup import predicted_speedup
+from specplay.errors import ConfigError
+from tests.support.tiny_models import TinyModels
+
+
+def test_statistics() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0 and median([]) is None
+    assert coefficient_of_variation([10.0, 10.0, 10.0]) == 0.0
+    assert coefficient_of_variation([9.0, 10.0, 11.0]) == pytest.approx(0.1)
+    assert not needs_more_repeats([[100.0, 101.0, 99.0]])  # CV 1%
+    assert needs_more_repeats([[100.0, 101.0, 99.0], [90.0, 100.0, 110.0]])  # one cell at 10%
+
+
+def _m(config: str, tokens_per_s: float, **spec: object) -> Measurement:
+    fields = {"route": None, "num_tokens": 32, "e2e_ms": 100.0} | spec
+    return Measurement(config, "code", "p", 0.0, 0, 0, tokens_per_s=tokens_per_s, **fields)  # type: ignore[arg-type]
+
+
+def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
+    configs = [
+        BenchConfig("target-only", "baseline", "target"),
+        BenchConfig("draft-only d", "baseline", "draft", route="d"),
+    ]
+    configs.append(BenchConfig("k=4", "k"))
+    spec = {"route": "d", "num_spec_steps": 16, "num_draft_tokens": 64, "num_accepted_draft_tokens": 15}
+    # 30 judged positions per request; 64 drafted tokens in 64 ms against a 9 ms target step (the
+    # target-only requests' median mean step, not their tokens/s: one yardstick with the playground)
+    spec |= {"num_judged_draft_tokens": 30, "draft_ms": 64.0, "verify_ms": 160.0, "overhead_ms": 16.0}
+    spec |= {"draft_lengths": [4] * 16, "drafted_per_position": [16, 8, 8, 8], "accepted_per_position": [6, 4, 3, 2]}
+    measurements = [_m("target-only", t, mean_step_ms=ms) for t, ms in ((100.0, 10.0), (120.0, 8.0), (110.0, 9.5))]
+    measurements += [_m("draft-only d", 1000.0), _m("k=4", 150.0, **spec), _m("k=4", 170.0, **spec)]
+    rows = {r.config: r for r in build_rows(configs, measurements)}
+    target, spec_row = rows["target-only"], rows["k=4"]
+    assert target.tokens_per_s == 110.0 and target.speedup == 1.0
+    assert spec_row.tokens_per_s == 160.0 and spec_row.speedup == pytest.approx(160 / 110)
+    assert spec_row.draft_acceptance_rate == pytest.approx(30 / 128)
+    assert spec_row.mean_acceptance_length == pytest.approx(1 + 30 / 32) and spec_row.rounds_per_request == 16
+    assert spec_row.acceptance_per_position == [0.375, 0.5, 0.375, 0.25]
+    # the playground's definitions: alpha = accepted / judged, c = drafted token time / target step
+    assert spec_row.alpha == pytest.approx(0.5) and spec_row.cost_ratio == pytest.approx(1.0 / 9.5)
+    assert spec_row.predicted_speedup == pytest.approx(predicted_speedup(0.5, 4, 1 / 9.5))
+    # each round verifies in 10 ms and spends 1 ms on the host: 10 / 9.5 and 1 / 9.5 target steps
+    c = 1 / 9.5
+    costed = spec_row.predicted_speedup * (4 * c + 1) / (4 * c + 10 * c + c)
+    assert spec_row.costed_speedup == pytest.approx(costed)
+
+
+def test_a_drafter_that_never_drafted_has_no_acceptance_rate() -> None:
+    """Prompt lookup on a prompt whose n-grams never recur: every round is a plain target step."""
+    configs = [BenchConfig("target-only", "baseline", "target"), BenchConfig("k=4", "k")]
+    spec = {"route": "lookup", "num_spec_steps": 32, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0}
+    spec |= {"num_judged_draft_tokens": 0, "draft_ms": 3.0, "verify_ms": 320.0, "overhead_ms": 1.0}
+    spec |= {"draft_lengths": [0] * 32, "drafted_per_position": [0, 0], "accepted_per_position": [0, 0]}
+    rows = {r.config: r for r in build_rows(configs, [_m("target-only", 100.0), _m("k=4", 99.0, **spec)])}
+    row = rows["k=4"]
+    assert row.draft_acceptance_rate is None and row.alpha is None and row.acceptance_per_position == []
+    assert row.mean_acceptance_length == 1.0 and row.speedup == pytest.approx(0.99)
+    assert "k=4" in markdown(list(rows.values()), {"command": "specplay bench"})
+
+
+def test_plan_and_prompts() -> None:
+    labels = [c.label for c in plan(["a", "b"], quick=False)]
+    assert labels[:3] == ["target-only", "draft-only a", "draft-only b"]
+    assert {"k=2", "k=4", "k=6", "k=8", "acceptance-rate", "accepted-length", "confidence", "D=1", "route b"} <= set(
+        labels
+    )
+    prompts = load_prompts(None, 2)
+    assert [p.category for p in prompts] == ["code", "code", "prose", "prose"]
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_prompts(Path("/nonexistent/prompts.jsonl"), 1)
+
+
+def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None:
+    models = ["--target", str(tiny.target), "--draft", f"near={tiny.near}", "--draft", f"far={tiny.far}"]
+    out = tmp_path / "report"
+    assert main(["bench", *models, "--quick", "--out", str(out), "--max-tokens", "12", "--compare-mlx-lm"]) == 0
+    names = {"report.md", "results.json", "results.csv", "speedup_vs_k.png", "acceptance_vs_tv.png"}
+    assert names | {"acceptance_by_position.png"} <= {p.name for p in out.iterdir()}
+    results = json.loads((out / "results.json").read_text())
+    rows = {(r["category"], r["config"]) for r in results["rows"]}
+    assert {("code", "target-only"), ("prose", "k=4"), ("code", "route far"), ("prose", "D=1")} <= rows
+    assert len({m["repeat"] for m in results["measurements"]}) in (3, 5)
+    compared = {r["config"] for r in results["rows"] if r["vs_mlx_lm"] is not None}
+    assert compared == {"target-only", "k=2", "k=4"}
+    assert "## code, temperature 0" in (out / "report.md").read_text()
+    # The router check: each prompt's routed drafter against the one that accepted most.
+    router = results["router"]
+    # Neither drafter is named after a class, so the route map sends both classes to the first.
+    assert {(c["category"], c["routed"], c["labelled"]) for c in router["cases"]} == {
+        ("code", "near", "near"),
+        ("prose", "near", "near"),
+    }
+    assert all(set(c["mean_acceptance_length"]) == {"near", "far"} for c in router["cases"])
+    assert router["accuracy_on_labels"] == 1.0
+    assert 0 <= router["accuracy_by_acceptance"] <= 1
+    assert not any(r["config"] == "router check" for r in results["rows"])  # an accuracy, not a speed row
+    assert "## Router check" in (out / "report.md").read_text()
+
+
+def test_router_report_counts_accuracy_on_labels_and_by_acceptance() -> None:
+    def check(prompt: str, category: str, routed: str, lengths: dict[str, float], repeat: int = 0) -> Measurement:
+        return Measurement(
+            "router check", category, prompt, 0.0, repeat, repeat, routed, 10, 1.0, None, counterfactual=lengths
+        )
+
+    measurements = [
+        check("a", "code", "code-drafter", {"code-drafter": 3.0, "prose-drafter": 2.0}),
+        check("a", "code", "code-drafter", {"code-drafter": 2.0, "prose-drafter": 2.0}, repeat=1),  # mean 2.5 vs 2
+        check(
+            "b", "prose", "code-drafter", {"code-drafter": 2.5, "prose-drafter": 1.5}
+        ),  # label wrong, acceptance right
+        check(
+            "c", "prose", "prose-drafter", {"code-drafter": 2.0, "prose-drafter": 1.0}
+        ),  # label right, acceptance wrong
+        check("d", "other", "prose-drafter", {"code-drafter": 1.0, "prose-drafter": 1.0}),  # a tie; no label
+    ]
+    report = router_report(measurements, {"code": "code-drafter", "prose": "prose-drafter"})
+    assert report is not None
+    assert report["accuracy_on_labels"] == pytest.approx(2 / 3)
+    assert report["accuracy_by_acceptance"] == pytest.approx(3 / 4)
+    assert report["mean_route_regret"] == pytest.approx((0 + 0 + 1.0 + 0) / 4)
+    assert router_report(measurements[:0], {}) is None

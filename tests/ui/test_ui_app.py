@@ -1,0 +1,267 @@
+"""The playground driven by Textual's Pilot on real tiny models."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from textual.binding import Binding
+from textual.widgets import Select, Static, Switch, TextArea
+from textual_slider import Slider
+
+from specplay.display.text import visible
+from specplay.engine.events import ControlEvent, DoneEvent, StepEvent
+from specplay.engine.rules import RuleParams
+from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.store import list_session_files, load_session
+from specplay.ui.app import PlaygroundApp
+from specplay.ui.widgets.inspector import Inspector
+from specplay.ui.widgets.lane_view import LaneView
+from specplay.ui.widgets.plots import SPARKS, Plots
+from tests.support.prompts import CODE_PROMPT
+from tests.support.tiny_models import TinyModels
+from tests.support.ui_helpers import after, make_app, spec_rounds, wait_for
+
+
+def _control_index(app: PlaygroundApp, setting: str, value: object) -> int | None:
+    """Where, in the speculative lane's events, `setting` became `value`."""
+    for i, event in enumerate(app.playground.events["speculative"]):
+        if isinstance(event, ControlEvent) and any(c[0] == setting and c[2] == value for c in event.changes):
+            return i
+    return None
+
+
+async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path: Path) -> None:
+    app = make_app(tiny, tmp_path, max_tokens=5000, ignore_eos=True)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
+        await pilot.click("#prompt")
+        await pilot.press(*"def f(x):")
+        assert app.query_one("#prompt", TextArea).text == "def f(x):"
+        app.query_one("#route", Select).value = "near"
+        await wait_for(pilot, lambda: app.playground.settings.route == "near", "the route to be pinned before the run")
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(spec_rounds(app)) >= 3, "rounds at k=4")
+        # While lanes generate the prompt's cursor stays lit: each blink would repaint it.
+        prompt = app.query_one("#prompt", TextArea)
+        await wait_for(pilot, lambda: not prompt.cursor_blink, "the cursor to stay lit during the run")
+
+        app.query_one("#k", Slider).value = 2
+        await wait_for(pilot, lambda: _control_index(app, "k", 2) is not None, "the k change to take effect")
+        app.query_one("#route", Select).value = "far"
+        await wait_for(pilot, lambda: _control_index(app, "route", "far") is not None, "the route change")
+        app.query_one("#knob", Slider).value = 10
+        await wait_for(pilot, lambda: _control_index(app, "tv_budget", 0.5) is not None, "the TV budget change")
+        tv_at = _control_index(app, "tv_budget", 0.5)
+        assert tv_at is not None
+        await wait_for(
+            pilot, lambda: len(after(app.playground.events["speculative"], tv_at)) >= 3, "rounds after the changes"
+        )
+        # Counterfactual routes, live: every other drafter judged each round, shown beside the route.
+        app.query_one("#counterfactual", Switch).value = True
+        await wait_for(pilot, lambda: any(r.counterfactuals for r in spec_rounds(app)), "counterfactual rounds")
+        stats = app.query_one("#counterfactual-stats", Static)
+        await wait_for(pilot, lambda: "route regret" in str(stats.render()), "the counterfactual stats")
+        assert all(name in str(stats.render()) for name in ("near", "far"))
+        # Another rule: the slider now moves its knob (lambda doubles every 4 steps).
+        app.query_one("#rule", Select).value = "lenience"
+        await wait_for(pilot, lambda: _control_index(app, "rule", "lenience") is not None, "the rule change")
+        app.query_one("#knob", Slider).value = 8
+        await wait_for(pilot, lambda: _control_index(app, "lenience", 4.0) is not None, "the lenience change")
+        assert "lenience λ 4" in str(app.query_one("#knob-label").render())
+        lenience_at = _control_index(app, "lenience", 4.0)
+        assert lenience_at is not None
+        await wait_for(
+            pilot, lambda: len(after(app.playground.events["speculative"], lenience_at)) >= 2, "lenience rounds"
+        )
+
+        handled: list[float] = []
+        stop = app.action_stop
+        app.action_stop = lambda: (handled.append(time.perf_counter()), stop())[-1]  # type: ignore[method-assign]
+        pressed = time.perf_counter()
+        await pilot.press("escape")
+        # The key is handled at once, however busy the lanes are: events reach the UI in batches.
+        assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
+        await wait_for(pilot, lambda: app.playground.state == "ready", "the lanes to stop")
+        await wait_for(pilot, lambda: prompt.cursor_blink, "the cursor to blink again once the run ended")
+
+        events = app.playground.events["speculative"]
+        k_at, route_at = _control_index(app, "k", 2), _control_index(app, "route", "far")
+        assert k_at is not None and route_at is not None
+        assert all(r.k == 4 and r.route == "near" for r in spec_rounds(app)[:3])
+        assert after(events, k_at) and all(r.k == 2 for r in after(events, k_at))
+        assert all(r.route == "far" for r in after(events, route_at))
+        rule_at = _control_index(app, "rule", "lenience")
+        assert rule_at is not None
+        mentored = after(events, tv_at)[: len(after(events, tv_at)) - len(after(events, rule_at))]
+        assert all(p.theta > 0 for r in mentored for p in r.positions if p.tv_distance > 0)
+        assert all(p.theta == 0 for r in after(events, rule_at) for p in r.positions)
+        k_change = events[k_at]
+        assert isinstance(k_change, ControlEvent) and ("k", 4, 2) in k_change.changes
+        assert "⟨k=2⟩" in app.query_one("#speculative", LaneView).text  # the marker in the stream
+        for lane in ("speculative", "target"):
+            final = app.playground.events[lane][-1]
+            assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"
+        # Only sampling changes reach the target-only lane.
+        assert not any(isinstance(e, ControlEvent) for e in app.playground.events["target"])
+
+        assert app.playground.last_session is not None
+        session = load_session(app.playground.last_session)
+        assert session.complete and list(session.header["lanes"]) == ["speculative", "target"]
+        assert [p.name for p in list_session_files(tmp_path)] == [app.playground.last_session.name]
+
+        before = app.theme_variables["spec-accepted"]
+        await pilot.press("ctrl+t")
+        assert app.theme != "specplay-dark" and app.theme_variables["spec-accepted"] != before
+
+
+async def test_autorun_to_the_end_shows_stats_and_saves(tiny: TinyModels, tmp_path: Path) -> None:
+    app = make_app(tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=30, ignore_eos=True, raw=True)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end and be saved")
+        for lane in ("speculative", "target"):
+            final = app.playground.events[lane][-1]
+            assert isinstance(final, DoneEvent) and final.finish_reason == "length" and len(final.token_ids) == 30
+        spec, target = app.playground.tallies["speculative"], app.playground.tallies["target"]
+        assert spec.tokens == target.tokens == 30 and spec.rounds > 0
+        assert spec.alpha is not None and spec.tokens_per_s and target.tokens_per_s
+        stats = str(app.query_one("#speculative", LaneView).query_one(".lane-stats").render())
+        assert "predicted" in stats and "mean acceptance length" in stats and "–× predicted" not in stats
+        assert app.playground.last_session is not None
+        session = load_session(app.playground.last_session)
+        assert session.complete and session.header["request"]["max_tokens"] == 30
+
+
+async def test_a_load_error_is_one_line_and_the_app_still_quits(tiny: TinyModels, tmp_path: Path) -> None:
+    from tests.support.ui_helpers import app_for, mlx_config
+
+    app = app_for(mlx_config(tiny, tmp_path, target=tmp_path / "no-such-model"))
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: app.playground.state == "failed", "the load to fail")
+        assert "no-such-model" in app.playground.status and "\n" not in app.playground.status
+        await pilot.press("ctrl+r")  # refused, the app stays up
+        assert app.playground.state == "failed"
+        await pilot.press("ctrl+q")
+    assert app.return_code == 0
+
+
+async def test_drill_down_on_a_token_by_click_and_keys(tiny: TinyModels, tmp_path: Path) -> None:
+    settings = SpecSettings(k=4, route="near", sampling=SamplingParams(temperature=1.0))
+    app = make_app(tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=24, raw=True, settings=settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end")
+        lane, inspector = app.query_one("#speculative", LaneView), app.query_one(Inspector)
+        await pilot.click("#speculative .lane-text", offset=(0, 0))
+        await wait_for(pilot, lambda: inspector.pick is not None, "the clicked token to be shown")
+        first_shown = next(p.index for p in lane.picks if visible(p.token.text))  # empty text takes no cell
+        assert lane.selected == first_shown and inspector.pick is not None and inspector.pick.index == first_shown
+        pick = inspector.pick
+        assert pick.round is not None and pick.round.index == 0
+        text = str(inspector.render())
+        for label in ("p_target(x)", "p_draft(x)", "u ", "d = TV", "θ", "top p_target", "top p_draft", "round 0"):
+            assert label in text, label
+
+        await pilot.press("right", "right")
+        assert lane.selected == first_shown + 2 and inspector.pick is not None
+        assert inspector.pick.index == first_shown + 2
+        await pilot.press("end")
+        last = inspector.pick
+        assert last is not None and last.index == len(lane.picks) - 1
+        # Every drafted position carries both top-5 lists; the shown rows are those lists.
+        rounds = spec_rounds(app)
+        assert all(p.top_target and p.top_draft for r in rounds for p in r.positions)
+        assert any(len(p.top_target or ()) == 5 for r in rounds for p in r.positions)
+        drafted = next(p for p in lane.picks if p.round is not None and p.slot < len(p.round.positions))
+        lane.select(drafted.index)
+        await pilot.pause()
+        assert drafted.round is not None
+        position = drafted.round.positions[drafted.slot]
+        shown = str(inspector.render())
+        assert f"p_target(x) {position.p_target:.3f}" in shown and f"u {position.uniform:.3f}" in shown
+        assert all(f"{prob:.3f}" in shown for _, prob in [*(position.top_target or ()), *(position.top_draft or ())])
+        lane.select(last.index)
+        await pilot.press("left")
+        assert inspector.pick is not None and inspector.pick.index == last.index - 1
+        # A bonus token shows the target's distribution where it was drawn.
+        bonus = next((p for p in lane.picks if p.token.source == "bonus"), None)
+        if bonus is not None:
+            lane.select(bonus.index)
+            await pilot.pause()
+            assert "bonus" in str(inspector.render()) and "top p_target" in str(inspector.render())
+
+
+async def test_draft_lane_prompt_library_and_palette_actions(tiny: TinyModels, tmp_path: Path) -> None:
+    app = make_app(tiny, tmp_path, max_tokens=16, raw=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
+        commands = {c.title for c in app.get_system_commands(app.screen)}
+        for title in ("Run", "Stop", "Next theme", "Draft-only lane", "Inspect a token", "Prompt library"):
+            assert title in commands, title
+        assert any(t.startswith("Prompt: ") for t in commands)
+        footer_keys = {b.key for b in app.BINDINGS if isinstance(b, Binding) and b.show}
+        assert {"ctrl+r", "escape", "ctrl+t", "ctrl+q", "f2", "f3", "f4"} <= footer_keys
+
+        app.query_one("#library", Select).value = 0  # the prompt picker fills the editor
+        await pilot.pause()
+        assert app.query_one("#prompt", TextArea).text == app.main.library[0].text
+        await pilot.press("f2")  # the draft-only lane
+        await wait_for(pilot, lambda: app.playground.draft_lane, "the draft lane switch")
+        assert app.query_one("#draft", LaneView).display
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the three-lane run to end")
+        draft_done = app.playground.events["draft"][-1]
+        assert isinstance(draft_done, DoneEvent) and len(draft_done.token_ids) == 16
+        assert all(e.token.source == "draft" for e in app.playground.events["draft"] if isinstance(e, StepEvent))
+        assert app.query_one("#draft", LaneView).text
+        assert list(load_session(app.playground.last_session).header["lanes"]) == ["speculative", "target", "draft"]
+        plots = str(app.query_one(Plots).render())
+        assert "acceptance by draft position" in plots and "tokens/s over time" in plots and " 1 " in plots
+        assert any(c in plots for c in SPARKS)
+        commands = {c.title for c in app.get_system_commands(app.screen)}
+        assert f"Open session {app.playground.last_session.stem}" in commands
+
+        # Screenshots: one palette command (ours, not Textual's), and f12; both land beside the sessions
+        (screenshot,) = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
+        folder = tmp_path / "screenshots"
+        assert str(folder) in screenshot.help
+        screenshot.callback()
+        await pilot.press("f12")
+        await wait_for(pilot, lambda: len(list(folder.glob("*.svg"))) == 2, "two screenshots")
+        for svg in folder.glob("*.svg"):
+            assert svg.read_text(encoding="utf-8").lstrip().startswith("<svg")
+        if not shutil.which("rsvg-convert"):
+            assert not list(folder.glob(".*"))  # no half-written file left
+            pytest.skip("rsvg-convert is not installed (librsvg2-bin): the screenshots' PNGs go unchecked")
+        await wait_for(pilot, lambda: len(list(folder.glob("*.png"))) == 2, "their PNGs")
+        assert all(png.read_bytes().startswith(b"\x89PNG") for png in folder.glob("*.png"))
+        assert not list(folder.glob(".*"))  # no half-written file left
+
+
+async def test_a_saved_session_opens_read_only_and_re_runs(tiny: TinyModels, tmp_path: Path) -> None:
+    settings = SpecSettings(
+        k=3, route="near", rule_params=RuleParams(tv_budget=0.25), sampling=SamplingParams(temperature=0.7)
+    )
+    first = make_app(
+        tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=20, raw=True, seed=7, settings=settings
+    )
+    async with first.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: first.playground.last_session is not None, "the first run to end")
+        saved, text = first.playground.last_session, first.query_one("#speculative", LaneView).text
+        assert saved is not None
+
+    app = make_app(tiny, tmp_path, raw=True, max_tokens=20, open_session=saved)
+    async with app.run_test(size=(160, 50)) as pilot:
+        assert app.playground.opened is not None and app.query_one("#prompt", TextArea).text == CODE_PROMPT
+        assert app.query_one("#speculative", LaneView).text == text  # shown before the models load
+        assert app.playground.tallies["speculative"].rounds == first.playground.tallies["speculative"].rounds
+        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
+        assert (
+            app.playground.settings == settings and app.playground.seed == 7
+        )  # the controls now hold the session's settings
+        assert "read-only" in app.playground.status
+        app.action_rerun_session()
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the re-run to end")
+        assert app.query_one("#speculative", LaneView).text == text  # same seed and settings, same tokens
+        assert app.playground.opened is None and app.playground.last_session != saved

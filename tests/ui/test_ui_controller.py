@@ -1,0 +1,329 @@
+"""The playground's controller without a terminal: loading, runs, where live changes go, sessions."""
+
+from __future__ import annotations
+
+import gc
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specplay.backends.mlx import MlxBackend
+from specplay.config.run_config import RunConfig
+from specplay.engine.capabilities import Capabilities
+from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
+from specplay.engine.settings import SpecSettings
+from specplay.runner.host import ModelHost
+from specplay.store import list_session_files, load_session
+from specplay.ui.controller import LaneItem, PlaygroundController
+from tests.support.fake_vllm import FakeVllm
+from tests.support.prompts import CODE_PROMPT
+from tests.support.tiny_models import TinyModels
+from tests.support.ui_helpers import mlx_config, server_config
+
+
+class Screen:
+    """Records what the controller asks of the view."""
+
+    def __init__(self, prompt: str) -> None:
+        self.prompt = prompt
+        self.calls: list[tuple[str, Any]] = []
+        self.events: dict[str, list[Event]] = {}
+
+    def show_status(self, text: str, error: bool = False) -> None:
+        self.calls.append(("status", (text, error)))
+
+    def notify_user(self, text: str, error: bool = False) -> None:
+        self.calls.append(("notify", (text, error)))
+
+    def show_loaded(self, drafters: tuple[str, ...], capabilities: Capabilities) -> None:
+        self.calls.append(("loaded", (drafters, capabilities)))
+
+    def show_settings(self, settings: SpecSettings, seed: int) -> None:
+        self.calls.append(("settings", (settings, seed)))
+
+    def show_prompt(self, text: str) -> None:
+        self.prompt = text
+
+    def current_prompt(self) -> str:
+        return self.prompt
+
+    def show_draft_lane(self, shown: bool) -> None:
+        self.calls.append(("draft_lane", shown))
+
+    def clear_lanes(self) -> None:
+        self.events = {}
+
+    def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
+        self.events.setdefault(lane, []).append(event)
+        if isinstance(event, RoundEvent):
+            assert len(drafted_text) == event.k  # the tape gets each drafted token's text
+
+    def redraw(self, full: bool) -> None:
+        self.calls.append(("redraw", full))
+
+    def show_token_texts(self) -> None:
+        self.calls.append(("token_texts", None))
+
+    def when_drawn(self, then: Callable[[], None]) -> None:
+        then()
+
+    def said(self, kind: str) -> list[Any]:
+        return [value for name, value in self.calls if name == kind]
+
+
+class Harness:
+    """The controller on the tiny models, with the UI thread's queue pumped by the test."""
+
+    def __init__(self, tiny: TinyModels, sessions: Path, config: RunConfig | None = None, **request: Any) -> None:
+        self.scheduled: queue.Queue[Callable[[], None]] = queue.Queue()
+        config = config or mlx_config(tiny, sessions, **request)
+        self.screen = Screen(CODE_PROMPT)
+        self.playground = PlaygroundController(config, ModelHost(config), self.screen, self.scheduled.put)
+
+    def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0, drain: bool = True) -> None:
+        """Pump the UI thread's scheduled work until `condition`; `drain=False` leaves the inbox as
+        the model thread filled it (no frame takes it)."""
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            while not self.scheduled.empty():
+                self.scheduled.get()()
+            if drain:
+                self.playground.drain()
+            time.sleep(0.005)
+
+
+@pytest.fixture
+def harness(tiny: TinyModels, tmp_path: Path) -> Any:
+    h = Harness(tiny, tmp_path, raw=True, max_tokens=4000, ignore_eos=True)
+    yield h
+    h.playground.close()
+
+
+def test_load_run_route_live_changes_and_save(harness: Harness, tmp_path: Path) -> None:
+    playground, screen = harness.playground, harness.screen
+    playground.run()  # refused while loading
+    assert screen.said("notify")[-1] == ("cannot run while loading", True)
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    assert screen.said("loaded")[-1][0] == ("near", "far")
+    playground.change("route", "near")  # before a run: only the next run's settings
+    playground.run()
+    harness.until(lambda: len(screen.events.get("speculative", [])) > 5, "rounds")
+    playground.change("k", 2)
+    playground.change("temperature", 0.5)
+    playground.change("seed", 9)  # not live: the next run's
+    harness.until(lambda: any(isinstance(e, ControlEvent) for e in screen.events.get("target", [])), "the change")
+    playground.stop()
+    harness.until(lambda: playground.state == "ready", "the run to stop")
+
+    spec = [e for e in playground.events["speculative"] if isinstance(e, ControlEvent)]
+    target = [e for e in playground.events["target"] if isinstance(e, ControlEvent)]
+    assert {name for e in spec for name, _, _ in e.changes} == {"k", "temperature"}
+    assert {name for e in target for name, _, _ in e.changes} == {"temperature"}  # only sampling reaches it
+    assert all(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+    assert playground.seed == 9 and playground.settings.k == 2
+    assert playground.last_session is not None
+    session = load_session(playground.last_session)
+    assert session.complete and list(session.header["lanes"]) == ["speculative", "target"]
+    assert session.header["request"]["source"] == "tui" and session.header["request"]["seed"] == 0
+    assert session.main.settings.route == "near" and session.capabilities == MlxBackend.capabilities
+
+
+def test_read_only_capabilities_refuse_live_changes_and_bad_values_are_one_line(harness: Harness) -> None:
+    playground, screen = harness.playground, harness.screen
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    playground.change("route", "nowhere")
+    assert "--route 'nowhere' is not a drafter" in screen.said("notify")[-1][0]
+    playground.capabilities = replace(playground.capabilities, live_controls=False, modes=("speculative",))
+    playground.run()
+    harness.until(lambda: len(playground.events["speculative"]) > 3, "rounds")
+    assert playground.lanes == ("speculative",)  # no target-only lane where the source runs none
+    playground.change("k", 7)
+    assert "from the next run" in screen.said("notify")[-1][0]
+    playground.stop()
+    harness.until(lambda: playground.state == "ready", "the run to stop")
+    assert not any(isinstance(e, ControlEvent) for e in playground.events["speculative"])
+
+
+def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tiny: TinyModels, tmp_path: Path) -> None:
+    first = Harness(tiny, tmp_path, raw=True, max_tokens=12, settings=SpecSettings(k=3, route="far"), seed=4)
+    first.playground.load()
+    first.until(lambda: first.playground.state == "ready", "the models to load")
+    first.playground.run()
+    first.until(lambda: first.playground.last_session is not None, "the run to end")
+    saved = first.playground.last_session
+    first.playground.close()
+    assert saved is not None
+
+    playground, screen = harness.playground, harness.screen
+    playground.open_session(saved)  # while the models still load
+    assert playground.opened is not None and screen.prompt == CODE_PROMPT
+    assert screen.events["speculative"] == load_session(saved).main.events
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    settings, seed = screen.said("settings")[-1]
+    assert settings.k == 3 and settings.route == "far" and seed == 4
+    assert playground.rerun_session() and playground.settings == settings
+
+
+def test_frames_are_drawn_while_the_models_wait_between_events(harness: Harness) -> None:
+    """A frame asked for is drawn at the models' next event boundary, they make nothing while it
+    is drawn, and the lanes' clocks leave that time out."""
+    playground = harness.playground
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    playground.run()
+    harness.until(lambda: len(playground.events["speculative"]) > 3, "rounds")
+    held: dict[str, Any] = {}
+
+    def draw() -> None:
+        held["made"] = list(playground.inbox)
+        time.sleep(0.5)  # a slow frame
+        held["made while drawn"] = len(playground.inbox) - len(held["made"])
+        playground.release_models()
+
+    playground.drain()
+    harness.until(lambda: any(i.lane == "speculative" for i in list(playground.inbox)), "a round", drain=False)
+    assert playground.draw_between_turns(draw)
+    harness.until(lambda: "made while drawn" in held, "the frame", drain=False)
+    assert held["made while drawn"] == 0
+    made = len(held["made"])
+
+    def later_rounds() -> list[LaneItem]:
+        return [i for i in list(playground.inbox)[made:] if i.lane == "speculative"]
+
+    harness.until(lambda: len(later_rounds()) >= 2, "more rounds", drain=False)
+    before = [i for i in held["made"] if i.lane == "speculative"]
+    after = later_rounds()
+    assert after[0].busy_s - before[-1].busy_s < 0.4  # the lane's clock did not run through the frame
+    playground.stop()
+    harness.until(lambda: playground.state == "ready", "the run to stop")
+
+
+def test_quitting_mid_run_saves_what_no_frame_took_yet(harness: Harness, tmp_path: Path) -> None:
+    """Events wait in the inbox for the next frame, up to a second on a busy machine: quitting then
+    writes them to the session (incomplete), rather than leaving none."""
+    playground = harness.playground
+    playground.load()
+    harness.until(lambda: playground.state == "ready", "the models to load")
+    playground.run()
+    harness.until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)) > 3, "rounds", drain=False)
+    assert not playground.events["speculative"]  # no frame has taken anything
+    playground.close()
+    (path,) = list_session_files(tmp_path)
+    session = load_session(path)
+    assert not session.complete
+    assert len(session.lanes["speculative"].events) > 3
+
+
+@pytest.mark.parametrize("backend", ["mlx", "vllm"])
+def test_a_full_disk_mid_run_stops_saving_not_the_run(
+    tiny: TinyModels,
+    servers: tuple[FakeVllm, FakeVllm],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+) -> None:
+    """The other lane's start must not open a second session once the first could not be written."""
+    import errno
+
+    from specplay.store import writer
+
+    original = writer.SessionWriter._write
+    counts = {"records": 0}
+
+    def filling(self: writer.SessionWriter, record: dict[str, Any], flush: bool = True) -> None:
+        counts["records"] += 1
+        if counts["records"] == 2:  # the disk is full for a moment: the first lane's first event is lost
+            self._file.write = lambda _: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[method-assign]
+        original(self, record, flush)
+
+    monkeypatch.setattr(writer.SessionWriter, "_write", filling)
+    request = {"raw": True, "max_tokens": 24, "ignore_eos": True}
+    remote = server_config(servers[0].url, {"near": servers[1].url}, tmp_path, **request)
+    harness = Harness(tiny, tmp_path, remote if backend == "vllm" else None, **request)
+    playground, screen = harness.playground, harness.screen
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == "ready", "the models to load")
+        playground.run()
+        harness.until(lambda: playground.state == "ready" and bool(screen.events), "the run to finish")
+    finally:
+        playground.close()
+    statuses = [text for text, _ in screen.said("status")]
+    assert any(s.startswith("not saving: ") and "No space left on device" in s for s in statuses), statuses
+    assert statuses[-1].startswith("finished (") and "saved" not in statuses[-1] and playground.last_session is None
+    assert all(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+    (path,) = tmp_path.glob("*.jsonl")
+    assert not load_session(path).complete  # what was written before the disk filled is kept
+
+
+def test_a_disk_full_before_the_header_leaves_no_empty_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from specplay.store import writer
+    from specplay.store.format import SessionError
+
+    def full(self: writer.SessionWriter, record: dict[str, Any]) -> None:
+        self._file.write = lambda _: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[method-assign]
+        original(self, record)
+
+    original = writer.SessionWriter._write
+    monkeypatch.setattr(writer.SessionWriter, "_write", full)
+    with pytest.raises(SessionError, match="No space left on device"):
+        writer.SessionWriter(
+            tmp_path,
+            prompt="p",
+            prompt_token_ids=[1],
+            lanes=["speculative"],
+            backend={},
+            request={},
+            capabilities=Capabilities(),
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_servers_token_texts_never_hold_up_the_ui(servers: tuple[FakeVllm, FakeVllm], tmp_path: Path) -> None:
+    """Drilling into a token asks a remote tokenizer: the view gets the id at once and the text
+    when it arrives, never a wait on an HTTP round trip."""
+    target, near = servers
+    config = server_config(target.url, {"near": near.url}, tmp_path)
+    host = ModelHost(config)
+    arrived = threading.Event()
+    host.on_decoded = arrived.set
+    loaded = threading.Event()
+    host.load(lambda *_: loaded.set())
+    try:
+        assert loaded.wait(30) and host.source is not None
+        assert not host.source.capabilities.local_token_text
+        token_id = host.source.encode("def", raw=True)[0]
+        assert host.decode(token_id) == f"<{token_id}>"  # not yet known: the request is on its way
+        assert arrived.wait(30)
+        text = host.decode(token_id)
+        assert text == host.source.token_text(token_id) and text and "def".startswith(text)
+    finally:
+        host.close()
+
+
+def test_a_closed_hosts_models_can_be_collected(tiny: TinyModels, tmp_path: Path) -> None:
+    """Loading freezes what it made out of the collector (no full collection walks the models
+    during a run); closing thaws it, or a process that opens host after host keeps every model."""
+    host = ModelHost(mlx_config(tiny, tmp_path))
+    loaded = threading.Event()
+    host.load(lambda *_: loaded.set())
+    assert loaded.wait(60) and host.source is not None
+    assert gc.get_freeze_count() > 0
+    source = weakref.ref(host.source)
+    host.close()
+    del host
+    gc.collect()
+    assert source() is None

@@ -1,0 +1,231 @@
+"""The playground's pure parts: statistics, the predicted speedup, themes, the command line."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from textual.color import Color
+from textual.content import Content
+from textual.visual import VisualType
+from textual.widgets import Static
+
+from specplay.cli import main
+from specplay.display.themes import builtin_theme_files, themes_dir
+from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
+from specplay.engine.rules import KNOB_STEPS, RULES, Cascade, Lenience, Mentored, Typical
+from specplay.engine.speedup import predicted_speedup
+from specplay.ui.stats import LaneTally, compare
+from specplay.ui.theming import TOKEN_VARIABLES, ThemeError, load_themes, theme_from_toml
+from specplay.ui.widgets.controls_panel import step_from_knob
+from specplay.ui.widgets.steady import steady_update
+
+
+def _round(outcomes: list[str], draft_ms: float = 4.0) -> RoundEvent:
+    positions = tuple(DraftPosition(1, 0.5, 0.5, 0.1, 0.2, 0.0, o) for o in outcomes)  # type: ignore[arg-type]
+    accepted = sum(o == "accepted" for o in outcomes)
+    last = "corrected" if "rejected" in outcomes else "bonus"
+    tokens = (*(Token(1, "a", "accepted") for _ in range(accepted)), Token(2, "b", last))
+    return RoundEvent(0, 0, "near", len(outcomes), (1,) * len(outcomes), positions, accepted, tokens, draft_ms, 1, 0)
+
+
+def test_predicted_speedup_matches_leviathan() -> None:
+    assert predicted_speedup(0.0, 4, 0.0) == 1.0  # nothing accepted, free drafts: one token per round
+    assert predicted_speedup(1.0, 4, 0.0) == 5.0  # everything accepted: k + 1 per target pass
+    assert predicted_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8**5) / (0.2 * 1.2))
+
+
+def test_alpha_counts_only_judged_positions() -> None:
+    spec, target = LaneTally(), LaneTally()
+    spec.add(_round(["accepted", "rejected", "unreached", "unreached"]), busy_s=1.0)
+    spec.add(_round(["accepted", "accepted", "accepted", "accepted"]), busy_s=2.0)
+    assert spec.alpha == pytest.approx(5 / 6)  # 5 accepted of 6 judged
+    assert spec.draft_acceptance_rate == pytest.approx(5 / 8)  # of 8 drafted
+    assert spec.mean_acceptance_length == pytest.approx(1 + 5 / 2)
+    # the engine's one definition: the 5 tokens after the first round's first, over 1 s since it
+    assert spec.tokens == 7 and spec.tokens_per_s == pytest.approx(6.0)
+    for i in range(4):
+        target.add(StepEvent(i, None, Token(1, "a", "target"), step_ms=2.0), busy_s=0.5 * (i + 1))
+    assert target.tokens_per_s == pytest.approx(3 / 1.5)
+    comparison = compare(spec, target)
+    p = comparison.prediction
+    assert p.cost_ratio == pytest.approx(1.0 / 2.0)  # 1 ms per drafted token over a 2 ms step
+    assert comparison.speedup == pytest.approx(6.0 / 2.0)
+    assert p.speedup == pytest.approx(predicted_speedup(5 / 6, 4, 0.5))
+    # each round: verify 1 ms and no host work against 2 ms target steps
+    assert p.verify_steps == pytest.approx(0.5) and p.host_steps == 0
+    assert p.costed_speedup == pytest.approx(p.speedup * (4 * 0.5 + 1) / (4 * 0.5 + 0.5))
+
+
+def test_the_rounds_account_is_the_measured_speedup_taken_apart() -> None:
+    """Over the span tokens/s counts (after the first token's round or step, up to the last
+    token's): where each event's times add up to the time since the one before, as the engine
+    times them, the account's speedup is the measured one, whatever the first round and a final
+    round that commits nothing (an end of sequence) cost."""
+
+    def timed_round(tokens: int, draft_ms: float, verify_ms: float, host_ms: float) -> RoundEvent:
+        made = tuple(Token(1, "a", "accepted") for _ in range(tokens))
+        return RoundEvent(0, 0, "near", 4, (1,) * 4, (), tokens - 1, made, draft_ms, verify_ms, host_ms)
+
+    spec, target = LaneTally(), LaneTally()
+    busy_s = 0.0
+    for tokens, draft_ms, verify_ms, host_ms in [(3, 50, 400, 5), (5, 20, 120, 10), (2, 20, 110, 20), (0, 1, 90, 1)]:
+        busy_s += (draft_ms + verify_ms + host_ms) / 1000
+        spec.add(timed_round(tokens, draft_ms, verify_ms, host_ms), busy_s)
+    busy_s = 0.0
+    for step_ms in (300.0, 100.0, 100.0, 100.0):  # the first step follows the prefill
+        busy_s += step_ms / 1000
+        target.add(StepEvent(0, None, Token(1, "a", "target"), step_ms=step_ms), busy_s)
+    assert target.mean_step_ms == pytest.approx(100.0)  # the steps tokens/s counts
+    comparison = compare(spec, target)
+    account = comparison.account
+    assert account is not None and comparison.speedup is not None
+    assert (account.draft_steps, account.verify_steps, account.host_steps) == pytest.approx((0.2, 1.15, 0.15))
+    assert account.tokens == pytest.approx((10 - 1) / 2)
+    assert account.speedup == pytest.approx(comparison.speedup)  # (9 / 0.3 s) over (3 / 0.3 s)
+
+
+def test_a_lane_shows_the_speed_and_first_token_time_its_run_records() -> None:
+    """While the lane runs: the engine's definition on the lane's clock; once it ends: what the
+    run's end recorded, the number its session keeps."""
+    from specplay.engine.events import DoneEvent, StartEvent
+    from specplay.engine.settings import SpecSettings
+
+    lane = LaneTally()
+    lane.add(StartEvent("target", None, None, (1,), 0, SpecSettings()), busy_s=0.0)
+    lane.add(StepEvent(0, None, Token(1, "a", "target"), step_ms=900.0), busy_s=0.9)  # prefill and a step
+    lane.add(StepEvent(1, None, Token(1, "a", "target"), step_ms=100.0), busy_s=1.0)
+    lane.add(StepEvent(2, None, Token(1, "a", "target"), step_ms=100.0), busy_s=1.1)
+    assert lane.tokens_per_s == pytest.approx(2 / 0.2)  # not 3 tokens over 1.1 s
+    assert lane.time_to_first_token_s == pytest.approx(0.9)
+    lane.add(DoneEvent("length", (1, 1, 1), "aaa", {"tokens_per_s": 9.5, "time_to_first_token_ms": 880.0}), 1.1)
+    assert lane.tokens_per_s == 9.5 and lane.time_to_first_token_s == pytest.approx(0.88)
+
+
+def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
+    spec = LaneTally()
+    bounded = tuple(
+        DraftPosition(1, 0.5, 0.5, 0.1, 0.2, 0.0, outcome, 0.1, bound)  # type: ignore[arg-type]
+        for outcome, bound in (("accepted", 0.01), ("rejected", 0.02), ("unreached", 0.5))
+    )
+    tokens = (Token(1, "a", "accepted"), Token(2, "b", "corrected"))
+    spec.add(RoundEvent(0, 0, "near", 3, (1, 1, 1), bounded, 1, tokens, 6.0, 12.0, 0), busy_s=1.0)
+    spec.add(_round(["accepted", "accepted"], draft_ms=4.0), busy_s=2.0)  # verify_ms 1
+    assert spec.error_bound_total == pytest.approx(0.03)  # unreached positions emitted nothing
+    comparison = compare(spec, None)
+    p = comparison.prediction
+    assert comparison.speedup is None  # HTTP round trips are not speculative speed
+    assert p.cost_ratio == pytest.approx((10.0 / 5) / (13.0 / 2))  # per drafted token / per verify
+    assert p.speedup == pytest.approx(predicted_speedup(3 / 4, 2.5, p.cost_ratio))
+    assert LaneTally().error_bound_total is None
+    # `specplay run --json` models the same speedup from the lane's metrics as the playground does
+    from specplay.backends.vllm.report import inspection_report
+
+    report = inspection_report(spec.spec.to_dict() | {"vllm": {"approximate": True}})
+    assert report["cost_ratio"] == pytest.approx(p.cost_ratio)
+    assert report["modelled_speedup"] == pytest.approx(p.speedup)
+
+
+def test_knob_slider_steps_are_exact_and_run_from_lossless_to_loose() -> None:
+    assert [Mentored().slider_value(s) for s in (0, 1, 10, 20)] == [0.0, 0.05, 0.5, 1.0]
+    assert [Lenience().slider_value(s) for s in (0, 4, 8, 20)] == [1.0, 2.0, 4.0, 32.0]
+    assert [Cascade().slider_value(s) for s in (0, 10, 20)] == [-1.0, 0.0, 1.0]
+    assert [Typical().slider_value(s) for s in (0, 8, 20)] == [100.0, 1.0, 0.001]
+    for rule in RULES.values():
+        field = rule.knob.setting.field
+        for step in range(KNOB_STEPS + 1):
+            assert step_from_knob(rule(**{field: rule().slider_value(step)})) == step
+        assert rule(**{field: rule().slider_value(0)}).lossless == (rule.knob.lossless is not None)
+    assert step_from_knob(Lenience(lenience=3.0)) in (6, 7)  # a flag's value between steps: the nearest
+
+
+def test_builtin_themes_define_the_token_colours() -> None:
+    themes = {theme.name: theme for theme in load_themes()}
+    assert {"specplay-dark", "specplay-light", "specplay-colorblind"} <= set(themes)
+    assert all(set(TOKEN_VARIABLES) <= set(theme.variables) for theme in themes.values())
+    assert not themes["specplay-light"].dark
+    assert len(builtin_theme_files()) == len(themes)
+
+
+def test_a_theme_written_before_relaxed_tokens_had_their_name_still_loads(tmp_path: Path) -> None:
+    shipped = (builtin_theme_files()[0]).read_text(encoding="utf-8")
+    old = tmp_path / "old.toml"
+    old.write_text(shipped.replace("spec-relaxed =", "spec-budget =").replace('name = "', 'name = "old-'), "utf-8")
+    (theme,) = load_themes([old])
+    assert theme.variables["spec-relaxed"] and "spec-budget" not in theme.variables
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "themes").glob("*.toml")), ids=lambda p: p.name)
+def test_every_theme_file_in_themes_loads_with_every_token_colour(path: Path) -> None:
+    theme = theme_from_toml(path)
+    for name in TOKEN_VARIABLES:
+        assert Color.parse(theme.variables[name])  # a colour Textual can use, not just present
+    assert Color.parse(theme.primary)
+
+
+def test_themes_live_in_the_top_level_folder_and_ship_in_the_wheel() -> None:
+    # A checkout (or editable install) reads the repo's themes/; the wheel copies them to
+    # specplay/themes, which is where the loader looks first once installed.
+    assert themes_dir() == REPO / "themes" and len(builtin_theme_files()) >= 3
+    assert not (REPO / "specplay" / "ui" / "themes").exists()
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    force_include = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert force_include == {"themes": "specplay/themes"}
+
+
+def test_a_theme_without_token_colours_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "bad"\nprimary = "#000000"\n')
+    with pytest.raises(ThemeError, match="spec-accepted"):
+        theme_from_toml(path)
+
+
+def test_tui_needs_a_drafter_before_loading_anything(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tui", "--target", "nowhere"]) == 2
+    assert "--draft is needed" in capsys.readouterr().err
+    assert main(["tui", "--target", "nowhere", "--draft", "near=x", "--route", "far"]) == 2
+    assert "--route" in capsys.readouterr().err
+
+
+def test_the_tape_fills_in_drafted_texts_a_server_sends_later() -> None:
+    from specplay.ui.widgets.tape import DraftTape
+
+    tape = DraftTape()
+    tape.add(_round(["accepted", "rejected"]), ("<1>", "<1>"))  # an opened session's, before the server answered
+    tape.add(_round(["accepted"]), ("def",))  # decoded when its round came
+    asked: list[int] = []
+    tape.refresh_texts(lambda token_id: asked.append(token_id) or "fib")
+    assert [line.plain.split("│ ")[1].split(" →")[0].strip() for line in tape._lines] == ["fib fib", "def"]
+    assert asked == [1, 1]  # only the round holding unknown texts is decoded again
+
+
+def test_native_stats_say_what_a_sampled_servers_acceptance_measures() -> None:
+    from specplay.engine.events import ControlEvent, StartEvent
+    from specplay.engine.settings import SamplingParams, SpecSettings
+    from specplay.ui.widgets.stats_view import NATIVE_SAMPLED, server_account_stats
+
+    tally = LaneTally()
+    tally.add(StartEvent("speculative", None, None, (1,), 0, SpecSettings(sampling=SamplingParams(0.0))), 0.0)
+    assert NATIVE_SAMPLED not in str(server_account_stats(tally, None))  # greedy: draft sampling does not matter
+    tally.add(ControlEvent(3, (("temperature", 0.0, 0.7),)), 0.1)
+    assert tally.temperature == 0.7 and NATIVE_SAMPLED in str(server_account_stats(tally, None))
+
+
+def test_stats_and_plots_keep_their_height_and_ask_for_a_layout_only_to_grow() -> None:
+    asked: list[bool] = []
+
+    class Spy(Static):
+        def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+            asked.append(layout)
+            super().update(content, layout=layout)
+
+    widget = Spy("")
+    assert steady_update(widget, Content("a\nb\nc"), 3, 0) == 3
+    assert steady_update(widget, Content("a"), 1, 3) == 3  # a run's start: blank lines hold the height
+    assert str(widget.content) == "a\n\n" and str(widget.content).count("\n") + 1 == 3
+    assert steady_update(widget, Content("a\nb\nc\nd"), 4, 3) == 4
+    assert asked == [True, False, True]
