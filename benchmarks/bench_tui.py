@@ -55,6 +55,7 @@ from specplay.engine.stream import EventStream
 from specplay.runner.thread import ModelThread
 from specplay.store import load_session
 from specplay.ui.app import create_app
+from specplay.ui.controller import RunState
 from specplay.ui.stats import compare
 
 POLL_S = 0.05
@@ -99,8 +100,8 @@ async def under_tui(config: RunConfig) -> TuiRun:
     playground = app.playground
     measured = playground.config
     async with app.run_test(size=(160, 50)) as pilot:
-        while playground.state != "ready":
-            assert playground.state != "failed", playground.status
+        while playground.state != RunState.READY:
+            assert playground.state != RunState.FAILED, playground.status
             await pilot.pause(0.1)
         # As a user would: the run starts once the screen has settled, not while Textual still
         # lays out its first frames (--autorun's case, a one-off cost at start).
@@ -108,7 +109,7 @@ async def under_tui(config: RunConfig) -> TuiRun:
         playground.config = replace(measured, request=replace(measured.request, max_tokens=WARMUP_TOKENS))
         app.action_run()
         while playground.last_session is None:
-            assert playground.state != "failed", playground.status
+            assert playground.state != RunState.FAILED, playground.status
             await asyncio.sleep(POLL_S)
         playground.config, playground.last_session = measured, None
         await pilot.pause(0.5)
@@ -116,7 +117,7 @@ async def under_tui(config: RunConfig) -> TuiRun:
         app.action_run()
         ui_share = None
         while playground.last_session is None:
-            assert playground.state != "failed", playground.status
+            assert playground.state != RunState.FAILED, playground.status
             lane = playground.events["speculative"]
             if ui_share is None and lane and isinstance(lane[-1], DoneEvent):
                 ui_share = (time.thread_time() - cpu) / (time.perf_counter() - wall)

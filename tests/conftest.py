@@ -14,11 +14,11 @@ import pytest
 
 from tests.support.real_vllm import NATIVE_ARGS, RealServers, VllmServer, ensure_vllm_python
 from tests.support.scripted import ScriptedBackend, scripted_backend
-from tests.support.tiny_models import TinyModels, build_tiny_models
 
 if TYPE_CHECKING:
     from specplay.backends.mlx import MlxBackend
     from tests.support.fake_vllm import FakeVllm
+    from tests.support.tiny_models import TinyModels
 
 SLOW_FIXTURES = frozenset({"smollm2", "real_vllm"})
 """What makes a test slow by itself: the real GGUF (fetched once, converted) and real vLLM servers."""
@@ -59,6 +59,8 @@ def empty_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    from tests.support.tiny_models import build_tiny_models
+
     return build_tiny_models(tmp_path_factory.mktemp("tiny"))
 
 

@@ -46,11 +46,20 @@ def unknown_text(token_id: int) -> str:
     return f"<{token_id}>"
 
 
+OpenSource = Callable[[RunConfig], EventStream]
+"""How a host opens its source on the model thread: `open_stream`, or a stand-in's own (the tests')."""
+
+
 class ModelHost:
-    def __init__(self, config: RunConfig, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, config: RunConfig, clock: Callable[[], float] = time.perf_counter, open_source: OpenSource | None = None
+    ) -> None:
+        """`open_source` replaces `open_stream`; a source opened so cleans up in its own `close`."""
         self.config = config
         self.source: EventStream | None = None
         self._clock = clock
+        self._open = open_source or open_stream
+        self._cleanup = thread_cleanup(config) if open_source is None else None
         self.thread = ModelThread(on_exit=self._release)
         self.on_decoded: Callable[[], None] | None = None
         """Called from a background thread when a server's token text arrives (see `decode`)."""
@@ -68,14 +77,14 @@ class ModelHost:
         # What loading froze (load below) is collectable again: a process that opens another host
         # (a benchmark, the tests) would otherwise keep every closed host's models.
         gc.unfreeze()
-        if cleanup := thread_cleanup(self.config):
-            cleanup()
+        if self._cleanup is not None:
+            self._cleanup()
 
     def load(self, done: OnLoaded) -> None:
         """Open the configured source on the model thread; `done` is called there."""
 
         def load() -> tuple[EventStream, dict[str, Any]]:
-            self.source = open_stream(self.config)
+            self.source = self._open(self.config)
             # What exists now (models, tokenizer, the screen) lives as long as the host: frozen out
             # of the collector, so a full collection during a run, which may fall on any thread
             # and stalls it, walks only what runs made (tens of ms in the playground otherwise).

@@ -17,16 +17,17 @@ from typing import ClassVar
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Select
 
 from specplay.config.run_config import RunConfig
 from specplay.display.text import one_line
 from specplay.errors import SpecplayError
-from specplay.runner.host import ModelHost
+from specplay.runner.host import ModelHost, OpenSource
 from specplay.store import SessionError, list_session_files
 from specplay.ui.controller import PlaygroundController
-from specplay.ui.messages import Call
+from specplay.ui.messages import ModelsLoaded, RunEnded
 from specplay.ui.screens.playground import PlaygroundScreen
 from specplay.ui.screenshot import save_screenshot, screenshots_dir
 from specplay.ui.theming import DEFAULT_THEME, load_themes
@@ -55,10 +56,13 @@ def create_app(
     config: RunConfig,
     options: PlaygroundOptions | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    open_source: OpenSource | None = None,
 ) -> PlaygroundApp:
     """The playground over `config` (its request's prompt pre-fills the editor); the models load on
-    the app's model thread; `clock` times the lanes (a fake one makes screens repeatable)."""
-    return PlaygroundApp(config, options or PlaygroundOptions(), clock)
+    the app's model thread; `clock` times the lanes and `open_source` opens what `config` names
+    (the tests' scripted backend and its simulated clock make screens repeatable)."""
+    host = ModelHost(config, clock, open_source)
+    return PlaygroundApp(config, options or PlaygroundOptions(), host)
 
 
 class PlaygroundApp(App[None]):
@@ -76,21 +80,24 @@ class PlaygroundApp(App[None]):
         Binding("f12", "screenshot", "Screenshot", show=False),
     ]
 
-    def __init__(self, config: RunConfig, options: PlaygroundOptions, clock: Callable[[], float]) -> None:
+    def __init__(self, config: RunConfig, options: PlaygroundOptions, host: ModelHost) -> None:
         super().__init__()
         self.options = options
-        self.main = PlaygroundScreen(config.request.prompt or "")
-        self.playground = PlaygroundController(
-            config, ModelHost(config, clock), self.main, self._schedule, options.draft_lane
-        )
-        self.main.playground = self.playground
+        # One direction: the controller posts to the screen; the screen reads the run read-only.
+        self.playground = PlaygroundController(config, host, self._post_to_screen, options.draft_lane)
+        self.main = PlaygroundScreen(config.request.prompt or "", self.playground)
+        self.playground.attach(self.main)
         self._theme_names: list[str] = []
 
-    def _schedule(self, fn: Callable[[], None]) -> None:
-        self.post_message(Call(fn))
+    def _post_to_screen(self, message: Message) -> None:
+        """From any thread: frame messages are the screen's; the others bubble up to the app."""
+        self.main.post_message(message)
 
-    def on_call(self, message: Call) -> None:
-        message.fn()
+    def on_models_loaded(self, message: ModelsLoaded) -> None:
+        self.playground.loaded(message)
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        self.playground.ended(message)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         # Themes without token colours (Textual's own) fall back to the default theme's.
@@ -210,4 +217,4 @@ class PlaygroundApp(App[None]):
         self.playground.change(message.setting, message.value)
 
     def on_lane_view_selected(self, message: LaneView.Selected) -> None:
-        self.main.query_one(Inspector).show(message.pick, self.playground.host.decode)
+        self.main.query_one(Inspector).show(message.pick, self.playground.decode)

@@ -1,18 +1,25 @@
 """The playground's logic without a screen: the lanes of a run, where live changes go, the session
 being written, and saved sessions reopened. The Textual app draws what it decides, through the
-small `View` protocol, so all of this is tested without a terminal.
+small `View` protocol, and the screen reads the run through `RunReadout`: wiring in one direction,
+and all of this tested without a terminal.
 
-Threads: the model thread only appends to `inbox` (a deque append is thread-safe) and calls
-`schedule` for the rare events (loaded, run ended), which runs them on the UI thread.
+Threads: the model thread appends lane events to `inbox` (a deque append is thread-safe) and
+posts typed messages (ui/messages.py): one `LaneEventsArrived` until the screen takes the batch,
+`ModelsLoaded` and `RunEnded` for the rare events. The app hands those to `loaded` and `ended`
+on the UI thread; everything else here runs there too.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from enum import Enum
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
+
+from textual.message import Message
 
 from specplay.config.model_sets import models_line
 from specplay.config.run_config import RunConfig
@@ -20,14 +27,28 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
-from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
 from specplay.runner.session_run import open_writer
 from specplay.store import Session, SessionWriter, load_session
+from specplay.ui.messages import LaneEventsArrived, ModelsLoaded, ModelsWaiting, RunEnded, TokenTextsArrived
 from specplay.ui.stats import LaneTally
 
-State = Literal["loading", "failed", "ready", "running", "stopping"]
+
+class RunState(Enum):
+    LOADING = "loading"
+    FAILED = "failed"
+    """The models did not load: nothing runs; the status line says why."""
+    READY = "ready"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    """Stop was asked: the lanes end at their next round."""
+
+    @property
+    def generating(self) -> bool:
+        return self in (RunState.RUNNING, RunState.STOPPING)
+
+
 ALL_LANES = (*LANES, DRAFT_LANE)
 _SAMPLING_FIELDS = frozenset(SamplingParams.__dataclass_fields__)
 
@@ -75,13 +96,58 @@ class View(Protocol):
         """Show what was added; `full`: the whole texts, to scroll back and pick tokens."""
         ...
 
-    def show_token_texts(self) -> None:
-        """Token texts a server was asked for have arrived: show the drill-down again."""
-        ...
-
     def when_drawn(self, then: Callable[[], None]) -> None:
         """Call `then` after the screen's next refresh (usually after it has drawn what it was
         asked to so far)."""
+        ...
+
+
+class RunReadout(Protocol):
+    """What the screen reads of the playground, and the frame commands it sends."""
+
+    @property
+    def state(self) -> RunState: ...
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        """The lanes of the current (or last, or opened) run."""
+        ...
+
+    @property
+    def tallies(self) -> Mapping[str, LaneTally]: ...
+
+    @property
+    def shown_capabilities(self) -> Capabilities:
+        """The loaded source's, or, while a saved session is on show, the source's it ran on."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def settings(self) -> SpecSettings: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def draft_lane(self) -> bool: ...
+
+    def decode(self, token_id: int) -> str:
+        """A token's text for the views (`<id>` while a server's is on its way)."""
+        ...
+
+    def drain(self) -> bool:
+        """Take the queued lane events into the view; whether there were any."""
+        ...
+
+    def draw_between_turns(self) -> bool:
+        """Ask the models to wait at their next event boundary (a ModelsWaiting message follows);
+        False where lanes do not take turns: draw now."""
+        ...
+
+    def release_models(self) -> None:
+        """The frame is drawn: the models go on."""
         ...
 
 
@@ -89,20 +155,17 @@ class PlaygroundController:
     """The state of the playground between the app's frames."""
 
     def __init__(
-        self,
-        config: RunConfig,
-        host: ModelHost,
-        view: View,
-        schedule: Callable[[Callable[[], None]], None],
-        draft_lane: bool = False,
+        self, config: RunConfig, host: ModelHost, post: Callable[[Message], object], draft_lane: bool = False
     ) -> None:
-        """`schedule(fn)` runs fn on the UI thread soon; callable from any thread."""
-        self.config, self.host, self.view, self.schedule = config, host, view, schedule
-        host.on_decoded = lambda: schedule(view.show_token_texts)
+        """`post(message)` hands a message to the screen (from any thread); `attach` gives the
+        controller its view once the screen is up."""
+        self.config, self.host, self.post = config, host, post
+        self.view: View | None = None
+        host.on_decoded = lambda: post(TokenTextsArrived())
         self.settings = config.settings
         """What the controls say now: the next run starts with it."""
         self.seed = config.request.seed
-        self.state: State = "loading"
+        self.state = RunState.LOADING
         self.status = ""
         self.drafters: tuple[str, ...] = ()
         self.identity: dict[str, Any] = {}
@@ -122,6 +185,8 @@ class PlaygroundController:
         self.last_session: Path | None = None
         self.inbox: deque[LaneItem] = deque()
         """Filled by the model thread, drained by the UI in batches."""
+        self._signalled = False
+        """A LaneEventsArrived is on its way and the screen has not taken the batch yet."""
         self._writer: SessionWriter | None = None
         self._saving = True
         """False once this run's session could not be written: no later lane opens another."""
@@ -131,41 +196,54 @@ class PlaygroundController:
         self._closing = False
         """Set as the app quits: from then on nothing is drawn (its screen may be gone)."""
 
+    def attach(self, view: View) -> None:
+        self.view = view
+
+    @property
+    def _view(self) -> View:
+        assert self.view is not None, "attach a view first"
+        return self.view
+
+    @property
+    def shown_capabilities(self) -> Capabilities:
+        return self.opened.capabilities if self.opened is not None else self.capabilities
+
+    def decode(self, token_id: int) -> str:
+        return self.host.decode(token_id)
+
     # --- loading -----------------------------------------------------------------------------
 
     def load(self, autorun: bool = False) -> None:
         """Load the models on the model thread; `autorun` runs the prompt once they are."""
         self.set_status("loading models…")
-        self.host.load(
-            lambda source, identity, error: self.schedule(lambda: self._loaded(source, identity, error, autorun))
-        )
+        self.host.load(lambda source, identity, error: self.post(ModelsLoaded(source, identity, error, autorun)))
 
-    def _loaded(
-        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
-    ) -> None:
+    def loaded(self, message: ModelsLoaded) -> None:
+        """UI thread: loading ended."""
+        source, identity, error = message.source, message.identity, message.error
         if error is not None:
-            self.state = "failed"
+            self.state = RunState.FAILED
             self.set_status(f"models failed to load: {error_line(error)} (ctrl+q quits)", error=True)
             return
         assert source is not None
         self.drafters, self.identity, self.capabilities = source.drafters, identity, source.capabilities
         self.route_map = dict(source.route_map)
-        self.view.show_loaded(self.drafters, self.capabilities)
-        self.state = "ready"
+        self._view.show_loaded(self.drafters, self.capabilities)
+        self.state = RunState.READY
         if self.opened is None:
             self.set_status(f"ready: {models_line(self.config, identity, self.route_map)}; ctrl+r runs")
         else:
             self._show_opened_settings(self.opened)
-        if autorun:
+        if message.autorun:
             self.run()
 
     # --- runs --------------------------------------------------------------------------------
 
     def run(self) -> None:
         """Generate in every lane from the prompt on screen, with the controls' settings and seed."""
-        prompt = self.view.current_prompt()
-        if self.state != "ready":
-            self.view.notify_user(f"cannot run while {self.state}", error=True)
+        prompt = self._view.current_prompt()
+        if self.state != RunState.READY:
+            self._view.notify_user(f"cannot run while {self.state.value}", error=True)
             return
         if not prompt.strip():
             self.set_status("type a prompt first", error=True)
@@ -175,7 +253,7 @@ class PlaygroundController:
         wanted = (*LANES, DRAFT_LANE) if self.draft_lane else LANES
         if self.draft_lane and self._copies_only(self._route_for(prompt, self.settings.route)):
             wanted = LANES
-            self.view.notify_user("no draft-only lane: prompt lookup only copies, it cannot write alone")
+            self._view.notify_user("no draft-only lane: prompt lookup only copies, it cannot write alone")
         self.lanes = tuple(lane for lane in wanted if lane in self.capabilities.modes)
         self.controls = {
             lane: LiveControls(self.settings, self.drafters if lane != "target" else ()) for lane in self.lanes
@@ -184,42 +262,51 @@ class PlaygroundController:
         self._writer, self._saving, self._prompt = None, True, prompt
         request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
         run_id = self.run_id
-        self.state = "running"
+        self.state = RunState.RUNNING
         self._route_note = self._route_line(prompt)
         self.set_status(f"generating (seed {self.seed}) · {self._route_note}… escape stops")
         # The models start after the screen's next refresh, so the cleared lanes' layout, the
         # costliest frame of a run, mostly falls before them rather than in the lanes' time.
-        self.view.when_drawn(
+        self._view.when_drawn(
             lambda: self.host.start(
                 request,
                 self.controls,
-                lambda lane, event, busy_s, drafted: self.inbox.append(LaneItem(run_id, lane, event, busy_s, drafted)),
-                lambda error: self.schedule(lambda: self._ended(run_id, error)),
+                partial(self._arrived, run_id),
+                lambda error: self.post(RunEnded(run_id, error)),
             )
         )
 
-    def draw_between_turns(self, draw: Callable[[], None]) -> bool:
-        """Have `draw` run on the UI thread while the models wait between two events, until
-        `release_models`; False where the lanes do not take turns on this machine (a server's
-        stream in its own time): draw now."""
+    def _arrived(self, run_id: int, lane: str, event: Event, busy_s: float, drafted: tuple[str, ...]) -> None:
+        """Model thread: queue the event; tell the screen once until it takes the batch (`drain`
+        clears the flag before it takes, so an event queued meanwhile is either taken or told)."""
+        self.inbox.append(LaneItem(run_id, lane, event, busy_s, drafted))
+        if not self._signalled:
+            self._signalled = True
+            self.post(LaneEventsArrived())
+
+    def draw_between_turns(self) -> bool:
+        """Ask the models to wait at their next event boundary, where a ModelsWaiting message
+        tells the screen to draw, until `release_models`; False where the lanes do not take turns
+        on this machine (a server's stream in its own time): draw now."""
         if not self.capabilities.lanes_take_turns:
             return False
-        self.host.gate.hold(lambda: self.schedule(draw))
+        self.host.gate.hold(lambda: self.post(ModelsWaiting()))
         return True
 
     def release_models(self) -> None:
         self.host.gate.release()
 
     def stop(self) -> None:
-        if self.state != "running":
+        if self.state != RunState.RUNNING:
             return
         for controls in self.controls.values():
             controls.request_stop()
-        self.state = "stopping"
+        self.state = RunState.STOPPING
         self.set_status("stopping at the next round…")
 
     def drain(self) -> bool:
         """Take every queued item of the current run into the lanes; whether there was any."""
+        self._signalled = False
         taken = 0
         while self.inbox:
             item = self.inbox.popleft()
@@ -239,7 +326,7 @@ class PlaygroundController:
         if save:
             self._save(lane, event)
         self.tallies[lane].add(event, item.busy_s)
-        self.view.add_event(lane, event, item.drafted_text)
+        self._view.add_event(lane, event, item.drafted_text)
 
     def _save(self, lane: str, event: Event) -> None:
         """Write an event to this run's session, opening it at the run's first start."""
@@ -277,13 +364,15 @@ class PlaygroundController:
         self._writer, self._saving = None, False
         self.set_status(f"not saving: {error_line(error)}", error=True)
 
-    def _ended(self, run_id: int, error: BaseException | None) -> None:
-        if run_id != self.run_id:
+    def ended(self, message: RunEnded) -> None:
+        """UI thread: every lane of a run ended."""
+        error = message.error
+        if message.run_id != self.run_id:
             return
         self.release_models()  # a frame asked for after the last event is drawn below
+        self.state = RunState.READY
         self.drain()  # events still queued belong before the end
-        self.view.redraw(full=True)
-        self.state = "ready"
+        self._view.redraw(full=True)
         saved = ""
         if self._writer is not None:
             try:
@@ -303,7 +392,7 @@ class PlaygroundController:
     def _clear(self) -> None:
         self.events = {lane: [] for lane in ALL_LANES}
         self.tallies = {lane: LaneTally() for lane in ALL_LANES}
-        self.view.clear_lanes()
+        self._view.clear_lanes()
 
     # --- live controls -----------------------------------------------------------------------
 
@@ -314,24 +403,24 @@ class PlaygroundController:
             return
         if setting == "draft_lane":
             self.draft_lane = bool(value)
-            self.view.show_draft_lane(self.draft_lane)
-            if self.state in ("running", "stopping") and self.draft_lane != (DRAFT_LANE in self.lanes):
-                self.view.notify_user("the draft-only lane changes from the next run")
+            self._view.show_draft_lane(self.draft_lane)
+            if self.state.generating and self.draft_lane != (DRAFT_LANE in self.lanes):
+                self._view.notify_user("the draft-only lane changes from the next run")
             return
         try:
             new = self.settings.changed(**{setting: value})
             if self.drafters:
                 LiveControls(new, self.drafters)  # checks the route
         except ConfigError as error:
-            self.view.notify_user(error_line(error), error=True)
+            self._view.notify_user(error_line(error), error=True)
             return
         if new == self.settings:
             return
         self.settings = new
-        if self.state not in ("running", "stopping"):
+        if not self.state.generating:
             return
         if not self.capabilities.live_controls:  # a request's settings are the server's from its first token
-            self.view.notify_user("these settings are the server's: changes apply from the next run")
+            self._view.notify_user("these settings are the server's: changes apply from the next run")
             return
         # The speculative lane takes every change; the target-only lane only sampling changes,
         # so the two lanes keep sampling the same distribution.
@@ -339,7 +428,7 @@ class PlaygroundController:
         lanes = self.lanes if setting in _SAMPLING_FIELDS else ("speculative",)
         if setting == "route" and DRAFT_LANE in self.lanes:
             if self._copies_only(self._route_for(self._prompt, value)):
-                self.view.notify_user("the draft-only lane keeps its drafter: prompt lookup cannot write alone")
+                self._view.notify_user("the draft-only lane keeps its drafter: prompt lookup cannot write alone")
             else:
                 lanes += (DRAFT_LANE,)
         for lane in lanes:
@@ -365,8 +454,8 @@ class PlaygroundController:
 
     def open_session(self, path: Path) -> None:
         """Show a saved session read-only: its prompt, lanes, tape and stats as they were."""
-        if self.state in ("running", "stopping"):
-            self.view.notify_user("stop the run before opening a session", error=True)
+        if self.state.generating:
+            self._view.notify_user("stop the run before opening a session", error=True)
             return
         try:
             session = load_session(path)
@@ -376,7 +465,7 @@ class PlaygroundController:
         self.run_id += 1  # anything still queued from an earlier run is dropped
         self.opened = session
         self._clear()
-        self.view.show_prompt(session.prompt)
+        self._view.show_prompt(session.prompt)
         self.lanes = tuple(lane for lane in session.header["lanes"] if lane in ALL_LANES)
         if DRAFT_LANE in self.lanes and not self.draft_lane:
             self.change("draft_lane", True)
@@ -386,8 +475,8 @@ class PlaygroundController:
                 busy_s += _event_seconds(event)
                 drafted = tuple(map(self.host.decode, event.drafted)) if isinstance(event, RoundEvent) else ()
                 self._take(LaneItem(self.run_id, lane, event, busy_s, drafted), save=False)
-        self.view.redraw(full=True)
-        if self.state == "ready":
+        self._view.redraw(full=True)
+        if self.state == RunState.READY:
             self._show_opened_settings(session)
         else:
             self.set_status(f"session {session.id} (read-only); loading models to re-run it…")
@@ -399,17 +488,17 @@ class PlaygroundController:
             settings = settings.changed(route=AUTO_ROUTE)
         self.settings = settings
         self.seed = int((session.header.get("request") or {}).get("seed", self.seed))
-        self.view.show_settings(settings, self.seed)
+        self._view.show_settings(settings, self.seed)
         complete = "" if session.complete else " (incomplete)"
         self.set_status(f"session {session.id}{complete}, read-only; ctrl+r re-runs it with these settings")
 
     def rerun_session(self) -> bool:
         """Put the opened session back in the controls and prompt; False when none is open."""
         if self.opened is None:
-            self.view.notify_user("no session is open", error=True)
+            self._view.notify_user("no session is open", error=True)
             return False
-        self.view.show_prompt(self.opened.prompt)
-        if self.state == "ready":
+        self._view.show_prompt(self.opened.prompt)
+        if self.state == RunState.READY:
             self._show_opened_settings(self.opened)
         return True
 
@@ -417,7 +506,7 @@ class PlaygroundController:
 
     def set_status(self, text: str, error: bool = False) -> None:
         self.status = text
-        if not self._closing:  # the screen may be gone
+        if not self._closing and self.view is not None:  # the screen may be gone, or not up yet
             self.view.show_status(text, error)
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from specplay.backends.vllm.errors import VllmError
 from specplay.cli import main
 from specplay.display.text import one_line, visible
 from specplay.errors import ConfigError, error_line
+from specplay.ui.controller import RunState
 from tests.support.session_events import same_as_rounds, speculative_events, target_events, write_session
 from tests.support.tiny_models import TinyModels
 
@@ -72,7 +73,7 @@ async def test_the_playground_shows_a_hostile_prompt_as_text_and_reruns_it_exact
     saved = write_session(tmp_path, lanes, prompt=HOSTILE)
     app = make_app(tiny, tmp_path, raw=True, max_tokens=4, open_session=saved)
     async with app.run_test(size=(160, 50)) as pilot:
-        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
         shown = app.query_one("#prompt", TextArea).text
         assert _clean(shown) and "[/bold]" in shown
         app.action_rerun_session()

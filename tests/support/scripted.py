@@ -348,21 +348,25 @@ class ScriptedBackend:
 TARGET_SEED = 0
 
 
-def scripted_backend(cost: Cost | None = None, **drafter_costs: Cost) -> ScriptedBackend:
-    """The tests' usual set: the target, `near` (the target plus noise: accepted often, not
-    always), `far` (a model of its own: rarely accepted), `self` (the target itself: always) and
-    `lookup` (prompt lookup, n from 1 to 3)."""
+def scripted_backend(
+    cost: Cost | None = None, drafters: Sequence[str] = ("near", "far", "self", "lookup")
+) -> ScriptedBackend:
+    """The tests' usual set (or the `drafters` named of it): the target, `near` (the target plus
+    noise: accepted often, not always), `far` (a model of its own: rarely accepted), `self` (the
+    target itself: always) and `lookup` (prompt lookup, n from 1 to 3). A drafter costs a fifth
+    of the target's `cost` (`self`, all of it)."""
     cost = cost or Cost()
     target = seeded(TARGET_SEED)
-    drafter_cost = Cost(step_ms=cost.step_ms / 5, row_ms=cost.row_ms / 5, wall_ms=cost.wall_ms / 5)
+    fifth = Cost(step_ms=cost.step_ms / 5, row_ms=cost.row_ms / 5, wall_ms=cost.wall_ms / 5)
+    models = {
+        "near": ScriptedModel("near", noisy(target, seed=3, noise=1.0), fifth),
+        "far": ScriptedModel("far", seeded(1), fifth),
+        "self": ScriptedModel("self", target, cost),
+    }
     return ScriptedBackend(
         ScriptedModel("target", target, cost),
-        [
-            ScriptedModel("near", noisy(target, seed=3, noise=1.0), drafter_costs.get("near", drafter_cost)),
-            ScriptedModel("far", seeded(1), drafter_costs.get("far", drafter_cost)),
-            ScriptedModel("self", target, drafter_costs.get("self", cost)),
-        ],
-        lookups={"lookup": (1, 3)},
+        [models[name] for name in drafters if name in models],
+        lookups={"lookup": (1, 3)} if "lookup" in drafters else None,
     )
 
 

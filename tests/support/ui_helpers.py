@@ -1,19 +1,25 @@
-"""Building the playground on the tests' tiny models (or servers of them), and waiting on its state."""
+"""Building the playground on the scripted backend, the tests' tiny models or servers of them, and
+waiting on its state."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.pilot import Pilot
 
 from specplay.config.run_config import ModelSpec, RequestSpec, RunConfig, VllmOptions
 from specplay.engine.events import Event, RoundEvent
+from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SpecSettings
+from specplay.runner.host import OpenSource
 from specplay.ui.app import PlaygroundApp, PlaygroundOptions, create_app
-from tests.support.tiny_models import TinyModels
+from tests.support.scripted import ScriptedBackend
+
+if TYPE_CHECKING:  # building them imports MLX, which the scripted backend's tests never load
+    from tests.support.tiny_models import TinyModels
 
 _OPTIONS = set(PlaygroundOptions.__dataclass_fields__)
 
@@ -31,6 +37,38 @@ def mlx_config(
         settings=settings or SpecSettings(),
         sessions_dir=sessions,
     )
+
+
+def scripted_config(
+    backend: ScriptedBackend, sessions: Path, settings: SpecSettings | None = None, **request: Any
+) -> RunConfig:
+    """A configuration naming the scripted backend's drafters (opened by `scripted_source`)."""
+    drafters = tuple(
+        ModelSpec(name, "drafter", "prompt-lookup", "", {"n_min": n_min, "n_max": n_max})
+        if (n_min, n_max) != (0, 0)
+        else ModelSpec(name, "drafter", "mlx", f"scripted:{name}")
+        for name, (n_min, n_max) in ((d, backend.lookups.get(d, (0, 0))) for d in backend.drafters)
+    )
+    return RunConfig(
+        target=ModelSpec("target", "target", "mlx", "scripted:target"),
+        drafters=drafters,
+        request=RequestSpec(**request),
+        settings=settings or SpecSettings(),
+        sessions_dir=sessions,
+    )
+
+
+def scripted_source(backend: ScriptedBackend) -> OpenSource:
+    """Opens the engine over `backend`, timed by its simulated clock, with the configuration's route map."""
+    return lambda config: SpecEngine(backend, clock=backend.clock, route_map=config.route_map)
+
+
+def scripted_app(backend: ScriptedBackend, sessions: Path, **kwargs: Any) -> PlaygroundApp:
+    """The app on the scripted backend, its lanes timed by the backend's simulated clock;
+    playground options and request fields by keyword."""
+    options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
+    config = scripted_config(backend, sessions, **{k: v for k, v in kwargs.items() if k not in _OPTIONS})
+    return create_app(config, PlaygroundOptions(**options), backend.clock, scripted_source(backend))
 
 
 def server_config(

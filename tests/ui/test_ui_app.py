@@ -17,6 +17,7 @@ from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import list_session_files, load_session
 from specplay.ui.app import PlaygroundApp
+from specplay.ui.controller import RunState
 from specplay.ui.widgets.inspector import Inspector
 from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.plots import SPARKS, Plots
@@ -36,7 +37,7 @@ def _control_index(app: PlaygroundApp, setting: str, value: object) -> int | Non
 async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path: Path) -> None:
     app = make_app(tiny, tmp_path, max_tokens=5000, ignore_eos=True)
     async with app.run_test(size=(140, 45)) as pilot:
-        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
         await pilot.click("#prompt")
         await pilot.press(*"def f(x):")
         assert app.query_one("#prompt", TextArea).text == "def f(x):"
@@ -84,7 +85,7 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         await pilot.press("escape")
         # The key is handled at once, however busy the lanes are: events reach the UI in batches.
         assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
-        await wait_for(pilot, lambda: app.playground.state == "ready", "the lanes to stop")
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the lanes to stop")
         await wait_for(pilot, lambda: prompt.cursor_blink, "the cursor to blink again once the run ended")
 
         events = app.playground.events["speculative"]
@@ -139,10 +140,10 @@ async def test_a_load_error_is_one_line_and_the_app_still_quits(tiny: TinyModels
 
     app = app_for(mlx_config(tiny, tmp_path, target=tmp_path / "no-such-model"))
     async with app.run_test() as pilot:
-        await wait_for(pilot, lambda: app.playground.state == "failed", "the load to fail")
+        await wait_for(pilot, lambda: app.playground.state == RunState.FAILED, "the load to fail")
         assert "no-such-model" in app.playground.status and "\n" not in app.playground.status
         await pilot.press("ctrl+r")  # refused, the app stays up
-        assert app.playground.state == "failed"
+        assert app.playground.state == RunState.FAILED
         await pilot.press("ctrl+q")
     assert app.return_code == 0
 
@@ -195,7 +196,7 @@ async def test_drill_down_on_a_token_by_click_and_keys(tiny: TinyModels, tmp_pat
 async def test_draft_lane_prompt_library_and_palette_actions(tiny: TinyModels, tmp_path: Path) -> None:
     app = make_app(tiny, tmp_path, max_tokens=16, raw=True)
     async with app.run_test(size=(160, 50)) as pilot:
-        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
         commands = {c.title for c in app.get_system_commands(app.screen)}
         for title in ("Run", "Stop", "Next theme", "Draft-only lane", "Inspect a token", "Prompt library"):
             assert title in commands, title
@@ -256,7 +257,7 @@ async def test_a_saved_session_opens_read_only_and_re_runs(tiny: TinyModels, tmp
         assert app.playground.opened is not None and app.query_one("#prompt", TextArea).text == CODE_PROMPT
         assert app.query_one("#speculative", LaneView).text == text  # shown before the models load
         assert app.playground.tallies["speculative"].rounds == first.playground.tallies["speculative"].rounds
-        await wait_for(pilot, lambda: app.playground.state == "ready", "models to load")
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
         assert (
             app.playground.settings == settings and app.playground.seed == 7
         )  # the controls now hold the session's settings

@@ -1,31 +1,29 @@
-"""The playground's controller without a terminal: loading, runs, where live changes go, sessions."""
+"""The playground's controller without a terminal, on the scripted backend: loading, runs, where
+live changes go, frames between the models' turns, sessions."""
 
 from __future__ import annotations
 
-import gc
 import queue
-import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.message import Message
 
-from specplay.backends.mlx import MlxBackend
 from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import ModelHost
 from specplay.store import list_session_files, load_session
-from specplay.ui.controller import LaneItem, PlaygroundController
-from tests.support.fake_vllm import FakeVllm
+from specplay.ui.controller import LaneItem, PlaygroundController, RunState
+from specplay.ui.messages import LaneEventsArrived, ModelsLoaded, ModelsWaiting, RunEnded
 from tests.support.prompts import CODE_PROMPT
-from tests.support.tiny_models import TinyModels
-from tests.support.ui_helpers import mlx_config, server_config
+from tests.support.scripted import SCRIPTED, Cost, scripted_backend
+from tests.support.ui_helpers import scripted_config, scripted_source, server_config
 
 
 class Screen:
@@ -68,9 +66,6 @@ class Screen:
     def redraw(self, full: bool) -> None:
         self.calls.append(("redraw", full))
 
-    def show_token_texts(self) -> None:
-        self.calls.append(("token_texts", None))
-
     def when_drawn(self, then: Callable[[], None]) -> None:
         then()
 
@@ -79,30 +74,61 @@ class Screen:
 
 
 class Harness:
-    """The controller on the tiny models, with the UI thread's queue pumped by the test."""
+    """The controller on the scripted backend (or `config`'s source), with the UI thread's
+    message queue pumped by the test as the app would: each message to its handler."""
 
-    def __init__(self, tiny: TinyModels, sessions: Path, config: RunConfig | None = None, **request: Any) -> None:
-        self.scheduled: queue.Queue[Callable[[], None]] = queue.Queue()
-        config = config or mlx_config(tiny, sessions, **request)
+    def __init__(
+        self,
+        sessions: Path,
+        clock: Callable[[], float] | None = None,
+        wall_ms: float = 1.0,
+        config: RunConfig | None = None,
+        **request: Any,
+    ) -> None:
+        """`clock` times the lanes (the backend's simulated one unless given); each target
+        forward really takes `wall_ms`, so a run lasts long enough to be changed while it goes.
+        With `config`, the source it names instead (a vLLM server's)."""
+        self.posted: queue.Queue[Message] = queue.Queue()
+        self.backend = scripted_backend(Cost(wall_ms=wall_ms), drafters=("near", "far"))
+        if config is not None:
+            host = ModelHost(config)
+        else:
+            config = scripted_config(self.backend, sessions, **request)
+            host = ModelHost(config, clock or self.backend.clock, scripted_source(self.backend))
         self.screen = Screen(CODE_PROMPT)
-        self.playground = PlaygroundController(config, ModelHost(config), self.screen, self.scheduled.put)
+        self.playground = PlaygroundController(config, host, self.posted.put)
+        self.playground.attach(self.screen)
+        self.on_waiting: Callable[[], None] = self._draw_while_waiting
+
+    def _draw_while_waiting(self) -> None:
+        self.playground.drain()
+        self.playground.release_models()
+
+    def pump(self, drain: bool = True) -> None:
+        while not self.posted.empty():
+            message = self.posted.get()
+            if isinstance(message, ModelsLoaded):
+                self.playground.loaded(message)
+            elif isinstance(message, RunEnded):
+                self.playground.ended(message)
+            elif isinstance(message, LaneEventsArrived) and drain:
+                self.playground.drain()
+            elif isinstance(message, ModelsWaiting):
+                self.on_waiting()
 
     def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0, drain: bool = True) -> None:
-        """Pump the UI thread's scheduled work until `condition`; `drain=False` leaves the inbox as
-        the model thread filled it (no frame takes it)."""
+        """Pump the UI thread's messages until `condition`; `drain=False` leaves the inbox as the
+        model thread filled it (no frame takes it)."""
         deadline = time.monotonic() + timeout_s
         while not condition():
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            while not self.scheduled.empty():
-                self.scheduled.get()()
-            if drain:
-                self.playground.drain()
+            self.pump(drain)
             time.sleep(0.005)
 
 
 @pytest.fixture
-def harness(tiny: TinyModels, tmp_path: Path) -> Any:
-    h = Harness(tiny, tmp_path, raw=True, max_tokens=4000, ignore_eos=True)
+def harness(tmp_path: Path) -> Any:
+    h = Harness(tmp_path, raw=True, max_tokens=4000, ignore_eos=True)
     yield h
     h.playground.close()
 
@@ -112,7 +138,7 @@ def test_load_run_route_live_changes_and_save(harness: Harness, tmp_path: Path) 
     playground.run()  # refused while loading
     assert screen.said("notify")[-1] == ("cannot run while loading", True)
     playground.load()
-    harness.until(lambda: playground.state == "ready", "the models to load")
+    harness.until(lambda: playground.state == RunState.READY, "the models to load")
     assert screen.said("loaded")[-1][0] == ("near", "far")
     playground.change("route", "near")  # before a run: only the next run's settings
     playground.run()
@@ -122,7 +148,7 @@ def test_load_run_route_live_changes_and_save(harness: Harness, tmp_path: Path) 
     playground.change("seed", 9)  # not live: the next run's
     harness.until(lambda: any(isinstance(e, ControlEvent) for e in screen.events.get("target", [])), "the change")
     playground.stop()
-    harness.until(lambda: playground.state == "ready", "the run to stop")
+    harness.until(lambda: playground.state == RunState.READY, "the run to stop")
 
     spec = [e for e in playground.events["speculative"] if isinstance(e, ControlEvent)]
     target = [e for e in playground.events["target"] if isinstance(e, ControlEvent)]
@@ -134,13 +160,13 @@ def test_load_run_route_live_changes_and_save(harness: Harness, tmp_path: Path) 
     session = load_session(playground.last_session)
     assert session.complete and list(session.header["lanes"]) == ["speculative", "target"]
     assert session.header["request"]["source"] == "tui" and session.header["request"]["seed"] == 0
-    assert session.main.settings.route == "near" and session.capabilities == MlxBackend.capabilities
+    assert session.main.settings.route == "near" and session.capabilities == SCRIPTED
 
 
 def test_read_only_capabilities_refuse_live_changes_and_bad_values_are_one_line(harness: Harness) -> None:
     playground, screen = harness.playground, harness.screen
     playground.load()
-    harness.until(lambda: playground.state == "ready", "the models to load")
+    harness.until(lambda: playground.state == RunState.READY, "the models to load")
     playground.change("route", "nowhere")
     assert "--route 'nowhere' is not a drafter" in screen.said("notify")[-1][0]
     playground.capabilities = replace(playground.capabilities, live_controls=False, modes=("speculative",))
@@ -150,14 +176,14 @@ def test_read_only_capabilities_refuse_live_changes_and_bad_values_are_one_line(
     playground.change("k", 7)
     assert "from the next run" in screen.said("notify")[-1][0]
     playground.stop()
-    harness.until(lambda: playground.state == "ready", "the run to stop")
+    harness.until(lambda: playground.state == RunState.READY, "the run to stop")
     assert not any(isinstance(e, ControlEvent) for e in playground.events["speculative"])
 
 
-def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tiny: TinyModels, tmp_path: Path) -> None:
-    first = Harness(tiny, tmp_path, raw=True, max_tokens=12, settings=SpecSettings(k=3, route="far"), seed=4)
+def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tmp_path: Path) -> None:
+    first = Harness(tmp_path, raw=True, max_tokens=12, settings=SpecSettings(k=3, route="far"), seed=4)
     first.playground.load()
-    first.until(lambda: first.playground.state == "ready", "the models to load")
+    first.until(lambda: first.playground.state == RunState.READY, "the models to load")
     first.playground.run()
     first.until(lambda: first.playground.last_session is not None, "the run to end")
     saved = first.playground.last_session
@@ -169,18 +195,26 @@ def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tin
     assert playground.opened is not None and screen.prompt == CODE_PROMPT
     assert screen.events["speculative"] == load_session(saved).main.events
     playground.load()
-    harness.until(lambda: playground.state == "ready", "the models to load")
+    harness.until(lambda: playground.state == RunState.READY, "the models to load")
     settings, seed = screen.said("settings")[-1]
     assert settings.k == 3 and settings.route == "far" and seed == 4
     assert playground.rerun_session() and playground.settings == settings
 
 
-def test_frames_are_drawn_while_the_models_wait_between_events(harness: Harness) -> None:
+def test_frames_are_drawn_while_the_models_wait_between_events(tmp_path: Path) -> None:
     """A frame asked for is drawn at the models' next event boundary, they make nothing while it
-    is drawn, and the lanes' clocks leave that time out."""
+    is drawn, and the lanes' clocks (real ones here) leave that time out."""
+    harness = Harness(tmp_path, clock=time.perf_counter, raw=True, max_tokens=4000, ignore_eos=True)
+    try:
+        frames_between_turns(harness)
+    finally:
+        harness.playground.close()
+
+
+def frames_between_turns(harness: Harness) -> None:
     playground = harness.playground
     playground.load()
-    harness.until(lambda: playground.state == "ready", "the models to load")
+    harness.until(lambda: playground.state == RunState.READY, "the models to load")
     playground.run()
     harness.until(lambda: len(playground.events["speculative"]) > 3, "rounds")
     held: dict[str, Any] = {}
@@ -191,9 +225,10 @@ def test_frames_are_drawn_while_the_models_wait_between_events(harness: Harness)
         held["made while drawn"] = len(playground.inbox) - len(held["made"])
         playground.release_models()
 
+    harness.on_waiting = draw
     playground.drain()
     harness.until(lambda: any(i.lane == "speculative" for i in list(playground.inbox)), "a round", drain=False)
-    assert playground.draw_between_turns(draw)
+    assert playground.draw_between_turns()
     harness.until(lambda: "made while drawn" in held, "the frame", drain=False)
     assert held["made while drawn"] == 0
     made = len(held["made"])
@@ -206,7 +241,7 @@ def test_frames_are_drawn_while_the_models_wait_between_events(harness: Harness)
     after = later_rounds()
     assert after[0].busy_s - before[-1].busy_s < 0.4  # the lane's clock did not run through the frame
     playground.stop()
-    harness.until(lambda: playground.state == "ready", "the run to stop")
+    harness.until(lambda: playground.state == RunState.READY, "the run to stop")
 
 
 def test_quitting_mid_run_saves_what_no_frame_took_yet(harness: Harness, tmp_path: Path) -> None:
@@ -214,7 +249,7 @@ def test_quitting_mid_run_saves_what_no_frame_took_yet(harness: Harness, tmp_pat
     writes them to the session (incomplete), rather than leaving none."""
     playground = harness.playground
     playground.load()
-    harness.until(lambda: playground.state == "ready", "the models to load")
+    harness.until(lambda: playground.state == RunState.READY, "the models to load")
     playground.run()
     harness.until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)) > 3, "rounds", drain=False)
     assert not playground.events["speculative"]  # no frame has taken anything
@@ -223,48 +258,6 @@ def test_quitting_mid_run_saves_what_no_frame_took_yet(harness: Harness, tmp_pat
     session = load_session(path)
     assert not session.complete
     assert len(session.lanes["speculative"].events) > 3
-
-
-@pytest.mark.parametrize("backend", ["mlx", "vllm"])
-def test_a_full_disk_mid_run_stops_saving_not_the_run(
-    tiny: TinyModels,
-    servers: tuple[FakeVllm, FakeVllm],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    backend: str,
-) -> None:
-    """The other lane's start must not open a second session once the first could not be written."""
-    import errno
-
-    from specplay.store import writer
-
-    original = writer.SessionWriter._write
-    counts = {"records": 0}
-
-    def filling(self: writer.SessionWriter, record: dict[str, Any], flush: bool = True) -> None:
-        counts["records"] += 1
-        if counts["records"] == 2:  # the disk is full for a moment: the first lane's first event is lost
-            self._file.write = lambda _: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[method-assign]
-        original(self, record, flush)
-
-    monkeypatch.setattr(writer.SessionWriter, "_write", filling)
-    request = {"raw": True, "max_tokens": 24, "ignore_eos": True}
-    remote = server_config(servers[0].url, {"near": servers[1].url}, tmp_path, **request)
-    harness = Harness(tiny, tmp_path, remote if backend == "vllm" else None, **request)
-    playground, screen = harness.playground, harness.screen
-    try:
-        playground.load()
-        harness.until(lambda: playground.state == "ready", "the models to load")
-        playground.run()
-        harness.until(lambda: playground.state == "ready" and bool(screen.events), "the run to finish")
-    finally:
-        playground.close()
-    statuses = [text for text, _ in screen.said("status")]
-    assert any(s.startswith("not saving: ") and "No space left on device" in s for s in statuses), statuses
-    assert statuses[-1].startswith("finished (") and "saved" not in statuses[-1] and playground.last_session is None
-    assert all(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
-    (path,) = tmp_path.glob("*.jsonl")
-    assert not load_session(path).complete  # what was written before the disk filled is kept
 
 
 def test_a_disk_full_before_the_header_leaves_no_empty_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -292,38 +285,43 @@ def test_a_disk_full_before_the_header_leaves_no_empty_session(tmp_path: Path, m
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_servers_token_texts_never_hold_up_the_ui(servers: tuple[FakeVllm, FakeVllm], tmp_path: Path) -> None:
-    """Drilling into a token asks a remote tokenizer: the view gets the id at once and the text
-    when it arrives, never a wait on an HTTP round trip."""
-    target, near = servers
-    config = server_config(target.url, {"near": near.url}, tmp_path)
-    host = ModelHost(config)
-    arrived = threading.Event()
-    host.on_decoded = arrived.set
-    loaded = threading.Event()
-    host.load(lambda *_: loaded.set())
+@pytest.mark.parametrize("source", ["scripted", "vllm"])
+def test_a_full_disk_mid_run_stops_saving_not_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, source: str
+) -> None:
+    """The other lane's start must not open a second session once the first could not be written
+    (vLLM's lanes run one after the other: a second start comes later there)."""
+    import errno
+
+    from specplay.store import writer
+
+    original = writer.SessionWriter._write
+    counts = {"records": 0}
+
+    def filling(self: writer.SessionWriter, record: dict[str, Any], flush: bool = True) -> None:
+        counts["records"] += 1
+        if counts["records"] == 2:  # the disk is full for a moment: the first lane's first event is lost
+            self._file.write = lambda _: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[method-assign]
+        original(self, record, flush)
+
+    monkeypatch.setattr(writer.SessionWriter, "_write", filling)
+    run_request = {"raw": True, "max_tokens": 24, "ignore_eos": True}
+    config = None
+    if source == "vllm":
+        target, near = request.getfixturevalue("servers")  # fake vLLM servers of the tiny models
+        config = server_config(target.url, {"near": near.url}, tmp_path, **run_request)
+    harness = Harness(tmp_path, config=config, **run_request)
+    playground, screen = harness.playground, harness.screen
     try:
-        assert loaded.wait(30) and host.source is not None
-        assert not host.source.capabilities.local_token_text
-        token_id = host.source.encode("def", raw=True)[0]
-        assert host.decode(token_id) == f"<{token_id}>"  # not yet known: the request is on its way
-        assert arrived.wait(30)
-        text = host.decode(token_id)
-        assert text == host.source.token_text(token_id) and text and "def".startswith(text)
+        playground.load()
+        harness.until(lambda: playground.state == RunState.READY, "the models to load")
+        playground.run()
+        harness.until(lambda: playground.state == RunState.READY and bool(screen.events), "the run to finish")
     finally:
-        host.close()
-
-
-def test_a_closed_hosts_models_can_be_collected(tiny: TinyModels, tmp_path: Path) -> None:
-    """Loading freezes what it made out of the collector (no full collection walks the models
-    during a run); closing thaws it, or a process that opens host after host keeps every model."""
-    host = ModelHost(mlx_config(tiny, tmp_path))
-    loaded = threading.Event()
-    host.load(lambda *_: loaded.set())
-    assert loaded.wait(60) and host.source is not None
-    assert gc.get_freeze_count() > 0
-    source = weakref.ref(host.source)
-    host.close()
-    del host
-    gc.collect()
-    assert source() is None
+        playground.close()
+    statuses = [text for text, _ in screen.said("status")]
+    assert any(s.startswith("not saving: ") and "No space left on device" in s for s in statuses), statuses
+    assert statuses[-1].startswith("finished (") and "saved" not in statuses[-1] and playground.last_session is None
+    assert all(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+    (path,) = tmp_path.glob("*.jsonl")
+    assert not load_session(path).complete  # what was written before the disk filled is kept

@@ -1,13 +1,14 @@
 """The playground screen: a prompt, lanes side by side (target-only, speculative, optionally
 draft-only), live controls, the draft tape, token drill-down and plots. It draws what the
-controller (ui/controller.py) decides, as the controller's View.
+controller (ui/controller.py) decides, as the controller's View, and reads the run through the
+read-only `RunReadout`; frames while lanes generate follow the messages in ui/messages.py.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
@@ -21,7 +22,9 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import DRAFT_LANE
-from specplay.ui.controller import ALL_LANES, PlaygroundController
+from specplay.ui.controller import ALL_LANES, RunReadout
+from specplay.ui.frame_budget import FrameBudget
+from specplay.ui.messages import LaneEventsArrived, ModelsWaiting, TokenTextsArrived
 from specplay.ui.stats import compare
 from specplay.ui.tokens import legend
 from specplay.ui.widgets.controls_panel import ControlsPanel
@@ -37,32 +40,24 @@ from specplay.ui.widgets.stats_view import (
 )
 from specplay.ui.widgets.tape import DraftTape
 
-TICK_HZ = 10
-UI_CPU_BUDGET = 0.02
-"""While lanes generate, the share of a core the UI thread may take (events, frames): a frame
-costs tens of ms of Python, so on a slow machine the screen updates less often, never the lanes
-slower (benchmarks/bench_tui.py measures the lanes under the UI against headless)."""
-MAX_FRAME_INTERVAL_S = 1.0
-"""...but the screen still moves at least this often (other UI work, like typing, can use the budget)."""
-
 
 class PlaygroundScreen(Screen[None]):
     class Ready(Message):
         """The screen's widgets exist: the controller may draw."""
 
-    playground: PlaygroundController
-    """The controller this screen draws for; set before the screen mounts."""
-
-    def __init__(self, prompt: str) -> None:
+    def __init__(self, prompt: str, playground: RunReadout) -> None:
         super().__init__()
         self._prompt = prompt
+        self.playground = playground
+        """The run this screen draws: read-only, and the frame commands."""
         self.library = library_prompts()
         self._dirty = False
-        self._frame_wall = self._frame_cpu = 0.0
-        """When the screen last drew during a run: wall time, and the UI thread's CPU time."""
+        self._budget = FrameBudget()
         self._cursors_lit = False
         self._frame_asked = False
         """A frame waits for the models' next event boundary."""
+        self._frame_timer = False
+        """A frame is set for when the budget allows it."""
 
     def compose(self) -> ComposeResult:
         settings, seed = self.playground.settings, self.playground.seed
@@ -95,7 +90,6 @@ class PlaygroundScreen(Screen[None]):
         self.query_one("#prompt", TextArea).focus()
         if self.playground.draft_lane:
             self.query_one("#draft-lane").value = True  # type: ignore[attr-defined]
-        self.set_interval(1 / TICK_HZ, self._tick)
         self.post_message(self.Ready())
 
     # --- the controller's View ---------------------------------------------------------------
@@ -140,9 +134,9 @@ class PlaygroundScreen(Screen[None]):
         for lane in ALL_LANES:
             self.query_one(f"#{lane}", LaneView).clear()
         self.query_one(DraftTape).clear()
-        self.query_one(Inspector).show(None, self.playground.host.decode)
+        self.query_one(Inspector).show(None, self.playground.decode)
         self._show_no_baseline()
-        self._frame_wall, self._frame_cpu = time.perf_counter(), time.thread_time()
+        self._budget.drawn()
         self._frame_asked = False
 
     def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
@@ -151,11 +145,12 @@ class PlaygroundScreen(Screen[None]):
             self.query_one(DraftTape).add(event, drafted_text)
         self._dirty = True
 
+    @on(TokenTextsArrived)
     def show_token_texts(self) -> None:
-        self.query_one(Inspector).refresh_texts(self.playground.host.decode)
-        if self.playground.state == "ready":  # an opened session's rejected drafts; a run's come decoded
+        self.query_one(Inspector).refresh_texts(self.playground.decode)
+        if not self.playground.state.generating:  # an opened session's rejected drafts; a run's come decoded
             tape = self.query_one(DraftTape)
-            tape.refresh_texts(self.playground.host.decode)
+            tape.refresh_texts(self.playground.decode)
             tape.flush(full=True)
 
     def when_drawn(self, then: Callable[[], None]) -> None:
@@ -165,6 +160,7 @@ class PlaygroundScreen(Screen[None]):
         self._frame_asked = False
         self._dirty = True
         self._redraw()
+        self._light_cursors(self.playground.state.generating)
         if full:
             for lane in self.playground.lanes:
                 self.query_one(f"#{lane}", LaneView).flush(full=True)
@@ -172,35 +168,47 @@ class PlaygroundScreen(Screen[None]):
 
     # --- frames ------------------------------------------------------------------------------
 
-    def _tick(self) -> None:
-        """TICK_HZ times a second: take the queued events and redraw, unless, while lanes generate,
-        the UI thread has used more than UI_CPU_BUDGET of a core since it last did. Where the
+    @on(LaneEventsArrived)
+    def _events_arrived(self) -> None:
+        """Lane events wait: take them in a frame, as soon as the frame budget allows. Where the
         lanes' models share this machine, the frame waits for their next event boundary and they
         wait for the frame (runner/gate.py): drawn during their compute it would take their CPU
         and GIL, and their tokens/s would read low."""
-        running = self.playground.state in ("running", "stopping")
-        self._light_cursors(running)
-        if running:
-            if self._frame_asked:
-                return
-            wall, cpu = time.perf_counter(), time.thread_time()
-            since = wall - self._frame_wall
-            if cpu - self._frame_cpu > UI_CPU_BUDGET * since and since < MAX_FRAME_INTERVAL_S:
-                return
-            self._frame_wall, self._frame_cpu = wall, cpu
-            if self.playground.draw_between_turns(self._draw_between_turns):
-                self._frame_asked = True
-                return
-        self.playground.drain()
-        self._redraw()
+        if not self.playground.state.generating:
+            self._draw()
+            return
+        self._light_cursors(True)
+        if self._frame_asked or self._frame_timer:
+            return
+        wait_s = self._budget.wait_s()
+        if wait_s > 0:
+            self._frame_timer = True
+            self.set_timer(wait_s, self._frame_due)
+            return
+        self._frame_due()
 
+    def _frame_due(self) -> None:
+        self._frame_timer = False
+        if not self.playground.state.generating:
+            self._draw()
+            return
+        self._budget.drawn()
+        if self.playground.draw_between_turns():
+            self._frame_asked = True
+        else:
+            self._draw()
+
+    @on(ModelsWaiting)
     def _draw_between_turns(self) -> None:
         """The models wait: draw, and let them go on after the screen's next refresh (in Textual
         usually after this frame's paint; a widget that reports its change late paints after)."""
         self._frame_asked = False
+        self._draw()
+        self.call_after_refresh(self.playground.release_models)
+
+    def _draw(self) -> None:
         self.playground.drain()
         self._redraw()
-        self.call_after_refresh(self.playground.release_models)
 
     def _light_cursors(self, lit: bool) -> None:
         """While lanes generate, text cursors stay lit rather than blink: each blink repaints its
@@ -228,7 +236,7 @@ class PlaygroundScreen(Screen[None]):
         if "target" in lanes:
             self.query_one("#target", LaneView).set_stats(target_stats(target))
         # A reopened session is shown as it ran, whatever backend is loaded now.
-        caps = playground.opened.capabilities if playground.opened is not None else playground.capabilities
+        caps = playground.shown_capabilities
         baseline = target if "target" in lanes and caps.wall_time_is_speed else None
         lane = self.query_one("#speculative", LaneView)
         if caps.server_judges:  # the server's own account, measured against a baseline

@@ -15,6 +15,7 @@ from specplay.backends.mlx.drafters import EarlyExit, PromptLookup
 from specplay.cli import main
 from specplay.engine.events import ControlEvent, Event, RoundEvent
 from specplay.store import load_session
+from specplay.ui.controller import RunState
 from tests.support.engine_runs import done, rounds, run
 from tests.support.observed import Observed
 
@@ -126,7 +127,7 @@ async def test_with_no_model_flags_the_playground_writes_english_on_smollm2(
     app = create_app(config)
     playground = app.playground
     async with app.run_test(size=(160, 50)) as pilot:
-        await wait_for(pilot, lambda: playground.state == "ready", "the models to load", timeout_s=120)
+        await wait_for(pilot, lambda: playground.state == RunState.READY, "the models to load", timeout_s=120)
         ready = "SmolLM2-135M-Instruct, drafters lookup (prompt lookup, n 2..4; for code), exit (early exit after"
         assert ready in playground.status
         await pilot.press("ctrl+r")

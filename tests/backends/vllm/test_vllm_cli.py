@@ -8,6 +8,7 @@ import pytest
 
 from specplay.cli import main
 from specplay.cli.shown import shown_command
+from specplay.ui.controller import RunState
 from tests.support.fake_vllm import FakeVllm, Fault
 from tests.support.prompts import CODE_PROMPT
 from tests.support.tiny_models import TinyModels
@@ -188,8 +189,8 @@ async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels,
         request = {"prompt": CODE_PROMPT, "max_tokens": 10, "raw": True, "ignore_eos": True}
         app = app_for(server_config(target.url, {"near": near.url}, tmp_path, settings, **request), autorun=True)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_for(pilot, lambda: app.playground.state == "running", "the autorun to start")
-            await wait_for(pilot, lambda: app.playground.state == "ready", "the run to finish")
+            await wait_for(pilot, lambda: app.playground.state == RunState.RUNNING, "the autorun to start")
+            await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the run to finish")
             assert all(isinstance(app.playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
             # Wall time through HTTP is not speculative speed: the lane says so, and what it knows.
             stats = str(app.query_one("#speculative", LaneView).query_one(".lane-stats").render())

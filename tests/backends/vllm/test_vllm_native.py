@@ -14,6 +14,7 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RecolourEvent, RoundEvent, StartEvent, StepEvent
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
+from specplay.ui.controller import RunState
 from tests.support.engine_runs import chunk_sources, done, run
 from tests.support.fake_vllm import FakeVllm
 from tests.support.tiny_models import TinyModels
@@ -103,8 +104,8 @@ async def test_playground_watches_native_speculation_against_a_baseline(
         request = {"prompt": PROMPT, "max_tokens": 12, "raw": True, "ignore_eos": True}
         app = app_for(server_config(native.url, {}, tmp_path, vllm=options, **request), autorun=True)
         async with app.run_test(size=(140, 45)) as pilot:
-            await wait_for(pilot, lambda: app.playground.state == "running", "the autorun to start")
-            await wait_for(pilot, lambda: app.playground.state == "ready", "the run to finish")
+            await wait_for(pilot, lambda: app.playground.state == RunState.RUNNING, "the autorun to start")
+            await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the run to finish")
             assert app.playground.lanes == ("speculative", "target")
             assert not app.playground.capabilities.live_controls
             panel = app.query_one(ControlsPanel)
@@ -134,8 +135,8 @@ async def test_playground_in_native_mode_without_a_baseline_says_how_to_compare(
     )
     app = app_for(config, autorun=True)
     async with app.run_test(size=(140, 45)) as pilot:
-        await wait_for(pilot, lambda: app.playground.state == "running", "the autorun to start")
-        await wait_for(pilot, lambda: app.playground.state == "ready", "the run to finish")
+        await wait_for(pilot, lambda: app.playground.state == RunState.RUNNING, "the autorun to start")
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the run to finish")
         assert app.playground.lanes == ("speculative",)
         assert "--baseline-url" in str(app.query_one("#target", LaneView).query_one(".lane-stats").render())
 
