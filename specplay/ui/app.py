@@ -12,22 +12,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Select
 
 from specplay.config.run_config import RunConfig
 from specplay.display.text import one_line
+from specplay.engine.stream import EventStream
 from specplay.errors import SpecplayError
 from specplay.runner.host import ModelHost, OpenSource
 from specplay.store import SessionError, list_session_files
 from specplay.ui.controller import PlaygroundController
-from specplay.ui.messages import ModelsLoaded, RunEnded
+from specplay.ui.messages import LaneEventsArrived, ModelsLoaded, ModelsWaiting, RunEnded, TokenTextsArrived
 from specplay.ui.screens.playground import PlaygroundScreen
 from specplay.ui.screenshot import save_screenshot, screenshots_dir
 from specplay.ui.theming import DEFAULT_THEME, load_themes
@@ -65,6 +65,31 @@ def create_app(
     return PlaygroundApp(config, options or PlaygroundOptions(), host)
 
 
+class Messages:
+    """The controller's outbox as Textual messages, posted (thread-safely) to the main screen: the
+    frame messages are the screen's; the others bubble up to the app."""
+
+    def __init__(self, app: PlaygroundApp) -> None:
+        self._app = app
+
+    def models_loaded(
+        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
+    ) -> None:
+        self._app.main.post_message(ModelsLoaded(source, identity, error, autorun))
+
+    def run_ended(self, run_id: int, error: BaseException | None) -> None:
+        self._app.main.post_message(RunEnded(run_id, error))
+
+    def lane_events_arrived(self) -> None:
+        self._app.main.post_message(LaneEventsArrived())
+
+    def models_waiting(self) -> None:
+        self._app.main.post_message(ModelsWaiting())
+
+    def token_texts_arrived(self) -> None:
+        self._app.main.post_message(TokenTextsArrived())
+
+
 class PlaygroundApp(App[None]):
     TITLE = "specplay"
     SUB_TITLE = "speculative decoding, side by side"
@@ -84,20 +109,16 @@ class PlaygroundApp(App[None]):
         super().__init__()
         self.options = options
         # One direction: the controller posts to the screen; the screen reads the run read-only.
-        self.playground = PlaygroundController(config, host, self._post_to_screen, options.draft_lane)
+        self.playground = PlaygroundController(config, host, Messages(self), options.draft_lane)
         self.main = PlaygroundScreen(config.request.prompt or "", self.playground)
         self.playground.attach(self.main)
         self._theme_names: list[str] = []
 
-    def _post_to_screen(self, message: Message) -> None:
-        """From any thread: frame messages are the screen's; the others bubble up to the app."""
-        self.main.post_message(message)
-
     def on_models_loaded(self, message: ModelsLoaded) -> None:
-        self.playground.loaded(message)
+        self.playground.loaded(message.source, message.identity, message.error, message.autorun)
 
     def on_run_ended(self, message: RunEnded) -> None:
-        self.playground.ended(message)
+        self.playground.ended(message.run_id, message.error)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         # Themes without token colours (Textual's own) fall back to the default theme's.

@@ -4,9 +4,10 @@ small `View` protocol, and the screen reads the run through `RunReadout`: wiring
 and all of this tested without a terminal.
 
 Threads: the model thread appends lane events to `inbox` (a deque append is thread-safe) and
-posts typed messages (ui/messages.py): one `LaneEventsArrived` until the screen takes the batch,
-`ModelsLoaded` and `RunEnded` for the rare events. The app hands those to `loaded` and `ended`
-on the UI thread; everything else here runs there too.
+tells the UI thread through the `Outbox` (the app posts each as a typed Textual message,
+ui/messages.py): lane events arrived, once until the screen takes the batch; models loaded and
+run ended, which the app hands back to `loaded` and `ended` on the UI thread, where everything
+else here runs too. No Textual here: this is tested without a terminal.
 """
 
 from __future__ import annotations
@@ -19,19 +20,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from textual.message import Message
-
 from specplay.config.model_sets import models_line
 from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
+from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
 from specplay.runner.session_run import open_writer
 from specplay.store import Session, SessionWriter, load_session
-from specplay.ui.messages import LaneEventsArrived, ModelsLoaded, ModelsWaiting, RunEnded, TokenTextsArrived
 from specplay.ui.stats import LaneTally
 
 
@@ -102,6 +101,32 @@ class View(Protocol):
         ...
 
 
+class Outbox(Protocol):
+    """What the controller tells the UI thread; callable from any thread."""
+
+    def models_loaded(
+        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
+    ) -> None:
+        """Loading ended; to be handed to `PlaygroundController.loaded` on the UI thread."""
+        ...
+
+    def run_ended(self, run_id: int, error: BaseException | None) -> None:
+        """Every lane of a run ended; to be handed to `PlaygroundController.ended`."""
+        ...
+
+    def lane_events_arrived(self) -> None:
+        """Lane events wait in the inbox for a frame."""
+        ...
+
+    def models_waiting(self) -> None:
+        """The models wait at an event boundary for the frame asked for (runner/gate.py)."""
+        ...
+
+    def token_texts_arrived(self) -> None:
+        """Token texts a server was asked for have arrived."""
+        ...
+
+
 class RunReadout(Protocol):
     """What the screen reads of the playground, and the frame commands it sends."""
 
@@ -142,8 +167,8 @@ class RunReadout(Protocol):
         ...
 
     def draw_between_turns(self) -> bool:
-        """Ask the models to wait at their next event boundary (a ModelsWaiting message follows);
-        False where lanes do not take turns: draw now."""
+        """Ask the models to wait at their next event boundary (a ModelsWaiting message follows,
+        ui/messages.py); False where lanes do not take turns: draw now."""
         ...
 
     def release_models(self) -> None:
@@ -154,14 +179,11 @@ class RunReadout(Protocol):
 class PlaygroundController:
     """The state of the playground between the app's frames."""
 
-    def __init__(
-        self, config: RunConfig, host: ModelHost, post: Callable[[Message], object], draft_lane: bool = False
-    ) -> None:
-        """`post(message)` hands a message to the screen (from any thread); `attach` gives the
-        controller its view once the screen is up."""
-        self.config, self.host, self.post = config, host, post
+    def __init__(self, config: RunConfig, host: ModelHost, outbox: Outbox, draft_lane: bool = False) -> None:
+        """`attach` gives the controller its view."""
+        self.config, self.host, self.outbox = config, host, outbox
         self.view: View | None = None
-        host.on_decoded = lambda: post(TokenTextsArrived())
+        host.on_decoded = outbox.token_texts_arrived
         self.settings = config.settings
         """What the controls say now: the next run starts with it."""
         self.seed = config.request.seed
@@ -216,11 +238,12 @@ class PlaygroundController:
     def load(self, autorun: bool = False) -> None:
         """Load the models on the model thread; `autorun` runs the prompt once they are."""
         self.set_status("loading models…")
-        self.host.load(lambda source, identity, error: self.post(ModelsLoaded(source, identity, error, autorun)))
+        self.host.load(lambda source, identity, error: self.outbox.models_loaded(source, identity, error, autorun))
 
-    def loaded(self, message: ModelsLoaded) -> None:
+    def loaded(
+        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
+    ) -> None:
         """UI thread: loading ended."""
-        source, identity, error = message.source, message.identity, message.error
         if error is not None:
             self.state = RunState.FAILED
             self.set_status(f"models failed to load: {error_line(error)} (ctrl+q quits)", error=True)
@@ -234,7 +257,7 @@ class PlaygroundController:
             self.set_status(f"ready: {models_line(self.config, identity, self.route_map)}; ctrl+r runs")
         else:
             self._show_opened_settings(self.opened)
-        if message.autorun:
+        if autorun:
             self.run()
 
     # --- runs --------------------------------------------------------------------------------
@@ -272,7 +295,7 @@ class PlaygroundController:
                 request,
                 self.controls,
                 partial(self._arrived, run_id),
-                lambda error: self.post(RunEnded(run_id, error)),
+                lambda error: self.outbox.run_ended(run_id, error),
             )
         )
 
@@ -282,15 +305,15 @@ class PlaygroundController:
         self.inbox.append(LaneItem(run_id, lane, event, busy_s, drafted))
         if not self._signalled:
             self._signalled = True
-            self.post(LaneEventsArrived())
+            self.outbox.lane_events_arrived()
 
     def draw_between_turns(self) -> bool:
-        """Ask the models to wait at their next event boundary, where a ModelsWaiting message
+        """Ask the models to wait at their next event boundary, where the outbox's `models_waiting`
         tells the screen to draw, until `release_models`; False where the lanes do not take turns
         on this machine (a server's stream in its own time): draw now."""
         if not self.capabilities.lanes_take_turns:
             return False
-        self.host.gate.hold(lambda: self.post(ModelsWaiting()))
+        self.host.gate.hold(self.outbox.models_waiting)
         return True
 
     def release_models(self) -> None:
@@ -364,10 +387,9 @@ class PlaygroundController:
         self._writer, self._saving = None, False
         self.set_status(f"not saving: {error_line(error)}", error=True)
 
-    def ended(self, message: RunEnded) -> None:
+    def ended(self, run_id: int, error: BaseException | None) -> None:
         """UI thread: every lane of a run ended."""
-        error = message.error
-        if message.run_id != self.run_id:
+        if run_id != self.run_id:
             return
         self.release_models()  # a frame asked for after the last event is drawn below
         self.state = RunState.READY

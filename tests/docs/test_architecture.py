@@ -213,6 +213,10 @@ def test_the_engines_and_the_controllers_tests_load_no_model_library() -> None:
     tests = Path(__file__).resolve().parents[1]
     modules = [f"tests.engine.{p.stem}" for p in sorted((tests / "engine").glob("test_*.py"))]
     modules += ["tests.conftest", "tests.ui.test_ui_controller"]
-    code = f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))"
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tests.parent, check=True)
     assert len(modules) > 5 and out.stdout.strip() == "[]"

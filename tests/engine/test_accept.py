@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -134,8 +133,8 @@ def test_greedy_is_the_one_hot_case_and_budget_accepts_mismatch_with_probability
     assert not judged(MENTORED, 3, 0.0, 1.0, 1.0, 7, True, 0.0).accepted
 
 
-@pytest.mark.parametrize("xp", [np, mx], ids=["numpy", "mlx"])
-def test_inverse_cdf_sample_hits_each_token_in_proportion(xp) -> None:
+@pytest.mark.parametrize("xp", [np], ids=["numpy"])
+def test_inverse_cdf_sample_hits_each_token_in_proportion(xp: object) -> None:
     probs = np.array([0.25, 0.0, 0.5, 0.125, 0.125], dtype=np.float32)
     uniforms = (np.arange(8000, dtype=np.float32) + 0.5) / 8000  # a fine grid of [0, 1)
     rows = np.tile(probs, (len(uniforms), 1))
@@ -144,16 +143,3 @@ def test_inverse_cdf_sample_hits_each_token_in_proportion(xp) -> None:
     # The extremes of the uniform never land on a zero-probability token.
     edges = np.array(inverse_cdf_sample(xp.array(probs[None].repeat(2, 0)), xp.array([0.0, 0.9999999]), xp))
     assert set(edges.tolist()) <= {0, 2, 3, 4}
-
-
-def test_mlx_and_numpy_agree() -> None:
-    for p_target, p_draft in random_pairs(10, 64, seed=4):
-        pt32, pd32 = p_target.astype(np.float32), p_draft.astype(np.float32)
-        np.testing.assert_allclose(
-            np.array(tv_distance(mx.array(pt32), mx.array(pd32))), tv_distance(pt32, pd32), rtol=1e-5
-        )
-        np.testing.assert_allclose(
-            np.array(residual_distribution(mx.array(pt32), mx.array(pd32), mx)),
-            residual_distribution(pt32, pd32, np),
-            atol=1e-6,
-        )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from specplay.backends.vllm.topk import TopK, from_logprobs
+from specplay.engine.rules import Cascade, Lenience, Mentored, Typical
 
 
 def random_pairs(n: int, vocab: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -37,3 +38,15 @@ def truncated(dist: np.ndarray, k: int, extra: int | None = None) -> TopK:
     listed += [extra] if extra is not None and extra not in listed else []
     with np.errstate(divide="ignore"):
         return from_logprobs({i: float(np.log(dist[i])) for i in listed}, top=k)
+
+
+RELAXED = [
+    Typical(typical_epsilon=0.3),
+    Typical(typical_epsilon=0.05, typical_delta=0.5),
+    Lenience(lenience=1.5),
+    Lenience(lenience=4.0),
+    Cascade(cascade_alpha=0.0),
+    Cascade(cascade_alpha=0.2),
+    Mentored(tv_budget=0.3),
+]
+"""Every relaxed rule at settings where it does relax, for tests over all of them."""

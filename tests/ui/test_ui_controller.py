@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.message import Message
 
 from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
@@ -20,7 +19,6 @@ from specplay.engine.settings import SpecSettings
 from specplay.runner.host import ModelHost
 from specplay.store import list_session_files, load_session
 from specplay.ui.controller import LaneItem, PlaygroundController, RunState
-from specplay.ui.messages import LaneEventsArrived, ModelsLoaded, ModelsWaiting, RunEnded
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import SCRIPTED, Cost, scripted_backend
 from tests.support.ui_helpers import scripted_config, scripted_source, server_config
@@ -73,6 +71,29 @@ class Screen:
         return [value for name, value in self.calls if name == kind]
 
 
+class Outbox:
+    """The controller's outbox as the app's would be: each notice queued for the UI thread (the
+    test's), where it goes to the controller or the frame logic."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.h = harness
+
+    def models_loaded(self, *loaded: Any) -> None:
+        self.h.posted.put(lambda: self.h.playground.loaded(*loaded))
+
+    def run_ended(self, run_id: int, error: BaseException | None) -> None:
+        self.h.posted.put(lambda: self.h.playground.ended(run_id, error))
+
+    def lane_events_arrived(self) -> None:
+        self.h.posted.put(lambda: self.h.drain and self.h.playground.drain())
+
+    def models_waiting(self) -> None:
+        self.h.posted.put(lambda: self.h.on_waiting())
+
+    def token_texts_arrived(self) -> None:
+        pass
+
+
 class Harness:
     """The controller on the scripted backend (or `config`'s source), with the UI thread's
     message queue pumped by the test as the app would: each message to its handler."""
@@ -88,7 +109,7 @@ class Harness:
         """`clock` times the lanes (the backend's simulated one unless given); each target
         forward really takes `wall_ms`, so a run lasts long enough to be changed while it goes.
         With `config`, the source it names instead (a vLLM server's)."""
-        self.posted: queue.Queue[Message] = queue.Queue()
+        self.posted: queue.Queue[Callable[[], None]] = queue.Queue()
         self.backend = scripted_backend(Cost(wall_ms=wall_ms), drafters=("near", "far"))
         if config is not None:
             host = ModelHost(config)
@@ -96,25 +117,19 @@ class Harness:
             config = scripted_config(self.backend, sessions, **request)
             host = ModelHost(config, clock or self.backend.clock, scripted_source(self.backend))
         self.screen = Screen(CODE_PROMPT)
-        self.playground = PlaygroundController(config, host, self.posted.put)
+        self.playground = PlaygroundController(config, host, Outbox(self))
         self.playground.attach(self.screen)
         self.on_waiting: Callable[[], None] = self._draw_while_waiting
+        self.drain = True
 
     def _draw_while_waiting(self) -> None:
         self.playground.drain()
         self.playground.release_models()
 
     def pump(self, drain: bool = True) -> None:
+        self.drain = drain
         while not self.posted.empty():
-            message = self.posted.get()
-            if isinstance(message, ModelsLoaded):
-                self.playground.loaded(message)
-            elif isinstance(message, RunEnded):
-                self.playground.ended(message)
-            elif isinstance(message, LaneEventsArrived) and drain:
-                self.playground.drain()
-            elif isinstance(message, ModelsWaiting):
-                self.on_waiting()
+            self.posted.get()()
 
     def until(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0, drain: bool = True) -> None:
         """Pump the UI thread's messages until `condition`; `drain=False` leaves the inbox as the

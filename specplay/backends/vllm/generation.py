@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,7 +43,6 @@ from specplay.backends.vllm.exact import (
     rejection_draw,
     reported_probs_exact,
 )
-from specplay.backends.vllm.local import LocalDraftCache, LocalDrafter
 from specplay.backends.vllm.protocol import Choice
 from specplay.backends.vllm.remote import RemoteModel
 from specplay.backends.vllm.report import EXACT_KEYS
@@ -66,6 +65,9 @@ from specplay.errors import ConfigError
 LONG_CONTEXT = 2048
 """From this many context tokens `auto` verifies by prefixes, which keeps vLLM's prefix cache."""
 STREAM_CHUNK = 256  # tokens asked for per streamed request in target-only and draft-only runs
+
+if TYPE_CHECKING:  # local drafters run on MLX, loaded only when a configuration has one
+    from specplay.backends.vllm.local import LocalDraftCache, LocalDrafter
 
 
 def seed_of(uniform: float) -> int:

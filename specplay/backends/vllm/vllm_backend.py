@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.connect import PROBE_TEXT, check_same_tokens, connect, tokenize
 from specplay.backends.vllm.detok import RemoteDetokenizer, RemoteTokenizer
 from specplay.backends.vllm.errors import VllmError
 from specplay.backends.vllm.generation import Strategy, VllmGeneration
-from specplay.backends.vllm.local import LocalDrafter
 from specplay.backends.vllm.remote import RemoteModel
 from specplay.config.capabilities import VLLM_INSPECTION
 from specplay.config.urls import server_root
 from specplay.engine.backend_protocol import Detokenizer
 
 TARGET = "target"
+
+if TYPE_CHECKING:  # local drafters run on MLX, loaded only when a configuration has one
+    from specplay.backends.vllm.local import LocalDrafter
 
 
 class VllmBackend:
@@ -138,6 +140,7 @@ def connect_vllm_backend(
         local: dict[str, LocalDrafter] = {}
         if local_drafters:
             from specplay.backends.mlx.loading import load_model
+            from specplay.backends.vllm.local import LocalDrafter
 
             local = {name: LocalDrafter(load_model(name, path)) for name, path in local_drafters}
         ids = {f"target ({target_url})": tokenize(target.client, target.model, PROBE_TEXT)}
