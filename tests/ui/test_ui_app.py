@@ -1,4 +1,4 @@
-"""The playground driven by Textual's Pilot on real tiny models."""
+"""The playground driven by Textual's Pilot, one feature per test, on the scripted backend."""
 
 from __future__ import annotations
 
@@ -8,22 +8,26 @@ from pathlib import Path
 
 import pytest
 from textual.binding import Binding
+from textual.pilot import Pilot
 from textual.widgets import Select, Static, Switch, TextArea
 from textual_slider import Slider
 
+from specplay.config.run_config import RunConfig
 from specplay.display.text import visible
 from specplay.engine.events import ControlEvent, DoneEvent, StepEvent
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.engine.stream import EventStream
+from specplay.errors import ModelError
 from specplay.store import list_session_files, load_session
-from specplay.ui.app import PlaygroundApp
+from specplay.ui.app import PlaygroundApp, create_app
 from specplay.ui.controller import RunState
 from specplay.ui.widgets.inspector import Inspector
 from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.plots import SPARKS, Plots
 from tests.support.prompts import CODE_PROMPT
-from tests.support.tiny_models import TinyModels
-from tests.support.ui_helpers import after, make_app, spec_rounds, wait_for
+from tests.support.scripted import Cost, scripted_backend
+from tests.support.ui_helpers import after, scripted_app, scripted_config, spec_rounds, wait_for
 
 
 def _control_index(app: PlaygroundApp, setting: str, value: object) -> int | None:
@@ -34,8 +38,27 @@ def _control_index(app: PlaygroundApp, setting: str, value: object) -> int | Non
     return None
 
 
-async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path: Path) -> None:
-    app = make_app(tiny, tmp_path, max_tokens=5000, ignore_eos=True)
+def live_app(tmp_path: Path, **kwargs: object) -> PlaygroundApp:
+    """A playground whose runs last (each target forward really takes 2 ms) and are long enough to
+    change while they go; the route pinned to near."""
+    backend = scripted_backend(Cost(wall_ms=2.0), drafters=("near", "far"))
+    options = {"prompt": CODE_PROMPT, "max_tokens": 5000, "ignore_eos": True, "raw": True} | kwargs
+    return scripted_app(backend, tmp_path, **({"settings": SpecSettings(route="near")} | options))
+
+
+async def start_run(app: PlaygroundApp, pilot: Pilot[None], rounds: int = 3) -> None:
+    await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
+    await pilot.press("ctrl+r")
+    await wait_for(pilot, lambda: len(spec_rounds(app)) >= rounds, "rounds")
+
+
+async def stop_run(app: PlaygroundApp, pilot: Pilot[None]) -> None:
+    await pilot.press("escape")
+    await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the lanes to stop")
+
+
+async def test_type_run_stop_and_save(tmp_path: Path) -> None:
+    app = live_app(tmp_path, settings=SpecSettings(), prompt="")
     async with app.run_test(size=(140, 45)) as pilot:
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
         await pilot.click("#prompt")
@@ -48,25 +71,93 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         # While lanes generate the prompt's cursor stays lit: each blink would repaint it.
         prompt = app.query_one("#prompt", TextArea)
         await wait_for(pilot, lambda: not prompt.cursor_blink, "the cursor to stay lit during the run")
+        handled: list[float] = []
+        stop = app.action_stop
+        app.action_stop = lambda: (handled.append(time.perf_counter()), stop())[-1]  # type: ignore[method-assign]
+        pressed = time.perf_counter()
+        await pilot.press("escape")
+        # The key is handled at once, however busy the lanes are: events reach the UI in batches.
+        assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the lanes to stop")
+        await wait_for(pilot, lambda: prompt.cursor_blink, "the cursor to blink again once the run ended")
+        assert all(r.k == 4 and r.route == "near" for r in spec_rounds(app))
+        for lane in ("speculative", "target"):
+            final = app.playground.events[lane][-1]
+            assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"
+        assert app.playground.last_session is not None
+        session = load_session(app.playground.last_session)
+        assert session.complete and list(session.header["lanes"]) == ["speculative", "target"]
+        assert session.prompt == "def f(x):"
+        assert [p.name for p in list_session_files(tmp_path)] == [app.playground.last_session.name]
 
+
+async def test_the_k_slider_changes_the_next_rounds_and_marks_the_stream(tmp_path: Path) -> None:
+    app = live_app(tmp_path)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await start_run(app, pilot)
         app.query_one("#k", Slider).value = 2
         await wait_for(pilot, lambda: _control_index(app, "k", 2) is not None, "the k change to take effect")
+        k_at = _control_index(app, "k", 2)
+        assert k_at is not None
+        await wait_for(pilot, lambda: len(after(app.playground.events["speculative"], k_at)) >= 3, "rounds at k=2")
+        await stop_run(app, pilot)
+        events = app.playground.events["speculative"]
+        assert all(r.k == 4 for r in spec_rounds(app)[:3]) and all(r.k == 2 for r in after(events, k_at))
+        change = events[k_at]
+        assert isinstance(change, ControlEvent) and ("k", 4, 2) in change.changes
+        assert "⟨k=2⟩" in app.query_one("#speculative", LaneView).text  # the marker in the stream
+        # Only sampling changes reach the target-only lane.
+        assert not any(isinstance(e, ControlEvent) for e in app.playground.events["target"])
+
+
+async def test_the_route_select_changes_the_drafter_of_the_next_rounds(tmp_path: Path) -> None:
+    app = live_app(tmp_path)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await start_run(app, pilot)
         app.query_one("#route", Select).value = "far"
         await wait_for(pilot, lambda: _control_index(app, "route", "far") is not None, "the route change")
+        route_at = _control_index(app, "route", "far")
+        assert route_at is not None
+        await wait_for(pilot, lambda: len(after(app.playground.events["speculative"], route_at)) >= 2, "far rounds")
+        await stop_run(app, pilot)
+        events = app.playground.events["speculative"]
+        assert all(r.route == "near" for r in spec_rounds(app)[:3])
+        assert all(r.route == "far" for r in after(events, route_at))
+
+
+async def test_the_knob_moves_the_tv_budget_and_relaxes_acceptance(tmp_path: Path) -> None:
+    app = live_app(tmp_path)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await start_run(app, pilot)
         app.query_one("#knob", Slider).value = 10
         await wait_for(pilot, lambda: _control_index(app, "tv_budget", 0.5) is not None, "the TV budget change")
         tv_at = _control_index(app, "tv_budget", 0.5)
         assert tv_at is not None
-        await wait_for(
-            pilot, lambda: len(after(app.playground.events["speculative"], tv_at)) >= 3, "rounds after the changes"
-        )
-        # Counterfactual routes, live: every other drafter judged each round, shown beside the route.
+        await wait_for(pilot, lambda: len(after(app.playground.events["speculative"], tv_at)) >= 3, "relaxed rounds")
+        await stop_run(app, pilot)
+        before, relaxed = spec_rounds(app)[:3], after(app.playground.events["speculative"], tv_at)
+        assert all(p.theta == 0 for r in before for p in r.positions if p.tv_distance > 0)
+        assert all(p.theta > 0 for r in relaxed for p in r.positions if p.tv_distance > 0)
+
+
+async def test_counterfactual_routes_turn_on_live_and_show_the_regret(tmp_path: Path) -> None:
+    """Every other drafter judged each round, shown beside the route."""
+    app = live_app(tmp_path)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await start_run(app, pilot)
         app.query_one("#counterfactual", Switch).value = True
         await wait_for(pilot, lambda: any(r.counterfactuals for r in spec_rounds(app)), "counterfactual rounds")
         stats = app.query_one("#counterfactual-stats", Static)
         await wait_for(pilot, lambda: "route regret" in str(stats.render()), "the counterfactual stats")
         assert all(name in str(stats.render()) for name in ("near", "far"))
-        # Another rule: the slider now moves its knob (lambda doubles every 4 steps).
+        await stop_run(app, pilot)
+
+
+async def test_another_rule_takes_the_knob(tmp_path: Path) -> None:
+    """The rule select swaps the slider's knob: lenience's lambda doubles every 4 steps."""
+    app = live_app(tmp_path)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await start_run(app, pilot)
         app.query_one("#rule", Select).value = "lenience"
         await wait_for(pilot, lambda: _control_index(app, "rule", "lenience") is not None, "the rule change")
         app.query_one("#knob", Slider).value = 8
@@ -77,49 +168,23 @@ async def test_type_run_change_controls_stop_and_save(tiny: TinyModels, tmp_path
         await wait_for(
             pilot, lambda: len(after(app.playground.events["speculative"], lenience_at)) >= 2, "lenience rounds"
         )
-
-        handled: list[float] = []
-        stop = app.action_stop
-        app.action_stop = lambda: (handled.append(time.perf_counter()), stop())[-1]  # type: ignore[method-assign]
-        pressed = time.perf_counter()
-        await pilot.press("escape")
-        # The key is handled at once, however busy the lanes are: events reach the UI in batches.
-        assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
-        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the lanes to stop")
-        await wait_for(pilot, lambda: prompt.cursor_blink, "the cursor to blink again once the run ended")
-
-        events = app.playground.events["speculative"]
-        k_at, route_at = _control_index(app, "k", 2), _control_index(app, "route", "far")
-        assert k_at is not None and route_at is not None
-        assert all(r.k == 4 and r.route == "near" for r in spec_rounds(app)[:3])
-        assert after(events, k_at) and all(r.k == 2 for r in after(events, k_at))
-        assert all(r.route == "far" for r in after(events, route_at))
+        await stop_run(app, pilot)
         rule_at = _control_index(app, "rule", "lenience")
         assert rule_at is not None
-        mentored = after(events, tv_at)[: len(after(events, tv_at)) - len(after(events, rule_at))]
-        assert all(p.theta > 0 for r in mentored for p in r.positions if p.tv_distance > 0)
-        assert all(p.theta == 0 for r in after(events, rule_at) for p in r.positions)
-        k_change = events[k_at]
-        assert isinstance(k_change, ControlEvent) and ("k", 4, 2) in k_change.changes
-        assert "⟨k=2⟩" in app.query_one("#speculative", LaneView).text  # the marker in the stream
-        for lane in ("speculative", "target"):
-            final = app.playground.events[lane][-1]
-            assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"
-        # Only sampling changes reach the target-only lane.
-        assert not any(isinstance(e, ControlEvent) for e in app.playground.events["target"])
+        lenient = after(app.playground.events["speculative"], rule_at)
+        assert lenient and all(p.theta == 0 for r in lenient for p in r.positions)  # theta is mentored decoding's
 
-        assert app.playground.last_session is not None
-        session = load_session(app.playground.last_session)
-        assert session.complete and list(session.header["lanes"]) == ["speculative", "target"]
-        assert [p.name for p in list_session_files(tmp_path)] == [app.playground.last_session.name]
 
+async def test_ctrl_t_cycles_the_themes(tmp_path: Path) -> None:
+    app = live_app(tmp_path)
+    async with app.run_test(size=(140, 45)) as pilot:
         before = app.theme_variables["spec-accepted"]
         await pilot.press("ctrl+t")
         assert app.theme != "specplay-dark" and app.theme_variables["spec-accepted"] != before
 
 
-async def test_autorun_to_the_end_shows_stats_and_saves(tiny: TinyModels, tmp_path: Path) -> None:
-    app = make_app(tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=30, ignore_eos=True, raw=True)
+async def test_autorun_to_the_end_shows_stats_and_saves(tmp_path: Path) -> None:
+    app = scripted_app(scripted_backend(), tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=30, raw=True)
     async with app.run_test(size=(140, 45)) as pilot:
         await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end and be saved")
         for lane in ("speculative", "target"):
@@ -135,10 +200,11 @@ async def test_autorun_to_the_end_shows_stats_and_saves(tiny: TinyModels, tmp_pa
         assert session.complete and session.header["request"]["max_tokens"] == 30
 
 
-async def test_a_load_error_is_one_line_and_the_app_still_quits(tiny: TinyModels, tmp_path: Path) -> None:
-    from tests.support.ui_helpers import app_for, mlx_config
+async def test_a_load_error_is_one_line_and_the_app_still_quits(tmp_path: Path) -> None:
+    def missing(config: RunConfig) -> EventStream:
+        raise ModelError("no model at no-such-model:\nfetch it first")
 
-    app = app_for(mlx_config(tiny, tmp_path, target=tmp_path / "no-such-model"))
+    app = create_app(scripted_config(scripted_backend(), tmp_path), open_source=missing)
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: app.playground.state == RunState.FAILED, "the load to fail")
         assert "no-such-model" in app.playground.status and "\n" not in app.playground.status
@@ -148,9 +214,10 @@ async def test_a_load_error_is_one_line_and_the_app_still_quits(tiny: TinyModels
     assert app.return_code == 0
 
 
-async def test_drill_down_on_a_token_by_click_and_keys(tiny: TinyModels, tmp_path: Path) -> None:
+async def test_drill_down_on_a_token_by_click_and_keys(tmp_path: Path) -> None:
     settings = SpecSettings(k=4, route="near", sampling=SamplingParams(temperature=1.0))
-    app = make_app(tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=24, raw=True, settings=settings)
+    backend = scripted_backend(drafters=("near", "far"))
+    app = scripted_app(backend, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=24, raw=True, settings=settings)
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end")
         lane, inspector = app.query_one("#speculative", LaneView), app.query_one(Inspector)
@@ -193,8 +260,8 @@ async def test_drill_down_on_a_token_by_click_and_keys(tiny: TinyModels, tmp_pat
             assert "bonus" in str(inspector.render()) and "top p_target" in str(inspector.render())
 
 
-async def test_draft_lane_prompt_library_and_palette_actions(tiny: TinyModels, tmp_path: Path) -> None:
-    app = make_app(tiny, tmp_path, max_tokens=16, raw=True)
+async def test_draft_lane_prompt_library_and_palette_actions(tmp_path: Path) -> None:
+    app = scripted_app(scripted_backend(drafters=("near", "far")), tmp_path, max_tokens=16, raw=True)
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
         commands = {c.title for c in app.get_system_commands(app.screen)}
@@ -240,19 +307,20 @@ async def test_draft_lane_prompt_library_and_palette_actions(tiny: TinyModels, t
         assert not list(folder.glob(".*"))  # no half-written file left
 
 
-async def test_a_saved_session_opens_read_only_and_re_runs(tiny: TinyModels, tmp_path: Path) -> None:
+async def test_a_saved_session_opens_read_only_and_re_runs(tmp_path: Path) -> None:
     settings = SpecSettings(
         k=3, route="near", rule_params=RuleParams(tv_budget=0.25), sampling=SamplingParams(temperature=0.7)
     )
-    first = make_app(
-        tiny, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=20, raw=True, seed=7, settings=settings
+    backend = scripted_backend(drafters=("near", "far"))
+    first = scripted_app(
+        backend, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=20, raw=True, seed=7, settings=settings
     )
     async with first.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: first.playground.last_session is not None, "the first run to end")
         saved, text = first.playground.last_session, first.query_one("#speculative", LaneView).text
         assert saved is not None
 
-    app = make_app(tiny, tmp_path, raw=True, max_tokens=20, open_session=saved)
+    app = scripted_app(backend, tmp_path, raw=True, max_tokens=20, open_session=saved)
     async with app.run_test(size=(160, 50)) as pilot:
         assert app.playground.opened is not None and app.query_one("#prompt", TextArea).text == CODE_PROMPT
         assert app.query_one("#speculative", LaneView).text == text  # shown before the models load
