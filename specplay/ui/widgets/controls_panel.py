@@ -104,15 +104,20 @@ class ControlsPanel(VerticalScroll):
         current = route.value
         names = [AUTO_ROUTE, *drafters]
         self._routes = names
-        route.set_options([(name, name) for name in names])
-        route.value = current if current in names else AUTO_ROUTE
+        # New options reset the value: no message, or a run already going would get a route change.
+        with self.prevent(Select.Changed):
+            route.set_options([(name, name) for name in names])
+            route.value = current if current in names else AUTO_ROUTE
 
     def limit_to(self, rules: Sequence[str], counterfactual: bool) -> None:
         """Offer only the rules the backend can judge, and counterfactual routes where it can run them."""
         select = self.query_one("#rule", Select)
-        select.set_options([(r, r) for r in rules])
         if self._settings.rule in rules:
-            select.value = self._settings.rule
+            with self.prevent(Select.Changed):  # as for the routes: options offered, no setting changed
+                select.set_options([(r, r) for r in rules])
+                select.value = self._settings.rule
+        else:  # the rule shown cannot run here: the first that can takes its place, as a change
+            select.set_options([(r, r) for r in rules])
         switch = self.query_one("#counterfactual", Switch)
         switch.disabled = not counterfactual
         if not counterfactual:

@@ -6,26 +6,26 @@ from dataclasses import asdict
 
 import pytest
 
-from specplay.backends.mlx import MlxBackend
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import RoundEvent
 from specplay.engine.loop import TOP_N, SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
 from tests.support.prompts import CODE_PROMPT
+from tests.support.scripted import ScriptedBackend
 
 
-def _rounds(backend: MlxBackend, inspect: bool, temperature: float) -> list[RoundEvent]:
-    engine = SpecEngine(backend)
-    ids = tuple(backend.encode(CODE_PROMPT, raw=True))
+def _rounds(scripted: ScriptedBackend, inspect: bool, temperature: float) -> list[RoundEvent]:
+    engine = SpecEngine(scripted, clock=scripted.clock)
+    ids = tuple(scripted.encode(CODE_PROMPT, raw=True))
     settings = SpecSettings(k=4, route="near", sampling=SamplingParams(temperature=temperature))
     request = Request(CODE_PROMPT, ids, "speculative", seed=3, max_tokens=24, ignore_eos=True, inspect=inspect)
-    return [e for e in engine.generate(request, LiveControls(settings, backend.drafters)) if isinstance(e, RoundEvent)]
+    return [e for e in engine.generate(request, LiveControls(settings, scripted.drafters)) if isinstance(e, RoundEvent)]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_inspecting_reports_top_tokens_and_changes_nothing_else(backend: MlxBackend, temperature: float) -> None:
-    plain, inspected = _rounds(backend, False, temperature), _rounds(backend, True, temperature)
+def test_inspecting_reports_top_tokens_and_changes_nothing_else(scripted: ScriptedBackend, temperature: float) -> None:
+    plain, inspected = _rounds(scripted, False, temperature), _rounds(scripted, True, temperature)
     assert [r.tokens for r in plain] == [r.tokens for r in inspected]  # same draws, same decisions
     assert all(p.top_target is None and p.top_draft is None for r in plain for p in r.positions)
     assert all(r.bonus_top_target is None for r in plain)
