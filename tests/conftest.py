@@ -14,29 +14,25 @@ import pytest
 
 from tests.support.real_vllm import NATIVE_ARGS, RealServers, VllmServer, ensure_vllm_python
 from tests.support.scripted import ScriptedBackend, scripted_backend
+from tests.support.tiers import SLOW, SLOW_FIXTURES
 
 if TYPE_CHECKING:
     from specplay.backends.mlx import MlxBackend
     from tests.support.fake_vllm import FakeVllm
     from tests.support.tiny_models import TinyModels
 
-SLOW_FIXTURES = frozenset({"smollm2", "real_vllm"})
-"""What makes a test slow by itself: the real GGUF (fetched once, converted) and real vLLM servers."""
-SLOW_MODULES = frozenset(
-    {"test_review_browser", "test_statistical", "test_vllm_real", "test_vllm_cli", "test_bench_tui"}
-)
-"""A real Chromium; thousands of samples per distribution; real vLLM servers; every command end
-to end against server processes; the playground timed against a replay of its session."""
-
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The slow tier, `-m slow`: what needs a real model download, a real server, a browser or
-    thousands of samples. `-m "not slow"` is the quick tier a contributor runs while working."""
+    """The slow tier, `-m slow`: what needs a real model download, a real server, a browser,
+    thousands of samples, a process of its own or many runs of the real MLX models (SLOW).
+    `-m "not slow"` is the quick tier a contributor runs while working (under two minutes)."""
     for item in items:
-        module = item.module.__name__.rpartition(".")[2] if item.module is not None else ""
-        real_vllm = item.get_closest_marker("real_vllm") is not None
-        if real_vllm or module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.slow)
+        reasons = [why for prefix, why in SLOW.items() if item.nodeid.startswith(prefix)]
+        reasons += [why for name, why in SLOW_FIXTURES.items() if name in getattr(item, "fixturenames", ())]
+        if item.get_closest_marker("real_vllm") is not None:
+            reasons.append(SLOW_FIXTURES["real_vllm"])
+        if reasons:
+            item.add_marker(pytest.mark.slow(reason="; ".join(reasons)))
 
 
 def pytest_configure(config: pytest.Config) -> None:

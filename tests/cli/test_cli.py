@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from specplay.cli import main
+from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.tiny_models import TinyModels
 
@@ -51,8 +52,8 @@ def test_target_mode_and_samples(tiny: TinyModels, capsys: pytest.CaptureFixture
     assert code == 0
     results = [json.loads(line) for line in out.splitlines()]
     assert [r["seed"] for r in results] == [7, 8, 9]
-    assert all(r["route"] is None and r["rounds"] == [] and r["metrics"]["num_spec_steps"] is None for r in results)
-    assert all(set(r["sources"]) == {"target"} for r in results)
+    assert every(r["route"] is None and r["rounds"] == [] and r["metrics"]["num_spec_steps"] is None for r in results)
+    assert every(set(r["sources"]) == {"target"} for r in results)
     assert len({tuple(r["token_ids"]) for r in results}) > 1
 
 

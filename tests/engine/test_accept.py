@@ -16,6 +16,7 @@ from specplay.engine.accept import (
     tv_distance,
 )
 from specplay.engine.rules import MENTORED, AcceptanceRule, Mentored, mentored_distribution, mentored_theta
+from tests.support.checks import every
 from tests.support.distributions import random_pairs
 
 BUDGETS = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
@@ -108,7 +109,7 @@ def test_identical_distributions_accept_everything() -> None:
     p = np.array([0.5, 0.3, 0.2, 0.0])
     assert float(tv_distance(p, p)) == 0.0
     assert mentored_theta(0.0, 0.0) == 1.0
-    assert all(lossless_accept_probability(x, x) == 1.0 for x in p[:3])
+    assert every(lossless_accept_probability(x, x) == 1.0 for x in p[:3])
     np.testing.assert_array_equal(residual_distribution(p, p, np), p)  # no residual mass: stays a distribution
 
 

@@ -10,6 +10,7 @@ from specplay.engine.accept import lossless_accept_probability
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.rules import RuleParams
+from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run, sources
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
 from tests.support.scripted import ScriptedBackend
@@ -38,7 +39,7 @@ def test_counterfactual_routes_never_change_the_committed_output(
         on = run(scripted, PROSE_PROMPT, counterfactual=True, **common)
         assert output(on) == output(off), (settings, seed)
         assert [(r.drafted, r.positions) for r in rounds(on)] == [(r.drafted, r.positions) for r in rounds(off)]
-        assert all({c.route for c in r.counterfactuals} == {"near", "self", "lookup"} for r in rounds(on))
+        assert every({c.route for c in r.counterfactuals} == {"near", "self", "lookup"} for r in rounds(on))
         assert not any(r.counterfactuals for r in rounds(off))
 
 
@@ -70,14 +71,14 @@ def test_caches_hold_the_committed_tokens_with_counterfactuals(scripted: Scripte
         generation = scripted.generations[-1]
         committed = len(generation.tokens)
         assert generation.cache_lengths()["target"] == committed - 1
-        assert all(length <= committed - 1 for length in generation.cache_lengths().values())
+        assert every(length <= committed - 1 for length in generation.cache_lengths().values())
         controls.update(route=["near", "far", "self", "lookup"][event.index % 4], counterfactual=event.index % 4 != 3)
 
     events = run(scripted, CODE_PROMPT, k=3, route="near", temperature=1.0, max_tokens=50, on_event=check)
     metrics = done(events).metrics
     judged = [r.index for r in rounds(events) if r.counterfactuals]
     assert metrics["counterfactual_rounds"] == judged
-    assert all(len(entry["accepted_length_per_round"]) == len(judged) for entry in metrics["counterfactual"].values())
+    assert every(len(entry["accepted_length_per_round"]) == len(judged) for entry in metrics["counterfactual"].values())
 
 
 def test_counterfactual_time_is_left_out_of_the_lanes_times(scripted: ScriptedBackend) -> None:

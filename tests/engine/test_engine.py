@@ -11,6 +11,7 @@ from specplay.engine.events import ControlEvent, Event, RoundEvent, StartEvent, 
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import POLICIES
 from specplay.engine.speedup import round_account
+from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run, sources
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
 from tests.support.scripted import EOS, ScriptedBackend, ScriptedModel, seeded
@@ -72,7 +73,7 @@ def test_fixed_k_change_applies_to_the_next_round(scripted: ScriptedBackend) -> 
     events = run(scripted, CODE_PROMPT, k=5, route="near", on_event=shrink)
     ks = [(r.k, r.route) for r in rounds(events)]
     assert ks[:3] == [(5, "near")] * 3
-    assert len(ks) > 3 and all(k <= 2 and route == "far" for k, route in ks[3:])
+    assert len(ks) > 3 and every(k <= 2 and route == "far" for k, route in ks[3:])
     change = next(e for e in events if isinstance(e, ControlEvent))
     assert change.token_index == sum(len(r.tokens) for r in rounds(events)[:3])
     assert ("k", 5, 2) in change.changes and ("route", "near", "far") in change.changes
@@ -151,7 +152,7 @@ def test_full_budget_accepts_every_draft_token(scripted: ScriptedBackend) -> Non
     for temperature in (0.0, 1.0):
         events = run(scripted, CODE_PROMPT, route="far", tv_budget=1.0, temperature=temperature)
         assert set(sources(events)) <= {"accepted", "relaxed", "bonus"}
-        assert rounds(events) and all(r.num_accepted == r.k for r in rounds(events))
+        assert rounds(events) and every(r.num_accepted == r.k for r in rounds(events))
         assert "relaxed" in sources(events)
 
 

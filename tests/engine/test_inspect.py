@@ -11,6 +11,7 @@ from specplay.engine.events import RoundEvent
 from specplay.engine.loop import TOP_N, SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
+from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import ScriptedBackend
 
@@ -27,8 +28,8 @@ def _rounds(scripted: ScriptedBackend, inspect: bool, temperature: float) -> lis
 def test_inspecting_reports_top_tokens_and_changes_nothing_else(scripted: ScriptedBackend, temperature: float) -> None:
     plain, inspected = _rounds(scripted, False, temperature), _rounds(scripted, True, temperature)
     assert [r.tokens for r in plain] == [r.tokens for r in inspected]  # same draws, same decisions
-    assert all(p.top_target is None and p.top_draft is None for r in plain for p in r.positions)
-    assert all(r.bonus_top_target is None for r in plain)
+    assert every(p.top_target is None and p.top_draft is None for r in plain for p in r.positions)
+    assert every(r.bonus_top_target is None for r in plain)
     for r in inspected:
         assert r.bonus_top_target
         for p in r.positions:

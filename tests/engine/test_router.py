@@ -9,6 +9,7 @@ import pytest
 
 from specplay.engine.router import CodeProseRouter, check_route, check_route_map, default_route_map, resolve_route
 from specplay.errors import ConfigError
+from tests.support.checks import every
 
 CODE = [
     "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n",
@@ -46,12 +47,12 @@ def labelled_prompts() -> list[dict[str, str]]:
 
 def test_the_labelled_set_is_large_and_balanced() -> None:
     rows = labelled_prompts()
-    assert all(row["label"] in ("code", "prose", "mixed") and row["kind"] and row["text"] for row in rows)
+    assert every(row["label"] in ("code", "prose", "mixed") and row["kind"] and row["text"] for row in rows)
     counts = {label: sum(row["label"] == label for row in rows) for label in ("code", "prose", "mixed")}
     assert counts["code"] + counts["prose"] >= 100
     assert min(counts["code"], counts["prose"]) >= 0.4 * (counts["code"] + counts["prose"])
     assert counts["mixed"] >= 20
-    assert all(row["route"] in ("code", "prose") for row in rows if row["label"] == "mixed")
+    assert every(row["route"] in ("code", "prose") for row in rows if row["label"] == "mixed")
 
 
 def test_the_router_labels_95_percent_of_code_and_prose() -> None:

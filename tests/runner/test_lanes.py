@@ -16,6 +16,7 @@ from specplay.engine.settings import SpecSettings
 from specplay.runner import gate as gate_module
 from specplay.runner.gate import TurnGate
 from specplay.runner.lanes import LaneClock, side_by_side
+from tests.support.checks import every
 from tests.support.engine_runs import done, run
 from tests.support.prompts import CODE_PROMPT
 
@@ -54,8 +55,8 @@ def test_side_by_side_lanes_match_lanes_run_alone(backend: MlxBackend) -> None:
     alone = done(run(backend, CODE_PROMPT, mode="target"))
     assert finals["target"].token_ids == finals["speculative"].token_ids == alone.token_ids
     busy_s = [clock() for clock, _ in lanes.values()]
-    assert all(b > 0 for b in busy_s) and sum(busy_s) <= wall_s
-    assert all(final.metrics["tokens_per_s"] > 0 for final in finals.values())
+    assert every(b > 0 for b in busy_s) and sum(busy_s) <= wall_s
+    assert every(final.metrics["tokens_per_s"] > 0 for final in finals.values())
 
 
 def test_unpipelined_steps_give_the_same_tokens(backend: MlxBackend) -> None:

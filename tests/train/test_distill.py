@@ -16,6 +16,7 @@ from specplay.train.prompts import read_prompts
 from specplay.train.rollouts import RolloutConfig, rollouts
 from specplay.train.teacher import weights_fingerprint
 from specplay.train.trainer import Progress, TrainConfig
+from tests.support.checks import every
 from tests.support.tiny_models import TinyModels
 
 PROMPTS = [
@@ -59,7 +60,7 @@ def test_batched_rollouts_match_one_at_a_time_greedy(tiny: TinyModels) -> None:
     batched = rollouts(target, prompts, 12, 0.0, eos(tiny), seed=0, batch_size=4)
     alone = rollouts(target, prompts, 12, 0.0, eos(tiny), seed=0, batch_size=1)
     assert batched == alone
-    assert all(row[: len(p)] == p for row, p in zip(batched, prompts, strict=True))
+    assert every(row[: len(p)] == p for row, p in zip(batched, prompts, strict=True))
 
 
 def test_a_few_distillation_steps_lower_the_held_out_kl(tiny: TinyModels, tmp_path: Path) -> None:
@@ -91,7 +92,7 @@ def test_last_layers_leaves_the_other_layers_untouched(tiny: TinyModels, tmp_pat
     )
     after = mx.load(str(tmp_path / "d" / "model.safetensors"))
     changed = {k for k, v in after.items() if not np.allclose(np.array(v), before[k])}
-    assert changed and all(not k.startswith("model.layers.0.") and "embed_tokens" not in k for k in changed)
+    assert changed and every(not k.startswith("model.layers.0.") and "embed_tokens" not in k for k in changed)
     assert any(k.startswith("model.layers.1.") for k in changed)
 
 

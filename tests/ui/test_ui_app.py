@@ -25,6 +25,7 @@ from specplay.ui.controller import RunState
 from specplay.ui.widgets.inspector import Inspector
 from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.plots import SPARKS, Plots
+from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import Cost, scripted_backend
 from tests.support.ui_helpers import after, scripted_app, scripted_config, spec_rounds, wait_for
@@ -80,7 +81,7 @@ async def test_type_run_stop_and_save(tmp_path: Path) -> None:
         assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the lanes to stop")
         await wait_for(pilot, lambda: prompt.cursor_blink, "the cursor to blink again once the run ended")
-        assert all(r.k == 4 and r.route == "near" for r in spec_rounds(app))
+        assert every(r.k == 4 and r.route == "near" for r in spec_rounds(app))
         for lane in ("speculative", "target"):
             final = app.playground.events[lane][-1]
             assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"
@@ -102,7 +103,7 @@ async def test_the_k_slider_changes_the_next_rounds_and_marks_the_stream(tmp_pat
         await wait_for(pilot, lambda: len(after(app.playground.events["speculative"], k_at)) >= 3, "rounds at k=2")
         await stop_run(app, pilot)
         events = app.playground.events["speculative"]
-        assert all(r.k == 4 for r in spec_rounds(app)[:3]) and all(r.k == 2 for r in after(events, k_at))
+        assert every(r.k == 4 for r in spec_rounds(app)[:3]) and every(r.k == 2 for r in after(events, k_at))
         change = events[k_at]
         assert isinstance(change, ControlEvent) and ("k", 4, 2) in change.changes
         assert "⟨k=2⟩" in app.query_one("#speculative", LaneView).text  # the marker in the stream
@@ -121,8 +122,8 @@ async def test_the_route_select_changes_the_drafter_of_the_next_rounds(tmp_path:
         await wait_for(pilot, lambda: len(after(app.playground.events["speculative"], route_at)) >= 2, "far rounds")
         await stop_run(app, pilot)
         events = app.playground.events["speculative"]
-        assert all(r.route == "near" for r in spec_rounds(app)[:3])
-        assert all(r.route == "far" for r in after(events, route_at))
+        assert every(r.route == "near" for r in spec_rounds(app)[:3])
+        assert every(r.route == "far" for r in after(events, route_at))
 
 
 async def test_the_knob_moves_the_tv_budget_and_relaxes_acceptance(tmp_path: Path) -> None:
@@ -136,8 +137,8 @@ async def test_the_knob_moves_the_tv_budget_and_relaxes_acceptance(tmp_path: Pat
         await wait_for(pilot, lambda: len(after(app.playground.events["speculative"], tv_at)) >= 3, "relaxed rounds")
         await stop_run(app, pilot)
         before, relaxed = spec_rounds(app)[:3], after(app.playground.events["speculative"], tv_at)
-        assert all(p.theta == 0 for r in before for p in r.positions if p.tv_distance > 0)
-        assert all(p.theta > 0 for r in relaxed for p in r.positions if p.tv_distance > 0)
+        assert every(p.theta == 0 for r in before for p in r.positions if p.tv_distance > 0)
+        assert every(p.theta > 0 for r in relaxed for p in r.positions if p.tv_distance > 0)
 
 
 async def test_counterfactual_routes_turn_on_live_and_show_the_regret(tmp_path: Path) -> None:
@@ -149,7 +150,7 @@ async def test_counterfactual_routes_turn_on_live_and_show_the_regret(tmp_path: 
         await wait_for(pilot, lambda: any(r.counterfactuals for r in spec_rounds(app)), "counterfactual rounds")
         stats = app.query_one("#counterfactual-stats", Static)
         await wait_for(pilot, lambda: "route regret" in str(stats.render()), "the counterfactual stats")
-        assert all(name in str(stats.render()) for name in ("near", "far"))
+        assert every(name in str(stats.render()) for name in ("near", "far"))
         await stop_run(app, pilot)
 
 
@@ -172,7 +173,7 @@ async def test_another_rule_takes_the_knob(tmp_path: Path) -> None:
         rule_at = _control_index(app, "rule", "lenience")
         assert rule_at is not None
         lenient = after(app.playground.events["speculative"], rule_at)
-        assert lenient and all(p.theta == 0 for r in lenient for p in r.positions)  # theta is mentored decoding's
+        assert lenient and every(p.theta == 0 for r in lenient for p in r.positions)  # theta is mentored decoding's
 
 
 async def test_ctrl_t_cycles_the_themes(tmp_path: Path) -> None:
@@ -239,7 +240,7 @@ async def test_drill_down_on_a_token_by_click_and_keys(tmp_path: Path) -> None:
         assert last is not None and last.index == len(lane.picks) - 1
         # Every drafted position carries both top-5 lists; the shown rows are those lists.
         rounds = spec_rounds(app)
-        assert all(p.top_target and p.top_draft for r in rounds for p in r.positions)
+        assert every(p.top_target and p.top_draft for r in rounds for p in r.positions)
         assert any(len(p.top_target or ()) == 5 for r in rounds for p in r.positions)
         drafted = next(p for p in lane.picks if p.round is not None and p.slot < len(p.round.positions))
         lane.select(drafted.index)
@@ -248,7 +249,7 @@ async def test_drill_down_on_a_token_by_click_and_keys(tmp_path: Path) -> None:
         position = drafted.round.positions[drafted.slot]
         shown = str(inspector.render())
         assert f"p_target(x) {position.p_target:.3f}" in shown and f"u {position.uniform:.3f}" in shown
-        assert all(f"{prob:.3f}" in shown for _, prob in [*(position.top_target or ()), *(position.top_draft or ())])
+        assert every(f"{prob:.3f}" in shown for _, prob in [*(position.top_target or ()), *(position.top_draft or ())])
         lane.select(last.index)
         await pilot.press("left")
         assert inspector.pick is not None and inspector.pick.index == last.index - 1
@@ -281,7 +282,7 @@ async def test_draft_lane_prompt_library_and_palette_actions(tmp_path: Path) -> 
         await wait_for(pilot, lambda: app.playground.last_session is not None, "the three-lane run to end")
         draft_done = app.playground.events["draft"][-1]
         assert isinstance(draft_done, DoneEvent) and len(draft_done.token_ids) == 16
-        assert all(e.token.source == "draft" for e in app.playground.events["draft"] if isinstance(e, StepEvent))
+        assert every(e.token.source == "draft" for e in app.playground.events["draft"] if isinstance(e, StepEvent))
         assert app.query_one("#draft", LaneView).text
         assert list(load_session(app.playground.last_session).header["lanes"]) == ["speculative", "target", "draft"]
         plots = str(app.query_one(Plots).render())
@@ -303,7 +304,7 @@ async def test_draft_lane_prompt_library_and_palette_actions(tmp_path: Path) -> 
             assert not list(folder.glob(".*"))  # no half-written file left
             pytest.skip("rsvg-convert is not installed (librsvg2-bin): the screenshots' PNGs go unchecked")
         await wait_for(pilot, lambda: len(list(folder.glob("*.png"))) == 2, "their PNGs")
-        assert all(png.read_bytes().startswith(b"\x89PNG") for png in folder.glob("*.png"))
+        assert every(png.read_bytes().startswith(b"\x89PNG") for png in folder.glob("*.png"))
         assert not list(folder.glob(".*"))  # no half-written file left
 
 

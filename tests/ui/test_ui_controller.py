@@ -19,6 +19,7 @@ from specplay.engine.settings import SpecSettings
 from specplay.runner.host import ModelHost
 from specplay.store import list_session_files, load_session
 from specplay.ui.controller import LaneItem, PlaygroundController, RunState
+from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import SCRIPTED, Cost, scripted_backend
 from tests.support.ui_helpers import scripted_config, scripted_source, server_config
@@ -169,7 +170,7 @@ def test_load_run_route_live_changes_and_save(harness: Harness, tmp_path: Path) 
     target = [e for e in playground.events["target"] if isinstance(e, ControlEvent)]
     assert {name for e in spec for name, _, _ in e.changes} == {"k", "temperature"}
     assert {name for e in target for name, _, _ in e.changes} == {"temperature"}  # only sampling reaches it
-    assert all(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+    assert every(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
     assert playground.seed == 9 and playground.settings.k == 2
     assert playground.last_session is not None
     session = load_session(playground.last_session)
@@ -337,6 +338,6 @@ def test_a_full_disk_mid_run_stops_saving_not_the_run(
     statuses = [text for text, _ in screen.said("status")]
     assert any(s.startswith("not saving: ") and "No space left on device" in s for s in statuses), statuses
     assert statuses[-1].startswith("finished (") and "saved" not in statuses[-1] and playground.last_session is None
-    assert all(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+    assert every(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
     (path,) = tmp_path.glob("*.jsonl")
     assert not load_session(path).complete  # what was written before the disk filled is kept

@@ -20,6 +20,7 @@ from specplay.ui.stats import LaneTally, compare
 from specplay.ui.theming import TOKEN_VARIABLES, ThemeError, load_themes, theme_from_toml
 from specplay.ui.widgets.controls_panel import step_from_knob
 from specplay.ui.widgets.steady import steady_update
+from tests.support.checks import every
 
 
 def _round(outcomes: list[str], draft_ms: float = 4.0) -> RoundEvent:
@@ -143,7 +144,7 @@ def test_knob_slider_steps_are_exact_and_run_from_lossless_to_loose() -> None:
 def test_builtin_themes_define_the_token_colours() -> None:
     themes = {theme.name: theme for theme in load_themes()}
     assert {"specplay-dark", "specplay-light", "specplay-colorblind"} <= set(themes)
-    assert all(set(TOKEN_VARIABLES) <= set(theme.variables) for theme in themes.values())
+    assert every(set(TOKEN_VARIABLES) <= set(theme.variables) for theme in themes.values())
     assert not themes["specplay-light"].dark
     assert len(builtin_theme_files()) == len(themes)
 

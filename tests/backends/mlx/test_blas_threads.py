@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from specplay.backends.mlx import blas
+from tests.support.checks import every
 from tests.support.tiny_models import TinyModels
 
 # A fresh interpreter: OpenBLAS reads its thread count once, when it loads.
@@ -66,7 +67,7 @@ def test_the_count_follows_the_loaded_targets_size(tiny: TinyModels) -> None:
 def test_the_users_setting_wins_over_the_fitted_count(tiny: TinyModels, variable: str) -> None:
     wanted = min(2, os.cpu_count() or 1)
     seen = fitted(str(tiny.target), **{variable: str(wanted)})
-    assert all(count == wanted and f"{variable}={wanted}" in chosen for count, chosen in seen.values())
+    assert every(count == wanted and f"{variable}={wanted}" in chosen for count, chosen in seen.values())
 
 
 @needs_openblas

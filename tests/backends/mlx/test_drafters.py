@@ -38,6 +38,7 @@ from specplay.train.teacher import fixed_windows
 from specplay.train.trainer import TrainConfig
 from specplay.ui.stats import LaneTally
 from specplay.ui.widgets.tape import round_line
+from tests.support.checks import every
 from tests.support.distributions import follows
 from tests.support.engine_runs import done, events_from, rounds, run, sources
 from tests.support.observed import Observed
@@ -120,7 +121,7 @@ def check_caches(observed: Observed, event: RoundEvent) -> None:
     committed = len(generation.tokens)
     assert lengths["target"] == committed - 1
     assert set(lengths) == {"target", *observed.drafters}
-    assert all(length <= committed - 1 for length in lengths.values())
+    assert every(length <= committed - 1 for length in lengths.values())
     if event.route in generation.lookups:
         index = generation.lookups[event.route]
         assert lengths[event.route] == committed - len(event.tokens) - 1  # the round's context, but its last token
@@ -187,7 +188,7 @@ def test_route_changes_from_another_thread_reach_each_kind(tiny: TinyModels) -> 
     assert output.token_ids == reference.token_ids[: len(output.token_ids)]
     seen = [(r.route, r.k) for r in rounds(events)]
     assert {route for route, _ in seen} == {"near", "lookup", "exit"}
-    assert all(k <= 3 for route, k in seen if route == "exit")
+    assert every(k <= 3 for route, k in seen if route == "exit")
 
 
 def test_a_round_that_drafts_nothing_is_one_target_step(kinds: MlxBackend, tmp_path: Path) -> None:
@@ -320,7 +321,7 @@ def test_early_exit_shares_the_targets_weights(tiny: TinyModels, kinds: MlxBacke
     exit_ = kinds.early_exits["exit"]
     target = kinds.target.model
     assert exit_.model.split.inner is target.model
-    assert all(a is b for a, b in zip(exit_.model.split.layers, target.model.layers, strict=True))
+    assert every(a is b for a, b in zip(exit_.model.split.layers, target.model.layers, strict=True))
     assert exit_.model.own_parameters() == 0
     # Building one more over a loaded target allocates nothing but its (empty) bookkeeping.
     loaded = load_model("target", str(tiny.target))

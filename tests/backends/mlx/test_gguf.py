@@ -48,6 +48,7 @@ from specplay.train.model_files import (
     train_tokenizer,
     write_model,
 )
+from tests.support.checks import every
 from tests.support.gguf_files import (
     bpe_vocab,
     spm_vocab,
@@ -518,7 +519,7 @@ def test_a_converted_file_is_found_in_the_cache_by_its_content(
     seen: list[tuple[str, int, int]] = []
     first = converted_folder(small_gguf, tmp_path, on_progress=lambda *event: seen.append(event))
     assert {stage for stage, _, _ in seen} == {"hashing", "converting"}
-    assert all(0 < done <= total for _, done, total in seen) and seen[-1][1] == seen[-1][2]
+    assert every(0 < done <= total for _, done, total in seen) and seen[-1][1] == seen[-1][2]
 
     def fail(*_: object) -> None:
         raise AssertionError("converted again")
@@ -652,7 +653,7 @@ def test_a_signal_mid_conversion_leaves_nothing_trusted(small_gguf: Path, tmp_pa
     child.wait(timeout=60)
     assert child.returncode != 0
     leftovers = folders(cache)
-    assert all(p.name.startswith(".tmp-") for p in leftovers)  # nothing a later run would trust
+    assert all(p.name.startswith(".tmp-") for p in leftovers)  # nothing a later run would trust (or nothing left)
     assert len(leftovers) == (0 if signal_number == signal.SIGINT else 1)  # Ctrl-C cleans up; a kill cannot
     folder = converted_folder(small_gguf, cache)
     assert folders(cache) == [folder]  # and the killed run's temporary folder is gone

@@ -13,6 +13,7 @@ from specplay.backends.mlx import MlxBackend, kernels
 from specplay.engine.events import RoundEvent
 from specplay.engine.rules import RULES as REGISTRY
 from specplay.engine.rules import AcceptanceRule, Cascade, Lenience, Mentored, RuleParams, Typical
+from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run
 from tests.support.prompts import CODE_PROMPT
 
@@ -130,4 +131,4 @@ def test_inspected_rounds_are_the_same_compiled(backend: MlxBackend, compiled: M
     compiled.compiled = False
     eager = inspected()
     compiled.compiled = True
-    assert with_kernels == eager and all(p.top_target for r in eager for p in r.positions)
+    assert with_kernels == eager and every(p.top_target for r in eager for p in r.positions)

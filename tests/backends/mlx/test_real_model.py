@@ -16,6 +16,7 @@ from specplay.cli import main
 from specplay.engine.events import ControlEvent, Event, RoundEvent
 from specplay.store import load_session
 from specplay.ui.controller import RunState
+from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run
 from tests.support.observed import Observed
 
@@ -58,7 +59,7 @@ def test_greedy_speculation_equals_greedy_target_only_with_every_drafter_kind(sm
     assert done(events).token_ids == expected
     generation = observed.generations[-1]
     committed = len(generation.tokens) - 1
-    assert all(length <= committed for length in generation.cache_lengths().values())
+    assert every(length <= committed for length in generation.cache_lengths().values())
     assert rounds(events)
 
 

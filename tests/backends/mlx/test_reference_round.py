@@ -15,6 +15,7 @@ from specplay.engine.reference_round import Probs, lossless, reference_speculati
 from specplay.engine.rules import Mentored
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
+from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run
 from tests.support.observed import Observed
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
@@ -72,7 +73,7 @@ def compare(
         accept=rule_acceptance(Mentored(tv_budget)) if tv_budget else lossless,
     )
     assert list(engine) == expected, (prompt[:10], route, k, temperature, seed, tv_budget)
-    assert all(r.k <= k for r in rounds(events))
+    assert every(r.k <= k for r in rounds(events))
     return engine
 
 

@@ -13,6 +13,7 @@ from specplay.backends.vllm import VllmBackend, VllmError, connect_vllm_backend
 from specplay.backends.vllm.protocol import completion_body
 from specplay.backends.vllm.report import inspection_report
 from specplay.engine.settings import SamplingParams
+from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run
 from tests.support.fake_vllm import FakeVllm, Fault
 
@@ -44,7 +45,7 @@ def test_greedy_equals_mlx_greedy_target_only(vllm: VllmBackend, backend: MlxBac
     speculative = run(vllm, PROMPT, max_tokens=TOKENS)
     assert done(speculative).token_ids == expected
     assert done(run(vllm, PROMPT, mode="target", max_tokens=TOKENS)).token_ids == expected
-    assert all(p.error_bound is None for r in rounds(speculative) for p in r.positions)  # greedy is exact
+    assert every(p.error_bound is None for r in rounds(speculative) for p in r.positions)  # greedy is exact
     assert done(speculative).metrics["vllm"]["verify_strategies"] == {"prompt-logprobs": len(rounds(speculative))}
     mlx_text = done(run(backend, PROMPT, mode="target", max_tokens=TOKENS)).text
     assert done(speculative).text == mlx_text
@@ -58,7 +59,9 @@ def test_prefix_strategy_gives_the_same_greedy_output(servers: tuple[FakeVllm, F
     assert finished.token_ids == mlx_target_only(backend)
     assert set(finished.metrics["vllm"]["verify_strategies"]) == {"prefixes"}
     verifies = [body for path, body in target.requests[before:] if path == "/v1/completions"]
-    assert verifies and all(isinstance(body["prompt"][0], list) and "prompt_logprobs" not in body for body in verifies)
+    assert verifies and every(
+        isinstance(body["prompt"][0], list) and "prompt_logprobs" not in body for body in verifies
+    )
     vllm.close()
 
 
@@ -91,7 +94,7 @@ def test_mixed_mode_local_drafter_remote_target(tiny, servers: tuple[FakeVllm, F
     assert mixed.drafters == ("near",)
     assert done(run(mixed, PROMPT, max_tokens=TOKENS)).token_ids == mlx_target_only(backend)
     events = run(mixed, PROMPT, max_tokens=TOKENS, temperature=1.0, seed=1)
-    assert all(p.error_bound is not None for r in rounds(events) for p in r.positions)
+    assert every(p.error_bound is not None for r in rounds(events) for p in r.positions)
     assert "weights_sha256" in mixed.describe()["models"]["near"]
     mixed.close()
 

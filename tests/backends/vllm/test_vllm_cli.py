@@ -9,6 +9,7 @@ import pytest
 from specplay.cli import main
 from specplay.cli.shown import shown_command
 from specplay.ui.controller import RunState
+from tests.support.checks import every
 from tests.support.fake_vllm import FakeVllm, Fault
 from tests.support.prompts import CODE_PROMPT
 from tests.support.tiny_models import TinyModels
@@ -51,7 +52,7 @@ def test_each_sample_reports_its_own_account_however_many(
     code, out, err = cli(capsys, "run", *urls, *args, "--samples", "12", "--json")
     assert code == 0, err
     results = [json.loads(line) for line in out.splitlines()]
-    assert len(results) == 12 and all(r["vllm"]["approximate"] is True for r in results)
+    assert len(results) == 12 and every(r["vllm"]["approximate"] is True for r in results)
     for result in results:
         assert sum(result["vllm"]["verify_strategies"].values()) == result["metrics"]["num_spec_steps"]
 
@@ -169,7 +170,7 @@ def test_vllm_launch_prints_the_commands(capsys: pytest.CaptureFixture[str]) -> 
     drafters = ["--draft", "code=org/code", "--draft", "prose=org/prose"]
     code, out, _ = cli(capsys, "vllm-launch", "--target", "org/big", *drafters, "--native", "--baseline")
     serve = [line for line in out.splitlines() if line.startswith("vllm serve org/big")]
-    assert len(serve) == 3 and all("--gpu-memory-utilization 0.30" in line for line in serve)
+    assert len(serve) == 3 and every("--gpu-memory-utilization 0.30" in line for line in serve)
     assert '"model": "org/code"' in serve[0] and '"model": "org/prose"' in serve[1] and "--speculative" not in serve[2]
     laptop = out.splitlines()[-1]
     assert laptop.startswith("specplay tui --backend vllm --vllm-native --target-url code=http://GPU-BOX:8000/v1")
@@ -191,7 +192,7 @@ async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels,
         async with app.run_test(size=(140, 45)) as pilot:
             await wait_for(pilot, lambda: app.playground.state == RunState.RUNNING, "the autorun to start")
             await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the run to finish")
-            assert all(isinstance(app.playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
+            assert every(isinstance(app.playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
             # Wall time through HTTP is not speculative speed: the lane says so, and what it knows.
             stats = str(app.query_one("#speculative", LaneView).query_one(".lane-stats").render())
             assert "tokens per target call" in stats and "× modelled" in stats and "measured" not in stats
@@ -249,7 +250,7 @@ def test_fidelity_through_vllm_scores_as_the_target_does(
     assert report["backend"]["backend"] == "vllm" and report["route"] == "near"
     rows = {row["label"]: row for row in report["rows"]}
     assert rows["D=1"]["draft_acceptance_rate"] == 1.0  # D = 1 accepts every draft token
-    assert all(row["log_likelihood_per_token"] < 0 for row in rows.values())
+    assert every(row["log_likelihood_per_token"] < 0 for row in rows.values())
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from specplay.backends.vllm.topk import TopK, residual, residual_error_bound, tv
 from specplay.cli import main
 from specplay.engine.events import Event
 from specplay.engine.settings import SamplingParams
+from tests.support.checks import every
 from tests.support.distributions import truncated
 from tests.support.engine_runs import done, rounds, run
 from tests.support.fake_vllm import FakeVllm
@@ -102,7 +103,7 @@ def test_rejection_from_target_samples_draws_the_residual_exactly() -> None:
     assert chi2 < CHI2_999[dof]
     # a batch is sized to hold an accepted draw 99% of the time at this TV
     assert np.mean([d.batches for d in draws]) < 1.05
-    assert all(d.lookups == 0 for d in draws)
+    assert every(d.lookups == 0 for d in draws)
 
     # The drafter listed its top 3 only; the rest of p_draft is bracketed and looked up when the
     # bracket leaves a decision open. Same seeds, so every decision must come out as above.
@@ -116,7 +117,7 @@ def test_rejection_from_target_samples_draws_the_residual_exactly() -> None:
     _, bracketed = draw_many(lambda y: p_draft_range(listed, y), look_up)
     assert [d.token for d in bracketed] == [d.token for d in draws]
     assert asked and set(asked) <= {0, 2, 3, 5, 6}  # never a listed token
-    assert all(d.lookups <= d.batches for d in bracketed)  # one look-up per batch at most
+    assert every(d.lookups <= d.batches for d in bracketed)  # one look-up per batch at most
 
 
 def test_small_batches_chain_without_bias() -> None:
@@ -128,7 +129,7 @@ def test_small_batches_chain_without_bias() -> None:
     print(f"batches of 2: TV {tv:.4f}, chi2 {chi2:.2f} (dof {dof}), {batches:.2f} requests per correction")
     assert tv < TV_TOLERANCE
     assert chi2 < CHI2_999[dof]
-    assert batches > 1.2 and all(d.requested == 2 * d.batches for d in draws)
+    assert batches > 1.2 and every(d.requested == 2 * d.batches for d in draws)
 
 
 def test_the_cap_falls_back_and_counts_its_draws() -> None:
@@ -160,7 +161,7 @@ def test_capped_bound_and_safe_brackets_hold(k: int) -> None:
         sampled = int(rng.choice(vocab, p=p_draft))
         listed_target, listed_draft = truncated(p_target, k), truncated(p_draft, k, sampled)
         unlisted = [v for v in range(vocab) if v not in listed_draft.probs]
-        assert all(p_draft[v] <= listed_draft.unlisted_max + 1e-12 for v in unlisted)
+        assert every(p_draft[v] <= listed_draft.unlisted_max + 1e-12 for v in unlisted)
         lower, upper = tv_bracket(listed_target, listed_draft)
         assert lower - 1e-12 <= tv <= upper + 1e-12
         # Position error with the cap: P(reject) = TV, then (1 - TV)^cap of falling back to the
@@ -252,17 +253,17 @@ def test_exact_corrections_spend_requests_only_at_rejections(
     assert rejected, "pick a seed whose run rejects something"
     prefixes = [prefix for prefix, _ in rejected]
     sampling = [body for body in completions_since(target, since_target) if "n" in body]
-    assert all(body["prompt"] in prefixes and body["max_tokens"] == 1 for body in sampling)
+    assert every(body["prompt"] in prefixes and body["max_tokens"] == 1 for body in sampling)
     if strategy == "prompt-logprobs":  # no free draw from verification: every rejection asks
         assert {tuple(prefix) for prefix in prefixes} <= {tuple(body["prompt"]) for body in sampling}
     lookups = [body for body in completions_since(near, since_near) if "logprob_token_ids" in body]
-    assert all(body["prompt"] in prefixes for body in lookups)
+    assert every(body["prompt"] in prefixes for body in lookups)
     for prefix, corrected in rejected:  # the correction is where the target has more mass than the drafter
         p_target, p_draft = full_probs(target, prefix), full_probs(near, prefix)
         assert p_target[corrected] > p_draft[corrected]
     judged = [p for r in rounds(events) for p in r.positions if p.outcome != "unreached"]
     # bounds are computed before judging: only the cap's chance of a top-K fallback is left of them
-    assert all(p.error_bound is not None and p.error_bound <= WORST_CAPPED for p in judged)
+    assert every(p.error_bound is not None and p.error_bound <= WORST_CAPPED for p in judged)
     report = inspection_report(done(events).metrics)
     exact = report["exact_correction"]
     assert exact["corrections"] + exact["capped"] == len(rejected) and exact["inexact"] == 0
@@ -323,7 +324,7 @@ def test_local_drafter_rows_cut_short_are_recomputed_exactly(
     assert rejected and looked_up and local_lookups == len(looked_up)
     for prefix, found in looked_up:  # the recomputed row is the drafter's, whatever its cache held
         p_draft = full_probs(near, prefix)
-        assert all(abs(found[t] - p_draft[t]) < 1e-4 for t in found)
+        assert every(abs(found[t] - p_draft[t]) < 1e-4 for t in found)
     generation = opened[-1]
     cache = generation.local["near"].cache
     assert cache.length == cache.offset() and cache.length <= len(generation.tokens)

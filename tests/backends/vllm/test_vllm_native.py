@@ -15,6 +15,7 @@ from specplay.engine.events import DoneEvent, Event, RecolourEvent, RoundEvent, 
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
 from specplay.ui.controller import RunState
+from tests.support.checks import every
 from tests.support.engine_runs import chunk_sources, done, run
 from tests.support.fake_vllm import FakeVllm
 from tests.support.tiny_models import TinyModels
@@ -50,7 +51,7 @@ def test_native_runs_as_engine_events_recoloured_at_the_end(native: FakeVllm, ba
     start, first, *rounds, recoloured, finished = events
     assert isinstance(start, StartEvent) and start.route == "server"
     assert isinstance(first, StepEvent) and first.token.source == "target"  # prefill: the target alone
-    assert all(isinstance(r, RoundEvent) and not r.positions for r in rounds)  # native reports no probabilities
+    assert every(isinstance(r, RoundEvent) and not r.positions for r in rounds)  # native reports no probabilities
     assert isinstance(recoloured, RecolourEvent) and recoloured.exact
     assert isinstance(finished, DoneEvent)
     assert finished.token_ids == done(run(backend, PROMPT, mode="target", max_tokens=16)).token_ids

@@ -18,6 +18,7 @@ from specplay.backends.vllm import connect_vllm_backend
 from specplay.backends.vllm.report import inspection_report
 from specplay.cli import main
 from specplay.store import load_session
+from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run
 from tests.support.fake_vllm import FakeVllm
 from tests.support.prompts import CODE_PROMPT
@@ -96,7 +97,7 @@ def test_fidelity_through_vllm(
     assert code == 0, err
     report = json.loads(out)
     assert [r["label"] for r in report["rows"]] == ["target-only", "draft-only", "D=0", "D=1"]
-    assert all(r["log_likelihood_per_token"] < 0 for r in report["rows"])
+    assert every(r["log_likelihood_per_token"] < 0 for r in report["rows"])
     assert Path(report["page"]).read_text(encoding="utf-8").count("<h2>seed ") == 2
 
 

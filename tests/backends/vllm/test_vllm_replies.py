@@ -51,6 +51,7 @@ def test_mutated_replies_parse_or_fail_in_one_line(replies: list[dict[str, Any]]
             assert "\n" not in str(error)
             continue
         for choice in choices:  # what parsed is what the lanes rely on
+            # whatever a mutated reply keeps, possibly nothing, is well typed
             assert all(isinstance(t, int) for t in choice.token_ids)
             assert all(isinstance(lp, float) and lp <= 0 for row in choice.top_logprobs for lp in row.values())
     try:

@@ -20,6 +20,7 @@ from specplay.config.urls import named_url, server_root
 from specplay.engine.rules import Mentored, mentored_theta
 from specplay.engine.settings import SamplingParams
 from specplay.errors import ConfigError
+from tests.support.checks import every
 from tests.support.distributions import truncated
 from tests.support.engine_runs import chunk_sources
 
@@ -50,7 +51,7 @@ def test_tv_bracket_and_residual_bound_hold_under_truncation(k: int) -> None:
         tv = 0.5 * np.abs(p - q).sum()
         # the sampled or actual token is listed too, often far below the top-k
         p_k, q_k = truncated(p, k, int(rng.integers(vocab))), truncated(q, k, int(rng.choice(vocab, p=q)))
-        assert all(p[v] <= p_k.unlisted_max + 1e-12 for v in range(vocab) if v not in p_k.probs)
+        assert every(p[v] <= p_k.unlisted_max + 1e-12 for v in range(vocab) if v not in p_k.probs)
         lo, hi = tv_bracket(p_k, q_k)
         assert lo - 1e-12 <= tv <= hi + 1e-12
         # theta from the upper end keeps the budget guaranteed: the output moves theta * TV <= D

@@ -1,0 +1,43 @@
+"""The test tiers: what is slow, and why (tests/conftest.py marks it). `python -m pytest -m "not slow"`
+is the quick tier a contributor runs while working; `python -m pytest` runs every tier."""
+
+SLOW_FIXTURES = {
+    "smollm2": "the real SmolLM2 GGUF, fetched once and converted",
+    "real_vllm": "real vLLM servers (vLLM's CPU build)",
+}
+SLOW = {
+    "tests/review/test_review_browser.py": "a real Chromium",
+    "tests/backends/mlx/test_statistical.py": "thousands of samples per distribution",
+    "tests/backends/vllm/test_vllm_real.py": "real vLLM servers",
+    "tests/backends/vllm/test_vllm_cli.py": "every command end to end against server processes",
+    "tests/backends/vllm/test_vllm_exact.py": "exact corrections, request by request, against fake servers",
+    "tests/backends/vllm/test_vllm_native.py": "the playground watching fake speculating servers",
+    "tests/backends/vllm/test_vllm_backend.py::test_server": "servers that stall, die or trickle until a timeout",
+    "tests/backends/vllm/test_vllm_backend.py::test_hostile_servers": "servers that trickle until a timeout",
+    "tests/ui/test_bench_tui.py": "the playground timed against a replay of its session",
+    "tests/backends/mlx/test_blas_threads.py": "a process per OpenBLAS setting",
+    "tests/backends/mlx/test_kernels.py": "MLX's compiler building each kernel at run time",
+    "tests/backends/mlx/test_reference_round.py": "the tiny MLX models against the reference, many seeds "
+    "(tests/engine/test_reference_round.py holds the engine to it on the scripted backend)",
+    "tests/backends/mlx/test_drafters.py": "every drafter kind on the tiny MLX models, many runs each",
+    "tests/backends/mlx/test_engine_mlx.py::test_greedy_speculative_equals_greedy_target_only": "every policy "
+    "and route on the tiny MLX models (the engine's own logic: tests/engine/test_engine.py)",
+    "tests/backends/mlx/test_gguf.py::test_a_signal": "a conversion process, signalled",
+    "tests/backends/mlx/test_gguf.py::test_a_killed": "a conversion process, killed",
+    "tests/review/test_fidelity.py": "many samples of each lane, scored by the target",
+    "tests/cli/test_bench.py": "benchmark runs writing every report",
+    "tests/cli/test_numeric_flags.py": "every command with every numeric flag",
+    "tests/cli/test_fetch.py": "a local package index served over HTTP",
+    "tests/cli/test_cli.py::test_a_real_process": "a specplay process",
+    "tests/cli/test_cli.py::test_a_model_in_the_hugging_face_cache": "a specplay process",
+    "tests/store/test_sessions.py::test_a_killed_run": "a specplay process, killed",
+    "tests/store/test_sessions.py::test_ctrl_c": "a specplay process, interrupted",
+    "tests/train/test_distill.py": "training drafters",
+    "tests/ui/test_ui_app.py::test_the_": "a live change while a run goes (the controller's tests change each live)",
+    "tests/ui/test_ui_app.py::test_another_rule": "a live change while a run goes",
+    "tests/ui/test_ui_app.py::test_counterfactual": "a live change while a run goes",
+    "tests/ui/test_snapshots.py::test_lanes_tape_and_drill_down[specplay-light]": "the dark theme's snapshot "
+    "is quick; the other themes have snapshots of their own features",
+    "tests/ui/test_snapshots.py::test_lanes_tape_and_drill_down[specplay-colorblind]": "as the light theme's",
+}
+"""The slow tier, by test id prefix, each with why it is not in the quick tier."""
