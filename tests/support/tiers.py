@@ -12,8 +12,11 @@ SLOW = {
     "tests/backends/vllm/test_vllm_cli.py": "every command end to end against server processes",
     "tests/backends/vllm/test_vllm_exact.py": "exact corrections, request by request, against fake servers",
     "tests/backends/vllm/test_vllm_native.py": "the playground watching fake speculating servers",
-    "tests/backends/vllm/test_vllm_backend.py::test_server": "servers that stall, die or trickle until a timeout",
-    "tests/backends/vllm/test_vllm_backend.py::test_hostile_servers": "servers that trickle until a timeout",
+    "tests/backends/vllm/test_vllm_backend.py": "fake vLLM servers over HTTP, each running a tiny MLX model",
+    "tests/ui/test_ui_controller.py::test_a_full_disk_mid_run_stops_saving_not_the_run[vllm]": "fake vLLM servers",
+    "tests/store/test_session_faults.py::test_fuzzed": "hundreds of fuzzed sessions",
+    "tests/ui/test_ui_app.py::test_a_saved_session_opens": "two playgrounds, one after the other (the "
+    "controller's tests open sessions quickly)",
     "tests/ui/test_bench_tui.py": "the playground timed against a replay of its session",
     "tests/backends/mlx/test_blas_threads.py": "a process per OpenBLAS setting",
     "tests/backends/mlx/test_kernels.py": "MLX's compiler building each kernel at run time",
