@@ -12,7 +12,7 @@ from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import POLICIES
 from specplay.engine.speedup import round_account
 from tests.support.checks import every
-from tests.support.engine_runs import done, rounds, run, sources
+from tests.support.engine_runs import assert_caches_hold_the_committed, done, rounds, run, sources
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
 from tests.support.scripted import EOS, ScriptedBackend, ScriptedModel, seeded
 
@@ -92,13 +92,7 @@ def test_caches_hold_the_committed_tokens_after_every_round(scripted: ScriptedBa
     def check(event: Event, controls: LiveControls) -> None:
         if not isinstance(event, RoundEvent):
             return
-        generation = scripted.generations[-1]
-        lengths = generation.cache_lengths()
-        committed = len(generation.tokens)
-        assert lengths["target"] == committed - 1
-        # The round's drafter lags by one only after a bonus token: it never saw d_k.
-        assert lengths[event.route] == committed - 1 - (event.tokens[-1].source == "bonus")
-        assert max(lengths.values()) <= committed - 1
+        assert_caches_hold_the_committed(scripted.generations[-1], event)
         controls.update(route=["near", "far", "self"][event.index % 3], k=1 + event.index % 5)
 
     events = run(scripted, CODE_PROMPT, k=3, route="near", max_tokens=50, on_event=check)

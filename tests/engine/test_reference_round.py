@@ -5,74 +5,34 @@ in tests/backends/mlx/test_reference_round.py."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
-from specplay.engine.reference_round import Probs, lossless, reference_speculative, rule_acceptance
-from specplay.engine.rules import AcceptanceRule, Cascade, Lenience, Mentored, RuleParams, Typical
+from specplay.engine.reference_round import Probs
+from specplay.engine.rules import AcceptanceRule, Cascade, Lenience, Mentored, Typical
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
-from tests.support.engine_runs import done, rounds, run
+from tests.support.engine_runs import rounds, run
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
+from tests.support.reference import ModelProbs, rule_settings
+from tests.support.reference import compare as reference_compare
 from tests.support.scripted import EOS, ScriptedBackend, ScriptedModel, seeded
 
 PROMPTS = {"code": CODE_PROMPT, "prose": PROSE_PROMPT}
 
 
-def model_probs(backend: ScriptedBackend, name: str, temperature: float) -> Probs:
-    logits, sampling = backend.models[name].logits, SamplingParams(temperature)
-
-    def probs(ids: Sequence[int]) -> np.ndarray:
-        return sampling_probs(logits(ids)[None], sampling, np)[0]
+def model_probs(backend: ScriptedBackend) -> ModelProbs:
+    def probs(name: str, temperature: float) -> Probs:
+        logits, sampling = backend.models[name].logits, SamplingParams(temperature)
+        return lambda ids: sampling_probs(logits(ids)[None], sampling, np)[0]
 
     return probs
 
 
-def rule_settings(rule: AcceptanceRule) -> dict[str, object]:
-    return {"rule": rule.name, "rule_params": rule.into_params(RuleParams())}
-
-
-def compare(
-    backend: ScriptedBackend,
-    prompt: str,
-    route: str,
-    *,
-    k: int,
-    temperature: float = 0.0,
-    seed: int = 0,
-    rule: AcceptanceRule | None = None,
-    max_tokens: int = 40,
-    eos_ids: frozenset[int] = frozenset(),
-) -> tuple[int, ...]:
-    """Engine and reference on one request; asserts they commit the same ids and returns them."""
-    settings = {} if rule is None else rule_settings(rule)
-    events = run(
-        backend,
-        prompt,
-        route=route,
-        k=k,
-        temperature=temperature,
-        seed=seed,
-        max_tokens=max_tokens,
-        ignore_eos=not eos_ids,
-        **settings,
-    )
-    expected = reference_speculative(
-        model_probs(backend, "target", temperature),
-        model_probs(backend, route, temperature),
-        backend.encode(prompt, raw=True),
-        k=k,
-        max_tokens=max_tokens,
-        seed=seed,
-        eos_ids=eos_ids,
-        accept=lossless if rule is None else rule_acceptance(rule),
-    )
-    engine = done(events).token_ids
-    assert list(engine) == expected, (prompt[:10], route, k, temperature, seed, rule)
-    assert rounds(events) and max(r.k for r in rounds(events)) <= k
-    return engine
+def compare(backend: ScriptedBackend, prompt: str, route: str, **request: Any) -> tuple[int, ...]:
+    return reference_compare(backend, model_probs(backend), prompt, route, **request)
 
 
 @pytest.mark.parametrize("route", ["near", "far", "self"])

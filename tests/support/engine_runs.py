@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from specplay.engine.backend_protocol import Backend
+from specplay.engine.backend_protocol import Backend, Generation
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
 from specplay.engine.loop import SpecEngine
@@ -85,3 +85,13 @@ def events_from(thread: ModelThread, make_events: Callable[[], Iterator[Event]])
     while (event := arrived.get()) is not end:
         yield event
     finished.result()
+
+
+def assert_caches_hold_the_committed(generation: Generation, event: RoundEvent) -> None:
+    """After a round every cache holds the committed tokens but the last; the round's drafter
+    lags by one more only after a bonus token (it never saw the last drafted token)."""
+    lengths = generation.cache_lengths()
+    committed = len(generation.tokens)
+    assert lengths["target"] == committed - 1
+    assert lengths[event.route] == committed - 1 - (event.tokens[-1].source == "bonus")
+    assert max(lengths.values()) <= committed - 1

@@ -16,8 +16,7 @@ from specplay.engine.draws import RoundDraws
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.rules import MENTORED
 from specplay.engine.settings import POLICIES, SamplingParams
-from tests.support.checks import every
-from tests.support.engine_runs import done, run, sources
+from tests.support.engine_runs import assert_caches_hold_the_committed, done, run, sources
 from tests.support.observed import Observed
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
 from tests.support.tiny_models import TinyModels
@@ -45,13 +44,7 @@ def test_caches_hold_the_committed_tokens_after_every_round(backend: MlxBackend)
     def check(event: Event, controls: LiveControls) -> None:
         if not isinstance(event, RoundEvent):
             return
-        generation = observed.generations[-1]
-        lengths = generation.cache_lengths()
-        committed = len(generation.tokens)
-        assert lengths["target"] == committed - 1
-        # The round's drafter lags by one only after a bonus token: it never saw d_k.
-        assert lengths[event.route] == committed - 1 - (event.tokens[-1].source == "bonus")
-        assert every(length <= committed - 1 for length in lengths.values())
+        assert_caches_hold_the_committed(observed.generations[-1], event)
         controls.update(route=["near", "far", "self"][event.index % 3], k=1 + event.index % 5)
 
     run(observed, CODE_PROMPT, k=3, route="near", max_tokens=50, on_event=check)

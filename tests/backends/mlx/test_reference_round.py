@@ -4,6 +4,7 @@ on the tiny MLX models, greedy and sampled, with the same seeds; and greedy agai
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -11,70 +12,45 @@ import pytest
 
 from specplay.backends.mlx import MlxBackend
 from specplay.backends.mlx.mlx_backend import TARGET
-from specplay.engine.reference_round import Probs, lossless, reference_speculative, rule_acceptance
+from specplay.engine.reference_round import Probs
 from specplay.engine.rules import Mentored
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
-from tests.support.checks import every
-from tests.support.engine_runs import done, rounds, run
+from tests.support.engine_runs import rounds, run
 from tests.support.observed import Observed
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
+from tests.support.reference import ModelProbs
+from tests.support.reference import compare as reference_compare
 
 TOKENS = 24
 PROMPTS = {"code": CODE_PROMPT, "prose": PROSE_PROMPT}
 
 
-def model_probs(backend: MlxBackend, name: str, temperature: float) -> Probs:
-    """`name`'s next-token distribution from a forward over the whole sequence (no cache), made
+def model_probs(backend: MlxBackend) -> ModelProbs:
+    """A model's next-token distribution from a forward over the whole sequence (no cache), made
     as the engine makes it: float32 logits through `sampling_probs`, here in numpy."""
-    model, sampling = backend.models[name].model, SamplingParams(temperature)
 
-    def probs(ids: Sequence[int]) -> np.ndarray:
-        logits = model(mx.array([list(ids)]))[0, -1:, : backend.vocab_size].astype(mx.float32)
-        return sampling_probs(np.array(logits), sampling, np)[0]
+    def probs(name: str, temperature: float) -> Probs:
+        model, sampling = backend.models[name].model, SamplingParams(temperature)
+
+        def row(ids: Sequence[int]) -> np.ndarray:
+            logits = model(mx.array([list(ids)]))[0, -1:, : backend.vocab_size].astype(mx.float32)
+            return sampling_probs(np.array(logits), sampling, np)[0]
+
+        return row
 
     return probs
 
 
 def compare(
-    backend: MlxBackend | Observed,
-    prompt: str,
-    route: str,
-    *,
-    k: int,
-    temperature: float = 0.0,
-    seed: int = 0,
-    tv_budget: float = 0.0,
-    max_tokens: int = TOKENS,
-    eos_ids: frozenset[int] = frozenset(),
+    backend: MlxBackend | Observed, prompt: str, route: str, *, tv_budget: float = 0.0, **request: Any
 ) -> tuple[int, ...]:
-    """Engine and reference on one request; asserts they commit the same ids and returns them."""
+    """Engine and reference on one request of TOKENS tokens (a TV budget: mentored decoding)."""
     models = backend.inner if isinstance(backend, Observed) else backend
-    events = run(
-        backend,
-        prompt,
-        route=route,
-        k=k,
-        temperature=temperature,
-        seed=seed,
-        tv_budget=tv_budget,
-        max_tokens=max_tokens,
-        ignore_eos=not eos_ids,
+    rule = Mentored(tv_budget) if tv_budget else None
+    return reference_compare(
+        backend, model_probs(models), prompt, route, rule=rule, **({"max_tokens": TOKENS} | request)
     )
-    engine = done(events).token_ids
-    expected = reference_speculative(
-        model_probs(models, TARGET, temperature),
-        model_probs(models, route, temperature),
-        models.encode(prompt, raw=True),
-        k=k,
-        max_tokens=max_tokens,
-        seed=seed,
-        eos_ids=eos_ids,
-        accept=rule_acceptance(Mentored(tv_budget)) if tv_budget else lossless,
-    )
-    assert list(engine) == expected, (prompt[:10], route, k, temperature, seed, tv_budget)
-    assert every(r.k <= k for r in rounds(events))
-    return engine
 
 
 @pytest.mark.parametrize("route", ["near", "far", "self"])
