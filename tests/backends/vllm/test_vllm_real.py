@@ -112,7 +112,7 @@ def test_asking_more_logprobs_than_the_server_allows_names_the_flag(
 def test_a_drafter_server_killed_mid_run_leaves_a_session_and_one_line(
     tiny: TinyModels, real_vllm: RealServers, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from real_vllm import VllmServer
+    from tests.support.real_vllm import VllmServer
 
     doomed = VllmServer(real_vllm.near.python, tiny.served_near, "doomed", tmp_path, ["--max-logprobs", "20"], core=1)
     doomed.start().wait_ready()
@@ -272,7 +272,7 @@ def test_vllm_launch_starts_servers_that_specplay_drives(
     import subprocess
     import sys
 
-    from real_vllm import free_port, server_env
+    from tests.support.real_vllm import free_port, server_env
 
     port = free_port()
     command = [sys.executable, "-m", "specplay", "vllm-launch", "--target", str(tiny.served), "--run"]
