@@ -36,10 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specplay.backends.mlx import blas, build
+from specplay.backends.mlx import blas
 from specplay.bench.stats import quartiles
 from specplay.catalog.models import CATALOG, is_fetched
 from specplay.data.library import library_prompts
+from specplay.train import model_files
 
 CODE_PROMPT = 'import os\nimport sys\n\n\ndef parse_args(argv):\n    """Parse the command line arguments."""\n'
 DAMPING = 0.07
@@ -61,10 +62,11 @@ def random_llama(root: Path, name: str, width: int, layers: int, vocab: int) -> 
     if not (folder / "model.safetensors").exists():
         tokenizer = root / f"tokenizer-{vocab}"
         if not (tokenizer / "tokenizer.json").exists():
-            build.train_tokenizer(build.read_texts(build.stdlib_sources(40)), tokenizer, vocab_size=vocab)
-        config = build.llama_config(width, layers, vocab, tie_word_embeddings=False)
-        build.write_model(folder, config, tokenizer, seed=0, output_scale=4.0)
-        build.damp_layers(folder, 1, DAMPING)
+            texts = model_files.read_texts(model_files.stdlib_sources(40))
+            model_files.train_tokenizer(texts, tokenizer, vocab_size=vocab)
+        config = model_files.llama_config(width, layers, vocab, tie_word_embeddings=False)
+        model_files.write_model(folder, config, tokenizer, seed=0, output_scale=4.0)
+        model_files.damp_layers(folder, 1, DAMPING)
     flags = ["--target", str(folder), "--draft", "first=early-exit:layers=1", "--prompt", CODE_PROMPT, "--raw"]
     return Model(name, flags, {})
 

@@ -2,7 +2,7 @@
 editing, like the study's prompts, made from the texts every specplay install ships
 (specplay/data/*.jsonl). Deterministic, so the training data can be rebuilt exactly.
 
-    python benchmarks/study/distill_prompts.py OUT.jsonl
+    python benchmarks/studies/distill_prompts.py OUT.jsonl
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ and the outputs' log-likelihood per token under the target, writes the table (re
 number (results.json), every run as a session (sessions/), and the texts of one seed side by side
 (texts.md, and a review page per prompt: review-story.html, review-edit.html).
 
-    python benchmarks/study_tv_budget.py --out benchmarks/results/study-smollm2 \\
+    python benchmarks/studies/tv_budget.py --out benchmarks/results/study-smollm2 \\
         --drafter exit15=early-exit:layers=15,head=HEAD --contrast lookup=prompt-lookup \\
         --contrast exit15-untrained=early-exit:layers=15
 """

@@ -1,4 +1,4 @@
-"""bench_vs_mlx_lm.py --blas-threads: OpenBLAS's thread counts against each other, in one process.
+"""`python -m benchmarks.vs_mlx_lm --blas-threads`: OpenBLAS's thread counts against each other, in one process.
 
 OpenBLAS takes a new thread count at run time (openblas_set_num_threads), so one process can
 alternate the counts generation by generation: every count sees the same phases of the machine,
@@ -19,9 +19,9 @@ from pathlib import Path
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 
 # isort: split
-from bench_vs_mlx_lm import DRAFTER, Sides
-from bench_vs_mlx_lm_processes import ModelSet, model_sets
 
+from benchmarks.vs_mlx_lm.one_process import DRAFTER, Sides
+from benchmarks.vs_mlx_lm.processes import ModelSet, model_sets
 from specplay.backends.mlx import blas, load_mlx_backend
 from specplay.bench.stats import quartiles
 

@@ -1,28 +1,5 @@
-"""specplay against mlx-lm's own generation, on the same models.
-
-Measures greedy speculative and target-only tokens/s (the two sides alternate repeat by repeat,
-since these machines have slow phases) and acceptance at temperature 1: specplay's lossless
-rejection sampling against mlx-lm's exact-match rule. Both sides' tokens/s come from this
-script's clock: (tokens after the first) / (last arrival - first arrival) in the consumer loop.
-
-    python benchmarks/bench_vs_mlx_lm.py                  # in one process, random models built in a temp dir
-    python benchmarks/bench_vs_mlx_lm.py --blas-threads   # OpenBLAS's 1 and 2 threads, alternated in one process
-    python benchmarks/bench_vs_mlx_lm.py --target DIR --draft DIR
-    python benchmarks/bench_vs_mlx_lm.py --processes      # a fresh process per measurement (below)
-    python benchmarks/bench_vs_mlx_lm.py --processes --blas-threads 1,2
-    python benchmarks/bench_vs_mlx_lm.py --processes --control mlx-lm   # mlx-lm against itself
-    python benchmarks/bench_vs_mlx_lm.py --profile        # where a round's time goes, on the smallest models
-
---processes (bench_vs_mlx_lm_processes.py) runs specplay as `specplay run` does and mlx-lm's
-stream_generate each in its own process, the two generating in alternating turns of a few
-tenths of a second, on the smallest models, the demo models and SmolLM2 (`specplay fetch
-smollm2`; the row is skipped, saying so, when it is not fetched), and prints each row's median
-paired ratio with its spread. With --control, both processes of a pair run the same side: the
-ratios a row would read if the two sides were equal, so a reading's distance from 1 can be set
-against them.
---profile (profile_round.py) splits specplay's round into graph building, dispatch, compute,
-transfer, events and detokenization.
-"""
+"""specplay against mlx-lm in one process: both sides on the same loaded models, alternating
+repeat by repeat, and acceptance at temperature 1 (the default mode of `python -m benchmarks.vs_mlx_lm`)."""
 
 from __future__ import annotations
 
@@ -32,7 +9,6 @@ import ctypes
 import os
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,18 +19,18 @@ from typing import Any
 import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 
 # isort: split
-import bench_vs_mlx_lm_processes as processes
 import mlx.core as mx
 import mlx_lm
 from mlx.utils import tree_flatten
 from mlx_lm.sample_utils import make_sampler
 
-from specplay.backends.mlx import MlxBackend, blas, build, load_mlx_backend
+from specplay.backends.mlx import MlxBackend, blas, load_mlx_backend
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StepEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import Mode, SamplingParams, SpecSettings
+from specplay.train import model_files
 
 DRAFTER = "near"
 DEFAULT_PROMPT = "def main(args):\n    "
@@ -83,10 +59,12 @@ class Run:
 def build_models(root: Path) -> tuple[Path, Path]:
     """The random target and its noisy copy; reused when `root` already holds them."""
     if not (root / DRAFTER / "model.safetensors").exists():
-        build.train_tokenizer(build.read_texts(build.stdlib_sources(40)), root / "tokenizer", vocab_size=512)
-        config = build.llama_config(384, 6, 512, tie_word_embeddings=False)
-        build.write_model(root / "target", config, root / "tokenizer", seed=0, output_scale=4.0)
-        build.write_perturbed_copy(root / "target", root / DRAFTER, noise=0.1, seed=3)
+        model_files.train_tokenizer(
+            model_files.read_texts(model_files.stdlib_sources(40)), root / "tokenizer", vocab_size=512
+        )
+        config = model_files.llama_config(384, 6, 512, tie_word_embeddings=False)
+        model_files.write_model(root / "target", config, root / "tokenizer", seed=0, output_scale=4.0)
+        model_files.write_perturbed_copy(root / "target", root / DRAFTER, noise=0.1, seed=3)
     return root / "target", root / DRAFTER
 
 
@@ -231,92 +209,3 @@ def print_acceptance(sides: Sides, args: argparse.Namespace) -> None:
 
 def _mean_range(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ({min(values):.2f}..{max(values):.2f})"
-
-
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add = parser.add_argument
-    add("--models", type=Path, help="folder to build the random models in, or reuse (default: a temp dir)")
-    add("--target", type=Path, help="an mlx-lm model folder to use as target instead (with --draft)")
-    add("--draft", type=Path, help="an mlx-lm model folder sharing the target's tokenizer")
-    add("--k", type=int, help="draft tokens per round (default 4; 3 with --processes and --profile)")
-    add("--max-tokens", type=int, default=200, help="tokens per timed generation (default 200)")
-    add("--repeats", type=int, help="timed repeats per side (default 5); with --processes, process pairs per row")
-    add("--seeds", type=int, default=3, help="seeds for the temperature-1 acceptance (default 3)")
-    add("--accept-tokens", type=int, default=100, help="tokens per temperature-1 generation (default 100)")
-    add("--prompt", help="the prompt, encoded as written")
-    add(
-        "--blas-threads",
-        nargs="?",
-        const="1,2",
-        metavar="N,M",
-        help="compare OpenBLAS thread counts (default 1,2), alternated in one process; with --processes, as rows",
-    )
-    add("--pairs", type=int, default=8, help="--blas-threads: generation pairs per row (default 8)")
-    add(
-        "--mlx-lm-threads",
-        metavar="N",
-        help="--processes: OPENBLAS_NUM_THREADS for mlx-lm's processes only (its best count), specplay's left"
-        " to choose its own",
-    )
-    modes = parser.add_argument_group("process mode and profile")
-    modes.add_argument("--processes", action="store_true", help="each measurement in a fresh process")
-    modes.add_argument(
-        "--sets", default="smallest,demo,smollm2", help="model sets for --processes and --blas-threads (default: all)"
-    )
-    modes.add_argument(
-        "--modes", default="speculative,target", help="--processes, --blas-threads: rows per model set (default: both)"
-    )
-    modes.add_argument("--smollm2", default="smollm2", help="SmolLM2 as a catalog name, folder or GGUF file")
-    modes.add_argument("--warmup-tokens", type=int, default=16, help="warm-up per process (default 16)")
-    modes.add_argument("--generations", type=int, default=3, help="generations per process pair (default 3)")
-    modes.add_argument("--turn-s", type=float, default=0.3, help="seconds per turn (default 0.3)")
-    modes.add_argument("--save", type=Path, help="--processes: write every turn and generation here as JSON")
-    modes.add_argument(
-        "--specplay-path",
-        choices=tuple(processes.SPECPLAY_PATHS),
-        default="cli",
-        help="--processes: specplay as `specplay run` runs it (default), its engine's events consumed bare, "
-        "or its MLX backend with no engine (greedy)",
-    )
-    modes.add_argument(
-        "--control",
-        choices=("specplay", "mlx-lm"),
-        help="--processes: both processes of a pair run this side (A/A: its ratios are the harness's own spread)",
-    )
-    modes.add_argument("--profile", action="store_true", help="specplay's round, split by where its time goes")
-    args = parser.parse_args()
-    if (args.target is None) != (args.draft is None):
-        parser.error("--target and --draft go together")
-    process_like = args.processes or args.profile or bool(args.blas_threads)
-    args.k = args.k or (3 if process_like else 4)
-    args.prompt = args.prompt or (processes.PROMPT if process_like else DEFAULT_PROMPT)
-    if args.control and not args.processes:
-        parser.error("--control goes with --processes")
-    if not args.processes:
-        args.repeats = args.repeats or 5
-    return args
-
-
-def main() -> None:
-    args = parse_args()
-    with tempfile.TemporaryDirectory(prefix="specplay-bench-") as tmp:
-        if args.processes:
-            processes.main(args, args.models or Path(tmp))
-            return
-        if args.blas_threads:
-            import bench_blas_threads
-
-            bench_blas_threads.main(args, args.models or Path(tmp))
-            return
-        if args.profile:
-            import profile_round  # its profilers load only here
-
-            profile_round.main(args, args.models or Path(tmp))
-            return
-        target, draft = (args.target, args.draft) if args.target else build_models(args.models or Path(tmp))
-        measure(args, target, draft)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
-"""bench_vs_mlx_lm.py --processes: specplay against mlx-lm, each side in a process of its own.
+"""`python -m benchmarks.vs_mlx_lm --processes`: specplay against mlx-lm, each side in a process of its own.
 
 In one process the two sides share a heap, BLAS threads and a warm allocator, and whichever runs
 second inherits the first's state; here each side runs in its own interpreter (the worker,
-bench_vs_mlx_lm_worker.py). The two processes of a pair load, warm up, then generate in turns
+worker.py). The two processes of a pair load, warm up, then generate in turns
 of a few tenths of a second each, alternating turn by turn (and who starts), so a phase of the
 machine, which here lasts seconds and moves speeds by a fifth, falls on both sides alike. Turns
 are timed rather than counted in tokens, so every model set's turns last alike (16 tokens were
@@ -39,10 +39,12 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 # isort: split
 import mlx.core as mx
 
-from specplay.backends.mlx import blas, build
+from specplay.backends.mlx import blas
 from specplay.bench.stats import quartiles
+from specplay.train import model_files
 
-WORKER = Path(__file__).with_name("bench_vs_mlx_lm_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository root: the worker runs as `python -m benchmarks.vs_mlx_lm.worker` from its import path."""
 PROMPT = 'import os\nimport sys\n\n\ndef parse_args(argv):\n    """Parse the command line arguments."""\n'
 MODES = ("speculative", "target")
 SPECPLAY_PATHS = {
@@ -137,12 +139,12 @@ def truncated_copy(source: Path, out: Path, layers: int) -> None:
     """`source`'s first `layers` layers with its embedding, final norm and head: a smaller model
     of the same family and tokenizer, as a folder any mlx-lm program loads."""
     weights = mx.load(str(source / "model.safetensors"))
-    kept = {name: value for name, value in weights.items() if build.layer_of(name) < layers}
+    kept = {name: value for name, value in weights.items() if model_files.layer_of(name) < layers}
     out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out / "model.safetensors"), kept, metadata={"format": "mlx"})
     config = json.loads((source / "config.json").read_text())
     (out / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=layers), indent=2))
-    for name in build.TOKENIZER_FILES:
+    for name in model_files.TOKENIZER_FILES:
         shutil.copyfile(source / name, out / name)
 
 
@@ -151,10 +153,12 @@ def smallest_models(root: Path) -> ModelSet:
     when `root` already holds them."""
     target, draft = root / "smallest-target", root / "smallest-draft"
     if not (draft / "model.safetensors").exists():
-        build.train_tokenizer(build.read_texts(build.stdlib_sources(40)), root / "tokenizer", vocab_size=512)
-        config = build.llama_config(64, 13, 512, tie_word_embeddings=False)
-        build.write_model(target, config, root / "tokenizer", seed=0, output_scale=4.0)
-        build.damp_layers(target, 1, SMALLEST_DAMPING)
+        model_files.train_tokenizer(
+            model_files.read_texts(model_files.stdlib_sources(40)), root / "tokenizer", vocab_size=512
+        )
+        config = model_files.llama_config(64, 13, 512, tie_word_embeddings=False)
+        model_files.write_model(target, config, root / "tokenizer", seed=0, output_scale=4.0)
+        model_files.damp_layers(target, 1, SMALLEST_DAMPING)
         truncated_copy(target, draft, 1)
     about = (
         f"random llama, width 64, 13 layers, layers 2-13 damped to {SMALLEST_DAMPING}; "
@@ -215,12 +219,13 @@ class Worker:
     def __init__(self, cell: Cell, side: str, args: argparse.Namespace) -> None:
         runs = args.control or side  # an A/A run puts one side in both processes
         self.label = f"{runs} worker on {cell.label(args.k)}"
-        command = [sys.executable, str(WORKER), "--side", runs, "--mode", cell.mode]
+        command = [sys.executable, "-m", "benchmarks.vs_mlx_lm.worker", "--side", runs, "--mode", cell.mode]
         command += ["--target", str(cell.models.target), "--draft", str(cell.models.draft), "--k", str(args.k)]
         command += ["--max-tokens", str(args.max_tokens)]
         command += ["--warmup-tokens", str(args.warmup_tokens), "--prompt", args.prompt, "--path", args.specplay_path]
         threads = cell.threads or (args.mlx_lm_threads if runs == "mlx-lm" else None)
         env = dict(os.environ, **({"OPENBLAS_NUM_THREADS": threads} if threads else {}))
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
         self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by close(); a pipe could fill)
         self.process = subprocess.Popen(
             command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True

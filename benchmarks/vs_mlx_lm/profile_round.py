@@ -1,6 +1,6 @@
-"""bench_vs_mlx_lm.py --profile: where a round's time goes, specplay beside mlx-lm.
+"""`python -m benchmarks.vs_mlx_lm --profile`: where a round's time goes, specplay beside mlx-lm.
 
-Two views of the smallest models (bench_vs_mlx_lm_processes.py), greedy, k = 3:
+Two views of the smallest models (processes.py), greedy, k = 3:
 
 - Direct timings. A profiler samples the Python thread but cannot tell building a graph from
   queueing it or from waiting for it, so this module wraps the calls that mark those boundaries
@@ -381,10 +381,21 @@ def sample_with_py_spy(target: Path, draft: Path, args: argparse.Namespace) -> N
         return
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "samples.txt"
-        child = [sys.executable, __file__, "--child", str(target), str(draft), "--k", str(args.k)]
+        child = [
+            sys.executable,
+            "-m",
+            "benchmarks.vs_mlx_lm.profile_round",
+            "--child",
+            str(target),
+            str(draft),
+            "--k",
+            str(args.k),
+        ]
         child += ["--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--prompt", args.prompt]
         command = [spy, "record", "--native", "--idle", "--rate", "1000", "--format", "raw", "--output", str(out)]
-        done = subprocess.run([*command, "--", *child], capture_output=True, text=True, check=False)
+        root = str(Path(__file__).resolve().parents[2])  # the child imports this package from there
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        done = subprocess.run([*command, "--", *child], capture_output=True, text=True, check=False, env=env)
         if done.returncode != 0 or not out.exists():
             print(f"\npy-spy could not sample here: {done.stderr.strip().splitlines()[-1:]}")
             return
@@ -450,7 +461,7 @@ def child_main() -> None:
 
 
 def main(args: argparse.Namespace, models_root: Path) -> None:
-    from bench_vs_mlx_lm_processes import smallest_models
+    from benchmarks.vs_mlx_lm.processes import smallest_models
 
     models = smallest_models(models_root)
     args.repeats = args.repeats or 5

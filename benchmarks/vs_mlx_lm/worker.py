@@ -1,6 +1,6 @@
-"""One side of bench_vs_mlx_lm.py --processes, in its own process, generating in turns.
+"""One side of `python -m benchmarks.vs_mlx_lm --processes`, in its own process, generating in turns.
 
-    python benchmarks/bench_vs_mlx_lm_worker.py --side specplay --mode speculative --target DIR --draft DIR
+    python -m benchmarks.vs_mlx_lm.worker --side specplay --mode speculative --target DIR --draft DIR
 
 loads the models, warms up and prints `{"ready": ...}`. Then each line it reads on stdin is a
 turn: `{"seconds": S}` runs the current generation (a new one when none is open) until a token
@@ -39,9 +39,9 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core, for both 
 
 # isort: split
 import mlx.core as mx
-from bench_vs_mlx_lm import mlx_lm_acceptance
-from bench_vs_mlx_lm_processes import SPECPLAY_PATHS
 
+from benchmarks.vs_mlx_lm.one_process import mlx_lm_acceptance
+from benchmarks.vs_mlx_lm.processes import SPECPLAY_PATHS
 from specplay.backends.mlx import blas
 from specplay.engine.accept import greedy_accept
 from specplay.engine.draws import RoundDraws

@@ -2,7 +2,7 @@
 
 `specplay run` uses it per sample, reading the engine where it runs, on the main thread: a
 second thread to read its events cost target-only generation of the demo models several percent
-on two CPUs (benchmarks/bench_vs_mlx_lm.py --processes). The playground, whose main thread is
+on two CPUs (benchmarks/vs_mlx_lm --processes). The playground, whose main thread is
 Textual's, runs its lanes on the model thread instead (host.py), through the same session writer
 and request record.
 """

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -17,6 +19,9 @@ from specplay.errors import SpecplayError
 from specplay.files import free_path, write_output
 
 CONVERT_TIMEOUT_S = 60
+_LEADING_SPACES = re.compile(
+    r'(<text [^>]*?x=")([\d.]+)("[^>]*?textLength=")([\d.]+)("[^>]*>)((?:&#160;)+)([^<]*</text>)'
+)
 
 
 def screenshots_dir(sessions_dir: Path) -> Path:
@@ -43,15 +48,32 @@ def to_png(svg_path: Path) -> Path | None:
     png = svg_path.with_suffix(".png")
     partial = png.with_name(f".{png.name}.tmp")
     try:
-        subprocess.run(
-            [converter, "--format", "png", "--output", str(partial), str(svg_path)],
-            check=True,
-            capture_output=True,
-            timeout=CONVERT_TIMEOUT_S,
-        )
+        with tempfile.NamedTemporaryFile("w", suffix=".svg", encoding="utf-8") as laid_out:
+            laid_out.write(leading_spaces_as_offsets(svg_path.read_text(encoding="utf-8")))
+            laid_out.flush()
+            subprocess.run(
+                [converter, "--format", "png", "--output", str(partial), laid_out.name],
+                check=True,
+                capture_output=True,
+                timeout=CONVERT_TIMEOUT_S,
+            )
         os.replace(partial, png)
     except (OSError, subprocess.SubprocessError):
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
         return None
     return png
+
+
+def leading_spaces_as_offsets(svg: str) -> str:
+    """rsvg-convert draws a text run's leading spaces after its word (a styled token " read"
+    shows as "read "), so each run that starts with spaces starts that many cells later instead."""
+
+    def shift(match: re.Match[str]) -> str:
+        start, x, mid, length, open_end, spaces, rest = match.groups()
+        count = spaces.count("&#160;")
+        chars = count + len(re.sub(r"&[^;]+;", "_", rest[: -len("</text>")]))
+        cell = float(length) / chars if chars else 0.0
+        return f"{start}{float(x) + count * cell:g}{mid}{float(length) - count * cell:g}{open_end}{rest}"
+
+    return _LEADING_SPACES.sub(shift, svg)

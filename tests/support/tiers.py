@@ -39,8 +39,7 @@ SLOW = {
     "tests/ui/test_ui_app.py::test_the_": "a live change while a run goes (the controller's tests change each live)",
     "tests/ui/test_ui_app.py::test_another_rule": "a live change while a run goes",
     "tests/ui/test_ui_app.py::test_counterfactual": "a live change while a run goes",
-    "tests/ui/test_snapshots.py::test_lanes_tape_and_drill_down[specplay-light]": "the dark theme's snapshot "
-    "is quick; the other themes have snapshots of their own features",
-    "tests/ui/test_snapshots.py::test_lanes_tape_and_drill_down[specplay-colorblind]": "as the light theme's",
+    "tests/store/test_saved_sessions.py::test_run_replay_reproduces_the_sampled_session": "old sessions "
+    "replayed on the MLX models they recorded, sampled",
 }
 """The slow tier, by test id prefix, each with why it is not in the quick tier."""

@@ -230,3 +230,13 @@ def test_stats_and_plots_keep_their_height_and_ask_for_a_layout_only_to_grow() -
     assert str(widget.content) == "a\n\n" and str(widget.content).count("\n") + 1 == 3
     assert steady_update(widget, Content("a\nb\nc\nd"), 4, 3) == 4
     assert asked == [True, False, True]
+
+
+def test_a_screenshots_leading_spaces_become_an_offset_for_rsvg() -> None:
+    """rsvg-convert draws a run's leading spaces after its word; the PNG's runs start later instead."""
+    from specplay.ui.screenshot import leading_spaces_as_offsets
+
+    run = '<text class="r1" x="817.4" y="264" textLength="61" clip-path="url(#l)">&#160;read</text>'
+    shifted = leading_spaces_as_offsets(f'<svg>{run}<text x="0" textLength="12.2">│</text></svg>')
+    assert '<text class="r1" x="829.6" y="264" textLength="48.8" clip-path="url(#l)">read</text>' in shifted
+    assert '<text x="0" textLength="12.2">│</text>' in shifted  # a run without leading spaces stays

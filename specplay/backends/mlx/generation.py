@@ -249,7 +249,7 @@ class MlxGeneration:
         drafted = mx.concatenate(tokens)
         # Wait for the draft, so draft and verify times are measured apart. It costs the device the
         # time the host takes to build the verify graph; on CPUs, where MLX dispatch blocks on work
-        # in flight, nothing (benchmarks/bench_vs_mlx_lm.py).
+        # in flight, nothing (benchmarks/vs_mlx_lm).
         mx.eval(drafted)
         return MlxDraft(drafted, None if sampling.greedy else mx.concatenate(rows), model.vocab_size)
 

@@ -1,0 +1,69 @@
+"""The README's picture: the playground on real text after a run of its first prompt, a drafted
+token's drill-down open. It drives the real app headless at 160 x 50 and saves Textual's SVG and
+rsvg-convert's PNG of it.
+
+    python scripts/screenshot_playground.py                    # the models `specplay` opens (SmolLM2 once fetched)
+    python scripts/screenshot_playground.py --target demo      # any model flags of `specplay`
+
+Writes docs/images/playground.svg and docs/images/playground.png (needs rsvg-convert).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+from specplay.cli.configure import run_config
+from specplay.data.library import library_prompts
+from specplay.ui.app import PlaygroundOptions, create_app
+from specplay.ui.controller import RunState
+from specplay.ui.screenshot import to_png
+from specplay.ui.widgets.lane_view import LaneView
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "images" / "playground.svg"
+SIZE = (160, 50)
+
+
+async def shoot(flags: dict[str, object]) -> str:
+    app = create_app(run_config(flags), PlaygroundOptions(autorun=True))
+    async with app.run_test(size=SIZE) as pilot:
+        while app.playground.last_session is None:
+            if app.playground.state == RunState.FAILED:
+                raise SystemExit(f"screenshot: {app.playground.status}")
+            await pilot.pause(0.2)
+        lane = app.query_one("#speculative", LaneView)
+        lane.focus()
+        drafted = [p.index for p in lane.picks if p.round is not None and p.token.source in ("accepted", "relaxed")]
+        if drafted:
+            lane.select(drafted[min(5, len(drafted) - 1)])
+        app.query_one("#prompt").cursor_blink = False  # type: ignore[attr-defined]
+        await pilot.pause(0.5)
+        return app.export_screenshot()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", help="as for specplay: a fetched name, a GGUF file, a folder, demo")
+    parser.add_argument("--draft", action="append", help="as for specplay; repeat")
+    parser.add_argument("--max-tokens", type=int, default=96)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as sessions:
+        flags: dict[str, object] = {"prompt": library_prompts()[0].text, "max_tokens": args.max_tokens}
+        flags |= {"sessions_dir": Path(sessions)}
+        flags |= {key: value for key, value in (("target", args.target), ("draft", args.draft)) if value}
+        svg = asyncio.run(shoot(flags))
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(svg, encoding="utf-8")
+    png = to_png(OUT)
+    if png is None:
+        print(f"wrote {OUT}; install rsvg-convert (librsvg2-bin) for the PNG", file=sys.stderr)
+        return 1
+    print(f"wrote {OUT} and {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
