@@ -35,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_model_flags(parser)
     add_backend_flags(parser)
     parser.add_argument("--quick", action="store_true", help="a small sweep, a few minutes on a laptop CPU")
-    parser.add_argument("--out", default=None, help="report folder (default: bench-<time>)")
+    parser.add_argument("--out", default=None, help="report folder (default: bench-<time> in the sessions folder)")
     parser.add_argument("--prompts", type=Path, help="JSONL of {category, text}; default: the shipped library")
     parser.add_argument("--per-category", type=int, default=None, help="prompts per category (default 3, quick 1)")
     parser.add_argument("--max-tokens", type=int, default=None, help="fixed output length (default 128, quick 32)")
@@ -76,7 +76,7 @@ def bench(args: argparse.Namespace) -> int:
     max_tokens = (32 if args.quick else 128) if args.max_tokens is None else args.max_tokens
     if max_tokens < 2:
         raise ConfigError("max_tokens", f"must be at least 2 (got {max_tokens})")
-    default_out = Path(f"bench-{datetime.now(UTC).strftime('%Y-%m-%dT%H-%M-%S')}")
+    default_out = config.sessions_dir / f"bench-{datetime.now(UTC).strftime('%Y-%m-%dT%H-%M-%S')}"
     out = path_flag(args.out, "out") if args.out is not None else default_out
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
 from specplay.cli.configure import given, sessions_dir_from
@@ -22,6 +21,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sessions", help="list saved sessions")
     add_sessions_dir_flag(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per session, one per line")
+    parser.add_argument(
+        "-q", "--ids", action="store_true", help="only the ids, one a line (for diff, export, --open, --replay)"
+    )
     parser.set_defaults(command=list_sessions)
 
 
@@ -65,20 +67,28 @@ def _fmt(value: Any, pattern: str = "{}") -> str:
     return "-" if value is None else pattern.format(value)
 
 
+WIDE = 120
+"""Below this many columns the listing leaves out models and settings (`--json` has everything)."""
+
+
 def list_sessions(args: argparse.Namespace) -> int:
     directory = sessions_dir_from(given(args))
     console = make_console()
-    table = Table("created", "id", "prompt", "models", "settings", "acceptance", "speedup", "vs target", "")
-    for path in list_session_files(directory):
+    paths = list_session_files(directory)
+    if args.ids:
+        print("\n".join(path.stem for path in paths))
+        return 0
+    wide = console.width >= WIDE
+    headers = ["id", "prompt", *(["models", "settings"] if wide else []), "acceptance", "speedup", "vs target", ""]
+    rows: list[list[str]] = []
+    for path in paths:
         try:
             row = summarize(load_session(path))
         except SessionError as error:
             if args.json:
                 print(json.dumps({"id": path.stem, "error": str(error)}))
             else:
-                table.add_row(
-                    "", _cell(path.stem), Text(error_line(error), style="red"), "", "", "", "", "", "unreadable"
-                )
+                rows.append([path.stem, error_line(error), *[""] * (len(headers) - 3), "unreadable"])
             continue
         if args.json:
             print(json.dumps(row, ensure_ascii=False))
@@ -87,21 +97,30 @@ def list_sessions(args: argparse.Namespace) -> int:
         settings = f"{row['mode']} T={_fmt(row['temperature'], '{:g}')}"
         if row["mode"] == "speculative":
             settings += f" k={row['k']} {row['policy']} {row['rule']}"
-        prompt = " ".join(row["prompt"].split())
-        table.add_row(
-            _cell(str(row["created"] or "")[:19].replace("T", " ")),
-            _cell(row["id"]),
-            _cell(prompt[:40] + ("…" if len(prompt) > 40 else "")),
-            _cell(models),
-            _cell(settings),
-            f"{_fmt(row['draft_acceptance_rate'], '{:.0%}')} τ={_fmt(row['mean_acceptance_length'], '{:.2f}')}",
-            _fmt(row["speedup"], "{:.2f}x"),
-            _fmt(row["similarity_to_target"], "{:.0%}"),
-            "" if row["complete"] else "incomplete",
+        rows.append(
+            [
+                row["id"],
+                " ".join(row["prompt"].split()),
+                *([models, settings] if wide else []),
+                f"{_fmt(row['draft_acceptance_rate'], '{:.0%}')} τ={_fmt(row['mean_acceptance_length'], '{:.2f}')}",
+                _fmt(row["speedup"], "{:.2f}x"),
+                _fmt(row["similarity_to_target"], "{:.0%}"),
+                "" if row["complete"] else "incomplete",
+            ]
         )
-    if not args.json:
-        if table.row_count:
-            console.print(table)
-        else:
-            console.print(f"no sessions in {directory}; save one with `specplay run --save`")
+    if args.json:
+        return 0
+    if not rows:
+        console.print(f"no sessions in {directory}; save one with `specplay run --save`")
+        return 0
+    # One line a session, the id first and whole (diff, export and --open take it); the prompt
+    # gets the width the other columns leave, cut short.
+    cells = [[visible(cell) for cell in row] for row in [headers, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    room = max(8, console.width - (sum(widths) - widths[1]) - 2 * (len(headers) - 1))
+    widths[1] = min(widths[1], room)
+    for number, row in enumerate(cells):
+        prompt = row[1] if len(row[1]) <= room else row[1][: room - 1] + "…"
+        line = "  ".join(cell.ljust(width) for cell, width in zip([row[0], prompt, *row[2:]], widths, strict=True))
+        console.print(Text(line.rstrip(), style="bold" if number == 0 else ""))
     return 0

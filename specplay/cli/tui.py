@@ -6,6 +6,7 @@ Importing this module does not import Textual, so the other commands start fast.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import warn
-from specplay.config.run_config import RunConfig, check
-from specplay.errors import ConfigError
+from specplay.config.locate import check_found
+from specplay.config.run_config import LOCAL_KINDS, RunConfig, check
+from specplay.errors import ConfigError, SpecplayError
 from specplay.store import find_session, load_session
 
 
@@ -63,14 +65,27 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, Path | None]:
         config = replace(config, request=replace(config.request, mode="speculative"))
     if config.request.prompt is None:
         config = replace(config, request=replace(config.request, prompt=_first_library_prompt()))
+    if config.target.kind in LOCAL_KINDS:  # a model that is not there is said first
+        check_found("target", config.target.kind, config.target.location)
     if not config.drafter_names:
         raise ConfigError("draft", "is needed: the playground compares speculative decoding with target-only")
     check(config)
     return config, opened
 
 
+def terminal_problem() -> str | None:
+    """Why the playground cannot draw here (None: it can): it needs a terminal to read keys from
+    and draw on, or it would run unseen until killed."""
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        return None
+    side = "input" if not sys.stdin.isatty() else "output"
+    return f"the playground needs a terminal, and its {side} is not one: use `specplay run` to write to a pipe or file"
+
+
 def tui(args: argparse.Namespace) -> int:
     config, opened = configure(args)
+    if problem := terminal_problem():
+        raise SpecplayError(problem)
     if message := blas_warning(config):
         warn(message)
     from specplay.ui.app import PlaygroundOptions, create_app

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specplay.config.capabilities import NATIVE_FIXED, capabilities_of
+from specplay.config.locate import check_found
 from specplay.engine.capabilities import check_supported
 from specplay.engine.router import CodeProseRouter, check_route, check_route_map
 from specplay.engine.settings import Mode, SpecSettings
@@ -145,6 +146,12 @@ def check(config: RunConfig) -> None:
             raise ConfigError("mode", f"draft cannot run in native mode: {NATIVE_FIXED}")
 
 
+def _check_found(models: tuple[ModelSpec, ...]) -> None:
+    """Local models are where their specs say, in the order given, before anything loads."""
+    for model in models:
+        check_found("target" if model.role == "target" else "draft", model.kind, model.location)
+
+
 def check_models(config: RunConfig) -> None:
     """The models make sense for the backend (local ones on MLX, a target server for vLLM), and
     the backend can judge the rule and counterfactual routes asked for."""
@@ -166,6 +173,7 @@ def check_models(config: RunConfig) -> None:
         if config.vllm.native or config.vllm.baseline_url:
             flag = "vllm_native" if config.vllm.native else "baseline_url"
             raise ConfigError(flag, "is for vLLM servers: add --backend vllm, or drop it")
+        _check_found(config.local_models)
         return
     if config.target.kind != "server":
         raise ConfigError("target", "is for local models; with --backend vllm give --target-url URL")
@@ -174,6 +182,7 @@ def check_models(config: RunConfig) -> None:
             raise ConfigError("draft", f"{drafter.name!r} drafts with the target's own layers: it needs --backend mlx")
         if drafter.kind == "prompt-lookup":
             raise ConfigError("draft", f"{drafter.name!r} (prompt lookup) runs with --backend mlx only, for now")
+    _check_found(config.local_models)
     options = config.vllm
     if options.native and any(d.kind != "server" for d in config.drafters):
         raise ConfigError(

@@ -2,7 +2,7 @@
 
 from specplay.store.codec import SCHEMA_VERSION
 from specplay.store.format import LaneRecord, Session, SessionError, load_session
-from specplay.store.location import find_session, list_session_files, sessions_dir
+from specplay.store.location import find_session, list_session_files, session_prompt, sessions_dir
 from specplay.store.writer import SessionWriter
 
 __all__ = [
@@ -14,5 +14,6 @@ __all__ = [
     "find_session",
     "list_session_files",
     "load_session",
+    "session_prompt",
     "sessions_dir",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -29,13 +30,31 @@ def list_session_files(directory: Path) -> list[Path]:
 
 
 def find_session(name: str, directory: Path) -> Path:
-    """A session by path, file name, id, or unique id prefix within `directory`."""
+    """A session by path, file name, id, or a unique beginning or end of its id within `directory`
+    (ids start with their time; the end is the random part: `e13dce`)."""
     path = Path(name)
     if path.is_file():
         return path
-    candidates = [p for p in list_session_files(directory) if p.name == name or p.stem.startswith(name)]
+    files = list_session_files(directory)
+    exact = [p for p in files if name in (p.name, p.stem)]
+    candidates = exact or [p for p in files if name and (p.stem.startswith(name) or p.stem.endswith(name))]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
         raise SessionError(f"no session {name!r} in {directory}; `specplay sessions` lists the saved ones")
     raise SessionError(f"{name!r} matches {len(candidates)} sessions in {directory}; give more of its id")
+
+
+HEADER_LINE_LIMIT = 1 << 20
+"""Bytes read for a header line when listing: a session's header holds its prompt and settings."""
+
+
+def session_prompt(path: Path) -> str | None:
+    """A saved session's prompt from its header line alone, for lists (None where it cannot be read)."""
+    try:
+        with path.open(encoding="utf-8") as file:
+            header = json.loads(file.readline(HEADER_LINE_LIMIT))
+    except (OSError, ValueError):
+        return None
+    prompt = header.get("prompt") if isinstance(header, dict) else None
+    return prompt if isinstance(prompt, str) else None

@@ -25,7 +25,7 @@ from specplay.display.text import one_line
 from specplay.engine.stream import EventStream
 from specplay.errors import SpecplayError
 from specplay.runner.host import ModelHost, OpenSource
-from specplay.store import SessionError, list_session_files
+from specplay.store import SessionError, list_session_files, session_prompt
 from specplay.ui.controller import PlaygroundController
 from specplay.ui.messages import LaneEventsArrived, ModelsLoaded, ModelsWaiting, RunEnded, TokenTextsArrived
 from specplay.ui.screens.playground import PlaygroundScreen
@@ -175,8 +175,9 @@ class PlaygroundApp(App[None]):
         except SessionError:  # an unreadable folder offers none; saving says why, in the status line
             recent = []
         for path in reversed(recent):
+            prompt = one_line(session_prompt(path) or "(unreadable)")
             yield SystemCommand(
-                f"Open session {path.stem}",
+                f"Open session {path.stem}: {prompt[:48]}{'…' if len(prompt) > 48 else ''}",
                 "Show a saved session read-only",
                 partial(self.playground.open_session, path),
             )

@@ -105,7 +105,7 @@ def test_prompt_file(tiny: TinyModels, tmp_path, capsys: pytest.CaptureFixture[s
 
 
 BAD_INPUTS = [
-    (["--target", "{root}/missing", "--prompt", "x", "--mode", "target"], "model '{root}/missing' not found"),
+    (["--target", "{root}/missing", "--prompt", "x", "--mode", "target"], "'{root}/missing' is no folder here"),
     (["--target", "nobody/not-a-cached-model", "--prompt", "x", "--mode", "target"], "not in the Hugging Face cache"),
     (["--draft", "{other_vocab}", "--prompt", "x"], "does not share the target's token mapping: id"),
     (["--draft", "{recurrent}", "--prompt", "x"], "cannot be rewound"),

@@ -15,7 +15,7 @@ from specplay.cli import build_parser, main
 from specplay.cli import run as run_command
 from specplay.cli import tui as tui_command
 from specplay.cli.configure import given, run_config
-from specplay.config.demo import demo_model_paths
+from specplay.config.demo import DEMO_DIR, demo_model_paths
 from specplay.config.run_config import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
@@ -38,6 +38,9 @@ from specplay.store.replay import session_config
 from tests.support.prompts import CODE_PROMPT
 from tests.support.tiny_models import TinyModels
 
+DEMO_TARGET, DEMO_BASE = str(DEMO_DIR / "target"), str(DEMO_DIR / "base")
+"""Models that exist, where a check past the models' own is tested."""
+
 
 def parsed(*argv: str) -> argparse.Namespace:
     args = build_parser().parse_args(list(argv))
@@ -46,14 +49,17 @@ def parsed(*argv: str) -> argparse.Namespace:
 
 
 def test_flags_become_a_typed_configuration(tmp_path: Path) -> None:
+    for name in ("t", "a", "b"):
+        (tmp_path / "m" / name).mkdir(parents=True)
+    m = tmp_path / "m"
     args = parsed(
-        "run", "--target", "/m/t", "--draft", "a=/m/a", "--draft", "/m/b", "--prompt", "hi", "--raw", "--k", "3",
+        "run", "--target", f"{m}/t", "--draft", f"a={m}/a", "--draft", f"{m}/b", "--prompt", "hi", "--raw", "--k", "3",
         "--tv", "0.25", "--temperature", "0.5", "--top-k", "7", "--k-max", "6", "--route-map", "prose=a",
         "--seed", "9", "--max-tokens", "12", "--ignore-eos", "--sessions-dir", str(tmp_path),
     )  # fmt: skip
     config = run_config(given(args))
-    assert config.target == ModelSpec("target", "target", "mlx", "/m/t")
-    assert config.drafters == (ModelSpec("a", "drafter", "mlx", "/m/a"), ModelSpec("b", "drafter", "mlx", "/m/b"))
+    assert config.target == ModelSpec("target", "target", "mlx", f"{m}/t")
+    assert config.drafters == (ModelSpec("a", "drafter", "mlx", f"{m}/a"), ModelSpec("b", "drafter", "mlx", f"{m}/b"))
     assert config.request == RequestSpec("hi", True, "speculative", 9, 12, True)
     sampling = SamplingParams(temperature=0.5, top_k=7)
     assert config.settings == SpecSettings(
@@ -141,9 +147,9 @@ def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.Monkey
         (("--vllm-native",), "--vllm-native is for vLLM servers"),
         (("--baseline-url", "http://g:1"), "--baseline-url is for vLLM servers"),
         (("--target", "/m", "--draft", "target=/d"), "cannot name a drafter 'target'"),
-        (("--target", "/m", "--draft", "a=/d", "--route", "b"), "--route 'b' is not a drafter"),
+        (("--target", DEMO_TARGET, "--draft", f"a={DEMO_BASE}", "--route", "b"), "--route 'b' is not a drafter"),
         (("--target", "/m", "--draft", "a=/d", "--route-map", "poetry=a"), "--route-map names class 'poetry'"),
-        (("--target", "/m", "--mode", "draft"), "--draft is needed in draft mode"),
+        (("--target", DEMO_TARGET, "--mode", "draft"), "--draft is needed in draft mode"),
         (("--backend", "vllm", "--target-url", "x", "--vllm-native"), "--target-url takes an http://"),
         (("--backend", "vllm", "--target-url", "http://g:1", "--vllm-native", "--tv", "0.5"), "--vllm-native cannot"),
         (

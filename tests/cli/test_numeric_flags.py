@@ -39,6 +39,7 @@ def stop_at_models(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(module, "open_stream", reached)
     monkeypatch.setattr(backends, "open_stream", reached)
     monkeypatch.setattr("specplay.ui.app.PlaygroundApp.run", reached)
+    monkeypatch.setattr("specplay.cli.tui.terminal_problem", lambda: None)  # as if in a terminal
     monkeypatch.setattr("specplay.backends.mlx.loading.load_model", reached)
 
 

@@ -155,3 +155,25 @@ def test_older_sessions_say_what_their_source_could_do() -> None:
     first = vllm_native(baseline=False).to_record()
     first["recolours"] = first.pop("server_judges")
     assert capabilities_from_header({"capabilities": first}) == vllm_native(baseline=False)
+
+
+def test_ids_are_whole_at_any_width_and_a_unique_end_finds_a_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`specplay sessions` piped or in 80 columns shows whole ids, first; `-q` prints only them; any
+    command that takes a session takes a unique beginning or end of its id."""
+    from tests.support.session_events import same_as_rounds, speculative_events, target_events, write_session
+
+    lanes = {"speculative": speculative_events(), "target": target_events(same_as_rounds())}
+    ids = sorted(write_session(tmp_path, lanes, prompt=f"a prompt long enough to be cut {i} " * 4).stem for i in (1, 2))
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["sessions", "--sessions-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ids and max(map(len, lines)) <= 80
+    assert main(["sessions", "-q", "--sessions-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.split() == ids
+    for session_id in ids:  # by the random end of its id, as a person copies it
+        assert main(["export", session_id[-6:], "--format", "md", "--sessions-dir", str(tmp_path)]) == 0
+        assert f"session {session_id}" in capsys.readouterr().out.replace("\\", "")
+    assert main(["export", ids[0][:4], "--format", "md", "--sessions-dir", str(tmp_path)]) == 2
+    assert "matches 2 sessions" in capsys.readouterr().err

@@ -289,7 +289,8 @@ async def test_draft_lane_prompt_library_and_palette_actions(tmp_path: Path) -> 
         assert "acceptance by draft position" in plots and "tokens/s over time" in plots and " 1 " in plots
         assert any(c in plots for c in SPARKS)
         commands = {c.title for c in app.get_system_commands(app.screen)}
-        assert f"Open session {app.playground.last_session.stem}" in commands
+        opened = [c for c in commands if c.startswith(f"Open session {app.playground.last_session.stem}: ")]
+        assert opened and app.main.library[0].text.split()[0] in opened[0]  # the prompt's beginning beside the id
 
         # Screenshots: one palette command (ours, not Textual's), and f12; both land beside the sessions
         (screenshot,) = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -186,10 +187,37 @@ def test_a_theme_without_token_colours_is_refused(tmp_path) -> None:  # type: ig
 
 
 def test_tui_needs_a_drafter_before_loading_anything(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tui", "--target", "nowhere"]) == 2
+    from specplay.config.demo import DEMO_DIR
+
+    target, drafter = str(DEMO_DIR / "target"), f"near={DEMO_DIR / 'base'}"
+    assert main(["tui", "--target", target]) == 2
     assert "--draft is needed" in capsys.readouterr().err
-    assert main(["tui", "--target", "nowhere", "--draft", "near=x", "--route", "far"]) == 2
+    assert main(["tui", "--target", target, "--draft", drafter, "--route", "far"]) == 2
     assert "--route" in capsys.readouterr().err
+
+
+def test_the_playground_says_at_once_why_it_cannot_start(tmp_path: Path) -> None:
+    """A model that is not there, or no terminal: one line and exit 2, before anything loads or draws."""
+    import subprocess
+    import sys
+    import time
+
+    for flags, said in [
+        (["--target", str(tmp_path / "nope")], "is no folder here"),
+        (["--target", "org/no-such-model"], "hf download org/no-such-model"),
+        ([], "the playground needs a terminal"),
+    ]:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "specplay", *flags, "--sessions-dir", str(tmp_path)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "SPECPLAY_CACHE_DIR": str(tmp_path / "cache")},
+        )
+        assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert time.monotonic() - started < 30
 
 
 def test_the_tape_fills_in_drafted_texts_a_server_sends_later() -> None:
