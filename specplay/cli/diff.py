@@ -10,7 +10,7 @@ from rich.text import Text
 
 from specplay.cli.configure import given, sessions_dir_from
 from specplay.cli.flags import add_sessions_dir_flag
-from specplay.cli.render import make_console
+from specplay.cli.render import colourless, make_console
 from specplay.display.text import visible
 from specplay.store import LaneRecord, Session, SessionError, find_session, load_session
 from specplay.store.diff import TokenDiff, is_lossless_greedy, token_diff, violation
@@ -99,17 +99,23 @@ def _span(lane: LaneRecord, start: int, end: int) -> str:
     return text
 
 
-def render_diff(lane_a: LaneRecord, lane_b: LaneRecord, result: TokenDiff) -> Text:
-    """A's text with what only A has struck out in red and what only B has in green."""
+DIFF_MARKS = (("[-", "-]"), ("{+", "+}"))
+"""Without colour, what only A has and what only B has, as `git diff --word-diff` marks them."""
+
+
+def render_diff(lane_a: LaneRecord, lane_b: LaneRecord, result: TokenDiff, marks: bool = False) -> Text:
+    """A's text with what only A has struck out in red and what only B has in green (with `marks`,
+    between [- -] and {+ +} instead)."""
+    (a_open, a_close), (b_open, b_close) = DIFF_MARKS if marks else (("", ""), ("", ""))
     out = Text()
     for op in result.opcodes:
         if op.tag == "equal":
             out.append(visible("".join(lane_a.texts[op.a_start : op.a_end])))
             continue
         if op.tag in ("delete", "replace"):
-            out.append(_span(lane_a, op.a_start, op.a_end), style=ONLY_A)
+            out.append(a_open + _span(lane_a, op.a_start, op.a_end) + a_close, style=ONLY_A)
         if op.tag in ("insert", "replace"):
-            out.append(_span(lane_b, op.b_start, op.b_end), style=ONLY_B)
+            out.append(b_open + _span(lane_b, op.b_start, op.b_end) + b_close, style=ONLY_B)
     return out
 
 
@@ -123,9 +129,13 @@ def _show(
     console = make_console()
     label_a, label_b = _label(a, lane_a, b), _label(b, lane_b, a)
     legend = Text("A ").append(label_a).append(" → B ").append(label_b).append(": ")
-    legend.append("only in A", style=ONLY_A).append(" ").append("only in B", style=ONLY_B)
+    marks = colourless(console)
+    if marks:
+        legend.append("only in A [-x-]  only in B {+x+}")
+    else:
+        legend.append("only in A", style=ONLY_A).append(" ").append("only in B", style=ONLY_B)
     console.print(legend, style="dim")
-    console.print(render_diff(lane_a, lane_b, result))
+    console.print(render_diff(lane_a, lane_b, result, marks))
     parts = [f"similarity {result.similarity:.3f}"]
     if result.identical:
         parts.append("identical")

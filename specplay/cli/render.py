@@ -78,15 +78,33 @@ def vllm_report(metrics: dict[str, Any]) -> dict[str, Any] | None:
     return metrics.get("server")
 
 
-def legend() -> Text:
+PLAIN_MARKS = {"relaxed": ("«", "»"), "corrected": ("⟦", "⟧"), "bonus": ("⦃", "⦄")}
+"""Where output has no colour (a pipe, a file, NO_COLOR), the sources other than `accepted` are
+marked around their tokens with brackets that program text rarely holds."""
+
+
+def colourless(console: Console) -> bool:
+    return console.color_system is None
+
+
+def legend(marks: bool = False) -> Text:
+    """The sources and their colours, or, with `marks`, the brackets that stand for them."""
     text = Text("sources: ")
     for source in ("accepted", "relaxed", "corrected", "bonus"):
-        text.append(source, style=SOURCE_STYLES[source]).append(" ")
+        if marks:
+            opening, closing = PLAIN_MARKS.get(source, ("", ""))
+            text.append(f"{source} {opening}x{closing}" if opening else f"{source} plain").append("  ")
+        else:
+            text.append(source, style=SOURCE_STYLES[source]).append(" ")
     return text
 
 
-def token_text(token: Token) -> Text:
-    return Text(visible(token.text), style=SOURCE_STYLES[token.source])
+def token_text(token: Token, marks: bool = False) -> Text:
+    text = visible(token.text)
+    if marks and token.source in PLAIN_MARKS:
+        opening, closing = PLAIN_MARKS[token.source]
+        text = f"{opening}{text}{closing}"
+    return Text(text, style=SOURCE_STYLES[token.source])
 
 
 def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: bool) -> str:

@@ -18,7 +18,7 @@ from specplay.cli.flags import (
     add_prompt_flags,
     add_sessions_dir_flag,
 )
-from specplay.cli.render import json_line, legend, make_console, summary, token_text, warn
+from specplay.cli.render import colourless, json_line, legend, make_console, summary, token_text, warn
 from specplay.config.run_config import RunConfig, check
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
@@ -89,7 +89,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
         caps = source.capabilities
         if not args.json:
             if spec.mode == "speculative":
-                console.print(legend(), style="dim")
+                console.print(legend(marks=colourless(console)), style="dim")
             if not caps.live_controls and caps.fixed_by:
                 console.print(caps.fixed_by, style="dim")
         for seed in range(spec.seed, spec.seed + args.samples):
@@ -139,9 +139,9 @@ class _Printer:
             return
         if isinstance(event, RoundEvent):
             for token in event.tokens:
-                self.console.print(token_text(token), end="")
+                self.console.print(token_text(token, colourless(self.console)), end="")
         elif isinstance(event, StepEvent):
-            self.console.print(token_text(event.token), end="")
+            self.console.print(token_text(event.token, colourless(self.console)), end="")
         elif isinstance(event, ControlEvent):
             self.console.print(f"[{', '.join(f'{n}={new}' for n, _, new in event.changes)}]", style="dim", end="")
 
@@ -149,7 +149,7 @@ class _Printer:
 def _finish(console: Console, result: SampleRun, speed_measured: bool, server_judges: bool) -> None:
     """The text (printed now if its colours were only final at the end), then the stats lines."""
     if server_judges:
-        console.print(Text().join(token_text(token) for token in result.main.tokens))
+        console.print(Text().join(token_text(token, colourless(console)) for token in result.main.tokens))
     else:
         sys.stdout.flush()
         console.print()

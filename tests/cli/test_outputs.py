@@ -132,3 +132,22 @@ def test_an_empty_file_or_folder_name_is_refused(command: list[str], capsys: pyt
     assert main(command) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is empty: give a file or folder name" in err, err
+
+
+def test_piped_output_marks_sources_and_differences_without_colour(
+    tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pipe gets no colour, so `run` brackets the sources other than accepted and `diff` marks
+    what only one side has, as `git diff --word-diff` does; the legend says which is which."""
+    args = ["run", "--target", str(tiny.target), "--draft", f"far={tiny.far}", "--prompt", "def f(x):", "--raw"]
+    assert main([*args, "--max-tokens", "24", "--save", "--sessions-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "corrected ⟦x⟧" in out.splitlines()[0] and "⟦" in out.split("\n", 1)[1]  # far drafts badly
+    (saved,) = tmp_path.glob("*.jsonl")
+    other = ["run", "--target", str(tiny.target), "--mode", "target", "--prompt", "def g(y):", "--raw"]
+    assert main([*other, "--max-tokens", "24", "--save", "--sessions-dir", str(tmp_path / "b")]) == 0
+    (second,) = (tmp_path / "b").glob("*.jsonl")
+    capsys.readouterr()
+    assert main(["diff", str(saved), str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "only in A [-x-]  only in B {+x+}" in out and "[-" in out and "{+" in out
