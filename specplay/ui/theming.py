@@ -13,7 +13,8 @@ from specplay.display.themes import builtin_theme_files, read_theme
 
 DEFAULT_THEME = "specplay-dark"
 TOKEN_VARIABLES = ("spec-accepted", "spec-relaxed", "spec-corrected", "spec-bonus", "spec-marker")
-"""Theme variables every specplay theme defines, one per speculative token source."""
+"""Theme variables every specplay theme defines, one per speculative token source. A theme may
+also set `spec-border`, the panels' border colour (else the default theme's)."""
 
 _COLOUR_FIELDS = ("primary", "secondary", "accent", "warning", "error", "success")
 _COLOUR_FIELDS += ("foreground", "background", "surface", "panel", "boost")

@@ -27,9 +27,11 @@ from specplay.ui.app import PlaygroundApp, create_app
 from specplay.ui.controller import RunState
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import SCRIPTED, ScriptedBackend, scripted_backend
+from tests.support.svg_colours import contrast, text_runs
 from tests.support.ui_helpers import scripted_app, scripted_config, scripted_source, wait_for
 
 THEMES = ("specplay-dark", "specplay-light", "specplay-colorblind")
+SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_snapshots"
 SIZE = (160, 50)
 SAMPLED = SpecSettings(k=4, route="near", rule_params=RuleParams(tv_budget=0.1), sampling=SamplingParams(0.7))
 Before = Callable[[Pilot[None]], Awaitable[None]]
@@ -141,3 +143,20 @@ def test_the_route_list(snap_compare, tmp_path: Path) -> None:  # type: ignore[n
         routes.action_show_overlay()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, open_routes))
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_each_theme_meets_the_contrast_floor_on_screen(theme: str) -> None:
+    """Read off the theme's snapshot as drawn: panel titles and token colours are text (WCAG AA,
+    4.5:1 against what they are drawn on), panel borders are lines (3:1)."""
+    svg = (SNAPSHOTS / f"test_lanes_tape_and_drill_down[{theme}].svg").read_text(encoding="utf-8")
+    runs = text_runs(svg)
+    names = ("target-only", "speculative", "draft tape", "token", "controls")
+    titles = [r for r in runs if r.text.strip() in names]
+    sources = ("accepted", "relaxed", "corrected", "bonus")
+    tokens = [r for r in runs if any(f"■ {source}" in r.text for source in sources)]
+    borders = [r for r in runs if r.text.strip()[:1] in ("╭", "╰") and set(r.text.strip()) <= set("╭╮╰╯─ ")]
+    assert len(titles) >= 5 and len(tokens) == 4 and borders
+    floors = [(r, 4.5) for r in titles + tokens] + [(r, 3.0) for r in borders]
+    low = [(r.text.strip()[:12], round(contrast(r.colour, r.background), 2)) for r, floor in floors]
+    assert [item for item, (_, floor) in zip(low, floors, strict=True) if item[1] < floor] == []

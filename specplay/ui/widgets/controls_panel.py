@@ -42,7 +42,7 @@ def knob_label(rule: AcceptanceRule) -> str:
 
 class ControlsPanel(VerticalScroll):
     DEFAULT_CSS = """
-    ControlsPanel { width: 36; border: round $panel-lighten-2; padding: 0 1; }
+    ControlsPanel { width: 36; border: round $spec-border; padding: 0 1; }
     ControlsPanel Label { margin-top: 1; color: $text-muted; }
     ControlsPanel Slider { width: 100%; }
     ControlsPanel Select, ControlsPanel Input { width: 100%; }

@@ -80,7 +80,7 @@ def _prob(top: Sequence[Candidate] | None, token_id: int) -> float | None:
 
 class Inspector(Static):
     DEFAULT_CSS = """
-    Inspector { border: round $panel-lighten-2; padding: 0 1; width: 56; height: 100%; }
+    Inspector { border: round $spec-border; padding: 0 1; width: 56; height: 100%; }
     """
 
     def __init__(self, id: str | None = None) -> None:

@@ -45,11 +45,11 @@ class Pick:
 
 class LaneView(Vertical, can_focus=True):
     DEFAULT_CSS = """
-    LaneView { border: round $panel-lighten-2; padding: 0 1; }
+    LaneView { border: round $spec-border; padding: 0 1; }
     LaneView:focus-within { border: round $primary; }
     LaneView > .lane-scroll { height: 1fr; }
     LaneView .lane-text { height: auto; }
-    LaneView > .lane-stats { height: auto; color: $text-muted; border-top: solid $panel-lighten-2; }
+    LaneView > .lane-stats { height: auto; color: $text-muted; border-top: solid $spec-border; }
     LaneView > .lane-legend { height: auto; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [

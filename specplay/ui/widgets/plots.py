@@ -67,7 +67,7 @@ def plots_content(spec: LaneTally, width: int) -> Content:
 
 class Plots(Static):
     DEFAULT_CSS = """
-    Plots { border: round $panel-lighten-2; padding: 0 1; height: auto; max-height: 22; }
+    Plots { border: round $spec-border; padding: 0 1; height: auto; max-height: 22; }
     """
 
     def __init__(self, id: str | None = None) -> None:
