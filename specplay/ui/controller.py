@@ -24,7 +24,7 @@ from specplay.config.model_sets import models_line
 from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
-from specplay.engine.events import Event, RoundEvent, StartEvent, StepEvent
+from specplay.engine.events import DoneEvent, Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError, error_line
@@ -453,8 +453,16 @@ class PlaygroundController:
                 self._view.notify_user("the draft-only lane keeps its drafter: prompt lookup cannot write alone")
             else:
                 lanes += (DRAFT_LANE,)
-        for lane in lanes:
+        running = [lane for lane in lanes if not self._ended(lane)]
+        if not running:  # the control moved, but no lane it reaches is still generating
+            self._view.notify_user("the lanes this change goes to have ended: it applies from the next run")
+        for lane in running:
             self.controls[lane].update(**{setting: value})
+
+    def _ended(self, lane: str) -> bool:
+        """Whether `lane`'s last event shown is its end (a later change cannot reach it)."""
+        events = self.events.get(lane)
+        return bool(events) and isinstance(events[-1], DoneEvent)
 
     def _route_line(self, prompt: str) -> str:
         """Where the speculative lane's route sends this prompt: auto says which class it saw and

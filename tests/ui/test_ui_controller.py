@@ -341,3 +341,27 @@ def test_a_full_disk_mid_run_stops_saving_not_the_run(
     assert every(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
     (path,) = tmp_path.glob("*.jsonl")
     assert not load_session(path).complete  # what was written before the disk filled is kept
+
+
+def test_a_change_that_can_no_longer_apply_says_so(tmp_path: Path) -> None:
+    """The speculative lane ends first (fewer target passes); a k change then reaches no lane that
+    still generates, and the user is told rather than shown a slider that did nothing."""
+    harness = Harness(tmp_path, wall_ms=2.0, raw=True, max_tokens=120, ignore_eos=True)
+    playground, screen = harness.playground, harness.screen
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == RunState.READY, "the models to load")
+        playground.run()
+        speculative_done = lambda: playground._ended("speculative")  # noqa: E731
+        harness.until(speculative_done, "the speculative lane to end")
+        assert playground.state == RunState.RUNNING  # the target-only lane still generates
+        playground.change("k", 2)
+        assert screen.said("notify")[-1] == (
+            "the lanes this change goes to have ended: it applies from the next run",
+            False,
+        )
+        playground.change("temperature", 0.5)  # the target-only lane still takes sampling changes
+        assert screen.said("notify")[-1][0].startswith("the lanes this change goes to have ended")
+        assert len(screen.said("notify")) == 1
+    finally:
+        playground.close()
