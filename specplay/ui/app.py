@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.markup import escape as escape_markup
 from textual.screen import Screen
 from textual.widgets import Select
 
@@ -176,8 +177,9 @@ class PlaygroundApp(App[None]):
             recent = []
         for path in reversed(recent):
             prompt = one_line(session_prompt(path) or "(unreadable)")
+            snippet = prompt[:48] + ("…" if len(prompt) > 48 else "")
             yield SystemCommand(
-                f"Open session {path.stem}: {prompt[:48]}{'…' if len(prompt) > 48 else ''}",
+                escape_markup(f"Open session {path.stem}: {snippet}"),  # the palette reads titles as markup
                 "Show a saved session read-only",
                 partial(self.playground.open_session, path),
             )

@@ -336,3 +336,21 @@ async def test_a_saved_session_opens_read_only_and_re_runs(tmp_path: Path) -> No
         await wait_for(pilot, lambda: app.playground.last_session is not None, "the re-run to end")
         assert app.query_one("#speculative", LaneView).text == text  # same seed and settings, same tokens
         assert app.playground.opened is None and app.playground.last_session != saved
+
+
+async def test_the_palette_shows_a_sessions_prompt_as_text(tmp_path: Path) -> None:
+    """A prompt with brackets (code, or markup on purpose) is shown as written beside its id."""
+    from textual.content import Content
+
+    from tests.support.session_events import same_as_rounds, speculative_events, target_events, write_session
+
+    lanes = {"speculative": speculative_events(), "target": target_events(same_as_rounds())}
+    prompt = "xs = [x[0] for x in rows] [bold]y[/bold] ["
+    saved = write_session(tmp_path, lanes, prompt=prompt)
+    app = scripted_app(scripted_backend(drafters=("near", "far")), tmp_path, raw=True)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
+        (title,) = [c.title for c in app.get_system_commands(app.screen) if c.title.startswith("Open session")]
+        assert (
+            Content.from_markup(title).plain == f"Open session {saved.stem}: xs = [x[0] for x in rows] [bold]y[/bold] ["
+        )
