@@ -75,6 +75,10 @@ class View(Protocol):
         """The routes to offer, and which controls are live."""
         ...
 
+    def show_load_failed(self) -> None:
+        """Loading ended in an error (the status line holds it)."""
+        ...
+
     def show_settings(self, settings: SpecSettings, seed: int) -> None:
         """Set the controls (a reopened session's settings)."""
         ...
@@ -246,6 +250,7 @@ class PlaygroundController:
         """UI thread: loading ended."""
         if error is not None:
             self.state = RunState.FAILED
+            self._view.show_load_failed()
             self.set_status(f"models failed to load: {error_line(error)} (ctrl+q quits)", error=True)
             return
         assert source is not None

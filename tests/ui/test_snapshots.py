@@ -94,13 +94,17 @@ def test_controls_fixed_by_a_speculating_server(snap_compare, tmp_path: Path) ->
 
 
 def test_a_model_that_fails_to_load(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The whole message, wrapped, and the lanes no longer loading."""
     def missing(config: RunConfig) -> EventStream:
-        raise ModelError("no model at no-such-model: give a folder, a GGUF file or `specplay fetch smollm2`")
+        raise ModelError(
+            "model '/home/someone/models/qwen2.5-coder-7b-instruct-q4_k_m-imatrix-final' has no config.json, "
+            "and no GGUF file by that name either: pass an mlx-lm model folder, a .gguf file, or a name "
+            "`specplay fetch` lists (the status line wraps so that this fix is read whole)"
+        )
 
     app = create_app(scripted_config(scripted_backend(), tmp_path, prompt=CODE_PROMPT), open_source=missing)
 
     async def failed(pilot: Pilot[None]) -> None:
-        app.animation_level = "none"  # the lanes' loading indicator stays, its dots moving with the wall clock
         await wait_for(pilot, lambda: app.playground.state == RunState.FAILED, "the load to fail")
         app.query_one("#prompt", TextArea).cursor_blink = False
         await pilot.pause()

@@ -42,6 +42,9 @@ class Screen:
     def show_loaded(self, drafters: tuple[str, ...], capabilities: Capabilities) -> None:
         self.calls.append(("loaded", (drafters, capabilities)))
 
+    def show_load_failed(self) -> None:
+        self.calls.append(("load_failed", None))
+
     def show_settings(self, settings: SpecSettings, seed: int) -> None:
         self.calls.append(("settings", (settings, seed)))
 

@@ -95,9 +95,14 @@ class PlaygroundScreen(Screen[None]):
     # --- the controller's View ---------------------------------------------------------------
 
     def show_status(self, text: str, error: bool = False) -> None:
+        """One line while all is well (an update then needs no layout, during runs too); an error
+        wraps, up to four lines, so its fix is never cut off."""
         status = self.query_one("#status", Static)
-        status.update(Content(one_line(text)), layout=False)  # one line, always: no layout needed
         status.set_class(error, "error")
+        status.update(Content(one_line(text)), layout=error)
+
+    def show_load_failed(self) -> None:
+        self.query_one("#lanes").loading = False  # nothing is loading any more: the status line says why
 
     def notify_user(self, text: str, error: bool = False) -> None:
         self.app.notify(one_line(text), severity="error" if error else "information", markup=False)
