@@ -95,6 +95,7 @@ def test_controls_fixed_by_a_speculating_server(snap_compare, tmp_path: Path) ->
 
 def test_a_model_that_fails_to_load(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The whole message, wrapped, and the lanes no longer loading."""
+
     def missing(config: RunConfig) -> EventStream:
         raise ModelError(
             "model '/home/someone/models/qwen2.5-coder-7b-instruct-q4_k_m-imatrix-final' has no config.json, "
