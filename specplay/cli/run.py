@@ -131,6 +131,7 @@ class _Printer:
 
     def __init__(self, console: Console, live: bool) -> None:
         self.console, self.live = console, live
+        self.marks = colourless(console)
         self.main: str | None = None
 
     def take(self, lane: str, event: Event) -> None:
@@ -139,9 +140,9 @@ class _Printer:
             return
         if isinstance(event, RoundEvent):
             for token in event.tokens:
-                self.console.print(token_text(token, colourless(self.console)), end="")
+                self.console.print(token_text(token, self.marks), end="")
         elif isinstance(event, StepEvent):
-            self.console.print(token_text(event.token, colourless(self.console)), end="")
+            self.console.print(token_text(event.token, self.marks), end="")
         elif isinstance(event, ControlEvent):
             self.console.print(f"[{', '.join(f'{n}={new}' for n, _, new in event.changes)}]", style="dim", end="")
 

@@ -22,9 +22,8 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import warn
-from specplay.config.locate import check_found
-from specplay.config.run_config import LOCAL_KINDS, RunConfig, check
-from specplay.errors import ConfigError, SpecplayError
+from specplay.config.run_config import RunConfig, check
+from specplay.errors import SpecplayError
 from specplay.store import find_session, load_session
 
 
@@ -65,11 +64,7 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, Path | None]:
         config = replace(config, request=replace(config.request, mode="speculative"))
     if config.request.prompt is None:
         config = replace(config, request=replace(config.request, prompt=_first_library_prompt()))
-    if config.target.kind in LOCAL_KINDS:  # a model that is not there is said first
-        check_found("target", config.target.kind, config.target.location)
-    if not config.drafter_names:
-        raise ConfigError("draft", "is needed: the playground compares speculative decoding with target-only")
-    check(config)
+    check(config)  # a model that is not there first, then a missing drafter (speculative mode needs one)
     return config, opened
 
 

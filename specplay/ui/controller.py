@@ -458,13 +458,13 @@ class PlaygroundController:
                 self._view.notify_user("the draft-only lane keeps its drafter: prompt lookup cannot write alone")
             else:
                 lanes += (DRAFT_LANE,)
-        running = [lane for lane in lanes if not self._ended(lane)]
+        running = [lane for lane in lanes if not self._lane_ended(lane)]
         if not running:  # the control moved, but no lane it reaches is still generating
             self._view.notify_user("the lanes this change goes to have ended: it applies from the next run")
         for lane in running:
             self.controls[lane].update(**{setting: value})
 
-    def _ended(self, lane: str) -> bool:
+    def _lane_ended(self, lane: str) -> bool:
         """Whether `lane`'s last event shown is its end (a later change cannot reach it)."""
         events = self.events.get(lane)
         return bool(events) and isinstance(events[-1], DoneEvent)

@@ -355,7 +355,7 @@ def test_a_change_that_can_no_longer_apply_says_so(tmp_path: Path) -> None:
         playground.load()
         harness.until(lambda: playground.state == RunState.READY, "the models to load")
         playground.run()
-        speculative_done = lambda: playground._ended("speculative")  # noqa: E731
+        speculative_done = lambda: playground._lane_ended("speculative")  # noqa: E731
         harness.until(speculative_done, "the speculative lane to end")
         assert playground.state == RunState.RUNNING  # the target-only lane still generates
         playground.change("k", 2)
