@@ -7,6 +7,9 @@ characters into their Unicode pictures and keeps newlines and tabs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 _VISIBLE: dict[int, int | str] = {code: 0x2400 + code for code in range(0x20) if chr(code) not in "\n\t"}
 _VISIBLE[0x7F] = 0x2421
 _VISIBLE |= {code: f"\\x{code:02x}" for code in range(0x80, 0xA0)}
@@ -22,3 +25,13 @@ def visible(text: str) -> str:
 def one_line(text: str) -> str:
     """`visible`, on one line: for error messages and status bars."""
     return " ".join(visible(text).replace("\t", " ").splitlines())
+
+
+def change_label(changes: Iterable[tuple[str, Any, Any]]) -> str:
+    """Where live changes took effect, as the playground and review pages mark it: ⟨k=2 route=far⟩."""
+    return "⟨" + " ".join(f"{name}={setting_text(new)}" for name, _, new in changes) + "⟩"
+
+
+def setting_text(value: Any) -> str:
+    """A setting's value as a user typed it: 0.5, not 0.500."""
+    return f"{value:g}" if isinstance(value, float) else str(value)

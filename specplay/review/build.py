@@ -11,10 +11,12 @@ from specplay.errors import SpecplayError
 from specplay.review.columns import Column, Kind, build_columns
 from specplay.review.summary import (
     INCOMPLETE,
+    LOSSLESS_NOTE,
     change_lines,
     column_numbers,
     models_of,
     origins,
+    sampled,
     settings,
     summary_cells,
 )
@@ -32,6 +34,19 @@ class Group:
 
     def summary_rows(self) -> list[list[str]]:
         return [summary_cells(c, column_numbers(c, self.reference)) for c in self.columns]
+
+    @property
+    def parts_early(self) -> bool:
+        """Whether a column leaves the reference's text within its first quarter: rows lined up
+        to the reference then cut the other texts into pieces, and prose reads better."""
+        if self.reference is None:
+            return False
+        early = len(self.reference.lane.tokens) * PROSE_BEFORE_SHARE
+        return any(
+            (at := c.divergence.diff.first_divergence) is not None and at < early
+            for c in self.columns
+            if c.divergence is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,14 @@ class Review:
     warnings: list[str] = field(default_factory=list)
     """What a reader must know first: runs that were cut short."""
 
+    @property
+    def prose_first(self) -> bool:
+        """Show each text as flowing prose, not lined up row by row, unless asked otherwise."""
+        return any(group.parts_early for group in self.groups)
+
+
+PROSE_BEFORE_SHARE = 0.25
+"""A review reads as prose by default when a text parts from the reference this early."""
 
 # Settings that say where or when a run was, not how: never what sets a column apart.
 _NOT_SETTINGS = {"source", "lanes_run_side_by_side"}
@@ -93,6 +116,8 @@ def review_sessions(sessions: Sequence[Session]) -> Review:
                 "prompt, so export them one at a time"
             )
     notes = origins(sessions)
+    if any(sampled(lane) for s in sessions for lane in s.lanes.values()):
+        notes.append(LOSSLESS_NOTE)
     reference_lane, reference_session = _reference(sessions)
     specs = []
     column_of: dict[str, Session] = {}
@@ -200,6 +225,8 @@ def review_sweep(
         reference = next((c for c in columns if c.lane is reference_lane), None)
         groups.append(Group(f"seed {seed}", columns, reference))
         column_settings |= {c.key: [] for c in columns}
+    if any(sampled(lane) for lanes in lanes_by_seed.values() for lane in lanes.values()):
+        notes = [*notes, LOSSLESS_NOTE]
     return Review(
         title=title,
         prompt=prompt,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from importlib.resources import files
 
 from specplay.display.palette import SOURCE_WHY
-from specplay.display.text import visible
+from specplay.display.text import change_label, setting_text, visible
 from specplay.display.themes import builtin_theme_files, read_theme
 from specplay.engine.events import Candidate
 from specplay.review.build import Group, Review, Table
@@ -41,8 +41,8 @@ def _asset(name: str) -> str:
 # --- themes ----------------------------------------------------------------------------------
 
 
-def _theme_css() -> tuple[str, list[tuple[str, bool]]]:
-    """CSS variables per shipped theme, and (name, is default) for the switch."""
+def _theme_css() -> tuple[str, list[tuple[str, str, bool]]]:
+    """CSS variables per shipped theme, and (name, label, is default) for the switch."""
     rules, names = [], []
     themes = [read_theme(path) for path in builtin_theme_files()]
     themes.sort(key=lambda t: t.get("name") != DEFAULT_THEME)
@@ -62,19 +62,27 @@ def _theme_css() -> tuple[str, list[tuple[str, bool]]]:
         body += " --diverged-edge: var(--spec-marker);"
         selector = f"#theme-{name}:checked ~ .page" + (", .page" if i == 0 else "")
         rules.append(f"{selector} {{ {body} }}")
-        names.append((name, i == 0))
+        names.append((name, name.removeprefix("specplay-"), i == 0))
     # The default's rule applies to .page as well; a checked radio's id selector outranks it.
     return "\n".join(rules), names
 
 
-def _theme_switch(names: Sequence[tuple[str, bool]]) -> tuple[str, str]:
-    """(the radios, before .page; their labels, inside it)."""
+def _switch(group: str, label: str, names: Sequence[tuple[str, str, bool]]) -> tuple[str, str]:
+    """A choice CSS alone can act on, scripts off: (the radios, placed before .page; their labels,
+    placed anywhere inside it). `names`: (id suffix, label, checked)."""
     radios = "".join(
-        f'<input type="radio" name="theme" class="themes" id="theme-{e(name)}"{" checked" if default else ""}>'
-        for name, default in names
+        f'<input type="radio" name="{group}" class="switches" id="{group}-{e(name)}"{" checked" if on else ""}>'
+        for name, _, on in names
     )
-    labels = "".join(f'<label for="theme-{e(name)}">{e(name.removeprefix("specplay-"))}</label> ' for name, _ in names)
-    return radios, f'<span class="switch">Theme: {labels}</span>'
+    labels = "".join(f'<label for="{group}-{e(name)}">{e(text)}</label> ' for name, text, _ in names)
+    return radios, f'<span class="switch">{label}: {labels}</span>'
+
+
+def _switch_css(group: str, names: Sequence[str]) -> str:
+    """The checked choice's label looks pressed."""
+    return "\n".join(
+        f"#{group}-{name}:checked ~ .page label[for='{group}-{name}'] {{ background: var(--panel); }}" for name in names
+    )
 
 
 # --- tokens ----------------------------------------------------------------------------------
@@ -158,36 +166,55 @@ def _gap(column: Column, at: int, first: int | None) -> str:
     return f'<span class="{cls}" data-at="{at}" title="the target-only text has {end - start} more tokens here"></span>'
 
 
+def _change(column: Column, at: int) -> str:
+    """The live changes that took effect from token `at`, marked inline as the playground does."""
+    changes = [c for c in column.lane.changes if c.token_index == at]
+    if not changes:
+        return ""
+    label = change_label(item for change in changes for item in change.changes)
+    what = "; ".join(
+        ", ".join(f"{name} {setting_text(old)} → {setting_text(new)}" for name, old, new in change.changes)
+        for change in changes
+    )
+    return f'<span class="change" data-at="{at}" title="live change from token {at}: {e(what)}">{e(label)}</span>'
+
+
 def _cell(column: Column, start: int, end: int, texts: Mapping[int, str], last: bool) -> str:
     against = column.divergence
     first = against.diff.first_divergence if against is not None else None
     parts = []
     for index in range(start, end):
+        parts.append(_change(column, index))
         if against is not None and index in against.gaps:
             parts.append(_gap(column, index, first))
         parts.append(_token(column, index, texts, first))
-    if last and against is not None and end in against.gaps:
-        parts.append(_gap(column, end, first))
-    cls = "cell reference" if column.kind == "target" and against is None else "cell"
-    return f'<div class="{cls}" data-col="{e(column.key)}" dir="auto">{"".join(parts)}</div>'
+    if last:
+        parts.append(_change(column, end))
+        if against is not None and end in against.gaps:
+            parts.append(_gap(column, end, first))
+    return f'<div class="cell" data-col="{e(column.key)}" dir="auto">{"".join(parts)}</div>'
 
 
 def _grid(review: Review, group: Group) -> str:
+    """The texts, one column per lane, in document order column by column (so a column's text is
+    one piece to read, select and copy). Aligned, each column's cells are rows of a subgrid lined
+    up with the reference's rows; as prose, the cells flow inline as one text."""
     columns = group.columns
-    heads = []
+    rows = max((len(c.starts) for c in columns), default=0)
+    out = []
     for c in columns:
         own = " · ".join(f"{name} {value}" for name, value in review.column_settings.get(c.key, []))
         extra = f'<span class="own">{e(own)}</span>' if own else ""
-        heads.append(f'<div class="head" data-col="{e(c.key)}">{e(c.title)}{extra}</div>')
-    rows = max((len(c.starts) for c in columns), default=0)
-    cells = []
-    for r in range(rows):
-        for c in columns:
+        parts = [f'<div class="head" data-col="{e(c.key)}">{e(c.title)}{extra}</div>']
+        for r in range(rows):
             start = c.starts[r] if r < len(c.starts) else len(c.lane.tokens)
             end = c.starts[r + 1] if r + 1 < len(c.starts) else len(c.lane.tokens)
-            cells.append(_cell(c, start, end, c.texts, last=r == rows - 1))
-    style = f"grid-template-columns: repeat({len(columns)}, minmax(14rem, 1fr))"
-    return f'<div class="scroll"><div class="grid" style="{style}">{"".join(heads)}{"".join(cells)}</div></div>'
+            parts.append(_cell(c, start, end, c.texts, last=r == rows - 1))
+        cls = "col reference" if c.kind == "target" and c.divergence is None else "col"
+        out.append(f'<div class="{cls}" data-col="{e(c.key)}">{"".join(parts)}</div>')
+    style = f"grid-template-columns: repeat({len(columns)}, minmax(14rem, 1fr)); "
+    style += f"grid-template-rows: repeat({rows + 1}, auto)"
+    return f'<div class="scroll"><div class="grid" style="{style}">{"".join(out)}</div></div>'
 
 
 # --- the rest of the page ----------------------------------------------------------------------
@@ -217,6 +244,7 @@ def _legend() -> str:
     marks = (
         '<span class="legend-item"><span class="t dv">marked</span>: differs from the target-only text</span>'
         '<span class="legend-item"><span class="gap"></span>: the target-only text has more here</span>'
+        '<span class="legend-item"><span class="change">⟨k=2⟩</span>: a live change took effect here</span>'
     )
     return f"<span>{items}{marks}</span>"
 
@@ -242,13 +270,13 @@ def _tape(column: Column) -> str:
     )
 
 
-def _group(review: Review, group: Group, summary: bool) -> str:
+def _group(review: Review, group: Group, view_switch: str, summary: bool) -> str:
     out = []
     if group.title:
         out.append(f"<h2>{e(group.title)}</h2>")
     if summary:
         out.append(_table(SUMMARY_HEADERS, group.summary_rows(), cls="summary"))
-    out.append(f'<h3>Texts</h3><div class="bar">{_legend()}</div>')
+    out.append(f'<h3>Texts</h3><div class="bar">{_legend()}{view_switch}</div>')
     out.append(_grid(review, group))
     charts = [c for c in (acceptance_chart(group.columns), speed_chart(group.columns)) if c]
     if any(not c.wall_time_is_speed for c in group.columns):
@@ -273,7 +301,12 @@ def _group(review: Review, group: Group, summary: bool) -> str:
 
 def to_html(review: Review) -> str:
     theme_css, names = _theme_css()
-    radios, switch = _theme_switch(names)
+    theme_radios, theme_switch = _switch("theme", "Theme", names)
+    prose = review.prose_first
+    view_radios, view_switch = _switch(
+        "view", "Texts as", [("prose", "prose", prose), ("aligned", "aligned rows", not prose)]
+    )
+    switch_css = _switch_css("theme", [name for name, _, _ in names]) + "\n" + _switch_css("view", ["prose", "aligned"])
     script = _asset("page.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     policy = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{script_hash}'"
@@ -292,14 +325,16 @@ def to_html(review: Review) -> str:
     ]
     settings = " · ".join(f"<code>{e(name)}</code> {e(value)}" for name, value in review.settings)
     body.append(f'<p class="settings">{settings}</p>')
-    body.append(f'<div class="bar">{switch}</div>')
+    body.append(f'<div class="bar">{theme_switch}</div>')
     # One group's summary comes first on the page; a sweep's seeds each have their own.
-    body += [_group(review, group, summary=len(review.groups) > 1) for group in review.groups]
+    body += [_group(review, group, view_switch, summary=len(review.groups) > 1) for group in review.groups]
     body.append('<div id="pinned" hidden><pre></pre><small>Esc to close</small></div>')
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{e(review.title)}</title>\n<style>\n{_asset('page.css')}\n{theme_css}\n</style>\n</head>\n<body>\n"
-        f'{radios}\n<div class="page">\n' + "\n".join(body) + f"\n</div>\n<script>{script}</script>\n</body>\n</html>\n"
+        f"<title>{e(review.title)}</title>\n<style>\n{_asset('page.css')}\n{theme_css}\n{switch_css}\n</style>\n"
+        f'</head>\n<body>\n{theme_radios}{view_radios}\n<div class="page">\n'
+        + "\n".join(body)
+        + f"\n</div>\n<script>{script}</script>\n</body>\n</html>\n"
     )

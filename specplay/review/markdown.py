@@ -8,8 +8,9 @@ shows it.
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from specplay.display.text import visible
+from specplay.display.text import change_label, visible
 from specplay.review.build import Group, Review
 from specplay.review.columns import Column
 from specplay.review.summary import SUMMARY_HEADERS, metric_rows
@@ -23,7 +24,8 @@ _MD_INLINE_SPECIAL = set("\\`*_[]<>!|~&$#")
 _MD_TAGS = {"corrected": "b", "bonus": "i", "relaxed": "ins"}
 _MD_LEGEND = (
     "accepted plain · <b>corrected</b> bold · <i>bonus</i> italic · <ins>relaxed</ins> underlined · "
-    "<mark>marked</mark>: differs from the target-only text (<mark>⁁</mark>: the target-only text has more there)"
+    "<mark>marked</mark>: differs from the target-only text (<mark>⁁</mark>: the target-only text has more there) · "
+    "<kbd>⟨k=2⟩</kbd>: a live change took effect there"
 )
 
 
@@ -76,11 +78,16 @@ def md_column_text(column: Column) -> str:
     against = column.divergence
     changed = against.changed if against is not None else frozenset()
     gaps = against.gaps if against is not None else {}
+    changes: dict[int, list[tuple[str, Any, Any]]] = {}
+    for change in column.lane.changes:
+        changes.setdefault(change.token_index, []).extend(change.changes)
     parts, line_start, marking = [], True, False
     for index, token in enumerate([*column.lane.tokens, None]):
         if marking and index not in changed:
             parts.append("</mark>")
             marking = False
+        if index in changes:
+            parts.append(f"<kbd>{md_inline(change_label(changes[index]))}</kbd>")
         if index in gaps:
             parts.append("<mark>⁁</mark>")
         if token is None or not token.text:

@@ -17,8 +17,7 @@
   }
 
   function column(token) {
-    const cell = token.closest(".cell");
-    return [...document.querySelectorAll(`.cell[data-col="${cell.dataset.col}"] .t[data-tip]`)];
+    return [...token.closest(".col").querySelectorAll(".t[data-tip]")];
   }
 
   document.addEventListener("click", (event) => {

@@ -84,15 +84,37 @@ def flatten_settings(settings: dict[str, Any]) -> Iterator[tuple[str, Any]]:
 
 
 def settings(session: Session) -> list[tuple[str, str]]:
-    """The request and the main lane's start settings, as (name, value)."""
+    """The request and the main lane's settings, as (name, value): "start → end" for a setting the
+    user changed during the run, so that no reader takes the start value for the whole text."""
     request = session.header.get("request") or {}
     start = session.main.start if session.header.get("lanes") else None
     rows = [(str(k), fmt_setting(v)) for k, v in request.items()]
     if start is None:
         return rows
-    if start.route is not None:
-        rows.append(("drafter", str(start.route)))
-    return rows + [(str(k), fmt_setting(v)) for k, v in flatten_settings(asdict(start.settings))]
+    end = {name: new for change in session.main.changes for name, _, new in change.changes}
+    named = [("drafter", start.route)] if start.route is not None else []
+    named += list(flatten_settings(asdict(start.settings)))
+    for name, value in named:
+        shown = fmt_setting(value)
+        if name in end and end[name] != value:
+            shown += f" → {fmt_setting(end[name])}"
+        rows.append((str(name), shown))
+    return rows
+
+
+def sampled(lane: LaneRecord) -> bool:
+    """Whether a lane drew tokens at a temperature above 0, from its start or after a live change."""
+    start = lane.start
+    temperatures = [start.settings.sampling.temperature] if start is not None else []
+    temperatures += [new for change in lane.changes for name, _, new in change.changes if name == "temperature"]
+    return any(t > 0 for t in temperatures)
+
+
+LOSSLESS_NOTE = (
+    "Sampled at a temperature above 0: a lossless rule (TV budget 0) keeps the target's distribution, "
+    "not its text. A speculative text may part from this one target-only sample and still be drawn exactly "
+    "as the target draws: specplay fidelity compares the distributions over many samples."
+)
 
 
 def metric_rows(lanes: Sequence[LaneRecord]) -> list[tuple[str, list[str]]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.content import Content
 
-from specplay.display.text import visible
+from specplay.display.text import change_label, visible
 from specplay.engine.events import Token
 
 SPEC_SOURCES = ("accepted", "relaxed", "corrected", "bonus")
@@ -24,8 +24,9 @@ def token_content(token: Token) -> Content:
 
 
 def marker_content(changes: Iterable[tuple[str, Any, Any]]) -> Content:
-    """Where live changes took effect in a stream: ⟨k=2 route=far⟩."""
-    return Content.styled("⟨" + " ".join(f"{name}={_short(new)}" for name, _, new in changes) + "⟩", MARKER_STYLE)
+    """Where live changes took effect in a stream: ⟨k=2 route=far⟩, apart from the tokens around it
+    (a marker glued to a word reads as part of it when colours are lost)."""
+    return Content.assemble(" ", Content.styled(change_label(changes), MARKER_STYLE), " ")
 
 
 def legend() -> Content:
@@ -34,7 +35,3 @@ def legend() -> Content:
         parts += [Content.styled("■ " + source, source_style(source)), "  "]
     parts.append(Content.styled("⟨change⟩", MARKER_STYLE))
     return Content.assemble(*parts)
-
-
-def _short(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -57,8 +57,10 @@ def test_markdown_transcript(session_path: Path) -> None:
     assert "| `tv_budget` | 0 |" in md and "| `temperature` | 0 |" in md
     # the target-only text first; accepted plain, bonus italic, budget underlined, corrected bold
     assert md.index("### target-only\n\ndef fib\\(n\\):") < md.index("### speculative")
-    assert "### speculative\n\nSame tokens as the target-only text.\n\ndef fib<i>\\(</i><ins>n</ins><b>\\):</b>" in md
-    assert "- control change: token 3: k 4 → 2" in md
+    # the live change marked where it took effect, and the setting shown from start to end
+    text = "def fib<i>\\(</i><kbd>⟨k=2⟩</kbd><ins>n</ins><b>\\):</b>"
+    assert f"### speculative\n\nSame tokens as the target-only text.\n\n{text}" in md
+    assert "- control change: token 3: k 4 → 2" in md and "| `k` | 4 → 2 |" in md
     for name in ("mean_acceptance_length", "draft_acceptance_rate", "num_spec_steps", "tokens_per_s"):
         assert f"| `{name}` |" in md
     assert "| `num_spec_steps` | - | 2 |" in md and "| `tokens_per_s` | 2.000 | 4.000 |" in md

@@ -28,6 +28,10 @@ from tests.support.tiny_models import TinyModels
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
+SAVED = Path(__file__).resolve().parents[1] / "data" / "saved_sessions"
+PLAYGROUND_SESSION = SAVED / "playground-live-change.jsonl"
+"""The playground's own session: T 0.7, D 0 then 0.5 and T 1.0 changed while it ran; it parts
+from the target-only text at token 1."""
 ARTIFACTS = Path(os.environ.get("SPECPLAY_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / ".test-artifacts"))
 
 pytestmark = pytest.mark.skipif(
@@ -201,6 +205,76 @@ def test_a_sweep_page_has_a_column_per_session(browser, sweep: list[Path], tmp_p
     cells = Counter(c.get_attribute("data-col") for c in browser.find_elements("css selector", ".grid .cell"))
     assert len(set(cells.values())) == 1 and cells["c0"] >= 1
     assert len(browser.find_elements("css selector", "svg")) == 2  # acceptance by position, tokens/s
+
+
+# The tallest empty stretch between one line of a column's tokens and the next, in token heights,
+# leaving out breaks the text itself makes (around a token holding a newline).
+_LARGEST_GAP = """
+let previous = null, largest = 0;
+for (const token of arguments[0].querySelectorAll('.t')) {
+  const box = token.getBoundingClientRect();
+  if (box.height === 0) continue;
+  const own = token.textContent.includes('\\n') || (previous && previous.text.includes('\\n'));
+  if (previous && box.top > previous.box.bottom && !own) {
+    largest = Math.max(largest, (box.top - previous.box.bottom) / box.height);
+  }
+  previous = {box, text: token.textContent};
+}
+return largest;
+"""
+
+
+def _largest_gap(browser, column) -> float:  # type: ignore[no-untyped-def]
+    return float(browser.execute_script(_LARGEST_GAP, column))
+
+
+def test_an_early_parting_sampled_run_reads_as_prose(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    session = load_session(PLAYGROUND_SESSION)
+    baseline, main_lane = session.baseline, session.main
+    assert baseline is not None and token_diff(main_lane.token_ids, baseline.token_ids).first_divergence == 1
+    page = _export([PLAYGROUND_SESSION], tmp_path / "prose.html")
+    browser.get(page.as_uri())
+    assert browser.find_element("css selector", "#view-prose").is_selected()
+
+    # each column is one text: its tokens in order, and read as prose, line after line with no blank
+    # rows (aligned to the target-only rows the same columns have them: the check can tell)
+    gaps = {}
+    for key, lane in (("c0", baseline), ("c1", main_lane)):
+        column = browser.find_element("css selector", f'.col[data-col="{key}"]')
+        tokens = column.find_elements("css selector", ".t")
+        assert [int(t.get_attribute("data-i")) for t in tokens] == list(range(len(lane.tokens)))
+        assert "".join(t.get_attribute("textContent") for t in tokens) == "".join(lane.texts)
+        assert _largest_gap(browser, column) < 0.6
+    browser.find_element("css selector", "label[for='view-aligned']").click()
+    for key in ("c0", "c1"):
+        gaps[key] = _largest_gap(browser, browser.find_element("css selector", f'.col[data-col="{key}"]'))
+    assert max(gaps.values()) >= 1, gaps  # aligned rows leave blank lines in one text or the other
+    # aligned, each row's cells start at one height across the columns
+    for r, (a, b) in enumerate(
+        zip(
+            browser.find_elements("css selector", '.col[data-col="c0"] .cell'),
+            browser.find_elements("css selector", '.col[data-col="c1"] .cell'),
+            strict=True,
+        )
+    ):
+        assert a.rect["y"] == b.rect["y"], r
+    browser.find_element("css selector", "label[for='view-prose']").click()
+
+    # live changes are marked inline, just before the token they took effect from
+    for key, lane in (("c0", baseline), ("c1", main_lane)):
+        marks = browser.find_elements("css selector", f'.col[data-col="{key}"] .change')
+        assert [int(m.get_attribute("data-at")) for m in marks] == [c.token_index for c in lane.changes]
+        for mark, change in zip(marks, lane.changes, strict=True):
+            following = browser.execute_script("return arguments[0].nextElementSibling", mark)
+            assert int(following.get_attribute("data-i")) == change.token_index and mark.is_displayed()
+            name, old, new = change.changes[0]
+            assert mark.text == f"⟨{name}={new:g}⟩" and f"{name} {old:g} → {new:g}" in mark.get_attribute("title")
+    # the settings say where the run started and ended; a reader is told what lossless keeps
+    settings = browser.find_element("css selector", ".settings").text
+    assert "tv_budget 0 → 0.5" in settings and "temperature 0.7 → 1" in settings
+    assert "keeps the target's distribution, not its text" in browser.find_element("css selector", ".notes").text
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(ARTIFACTS / "review-prose.png"))
 
 
 HOSTILE = [
