@@ -185,7 +185,9 @@ class _progress:
         self.bar.__enter__()
 
         def on_progress(p: Any) -> None:
-            self.bar.update(self.task, completed=p.step, loss=f"{p.loss:.4f}", speed=f"{p.tokens_per_s:,.0f} tokens/s")
+            loss = "-" if p.loss is None else f"{p.loss:.4f}"
+            speed = "" if p.tokens_per_s is None else f"{p.tokens_per_s:,.0f} tokens/s"
+            self.bar.update(self.task, completed=p.step, loss=loss, speed=speed)
 
         return on_progress, lambda text: self.bar.console.print(text, markup=False, highlight=False)
 

@@ -35,3 +35,13 @@ def change_label(changes: Iterable[tuple[str, Any, Any]]) -> str:
 def setting_text(value: Any) -> str:
     """A setting's value as a user typed it: 0.5, not 0.500."""
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def token_repr(text: str, limit: int | None = None) -> str:
+    """One token's text where it stands alone (drill-down, tapes, top candidates): between ‹ ›,
+    which model output rarely holds, so ‹'› and ‹,› stay apart; a line break as ⏎, a token with no
+    text (bytes of a character that the next token completes) as ‹∅›."""
+    shown = visible(text).replace("\n", "⏎")
+    if limit is not None and len(shown) > limit:
+        shown = shown[: limit - 1] + "…"
+    return f"‹{shown or '∅'}›"

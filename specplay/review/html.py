@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from importlib.resources import files
 
 from specplay.display.palette import SOURCE_WHY
-from specplay.display.text import change_label, setting_text, visible
+from specplay.display.text import change_label, setting_text, token_repr, visible
 from specplay.display.themes import builtin_theme_files, read_theme
 from specplay.engine.events import Candidate
 from specplay.review.build import Group, Review, Table
@@ -90,7 +90,7 @@ def _switch_css(group: str, names: Sequence[str]) -> str:
 
 def _quote(texts: Mapping[int, str], token_id: int) -> str:
     text = texts.get(token_id)
-    return f"⟨{token_id}⟩" if text is None else "'" + visible(text).replace("\n", "⏎") + "'"
+    return f"⟨{token_id}⟩" if text is None else token_repr(text)
 
 
 def _num(value: float | None) -> str:

@@ -57,7 +57,9 @@ PROSE_PROMPT_TOKENS = (16, 64)
 
 def print_progress(label: str) -> Callable[[Progress], None]:
     def report(progress: Progress) -> None:
-        if progress.step % 10 == 0 or progress.step == progress.steps:
+        if progress.loss is None or progress.tokens_per_s is None or progress.eta_s is None:
+            print(f"{label}: resumed at step {progress.step}/{progress.steps}", flush=True)
+        elif progress.step % 10 == 0 or progress.step == progress.steps:
             print(
                 f"{label}: step {progress.step}/{progress.steps}  loss {progress.loss:.3f}  "
                 f"{progress.tokens_per_s:.0f} tokens/s  ETA {progress.eta_s / 60:.1f} min",

@@ -37,9 +37,10 @@ class TrainConfig:
 class Progress:
     step: int
     steps: int
-    loss: float
-    tokens_per_s: float
-    eta_s: float
+    loss: float | None
+    """None (and so the rates) in a resumed run's first report, before it has run a step."""
+    tokens_per_s: float | None
+    eta_s: float | None
 
 
 LossFn = Callable[..., mx.array]
@@ -111,6 +112,8 @@ def train(
                 f"the checkpoint in {checkpoint_dir} was made with other settings; "
                 "pass the same settings to resume, or remove the folder to start over"
             )
+        # Where the resumed run stands, before its first step (which may never come: all were done).
+        on_progress(Progress(step=first_step, steps=config.steps, loss=None, tokens_per_s=None, eta_s=None))
 
     value_and_grad = nn.value_and_grad(model, loss_fn)
 

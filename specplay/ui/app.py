@@ -25,6 +25,7 @@ from specplay.config.run_config import RunConfig
 from specplay.display.text import one_line
 from specplay.engine.stream import EventStream
 from specplay.errors import SpecplayError
+from specplay.review import export_review, reviews_dir
 from specplay.runner.host import ModelHost, OpenSource
 from specplay.store import SessionError, list_session_files, session_prompt
 from specplay.ui.controller import PlaygroundController
@@ -165,6 +166,16 @@ class PlaygroundApp(App[None]):
             yield SystemCommand(
                 f"Prompt: {prompt.label}", "Put this library prompt in the editor", partial(self.use_prompt, i)
             )
+        for title, help, action in self.main.query_one(ControlsPanel).choices():
+            yield SystemCommand(f"Set {title}", help, action)
+        if self._session_to_export() is not None:
+            folder = reviews_dir(self.playground.config.sessions_dir)
+            for fmt, what in (("html", "review page"), ("md", "Markdown transcript")):
+                yield SystemCommand(
+                    f"Export a {what}",
+                    f"The last run (or the opened session) as a {what} in {folder}",
+                    partial(self.export_review, fmt),
+                )
         if self.playground.opened is not None:
             yield SystemCommand(
                 "Re-run the opened session",
@@ -183,6 +194,24 @@ class PlaygroundApp(App[None]):
                 "Show a saved session read-only",
                 partial(self.playground.open_session, path),
             )
+
+    def _session_to_export(self) -> Path | None:
+        """The session on show: the one opened read-only, else the last run's saved one."""
+        opened = self.playground.opened
+        return opened.path if opened is not None else self.playground.last_session
+
+    @work(thread=True, group="export")
+    def export_review(self, fmt: str) -> None:
+        # Off the UI thread: a long session's page takes a moment to build.
+        path = self._session_to_export()
+        if path is None:
+            return
+        try:
+            written = export_review(path, fmt, reviews_dir(self.playground.config.sessions_dir))
+        except SpecplayError as error:
+            self.call_from_thread(self.notify, one_line(str(error)), title="Export", severity="error", markup=False)
+            return
+        self.call_from_thread(self.notify, f"Wrote {written}", title="Export", markup=False)
 
     def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
         """Textual's screenshot, saved beside the sessions (the arguments of Textual's own action are ignored)."""

@@ -9,7 +9,7 @@ import pytest
 
 from specplay.backends.vllm.errors import VllmError
 from specplay.cli import main
-from specplay.display.text import one_line, visible
+from specplay.display.text import one_line, token_repr, visible
 from specplay.errors import ConfigError, error_line
 from specplay.ui.controller import RunState
 from tests.support.session_events import same_as_rounds, speculative_events, target_events, write_session
@@ -29,6 +29,12 @@ def test_visible_and_one_line_keep_text_and_drop_control() -> None:
     assert one_line("first\nsecond\u2028third") == "first second third"
     assert error_line(VllmError(f"server said {ESCAPES}\nand more")).count("\n") == 0
     assert _clean(error_line(ConfigError("prompt_file", f"'{ESCAPES}' does not exist")))
+
+
+def test_a_token_standing_alone_reads_apart_from_its_neighbours() -> None:
+    # a quote, a comma and a token with no text of its own were '','' in a row of candidates
+    assert [token_repr(t) for t in ("'", ",", "", " the")] == ["‹'›", "‹,›", "‹∅›", "‹ the›"]
+    assert token_repr("a\nb\x1b") == "‹a⏎b␛›" and token_repr("x" * 20, limit=5) == "‹xxxx…›"
 
 
 def test_sessions_listing_shows_hostile_prompts_as_text(

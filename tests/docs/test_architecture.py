@@ -29,10 +29,10 @@ ALLOWED = {
     "files": {"errors", "store"},
     "runner": {"backends", "config", "engine", "errors", "store"},
     "fidelity": {"engine", "errors", "files", "store"},
-    "review": {"display", "engine", "errors", "fidelity", "store"},
+    "review": {"display", "engine", "errors", "fidelity", "files", "store"},
     "bench": {"backends", "data", "engine", "errors", "files", "store"},
     "train": {"backends", "errors", "store"},
-    "ui": {"config", "data", "display", "engine", "errors", "files", "runner", "store"},
+    "ui": {"config", "data", "display", "engine", "errors", "files", "review", "runner", "store"},
     "cli": {
         "root",
         "backends",

@@ -137,8 +137,8 @@ def test_incomplete_session_is_marked(tmp_path: Path) -> None:
 def test_html_page(session_path: Path) -> None:
     page = to_html(load_session(session_path))
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
-    assert '<span class="t accepted" data-i="0" tabindex="0" data-tip="&#x27;def&#x27;  accepted' in page
-    assert 'data-i="4" tabindex="0" data-tip="&#x27;):&#x27;  corrected · token 4 · id 14' in page
+    assert '<span class="t accepted" data-i="0" tabindex="0" data-tip="‹def›  accepted' in page
+    assert 'data-i="4" tabindex="0" data-tip="‹):›  corrected · token 4 · id 14' in page
     # the playground's palette, from its theme files, one rule set per theme
     for name in ("specplay-dark", "specplay-light", "specplay-colorblind"):
         assert f'id="theme-{name}"' in page and f"#theme-{name}:checked ~ .page" in page

@@ -97,9 +97,9 @@ def test_a_tokens_details_name_its_round_its_numbers_and_the_top_candidates(tmp_
     review = review_sessions([load_session(write_session(tmp_path, {"speculative": events}))])
     (column,) = review.groups[0].columns
     details = token_details(column, 0, {77: " seventy"})
-    assert details.splitlines()[0] == "'def'  accepted · token 0 · id 10"
+    assert details.splitlines()[0] == "‹def›  accepted · token 0 · id 10"
     assert "round 0 · route near · k 2 · accepted 2" in details
     assert "p_target(x) 0.500 · p_draft(x) 0.500" in details and "u 0.100" in details and "θ 0.000" in details
-    assert "top p_target: ⟨10⟩ 0.500, ' seventy' 0.250" in details and "top p_draft: ⟨10⟩ 0.500" in details
+    assert "top p_target: ⟨10⟩ 0.500, ‹ seventy› 0.250" in details and "top p_draft: ⟨10⟩ 0.500" in details
     bonus = token_details(column, 2, {})
     assert "bonus" in bonus and "p_target(x) 0.400" in bonus and "top p_target: ⟨12⟩ 0.400" in bonus

@@ -100,20 +100,25 @@ def test_an_interrupted_run_resumes_to_the_same_drafter(tiny: TinyModels, tmp_pa
     target, _ = load_folder(tiny.target)
     prompts = encode(tiny, PROMPTS * 2)
 
-    def run(out: Path, stop_at: int | None = None) -> None:
+    def run(out: Path, stop_at: int | None = None) -> list[Progress]:
         draft, config = load_folder(tiny.far)
+        reports: list[Progress] = []
 
         def on_progress(progress: Progress) -> None:
+            reports.append(progress)
             if progress.step == stop_at:
                 raise KeyboardInterrupt
 
         distill(target, draft, config, tiny.far, prompts, eos(tiny), out, small_config(6), on_progress=on_progress)
+        return reports
 
     run(tmp_path / "whole")
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "resumed", stop_at=3)
     assert not (tmp_path / "resumed" / "config.json").exists()
-    run(tmp_path / "resumed")
+    reports = run(tmp_path / "resumed")
+    # the resumed run first says where it stands (the interrupted step is run again), then goes on
+    assert (reports[0].step, reports[0].loss) == (2, None) and [p.step for p in reports[1:]] == [3, 4, 5, 6]
     whole = mx.load(str(tmp_path / "whole" / "model.safetensors"))
     resumed = mx.load(str(tmp_path / "resumed" / "model.safetensors"))
     for name, value in whole.items():

@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.style import Style
 from textual.binding import Binding
+from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widgets import Select, Static, Switch, TextArea
 from textual_slider import Slider
@@ -307,6 +309,73 @@ async def test_draft_lane_prompt_library_and_palette_actions(tmp_path: Path) -> 
         await wait_for(pilot, lambda: len(list(folder.glob("*.png"))) == 2, "their PNGs")
         assert every(png.read_bytes().startswith(b"\x89PNG") for png in folder.glob("*.png"))
         assert not list(folder.glob(".*"))  # no half-written file left
+
+
+async def test_tab_goes_from_the_prompt_to_the_controls_and_they_fit_at_180_by_50(tmp_path: Path) -> None:
+    app = scripted_app(
+        scripted_backend(drafters=("near", "far")), tmp_path, prompt=CODE_PROMPT, raw=True, max_tokens=24
+    )
+    async with app.run_test(size=(180, 50)) as pilot:
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
+        chain = [widget.id for widget in app.screen.focus_chain]
+        controls = ["k", "rule", "knob", "policy", "route", "counterfactual", "temperature", "seed", "draft-lane"]
+        assert chain == ["prompt", "library", *controls, "speculative", "tape"]
+        # every control, the seed and the draft-only switch included, is on screen without scrolling
+        panel = app.query_one("#controls")
+        assert panel.max_scroll_y == 0
+        assert every(panel.region.contains_region(app.query_one(f"#{id}").region) for id in controls)
+
+        # each stop shows that it has the focus: its look changes
+        def look(region: Region) -> list[Style]:
+            return [
+                app.screen.get_style_at(x, y)
+                for y in range(region.y, region.bottom)
+                for x in range(region.x, region.right)
+            ]
+
+        for id in chain:
+            widget = app.query_one(f"#{id}")
+            app.screen.set_focus(None)
+            await pilot.pause()
+            before = look(widget.region)
+            widget.focus()
+            await pilot.pause()
+            assert look(widget.region) != before, id
+        # after a run the plots fill in below the controls, and the controls still fit
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end")
+        assert panel.max_scroll_y == 0 and "acceptance by draft position" in str(app.query_one(Plots).render())
+
+
+async def test_the_palette_sets_controls_and_exports_the_run(tmp_path: Path) -> None:
+    backend = scripted_backend(drafters=("near", "far"))
+    app = scripted_app(backend, tmp_path, prompt=CODE_PROMPT, max_tokens=12, raw=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
+
+        def command(title: str):  # type: ignore[no-untyped-def]
+            (found,) = [c for c in app.get_system_commands(app.screen) if c.title == title]
+            return found.callback
+
+        assert not [c for c in app.get_system_commands(app.screen) if c.title.startswith("Export")]  # nothing run yet
+        command("Set k = 6")()
+        command("Set route: far")()
+        command("Set temperature: 0.7")()
+        await wait_for(pilot, lambda: app.playground.settings.k == 6, "k from the palette")
+        settings = app.playground.settings
+        assert settings.route == "far" and settings.sampling.temperature == 0.7
+        assert app.query_one("#k", Slider).value == 6  # the control shows what the palette set
+
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end")
+        saved = app.playground.last_session
+        assert saved is not None
+        command("Export a review page")()
+        command("Export a Markdown transcript")()
+        page, transcript = (tmp_path / "reviews" / f"{saved.stem}.{fmt}" for fmt in ("html", "md"))
+        await wait_for(pilot, lambda: page.exists() and transcript.exists(), "the exports")
+        assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+        assert "| `k` | 6 |" in transcript.read_text(encoding="utf-8")
 
 
 async def test_a_saved_session_opens_read_only_and_re_runs(tmp_path: Path) -> None:

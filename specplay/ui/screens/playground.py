@@ -62,27 +62,28 @@ class PlaygroundScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         settings, seed = self.playground.settings, self.playground.seed
         yield Header()
-        with Horizontal(id="body"):
-            with Vertical(id="main"):
-                with Horizontal(id="prompt-row"):
-                    prompt = TextArea(visible(self._prompt), id="prompt", soft_wrap=True)
-                    prompt.border_title = "prompt  (ctrl+r runs, escape stops)"
-                    yield prompt
-                    options = [(p.label, i) for i, p in enumerate(self.library)]
-                    yield Select(options, prompt="prompt library", id="library")
-                yield Static("", id="status")
-                with Horizontal(id="lanes"):
-                    yield LaneView("target", "target-only", id="target")
-                    yield LaneView("speculative", "speculative", legend=legend(), selectable=True, id="speculative")
-                    draft = LaneView(DRAFT_LANE, "draft-only", id=DRAFT_LANE)
-                    draft.display = self.playground.draft_lane
-                    yield draft
-                with Horizontal(id="bottom"):
-                    yield DraftTape(id="tape")
-                    yield Inspector(id="inspector")
+        # Tab goes through widgets in this order: the prompt, then the controls (docked on the
+        # right, so their place here sets only the order), then the lanes and the tape.
+        with Vertical(id="body"):
+            with Horizontal(id="prompt-row"):
+                prompt = TextArea(visible(self._prompt), id="prompt", soft_wrap=True)
+                prompt.border_title = "prompt  (ctrl+r runs, escape stops)"
+                yield prompt
+                options = [(p.label, i) for i, p in enumerate(self.library)]
+                yield Select(options, prompt="prompt library", id="library")
             with Vertical(id="side"):
                 yield ControlsPanel(settings, seed, id="controls")
                 yield Plots(id="plots")
+            yield Static("", id="status")
+            with Horizontal(id="lanes"):
+                yield LaneView("target", "target-only", id="target")
+                yield LaneView("speculative", "speculative", legend=legend(), selectable=True, id="speculative")
+                draft = LaneView(DRAFT_LANE, "draft-only", id=DRAFT_LANE)
+                draft.display = self.playground.draft_lane
+                yield draft
+            with Horizontal(id="bottom"):
+                yield DraftTape(id="tape")
+                yield Inspector(id="inspector")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -8,11 +8,11 @@ they go to. Seed is not live: it seeds the next run.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Label, Select, Static, Switch
 from textual_slider import Slider
@@ -40,14 +40,18 @@ def knob_label(rule: AcceptanceRule) -> str:
     return f"{rule.knob.label} {rule.knob.symbol} {rule.value:.3g}"
 
 
-class ControlsPanel(VerticalScroll):
+class ControlsPanel(VerticalScroll, can_focus=False):
+    """Not a tab stop itself: its controls are, and focusing one scrolls it into view."""
+
     DEFAULT_CSS = """
     ControlsPanel { width: 36; border: round $spec-border; padding: 0 1; }
-    ControlsPanel Label { margin-top: 1; color: $text-muted; }
+    ControlsPanel Label { color: $text-muted; }
     ControlsPanel Slider { width: 100%; }
     ControlsPanel Select, ControlsPanel Input { width: 100%; }
-    ControlsPanel Horizontal { height: auto; margin-top: 1; }
-    ControlsPanel Horizontal Label { margin: 1 0 0 1; }
+    ControlsPanel .switch-row { height: auto; margin-top: 1; }
+    ControlsPanel .switch-row Label { margin: 1 0 0 1; }
+    ControlsPanel .pair { height: auto; }
+    ControlsPanel .pair Vertical { width: 1fr; height: auto; }
     """
 
     class Changed(Message):
@@ -67,6 +71,7 @@ class ControlsPanel(VerticalScroll):
         self._counterfactual_shown = ""
         self._seed = seed
         self._routes = [settings.route]
+        self._rules = list(RULE_NAMES)
         self._temperatures = sorted({*TEMPERATURES, settings.sampling.temperature})
 
     def compose(self) -> ComposeResult:
@@ -82,20 +87,23 @@ class ControlsPanel(VerticalScroll):
         yield Select([(p, p) for p in POLICIES], value=s.policy, allow_blank=False, id="policy")
         yield Label("route")
         yield Select([(s.route, s.route)], value=s.route, allow_blank=False, id="route")
-        with Horizontal():
+        with Horizontal(classes="switch-row"):
             yield Switch(s.counterfactual, id="counterfactual")
             yield Label("counterfactual")
         yield Static("", id="counterfactual-stats")
-        yield Label("temperature")
-        yield Select(
-            [(f"{t:g}", t) for t in self._temperatures],
-            value=s.sampling.temperature,
-            allow_blank=False,
-            id="temperature",
-        )
-        yield Label("seed (next run)")
-        yield Input(str(self._seed), type="integer", id="seed")
-        with Horizontal():
+        with Horizontal(classes="pair"):  # side by side: every control fits at 50 rows, plots below
+            with Vertical():
+                yield Label("temperature")
+                yield Select(
+                    [(f"{t:g}", t) for t in self._temperatures],
+                    value=s.sampling.temperature,
+                    allow_blank=False,
+                    id="temperature",
+                )
+            with Vertical():
+                yield Label("seed (next run)")
+                yield Input(str(self._seed), type="integer", id="seed")
+        with Horizontal(classes="switch-row"):
             yield Switch(False, id="draft-lane")
             yield Label("draft-only lane")
 
@@ -112,6 +120,7 @@ class ControlsPanel(VerticalScroll):
     def limit_to(self, rules: Sequence[str], counterfactual: bool) -> None:
         """Offer only the rules the backend can judge, and counterfactual routes where it can run them."""
         select = self.query_one("#rule", Select)
+        self._rules = list(rules)
         if self._settings.rule in rules:
             with self.prevent(Select.Changed):  # as for the routes: options offered, no setting changed
                 select.set_options([(r, r) for r in rules])
@@ -153,6 +162,36 @@ class ControlsPanel(VerticalScroll):
             temperature.set_options([(f"{v:g}", v) for v in self._temperatures])
         temperature.value = t
         self.query_one("#seed", Input).value = str(seed)
+
+    def choices(self) -> Iterator[tuple[str, str, Callable[[], None]]]:
+        """(title, help, action) for the command palette: every value a control offers, set as if
+        the user moved the control (so it reports its change the same way). Fixed controls offer none."""
+
+        def setter(id: str, value: object) -> Callable[[], None]:
+            def set_value() -> None:
+                self.query_one(f"#{id}").value = value  # type: ignore[attr-defined]
+
+            return set_value
+
+        def offered(id: str) -> bool:
+            return not self.query_one(f"#{id}").disabled
+
+        if offered("k"):
+            what = "Draft length: tokens drafted per round"
+            yield from ((f"k = {k}", what, setter("k", k)) for k in range(1, K_MAX + 1))
+        selects = (
+            ("rule", "Acceptance rule", [(r, r) for r in self._rules]),
+            ("policy", "Draft-length policy", [(p, p) for p in POLICIES]),
+            ("route", "Which drafter proposes", [(r, r) for r in self._routes]),
+            ("temperature", "Sampling temperature", [(f"{t:g}", t) for t in self._temperatures]),
+        )
+        for id, what, options in selects:
+            if offered(id):
+                yield from ((f"{id}: {label}", what, setter(id, value)) for label, value in options)
+        if offered("counterfactual"):
+            switch = self.query_one("#counterfactual", Switch)
+            yield "counterfactual routes on/off", "Judge every drafter's proposal each round", switch.toggle
+        yield "seed (next run)", "Edit the seed the next run starts from", self.query_one("#seed", Input).focus
 
     @staticmethod
     def _k_label(k: int) -> str:

@@ -8,7 +8,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from specplay.display.palette import SOURCE_WHY
-from specplay.display.text import visible
+from specplay.display.text import token_repr
 from specplay.engine.events import Candidate, DraftPosition
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.lane_view import Pick
@@ -17,7 +17,7 @@ Decode = Callable[[int], str]
 
 
 def _quote(text: str) -> str:
-    return "'" + visible(text).replace("\n", "⏎")[:12] + "'"
+    return token_repr(text, limit=12)
 
 
 def _num(value: float | None) -> str:

@@ -86,7 +86,8 @@ class LaneView(Vertical, can_focus=True):
     def compose(self) -> ComposeResult:
         if self._legend is not None:
             yield Static(self._legend, classes="lane-legend")
-        with VerticalScroll(classes="lane-scroll"):
+        # The lane is the tab stop (when its tokens can be picked), not its scroll area: the wheel scrolls.
+        with VerticalScroll(classes="lane-scroll", can_focus=False):
             yield Static("", classes="lane-text")
         yield Static("", classes="lane-stats")
 

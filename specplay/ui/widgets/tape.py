@@ -41,6 +41,7 @@ def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
 class DraftTape(VerticalScroll):
     DEFAULT_CSS = """
     DraftTape { border: round $spec-border; height: 9; padding: 0 1; }
+    DraftTape:focus { border: round $primary; }
     """
 
     def __init__(self, id: str | None = None) -> None:
