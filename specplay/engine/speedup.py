@@ -9,7 +9,7 @@ measured beside the lane (local) or one verify call (remote, `predict_modelled`)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -49,8 +49,12 @@ def predicted_speedup(alpha: float, k: float, cost_ratio: float) -> float:
     """Leviathan et al. (2023): expected tokens per round, (1 - α^(k+1)) / (1 - α), over a round's
     cost in target steps, k c + 1, with c a draft step's cost over a target step's. At α = 1 the
     limit is (k + 1) / (k c + 1)."""
-    tokens = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return tokens / (k * cost_ratio + 1)
+    return tokens_at_alpha(alpha, k) / (k * cost_ratio + 1)
+
+
+def tokens_at_alpha(alpha: float, k: int | float) -> float:
+    """Tokens a round of k drafts commits when each is kept with probability α, independently."""
+    return k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,3 +150,89 @@ def predict_modelled(metrics: Mapping[str, Any]) -> Prediction:
     verify_ms = metrics.get("verify_ms") or 0.0
     prediction = predict(metrics, verify_ms / rounds if rounds and verify_ms > 0 else None)
     return replace(prediction, verify_steps=None, host_steps=None, costed_speedup=None)
+
+
+# --- the speedup at each k, from per-position acceptance and measured round costs ----------------
+
+
+def reach_by_position(acceptance_per_position: Sequence[float], k: int) -> list[float]:
+    """P(drafted tokens 1..i all kept) for i = 1..k. `acceptance_per_position` is the metric of
+    that name (kept / drafted at each position over the rounds that drafted that far), which is
+    this probability itself; past the positions measured, each further token is kept with the
+    last measured conditional rate (position i's kept share over position i - 1's)."""
+    measured = list(acceptance_per_position[:k])
+    if not measured:
+        return [0.0] * k
+    last = measured[-1] / measured[-2] if len(measured) > 1 and measured[-2] > 0 else measured[-1]
+    last = min(1.0, max(0.0, last))
+    while len(measured) < k:
+        measured.append(measured[-1] * last)
+    return measured
+
+
+def expected_tokens(acceptance_per_position: Sequence[float], k: int) -> float:
+    """Tokens a round of k drafts commits on average: one (the correction or the bonus) plus, for
+    each position, the probability that it and every one before it were kept. With one α at every
+    position (reach α^i) this is `tokens_at_alpha`."""
+    return 1 + sum(reach_by_position(acceptance_per_position, k))
+
+
+def round_ms(k: int, verify_ms: Mapping[int, float], draft_step_ms: float) -> float | None:
+    """A round of k drafts: k drafter steps and a verify pass over k + 1 rows (None: not measured)."""
+    verify = verify_ms.get(k + 1)
+    return None if verify is None else k * draft_step_ms + verify
+
+
+@dataclass(frozen=True, slots=True)
+class KPrediction:
+    """What a k is expected to give, from measured acceptance and measured costs."""
+
+    k: int
+    expected_tokens: float
+    round_ms: float
+    speedup: float
+    """Expected tokens per round over a round's time in target steps."""
+    break_even_acceptance: float
+    """The one α at every position at which a round of this k is as fast as the target alone."""
+
+
+def predict_by_k(
+    acceptance_per_position: Sequence[float],
+    verify_ms: Mapping[int, float],
+    draft_step_ms: float,
+    target_step_ms: float,
+    k_max: int,
+) -> list[KPrediction]:
+    """The prediction for every k from 1 to k_max whose verify pass was measured."""
+    out = []
+    for k in range(1, k_max + 1):
+        cost_ms = round_ms(k, verify_ms, draft_step_ms)
+        if cost_ms is None or target_step_ms <= 0:
+            continue
+        tokens = expected_tokens(acceptance_per_position, k)
+        steps = cost_ms / target_step_ms
+        out.append(KPrediction(k, tokens, cost_ms, tokens / steps, break_even_alpha(k, steps)))
+    return out
+
+
+def recommended_k(predictions: Sequence[KPrediction]) -> KPrediction | None:
+    """The k with the highest predicted speedup (the smaller k on a tie: less to throw away)."""
+    return max(predictions, key=lambda p: (p.speedup, -p.k), default=None)
+
+
+def break_even_alpha(k: int, round_steps: float) -> float:
+    """The α at which (1 - α^(k+1)) / (1 - α), the tokens a round commits, equals the round's cost
+    in target steps: below it speculation at this k is slower than the target alone. 1.0 (and
+    above: never) when the round costs k + 1 steps or more."""
+    if round_steps <= 1:
+        return 0.0
+    if round_steps >= k + 1:
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(60):  # the tokens grow with α: bisect to well below any shown precision
+        mid = (low + high) / 2
+        if tokens_at_alpha(mid, k) < round_steps:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2

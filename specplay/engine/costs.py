@@ -1,0 +1,152 @@
+"""What a round costs where the user runs: the target's verify pass over n rows, for n = 1..max,
+one target step, and each drafter's step. `speedup.predict_by_k` turns these into a speedup per k.
+
+A verify pass is not "one target step": its time is a curve in the number of rows it scores, with
+steps where kernels change (a row-wise kernel for a few rows, a matrix multiply for more). So it is
+measured row count by row count, through the same Generation calls a round makes (draft, verify,
+then a commit of nothing, which rewinds every cache), so what is timed is what a round pays:
+the forward pass and the acceptance work after it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from specplay.engine.backend_protocol import Backend, Generation
+from specplay.engine.draws import Draws, RoundDraws
+from specplay.engine.rules import AcceptanceRule
+from specplay.engine.settings import SamplingParams
+from specplay.errors import ConfigError
+
+Clock = Callable[[], float]
+"""Seconds, monotonic."""
+
+MAX_ROWS = 16
+REPEATS = 5
+DRAFT_STEPS = 4
+"""Tokens drafted per timed draft: a draft's first step may also catch the drafter's cache up."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The median of repeated timings, and their spread (max - min)."""
+
+    ms: float
+    spread_ms: float
+
+    @classmethod
+    def of(cls, samples_ms: Sequence[float]) -> Timing:
+        return cls(statistics.median(samples_ms), max(samples_ms) - min(samples_ms))
+
+
+@dataclass(frozen=True)
+class RoundCosts:
+    """Measured at one context length (the prompt's), on one machine."""
+
+    target_step_ms: Timing
+    """One target-only step (the yardstick of every speedup specplay predicts)."""
+    verify_ms: dict[int, Timing]
+    """A verify pass by rows scored: k drafted tokens make k + 1 rows."""
+    draft_step_ms: dict[str, Timing] = field(default_factory=dict)
+    """Each drafter's time per drafted token (prompt lookup: close to 0)."""
+    includes_http: bool = False
+    """Remote models: every time holds an HTTP round trip."""
+
+    def cost_ratio(self, drafter: str) -> float:
+        """c: a drafted token's time over a target step's."""
+        return self.draft_step_ms[drafter].ms / self.target_step_ms.ms
+
+
+def measure_costs(
+    backend: Backend,
+    prompt_token_ids: Sequence[int],
+    sampling: SamplingParams,
+    rule: AcceptanceRule,
+    max_rows: int = MAX_ROWS,
+    repeats: int = REPEATS,
+    clock: Clock = time.perf_counter,
+) -> RoundCosts:
+    """Time the target's step, its verify pass over 1..max_rows rows and every drafter's step after
+    the prompt. Each timing is taken `repeats` times after one untimed warm-up; row counts are
+    visited up and down in turn, so a machine's drift spreads over all of them alike."""
+    if max_rows < 1 or repeats < 1:
+        raise ConfigError("max_rows", f"and repeats must be at least 1 (got {max_rows}, {repeats})")
+    draws = Draws(seed=0)
+    target_step = _target_step_ms(backend, prompt_token_ids, sampling, repeats, draws, clock)
+    verify: dict[int, list[float]] = {}
+    drafts: dict[str, list[float]] = {}
+    for drafter in backend.drafters:
+        generation = backend.open_generation(prompt_token_ids, prefill=(None, drafter))
+        drafts[drafter] = _draft_step_ms(generation, drafter, sampling, repeats, draws, clock)
+        if len(verify) < max_rows:  # the curve from the first drafter that drafts every length asked
+            verify = _verify_curve(generation, drafter, sampling, rule, max_rows, repeats, draws, clock) | verify
+    if not verify:
+        raise ConfigError("draft", "costs need a drafter to time the verify pass; name one with --draft")
+    return RoundCosts(
+        target_step_ms=Timing.of(target_step),
+        verify_ms={rows: Timing.of(samples) for rows, samples in sorted(verify.items())},
+        draft_step_ms={name: Timing.of(samples) for name, samples in drafts.items()},
+        includes_http=not backend.capabilities.wall_time_is_speed,
+    )
+
+
+def _target_step_ms(
+    backend: Backend, prompt: Sequence[int], sampling: SamplingParams, repeats: int, draws: Draws, clock: Clock
+) -> list[float]:
+    generation = backend.open_generation(prompt)
+    steps = generation.generate(None, sampling, draws.one, pipeline=False)
+    try:
+        next(steps)  # warm-up
+        samples = []
+        for _ in range(repeats):
+            start = clock()
+            next(steps)
+            samples.append(1000 * (clock() - start))
+        return samples
+    finally:
+        steps.close()
+
+
+def _draft_step_ms(
+    generation: Generation, drafter: str, sampling: SamplingParams, repeats: int, draws: Draws, clock: Clock
+) -> list[float]:
+    samples = []
+    for i in range(repeats + 1):
+        start = clock()
+        generation.draft(drafter, DRAFT_STEPS, sampling, draws.take(DRAFT_STEPS), None)
+        elapsed_ms = 1000 * (clock() - start)
+        generation.commit([])  # nothing kept: every cache back to the prompt
+        if i:  # the first is the warm-up
+            samples.append(elapsed_ms / DRAFT_STEPS)
+    return samples
+
+
+def _verify_curve(
+    generation: Generation,
+    drafter: str,
+    sampling: SamplingParams,
+    rule: AcceptanceRule,
+    max_rows: int,
+    repeats: int,
+    draws: Draws,
+    clock: Clock,
+) -> dict[int, list[float]]:
+    """Verify-pass times by rows scored. Rows are what was drafted plus one: a drafter that drafts
+    fewer than asked (prompt lookup finding no match) gives the rows it gave."""
+    samples: dict[int, list[float]] = {}
+    order = list(range(1, max_rows + 1))
+    for i in range(repeats + 1):
+        for rows in order if i % 2 else reversed(order):
+            k = rows - 1
+            round_draws = RoundDraws.take(draws, k)
+            draft = generation.draft(drafter, k, sampling, round_draws.draft, None)
+            start = clock()
+            verified = generation.verify(draft, sampling, rule, round_draws)
+            elapsed_ms = 1000 * (clock() - start)
+            generation.commit([])
+            if i:  # the first pass is the warm-up
+                samples.setdefault(len(verified.drafted) + 1, []).append(elapsed_ms)
+    return {rows: times for rows, times in samples.items() if len(times) >= repeats}

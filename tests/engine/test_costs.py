@@ -1,0 +1,110 @@
+"""What a round costs (engine/costs.py) and the speedup each k is predicted to give from it
+(engine/speedup.py), on the scripted backend, whose clock moves only as its models compute: a
+forward pass over n rows costs step + n x row, so every measured time has an exact value."""
+
+from __future__ import annotations
+
+import pytest
+
+from specplay.engine.costs import measure_costs
+from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.engine.speedup import (
+    break_even_alpha,
+    expected_tokens,
+    predict_by_k,
+    predicted_speedup,
+    reach_by_position,
+    recommended_k,
+    tokens_at_alpha,
+)
+from tests.support.checks import every
+from tests.support.engine_runs import done, rounds, run
+from tests.support.prompts import CODE_PROMPT
+from tests.support.scripted import Cost, scripted_backend
+
+GREEDY = SamplingParams()
+LOSSLESS = SpecSettings().acceptance_rule
+
+
+def test_the_verify_curve_the_step_and_each_drafters_step_are_what_the_models_compute() -> None:
+    backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("near", "lookup"))
+    prompt = backend.encode(CODE_PROMPT, raw=True)
+    costs = measure_costs(backend, prompt, GREEDY, LOSSLESS, max_rows=12, repeats=3, clock=backend.clock)
+    assert costs.target_step_ms.ms == pytest.approx(11.0) and costs.target_step_ms.spread_ms == pytest.approx(0)
+    # k drafted tokens: one forward over k + 1 rows
+    assert list(costs.verify_ms) == list(range(1, 13))
+    for rows, timing in costs.verify_ms.items():
+        assert timing.ms == pytest.approx(10.0 + rows) and timing.spread_ms == pytest.approx(0)
+    # a drafter costs a fifth of the target (one row per step); prompt lookup computes nothing
+    assert costs.draft_step_ms["near"].ms == pytest.approx(2.2) and costs.cost_ratio("near") == pytest.approx(0.2)
+    assert costs.draft_step_ms["lookup"].ms == 0 and not costs.includes_http
+    # measuring commits nothing: every cache is back at the prompt
+    generation = backend.open_generation(prompt)
+    assert generation.tokens == prompt
+
+
+def test_reach_and_expected_tokens_from_per_position_acceptance() -> None:
+    measured = [0.8, 0.6, 0.3]  # kept / drafted at positions 1..3 (each includes the ones before)
+    # past position 3, each token is kept with the last conditional rate, 0.3 / 0.6
+    assert reach_by_position(measured, 5) == pytest.approx([0.8, 0.6, 0.3, 0.15, 0.075])
+    assert reach_by_position(measured, 2) == pytest.approx([0.8, 0.6])
+    assert expected_tokens(measured, 4) == pytest.approx(1 + 0.8 + 0.6 + 0.3 + 0.15)
+    assert expected_tokens([], 3) == 1.0  # nothing measured: nothing expected to be kept
+    # one α at every position: Leviathan's closed form
+    alpha = 0.7
+    assert expected_tokens([alpha**i for i in range(1, 9)], 8) == pytest.approx(tokens_at_alpha(alpha, 8))
+    assert tokens_at_alpha(1.0, 4) == 5
+
+
+def test_the_speedup_by_k_over_a_measured_verify_curve() -> None:
+    measured = [0.8, 0.6, 0.3]
+    verify = {rows: 10.0 + rows for rows in range(1, 9)}
+    predictions = predict_by_k(measured, verify, draft_step_ms=2.2, target_step_ms=11.0, k_max=8)
+    assert [p.k for p in predictions] == list(range(1, 8))  # k = 8 needs 9 rows: not measured
+    for p in predictions:
+        reach = [0.8, 0.6, 0.3, 0.15, 0.075, 0.0375, 0.01875][: p.k]
+        assert p.round_ms == pytest.approx(2.2 * p.k + 10.0 + p.k + 1)
+        assert p.speedup == pytest.approx((1 + sum(reach)) * 11.0 / p.round_ms)
+        # at the break-even α a round commits its cost in target steps
+        assert tokens_at_alpha(p.break_even_acceptance, p.k) == pytest.approx(p.round_ms / 11.0)
+    best = recommended_k(predictions)
+    assert best is not None and best.speedup == max(p.speedup for p in predictions)
+    assert best.k == 2  # 1.8 tokens in 14.2 ms, 2.4 in 17.4, 2.7 in 20.6: k 2 is the fastest
+
+
+def test_with_one_alpha_and_a_verify_that_costs_a_step_it_is_leviathans_formula() -> None:
+    alpha, c, step = 0.75, 0.1, 20.0
+    verify = dict.fromkeys(range(1, 10), step)  # the formula's verify pass: one target step, any rows
+    predictions = predict_by_k([alpha**i for i in range(1, 9)], verify, c * step, step, k_max=8)
+    for p in predictions:
+        assert p.speedup == pytest.approx(predicted_speedup(alpha, p.k, c))
+
+
+def test_break_even_acceptance_at_its_edges() -> None:
+    assert break_even_alpha(4, 1.0) == 0.0  # a round as cheap as a step: anything pays
+    assert break_even_alpha(4, 5.0) == 1.0  # a round of 5 steps can commit at most 5 tokens
+    assert 0 < break_even_alpha(4, 1.5) < break_even_alpha(4, 3.0) < 1
+
+
+def test_the_prediction_matches_the_engines_own_run_at_every_k() -> None:
+    """A fixed-k run on the scripted clock: its tokens/s over the target-only run's is what its own
+    per-position acceptance and the measured costs predict (up to its last, shorter rounds)."""
+    cost = Cost(step_ms=10.0, row_ms=1.0)
+    backend = scripted_backend(cost, drafters=("near",))
+    prompt = backend.encode(CODE_PROMPT, raw=True)
+    costs = measure_costs(backend, prompt, GREEDY, LOSSLESS, max_rows=9, repeats=2, clock=backend.clock)
+    target = done(run(backend, CODE_PROMPT, mode="target", max_tokens=200)).metrics["tokens_per_s"]
+    verify = {rows: t.ms for rows, t in costs.verify_ms.items()}
+    for k in (1, 2, 4, 8):
+        events = run(backend, CODE_PROMPT, k=k, route="near", max_tokens=200)
+        metrics = done(events).metrics
+        # every round drafts k, but those near the end, cut to fit max_tokens
+        assert every(len(r.positions) == k for r in rounds(events) if r.token_index + k < 200)
+        (prediction,) = [
+            p
+            for p in predict_by_k(
+                metrics["acceptance_per_position"], verify, costs.draft_step_ms["near"].ms, costs.target_step_ms.ms, k
+            )
+            if p.k == k
+        ]
+        assert prediction.speedup == pytest.approx(metrics["tokens_per_s"] / target, rel=0.03), k
