@@ -6,7 +6,7 @@ import os
 import sys
 
 from specplay import __version__
-from specplay.cli import bench, diff, distill, export, fetch, fidelity, run, sessions, tui, vllm_launch
+from specplay.cli import bench, costs, diff, distill, export, fetch, fidelity, run, sessions, tui, vllm_launch
 from specplay.cli.flags import Parser
 from specplay.errors import SpecplayError, error_line
 
@@ -23,6 +23,7 @@ def build_parser() -> Parser:
     diff.add_parser(subparsers)
     export.add_parser(subparsers)
     bench.add_parser(subparsers)
+    costs.add_parser(subparsers)
     distill.add_parser(subparsers)
     fetch.add_parser(subparsers)
     tui.add_parser(subparsers)

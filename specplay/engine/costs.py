@@ -49,7 +49,7 @@ class RoundCosts:
     target_step_ms: Timing
     """One target-only step (the yardstick of every speedup specplay predicts)."""
     verify_ms: dict[int, Timing]
-    """A verify pass by rows scored: k drafted tokens make k + 1 rows."""
+    """A verify pass by rows scored: k drafted tokens make k + 1 rows (1 row: a target step)."""
     draft_step_ms: dict[str, Timing] = field(default_factory=dict)
     """Each drafter's time per drafted token (prompt lookup: close to 0)."""
     includes_http: bool = False
@@ -85,6 +85,7 @@ def measure_costs(
             verify = _verify_curve(generation, drafter, sampling, rule, max_rows, repeats, draws, clock) | verify
     if not verify:
         raise ConfigError("draft", "costs need a drafter to time the verify pass; name one with --draft")
+    verify[1] = target_step  # one row, nothing drafted: a target step
     return RoundCosts(
         target_step_ms=Timing.of(target_step),
         verify_ms={rows: Timing.of(samples) for rows, samples in sorted(verify.items())},
@@ -137,7 +138,7 @@ def _verify_curve(
     """Verify-pass times by rows scored. Rows are what was drafted plus one: a drafter that drafts
     fewer than asked (prompt lookup finding no match) gives the rows it gave."""
     samples: dict[int, list[float]] = {}
-    order = list(range(1, max_rows + 1))
+    order = list(range(2, max_rows + 1))  # a round drafts at least one token
     for i in range(repeats + 1):
         for rows in order if i % 2 else reversed(order):
             k = rows - 1

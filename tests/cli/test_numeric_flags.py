@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specplay import backends
-from specplay.cli import bench, build_parser, fidelity, main, run
+from specplay.cli import bench, build_parser, costs, fidelity, main, run
 from tests.support.tiny_models import TinyModels
 
 VALUES = ("0", "-1", "nan", "inf", "1e12", str(10**12))
@@ -35,7 +35,7 @@ def stop_at_models(monkeypatch: pytest.MonkeyPatch) -> None:
     def reached(*args: object, **kwargs: object) -> None:
         raise ReachedModels
 
-    for module in (run, bench, fidelity):
+    for module in (run, bench, costs, fidelity):
         monkeypatch.setattr(module, "open_stream", reached)
     monkeypatch.setattr(backends, "open_stream", reached)
     monkeypatch.setattr("specplay.ui.app.PlaygroundApp.run", reached)
@@ -52,13 +52,14 @@ def _bases(tiny: TinyModels, tmp_path: Path) -> dict[str, list[list[str]]]:
         "run": [[*models, "--prompt", "x", "--max-tokens", "2"], [*servers, "--prompt", "x"]],
         "tui": [models, servers],
         "bench": [[*models, "--quick", "--out", str(tmp_path / "bench")]],
+        "costs": [[*models, "--prompt", "x"]],
         "fidelity": [[*models, "--prompt", "x"], [*servers, "--prompt", "x"]],
         "distill": [[*models[:2], "--draft", str(tiny.near), "--data", str(data), "--out", str(tmp_path / "out")]],
         "vllm-launch": [["--target", "some/model", "--draft", "some/drafter"]],
     }
 
 
-@pytest.mark.parametrize("command", ["run", "tui", "bench", "fidelity", "distill", "vllm-launch"])
+@pytest.mark.parametrize("command", ["run", "tui", "bench", "costs", "fidelity", "distill", "vllm-launch"])
 def test_numeric_flags_fail_in_one_line_or_reach_the_models(
     command: str,
     tiny: TinyModels,

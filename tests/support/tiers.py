@@ -13,6 +13,7 @@ SLOW = {
     "tests/backends/vllm/test_vllm_exact.py": "exact corrections, request by request, against fake servers",
     "tests/backends/vllm/test_vllm_native.py": "the playground watching fake speculating servers",
     "tests/backends/vllm/test_vllm_backend.py": "fake vLLM servers over HTTP, each running a tiny MLX model",
+    "tests/backends/vllm/test_vllm_costs.py": "fake vLLM servers over HTTP, timed row count by row count",
     "tests/ui/test_ui_controller.py::test_a_full_disk_mid_run_stops_saving_not_the_run[vllm]": "fake vLLM servers",
     "tests/store/test_session_faults.py::test_fuzzed": "hundreds of fuzzed sessions",
     "tests/ui/test_ui_app.py::test_a_saved_session_opens": "two playgrounds, one after the other (the "
@@ -29,6 +30,8 @@ SLOW = {
     "tests/backends/mlx/test_gguf.py::test_a_killed": "a conversion process, killed",
     "tests/review/test_fidelity.py": "many samples of each lane, scored by the target",
     "tests/cli/test_bench.py": "benchmark runs writing every report",
+    "tests/cli/test_costs.py::test_costs_json": "the demo models timed row count by row count, and run per drafter",
+    "tests/cli/test_costs.py::test_acceptance_read": "the demo models timed row count by row count",
     "tests/cli/test_numeric_flags.py": "every command with every numeric flag",
     "tests/cli/test_fetch.py": "a local package index served over HTTP",
     "tests/cli/test_cli.py::test_a_real_process": "a specplay process",

@@ -1,0 +1,76 @@
+"""`specplay costs` end to end on the shipped demo models: what it measures, the names its JSON
+gives them (other tools read them), and acceptance read from saved sessions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specplay.cli import main
+from specplay.engine.speedup import predict_by_k
+from specplay.store import load_session
+from tests.support.checks import every
+
+PROMPT = "def read_lines(path):\n    "
+PLAYGROUND_SESSION = Path(__file__).resolve().parents[1] / "data" / "saved_sessions" / "playground-live-change.jsonl"
+"""A playground session on the demo models: rounds routed to base (code) and prose."""
+QUICK = ["--target", "demo", "--prompt", PROMPT, "--repeats", "1", "--max-rows", "9", "--json"]
+
+
+def _costs(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    capsys.readouterr()
+    assert main(["costs", *QUICK, *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _costs(capsys, "--acceptance-tokens", "24")
+    assert report["target_step_ms"] > 0 and report["includes_http"] is False
+    assert [row["rows"] for row in report["verify_ms"]] == list(range(1, 10))
+    assert every(row["ms"] > 0 and row["spread_ms"] >= 0 for row in report["verify_ms"])
+    assert set(report["drafters"]) == {"base", "prose"}
+    verify = {row["rows"]: row["ms"] for row in report["verify_ms"]}
+    for drafter in report["drafters"].values():
+        assert drafter["draft_step_ms"] > 0 and drafter["c"] == pytest.approx(
+            drafter["draft_step_ms"] / report["target_step_ms"]
+        )
+        acceptance = drafter["acceptance_per_position"]
+        assert 1 <= len(acceptance) <= 8 and every(0 <= a <= 1 for a in acceptance)
+        by_k = drafter["predicted_speedup_by_k"]
+        assert [p["k"] for p in by_k] == list(range(1, 9))
+        assert set(by_k[0]) == {"k", "expected_tokens", "round_ms", "speedup", "break_even_acceptance"}
+        # the numbers are speedup.py's from the measured numbers, and the recommendation is their best
+        again = predict_by_k(acceptance, verify, drafter["draft_step_ms"], report["target_step_ms"], 8)
+        assert [p.speedup for p in again] == pytest.approx([p["speedup"] for p in by_k])
+        best = max(by_k, key=lambda p: (p["speedup"], -p["k"]))
+        assert drafter["recommended_k"] == best["k"] and drafter["recommended_speedup"] == best["speedup"]
+
+
+def test_acceptance_read_from_sessions_per_route(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _costs(capsys, "--sessions", str(PLAYGROUND_SESSION))
+    session = load_session(PLAYGROUND_SESSION)
+    for route in {r.route for r in session.main.rounds}:
+        rounds = [r for r in session.main.rounds if r.route == route]
+        depth = max(len(r.positions) for r in rounds)
+        expected = [
+            sum(1 for r in rounds if len(r.positions) > i and r.positions[i].kept)
+            / sum(1 for r in rounds if len(r.positions) > i)
+            for i in range(depth)
+        ]
+        assert report["drafters"][route]["acceptance_per_position"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--max-rows", "4"], "--max-rows must be at least k_max + 1 = 9"),
+        (["--repeats", "0"], "--repeats must be from 1 to 64"),
+        (["--acceptance-tokens", "1"], "--acceptance-tokens must be at least 2"),
+    ],
+)
+def test_bad_measurement_flags_get_one_line(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["costs", "--target", "demo", "--prompt", PROMPT, *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
