@@ -75,14 +75,19 @@ def measure_costs(
     if max_rows < 1 or repeats < 1:
         raise ConfigError("max_rows", f"and repeats must be at least 1 (got {max_rows}, {repeats})")
     draws = Draws(seed=0)
-    target_step = _target_step_ms(backend, prompt_token_ids, sampling, repeats, draws, clock)
+    target_step = _target_step_ms(backend, prompt_token_ids, sampling, repeats=repeats, draws=draws, clock=clock)
     verify: dict[int, list[float]] = {}
     drafts: dict[str, list[float]] = {}
     for drafter in backend.drafters:
         generation = backend.open_generation(prompt_token_ids, prefill=(None, drafter))
-        drafts[drafter] = _draft_step_ms(generation, drafter, sampling, repeats, draws, clock)
+        drafts[drafter] = _draft_step_ms(generation, drafter, sampling, repeats=repeats, draws=draws, clock=clock)
         if len(verify) < max_rows:  # the curve from the first drafter that drafts every length asked
-            verify = _verify_curve(generation, drafter, sampling, rule, max_rows, repeats, draws, clock) | verify
+            verify = (
+                _verify_curve(
+                    generation, drafter, sampling, rule, max_rows=max_rows, repeats=repeats, draws=draws, clock=clock
+                )
+                | verify
+            )
     if not verify:
         raise ConfigError("draft", "costs need a drafter to time the verify pass; name one with --draft")
     verify[1] = target_step  # one row, nothing drafted: a target step
@@ -95,7 +100,7 @@ def measure_costs(
 
 
 def _target_step_ms(
-    backend: Backend, prompt: Sequence[int], sampling: SamplingParams, repeats: int, draws: Draws, clock: Clock
+    backend: Backend, prompt: Sequence[int], sampling: SamplingParams, *, repeats: int, draws: Draws, clock: Clock
 ) -> list[float]:
     generation = backend.open_generation(prompt)
     steps = generation.generate(None, sampling, draws.one, pipeline=False)
@@ -112,7 +117,7 @@ def _target_step_ms(
 
 
 def _draft_step_ms(
-    generation: Generation, drafter: str, sampling: SamplingParams, repeats: int, draws: Draws, clock: Clock
+    generation: Generation, drafter: str, sampling: SamplingParams, *, repeats: int, draws: Draws, clock: Clock
 ) -> list[float]:
     samples = []
     for i in range(repeats + 1):
@@ -130,6 +135,7 @@ def _verify_curve(
     drafter: str,
     sampling: SamplingParams,
     rule: AcceptanceRule,
+    *,
     max_rows: int,
     repeats: int,
     draws: Draws,
