@@ -19,10 +19,13 @@ from typing import Any
 from specplay.backends import open_stream, thread_cleanup
 from specplay.config.run_config import RequestSpec, RunConfig
 from specplay.engine.controls import LiveControls
+from specplay.engine.costs import RoundCosts, measure_costs
 from specplay.engine.events import Event, RoundEvent
+from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
+from specplay.engine.settings import SpecSettings
 from specplay.engine.stream import EventStream
-from specplay.errors import SpecplayError
+from specplay.errors import ConfigError, SpecplayError
 from specplay.runner.gate import TurnGate
 from specplay.runner.lanes import LaneClock, side_by_side
 from specplay.runner.thread import ModelThread
@@ -142,6 +145,31 @@ class ModelHost:
             on_end(future.exception())
 
         self.thread.submit(run).add_done_callback(finished)
+
+    def measure_costs(
+        self,
+        spec: RequestSpec,
+        settings: SpecSettings,
+        max_rows: int,
+        done: Callable[[RoundCosts | None, BaseException | None], None],
+    ) -> None:
+        """Time what a round costs at the prompt's length, on the model thread (between runs);
+        `done` is called there with the costs or the error."""
+
+        def measure() -> RoundCosts:
+            source = self.source
+            if not isinstance(source, SpecEngine):  # a speculating server runs its own rounds
+                raise ConfigError("costs", "cannot be measured here: the server runs the rounds itself")
+            assert spec.prompt is not None
+            ids = source.encode(spec.prompt, raw=spec.raw)
+            rule = settings.acceptance_rule
+            return measure_costs(source.backend, ids, settings.sampling, rule, max_rows=max_rows, clock=self._clock)
+
+        def finished(future: Future[RoundCosts]) -> None:
+            error = future.exception()
+            done(None if error else future.result(), error)
+
+        self.thread.submit(measure).add_done_callback(finished)
 
     def close(self) -> None:
         self.gate.release()

@@ -23,13 +23,21 @@ from textual.widgets import Select
 
 from specplay.config.run_config import RunConfig
 from specplay.display.text import one_line
+from specplay.engine.costs import RoundCosts
 from specplay.engine.stream import EventStream
 from specplay.errors import SpecplayError
 from specplay.review import export_review, reviews_dir
 from specplay.runner.host import ModelHost, OpenSource
 from specplay.store import SessionError, list_session_files, session_prompt
 from specplay.ui.controller import PlaygroundController
-from specplay.ui.messages import LaneEventsArrived, ModelsLoaded, ModelsWaiting, RunEnded, TokenTextsArrived
+from specplay.ui.messages import (
+    CostsMeasured,
+    LaneEventsArrived,
+    ModelsLoaded,
+    ModelsWaiting,
+    RunEnded,
+    TokenTextsArrived,
+)
 from specplay.ui.screens.playground import PlaygroundScreen
 from specplay.ui.screenshot import save_screenshot, screenshots_dir
 from specplay.ui.theming import DEFAULT_THEME, load_themes
@@ -91,6 +99,9 @@ class Messages:
     def token_texts_arrived(self) -> None:
         self._app.main.post_message(TokenTextsArrived())
 
+    def costs_measured(self, costs: RoundCosts | None, error: BaseException | None) -> None:
+        self._app.main.post_message(CostsMeasured(costs, error))
+
 
 class PlaygroundApp(App[None]):
     TITLE = "specplay"
@@ -121,6 +132,9 @@ class PlaygroundApp(App[None]):
 
     def on_run_ended(self, message: RunEnded) -> None:
         self.playground.ended(message.run_id, message.error)
+
+    def on_costs_measured(self, message: CostsMeasured) -> None:
+        self.playground.costs_measured(message.costs, message.error)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         # Themes without token colours (Textual's own) fall back to the default theme's.
@@ -162,6 +176,11 @@ class PlaygroundApp(App[None]):
             "Inspect a token", "Drill into the speculative lane's last token (f3)", self.action_inspect_last
         )
         yield SystemCommand("Prompt library", "Pick a prompt from the shipped library (f4)", self.action_pick_prompt)
+        yield SystemCommand(
+            "Measure round costs",
+            "Time the verify pass by rows and each drafter's step here: the lane's stats then say which k would pay",
+            self.playground.measure_costs,
+        )
         for i, prompt in enumerate(self.main.library):
             yield SystemCommand(
                 f"Prompt: {prompt.label}", "Put this library prompt in the editor", partial(self.use_prompt, i)

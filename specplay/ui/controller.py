@@ -24,6 +24,7 @@ from specplay.config.model_sets import models_line
 from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
+from specplay.engine.costs import RoundCosts
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
 from specplay.engine.stream import EventStream
@@ -42,6 +43,8 @@ class RunState(Enum):
     RUNNING = "running"
     STOPPING = "stopping"
     """Stop was asked: the lanes end at their next round."""
+    MEASURING = "measuring round costs"
+    """The models time a round's parts (engine/costs.py): no run until they are done."""
 
     @property
     def generating(self) -> bool:
@@ -130,6 +133,10 @@ class Outbox(Protocol):
         """Token texts a server was asked for have arrived."""
         ...
 
+    def costs_measured(self, costs: RoundCosts | None, error: BaseException | None) -> None:
+        """A measurement of round costs ended; to be handed to `PlaygroundController.costs_measured`."""
+        ...
+
 
 class RunReadout(Protocol):
     """What the screen reads of the playground, and the frame commands it sends."""
@@ -161,6 +168,11 @@ class RunReadout(Protocol):
 
     @property
     def draft_lane(self) -> bool: ...
+
+    @property
+    def costs(self) -> RoundCosts | None:
+        """What a round's parts cost here, once measured ("Measure round costs")."""
+        ...
 
     def decode(self, token_id: int) -> str:
         """A token's text for the views (`<id>` while a server's is on its way)."""
@@ -198,6 +210,8 @@ class PlaygroundController:
         self.capabilities = Capabilities()
         self.route_map: dict[str, str] = {}
         """Router class to drafter, as the source resolved it at load (saved in sessions)."""
+        self.costs: RoundCosts | None = None
+        """A round's parts as last measured here: the lane's stats then say which k would pay."""
         self.run_id = 0
         self.controls: dict[str, LiveControls] = {}
         self.draft_lane = draft_lane
@@ -264,6 +278,43 @@ class PlaygroundController:
             self._show_opened_settings(self.opened)
         if autorun:
             self.run()
+
+    # --- round costs -------------------------------------------------------------------------
+
+    def measure_costs(self) -> None:
+        """Time the verify pass row count by row count, a target step and each drafter's step at
+        the prompt's length, between runs; the speculative lane's stats then recommend a k."""
+        prompt = self._view.current_prompt()
+        if self.state != RunState.READY:
+            self._view.notify_user(f"cannot measure round costs while {self.state.value}", error=True)
+            return
+        if not prompt.strip():
+            self.set_status("type a prompt first: costs are measured at its length", error=True)
+            return
+        rows = max(self.settings.policy_params.k_max, self.settings.k) + 1
+        self.state = RunState.MEASURING
+        self.set_status(
+            f"measuring round costs: the verify pass over 1..{rows} rows, a target step, each drafter's step…"
+        )
+        request = replace(self.config.request, prompt=prompt)
+        self.host.measure_costs(request, self.settings, rows, self.outbox.costs_measured)
+
+    def costs_measured(self, costs: RoundCosts | None, error: BaseException | None) -> None:
+        """UI thread: the measurement ended."""
+        self.state = RunState.READY
+        if error is not None or costs is None:
+            self.set_status(f"round costs not measured: {error_line(error) if error else 'no result'}", error=True)
+            return
+        self.costs = costs
+        steps = ", ".join(
+            f"{rows} rows {t.ms / costs.target_step_ms.ms:.2f}"
+            for rows, t in costs.verify_ms.items()
+            if rows in (2, 5, 9)
+        )
+        self.set_status(
+            f"round costs measured (verify in target steps: {steps}); a run's stats now say which k would pay"
+        )
+        self._view.redraw(full=True)
 
     # --- runs --------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from textual.message import Message
 
+from specplay.engine.costs import RoundCosts
 from specplay.engine.stream import EventStream
 
 
@@ -45,3 +46,11 @@ class ModelsWaiting(Message):
 
 class TokenTextsArrived(Message):
     """Token texts a server was asked for have arrived: the drill-down can show them."""
+
+
+class CostsMeasured(Message):
+    """A measurement of round costs ended: the costs, or the error that stopped it."""
+
+    def __init__(self, costs: RoundCosts | None, error: BaseException | None) -> None:
+        super().__init__()
+        self.costs, self.error = costs, error

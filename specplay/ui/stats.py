@@ -5,13 +5,15 @@ Pure functions over engine events (no Textual), so they are tested on their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specplay.engine.costs import RoundCosts
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent, TokenSource
 from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SpecSettings
 from specplay.engine.speedup import (
+    KPrediction,
     Prediction,
     RoundAccount,
     alpha,
@@ -20,7 +22,9 @@ from specplay.engine.speedup import (
     mean_step_ms,
     measured_speedup,
     predict,
+    predict_by_k,
     predict_modelled,
+    recommended_k,
     round_account,
 )
 
@@ -45,6 +49,8 @@ class LaneTally:
     rule: str = ""
     """The acceptance rule in force, described (from the start settings and live changes)."""
     settings: SpecSettings | None = None
+    last_round: RoundEvent | None = None
+    """The latest round: its route and k are the ones in use."""
     error_bound_total: float | None = None
     """When the backend knew only the top-K of a distribution: the sum of the judged positions'
     error bounds, a bound in TV on how far the whole output's distribution may be from the rule's."""
@@ -56,6 +62,7 @@ class LaneTally:
         elif isinstance(event, ControlEvent) and self.settings is not None:
             self._settle(self.settings.changed(**{name: new for name, _, new in event.changes}))
         elif isinstance(event, RoundEvent):
+            self.last_round = event
             self.tokens += len(event.tokens)
             self.spec.add_round(event)
             bounds = [p.error_bound for p in event.positions if p.outcome != "unreached"]
@@ -161,16 +168,37 @@ class Comparison:
     prediction: Prediction
     account: RoundAccount | None = None
     """The measured speedup taken apart, a mean round in target steps (local lanes only)."""
+    by_k: list[KPrediction] = field(default_factory=list)
+    """With measured round costs: the speedup each k would give on this lane's acceptance so far."""
+    k_in_use: int | None = None
+    """The k set (a fixed policy) or the rounds' mean k (an adaptive one)."""
 
 
-def compare(speculative: LaneTally, target: LaneTally | None) -> Comparison:
+def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts | None = None) -> Comparison:
     """`target`: the target-only lane run beside it, when its wall time is a speed; None models the
-    prediction from the speculative lane's own times alone (remote servers)."""
+    prediction from the speculative lane's own times alone (remote servers). With `costs`, each k's
+    predicted speedup from the lane's acceptance by position and the drafter in use."""
     metrics = speculative.spec.to_dict()
     if target is None:
         return Comparison(None, predict_modelled(metrics))
     speedup = measured_speedup(speculative.tokens_per_s, target.tokens_per_s)
-    return Comparison(speedup, predict(metrics, target.mean_step_ms), round_account(metrics, target.mean_step_ms))
+    comparison = Comparison(speedup, predict(metrics, target.mean_step_ms), round_account(metrics, target.mean_step_ms))
+    last = speculative.last_round
+    if costs is None or last is None or last.route not in costs.draft_step_ms:
+        return comparison
+    verify = {rows: t.ms for rows, t in costs.verify_ms.items()}
+    by_k = predict_by_k(
+        speculative.acceptance_per_position(),
+        verify,
+        costs.draft_step_ms[last.route].ms,
+        costs.target_step_ms.ms,
+        k_max=max(verify) - 1,
+    )
+    settings, mean_k = speculative.settings, comparison.prediction.mean_k
+    # The k set, under a fixed policy (the last rounds may be cut short to fit max_tokens); an
+    # adaptive policy's k moves, and its mean says where it has been.
+    k = settings.k if settings is not None and settings.policy == "fixed" else round(mean_k) if mean_k else None
+    return replace(comparison, by_k=by_k, k_in_use=k)
 
 
 def _sources(event: Event) -> list[TokenSource]:
@@ -180,3 +208,18 @@ def _sources(event: Event) -> list[TokenSource]:
     if isinstance(event, StepEvent):
         return [event.token.source]
     return []
+
+
+def k_advice(comparison: Comparison) -> str | None:
+    """One line from measured round costs: what the k in use is predicted to give, and a better k
+    where there is one ("k 4 → 1.05×; k 6 would give 1.21×")."""
+    if not comparison.by_k or comparison.k_in_use is None:
+        return None
+    best = recommended_k(comparison.by_k)
+    now = next((p for p in comparison.by_k if p.k == comparison.k_in_use), None)
+    assert best is not None
+    if now is None:
+        return f"k {comparison.k_in_use}: beyond the measured costs; k {best.k} would give {best.speedup:.2f}×"
+    if best.k == now.k or best.speedup <= now.speedup:
+        return f"k {now.k} → {now.speedup:.2f}× predicted from the measured costs: the best k here"
+    return f"k {now.k} → {now.speedup:.2f}×; k {best.k} would give {best.speedup:.2f}× (from the measured costs)"

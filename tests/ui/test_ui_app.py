@@ -19,6 +19,7 @@ from specplay.display.text import visible
 from specplay.engine.events import ControlEvent, DoneEvent, StepEvent
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.engine.speedup import predict_by_k, recommended_k
 from specplay.engine.stream import EventStream
 from specplay.errors import ModelError
 from specplay.store import list_session_files, load_session
@@ -376,6 +377,36 @@ async def test_the_palette_sets_controls_and_exports_the_run(tmp_path: Path) -> 
         await wait_for(pilot, lambda: page.exists() and transcript.exists(), "the exports")
         assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
         assert "| `k` | 6 |" in transcript.read_text(encoding="utf-8")
+
+
+async def test_measured_round_costs_say_which_k_would_pay(tmp_path: Path) -> None:
+    backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("near", "far"))
+    settings = SpecSettings(k=8, route="near")
+    app = scripted_app(backend, tmp_path, prompt=CODE_PROMPT, max_tokens=48, raw=True, settings=settings)
+    async with app.run_test(size=(180, 50)) as pilot:
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
+        (measure,) = [c for c in app.get_system_commands(app.screen) if c.title == "Measure round costs"]
+        measure.callback()
+        await wait_for(pilot, lambda: app.playground.costs is not None, "the costs")
+        costs = app.playground.costs
+        assert costs is not None and app.playground.state == RunState.READY
+        # on the scripted clock a forward over n rows costs 10 + n ms: the curve is exact
+        assert {rows: t.ms for rows, t in costs.verify_ms.items()} == {n: pytest.approx(10.0 + n) for n in range(1, 10)}
+        assert "round costs measured" in app.playground.status
+
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end")
+        tally = app.playground.tallies["speculative"]
+        verify = {rows: t.ms for rows, t in costs.verify_ms.items()}
+        best = recommended_k(
+            predict_by_k(tally.acceptance_per_position(), verify, costs.draft_step_ms["near"].ms, 11.0, k_max=8)
+        )
+        assert best is not None
+        stats = app.query_one("#speculative", LaneView).query_one(".lane-stats", Static).render()
+        advice = "the best k here" if best.k == 8 else f"k {best.k} would give {best.speedup:.2f}×"
+        assert "k 8 → " in str(stats) and advice in str(stats)
+        plots = str(app.query_one(Plots).render())
+        assert "verify by rows, 1..9" in plots and "▲ k 8" in plots
 
 
 async def test_a_saved_session_opens_read_only_and_re_runs(tmp_path: Path) -> None:

@@ -97,6 +97,9 @@ class Outbox:
     def token_texts_arrived(self) -> None:
         pass
 
+    def costs_measured(self, costs: Any, error: BaseException | None) -> None:
+        self.h.posted.put(lambda: self.h.playground.costs_measured(costs, error))
+
 
 class Harness:
     """The controller on the scripted backend (or `config`'s source), with the UI thread's

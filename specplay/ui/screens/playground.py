@@ -245,13 +245,14 @@ class PlaygroundScreen(Screen[None]):
         caps = playground.shown_capabilities
         baseline = target if "target" in lanes and caps.wall_time_is_speed else None
         lane = self.query_one("#speculative", LaneView)
+        comparison = compare(spec, baseline, playground.costs)
         if caps.server_judges:  # the server's own account, measured against a baseline
-            lane.set_stats(server_account_stats(spec, compare(spec, baseline) if baseline else None))
+            lane.set_stats(server_account_stats(spec, comparison if baseline else None))
         else:
-            lane.set_stats(speculative_stats(spec, compare(spec, baseline), remote=not caps.wall_time_is_speed))
+            lane.set_stats(speculative_stats(spec, comparison, remote=not caps.wall_time_is_speed))
         if DRAFT_LANE in lanes:
             self.query_one(f"#{DRAFT_LANE}", LaneView).set_stats(target_stats(tallies[DRAFT_LANE]))
-        self.query_one(Plots).show(spec)
+        self.query_one(Plots).show(spec, playground.costs, comparison.k_in_use)
         self.query_one(ControlsPanel).show_counterfactual(counterfactual_stats(spec))
 
     def _show_no_baseline(self) -> None:

@@ -1,4 +1,5 @@
-"""Terminal plots of the speculative lane: acceptance by draft position, tokens/s over time.
+"""Terminal plots of the speculative lane: acceptance by draft position, tokens/s over time, and
+(once measured) the verify pass's cost by rows with the rows of the k in use marked.
 
 Pure text from the lane tallies, so the plots cost a string per redraw and depend only on the
 events (and the lanes' clocks), never on when the screen happened to redraw.
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from textual.content import Content
 from textual.widgets import Static
 
+from specplay.engine.costs import RoundCosts
 from specplay.ui.stats import LaneTally
 from specplay.ui.widgets.steady import steady_update
 
@@ -48,7 +50,22 @@ def throughput(samples: Sequence[tuple[float, int]], bins: int) -> list[float]:
     return [count / width for count in counts]
 
 
-def plots_content(spec: LaneTally, width: int) -> Content:
+def verify_curve(costs: RoundCosts, k: int | None) -> list[Content | str]:
+    """The verify pass by rows, in target steps, as a sparkline from 1 row on; the rows a round of
+    the k in use scores (k + 1) marked below it."""
+    steps = [t.ms / costs.target_step_ms.ms for t in costs.verify_ms.values()]
+    rows = list(costs.verify_ms)
+    lines: list[Content | str] = [
+        Content.styled(f"verify by rows, 1..{rows[-1]}  ({min(steps):.2f}-{max(steps):.2f} target steps)", "bold"),
+        Content.styled(sparkline(steps), "$spec-corrected"),
+    ]
+    if k is not None and k + 1 in rows:
+        at = rows.index(k + 1)
+        lines.append(" " * at + f"▲ k {k}: {steps[at]:.2f}")
+    return lines
+
+
+def plots_content(spec: LaneTally, width: int, costs: RoundCosts | None = None, k: int | None = None) -> Content:
     lines: list[Content | str] = [Content.styled("acceptance by draft position", "bold")]
     rates = spec.acceptance_per_position()
     bar_width = max(4, width - 12)
@@ -62,6 +79,8 @@ def plots_content(spec: LaneTally, width: int) -> Content:
     tps = spec.tokens_per_s
     lines.append(Content.styled("tokens/s over time" + (f"  (now {tps:.1f})" if tps else ""), "bold"))
     lines.append(Content.styled(sparkline(series), "$spec-bonus") if series else Content.styled("no tokens yet", "dim"))
+    if costs is not None:
+        lines += verify_curve(costs, k)
     return Content("\n").join(lines)
 
 
@@ -75,6 +94,7 @@ class Plots(Static):
         self.border_title = "speculative lane"
         self._lines = 0
 
-    def show(self, spec: LaneTally) -> None:
-        content = plots_content(spec, max(16, self.content_size.width or 32))
+    def show(self, spec: LaneTally, costs: RoundCosts | None = None, k: int | None = None) -> None:
+        """`k`: the k in use, marked on the verify curve."""
+        content = plots_content(spec, max(16, self.content_size.width or 32), costs, k)
         self._lines = steady_update(self, content, content.plain.count("\n") + 1, self._lines)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.content import Content
 
-from specplay.ui.stats import Comparison, LaneTally
+from specplay.ui.stats import Comparison, LaneTally, k_advice
 
 
 def _num(value: float | None, spec: str, unit: str = "") -> str:
@@ -54,6 +54,8 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
             f"a round: draft {a.draft_steps:.2f} + verify {a.verify_steps:.2f} + host {a.host_steps:.2f}"
             f" = {a.round_steps:.2f} target steps for {a.tokens:.2f} tokens → {a.speedup:.2f}×"
         )
+    if not remote and (advice := k_advice(comparison)) is not None:
+        lines.append(advice)
     return Content("\n".join(lines))
 
 
