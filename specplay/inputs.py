@@ -21,8 +21,9 @@ DATA_LIMIT = 256 * MiB
 """A training or benchmark data file (prompts)."""
 
 
-class InputError(SpecplayError):
-    """An input file that cannot be read; `detail` is what is wrong with it, without its name."""
+class InputError(SpecplayError, OSError):
+    """An input file that cannot be read (an OSError to code that reads files); `detail` is what is
+    wrong with it, without its name."""
 
     def __init__(self, what: str, path: Path, detail: str) -> None:
         super().__init__(f"{what} {str(path)!r} {detail}")

@@ -20,6 +20,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import save_config, save_model
 
 from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
+from specplay.inputs import TOKENIZER_LIMIT
+from specplay.json_text import read_json
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -68,8 +70,8 @@ def train_tokenizer(
 
 
 def eos_token_id(tokenizer_dir: Path) -> int:
-    config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
-    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    config = read_json(tokenizer_dir / "tokenizer_config.json", "tokenizer config")
+    vocab = read_json(tokenizer_dir / "tokenizer.json", "tokenizer", TOKENIZER_LIMIT)["model"]["vocab"]
     return int(vocab[config["eos_token"]])
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes, dequantize_model, quantize_model, save_config, save_model
 
+from specplay.json_text import read_json
 from specplay.train.model_files import TOKENIZER_FILES, eos_token_id
 
 QUANTIZATION_KEYS = ("quantization", "quantization_config")
@@ -74,7 +74,7 @@ def load_folder(path: Path) -> tuple[nn.Module, dict[str, Any]]:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    return json.loads((path / "config.json").read_text())
+    return read_json(path / "config.json", "model config")
 
 
 def new_drafter(

@@ -16,6 +16,8 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
+from specplay.json_text import read_json
+
 CHECKPOINT_WEIGHTS = "weights.safetensors"
 CHECKPOINT_OPTIMIZER = "optimizer.safetensors"
 CHECKPOINT_STATE = "state.json"
@@ -81,7 +83,7 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimize
 def load_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimizer) -> tuple[int, dict]:
     model.load_weights(list(mx.load(str(directory / CHECKPOINT_WEIGHTS)).items()), strict=False)
     optimizer.state = tree_unflatten(list(mx.load(str(directory / CHECKPOINT_OPTIMIZER)).items()))
-    state = json.loads((directory / CHECKPOINT_STATE).read_text())
+    state = read_json(directory / CHECKPOINT_STATE, "checkpoint state")
     return int(state.pop("step")), state
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specplay.cache import cache_root
 from specplay.errors import ModelError, detail_of
+from specplay.json_text import read_json
 
 FORMAT = 1
 """The layout of converted folders: a folder from another version is converted again."""
@@ -57,7 +58,7 @@ def content_hash(path: Path, cache_dir: Path, on_progress: Progress | None = Non
     stamp = [stat.st_size, stat.st_mtime_ns]
     index_file = cache_dir / INDEX
     try:
-        index = json.loads(index_file.read_text())
+        index = read_json(index_file, "GGUF cache index")
         assert isinstance(index, dict)
     except (OSError, ValueError, AssertionError):
         index = {}
@@ -128,7 +129,7 @@ def remove_stale_temps(cache_dir: Path) -> None:
 def is_complete(folder: Path, digest: str) -> bool:
     """A folder a finished conversion of this content renamed into place."""
     try:
-        marker = json.loads((folder / MARKER).read_text())
+        marker = read_json(folder / MARKER, "GGUF cache marker")
     except (OSError, ValueError):
         return False
     return marker.get("sha256") == digest and marker.get("format") == FORMAT and (folder / "config.json").is_file()
