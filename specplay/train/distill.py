@@ -22,6 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from specplay.json_text import dump_json
 from specplay.train.data import Windows, token_stream
 from specplay.train.losses import forward_kl_loss, sparse_forward_kl, target_log_probs
 from specplay.train.models import save_folder
@@ -179,5 +180,5 @@ def distill(
     result = DistillResult(config.train.steps, kl_before, kl_after, trained_tokens)
     save_folder(out, draft, draft_config, tokenizer_dir, storage=config.storage)
     record = {"result": asdict(result), "config": asdict(config), "prompts": len(prompts), **(provenance or {})}
-    (out / PROVENANCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    (out / PROVENANCE_FILE).write_text(dump_json(record, indent=2) + "\n")
     return result

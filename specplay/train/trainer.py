@@ -16,7 +16,7 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
-from specplay.json_text import read_json
+from specplay.json_text import dump_json, read_json
 
 CHECKPOINT_WEIGHTS = "weights.safetensors"
 CHECKPOINT_OPTIMIZER = "optimizer.safetensors"
@@ -68,7 +68,7 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimize
     tmp.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(tmp / CHECKPOINT_WEIGHTS), dict(tree_flatten(model.trainable_parameters())))
     mx.save_safetensors(str(tmp / CHECKPOINT_OPTIMIZER), dict(tree_flatten(optimizer.state)))
-    (tmp / CHECKPOINT_STATE).write_text(json.dumps({"step": step, **meta}, indent=2))
+    (tmp / CHECKPOINT_STATE).write_text(dump_json({"step": step, **meta}, indent=2))
     if directory.exists():
         old = directory.with_name(directory.name + ".old")
         directory.rename(old)

@@ -9,7 +9,6 @@ closes some of the gap between layer L and the last layer; `specplay.train.exit_
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +20,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.base import create_attention_mask
 
 from specplay.errors import ModelError, detail_of
-from specplay.json_text import read_json
+from specplay.json_text import dump_json, read_json
 
 SPLITTABLE = {"mlx_lm.models.llama": "llama", "mlx_lm.models.qwen2": "qwen2", "mlx_lm.models.qwen3": "qwen3"}
 """Model modules whose forward pass is embed -> layers(h, mask, cache) -> norm -> output head,
@@ -149,7 +148,7 @@ def save_exit_head(out: Path, head: ExitHead, layers: int, record: Mapping[str, 
     }
     partial = out / f".{os.getpid()}.tmp.{HEAD_CONFIG}"
     try:
-        partial.write_text(json.dumps(config, indent=2) + "\n")
+        partial.write_text(dump_json(config, indent=2) + "\n")
         os.replace(partial, out / HEAD_CONFIG)
     finally:
         partial.unlink(missing_ok=True)
