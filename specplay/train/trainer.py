@@ -4,6 +4,7 @@ progress reports, and checkpoints that an interrupted run resumes from."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -16,6 +17,7 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
+from specplay.errors import SpecplayError
 from specplay.json_text import dump_json, read_json
 
 CHECKPOINT_WEIGHTS = "weights.safetensors"
@@ -131,8 +133,11 @@ def train(
             loss = step_fn(*batch(step))
             mx.eval(loss, model.state, optimizer.state)
             losses.append(loss.item())
+            if not math.isfinite(losses[-1]):
+                raise _diverged(step + 1, config, f"the loss is {losses[-1]}")
             _report(on_progress, config, done=step + 1, first_step=first_step, losses=losses, started=started)
             if checkpoint_dir is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps):
+                _check_finite(model, step + 1, config)  # a checkpoint of broken weights would be resumed
                 save_checkpoint(checkpoint_dir, model, optimizer, step + 1, meta)
         except KeyboardInterrupt:
             if checkpoint_dir is not None and step > first_step:
@@ -140,7 +145,22 @@ def train(
                 optimizer.state = finished[1]
                 save_checkpoint(checkpoint_dir, model, optimizer, step, meta)
             raise
+    _check_finite(model, config.steps, config)
     return losses
+
+
+def _check_finite(model: nn.Module, step: int, config: TrainConfig) -> None:
+    broken = [name for name, value in tree_flatten(model.trainable_parameters()) if not mx.isfinite(value).all().item()]
+    if broken:
+        raise _diverged(step, config, f"{len(broken)} weight tensors hold NaN or infinity")
+
+
+def _diverged(step: int, config: TrainConfig, what: str) -> SpecplayError:
+    """Training that blew up stops here: no model is written from it."""
+    return SpecplayError(
+        f"training diverged at step {step} of {config.steps} ({what}); no model was written: "
+        f"lower the learning rate (--lr, now {config.learning_rate:g}) and run again"
+    )
 
 
 def _report(
