@@ -44,6 +44,8 @@ def parse_json(text: str | bytes, source: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise JsonError(f"{source} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise JsonError(f"{source} is not JSON specplay reads ({exc})") from None
     except RecursionError:  # unbalanced brackets the depth check leaves to the parser
         raise _deep(source) from None
 
