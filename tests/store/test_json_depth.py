@@ -26,7 +26,13 @@ from specplay.store import load_session
 from specplay.store.location import session_prompt
 from specplay.train.prompts import read_prompts as distill_prompts
 from tests.support.mutations import nested_arrays
-from tests.support.session_events import same_as_rounds, speculative_events, target_events, write_deep_session, write_session
+from tests.support.session_events import (
+    same_as_rounds,
+    speculative_events,
+    target_events,
+    write_deep_session,
+    write_session,
+)
 
 
 def nested(depth: int, kinds: str) -> str:
@@ -39,7 +45,7 @@ def nested(depth: int, kinds: str) -> str:
 class _Replies(BaseHTTPRequestHandler):
     body = b"{}"
 
-    def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(self.body)))
