@@ -89,17 +89,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def shape_of(text: str, field: str) -> Shape:
     """`layers=N,width=W,...` as a Shape; one line naming the flag when it is not."""
     values: dict[str, int] = {}
+    shown = text if len(text) <= 80 else f"{text[:60]}… ({len(text)} characters)"
     for part in text.split(","):
         key, sep, value = (word.strip() for word in part.partition("="))
         number = value.isascii() and value.isdigit() and len(value) < 20 and int(value) >= 1
         if not sep or key not in SHAPE_KEYS[field] or not number:
             keys = ", ".join(f"{k}=N" for k in SHAPE_KEYS[field])
-            raise ConfigError(field, f"takes {keys}, whole numbers of 1 or more, separated by commas (got {text!r})")
+            raise ConfigError(field, f"takes {keys}, whole numbers of 1 or more, separated by commas (got {shown!r})")
         if int(value) > SHAPE_LIMITS[key]:
             raise ConfigError(field, f"{key} is at most {SHAPE_LIMITS[key]} (got {value}); choose a smaller shape")
         values[key] = int(value)
     if "layers" not in values or (field == "new_drafter" and "width" not in values):
-        raise ConfigError(field, f"needs layers=N{' and width=W' if field == 'new_drafter' else ''} (got {text!r})")
+        raise ConfigError(field, f"needs layers=N{' and width=W' if field == 'new_drafter' else ''} (got {shown!r})")
     from specplay.train.job import Shape
 
     return Shape(**values)
