@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specplay.backends.mlx.loading import check_architecture
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.errors import VllmError
 from specplay.cli import main
@@ -98,12 +99,19 @@ def _config(tmp: Path, text: str) -> None:
     read_json(path, "config.json")
 
 
+def _model_folder(tmp: Path, text: str) -> None:
+    (tmp / "config.json").write_text('{"model_type": "llama"}', encoding="utf-8")
+    (tmp / "tokenizer_config.json").write_text('{"extra": ' + text + "}", encoding="utf-8")
+    check_architecture("model", tmp)
+
+
 READERS: dict[str, Callable[[Path, str], None]] = {
     "session": _session,
     "session header": _header,
     "distill jsonl": _distill_jsonl,
     "bench jsonl": _bench_jsonl,
     "model config": _config,
+    "model folder": _model_folder,
 }
 
 
