@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specplay.errors import SpecplayError
-from specplay.inputs import DATA_LIMIT, read_input_text
+from specplay.inputs import DATA_LIMIT, InputError, read_input_text
 from specplay.json_text import JsonError, parse_json
 from specplay.store.format import SessionError, load_session
 from specplay.store.location import list_session_files
@@ -28,6 +28,8 @@ def read_prompts(source: Path) -> list[str]:
             prompts = [block.strip("\n") for block in text.split("\n\n")]
     except UnicodeDecodeError as exc:
         raise SpecplayError(f"data {str(source)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except InputError:
+        raise  # already one line naming the file
     except OSError as exc:
         raise SpecplayError(f"data {str(source)!r} cannot be read: {exc.strerror or exc}") from None
     prompts = [p for p in prompts if p.strip()]
