@@ -5,6 +5,9 @@
 - A device or a named pipe (/dev/null, /dev/stdout, a FIFO) is written into, never replaced.
 - A symbolic link is followed: its target is written as above, the link stays.
 - A specplay session is never overwritten, and a folder is never a file.
+- In an output folder (a report, a trained drafter), a file is replaced only when the folder's
+  record of outputs (OUTPUTS_RECORD, written before them) says specplay wrote it: a user's own
+  model.safetensors or report.md there is refused, never replaced.
 Errors are one SpecplayError line naming the file and the fix.
 """
 
@@ -14,9 +17,11 @@ import contextlib
 import os
 import secrets
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from specplay.errors import SpecplayError
+from specplay.json_text import dump_json, read_json
 from specplay.store.format import SESSION_START
 
 
@@ -47,6 +52,41 @@ def write_output(path: Path, content: str | bytes, fix: str = "choose another fi
         raise SpecplayError(f"{path} is a specplay session, which is never overwritten; {fix}")
     _replace_atomically(path, target, data, fix)
     return path
+
+
+OUTPUTS_RECORD = ".specplay-outputs.json"
+"""The files specplay wrote in an output folder, by name."""
+OUT_FIX = "choose another --out, or move those files away"
+
+
+def check_outputs(directory: Path, names: Iterable[str], fix: str) -> None:
+    """Refuse, in one line, when `directory` holds any of `names` that specplay did not write there."""
+    recorded = _recorded(directory)
+    foreign = sorted(n for n in set(names) if n not in recorded and os.path.lexists(directory / n))
+    if foreign:
+        raise SpecplayError(f"{directory} holds {', '.join(foreign)}, which specplay did not write; {fix}")
+
+
+def claim_outputs(directory: Path, names: Iterable[str], fix: str) -> None:
+    """`check_outputs`, then record `names` as specplay's, before they are written (a write cut
+    short leaves only files specplay may replace)."""
+    names = set(names)
+    check_outputs(directory, names, fix)
+    record = {"written_by": "specplay", "files": sorted(_recorded(directory) | names)}
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cannot(directory, exc, fix) from None
+    write_output(directory / OUTPUTS_RECORD, dump_json(record, indent=1) + "\n", fix)
+
+
+def _recorded(directory: Path) -> set[str]:
+    try:
+        record = read_json(directory / OUTPUTS_RECORD, "record of outputs")
+    except (SpecplayError, OSError):
+        return set()
+    files = record.get("files") if isinstance(record, dict) else None
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
 
 
 def free_path(directory: Path, stem: str, suffix: str) -> Path:

@@ -27,6 +27,9 @@ def _series(rows: Sequence[Row]) -> dict[tuple[str, float], list[Row]]:
     return out
 
 
+PLOT_FILES = ("speedup_vs_k.png", "acceptance_vs_tv.png", "acceptance_by_position.png")
+
+
 def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     plt = _pyplot()
     paths = []
@@ -39,7 +42,7 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     axis.set(xlabel="draft length k", ylabel="speedup over target-only", title="Speedup against k")
     if axis.get_legend_handles_labels()[0]:  # a sweep too short to time draws no lines
         axis.legend()
-    paths.append(_save(figure, out_dir / "speedup_vs_k.png", plt))
+    paths.append(_save(figure, out_dir / PLOT_FILES[0], plt))
 
     figure, axis = plt.subplots(figsize=(6, 4))
     for (category, temperature), group in _series(rows).items():
@@ -51,7 +54,7 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     axis.set(xlabel="TV budget D", ylabel="draft acceptance rate", title="Acceptance against TV budget", ylim=(0, 1.05))
     if axis.get_legend_handles_labels()[0]:  # a sweep too short to time draws no lines
         axis.legend()
-    paths.append(_save(figure, out_dir / "acceptance_vs_tv.png", plt))
+    paths.append(_save(figure, out_dir / PLOT_FILES[1], plt))
 
     figure, axis = plt.subplots(figsize=(6, 4))
     for (category, temperature), group in _series(rows).items():
@@ -67,7 +70,7 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     axis.set(xlabel="draft position", ylabel="acceptance", title="Acceptance by draft position", ylim=(0, 1.05))
     if axis.get_legend_handles_labels()[0]:  # a sweep too short to time draws no lines
         axis.legend()
-    paths.append(_save(figure, out_dir / "acceptance_by_position.png", plt))
+    paths.append(_save(figure, out_dir / PLOT_FILES[2], plt))
     return paths
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -19,6 +18,7 @@ from specplay.engine.speedup import (
     predict,
     predict_modelled,
 )
+from specplay.json_text import dump_json
 
 
 @dataclass
@@ -274,7 +274,7 @@ def to_json(
         "router": router,
         "measurements": [asdict(m) for m in measurements],
     }
-    return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+    return dump_json(payload, indent=2, ensure_ascii=False) + "\n"
 
 
 def to_csv(rows: Sequence[Row]) -> str:

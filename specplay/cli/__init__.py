@@ -13,6 +13,15 @@ from specplay.errors import SpecplayError, error_line
 TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 
+def tolerate_narrow_encodings() -> None:
+    """Output a terminal's encoding cannot hold (PYTHONIOENCODING=ascii, LANG=C) is written as
+    backslash escapes instead of ending the command with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            reconfigure(errors="backslashreplace")
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="specplay", description="A playground for seeing speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specplay {__version__}")
@@ -34,6 +43,7 @@ def build_parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from folders or the local cache only
+    tolerate_narrow_encodings()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in parser.commands and argv[0] not in TOP_LEVEL_FLAGS):

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specplay import __version__
 from specplay.backends import blas_warning, open_stream, thread_cleanup
 from specplay.bench.execute import BenchPlan, run_bench
-from specplay.bench.plots import write_plots
+from specplay.bench.plots import PLOT_FILES, write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
 from specplay.bench.sweep import load_prompts, plan
 from specplay.cli.configure import comma_floats, given, path_flag, run_config
@@ -26,8 +26,10 @@ from specplay.config.capabilities import capabilities_of
 from specplay.config.run_config import check_models
 from specplay.engine.loop import SpecEngine
 from specplay.errors import ConfigError, SpecplayError
-from specplay.files import write_output
+from specplay.files import OUT_FIX, check_outputs, claim_outputs, write_output
 from specplay.runner.thread import ModelThread
+
+REPORT_FILES = ("report.md", "results.json", "results.csv", *PLOT_FILES)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -82,6 +84,7 @@ def bench(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecplayError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
+    check_outputs(out, REPORT_FILES, OUT_FIX)  # now, not after the measurements
     copy_only = [d.name for d in config.drafters if d.kind == "prompt-lookup"]
     configs = plan(drafters, args.quick, copy_only, counterfactual=capabilities_of(config).counterfactual)
 
@@ -132,9 +135,11 @@ def bench(args: argparse.Namespace) -> int:
         thread.close()
 
     rows = build_rows(configs, measurements, remote=remote)
-    if (out / "report.md").exists():
+    replacing = (out / "report.md").exists()
+    claim_outputs(out, REPORT_FILES, OUT_FIX)
+    if replacing:
         warn(f"replacing the bench report in {out}")
-    fix = "choose another --out"
+    fix = OUT_FIX
     write_output(out / "report.md", markdown(rows, about, router, remote), fix)
     write_output(out / "results.json", to_json(rows, measurements, about, router), fix)
     write_output(out / "results.csv", to_csv(rows), fix)

@@ -23,6 +23,7 @@ from specplay.engine.router import CodeProseRouter, check_route_map
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
+from specplay.inputs import PROMPT_LIMIT, read_input_text
 from specplay.store.format import Session
 from specplay.store.location import sessions_dir
 from specplay.store.replay import session_config
@@ -209,10 +210,4 @@ def comma_floats(text: str, field: str, what: str) -> list[float]:
 def prompt_from(flags: Mapping[str, Any]) -> str:
     if "prompt" in flags:
         return flags["prompt"]
-    path: Path = flags["prompt_file"]
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("prompt_file", f"{str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("prompt_file", f"{str(path)!r} cannot be read: {exc}") from None
+    return read_input_text(flags["prompt_file"], "--prompt-file", PROMPT_LIMIT)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.text import Text
@@ -12,6 +11,7 @@ from specplay.cli.configure import given, sessions_dir_from
 from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import colourless, make_console
 from specplay.display.text import visible
+from specplay.json_text import dump_json
 from specplay.store import LaneRecord, Session, SessionError, find_session, load_session
 from specplay.store.diff import TokenDiff, is_lossless_greedy, token_diff, violation
 
@@ -62,7 +62,7 @@ def diff(args: argparse.Namespace) -> int:
     broken_at = violation(lane_a, lane_b, result) if checked else None
     if args.json:
         record = _json(a, lane_a, b, lane_b, result=result, checked=checked, broken_at=broken_at)
-        print(json.dumps(record, ensure_ascii=False))
+        print(dump_json(record, ensure_ascii=False))
     else:
         _show(a, lane_a, b, lane_b, result=result, broken_at=broken_at)
     return 1 if broken_at is not None else 0

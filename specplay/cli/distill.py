@@ -16,11 +16,27 @@ from specplay.cli.configure import path_flag
 from specplay.cli.render import warn
 from specplay.config.models import model_spec
 from specplay.errors import ConfigError, SpecplayError
+from specplay.files import OUT_FIX, check_outputs
 
 if TYPE_CHECKING:
     from specplay.train.job import DistillJob, Shape
 
+OUT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "distill.json",
+    "exit_head.json",
+    "exit_head.safetensors",
+)
+"""What distill writes in --out, known before the target loads (its tokenizer's other files are
+checked when they are known)."""
 SHAPE_KEYS = {"new_drafter": ("layers", "width", "heads"), "exit_head": ("layers", "mlp")}
+SHAPE_LIMITS = {"layers": 256, "width": 16384, "heads": 256, "mlp": 65536}
+"""The largest of each dimension specplay builds: a drafter is small, and MLX crashes rather than
+failing on a shape too large to allocate."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -73,15 +89,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def shape_of(text: str, field: str) -> Shape:
     """`layers=N,width=W,...` as a Shape; one line naming the flag when it is not."""
     values: dict[str, int] = {}
+    shown = text if len(text) <= 80 else f"{text[:60]}… ({len(text)} characters)"
     for part in text.split(","):
         key, sep, value = (word.strip() for word in part.partition("="))
-        number = value.isascii() and value.isdigit() and int(value) >= 1
+        number = value.isascii() and value.isdigit() and len(value) < 20 and int(value) >= 1
         if not sep or key not in SHAPE_KEYS[field] or not number:
             keys = ", ".join(f"{k}=N" for k in SHAPE_KEYS[field])
-            raise ConfigError(field, f"takes {keys}, whole numbers of 1 or more, separated by commas (got {text!r})")
+            raise ConfigError(field, f"takes {keys}, whole numbers of 1 or more, separated by commas (got {shown!r})")
+        if int(value) > SHAPE_LIMITS[key]:
+            raise ConfigError(field, f"{key} is at most {SHAPE_LIMITS[key]} (got {value}); choose a smaller shape")
         values[key] = int(value)
     if "layers" not in values or (field == "new_drafter" and "width" not in values):
-        raise ConfigError(field, f"needs layers=N{' and width=W' if field == 'new_drafter' else ''} (got {text!r})")
+        raise ConfigError(field, f"needs layers=N{' and width=W' if field == 'new_drafter' else ''} (got {shown!r})")
     from specplay.train.job import Shape
 
     return Shape(**values)
@@ -103,6 +122,7 @@ def _check(args: argparse.Namespace, out: Path) -> None:
         raise ConfigError("last_layers", "tunes a drafter's layers; an exit head has none")
     if out.exists() and (out / "config.json").exists() and not (out / "work").exists():
         raise SpecplayError(f"{out} already holds a model; choose another --out")
+    check_outputs(out, OUT_FILES, OUT_FIX)  # now, not after training
     try:  # now, not after the rollouts: a folder that cannot be written would waste them
         (out / "work").mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
@@ -52,6 +51,7 @@ from specplay.fidelity.measure import (
     write_report,
 )
 from specplay.files import write_output
+from specplay.json_text import dump_json
 from specplay.review.fidelity_page import sweep_review
 from specplay.review.html import to_html
 from specplay.runner.thread import ModelThread
@@ -252,7 +252,7 @@ def fidelity(args: argparse.Namespace) -> int:
         fix="choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR",
     )
     if args.json:
-        print(json.dumps(content | {"report": str(saved), "plot": str(plot), "page": str(page)}, ensure_ascii=False))
+        print(dump_json(content | {"report": str(saved), "plot": str(plot), "page": str(page)}, ensure_ascii=False))
     else:
         console = make_console()
         console.print(fidelity_table(report, speed_measured=speed_measured))

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from specplay.config.numbers import count_number, seed_number
 from specplay.config.run_config import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
 from specplay.engine.rules import RULE_NAMES, RULES, RuleParams, all_settings
 from specplay.engine.settings import AUTO_ROUTE, MODES, POLICIES, PolicyParams, SamplingParams, SpecSettings
@@ -17,10 +18,19 @@ API_KEY_ENV = "SPECPLAY_API_KEY"
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line, without the usage block."""
+    """argparse that reports a usage error in one line, without the usage block, and bounds every
+    integer flag by its kind (a seed, or a count) before any command sees it."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        if action.type is not int:
+            return super()._get_value(action, arg_string)
+        try:
+            return seed_number(arg_string) if action.dest == "seed" else count_number(arg_string)
+        except ValueError as error:
+            raise argparse.ArgumentError(action, str(error)) from None
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -14,6 +13,7 @@ from specplay.display.palette import SOURCE_STYLES
 from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
 from specplay.engine.speedup import measured_speedup
+from specplay.json_text import dump_json
 from specplay.store import LaneRecord
 
 
@@ -65,7 +65,7 @@ def json_line(record: LaneRecord, baseline: LaneRecord | None = None, session: s
         out["baseline"] = {"token_ids": list(baseline.done.token_ids), "metrics": baseline.done.metrics}
     if (report := vllm_report(record.metrics)) is not None:
         out["vllm"] = report
-    return json.dumps(out, ensure_ascii=False)
+    return dump_json(out, ensure_ascii=False)
 
 
 def vllm_report(metrics: dict[str, Any]) -> dict[str, Any] | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import make_console
 from specplay.display.text import visible
 from specplay.errors import error_line
+from specplay.json_text import dump_json
 from specplay.store import Session, SessionError, list_session_files, load_session
 
 
@@ -86,12 +86,12 @@ def list_sessions(args: argparse.Namespace) -> int:
             row = summarize(load_session(path))
         except SessionError as error:
             if args.json:
-                print(json.dumps({"id": path.stem, "error": str(error)}))
+                print(dump_json({"id": path.stem, "error": str(error)}))
             else:
                 rows.append([path.stem, error_line(error), *[""] * (len(headers) - 3), "unreadable"])
             continue
         if args.json:
-            print(json.dumps(row, ensure_ascii=False))
+            print(dump_json(row, ensure_ascii=False))
             continue
         models = row["target"] + (f" + {row['route']}" if row["route"] else "")
         settings = f"{row['mode']} T={_fmt(row['temperature'], '{:g}')}"

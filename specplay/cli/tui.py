@@ -23,7 +23,7 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import warn
 from specplay.config.run_config import RunConfig, check
-from specplay.errors import SpecplayError
+from specplay.errors import SpecplayError, error_line
 from specplay.store import find_session, load_session
 
 
@@ -87,7 +87,10 @@ def tui(args: argparse.Namespace) -> int:
 
     app = create_app(config, PlaygroundOptions(autorun=args.autorun, open_session=opened))
     app.run()
-    return 0
+    if app.crash is not None:
+        print(f"specplay: error: the playground crashed: {error_line(app.crash)}", file=sys.stderr)
+        return 1
+    return app.return_code or 0
 
 
 def _first_library_prompt() -> str:

@@ -6,12 +6,13 @@ say how); the first is the playground's prompt until the user types another."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from specplay.errors import ConfigError
+from specplay.inputs import DATA_LIMIT, InputError, read_input_text
+from specplay.json_text import JsonError, parse_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +37,9 @@ def library_prompts() -> list[Prompt]:
 def read_prompts(path: Path, field: str = "prompts") -> list[Prompt]:
     """A user's prompt file; `field` names the flag that gave it, for the error."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ConfigError(field, f"{str(path)!r} cannot be read: {detail}") from None
+        text = read_input_text(path, "file", DATA_LIMIT)
+    except InputError as error:
+        raise ConfigError(field, f"{str(path)!r} cannot be read: {error.detail}") from None
     return parse_prompts(text, str(path), field)
 
 
@@ -49,9 +49,9 @@ def parse_prompts(text: str, source: str, field: str) -> list[Prompt]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = parse_json(line, f"line {number} of {source}")
             name = str(row.get("name", f"line {number}"))
             prompts.append(Prompt(str(row["category"]), name, str(row["text"]), str(row.get("note", ""))))
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (JsonError, KeyError, TypeError, AttributeError):
             raise ConfigError(field, f"line {number} of {source} is not a {{category, text}} object") from None
     return prompts

@@ -9,7 +9,6 @@ module knows no model library and no UI; it runs wherever those callables run.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +27,7 @@ from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_lengt
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError
 from specplay.files import free_path, write_output
+from specplay.json_text import dump_json
 from specplay.store.format import LaneRecord
 
 DEFAULT_BUDGETS = Mentored.knob.sweep
@@ -366,5 +366,5 @@ def check_writable(directory: Path) -> None:
 
 def write_report(report: Mapping[str, Any], path: Path) -> Path:
     """Written atomically: a reader sees no report or the whole one, never half of it."""
-    text = json.dumps(report, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
+    text = dump_json(report, ensure_ascii=False, indent=1) + "\n"
     return write_output(path, text, fix="choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR")

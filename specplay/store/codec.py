@@ -17,6 +17,7 @@ from typing import Any
 
 from specplay import __version__
 from specplay.config.capabilities import MLX, VLLM_INSPECTION, vllm_native
+from specplay.config.numbers import COUNT_MAX, SEED_MAX
 from specplay.config.run_config import RequestSpec
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
@@ -28,7 +29,7 @@ from specplay.engine.events import (
     StartEvent,
     StepEvent,
 )
-from specplay.store.schema import build
+from specplay.store.schema import SchemaError, build
 
 SCHEMA_VERSION = 1
 
@@ -208,7 +209,11 @@ def request_record(request: RequestSpec, route_map: Mapping[str, str], **about: 
 
 
 def request_from_record(record: Mapping[str, Any], prompt: str) -> RequestSpec:
-    return replace(build(RequestSpec, {**record, "prompt": prompt}, "header.request"), prompt=prompt)
+    request = replace(build(RequestSpec, {**record, "prompt": prompt}, "header.request"), prompt=prompt)
+    for name, limit in (("seed", SEED_MAX), ("max_tokens", COUNT_MAX)):  # the bounds the flags have
+        if abs(getattr(request, name)) > limit:
+            raise SchemaError(f"header.request.{name} is larger than {limit}")
+    return request
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ Readers skip record types they do not know, so a newer specplay may add some.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,8 @@ from specplay.engine.events import (
 from specplay.engine.settings import SpecSettings
 from specplay.engine.speedup import measured_speedup
 from specplay.errors import SpecplayError
+from specplay.inputs import SESSION_LIMIT, read_input
+from specplay.json_text import JsonError, parse_json
 from specplay.store.codec import SCHEMA_VERSION, capabilities_from_header, check_header, decode_event, texts_from_record
 from specplay.store.schema import SchemaError
 
@@ -162,11 +163,12 @@ class Session:
 
 def _parse_line(path: Path, number: int, line: str, last: bool) -> dict[str, Any] | None:
     try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        if last:  # torn by a kill mid-write: the run is incomplete, the rest is good
+        record = parse_json(line, f"line {number}")
+    except JsonError as error:
+        if last and not error.deep:  # torn by a kill mid-write: the run is incomplete, the rest is good
             return None
-        raise SessionError(f"session {path} is corrupt: line {number} is not JSON (edited or damaged)") from None
+        cause = "" if error.deep else " (edited or damaged)"
+        raise SessionError(f"session {path} is corrupt: {error}{cause}") from None
     if not isinstance(record, dict) or not isinstance(record.get("type"), str):
         raise SessionError(f"session {path} is corrupt: line {number} is not a session record")
     return record
@@ -175,13 +177,14 @@ def _parse_line(path: Path, number: int, line: str, last: bool) -> dict[str, Any
 def load_session(path: Path) -> Session:
     """A session file, checked record by record; any damage is one SessionError naming the file
     and the record."""
+    if not path.exists():
+        raise SessionError(f"session {path} does not exist; `specplay sessions` lists the saved ones")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SessionError(f"session {path} does not exist; `specplay sessions` lists the saved ones") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise SessionError(f"session {path} cannot be read: {detail}") from None
+        text = read_input(path, "session", SESSION_LIMIT, fix="it is not one specplay wrote").decode("utf-8")
+    except SpecplayError as error:
+        raise SessionError(str(error)) from None
+    except UnicodeDecodeError as exc:
+        raise SessionError(f"session {path} cannot be read: {exc}") from None
     # Records end at "\n" only: the writer escapes every other Unicode line boundary.
     lines = text.split("\n")
     if lines and not lines[-1].strip():

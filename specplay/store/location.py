@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from specplay.json_text import parse_json
 from specplay.store.format import SUFFIX, SessionError
 
 ENV_VAR = "SPECPLAY_SESSIONS_DIR"
 
 
 def sessions_dir(option: str | Path | None = None) -> Path:
-    return Path(option or os.environ.get(ENV_VAR) or "sessions")
+    """The sessions folder; `~` means the home folder here too, as a shell would expand it."""
+    return Path(option or os.environ.get(ENV_VAR) or "sessions").expanduser()
 
 
 def list_session_files(directory: Path) -> list[Path]:
@@ -53,7 +54,7 @@ def session_prompt(path: Path) -> str | None:
     """A saved session's prompt from its header line alone, for lists (None where it cannot be read)."""
     try:
         with path.open(encoding="utf-8") as file:
-            header = json.loads(file.readline(HEADER_LINE_LIMIT))
+            header = parse_json(file.readline(HEADER_LINE_LIMIT), f"session {path}")
     except (OSError, ValueError):
         return None
     prompt = header.get("prompt") if isinstance(header, dict) else None

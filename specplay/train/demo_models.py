@@ -14,7 +14,6 @@ Stages (each skipped when its output exists, so an interrupted build continues):
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from specplay.json_text import dump_json
 from specplay.train import corpus
 from specplay.train.data import Windows, token_stream
 from specplay.train.distill import DistillConfig, distill
@@ -221,7 +221,7 @@ def build_manifest(out: Path) -> None:
             if file.is_file()
         },
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (out / "manifest.json").write_text(dump_json(manifest, indent=2) + "\n")
 
 
 MODEL_NAMES = ("target", "base", "prose")

@@ -22,9 +22,11 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from specplay.files import OUT_FIX, claim_outputs
+from specplay.json_text import dump_json
 from specplay.train.data import Windows, token_stream
 from specplay.train.losses import forward_kl_loss, sparse_forward_kl, target_log_probs
-from specplay.train.models import save_folder
+from specplay.train.models import folder_files, save_folder
 from specplay.train.rollouts import RolloutConfig, rollouts
 from specplay.train.teacher import fixed_windows, load_or_build_teacher, step_indices, weights_fingerprint
 from specplay.train.trainer import Progress, TrainConfig, train
@@ -141,6 +143,7 @@ def distill(
     on_status: Callable[[str], None] = lambda _: None,
     provenance: dict | None = None,
 ) -> DistillResult:
+    claim_outputs(out, [*folder_files(tokenizer_dir), PROVENANCE_FILE], OUT_FIX)
     work = out / "work"
     seed = config.train.seed
     sequences = load_or_make_rollouts(
@@ -179,5 +182,5 @@ def distill(
     result = DistillResult(config.train.steps, kl_before, kl_after, trained_tokens)
     save_folder(out, draft, draft_config, tokenizer_dir, storage=config.storage)
     record = {"result": asdict(result), "config": asdict(config), "prompts": len(prompts), **(provenance or {})}
-    (out / PROVENANCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    (out / PROVENANCE_FILE).write_text(dump_json(record, indent=2) + "\n")
     return result

@@ -19,7 +19,15 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from specplay.backends.mlx.early_exit import ExitHead, LayerSplit, check_layers, save_exit_head
+from specplay.backends.mlx.early_exit import (
+    HEAD_CONFIG,
+    HEAD_WEIGHTS,
+    ExitHead,
+    LayerSplit,
+    check_layers,
+    save_exit_head,
+)
+from specplay.files import OUT_FIX, claim_outputs
 from specplay.train.distill import load_or_make_rollouts, rollout_windows
 from specplay.train.losses import forward_kl, sparse_forward_kl
 from specplay.train.rollouts import RolloutConfig
@@ -93,6 +101,7 @@ def train_exit_head(
     the head is refused on other weights; `held_out` windows measure the KL before and after."""
     split = LayerSplit(target, "the target")
     check_layers(config.layers, split, "exit head")
+    claim_outputs(out, [HEAD_WEIGHTS, HEAD_CONFIG], OUT_FIX)
     head = ExitHead(split.hidden_size, config.mlp_size)
     mx.eval(head.parameters())
     kl_before = held_out_kl(split, config.layers, head, held_out)

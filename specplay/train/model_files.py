@@ -8,7 +8,6 @@ A folder holds config.json, model.safetensors and the tokenizer files, and loads
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sysconfig
 from collections.abc import Iterable, Sequence
@@ -20,6 +19,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import save_config, save_model
 
 from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
+from specplay.inputs import TOKENIZER_LIMIT
+from specplay.json_text import dump_json, read_json
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -64,12 +65,12 @@ def train_tokenizer(
     }
     if chat_template:
         config["chat_template"] = chat_template
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out_dir / "tokenizer_config.json").write_text(dump_json(config, indent=2))
 
 
 def eos_token_id(tokenizer_dir: Path) -> int:
-    config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
-    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    config = read_json(tokenizer_dir / "tokenizer_config.json", "tokenizer config")
+    vocab = read_json(tokenizer_dir / "tokenizer.json", "tokenizer", TOKENIZER_LIMIT)["model"]["vocab"]
     return int(vocab[config["eos_token"]])
 
 

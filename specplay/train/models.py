@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,9 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes, dequantize_model, quantize_model, save_config, save_model
 
+from specplay.errors import ConfigError
+from specplay.files import OUTPUTS_RECORD
+from specplay.json_text import read_json
 from specplay.train.model_files import TOKENIZER_FILES, eos_token_id
 
 QUANTIZATION_KEYS = ("quantization", "quantization_config")
@@ -29,15 +31,28 @@ def parameter_count(model: nn.Module) -> int:
     return sum(v.size for _, v in tree_flatten(model.parameters()))
 
 
-NOT_TOKENIZER = {"config.json", "model.safetensors.index.json", "distill.json"}
+MAX_NEW_PARAMETERS = 2**30
+"""A new drafter's size at most: 4 GiB of fp32 weights, three times that while training."""
+NOT_TOKENIZER = {"config.json", "model.safetensors.index.json", "distill.json", OUTPUTS_RECORD}
+MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "config.json")
+"""What save_folder writes besides the tokenizer (a drafter's weights fit one file)."""
+
+
+def tokenizer_names(tokenizer_dir: Path) -> list[str]:
+    """The tokenizer files of a model folder (or of a bare tokenizer folder): everything but
+    weights, config and our own records."""
+    names = [f.name for f in tokenizer_dir.iterdir() if f.is_file() and f.suffix != ".safetensors"]
+    return sorted(set(names) - NOT_TOKENIZER) or list(TOKENIZER_FILES)
+
+
+def folder_files(tokenizer_dir: Path) -> list[str]:
+    """Every file save_folder writes."""
+    return [*MODEL_FILES, *tokenizer_names(tokenizer_dir)]
 
 
 def copy_tokenizer(tokenizer_dir: Path, out_dir: Path) -> None:
-    """The tokenizer files of a model folder (or of a bare tokenizer folder): everything but
-    weights, config and our own records."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = [f.name for f in tokenizer_dir.iterdir() if f.is_file() and f.suffix != ".safetensors"]
-    for name in sorted(set(names) - NOT_TOKENIZER) or TOKENIZER_FILES:
+    for name in tokenizer_names(tokenizer_dir):
         shutil.copyfile(tokenizer_dir / name, out_dir / name)
 
 
@@ -74,7 +89,7 @@ def load_folder(path: Path) -> tuple[nn.Module, dict[str, Any]]:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    return json.loads((path / "config.json").read_text())
+    return read_json(path / "config.json", "model config")
 
 
 def new_drafter(
@@ -88,6 +103,13 @@ def new_drafter(
     heads = heads or max(1, width // 64)
     if width % heads:
         raise ValueError(f"the drafter's width {width} is not a multiple of its {heads} heads; choose heads=H")
+    parameters = vocab * width + layers * 16 * width * width  # embedding, attention 4w², MLP 3·4w²
+    if parameters > MAX_NEW_PARAMETERS:
+        raise ConfigError(
+            "new_drafter",
+            f"of {layers} layers x {width} over a vocabulary of {vocab} would hold {parameters:.3g} parameters, "
+            f"more than specplay builds ({MAX_NEW_PARAMETERS:.3g}); choose fewer layers or a smaller width",
+        )
     config = {
         "model_type": "llama",
         "hidden_size": width,

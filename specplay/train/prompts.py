@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from specplay.errors import SpecplayError
+from specplay.inputs import DATA_LIMIT, InputError, read_input_text
+from specplay.json_text import JsonError, parse_json
 from specplay.store.format import SessionError, load_session
 from specplay.store.location import list_session_files
 
@@ -23,10 +24,12 @@ def read_prompts(source: Path) -> list[str]:
         elif source.suffix == ".jsonl":
             prompts = _jsonl_prompts(source)
         else:
-            text = source.read_text(encoding="utf-8", errors="replace")
+            text = read_input_text(source, "data", DATA_LIMIT, errors="replace")
             prompts = [block.strip("\n") for block in text.split("\n\n")]
     except UnicodeDecodeError as exc:
         raise SpecplayError(f"data {str(source)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except InputError:
+        raise  # already one line naming the file
     except OSError as exc:
         raise SpecplayError(f"data {str(source)!r} cannot be read: {exc.strerror or exc}") from None
     prompts = [p for p in prompts if p.strip()]
@@ -37,13 +40,14 @@ def read_prompts(source: Path) -> list[str]:
 
 def _jsonl_prompts(path: Path) -> list[str]:
     prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):  # JSON Lines: "\n" only
+    text = read_input_text(path, "data", DATA_LIMIT)
+    for number, line in enumerate(text.split("\n"), start=1):  # JSON Lines: "\n" only
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecplayError(f"{path}:{number}: not JSON ({exc.msg}); write one JSON object per line") from exc
+            record = parse_json(line, f"{path} line {number}")
+        except JsonError as error:
+            raise SpecplayError(f"{error}; write one JSON object per line") from None
         key = next((k for k in PROMPT_KEYS if isinstance(record, dict) and isinstance(record.get(k), str)), None)
         if key is None:
             raise SpecplayError(f'{path}:{number}: no "prompt" or "text" string field')

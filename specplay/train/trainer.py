@@ -4,6 +4,7 @@ progress reports, and checkpoints that an interrupted run resumes from."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -15,6 +16,9 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
+
+from specplay.errors import SpecplayError
+from specplay.json_text import dump_json, read_json
 
 CHECKPOINT_WEIGHTS = "weights.safetensors"
 CHECKPOINT_OPTIMIZER = "optimizer.safetensors"
@@ -67,7 +71,7 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimize
     tmp.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(tmp / CHECKPOINT_WEIGHTS), dict(tree_flatten(model.trainable_parameters())))
     mx.save_safetensors(str(tmp / CHECKPOINT_OPTIMIZER), dict(tree_flatten(optimizer.state)))
-    (tmp / CHECKPOINT_STATE).write_text(json.dumps({"step": step, **meta}, indent=2))
+    (tmp / CHECKPOINT_STATE).write_text(dump_json({"step": step, **meta}, indent=2))
     if directory.exists():
         old = directory.with_name(directory.name + ".old")
         directory.rename(old)
@@ -82,7 +86,7 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimize
 def load_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimizer) -> tuple[int, dict]:
     model.load_weights(list(mx.load(str(directory / CHECKPOINT_WEIGHTS)).items()), strict=False)
     optimizer.state = tree_unflatten(list(mx.load(str(directory / CHECKPOINT_OPTIMIZER)).items()))
-    state = json.loads((directory / CHECKPOINT_STATE).read_text())
+    state = read_json(directory / CHECKPOINT_STATE, "checkpoint state")
     return int(state.pop("step")), state
 
 
@@ -132,8 +136,11 @@ def train(
             loss = step_fn(*batch(step))
             mx.eval(loss, model.state, optimizer.state)
             losses.append(loss.item())
+            if not math.isfinite(losses[-1]):
+                raise _diverged(step + 1, config, f"the loss is {losses[-1]}")
             _report(on_progress, config, done=step + 1, first_step=first_step, losses=losses, started=started)
             if checkpoint_dir is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps):
+                _check_finite(model, step + 1, config)  # a checkpoint of broken weights would be resumed
                 save_checkpoint(checkpoint_dir, model, optimizer, step + 1, meta)
         except KeyboardInterrupt:
             if checkpoint_dir is not None and step > first_step:
@@ -141,7 +148,22 @@ def train(
                 optimizer.state = finished[1]
                 save_checkpoint(checkpoint_dir, model, optimizer, step, meta)
             raise
+    _check_finite(model, config.steps, config)
     return losses
+
+
+def _check_finite(model: nn.Module, step: int, config: TrainConfig) -> None:
+    broken = [name for name, value in tree_flatten(model.trainable_parameters()) if not mx.isfinite(value).all().item()]
+    if broken:
+        raise _diverged(step, config, f"{len(broken)} weight tensors hold NaN or infinity")
+
+
+def _diverged(step: int, config: TrainConfig, what: str) -> SpecplayError:
+    """Training that blew up stops here: no model is written from it."""
+    return SpecplayError(
+        f"training diverged at step {step} of {config.steps} ({what}); no model was written: "
+        f"lower the learning rate (--lr, now {config.learning_rate:g}) and run again"
+    )
 
 
 def _report(

@@ -126,6 +126,17 @@ class PlaygroundApp(App[None]):
         self.main = PlaygroundScreen(config.request.prompt or "", self.playground)
         self.playground.attach(self.main)
         self._theme_names: list[str] = []
+        self.crash: BaseException | None = None
+        """What ended the app, if an exception did: `specplay tui` says it in one line and fails."""
+
+    def _handle_exception(self, error: Exception) -> None:
+        # Textual's hook for an exception nothing else handled; the app ends either way.
+        self.crash = error
+        super()._handle_exception(error)
+
+    def _fatal_error(self) -> None:
+        # Textual would print a screen of traceback and exit 0; the command prints one line instead.
+        self._close_messages_no_wait()
 
     def on_models_loaded(self, message: ModelsLoaded) -> None:
         self.playground.loaded(message.source, message.identity, message.error, message.autorun)

@@ -230,6 +230,8 @@ class PlaygroundController:
         self._writer: SessionWriter | None = None
         self._saving = True
         """False once this run's session could not be written: no later lane opens another."""
+        self._unsaved: str | None = None
+        """Why this run's session could not be written, said again when the run ends."""
         self._prompt = ""
         self._route_note = ""
         """Where the current run's route sent its prompt, for the status line."""
@@ -338,7 +340,7 @@ class PlaygroundController:
             lane: LiveControls(self.settings, self.drafters if lane != "target" else ()) for lane in self.lanes
         }
         self._clear()
-        self._writer, self._saving, self._prompt = None, True, prompt
+        self._writer, self._saving, self._unsaved, self._prompt = None, True, None, prompt
         request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
         run_id = self.run_id
         self.state = RunState.RUNNING
@@ -432,16 +434,19 @@ class PlaygroundController:
                 source="tui",
                 lanes_run_side_by_side=True,
             )
-        except SpecplayError as error:  # the run goes on unsaved; say why once
-            self._saving = False
-            self.set_status(f"not saving: {error_line(error)}", error=True)
+        except SpecplayError as error:  # the run goes on unsaved
+            self._not_saving(error)
             return None
 
     def _drop_writer(self, error: SpecplayError) -> None:
         assert self._writer is not None
         self._writer.close()
-        self._writer, self._saving = None, False
-        self.set_status(f"not saving: {error_line(error)}", error=True)
+        self._writer = None
+        self._not_saving(error)
+
+    def _not_saving(self, error: SpecplayError) -> None:
+        self._saving, self._unsaved = False, error_line(error)
+        self.set_status(f"not saving: this run will not be saved: {self._unsaved}", error=True)
 
     def ended(self, run_id: int, error: BaseException | None) -> None:
         """UI thread: every lane of a run ended."""
@@ -461,11 +466,14 @@ class PlaygroundController:
                 saved = f"; not saved: {error_line(failure)}"
             self._writer.close()
             self._writer = None
+        if self._unsaved is not None:
+            saved = f"; NOT saved: {self._unsaved}"
         if error is not None:
-            self.set_status(f"run failed: {error_line(error)}", error=True)
+            self.set_status(f"run failed: {error_line(error)}{saved if self._unsaved else ''}", error=True)
         else:
             finish = self.tallies["speculative"].finish_reason or "done"
-            self.set_status(f"finished ({finish}) · {self._route_note}{saved}; ctrl+r runs again")
+            text = f"finished ({finish}) · {self._route_note}{saved}; ctrl+r runs again"
+            self.set_status(text, error=self._unsaved is not None or saved.startswith("; not saved"))
 
     def _clear(self) -> None:
         self.events = {lane: [] for lane in ALL_LANES}

@@ -32,3 +32,8 @@ def replace_at(value: Any, path: tuple[Any, ...], new: Any) -> Any:
     copy = dict(value) if isinstance(value, dict) else list(value)
     copy[head] = replace_at(value[head], rest, new)
     return copy
+
+
+def nested_arrays(depth: int) -> str:
+    """JSON text of `depth` arrays inside each other: a parser that recurses runs out of stack."""
+    return "[" * depth + "]" * depth

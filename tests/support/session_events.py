@@ -20,6 +20,7 @@ from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import SessionWriter
 from specplay.store.codec import capabilities_from_header
+from tests.support.mutations import nested_arrays
 
 PROMPT_IDS = (5, 6, 7)
 SCRIPT = "<script>alert(1)</script>"
@@ -130,3 +131,14 @@ def write_session(
         return writer.finalize()
     writer.close()
     return writer.path
+
+
+def write_deep_session(directory: Path, depth: int = 100_000, prompt: str = "deep") -> Path:
+    """A finished session whose second record holds data nested `depth` arrays deep."""
+    path = write_session(
+        directory, {"speculative": speculative_events(), "target": target_events(same_as_rounds())}, prompt=prompt
+    )
+    lines = path.read_text(encoding="utf-8").split("\n")
+    deep = '{"type": "event", "lane": "speculative", "kind": "round", "data": ' + nested_arrays(depth) + "}"
+    path.write_text("\n".join([lines[0], deep, *lines[1:]]), encoding="utf-8")
+    return path

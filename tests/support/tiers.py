@@ -35,6 +35,8 @@ SLOW = {
     "tests/cli/test_numeric_flags.py": "every command with every numeric flag",
     "tests/cli/test_fetch.py": "a local package index served over HTTP",
     "tests/cli/test_cli.py::test_a_real_process": "a specplay process",
+    "tests/cli/test_hostile_inputs.py::test_a_narrow_output_encoding": "specplay processes on the demo models",
+    "tests/cli/test_bench_out.py::test_a_report_specplay_wrote_is_replaced": "a benchmark run writing every report",
     "tests/cli/test_cli.py::test_a_model_in_the_hugging_face_cache": "a specplay process",
     "tests/store/test_sessions.py::test_a_killed_run": "a specplay process, killed",
     "tests/store/test_sessions.py::test_ctrl_c": "a specplay process, interrupted",

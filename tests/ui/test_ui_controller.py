@@ -343,7 +343,8 @@ def test_a_full_disk_mid_run_stops_saving_not_the_run(
         playground.close()
     statuses = [text for text, _ in screen.said("status")]
     assert any(s.startswith("not saving: ") and "No space left on device" in s for s in statuses), statuses
-    assert statuses[-1].startswith("finished (") and "saved" not in statuses[-1] and playground.last_session is None
+    assert statuses[-1].startswith("finished (") and "NOT saved: " in statuses[-1] and "No space left" in statuses[-1]
+    assert playground.last_session is None
     assert every(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
     (path,) = tmp_path.glob("*.jsonl")
     assert not load_session(path).complete  # what was written before the disk filled is kept

@@ -9,7 +9,6 @@ closes some of the gap between layer L and the last layer; `specplay.train.exit_
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.base import create_attention_mask
 
 from specplay.errors import ModelError, detail_of
+from specplay.json_text import dump_json, read_json
 
 SPLITTABLE = {"mlx_lm.models.llama": "llama", "mlx_lm.models.qwen2": "qwen2", "mlx_lm.models.qwen3": "qwen3"}
 """Model modules whose forward pass is embed -> layers(h, mask, cache) -> norm -> output head,
@@ -148,7 +148,7 @@ def save_exit_head(out: Path, head: ExitHead, layers: int, record: Mapping[str, 
     }
     partial = out / f".{os.getpid()}.tmp.{HEAD_CONFIG}"
     try:
-        partial.write_text(json.dumps(config, indent=2) + "\n")
+        partial.write_text(dump_json(config, indent=2) + "\n")
         os.replace(partial, out / HEAD_CONFIG)
     finally:
         partial.unlink(missing_ok=True)
@@ -160,8 +160,8 @@ def load_exit_head(folder: Path, layers: int, split: LayerSplit, target_identity
     if not config_path.is_file() or not weights_path.is_file():
         raise ModelError(f"exit head {str(folder)!r} not found: it needs {HEAD_CONFIG} and {HEAD_WEIGHTS}")
     try:
-        config = json.loads(config_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        config = read_json(config_path, HEAD_CONFIG)
+    except (OSError, ValueError) as exc:
         raise ModelError(f"exit head {str(folder)!r}: {HEAD_CONFIG} is not readable JSON ({exc})") from None
     if not isinstance(config, dict) or config.get("format") != HEAD_FORMAT:
         raise ModelError(f"exit head {str(folder)!r}: {HEAD_CONFIG} is not a specplay exit head")
@@ -203,5 +203,5 @@ def head_identity(folder: Path) -> dict[str, Any]:
     digest = hashlib.sha256()
     for name in (HEAD_CONFIG, HEAD_WEIGHTS):
         digest.update((folder / name).read_bytes())
-    config = json.loads((folder / HEAD_CONFIG).read_text())
+    config = read_json(folder / HEAD_CONFIG, HEAD_CONFIG)
     return {"path": str(folder.resolve()), "sha256": digest.hexdigest(), "mlp_size": int(config.get("mlp_size") or 0)}

@@ -18,6 +18,8 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.errors import ModelError, detail_of
+from specplay.inputs import CONFIG_LIMIT, TOKENIZER_LIMIT
+from specplay.json_text import read_json
 
 
 @dataclass(frozen=True)
@@ -55,16 +57,27 @@ def resolve_model_path(spec: str) -> Path:
     )
 
 
+MODEL_JSON_FILES = {
+    "tokenizer.json": TOKENIZER_LIMIT,
+    "tokenizer_config.json": CONFIG_LIMIT,
+    "special_tokens_map.json": CONFIG_LIMIT,
+    "generation_config.json": CONFIG_LIMIT,
+}
+"""A model folder's other JSON, checked by the bounded reader before the libraries parse it."""
+
+
 def check_architecture(spec: str, path: Path) -> None:
     """mlx-lm runs the architectures it implements; a checkpoint that needs remote code (a model
     type only its own Python files define) is refused before anything loads."""
     import importlib.util
-    import json
 
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise ModelError(f"model {spec!r} has a config.json that is not JSON; re-download or re-convert it") from None
+        config = read_json(path / "config.json", "config.json")
+        for name, limit in MODEL_JSON_FILES.items():  # read by mlx-lm and transformers, unbounded
+            if (path / name).is_file():
+                read_json(path / name, name, limit)
+    except (OSError, ValueError) as error:
+        raise ModelError(f"model {spec!r}: {error}; re-download or re-convert it") from None
     model_type = str(config.get("model_type", "")) if isinstance(config, dict) else ""
     module = model_type.replace("-", "_")
     if not module or importlib.util.find_spec(f"mlx_lm.models.{module}") is None:

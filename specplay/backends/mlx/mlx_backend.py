@@ -6,7 +6,6 @@ A drafter is another model, the context itself (prompt lookup) or the target's f
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +46,7 @@ from specplay.backends.prompt_lookup import NgramIndex
 from specplay.config.capabilities import MLX
 from specplay.engine.backend_protocol import Detokenizer
 from specplay.errors import ConfigError
+from specplay.json_text import read_json
 
 TARGET = "target"
 
@@ -165,7 +165,7 @@ class MlxBackend:
 def context_length(loaded: LoadedModel) -> int | None:
     """The model's trained context (max_position_embeddings), when its config says."""
     try:
-        value = json.loads((loaded.path / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+        value = read_json(loaded.path / "config.json", "model config").get("max_position_embeddings")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, int) and value > 0 else None

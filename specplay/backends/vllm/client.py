@@ -4,7 +4,6 @@ never part of a message, a description or a repr."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import httpx
 
 from specplay.backends.vllm.errors import VllmError
+from specplay.json_text import parse_json
 
 CONNECT_RETRIES = 3
 MESSAGE_CHARS = 300
@@ -23,7 +23,7 @@ BACKOFF_S = 0.25
 def _error_message(text: str) -> str:
     """vLLM's `{"error": {"message": ...}}`, as it came; else the start of the body."""
     try:
-        body = json.loads(text)
+        body = parse_json(text, "the reply")
     except ValueError:
         return _capped(text)
     if isinstance(body, dict):
@@ -131,7 +131,7 @@ class VllmClient:
 
     def _json(self, path: str, response: httpx.Response) -> Any:
         try:
-            return json.loads(self._read(path, response))
+            return parse_json(self._read(path, response), f"{self.where}'s reply to {path}")
         except ValueError:
             raise VllmError(f"{self.where} sent a reply to {path} that is not JSON; is it a vLLM server?") from None
         finally:
@@ -167,7 +167,7 @@ class VllmClient:
                 if data == "[DONE]":
                     return
                 try:
-                    event = json.loads(data)
+                    event = parse_json(data, f"{self.where}'s stream event")
                 except ValueError:
                     raise VllmError(f"{self.where} streamed an event that is not JSON: {data[:120]!r}") from None
                 if isinstance(event, dict) and isinstance(event.get("error"), dict):

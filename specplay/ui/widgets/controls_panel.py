@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.widgets import Input, Label, Select, Static, Switch
 from textual_slider import Slider
 
+from specplay.config.numbers import SEED_MAX, seed_number
 from specplay.engine.rules import KNOB_STEPS, RULE_NAMES, AcceptanceRule
 from specplay.engine.settings import AUTO_ROUTE, POLICIES, SpecSettings
 
@@ -102,7 +103,7 @@ class ControlsPanel(VerticalScroll, can_focus=False):
                 )
             with Vertical():
                 yield Label("seed (next run)")
-                yield Input(str(self._seed), type="integer", id="seed")
+                yield Input(str(self._seed), type="integer", max_length=len(str(SEED_MAX)), id="seed")
         with Horizontal(classes="switch-row"):
             yield Switch(False, id="draft-lane")
             yield Label("draft-only lane")
@@ -234,4 +235,11 @@ class ControlsPanel(VerticalScroll, can_focus=False):
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
         if event.input.id == "seed" and event.value.isascii() and event.value.isdigit():  # seeds: 0 or more
-            self.post_message(self.Changed("seed", int(event.value)))
+            try:
+                seed = seed_number(event.value)
+            except ValueError as error:  # the next run keeps the last good seed
+                event.input.set_class(True, "-invalid")
+                self.notify(f"seed {error}", severity="warning", markup=False)
+                return
+            event.input.set_class(False, "-invalid")
+            self.post_message(self.Changed("seed", seed))

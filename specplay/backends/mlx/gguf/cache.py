@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from specplay.cache import cache_root
 from specplay.errors import ModelError, detail_of
+from specplay.json_text import dump_json, read_json
 
 FORMAT = 1
 """The layout of converted folders: a folder from another version is converted again."""
@@ -57,7 +57,7 @@ def content_hash(path: Path, cache_dir: Path, on_progress: Progress | None = Non
     stamp = [stat.st_size, stat.st_mtime_ns]
     index_file = cache_dir / INDEX
     try:
-        index = json.loads(index_file.read_text())
+        index = read_json(index_file, "GGUF cache index")
         assert isinstance(index, dict)
     except (OSError, ValueError, AssertionError):
         index = {}
@@ -69,7 +69,7 @@ def content_hash(path: Path, cache_dir: Path, on_progress: Progress | None = Non
     index[key] = {"stamp": stamp, "sha256": digest}
     # The index only saves time: a cache it cannot be written to still works.
     with contextlib.suppress(OSError):
-        _write_atomic(index_file, json.dumps(index, indent=1))
+        _write_atomic(index_file, dump_json(index, indent=1))
     return digest
 
 
@@ -128,7 +128,7 @@ def remove_stale_temps(cache_dir: Path) -> None:
 def is_complete(folder: Path, digest: str) -> bool:
     """A folder a finished conversion of this content renamed into place."""
     try:
-        marker = json.loads((folder / MARKER).read_text())
+        marker = read_json(folder / MARKER, "GGUF cache marker")
     except (OSError, ValueError):
         return False
     return marker.get("sha256") == digest and marker.get("format") == FORMAT and (folder / "config.json").is_file()
@@ -188,7 +188,7 @@ def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Pro
         config = write_folder(gguf, temp, on_progress)
         check_loads(temp, path)
         marker = {"format": FORMAT, "sha256": digest, "source": str(path.resolve()), "model_type": config["model_type"]}
-        (temp / MARKER).write_text(json.dumps(marker, indent=2))
+        (temp / MARKER).write_text(dump_json(marker, indent=2))
         _publish(temp, final, digest)
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)

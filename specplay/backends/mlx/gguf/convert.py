@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile, RawTensor
 from specplay.backends.mlx.gguf.tensors import GROUP_SIZE, SUPPORTED, convert_tensor
 from specplay.backends.mlx.gguf.tokenizer import tokenizer_files, write_tokenizer
 from specplay.errors import ModelError, detail_of
+from specplay.json_text import dump_json
 
 Progress = Callable[[str, int, int], None]
 SHARD_BYTES = 2 * 2**30
@@ -116,7 +116,7 @@ def write_folder(gguf: GGUFFile, folder: Path, on_progress: Progress | None = No
         config["eos_token_id"] = ends[0] if len(ends) == 1 else ends
     if tokenizer.bos_token_id is not None:
         config["bos_token_id"] = tokenizer.bos_token_id
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / "config.json").write_text(dump_json(config, indent=2))
     write_tokenizer(tokenizer, folder)
     return config
 

@@ -9,7 +9,6 @@ which is BPE with every split of every token as a merge, ranked by the token's s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from specplay.backends.mlx.gguf.pretokenizers import PRE_TOKENIZERS, pre_tokenizer
 from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile
 from specplay.errors import ModelError
+from specplay.json_text import dump_json
 
 SPIECE_SPACE = "\u2581"
 
@@ -165,4 +165,4 @@ def tokenizer_files(gguf: GGUFFile, context_length: int) -> TokenizerFiles:
 
 def write_tokenizer(files: TokenizerFiles, folder: Path) -> None:
     (folder / "tokenizer.json").write_text(files.tokenizer_json, encoding="utf-8")
-    (folder / "tokenizer_config.json").write_text(json.dumps(files.tokenizer_config, indent=2), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(dump_json(files.tokenizer_config, indent=2), encoding="utf-8")

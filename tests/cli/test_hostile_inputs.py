@@ -1,0 +1,124 @@
+"""Input files, integers and encodings a hostile or careless user gives: each is one line and a
+non-zero exit (or works), with bounded memory, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specplay.cli import main
+from specplay.data.library import read_prompts as bench_prompts
+from specplay.errors import SpecplayError
+from specplay.inputs import SESSION_LIMIT
+from specplay.store import load_session
+from specplay.store.location import ENV_VAR, sessions_dir
+from specplay.train.prompts import read_prompts as distill_prompts
+
+REPO = Path(__file__).resolve().parents[2]
+LIMITED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from specplay.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def limited(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """specplay in a process that may map 2 GiB at most."""
+    environ = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", LIMITED, *args], capture_output=True, text=True, timeout=timeout, env=environ
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--prompt-file", "/dev/zero"],
+        ["fidelity", "--prompt-file", "/dev/zero"],
+        ["bench", "--prompts", "/dev/zero", "--quick"],
+    ],
+)
+def test_an_endless_input_file_is_refused_quickly_in_bounded_memory(args: list[str], tmp_path: Path) -> None:
+    result = limited(args, {ENV_VAR: str(tmp_path)})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "/dev/zero" in result.stderr and "larger than" in result.stderr
+
+
+def test_every_input_reader_refuses_an_endless_file() -> None:
+    zero = Path("/dev/zero")
+    for read in (distill_prompts, bench_prompts, load_session):
+        with pytest.raises(SpecplayError, match="larger than specplay reads"):
+            read(zero)
+
+
+def test_a_session_file_beyond_the_limit_is_one_line(tmp_path: Path) -> None:
+    huge = tmp_path / "2026-01-01T00-00-00_abcdef.jsonl"
+    with huge.open("wb") as out:  # sparse: no disk is used
+        out.write(b'{"type": "header"')
+        out.truncate(SESSION_LIMIT + 10)
+    with pytest.raises(SpecplayError, match="larger than specplay reads") as caught:
+        load_session(huge)
+    assert "\n" not in str(caught.value)
+
+
+HUGE = ("1" + "0" * 20, "9" * 5000, "-" + "9" * 30)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--prompt", "x", "--seed"],
+        ["run", "--prompt", "x", "--samples"],
+        ["run", "--prompt", "x", "--max-tokens"],
+        ["fidelity", "--prompt", "x", "--samples"],
+        ["fidelity", "--prompt", "x", "--seed"],
+        ["distill", "--target", "t", "--data", "d", "--out", "o", "--draft", "x", "--steps"],
+        ["distill", "--target", "t", "--data", "d", "--out", "o", "--draft", "x", "--seed"],
+        ["bench", "--repeats"],
+        ["tui", "--seed"],
+        ["vllm-launch", "--target", "t", "--port"],
+    ],
+)
+def test_integers_of_many_digits_are_one_line_at_the_flag(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    for value in HUGE:
+        with pytest.raises(SystemExit) as caught:
+            main([*args, value])
+        assert caught.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"argument {args[-1]}: must be at most" in err, err
+        assert len(err) < 300  # the number is not echoed whole
+
+
+def test_a_tilde_in_the_sessions_folder_means_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    monkeypatch.setenv(ENV_VAR, "~/x")
+    assert sessions_dir() == home / "x"
+    assert sessions_dir("~/y") == home / "y"
+    assert main(["run", "--prompt", "hi", "--max-tokens", "2", "--save"]) == 0
+    capsys.readouterr()
+    assert len(list((home / "x").glob("*.jsonl"))) == 1 and not (work / "~").exists()
+
+
+def test_a_narrow_output_encoding_is_escaped_not_a_traceback(tmp_path: Path) -> None:
+    environ = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONIOENCODING": "ascii", ENV_VAR: str(tmp_path)}
+    prompt = "naïve ⟦café⟧ 🌟"
+    for args in (["run", "--prompt", prompt, "--max-tokens", "4"], ["run", "--prompt-file", f"/nowhere/{prompt}"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "specplay", *args], capture_output=True, text=True, env=environ, timeout=120
+        )
+        assert "Traceback" not in result.stderr and "UnicodeEncodeError" not in result.stderr, result.stderr
+        if args[1] == "--prompt":
+            assert result.returncode == 0 and "\\u27e6" in result.stdout, result.stdout
+        else:
+            assert result.returncode == 2 and result.stderr.count("\n") == 1 and "\\xef" in result.stderr
