@@ -17,6 +17,8 @@ from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
+from specplay.backends.mlx.folder_check import check_folder
+from specplay.backends.mlx.loaded_check import check_forward, check_loaded
 from specplay.errors import ModelError, detail_of
 
 
@@ -55,39 +57,23 @@ def resolve_model_path(spec: str) -> Path:
     )
 
 
-def check_architecture(spec: str, path: Path) -> None:
-    """mlx-lm runs the architectures it implements; a checkpoint that needs remote code (a model
-    type only its own Python files define) is refused before anything loads."""
-    import importlib.util
-    import json
-
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise ModelError(f"model {spec!r} has a config.json that is not JSON; re-download or re-convert it") from None
-    model_type = str(config.get("model_type", "")) if isinstance(config, dict) else ""
-    module = model_type.replace("-", "_")
-    if not module or importlib.util.find_spec(f"mlx_lm.models.{module}") is None:
-        remote = isinstance(config, dict) and "auto_map" in config
-        why = "needs remote code (its own Python files)" if remote else "is not an architecture mlx-lm implements"
-        raise ModelError(f"model {spec!r} of type {model_type!r} {why}; specplay runs only mlx-lm's own architectures")
-
-
 def load_model(name: str, spec: str) -> LoadedModel:
     from mlx_lm import load
 
     path = resolve_model_path(spec)
-    check_architecture(spec, path)
+    check_folder(spec, path)  # declared sizes against the data, before mlx-lm builds anything
     try:
-        model, tokenizer = load(str(path))
+        model, tokenizer = load(str(path), lazy=True)
     except Exception as exc:
         detail = detail_of(exc)
         raise ModelError(f"could not load model {spec!r}: {detail}") from exc
+    check_loaded(name, spec, model, tokenizer)
     if mx.default_device() == mx.cpu:
         model = upcast_for_cpu(model)
     # Dequantizing and casting are lazy: left so, the first forward pass of the first run would
     # compute them (seconds on SmolLM2) and read as that lane's time to first token.
     mx.eval(model.parameters())
+    check_forward(name, spec, model)
     return LoadedModel(name, spec, path, model, tokenizer)
 
 
