@@ -136,7 +136,8 @@ def is_complete(folder: Path, digest: str) -> bool:
 
 def _unwritable(cache_dir: Path, exc: OSError) -> ModelError:
     return ModelError(
-        f"cannot write the GGUF cache {cache_dir} ({exc.strerror or exc}); set SPECPLAY_CACHE_DIR to a writable folder"
+        f"cannot write the GGUF cache {cache_dir} ({exc.strerror or exc}); free space there "
+        "or set SPECPLAY_CACHE_DIR to a writable folder with room"
     )
 
 
