@@ -120,7 +120,13 @@ def encode_prompt(tokenizer: TokenizerWrapper, prompt: str, raw: bool) -> list[i
     if raw or not tokenizer.has_chat_template:
         return list(tokenizer.encode(prompt))
     messages = [{"role": "user", "content": prompt}]
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    try:
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    except Exception as exc:  # a template is a program of the model's: jinja's errors, or its own raise
+        raise ModelError(
+            f"the model's chat template cannot render the prompt ({detail_of(exc, 160)}); "
+            "fix chat_template in its tokenizer_config.json, or pass --raw to send the prompt as it is"
+        ) from exc
 
 
 def rewindable_cache(loaded: LoadedModel) -> list[Any]:
