@@ -27,6 +27,9 @@ SLOW = {
     "and route on the tiny MLX models (the engine's own logic: tests/engine/test_engine.py)",
     "tests/backends/mlx/test_gguf.py::test_a_signal": "a conversion process, signalled",
     "tests/backends/mlx/test_gguf.py::test_a_killed": "a conversion process, killed",
+    "tests/backends/mlx/test_hostile_models.py::test_declared_sizes": "a specplay process per hostile model, "
+    "under a memory limit",
+    "tests/backends/mlx/test_hostile_models.py::test_a_full_disk": "a specplay process under a file-size limit",
     "tests/review/test_fidelity.py": "many samples of each lane, scored by the target",
     "tests/cli/test_bench.py": "benchmark runs writing every report",
     "tests/cli/test_numeric_flags.py": "every command with every numeric flag",
