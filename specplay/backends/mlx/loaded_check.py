@@ -1,6 +1,6 @@
 """A loaded model checked before its first run: weights of types it can compute with, an embedding
 that holds every id its tokenizer produces (MLX does not bounds-check a gather: an id past the
-table reads whatever memory follows), and one forward pass that completes.
+table reads whatever memory follows), and a forward pass that completes.
 
 Each refusal names the model (the target or a drafter), so a drafter's fault is never blamed on
 the target.
@@ -60,10 +60,11 @@ def check_vocabulary(name: str, spec: str, model: nn.Module, tokenizer: Any) -> 
         )
 
 
-def check_forward(name: str, spec: str, model: nn.Module) -> None:
-    """One token through the model: a configuration value of the wrong kind fails here, at load."""
+def check_forward(name: str, spec: str, model: nn.Module, cache: list[Any]) -> None:
+    """Two tokens through the model with the cache a run gives it (so its attention masks are built
+    as in a run): a configuration value of the wrong kind or size fails here, at load, not mid-run."""
     try:
-        mx.eval(model(mx.array([[0]])))
+        mx.eval(model(mx.array([[0, 0]]), cache=cache))
     except Exception as exc:
         raise ModelError(
             f"{who(name, spec)} cannot run ({detail_of(exc, 160)}); its config.json does not fit its weights: "

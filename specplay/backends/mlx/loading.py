@@ -66,14 +66,14 @@ def load_model(name: str, spec: str) -> LoadedModel:
         model, tokenizer = load(str(path), lazy=True)
     except Exception as exc:
         detail = detail_of(exc)
-        raise ModelError(f"could not load model {spec!r}: {detail}") from exc
+        raise ModelError(f"could not load model {spec!r} ({detail}); download or convert the model again") from exc
     check_loaded(name, spec, model, tokenizer)
     if mx.default_device() == mx.cpu:
         model = upcast_for_cpu(model)
     # Dequantizing and casting are lazy: left so, the first forward pass of the first run would
     # compute them (seconds on SmolLM2) and read as that lane's time to first token.
     mx.eval(model.parameters())
-    check_forward(name, spec, model)
+    check_forward(name, spec, model, run_cache(model))
     return LoadedModel(name, spec, path, model, tokenizer)
 
 
@@ -129,6 +129,11 @@ def encode_prompt(tokenizer: TokenizerWrapper, prompt: str, raw: bool) -> list[i
         ) from exc
 
 
+def run_cache(model: nn.Module) -> list[Any]:
+    """The model's cache as runs give it, sliding-window layers with a plain KVCache (see below)."""
+    return [KVCache() if isinstance(c, RotatingKVCache) else c for c in make_prompt_cache(model)]
+
+
 def rewindable_cache(loaded: LoadedModel) -> list[Any]:
     """The model's cache with every layer rewindable, or a clear refusal.
 
@@ -136,10 +141,8 @@ def rewindable_cache(loaded: LoadedModel) -> list[Any]:
     attention mask, and a RotatingKVCache stops trimming silently once its window wraps.
     """
     cache = []
-    for layer_cache in make_prompt_cache(loaded.model):
-        if isinstance(layer_cache, RotatingKVCache):
-            layer_cache = KVCache()
-        elif not layer_cache.is_trimmable():
+    for layer_cache in run_cache(loaded.model):
+        if not layer_cache.is_trimmable():
             raise ModelError(
                 f"model {loaded.name!r} ({loaded.source}) keeps a {type(layer_cache).__name__}, "
                 "state that cannot be rewound (recurrent or state-space layers); speculative "

@@ -139,6 +139,7 @@ def test_declared_sizes_the_data_does_not_hold_are_one_line_within_2_gb(
         ({"rope_theta": 1e400}, "rope_theta"),  # JSON's Infinity after parsing
         ({"layer_types": [1, 2]}, "layer_types"),
         ({"rope_scaling": {"rope_type": "linear", "factor": "abc"}}, "could not load model"),
+        ({"sliding_window": 10**12, "layer_types": ["sliding_attention", "full_attention"]}, "cannot run"),
     ],
 )
 def test_config_values_of_the_wrong_type_are_refused_at_load(
