@@ -108,9 +108,7 @@ def _fits(value: Any, annotation: Any) -> bool:
         return value is None
     if annotation is bool:
         return isinstance(value, bool | int)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
+    if annotation in (int, float):  # either kind of number: some architectures type a ratio as int
         return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if annotation is str:
         return isinstance(value, str)
@@ -138,7 +136,7 @@ def check_config_types(spec: str, config: dict[str, Any], module: str) -> None:
 
 
 def _named(annotation: Any) -> str:
-    names = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
+    names = {int: "a number", float: "a number", bool: "true or false", str: "a string"}
     arms = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
     return " or ".join(names.get(a, "a " + getattr(a, "__name__", str(a)).lower()) for a in arms)
 

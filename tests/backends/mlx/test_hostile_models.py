@@ -133,7 +133,7 @@ def test_declared_sizes_the_data_does_not_hold_are_one_line_within_2_gb(
         ({"rope_theta": "abc"}, "rope_theta"),
         ({"rms_norm_eps": "1e-5"}, "rms_norm_eps"),
         ({"num_attention_heads": "4"}, "num_attention_heads"),
-        ({"hidden_size": 64.5}, "hidden_size"),
+        ({"hidden_size": None}, "hidden_size"),
         ({"intermediate_size": True}, "intermediate_size"),
         ({"max_position_embeddings": [4096]}, "max_position_embeddings"),
         ({"rope_theta": 1e400}, "rope_theta"),  # JSON's Infinity after parsing
