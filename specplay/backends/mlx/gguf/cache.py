@@ -64,7 +64,7 @@ def content_hash(path: Path, cache_dir: Path, on_progress: Progress | None = Non
     try:
         index = json.loads(index_file.read_text())
         assert isinstance(index, dict)
-    except (OSError, ValueError, AssertionError):
+    except (OSError, ValueError, AssertionError, RecursionError):
         index = {}
     entry = index.get(key)
     if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
