@@ -24,7 +24,10 @@ from typing import Any
 from specplay.errors import ModelError
 
 CONFIG_LIMIT = 16 * 2**20
-"""A config.json is a few kilobytes; one larger than this is not a model's."""
+"""A config.json is a few kilobytes; one larger than this (or any other JSON file of the folder but
+its tokenizer) is not a model's."""
+TOKENIZER_LIMIT = 256 * 2**20
+"""The largest tokenizer.json of a real model is a few tens of megabytes (a 262k-token vocabulary)."""
 HEADER_LIMIT = 100 * 2**20
 """The largest safetensors header the format allows."""
 WEIGHT_FILES = "model*.safetensors"
@@ -203,8 +206,22 @@ def check_layers(spec: str, config: dict[str, Any], tensors: dict[str, TensorInf
         raise _damaged(spec, f"its config.json declares {key} {declared} but its weights hold {len(held)} layers")
 
 
+def check_file_sizes(spec: str, path: Path) -> None:
+    """The JSON files mlx-lm and its tokenizer read whole are bounded before any is read."""
+    for file in path.glob("*.json"):
+        limit = TOKENIZER_LIMIT if file.name == "tokenizer.json" else CONFIG_LIMIT
+        try:
+            size = file.stat().st_size
+        except OSError:
+            continue  # a dangling link: whoever reads it says so
+        if size > limit:
+            over = f"its {file.name} is {size // 2**20} MiB, more than any model's ({limit // 2**20} MiB)"
+            raise _damaged(spec, over)
+
+
 def check_folder(spec: str, path: Path) -> dict[str, Any]:
     """Everything above, in the order that refuses cheapest first; returns the config."""
+    check_file_sizes(spec, path)
     config = read_config(spec, path)
     module = architecture_module(spec, config)
     check_config_types(spec, config, module)

@@ -165,6 +165,20 @@ def test_a_config_that_is_not_an_object_or_nests_too_deep_is_refused(tiny: TinyM
         assert "config.json that is not a JSON object" in refused(folder)
 
 
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [("config.json", 17 * 2**20), ("generation_config.json", 17 * 2**20), ("tokenizer.json", 257 * 2**20)],
+)
+def test_json_files_larger_than_any_models_are_refused_unread(
+    tiny: TinyModels, tmp_path: Path, name: str, size: int
+) -> None:
+    folder = copy_of(tiny.target, tmp_path / "m")
+    with (folder / name).open("ab") as handle:
+        handle.truncate(size)  # sparse: no disk written, nothing a reader could hold in memory
+    message = refused(folder)
+    assert f"its {name} is {size // 2**20} MiB" in message
+
+
 # --- weights, tokenizers -------------------------------------------------------------------------------
 
 
