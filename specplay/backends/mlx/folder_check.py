@@ -196,14 +196,14 @@ def read_tensors(spec: str, path: Path) -> dict[str, TensorInfo]:
 
 
 def check_layers(spec: str, config: dict[str, Any], tensors: dict[str, TensorInfo]) -> None:
-    """The layers the config declares must be in the weights: each is a module mlx-lm builds."""
-    key = next((k for k in LAYER_KEYS if k in config), None)
-    declared = config.get(key) if key else None
-    if not isinstance(declared, int) or isinstance(declared, bool):
-        return
+    """The layers the config declares (at its top or in its text model's config) must be in the
+    weights: each is a module mlx-lm builds."""
     held = {int(m.group(1)) for name in tensors if (m := _LAYER.search(name))}
-    if declared > len(held):
-        raise _damaged(spec, f"its config.json declares {key} {declared} but its weights hold {len(held)} layers")
+    for part in (config, config.get("text_config")):
+        declared = [(k, part[k]) for k in LAYER_KEYS if isinstance(part, dict) and k in part]
+        for key, count in declared:
+            if isinstance(count, int | float) and not isinstance(count, bool) and count > len(held):
+                raise _damaged(spec, f"its config.json declares {key} {count} but its weights hold {len(held)} layers")
 
 
 def check_file_sizes(spec: str, path: Path) -> None:
