@@ -17,6 +17,9 @@ from typing import Any
 
 import mlx.core as mx
 import pytest
+from gguf import GGMLQuantizationType as Q
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from specplay.backends.mlx import load_mlx_backend
 from specplay.backends.mlx.gguf import converted_folder
@@ -272,6 +275,44 @@ def test_a_gguf_vocabulary_past_its_embedding_is_refused(tiny: TinyModels, tmp_p
 
     written = write_gguf(tiny.target, tmp_path / "v.gguf", vocab=vocab)
     assert "552 tokens but an embedding of 512 rows" in gguf_refusal(written.path, tmp_path / "cache")
+
+
+@pytest.fixture(scope="module")
+def small_gguf(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, int]:
+    """A float16 GGUF file of the tiny target, and where its tensor data starts (its header's length)."""
+    from specplay.backends.mlx.gguf.reader import read_gguf
+
+    path = write_gguf(tiny.target, tmp_path_factory.mktemp("fuzz") / "small.gguf", qtype=Q.F16).path
+    data = path.read_bytes()
+    start = min(data.index(t.data.tobytes()[:64]) for t in read_gguf(path).tensors.values() if t.data.size >= 64)
+    return data, start
+
+
+EDGES = [0, 1, 2**31, 2**32 - 1, 2**63, 2**64 - 1, 10**9]
+"""Values a hostile header puts in counts, lengths, dimensions and offsets."""
+
+
+@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzzed_gguf_headers_convert_or_fail_in_one_line(
+    small_gguf: tuple[bytes, int], tmp_path: Path, data: Any
+) -> None:
+    content, header = small_gguf
+    mutated = bytearray(content)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(8, header - 8))
+        if data.draw(st.booleans()):
+            mutated[at] = data.draw(st.integers(0, 255))
+        else:
+            mutated[at : at + 8] = struct.pack("<Q", data.draw(st.sampled_from(EDGES)))
+    path = tmp_path / f"fuzzed-{hash(bytes(mutated)) & 0xFFFFFF:x}.gguf"
+    path.write_bytes(bytes(mutated))
+    cache = tmp_path / f"{path.stem}-cache"
+    try:
+        converted_folder(path, cache)
+    except ModelError as error:
+        assert "\n" not in str(error) and str(path) in str(error)
+        assert not cache.exists() or not [p for p in cache.iterdir() if p.is_dir()]
 
 
 FULL_DISK = """
