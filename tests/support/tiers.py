@@ -30,7 +30,8 @@ SLOW = {
     "tests/backends/mlx/test_hostile_models.py::test_declared_sizes": "a specplay process per hostile model, "
     "under a memory limit",
     "tests/backends/mlx/test_hostile_models.py::test_a_full_disk": "a specplay process under a file-size limit",
-    "tests/backends/mlx/test_hostile_models.py::test_fuzzed": "dozens of fuzzed GGUF headers, each converted",
+    "tests/backends/mlx/test_hostile_models.py::test_fuzzed": "dozens of fuzzed GGUF headers and model "
+    "configs, each converted or loaded",
     "tests/review/test_fidelity.py": "many samples of each lane, scored by the target",
     "tests/cli/test_bench.py": "benchmark runs writing every report",
     "tests/cli/test_numeric_flags.py": "every command with every numeric flag",

@@ -26,6 +26,7 @@ from specplay.backends.mlx.gguf import converted_folder
 from specplay.backends.mlx.loading import load_model
 from specplay.errors import ModelError
 from tests.support.gguf_files import bpe_vocab, write_gguf
+from tests.support.mutations import JSON_VALUES, paths, replace_at
 from tests.support.tiny_models import TinyModels
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -180,6 +181,24 @@ def test_json_files_larger_than_any_models_are_refused_unread(
         handle.truncate(size)  # sparse: no disk written, nothing a reader could hold in memory
     message = refused(folder)
     assert f"its {name} is {size // 2**20} MiB" in message
+
+
+@settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzzed_configs_load_or_fail_in_one_line(tiny: TinyModels, tmp_path: Path, data: Any) -> None:
+    config = json.loads((tiny.target / "config.json").read_text())
+    absent = [("quantization",), ("rope_scaling",), ("layer_types",), ("text_config",)]
+    where = data.draw(st.sampled_from([p for p in paths(config) if p] + absent))
+    config = config | {where[0]: None} if where[0] not in config else config
+    changed = replace_at(config, where, data.draw(JSON_VALUES))
+    folder = tmp_path / f"m-{abs(hash(json.dumps(changed))) % 10**9}"
+    if not folder.exists():
+        copy_of(tiny.target, folder)
+    (folder / "config.json").write_text(json.dumps(changed))
+    try:
+        load_model("target", str(folder))
+    except ModelError as error:
+        assert "\n" not in str(error) and str(folder) in str(error)
 
 
 # --- weights, tokenizers -------------------------------------------------------------------------------
