@@ -26,7 +26,7 @@ def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: P
     """The model's file in the cache (or `directory`): already there, or downloaded, checked and
     put there now."""
     path = cached_path(model, directory)
-    if is_fetched(model, directory) and sha256_of(path) == model.sha256:
+    if is_fetched(model, directory) and _intact(model, path):
         return path
     if path.exists():
         _remove_damaged(path)
@@ -41,13 +41,16 @@ def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: P
     return path
 
 
-def sha256_of(path: Path) -> str:
-    """The file's SHA-256: what the catalog promises, checked every time the file is handed out."""
+def _intact(model: CatalogModel, path: Path) -> bool:
+    """Whether the cached file has the SHA-256 the catalog names: checked every time it is handed out."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
+    try:
+        with path.open("rb") as handle:
+            while block := handle.read(CHUNK):
+                digest.update(block)
+    except OSError:
+        return False  # unreadable: replaced, or named as damaged if it cannot be
+    return digest.hexdigest() == model.sha256
 
 
 def _remove_damaged(path: Path) -> None:
