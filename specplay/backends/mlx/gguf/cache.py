@@ -2,7 +2,9 @@
 
 A conversion goes into a temporary folder beside its final place and is renamed there only when complete,
 so an interrupted run (Ctrl-C, a kill, a full disk) leaves nothing a later run would trust. Temporary
-names carry their process id and host; later runs remove those whose process is gone.
+names carry their process id and host; later runs remove those whose process is gone. The marker of a
+finished folder records a fingerprint of each file it wrote, checked whenever the folder is served: one
+cut short or edited since is rebuilt, never trusted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from specplay.cache import cache_root
 from specplay.errors import ModelError, detail_of
@@ -28,6 +31,8 @@ INDEX = "hashes.json"
 _TEMP_PREFIX = ".tmp-"
 _BLOCK = 2**20
 _FOREIGN_TEMP_AGE = 24 * 3600
+_FULL_HASH_LIMIT = 256 * 2**20
+_SAMPLE = 4 * 2**20
 
 Progress = Callable[[str, int, int], None]
 
@@ -59,7 +64,7 @@ def content_hash(path: Path, cache_dir: Path, on_progress: Progress | None = Non
     try:
         index = read_json(index_file, "GGUF cache index")
         assert isinstance(index, dict)
-    except (OSError, ValueError, AssertionError):
+    except (OSError, ValueError, AssertionError, RecursionError):
         index = {}
     entry = index.get(key)
     if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
@@ -125,18 +130,52 @@ def remove_stale_temps(cache_dir: Path) -> None:
                     entry.unlink()
 
 
-def is_complete(folder: Path, digest: str) -> bool:
-    """A folder a finished conversion of this content renamed into place."""
+def _fingerprint(file: Path) -> str:
+    """A file's SHA-256; past _FULL_HASH_LIMIT, of its size and its first and last _SAMPLE bytes, so
+    checking a large model's weights on every run costs milliseconds (a truncation still shows)."""
+    size = file.stat().st_size
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        if size <= _FULL_HASH_LIMIT:
+            while block := handle.read(_BLOCK):
+                digest.update(block)
+        else:
+            digest.update(f"{size}:".encode())
+            digest.update(handle.read(_SAMPLE))
+            handle.seek(size - _SAMPLE)
+            digest.update(handle.read(_SAMPLE))
+    return digest.hexdigest()
+
+
+def inventory(folder: Path) -> dict[str, str]:
+    """Every file of a converted folder (but its marker), by name, with its fingerprint."""
+    return {f.name: _fingerprint(f) for f in sorted(folder.iterdir()) if f.name != MARKER and f.is_file()}
+
+
+def _marker(folder: Path) -> dict[str, Any] | None:
     try:
         marker = read_json(folder / MARKER, "GGUF cache marker")
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def is_complete(folder: Path, digest: str) -> bool:
+    """A folder a finished conversion of this content renamed into place, holding exactly the files
+    it wrote (a file cut short, edited, added or removed since makes it damaged)."""
+    marker = _marker(folder)
+    if marker is None or marker.get("sha256") != digest or marker.get("format") != FORMAT:
         return False
-    return marker.get("sha256") == digest and marker.get("format") == FORMAT and (folder / "config.json").is_file()
+    try:
+        return marker.get("files") == inventory(folder)
+    except OSError:
+        return False
 
 
 def _unwritable(cache_dir: Path, exc: OSError) -> ModelError:
     return ModelError(
-        f"cannot write the GGUF cache {cache_dir} ({exc.strerror or exc}); set SPECPLAY_CACHE_DIR to a writable folder"
+        f"cannot write the GGUF cache {cache_dir} ({exc.strerror or exc}); free space there "
+        "or set SPECPLAY_CACHE_DIR to a writable folder with room"
     )
 
 
@@ -146,13 +185,29 @@ def _publish(temp: Path, final: Path, digest: str) -> None:
         if is_complete(final, digest):
             shutil.rmtree(temp, ignore_errors=True)
             return
-        shutil.rmtree(final, ignore_errors=True)  # damaged, or from an older converter
+        _remove_damaged(final)  # damaged, or from an older converter
     try:
         temp.rename(final)
     except OSError:
         if not is_complete(final, digest):
             raise
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _remove_damaged(folder: Path) -> None:
+    """A damaged conversion goes (renamed aside first, so no reader sees half of it) before its
+    rebuild takes its place; one that cannot be removed is named, for the user to delete."""
+    aside = folder.parent / _temp_name(folder.name)
+    try:
+        folder.rename(aside)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ModelError(
+            f"the converted model {folder} is damaged (its files are not those its conversion wrote) and "
+            f"cannot be rebuilt ({exc.strerror or exc}); delete that folder and run again"
+        ) from None
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Progress | None = None) -> Path:
@@ -180,6 +235,8 @@ def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Pro
     final = cache_dir / f"{digest[:32]}-v{FORMAT}"
     if is_complete(final, digest):
         return final
+    if final.exists():
+        _remove_damaged(final)
     gguf = read_gguf(path)
     remove_stale_temps(cache_dir)
     temp = cache_dir / _temp_name(final.name)
@@ -187,7 +244,13 @@ def converted_folder(path: Path, cache_dir: Path | None = None, on_progress: Pro
         temp.mkdir()
         config = write_folder(gguf, temp, on_progress)
         check_loads(temp, path)
-        marker = {"format": FORMAT, "sha256": digest, "source": str(path.resolve()), "model_type": config["model_type"]}
+        marker = {
+            "format": FORMAT,
+            "sha256": digest,
+            "source": str(path.resolve()),
+            "model_type": config["model_type"],
+            "files": inventory(temp),
+        }
         (temp / MARKER).write_text(dump_json(marker, indent=2))
         _publish(temp, final, digest)
     except OSError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ SUPPORTED = ", ".join(sorted(MODEL_TYPES))
 GEMMA3_LOCAL_ROPE_BASE = 10_000.0
 GEMMA3_SLIDING_WINDOW_PATTERN = 6
 GEMMA3_27B_LAYERS = 62
+_BLOCK = re.compile(r"blk\.(\d+)\.")
 
 # Llama 3.x rope scaling, which llama.cpp stores only as the frequency factors it implies (rope_freqs).
 LLAMA3_LOW_FREQ_FACTOR = 1.0
@@ -90,6 +92,23 @@ def _rope_scaling(gguf: GGUFFile, base: float, head_dim: int) -> dict[str, Any] 
     raise ModelError(f"{gguf.path} uses rope scaling {kind!r}, which this converter does not support; {USE_FOLDER}")
 
 
+def _check_sizes(gguf: GGUFFile, hidden: int, layers: int) -> None:
+    """The sizes the metadata declares against the tensors the file holds, before any is built: a
+    small file claiming a billion blocks would otherwise make a billion modules."""
+    embedding = gguf.tensors["token_embd.weight"].shape
+    blocks = {int(m.group(1)) for name in gguf.tensors if (m := _BLOCK.match(name))}
+    tokens = gguf.metadata.get("tokenizer.ggml.tokens")
+    found = None
+    if len(blocks) != layers or max(blocks, default=-1) != layers - 1:
+        found = f"block_count {layers} but tensors for {len(blocks)} blocks"
+    elif len(embedding) != 2 or embedding[1] != hidden:
+        found = f"embedding_length {hidden} but a token embedding of shape {list(embedding)}"
+    elif isinstance(tokens, list) and len(tokens) > embedding[0]:
+        found = f"{len(tokens)} tokens but an embedding of {embedding[0]} rows"
+    if found:
+        raise ModelError(f"{gguf.path} is damaged: its metadata declares {found}; download the GGUF file again")
+
+
 def model_config(gguf: GGUFFile) -> dict[str, Any]:
     """config.json for mlx-lm (without quantization and token ids, which other parts add)."""
     arch = gguf.architecture
@@ -101,6 +120,8 @@ def model_config(gguf: GGUFFile) -> dict[str, Any]:
     if "token_embd.weight" not in gguf.tensors:
         raise ModelError(f"{gguf.path} has no token_embd.weight tensor; the file is incomplete, convert it again")
     hidden = int(_required(gguf, "embedding_length"))
+    layers = int(_required(gguf, "block_count"))
+    _check_sizes(gguf, hidden, layers)
     heads = int(_one_per_model(gguf, "attention.head_count"))
     kv_heads = int(_one_per_model(gguf, "attention.head_count_kv", heads))
     head_dim = int(gguf.arch_value("attention.key_length", hidden // heads))
@@ -114,7 +135,7 @@ def model_config(gguf: GGUFFile) -> dict[str, Any]:
     config: dict[str, Any] = {
         "model_type": MODEL_TYPES[arch],
         "hidden_size": hidden,
-        "num_hidden_layers": int(_required(gguf, "block_count")),
+        "num_hidden_layers": layers,
         "intermediate_size": int(_one_per_model(gguf, "feed_forward_length")),
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,

@@ -57,7 +57,10 @@ class _ShardWriter:
     def flush(self) -> None:
         if self.pending:
             file = self.folder / f"model-{len(self.files) + 1:05d}.safetensors"
-            mx.save_safetensors(str(file), self.pending, metadata={"format": "mlx"})
+            try:
+                mx.save_safetensors(str(file), self.pending, metadata={"format": "mlx"})
+            except RuntimeError as exc:  # MLX reports a failed write (a full disk) as RuntimeError
+                raise OSError(f"cannot write {file.name}: {detail_of(exc, 120)}") from exc
             self.files.append(file)
             self.pending = {}
 

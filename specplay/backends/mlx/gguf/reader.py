@@ -7,6 +7,7 @@ data stays memory-mapped until converted.
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ MAGIC = b"GGUF"
 USE_FOLDER = "use the model's mlx-lm folder instead"
 """The way out of every refusal for a model GGUF conversion cannot express."""
 DEFAULT_ALIGNMENT = 32
+MAX_NESTING = 8
+"""Arrays of arrays deeper than this are no model's metadata (llama.cpp writes at most two levels)."""
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
 _NUMPY = {code: np.dtype("<" + fmt) for code, fmt in _SCALARS.items() if code != 7} | {7: np.dtype(np.bool_)}
@@ -77,10 +80,12 @@ class _Cursor:
         self.at += size
         return text
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, depth: int = 0) -> Any:
         if kind == _STRING:
             return self.string()
         if kind == _ARRAY:
+            if depth >= MAX_NESTING:
+                raise ValueError(f"metadata arrays nested over {MAX_NESTING} deep")
             item, count = self.take("<I"), self.take("<Q")
             if item == _STRING:
                 return [self.string() for _ in range(count)]
@@ -91,7 +96,7 @@ class _Cursor:
                 values = np.frombuffer(self.buffer, _NUMPY[item], count, self.at).copy()
                 self.at += size
                 return values
-            return [self.value(item) for _ in range(count)]
+            return [self.value(item, depth + 1) for _ in range(count)]
         if kind not in _SCALARS:
             raise ValueError(f"unknown metadata type {kind}")
         value = self.take("<" + _SCALARS[kind])
@@ -141,7 +146,10 @@ def _parse(path: Path, buffer: mmap.mmap) -> GGUFFile:
                 "use a GGUF file quantized as F16, BF16, Q8_0, Q4_0, Q4_1 or a K-quant"
             ) from None
         shape = tuple(int(n) for n in reversed(dims)) or (1,)
-        rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+        # Exact integers: a hostile shape must not wrap around int64 into a size that fits the file.
+        rows = math.prod(shape[:-1])
+        if shape[-1] % block:
+            raise ValueError(f"tensor {name} has rows of {shape[-1]} values, not whole blocks of {block}")
         row_bytes = shape[-1] // block * block_bytes
         end = start + offset + rows * row_bytes
         if end > len(buffer):

@@ -43,6 +43,20 @@ def _refuse(gguf: GGUFFile, why: str) -> ModelError:
     return ModelError(f"cannot rebuild the tokenizer of {gguf.path}: {why}; {USE_FOLDER}")
 
 
+def _merge_pairs(gguf: GGUFFile, merges: Any, vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """Each merge as the pair it joins; both halves and their union must be tokens of the vocabulary
+    (the tokenizers library refuses anything else with no word of which merge)."""
+    pairs: list[tuple[str, str]] = []
+    for number, merge in enumerate(merges if isinstance(merges, list) else [merges]):
+        left, space, right = str(merge).partition(" ")
+        missing = [t for t in (left, right, left + right) if t not in vocab]
+        if not space or missing:
+            what = f"names {missing[0]!r}, which is not in its vocabulary" if space else "is not two tokens"
+            raise _refuse(gguf, f"merge {number} ({str(merge)[:40]!r}) {what}")
+        pairs.append((left, right))
+    return pairs
+
+
 def _bpe(gguf: GGUFFile, tokens: list[str]) -> tuple[Tokenizer, bool, bool]:
     """Byte-level BPE; also whether decoding cleans spaces and llama.cpp's default for adding BOS."""
     name = gguf.metadata.get("tokenizer.ggml.pre")
@@ -54,7 +68,7 @@ def _bpe(gguf: GGUFFile, tokens: list[str]) -> tuple[Tokenizer, bool, bool]:
     if not merges:
         raise _refuse(gguf, "its byte-level BPE vocabulary has no merges")
     vocab = {token: i for i, token in reversed(list(enumerate(tokens)))}
-    pairs = [tuple(merge.split(" ", 1)) for merge in merges]
+    pairs = _merge_pairs(gguf, merges, vocab)
     tokenizer = Tokenizer(models.BPE(vocab, pairs, ignore_merges=pre.ignore_merges))
     splits = [pre_tokenizers.Split(Regex(regex), behavior="isolated") for regex in pre.regexes]
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
