@@ -22,13 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from specplay.errors import ModelError
+from specplay.inputs import CONFIG_LIMIT, TOKENIZER_LIMIT
 from specplay.json_text import parse_json
 
-CONFIG_LIMIT = 16 * 2**20
-"""A config.json is a few kilobytes; one larger than this (or any other JSON file of the folder but
-its tokenizer) is not a model's."""
-TOKENIZER_LIMIT = 256 * 2**20
-"""The largest tokenizer.json of a real model is a few tens of megabytes (a 262k-token vocabulary)."""
 HEADER_LIMIT = 100 * 2**20
 """The largest safetensors header the format allows."""
 WEIGHT_FILES = "model*.safetensors"
