@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specplay.backends.mlx.loading import check_architecture
+from specplay.backends.mlx.folder_check import check_json_files
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.errors import VllmError
 from specplay.cli import main
@@ -102,7 +102,7 @@ def _config(tmp: Path, text: str) -> None:
 def _model_folder(tmp: Path, text: str) -> None:
     (tmp / "config.json").write_text('{"model_type": "llama"}', encoding="utf-8")
     (tmp / "tokenizer_config.json").write_text('{"extra": ' + text + "}", encoding="utf-8")
-    check_architecture("model", tmp)
+    check_json_files("model", tmp)
 
 
 READERS: dict[str, Callable[[Path, str], None]] = {

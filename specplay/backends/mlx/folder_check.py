@@ -23,7 +23,7 @@ from typing import Any
 
 from specplay.errors import ModelError
 from specplay.inputs import CONFIG_LIMIT, TOKENIZER_LIMIT
-from specplay.json_text import parse_json
+from specplay.json_text import parse_json, read_json
 
 HEADER_LIMIT = 100 * 2**20
 """The largest safetensors header the format allows."""
@@ -203,9 +203,11 @@ def check_layers(spec: str, config: dict[str, Any], tensors: dict[str, TensorInf
                 raise _damaged(spec, f"its config.json declares {key} {count} but its weights hold {len(held)} layers")
 
 
-def check_file_sizes(spec: str, path: Path) -> None:
-    """The JSON files mlx-lm and its tokenizer read whole are bounded before any is read."""
-    for file in path.glob("*.json"):
+def check_json_files(spec: str, path: Path) -> None:
+    """The JSON files mlx-lm, transformers and the tokenizer read whole are bounded in size before
+    any is read; those Python parses (all but tokenizer.json, which the tokenizer library parses
+    with a depth limit of its own) are read through the bounded reader, so none nests past its depth."""
+    for file in sorted(path.glob("*.json")):
         limit = TOKENIZER_LIMIT if file.name == "tokenizer.json" else CONFIG_LIMIT
         try:
             size = file.stat().st_size
@@ -214,11 +216,16 @@ def check_file_sizes(spec: str, path: Path) -> None:
         if size > limit:
             over = f"its {file.name} is {size // 2**20} MiB, more than any model's ({limit // 2**20} MiB)"
             raise _damaged(spec, over)
+        if file.name != "tokenizer.json":
+            try:
+                read_json(file, file.name, limit)
+            except (OSError, ValueError) as error:
+                raise ModelError(f"model {spec!r}: {error}; download or convert the model again") from None
 
 
 def check_folder(spec: str, path: Path) -> dict[str, Any]:
     """Everything above, in the order that refuses cheapest first; returns the config."""
-    check_file_sizes(spec, path)
+    check_json_files(spec, path)
     config = read_config(spec, path)
     module = architecture_module(spec, config)
     check_config_types(spec, config, module)
