@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from specplay.backends import blas_warning, open_stream, thread_cleanup
@@ -96,7 +96,7 @@ def costs(args: argparse.Namespace) -> int:
         prompt_ids = thread.call(lambda: source.encode(config.request.prompt or "", config.request.raw))
         measured = thread.call(
             lambda: measure_costs(
-                source.backend,
+                source,
                 prompt_ids,
                 config.settings.sampling,
                 config.settings.acceptance_rule,
@@ -120,17 +120,32 @@ def costs(args: argparse.Namespace) -> int:
 
 def _run_acceptance(
     source: SpecEngine, config: RunConfig, prompt_ids: Sequence[int], drafter: str, max_tokens: int
-) -> list[float]:
-    """Acceptance by position on a short run of the prompt at k = k_max, routed to `drafter`."""
+) -> Acceptance:
+    """Acceptance by position on a short run of the prompt at k = k_max, routed to `drafter`, and
+    the host's work per round in it."""
     k = config.settings.policy_params.k_max
     settings = config.settings.changed(k=k, policy="fixed", route=drafter, counterfactual=False)
     request = Request(config.request.prompt or "", tuple(prompt_ids), "speculative", config.request.seed, max_tokens)
     done = [e for e in source.generate(request, LiveControls(settings, source.drafters)) if isinstance(e, DoneEvent)]
-    return list(done[-1].metrics.get("acceptance_per_position") or [])
+    return Acceptance.of(done[-1].metrics)
 
 
-def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[str, list[float]]:
-    """Per route, acceptance by position over the sessions' speculative rounds."""
+@dataclass(frozen=True)
+class Acceptance:
+    """What a drafter's rounds measured: acceptance by position, and the host's work per round."""
+
+    per_position: list[float]
+    host_ms: float
+
+    @classmethod
+    def of(cls, metrics: Mapping[str, Any]) -> Acceptance:
+        rounds = metrics.get("num_spec_steps") or 0
+        host_ms = (metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0
+        return cls(list(metrics.get("acceptance_per_position") or []), host_ms)
+
+
+def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[str, Acceptance]:
+    """Per route, acceptance by position and host work per round over the sessions' rounds."""
     by_route: dict[str, list[RoundEvent]] = {}
     for name in names:
         session = open_session(name, args)
@@ -139,22 +154,26 @@ def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[
     return {route: _acceptance(rounds) for route, rounds in by_route.items()}
 
 
-def _acceptance(rounds: Iterable[RoundEvent]) -> list[float]:
+def _acceptance(rounds: Iterable[RoundEvent]) -> Acceptance:
     metrics = Metrics(speculative=True)
     for event in rounds:
         metrics.add_round(event)
-    return metrics.acceptance_per_position()
+    return Acceptance.of(metrics.to_dict())
 
 
-def _report(measured: RoundCosts, acceptance: dict[str, list[float]], k_max: int, prompt_tokens: int) -> dict[str, Any]:
+def _report(measured: RoundCosts, acceptance: dict[str, Acceptance], k_max: int, prompt_tokens: int) -> dict[str, Any]:
     """The `--json` object; its names are what other tools read."""
     verify = {rows: t.ms for rows, t in measured.verify_ms.items()}
     target_ms = measured.target_step_ms.ms
     drafters: dict[str, Any] = {}
     for name, step in measured.draft_step_ms.items():
-        per_position = acceptance.get(name)
+        measured_here = acceptance.get(name)
+        per_position = measured_here.per_position if measured_here is not None else None
+        host_ms = measured_here.host_ms if measured_here is not None else None
         predictions: list[KPrediction] = (
-            predict_by_k(per_position, verify, step.ms, target_ms, k_max) if per_position is not None else []
+            predict_by_k(per_position, verify, step.ms, target_ms, k_max, host_ms=host_ms or 0.0)
+            if per_position is not None
+            else []
         )
         best = recommended_k(predictions)
         drafters[name] = {
@@ -162,6 +181,7 @@ def _report(measured: RoundCosts, acceptance: dict[str, list[float]], k_max: int
             "draft_step_spread_ms": step.spread_ms,
             "c": measured.cost_ratio(name) if target_ms > 0 else None,
             "acceptance_per_position": per_position,
+            "host_ms_per_round": host_ms,
             "predicted_speedup_by_k": [asdict(p) for p in predictions],
             "recommended_k": best.k if best is not None else None,
             "recommended_speedup": best.speedup if best is not None else None,

@@ -11,18 +11,18 @@ the forward pass and the acceptance work after it.
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specplay.engine.backend_protocol import Backend, Generation
+from specplay.engine.backend_protocol import Generation
+from specplay.engine.controls import LiveControls
 from specplay.engine.draws import Draws, RoundDraws
+from specplay.engine.events import StepEvent
+from specplay.engine.loop import Clock, SpecEngine
+from specplay.engine.request import Request
 from specplay.engine.rules import AcceptanceRule
-from specplay.engine.settings import SamplingParams
+from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.errors import ConfigError
-
-Clock = Callable[[], float]
-"""Seconds, monotonic."""
 
 MAX_ROWS = 16
 REPEATS = 5
@@ -47,7 +47,8 @@ class RoundCosts:
     """Measured at one context length (the prompt's), on one machine."""
 
     target_step_ms: Timing
-    """One target-only step (the yardstick of every speedup specplay predicts)."""
+    """One target-only step as the engine times it, host work included (the yardstick of every
+    speedup specplay predicts)."""
     verify_ms: dict[int, Timing]
     """A verify pass by rows scored: k drafted tokens make k + 1 rows (1 row: a target step)."""
     draft_step_ms: dict[str, Timing] = field(default_factory=dict)
@@ -61,27 +62,29 @@ class RoundCosts:
 
 
 def measure_costs(
-    backend: Backend,
+    engine: SpecEngine,
     prompt_token_ids: Sequence[int],
     sampling: SamplingParams,
     rule: AcceptanceRule,
     max_rows: int = MAX_ROWS,
     repeats: int = REPEATS,
-    clock: Clock = time.perf_counter,
+    pipeline: bool = True,
 ) -> RoundCosts:
-    """Time the target's step, its verify pass over 1..max_rows rows and every drafter's step after
-    the prompt. Each timing is taken `repeats` times after one untimed warm-up; row counts are
-    visited up and down in turn, so a machine's drift spreads over all of them alike."""
-    if max_rows < 1 or repeats < 1:
-        raise ConfigError("max_rows", f"and repeats must be at least 1 (got {max_rows}, {repeats})")
-    draws = Draws(seed=0)
-    target_step = _target_step_ms(backend, prompt_token_ids, sampling, repeats=repeats, draws=draws, clock=clock)
+    """Time the target's step, its verify pass over 2..max_rows rows and every drafter's step after
+    the prompt, on the engine's clock. Each timing is taken `repeats` times after one untimed
+    warm-up; row counts are visited up and down in turn, so a machine's drift spreads over all of
+    them alike. `pipeline`: as the target-only runs compared with (a playground's lanes take turns
+    and do not pipeline)."""
+    if max_rows < 2 or repeats < 1:
+        raise ConfigError("max_rows", f"must be 2 or more and repeats 1 or more (got {max_rows}, {repeats})")
+    backend, clock, draws = engine.backend, engine.clock, Draws(seed=0)
+    target_step = _target_step_ms(engine, prompt_token_ids, sampling, repeats=repeats, pipeline=pipeline)
     verify: dict[int, list[float]] = {}
     drafts: dict[str, list[float]] = {}
     for drafter in backend.drafters:
         generation = backend.open_generation(prompt_token_ids, prefill=(None, drafter))
         drafts[drafter] = _draft_step_ms(generation, drafter, sampling, repeats=repeats, draws=draws, clock=clock)
-        if len(verify) < max_rows:  # the curve from the first drafter that drafts every length asked
+        if len(verify) < max_rows - 1:  # the curve from the first drafter that drafts every length asked
             verify = (
                 _verify_curve(
                     generation, drafter, sampling, rule, max_rows=max_rows, repeats=repeats, draws=draws, clock=clock
@@ -100,20 +103,14 @@ def measure_costs(
 
 
 def _target_step_ms(
-    backend: Backend, prompt: Sequence[int], sampling: SamplingParams, *, repeats: int, draws: Draws, clock: Clock
+    engine: SpecEngine, prompt: Sequence[int], sampling: SamplingParams, *, repeats: int, pipeline: bool
 ) -> list[float]:
-    generation = backend.open_generation(prompt)
-    steps = generation.generate(None, sampling, draws.one, pipeline=False)
-    try:
-        next(steps)  # warm-up
-        samples = []
-        for _ in range(repeats):
-            start = clock()
-            next(steps)
-            samples.append(1000 * (clock() - start))
-        return samples
-    finally:
-        steps.close()
+    """A target-only run's steps after its first, as the engine times them (the time between one
+    token and the next, host work included): the target-only side of every measured speedup."""
+    request = Request("", tuple(prompt), "target", 0, repeats + 2, ignore_eos=True, pipeline=pipeline)
+    controls = LiveControls(SpecSettings(sampling=sampling), ())
+    steps = [e.step_ms for e in engine.generate(request, controls) if isinstance(e, StepEvent)]
+    return steps[2:]  # the first is the prompt's, the second the warm-up
 
 
 def _draft_step_ms(

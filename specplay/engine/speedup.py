@@ -177,10 +177,11 @@ def expected_tokens(acceptance_per_position: Sequence[float], k: int) -> float:
     return 1 + sum(reach_by_position(acceptance_per_position, k))
 
 
-def round_ms(k: int, verify_ms: Mapping[int, float], draft_step_ms: float) -> float | None:
-    """A round of k drafts: k drafter steps and a verify pass over k + 1 rows (None: not measured)."""
+def round_ms(k: int, verify_ms: Mapping[int, float], draft_step_ms: float, host_ms: float = 0.0) -> float | None:
+    """A round of k drafts: k drafter steps, a verify pass over k + 1 rows and the host's work
+    around them (acceptance bookkeeping, events, text) (None: the verify pass was not measured)."""
     verify = verify_ms.get(k + 1)
-    return None if verify is None else k * draft_step_ms + verify
+    return None if verify is None else k * draft_step_ms + verify + host_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,11 +203,14 @@ def predict_by_k(
     draft_step_ms: float,
     target_step_ms: float,
     k_max: int,
+    host_ms: float = 0.0,
 ) -> list[KPrediction]:
-    """The prediction for every k from 1 to k_max whose verify pass was measured."""
+    """The prediction for every k from 1 to k_max whose verify pass was measured. `target_step_ms`
+    is a target-only step as the engine times it (host work included), `host_ms` a round's host
+    work (a run's overhead_ms over its rounds), so both sides of the ratio count the same things."""
     out = []
     for k in range(1, k_max + 1):
-        cost_ms = round_ms(k, verify_ms, draft_step_ms)
+        cost_ms = round_ms(k, verify_ms, draft_step_ms, host_ms)
         if cost_ms is None or target_step_ms <= 0:
             continue
         tokens = expected_tokens(acceptance_per_position, k)

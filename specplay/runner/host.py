@@ -163,7 +163,8 @@ class ModelHost:
             assert spec.prompt is not None
             ids = source.encode(spec.prompt, raw=spec.raw)
             rule = settings.acceptance_rule
-            return measure_costs(source.backend, ids, settings.sampling, rule, max_rows=max_rows, clock=self._clock)
+            # The playground's lanes take turns and do not pipeline: the target step is timed alike.
+            return measure_costs(source, ids, settings.sampling, rule, max_rows=max_rows, pipeline=False)
 
         def finished(future: Future[RoundCosts]) -> None:
             error = future.exception()

@@ -187,12 +187,15 @@ def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts 
     if costs is None or last is None or last.route not in costs.draft_step_ms:
         return comparison
     verify = {rows: t.ms for rows, t in costs.verify_ms.items()}
+    # The target step and the host's work per round as this run measured them, where it has.
+    rounds = speculative.rounds
     by_k = predict_by_k(
         speculative.acceptance_per_position(),
         verify,
         costs.draft_step_ms[last.route].ms,
-        costs.target_step_ms.ms,
+        target.mean_step_ms or costs.target_step_ms.ms,
         k_max=max(verify) - 1,
+        host_ms=speculative.spec.overhead_ms / rounds if rounds else 0.0,
     )
     settings, mean_k = speculative.settings, comparison.prediction.mean_k
     # The k set, under a fixed policy (the last rounds may be cut short to fit max_tokens); an

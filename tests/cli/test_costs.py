@@ -42,7 +42,9 @@ def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.Captur
         assert [p["k"] for p in by_k] == list(range(1, 9))
         assert set(by_k[0]) == {"k", "expected_tokens", "round_ms", "speedup", "break_even_acceptance"}
         # the numbers are speedup.py's from the measured numbers, and the recommendation is their best
-        again = predict_by_k(acceptance, verify, drafter["draft_step_ms"], report["target_step_ms"], 8)
+        host_ms = drafter["host_ms_per_round"]
+        assert host_ms >= 0
+        again = predict_by_k(acceptance, verify, drafter["draft_step_ms"], report["target_step_ms"], 8, host_ms=host_ms)
         assert [p.speedup for p in again] == pytest.approx([p["speedup"] for p in by_k])
         best = max(by_k, key=lambda p: (p["speedup"], -p["k"]))
         assert drafter["recommended_k"] == best["k"] and drafter["recommended_speedup"] == best["speedup"]

@@ -20,7 +20,7 @@ from specplay.engine.speedup import (
 from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run
 from tests.support.prompts import CODE_PROMPT
-from tests.support.scripted import Cost, scripted_backend
+from tests.support.scripted import Cost, scripted_backend, scripted_engine
 
 GREEDY = SamplingParams()
 LOSSLESS = SpecSettings().acceptance_rule
@@ -29,7 +29,7 @@ LOSSLESS = SpecSettings().acceptance_rule
 def test_the_verify_curve_the_step_and_each_drafters_step_are_what_the_models_compute() -> None:
     backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("near", "lookup"))
     prompt = backend.encode(CODE_PROMPT, raw=True)
-    costs = measure_costs(backend, prompt, GREEDY, LOSSLESS, max_rows=12, repeats=3, clock=backend.clock)
+    costs = measure_costs(scripted_engine(backend), prompt, GREEDY, LOSSLESS, max_rows=12, repeats=3)
     assert costs.target_step_ms.ms == pytest.approx(11.0) and costs.target_step_ms.spread_ms == pytest.approx(0)
     # k drafted tokens: one forward over k + 1 rows
     assert list(costs.verify_ms) == list(range(1, 13))
@@ -67,6 +67,9 @@ def test_the_speedup_by_k_over_a_measured_verify_curve() -> None:
         assert p.speedup == pytest.approx((1 + sum(reach)) * 11.0 / p.round_ms)
         # at the break-even α a round commits its cost in target steps
         assert tokens_at_alpha(p.break_even_acceptance, p.k) == pytest.approx(p.round_ms / 11.0)
+    # the host's work per round (a run's overhead_ms over its rounds) adds to every round
+    with_host = predict_by_k(measured, verify, draft_step_ms=2.2, target_step_ms=11.0, k_max=8, host_ms=3.0)
+    assert [p.round_ms for p in with_host] == pytest.approx([p.round_ms + 3.0 for p in predictions])
     best = recommended_k(predictions)
     assert best is not None and best.speedup == max(p.speedup for p in predictions)
     assert best.k == 2  # 1.8 tokens in 14.2 ms, 2.4 in 17.4, 2.7 in 20.6: k 2 is the fastest
@@ -92,7 +95,7 @@ def test_the_prediction_matches_the_engines_own_run_at_every_k() -> None:
     cost = Cost(step_ms=10.0, row_ms=1.0)
     backend = scripted_backend(cost, drafters=("near",))
     prompt = backend.encode(CODE_PROMPT, raw=True)
-    costs = measure_costs(backend, prompt, GREEDY, LOSSLESS, max_rows=9, repeats=2, clock=backend.clock)
+    costs = measure_costs(scripted_engine(backend), prompt, GREEDY, LOSSLESS, max_rows=9, repeats=2)
     target = done(run(backend, CODE_PROMPT, mode="target", max_tokens=200)).metrics["tokens_per_s"]
     verify = {rows: t.ms for rows, t in costs.verify_ms.items()}
     for k in (1, 2, 4, 8):
