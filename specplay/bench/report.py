@@ -267,11 +267,14 @@ def to_json(
     measurements: Sequence[Measurement],
     about: dict[str, Any],
     router: dict[str, Any] | None = None,
+    k_advice: Sequence[Any] = (),
 ) -> str:
+    """`k_advice`: k_advice.KAdvice entries (dataclasses)."""
     payload = {
         "about": about,
         "rows": [asdict(r) for r in rows],
         "router": router,
+        "k_advice": [asdict(a) for a in k_advice],
         "measurements": [asdict(m) for m in measurements],
     }
     return dump_json(payload, indent=2, ensure_ascii=False) + "\n"

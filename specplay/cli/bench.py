@@ -6,6 +6,7 @@ import argparse
 import math
 import platform
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,16 +16,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specplay import __version__
 from specplay.backends import blas_warning, open_stream, thread_cleanup
 from specplay.bench.execute import BenchPlan, run_bench
+from specplay.bench.k_advice import K_GROUP, k_advice, k_advice_markdown
 from specplay.bench.plots import PLOT_FILES, write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
-from specplay.bench.sweep import load_prompts, plan
+from specplay.bench.sweep import BenchConfig, load_prompts, plan
 from specplay.cli.configure import comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags
 from specplay.cli.render import warn
 from specplay.cli.shown import shown_command
 from specplay.config.capabilities import capabilities_of
 from specplay.config.run_config import check_models
+from specplay.engine.costs import RoundCosts, measure_costs
 from specplay.engine.loop import SpecEngine
+from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError
 from specplay.files import OUT_FIX, check_outputs, claim_outputs, write_output
 from specplay.runner.thread import ModelThread
@@ -119,6 +124,8 @@ def bench(args: argparse.Namespace) -> int:
                 progress.update(task, description=what, completed=done, total=total)
 
             measurements = run_bench(source, bench_plan, thread.call, on_progress)
+            progress.update(task, description="round costs, for the k advice")
+            costs = thread.call(lambda: _round_costs(source, prompts[0].text, temperatures, configs))
         about = _about(
             args,
             config,
@@ -135,17 +142,36 @@ def bench(args: argparse.Namespace) -> int:
         thread.close()
 
     rows = build_rows(configs, measurements, remote=remote)
+    advice = k_advice(configs, rows, measurements, costs)
     replacing = (out / "report.md").exists()
     claim_outputs(out, REPORT_FILES, OUT_FIX)
     if replacing:
         warn(f"replacing the bench report in {out}")
     fix = OUT_FIX
-    write_output(out / "report.md", markdown(rows, about, router, remote), fix)
-    write_output(out / "results.json", to_json(rows, measurements, about, router), fix)
+    report = markdown(rows, about, router, remote) + "\n".join(k_advice_markdown(advice)) + "\n"
+    write_output(out / "report.md", report, fix)
+    write_output(out / "results.json", to_json(rows, measurements, about, router, advice), fix)
     write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
     print(f"report in {out}: report.md, results.json, results.csv, and three PNG plots", file=sys.stderr)
     return 0
+
+
+def _round_costs(
+    source: EventStream, prompt: str, temperatures: Sequence[float], configs: Sequence[BenchConfig]
+) -> dict[float, RoundCosts]:
+    """The round's costs at each temperature (sampling changes the verify pass's work), at the
+    first prompt's length, for the k advice; none where the server runs the rounds."""
+    if not isinstance(source, SpecEngine):
+        return {}
+    k_max = max((c.k for c in configs if c.group == K_GROUP), default=0)
+    if not k_max:
+        return {}
+    ids = source.encode(prompt, raw=True)
+    lossless = SpecSettings().acceptance_rule
+    return {
+        t: measure_costs(source, ids, SamplingParams(temperature=t), lossless, max_rows=k_max + 1) for t in temperatures
+    }
 
 
 def _about(args, config, identity, prompts, temperatures, max_tokens, measurements) -> dict[str, Any]:

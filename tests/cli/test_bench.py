@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from specplay.bench.k_advice import k_advice, k_advice_markdown
 from specplay.bench.report import build_rows, markdown, router_report
 from specplay.bench.stats import coefficient_of_variation, median, needs_more_repeats
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
 from specplay.cli import main
-from specplay.engine.speedup import predicted_speedup
+from specplay.engine.costs import RoundCosts, Timing
+from specplay.engine.speedup import predict_by_k, predicted_speedup
 from specplay.errors import ConfigError
 from tests.support.checks import every
 from tests.support.tiny_models import TinyModels
@@ -57,6 +59,28 @@ def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
     c = 1 / 9.5
     costed = spec_row.predicted_speedup * (4 * c + 1) / (4 * c + 10 * c + c)
     assert spec_row.costed_speedup == pytest.approx(costed)
+
+
+def test_which_k_sets_the_sweeps_best_k_beside_the_recommended_one() -> None:
+    configs = [
+        BenchConfig("target-only", "baseline", "target"),
+        BenchConfig("k=2", "k", k=2),
+        BenchConfig("k=4", "k", k=4),
+    ]
+    common = {"route": "d", "num_spec_steps": 10, "overhead_ms": 20.0}
+    deep = common | {"drafted_per_position": [10, 10, 10, 10], "accepted_per_position": [9, 8, 5, 1]}
+    measurements = [_m("target-only", 100.0, mean_step_ms=10.0), _m("k=2", 170.0, **common), _m("k=4", 150.0, **deep)]
+    rows = build_rows(configs, measurements)
+    verify = {n: Timing(10.0 + n, 0.0) for n in range(1, 6)}
+    costs = RoundCosts(Timing(10.0, 0.0), verify, {"d": Timing(1.0, 0.0)})
+    (advice,) = k_advice(configs, rows, measurements, {0.0: costs})
+    # measured: k=2 at 1.7x beats k=4 at 1.5x; predicted from k=4's acceptance, the costs, 2 ms host a round
+    assert (advice.measured_best_k, advice.measured_best_speedup) == (2, pytest.approx(1.7))
+    expected = predict_by_k([0.9, 0.8, 0.5, 0.1], {n: 10.0 + n for n in range(1, 6)}, 1.0, 10.0, 4, host_ms=2.0)
+    best = max(expected, key=lambda p: p.speedup)
+    assert (advice.recommended_k, advice.predicted_speedup) == (best.k, pytest.approx(best.speedup))
+    assert advice.measured_at_recommended == {2: pytest.approx(1.7), 4: pytest.approx(1.5)}.get(best.k)
+    assert advice.route == "d" and "## Which k" in "\n".join(k_advice_markdown([advice]))
 
 
 def test_a_drafter_that_never_drafted_has_no_acceptance_rate() -> None:
@@ -109,6 +133,11 @@ def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None
     assert 0 <= router["accuracy_by_acceptance"] <= 1
     assert not any(r["config"] == "router check" for r in results["rows"])  # an accuracy, not a speed row
     assert "## Router check" in (out / "report.md").read_text()
+    # Which k: per category, the sweep's best k beside the recommended one
+    advice = {a["category"]: a for a in results["k_advice"]}
+    assert set(advice) == {"code", "prose"} and every(a["measured_best_k"] in (2, 4) for a in advice.values())
+    assert every(1 <= a["recommended_k"] <= 4 for a in advice.values())
+    assert "## Which k" in (out / "report.md").read_text()
 
 
 def test_router_report_counts_accuracy_on_labels_and_by_acceptance() -> None:

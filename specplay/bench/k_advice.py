@@ -1,0 +1,119 @@
+"""Which k: per category and temperature, the k the bench's fixed-k sweep measured fastest, beside
+the k that the prediction of `specplay costs` recommends (engine/speedup.py) from the round costs
+measured at the bench's start and the sweep's own acceptance by position and host work."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from specplay.bench.report import Row
+from specplay.bench.stats import median
+from specplay.bench.sweep import BenchConfig, Measurement
+from specplay.engine.costs import RoundCosts
+from specplay.engine.speedup import predict_by_k, recommended_k
+
+K_GROUP = "k"
+"""The fixed-k sweep's group (sweep.plan)."""
+
+
+@dataclass(frozen=True)
+class KAdvice:
+    category: str
+    temperature: float
+    route: str
+    """The drafter the sweep's longest-k requests were routed to (its step prices the prediction)."""
+    measured_best_k: int | None
+    measured_best_speedup: float | None
+    recommended_k: int | None
+    predicted_speedup: float | None
+    measured_at_recommended: float | None
+    """The sweep's measured speedup at the recommended k (None where the sweep did not run it)."""
+
+
+def k_advice(
+    configs: Sequence[BenchConfig],
+    rows: Sequence[Row],
+    measurements: Sequence[Measurement],
+    costs: Mapping[float, RoundCosts],
+) -> list[KAdvice]:
+    """One entry per category and temperature that has fixed-k rows and round costs measured at its
+    temperature."""
+    k_of = {c.label: c.k for c in configs if c.group == K_GROUP}
+    out = []
+    for category, temperature in dict.fromkeys((r.category, r.temperature) for r in rows):
+        cell_costs = costs.get(temperature)
+        k_rows = [r for r in rows if (r.category, r.temperature) == (category, temperature) and r.config in k_of]
+        if cell_costs is None or not k_rows:
+            continue
+        longest = max(k_rows, key=lambda r: k_of[r.config])
+        runs = [
+            m for m in measurements if (m.category, m.temperature, m.config) == (category, temperature, longest.config)
+        ]
+        targets = [
+            m.mean_step_ms
+            for m in measurements
+            if (m.category, m.temperature, m.config) == (category, temperature, "target-only") and m.mean_step_ms
+        ]
+        route = Counter(m.route for m in runs if m.route).most_common(1)
+        rounds = sum(m.num_spec_steps for m in runs)
+        target_step_ms = median(targets) or cell_costs.target_step_ms.ms
+        if not route or not rounds or route[0][0] not in cell_costs.draft_step_ms:
+            continue
+        verify = {n: t.ms for n, t in cell_costs.verify_ms.items()}
+        predictions = predict_by_k(
+            longest.acceptance_per_position,
+            verify,
+            cell_costs.draft_step_ms[route[0][0]].ms,
+            target_step_ms,
+            k_max=min(k_of[longest.config], max(verify) - 1),
+            host_ms=sum(m.overhead_ms for m in runs) / rounds,
+        )
+        best = recommended_k(predictions)
+        measured = {k_of[r.config]: r.speedup for r in k_rows if r.speedup is not None}
+        top = max(measured, key=lambda k: measured[k], default=None)
+        out.append(
+            KAdvice(
+                category=category,
+                temperature=temperature,
+                route=route[0][0],
+                measured_best_k=top,
+                measured_best_speedup=measured[top] if top is not None else None,
+                recommended_k=best.k if best is not None else None,
+                predicted_speedup=best.speedup if best is not None else None,
+                measured_at_recommended=measured.get(best.k) if best is not None else None,
+            )
+        )
+    return out
+
+
+def k_advice_markdown(advice: Sequence[KAdvice]) -> list[str]:
+    def fmt(value: float | None, pattern: str) -> str:
+        return "–" if value is None else pattern.format(value)
+
+    lines = [
+        "",
+        "## Which k",
+        "",
+        "The k the fixed-k sweep measured fastest, beside the k `specplay costs` recommends: its prediction",
+        "from the round costs measured at the start (the verify pass by rows, each drafter's step) and this",
+        "sweep's acceptance by position (its longest k), target step and host work per round.",
+        "",
+    ]
+    columns = ["category", "temperature", "drafter", "measured best k", "its speedup", "recommended k"]
+    columns += ["predicted", "measured there"]
+    lines += ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for a in advice:
+        cells = [
+            a.category,
+            f"{a.temperature:g}",
+            a.route,
+            fmt(a.measured_best_k, "{}"),
+            fmt(a.measured_best_speedup, "{:.2f}x"),
+            fmt(a.recommended_k, "{}"),
+            fmt(a.predicted_speedup, "{:.2f}x"),
+            fmt(a.measured_at_recommended, "{:.2f}x"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
