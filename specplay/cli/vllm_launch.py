@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import subprocess
 import sys
 import time
@@ -197,8 +196,8 @@ def client_command(args: argparse.Namespace, servers: list[Server]) -> str:
         words = ["specplay", "run", "--backend", "vllm", "--target-url", url(servers[0])]
         words += [w for server in servers[1:] for w in ("--draft-url", f"{server.name}={url(server)}")]
     if args.api_key:
-        words += ["--api-key", "$SPECPLAY_API_KEY"]
-    command = " ".join(shlex.quote(w) if not w.startswith("$") else w for w in words)
+        words += ["--api-key", args.api_key]
+    command = shown_command(words, "$SPECPLAY_API_KEY")
     return command if args.native else command + " --prompt '...'"
 
 
