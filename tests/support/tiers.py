@@ -32,6 +32,8 @@ SLOW = {
     "tests/cli/test_numeric_flags.py": "every command with every numeric flag",
     "tests/cli/test_fetch.py": "a local package index served over HTTP",
     "tests/cli/test_cli.py::test_a_real_process": "a specplay process",
+    "tests/backends/vllm/test_vllm_hostile_servers.py::test_a_native_stream": "a specplay process against a fake "
+    "speculating server that streams until --timeout",
     "tests/cli/test_cli.py::test_a_model_in_the_hugging_face_cache": "a specplay process",
     "tests/store/test_sessions.py::test_a_killed_run": "a specplay process, killed",
     "tests/store/test_sessions.py::test_ctrl_c": "a specplay process, interrupted",
