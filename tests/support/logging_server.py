@@ -93,7 +93,7 @@ class LoggingServer:
             do_GET = do_POST = _handle
 
         self.httpd = _Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
 
     @property
     def url(self) -> str:
