@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,6 +17,7 @@ from specplay.backends.vllm.client import VllmClient
 from specplay.cli import main
 from specplay.config.urls import server_root
 from specplay.errors import ConfigError
+from tests.support.session_events import speculative_events, target_events, write_session
 
 MALFORMED = [
     "http://[::1",  # an IPv6 address without its ]
@@ -87,7 +89,7 @@ HOSTILE_WORDS = ["$(touch pwned)", "`touch pwned`", "$HOME/model", "it's; rm -rf
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to paste into")
-def test_printed_commands_paste_into_a_shell_word_for_word(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_printed_commands_paste_into_a_shell_word_for_word(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Every word of every printed command comes back from a shell as written: no $-word or
     backquote expands, nothing runs; only the key's placeholder expands, to the key."""
     argv = ["vllm-launch", "--target", HOSTILE_WORDS[0], "--draft", f"d={HOSTILE_WORDS[1]}", "--api-key", "k3y"]
@@ -108,3 +110,17 @@ def test_printed_commands_paste_into_a_shell_word_for_word(capsys: pytest.Captur
                 assert words[2] in HOSTILE_WORDS[:2] and all(word in words for word in HOSTILE_WORDS[2:])
             else:
                 assert words[:2] == ["specplay", "run" if not extra else "tui"]
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://gpu:99999", "http://a b", 8000, None])
+def test_a_session_naming_a_malformed_address_is_one_line(
+    url: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Addresses a session file holds are read by the same check as the flags'."""
+    backend = {"backend": "vllm", "mode": "inspection", "models": {"target": {"source": url}, "near": {"source": url}}}
+    lanes = {"speculative": speculative_events(), "target": target_events([(10, "def")])}
+    saved = write_session(tmp_path, lanes, backend=backend)
+    for argv in (["run", "--replay", str(saved)], ["tui", "--open", str(saved)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ("does not name its models" in err or "is corrupt" in err), err

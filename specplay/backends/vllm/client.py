@@ -97,7 +97,7 @@ class VllmClient:
             except httpx.HTTPError as exc:
                 # The type only: a library's text can quote the request's headers, the API key among them.
                 raise VllmError(f"{self.where} failed on {path}: {type(exc).__name__}") from None
-            if response.is_redirect:
+            if 300 <= response.status_code < 400:
                 response.close()
                 raise self._redirect_error(path, response)
             if response.status_code >= 400:
@@ -120,7 +120,7 @@ class VllmClient:
                 size += len(chunk)
                 if time.monotonic() > deadline:
                     raise VllmError(
-                        f"{self.where} took longer than --timeout {self.timeout_s:g} s to send its reply to {path} "
+                        f"{self.where} took longer than --timeout {self.timeout_s:g} s to send {path} "
                         "(raise --timeout for longer generations)"
                     )
                 if size > MAX_REPLY_BYTES:

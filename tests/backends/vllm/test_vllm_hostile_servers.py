@@ -109,6 +109,14 @@ def test_a_redirect_is_named_and_not_followed(server: LoggingServer, status: int
         elsewhere.close()
 
 
+def test_a_3xx_without_an_address_is_still_a_redirect(server: LoggingServer) -> None:
+    server.answer = redirect(300, "")
+    client = VllmClient("target", server.url)
+    with pytest.raises(VllmError, match=r"redirected /version \(HTTP 300\) to no address"):
+        client.get_json("/version")
+    client.close()
+
+
 def test_a_redirect_to_a_login_shows_no_password(server: LoggingServer) -> None:
     server.answer = redirect(302, "http://me:s3cret@elsewhere.example/login")
     client = VllmClient("target", server.url)
