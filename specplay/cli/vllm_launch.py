@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specplay.cli.shown import shown_command
+from specplay.config.api_key import checked_key
 from specplay.engine.settings import K_LIMIT
 from specplay.errors import ConfigError, SpecplayError
 
@@ -114,7 +115,7 @@ def plan(args: argparse.Namespace) -> list[Server]:
     common = ["--host", args.host, "--max-num-seqs", str(args.max_num_seqs)]
     common += ["--max-model-len", str(args.max_model_len)] if args.max_model_len is not None else []
     common += ["--max-logprobs", str(MAX_LOGPROBS), "--enable-prompt-tokens-details", *args.vllm_arg]
-    if args.api_key:
+    if checked_key(args.api_key, "--api-key"):  # the clients send it as a header: it must be one
         common += ["--api-key", args.api_key]
     tp = ["--tensor-parallel-size", str(args.tensor_parallel_size)] if args.tensor_parallel_size > 1 else []
     if args.native:

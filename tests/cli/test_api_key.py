@@ -148,3 +148,10 @@ async def test_an_opened_session_contacts_no_server_until_a_run_is_asked_for(
         await wait_for(pilot, lambda: app.playground.state == RunState.FAILED, "the stand-in to fail the load")
     assert server.requests and not server.seen(MARK)
     assert all("Authorization" not in r.headers for r in server.requests)
+
+
+@pytest.mark.parametrize("key", NOT_HEADERS.values(), ids=NOT_HEADERS.keys())
+def test_vllm_launch_refuses_a_key_no_client_could_send(key: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["vllm-launch", "--target", "org/big", "--api-key", key]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "--api-key cannot be sent as an HTTP header" in err and MARK not in out + err

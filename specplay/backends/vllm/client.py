@@ -62,7 +62,10 @@ class VllmClient:
         self.name, self.root, self.retries, self.timeout_s = name, root, retries, timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key and auth is None else {}
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
-        self._http = httpx.Client(base_url=root, headers=headers, timeout=timeout, auth=auth)
+        try:
+            self._http = httpx.Client(base_url=root, headers=headers, timeout=timeout, auth=auth)
+        except UnicodeError:  # the configuration checks keys (config/api_key.py); this names no key either
+            raise VllmError(f"the API key for {self.where} holds a character outside ASCII") from None
 
     def __repr__(self) -> str:
         return f"VllmClient({self.name!r}, {self.root!r})"

@@ -124,3 +124,17 @@ def test_a_redirect_to_a_login_shows_no_password(server: LoggingServer) -> None:
         client.get_json("/version")
     client.close()
     assert "s3cret" not in str(caught.value) and "http://***@elsewhere.example/login" in str(caught.value)
+
+
+@pytest.mark.parametrize("bad", ["\r", "\n", "\x00", "é", "\u2028"])
+def test_the_http_library_never_shows_a_key_it_refuses(server: LoggingServer, bad: str) -> None:
+    """Below the configuration's check (tests/cli/test_api_key.py): a client given a key that is
+    no header value fails in one line without it, whatever the HTTP library's own error says."""
+    with pytest.raises(VllmError) as caught:
+        client = VllmClient("target", server.url, api_key=KEY + bad, retries=0)
+        try:
+            client.get_json("/version")
+        finally:
+            client.close()
+    assert KEY not in str(caught.value) and "s3cret" not in str(caught.value)
+    assert not server.seen(KEY)
