@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.cli.flags import API_KEY_ENV
+from specplay.config.api_key import checked_key
 from specplay.config.model_sets import ModelSet, default_set, named_set
 from specplay.config.models import model_spec
 from specplay.config.run_config import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
@@ -64,9 +65,14 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     else:
         assert base is not None
         backend, target, drafters, vllm = base.backend, base.target, base.drafters, base.vllm
+    # The key goes only to servers named on this command line: a session file's servers (a shared
+    # session could name a host that collects keys) are reached without it.
+    key = api_key_for(flags, backend)
+    withheld = key is not None and not new_models
     vllm = replace(
         vllm,
-        api_key=flags.get("api_key") or os.environ.get(API_KEY_ENV) or None,
+        api_key=None if withheld else key,
+        key_withheld=withheld,
         **{field: flags[flag] for flag, field in _VLLM_FLAGS.items() if flag in flags},
     )
     start = base or RunConfig(target=target, drafters=drafters)
@@ -97,6 +103,13 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     if config.drafter_names:
         check_route_map(config.route_map, CodeProseRouter.classes, config.drafter_names)
     return config
+
+
+def api_key_for(flags: Mapping[str, Any], backend: BackendKind) -> str | None:
+    """The API key for vLLM servers: --api-key, else $SPECPLAY_API_KEY, checked."""
+    if backend != "vllm":
+        return None  # MLX sends nothing anywhere: a key set for other runs is no concern here
+    return checked_key(flags.get("api_key"), "--api-key") or checked_key(os.environ.get(API_KEY_ENV), f"${API_KEY_ENV}")
 
 
 def path_flag(value: str, field: str) -> Path:

@@ -107,7 +107,7 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=UNSET,
         metavar="S",
-        help=f"vllm: seconds to wait for a reply (default {defaults.timeout_s:g})",
+        help=f"vllm: seconds a whole reply may take, a stream included (default {defaults.timeout_s:g})",
     )
 
 

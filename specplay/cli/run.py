@@ -19,6 +19,7 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import colourless, json_line, legend, make_console, summary, token_text, warn
+from specplay.config.api_key import KEY_WITHHELD
 from specplay.config.run_config import RunConfig, check
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
@@ -68,6 +69,8 @@ def configure(args: argparse.Namespace) -> RunConfig:
 
 def run(args: argparse.Namespace) -> int:
     config = configure(args)
+    if config.vllm.key_withheld:
+        warn(KEY_WITHHELD)
     if message := blas_warning(config):
         warn(message)
     return _run(config, args)

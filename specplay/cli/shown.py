@@ -11,20 +11,23 @@ _URL_FLAGS = ("--target-url", "--draft-url", "--baseline-url")
 
 
 def shown_command(argv: list[str], key_placeholder: str) -> str:
-    """`argv` quoted for a shell, the --api-key value replaced by `key_placeholder` and logins cut
-    from the addresses of the URL flags (nothing else is touched: a prompt may quote a URL)."""
+    """`argv` quoted for a shell, the --api-key value replaced by `key_placeholder` (a variable,
+    `$NAME`) and logins cut from the addresses of the URL flags (nothing else is touched: a prompt
+    may quote a URL). Every word is quoted, a `$` in a model name or argument included; only the
+    placeholder expands, in double quotes, when the line is pasted into a shell."""
+    expanded = f'"{key_placeholder}"'
     words: list[str] = []
     for i, word in enumerate(argv):
         flag, equals, value = word.partition("=")
         before = argv[i - 1] if i else ""
         if before == "--api-key":
-            word = key_placeholder
+            words.append(expanded)
         elif flag == "--api-key" and equals:
-            word = "--api-key=" + key_placeholder
+            words.append("--api-key=" + expanded)
         elif before in _URL_FLAGS:
-            word = redacted(word)
+            words.append(shlex.quote(redacted(word)))
         elif flag in _URL_FLAGS and equals:
-            word = f"{flag}={redacted(value)}"
-        words.append(word)
-    # a placeholder stays unquoted so the printed line expands it when pasted into a shell
-    return " ".join(w if w.startswith("$") or w.startswith("--api-key=$") else shlex.quote(w) for w in words)
+            words.append(shlex.quote(f"{flag}={redacted(value)}"))
+        else:
+            words.append(shlex.quote(word))
+    return " ".join(words)

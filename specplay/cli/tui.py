@@ -9,6 +9,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specplay.backends import blas_warning
 from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
@@ -25,6 +26,9 @@ from specplay.cli.render import warn
 from specplay.config.run_config import RunConfig, check
 from specplay.errors import SpecplayError, error_line
 from specplay.store import find_session, load_session
+
+if TYPE_CHECKING:  # Textual loads only when the playground starts
+    from specplay.ui.app import PlaygroundOptions
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -83,14 +87,23 @@ def tui(args: argparse.Namespace) -> int:
         raise SpecplayError(problem)
     if message := blas_warning(config):
         warn(message)
-    from specplay.ui.app import PlaygroundOptions, create_app
+    from specplay.ui.app import create_app
 
-    app = create_app(config, PlaygroundOptions(autorun=args.autorun, open_session=opened))
+    app = create_app(config, playground_options(args, config, opened))
     app.run()
     if app.crash is not None:
         print(f"specplay: error: the playground crashed: {error_line(app.crash)}", file=sys.stderr)
         return 1
     return app.return_code or 0
+
+
+def playground_options(args: argparse.Namespace, config: RunConfig, opened: Path | None) -> PlaygroundOptions:
+    """A session opened from vLLM servers is shown without contacting them: they load when the
+    user asks for a run (a shared session names servers the user did not choose)."""
+    from specplay.ui.app import PlaygroundOptions
+
+    vllm_session = opened is not None and config.backend == "vllm"
+    return PlaygroundOptions(autorun=args.autorun, open_session=opened, load_on_run=vllm_session)
 
 
 def _first_library_prompt() -> str:

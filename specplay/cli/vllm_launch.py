@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specplay.cli.shown import shown_command
+from specplay.config.api_key import checked_key
 from specplay.engine.settings import K_LIMIT
 from specplay.errors import ConfigError, SpecplayError
 
@@ -115,7 +115,7 @@ def plan(args: argparse.Namespace) -> list[Server]:
     common = ["--host", args.host, "--max-num-seqs", str(args.max_num_seqs)]
     common += ["--max-model-len", str(args.max_model_len)] if args.max_model_len is not None else []
     common += ["--max-logprobs", str(MAX_LOGPROBS), "--enable-prompt-tokens-details", *args.vllm_arg]
-    if args.api_key:
+    if checked_key(args.api_key, "--api-key"):  # the clients send it as a header: it must be one
         common += ["--api-key", args.api_key]
     tp = ["--tensor-parallel-size", str(args.tensor_parallel_size)] if args.tensor_parallel_size > 1 else []
     if args.native:
@@ -197,8 +197,8 @@ def client_command(args: argparse.Namespace, servers: list[Server]) -> str:
         words = ["specplay", "run", "--backend", "vllm", "--target-url", url(servers[0])]
         words += [w for server in servers[1:] for w in ("--draft-url", f"{server.name}={url(server)}")]
     if args.api_key:
-        words += ["--api-key", "$SPECPLAY_API_KEY"]
-    command = " ".join(shlex.quote(w) if not w.startswith("$") else w for w in words)
+        words += ["--api-key", args.api_key]
+    command = shown_command(words, "$SPECPLAY_API_KEY")
     return command if args.native else command + " --prompt '...'"
 
 

@@ -64,6 +64,8 @@ class VllmOptions:
     baseline_url: str | None = None
     """Native mode: a plain server of the same target, for the target-only lane."""
     timeout_s: float = 60.0
+    key_withheld: bool = False
+    """A key was given but not sent: the servers came from a session file, not the command line."""
     logins: tuple[tuple[str, tuple[str, str]], ...] = field(default=(), repr=False)
     """(server root, (user, password)) for addresses that held credentials; never written anywhere."""
 

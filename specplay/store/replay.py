@@ -7,6 +7,7 @@ from typing import Any
 
 from specplay.config.models import EARLY_EXIT, MODEL, PROMPT_LOOKUP
 from specplay.config.run_config import TARGET, BackendKind, ModelSpec, Role, RunConfig, VllmOptions
+from specplay.config.urls import server_root
 from specplay.store.codec import request_from_record
 from specplay.store.format import Session, SessionError
 
@@ -17,7 +18,8 @@ def session_config(session: Session, models: Models | None = None) -> RunConfig:
     """Its models (or `models`, the ones the user gave instead), request and the settings in force
     at the start of its main lane. Local folders are saved absolute (a Hugging Face id resolves to
     the same cached snapshot); servers by address, never with the API key, which comes again from
-    --api-key or $SPECPLAY_API_KEY."""
+    --api-key or $SPECPLAY_API_KEY, and only for servers the user names again. An address that is not
+    one (ConfigError, a ValueError) fails as any unreadable model record does."""
     backend = session.header.get("backend") or {}
     if models is None:
         try:
@@ -49,14 +51,14 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
     if backend.get("mode") == "native":  # speculating servers are routed to by name, as drafters are
         params = {"route": target["route"]} if "route" in target else {}
         baseline = backend.get("baseline")
-        servers = tuple(ModelSpec(name, "drafter", "server", m["source"]) for name, m in models.items())
-        options = VllmOptions(native=True, baseline_url=baseline["source"] if baseline else None)
-        return ModelSpec(TARGET, "target", "server", target["source"], params), servers, options
+        servers = tuple(ModelSpec(name, "drafter", "server", server_root(m["source"])) for name, m in models.items())
+        options = VllmOptions(native=True, baseline_url=server_root(baseline["source"]) if baseline else None)
+        return ModelSpec(TARGET, "target", "server", server_root(target["source"]), params), servers, options
     # A drafter on this machine's MLX (mixed mode) has a folder; one on a server, an address.
     drafters = tuple(
         local_model(name, "drafter", m)
         if m.get("backend") == "mlx"
-        else ModelSpec(name, "drafter", "server", m["source"])
+        else ModelSpec(name, "drafter", "server", server_root(m["source"]))
         for name, m in models.items()
     )
     options = VllmOptions(
@@ -64,7 +66,7 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
         strategy=backend.get("verify_strategy", "auto"),
         exact_correction=bool(backend.get("exact_correction")),
     )
-    return ModelSpec(TARGET, "target", "server", target["source"]), drafters, options
+    return ModelSpec(TARGET, "target", "server", server_root(target["source"])), drafters, options
 
 
 LOCAL_RECORD_KINDS = (MODEL, "gguf", PROMPT_LOOKUP, EARLY_EXIT)

@@ -60,6 +60,8 @@ class PlaygroundOptions:
     """Start with the draft-only lane shown (a switch in the controls turns it on and off)."""
     open_session: Path | None = None
     """A saved session to show read-only at start; ctrl+r or the palette re-runs it."""
+    load_on_run: bool = False
+    """Load the models (contact the servers) only when a run is asked for, not at start."""
 
 
 def create_app(
@@ -165,7 +167,10 @@ class PlaygroundApp(App[None]):
         """The screen is up: show the session to open, if any, and load the models."""
         if self.options.open_session is not None:
             self.playground.open_session(self.options.open_session)
-        self.playground.load(autorun=self.options.autorun)
+        if self.options.load_on_run and not self.options.autorun:
+            self.playground.load_on_run()
+        else:
+            self.playground.load(autorun=self.options.autorun)
 
     def on_unmount(self) -> None:
         self.playground.close()

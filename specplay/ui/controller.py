@@ -36,6 +36,9 @@ from specplay.ui.stats import LaneTally
 
 
 class RunState(Enum):
+    UNLOADED = "not connected"
+    """Nothing loaded or contacted yet: the first run loads the models (a session opened from vLLM
+    servers reaches none of them until the user asks it to re-run)."""
     LOADING = "loading"
     FAILED = "failed"
     """The models did not load: nothing runs; the status line says why."""
@@ -257,8 +260,17 @@ class PlaygroundController:
 
     def load(self, autorun: bool = False) -> None:
         """Load the models on the model thread; `autorun` runs the prompt once they are."""
+        self.state = RunState.LOADING
         self.set_status("loading models…")
         self.host.load(lambda source, identity, error: self.outbox.models_loaded(source, identity, error, autorun))
+
+    def load_on_run(self) -> None:
+        """Load nothing until a run is asked for (ctrl+r then loads the models and runs)."""
+        self.state = RunState.UNLOADED
+        withheld = " (without the API key: the session, not this command line, names them)"
+        note = withheld if self.config.vllm.key_withheld else ""
+        shown = f"session {self.opened.id}, read-only; " if self.opened is not None else ""
+        self.set_status(f"{shown}ctrl+r connects to the servers{note} and runs")
 
     def loaded(
         self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
@@ -323,6 +335,9 @@ class PlaygroundController:
     def run(self) -> None:
         """Generate in every lane from the prompt on screen, with the controls' settings and seed."""
         prompt = self._view.current_prompt()
+        if self.state == RunState.UNLOADED:
+            self.load(autorun=True)
+            return
         if self.state != RunState.READY:
             self._view.notify_user(f"cannot run while {self.state.value}", error=True)
             return
@@ -572,6 +587,8 @@ class PlaygroundController:
         self._view.redraw(full=True)
         if self.state == RunState.READY:
             self._show_opened_settings(session)
+        elif self.state == RunState.UNLOADED:
+            self.load_on_run()
         else:
             self.set_status(f"session {session.id} (read-only); loading models to re-run it…")
 

@@ -58,7 +58,8 @@ class BadRequest(Exception):
 class Fault:
     """Misbehaviour from the `after`-th completion request on: http500, malformed, slow, die; and
     the hostile ones: trickle (a byte every delay_s), huge_error (a 10 MB error page), bad_logprobs
-    (text where numbers belong), array_event (a stream event that is a JSON array)."""
+    (text where numbers belong), array_event (a stream event that is a JSON array), endless (a
+    stream of one-token chunks, one every delay_s, that never ends; streamed requests only)."""
 
     kind: str
     after: int = 0
@@ -511,7 +512,7 @@ def _handler(server: FakeVllm) -> type[BaseHTTPRequestHandler]:
                 200, {"count": len(ids), "max_model_len": server.max_model_len, "tokens": ids, "token_strs": None}
             )
 
-        def _fault(self) -> bool:
+        def _fault(self, body: dict[str, Any]) -> bool:
             """Apply the configured fault; True when the request was answered (or dropped)."""
             with server._lock:
                 server.num_completions += 1
@@ -545,16 +546,35 @@ def _handler(server: FakeVllm) -> type[BaseHTTPRequestHandler]:
                 top = [{"token_id:1": "high", "token_id:2": None}]
                 choice = {"index": 0, "token_ids": [1], "logprobs": {"top_logprobs": top}, "finish_reason": "length"}
                 self._json(200, {"id": "cmpl-1", "choices": [choice]})
+            elif fault.kind == "endless" and body.get("stream"):
+                self._endless(fault.delay_s)
             elif fault.kind == "array_event":
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Content-Length", "20")
                 self.end_headers()
                 self.wfile.write(b"data: [1, 2, 3]\n\n\n\n\n")
-            return fault.kind != "slow"
+            return fault.kind != "slow" and (fault.kind != "endless" or bool(body.get("stream")))
+
+        def _endless(self, every_s: float) -> None:
+            """A stream of one-token chunks that never ends, until the client hangs up."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunk = {"id": "cmpl-1", "object": "text_completion", "model": server.served_name}
+            chunk["choices"] = [{"index": 0, "text": "a", "token_ids": [5], "finish_reason": None}]
+            data = f"data: {json.dumps(chunk)}\n\n".encode()
+            try:
+                while True:
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                    time.sleep(every_s)
+            except OSError:
+                self.close_connection = True
 
         def _completions(self, body: dict[str, Any]) -> None:
-            if self._fault():
+            if self._fault(body):
                 return
             server.counters.running += 1
             try:

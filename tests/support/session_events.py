@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from specplay.engine.events import (
     ControlEvent,
@@ -110,9 +111,13 @@ def write_session(
     prompt: str = "def fib(n):",
     finalize: bool = True,
     source: str = "models/target",
+    backend: dict[str, Any] | None = None,
 ) -> Path:
+    """`backend`: the header's description of the models (default: MLX models at `source`)."""
     identity = {"source": source, "path": source, "weights_sha256": "ab" * 32, "weights_hash": "full"}
-    backend = {"backend": "mlx", "device": "cpu", "models": {"target": identity, "near": identity | {"source": "near"}}}
+    if backend is None:
+        models = {"target": identity, "near": identity | {"source": "near"}}
+        backend = {"backend": "mlx", "device": "cpu", "models": models}
     request = {"mode": next(iter(lanes)), "seed": 0, "max_tokens": 5, "ignore_eos": False, "raw": True}
     capabilities = capabilities_from_header({"backend": backend})  # what a source on this backend says
     writer = SessionWriter(

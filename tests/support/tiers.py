@@ -42,6 +42,8 @@ SLOW = {
     "tests/cli/test_cli.py::test_a_real_process": "a specplay process",
     "tests/cli/test_hostile_inputs.py::test_a_narrow_output_encoding": "specplay processes on the demo models",
     "tests/cli/test_bench_out.py::test_a_report_specplay_wrote_is_replaced": "a benchmark run writing every report",
+    "tests/backends/vllm/test_vllm_hostile_servers.py::test_a_native_stream": "a specplay process against a fake "
+    "speculating server that streams until --timeout",
     "tests/cli/test_cli.py::test_a_model_in_the_hugging_face_cache": "a specplay process",
     "tests/store/test_sessions.py::test_a_killed_run": "a specplay process, killed",
     "tests/store/test_sessions.py::test_ctrl_c": "a specplay process, interrupted",

@@ -12,11 +12,16 @@ import httpx
 
 from specplay.backends.vllm.errors import VllmError
 from specplay.json_text import parse_json
+from specplay.config.urls import redacted
 
 CONNECT_RETRIES = 3
 MESSAGE_CHARS = 300
 ERROR_BODY_BYTES = 64 * 1024
 """An error reply is read this far at most: enough for any message, not a 10 MB page."""
+MAX_REPLY_BYTES = 64 << 20
+"""A whole reply, streamed or not: far above any completion's, far below what memory holds."""
+MAX_LINE_BYTES = 8 << 20
+"""One line of a stream (one event)."""
 BACKOFF_S = 0.25
 
 
@@ -57,7 +62,10 @@ class VllmClient:
         self.name, self.root, self.retries, self.timeout_s = name, root, retries, timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key and auth is None else {}
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
-        self._http = httpx.Client(base_url=root, headers=headers, timeout=timeout, auth=auth)
+        try:
+            self._http = httpx.Client(base_url=root, headers=headers, timeout=timeout, auth=auth)
+        except UnicodeError:  # the configuration checks keys (config/api_key.py); this names no key either
+            raise VllmError(f"the API key for {self.where} holds a character outside ASCII") from None
 
     def __repr__(self) -> str:
         return f"VllmClient({self.name!r}, {self.root!r})"
@@ -90,34 +98,81 @@ class VllmClient:
                     "(raise --timeout, or check the server's log)"
                 ) from None
             except httpx.HTTPError as exc:
-                raise VllmError(f"{self.where} failed on {path}: {type(exc).__name__}: {exc}") from None
+                # The type only: a library's text can quote the request's headers, the API key among them.
+                raise VllmError(f"{self.where} failed on {path}: {type(exc).__name__}") from None
+            if 300 <= response.status_code < 400:
+                response.close()
+                raise self._redirect_error(path, response)
             if response.status_code >= 400:
                 try:
-                    text = self._read(path, response, ERROR_BODY_BYTES).decode("utf-8", "replace")
+                    text = self._read(path, response, cut_at=ERROR_BODY_BYTES).decode("utf-8", "replace")
                 finally:
                     response.close()
                 raise self._status_error(path, response.status_code, text, response.reason_phrase)
             return response
         raise AssertionError("unreachable")
 
-    def _read(self, path: str, response: httpx.Response, limit: int | None = None) -> bytes:
-        """The reply's body, within one --timeout for the whole of it (httpx's timeout is per read,
-        which a server sending a byte every few seconds never trips); at most `limit` bytes."""
+    def _chunks(self, path: str, response: httpx.Response) -> Iterator[bytes]:
+        """The reply's body as it comes, within one --timeout for the whole of it (httpx's timeout
+        is per read, which a server sending a byte every few seconds, or streaming without end,
+        never trips) and at most MAX_REPLY_BYTES."""
         deadline = time.monotonic() + self.timeout_s
-        chunks, size = [], 0
+        size = 0
         try:
             for chunk in response.iter_bytes():
-                chunks.append(chunk)
                 size += len(chunk)
                 if time.monotonic() > deadline:
-                    raise VllmError(f"{self.where} took longer than --timeout {self.timeout_s:g} s to send {path}")
-                if limit is not None and size >= limit:
-                    break
+                    raise VllmError(
+                        f"{self.where} took longer than --timeout {self.timeout_s:g} s to send {path} "
+                        "(raise --timeout for longer generations)"
+                    )
+                if size > MAX_REPLY_BYTES:
+                    raise VllmError(
+                        f"{self.where} sent more than {MAX_REPLY_BYTES >> 20} MiB in its reply to {path}; "
+                        "is it a vLLM server?"
+                    )
+                yield chunk
         except httpx.TimeoutException:
             raise VllmError(f"{self.where} stopped sending its reply to {path} (timeout)") from None
         except httpx.HTTPError as exc:
             raise VllmError(f"{self.where} broke off its reply to {path}: {type(exc).__name__}") from None
+
+    def _read(self, path: str, response: httpx.Response, cut_at: int | None = None) -> bytes:
+        """The reply's body (see `_chunks`); `cut_at`: only its first bytes (an error page)."""
+        chunks, size = [], 0
+        for chunk in self._chunks(path, response):
+            chunks.append(chunk)
+            size += len(chunk)
+            if cut_at is not None and size >= cut_at:
+                break
         return b"".join(chunks)
+
+    def _lines(self, path: str, response: httpx.Response) -> Iterator[str]:
+        """The reply's lines (a stream's), each at most MAX_LINE_BYTES: httpx's own iter_lines
+        keeps a line without end in memory."""
+        parts: list[bytes] = []  # the line under way, in pieces (joined once: no quadratic copying)
+        size = 0
+        for chunk in self._chunks(path, response):
+            *ended, rest = chunk.split(b"\n")
+            if ended:
+                ended[0] = b"".join([*parts, ended[0]])
+                parts, size = [], 0
+                yield from (line.rstrip(b"\r").decode("utf-8", "replace") for line in ended)
+            parts.append(rest)
+            size += len(rest)
+            if size > MAX_LINE_BYTES:
+                raise VllmError(f"{self.where} streamed a line longer than {MAX_LINE_BYTES >> 20} MiB on {path}")
+        if size:
+            yield b"".join(parts).rstrip(b"\r").decode("utf-8", "replace")
+
+    def _redirect_error(self, path: str, response: httpx.Response) -> VllmError:
+        """Redirects are not followed: the next address could be another host, and the request
+        carries the API key."""
+        location = _capped(redacted(response.headers.get("location", ""))) or "no address"
+        return VllmError(
+            f"{self.where} redirected {path} (HTTP {response.status_code}) to {location}; "
+            "if that is the vLLM server, give its address as the URL (specplay does not follow redirects)"
+        )
 
     def _status_error(self, path: str, status: int, text: str, reason: str) -> VllmError:
         message = _error_message(text) or reason
@@ -152,17 +207,13 @@ class VllmClient:
 
     def post_sse(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Server-sent events of a streamed request, as JSON objects, until `data: [DONE]`.
-        Comment lines (keep-alives) are skipped; an error event raises; each event must arrive
-        within one --timeout of the one before."""
+        Comment lines (keep-alives) are skipped; an error event raises; the whole stream must end
+        within one --timeout (`_chunks`), however steadily it comes."""
         response = self._send("POST", path, body)
-        deadline = time.monotonic() + self.timeout_s
         try:
-            for line in response.iter_lines():
-                if time.monotonic() > deadline:
-                    raise VllmError(f"{self.where} sent no stream event for --timeout {self.timeout_s:g} s")
+            for line in self._lines(path, response):
                 if not line.startswith("data:"):
                     continue
-                deadline = time.monotonic() + self.timeout_s
                 data = line[len("data:") :].strip()
                 if data == "[DONE]":
                     return
@@ -175,9 +226,5 @@ class VllmClient:
                     raise VllmError(f"{self.where} failed mid-stream: {message}")
                 yield event
             raise VllmError(f"{self.where} ended the stream without [DONE]; the server may have died")
-        except httpx.TimeoutException:
-            raise VllmError(f"{self.where} stopped sending in the middle of a stream (timeout)") from None
-        except httpx.HTTPError as exc:
-            raise VllmError(f"{self.where} broke off a stream: {type(exc).__name__}") from None
         finally:
             response.close()

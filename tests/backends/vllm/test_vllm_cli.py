@@ -277,7 +277,8 @@ def test_a_printed_command_hides_keys_and_logins() -> None:
     shown = shown_command(argv, "$SPECPLAY_API_KEY")
     assert "s3cret" not in shown and "me:" not in shown
     assert shown == (
-        "specplay bench --api-key $SPECPLAY_API_KEY --api-key=$SPECPLAY_API_KEY --draft-url 'a=http://***@gpu/v1' "
+        'specplay bench --api-key "$SPECPLAY_API_KEY" --api-key="$SPECPLAY_API_KEY" '
+        "--draft-url 'a=http://***@gpu/v1' "
         "'--target-url=http://***@gpu' --prompt 'see http://x@y'"  # a prompt is left as written
     )
 
