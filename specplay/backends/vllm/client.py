@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 
 from specplay.backends.vllm.errors import VllmError
-from specplay.json_text import parse_json
 from specplay.config.urls import redacted
+from specplay.json_text import parse_json
 
 CONNECT_RETRIES = 3
 MESSAGE_CHARS = 300
