@@ -138,6 +138,9 @@ class ByteDetokenizer:
 class ScriptedDraft:
     tokens: list[int]
     rows: np.ndarray  # [k, VOCAB]: the drafter's distributions (one-hot for prompt lookup)
+    ranked: np.ndarray | None = None
+    """[k, VOCAB]: the rows corrections are ranked in where they are not `rows` (at temperature 0
+    the drafter's softmax); None for prompt lookup, which has no second choice."""
 
 
 class ScriptedGeneration:
@@ -186,6 +189,7 @@ class ScriptedGeneration:
             return ScriptedDraft(proposal, np.eye(VOCAB)[proposal].reshape(len(proposal), VOCAB))
         drafted: list[int] = []
         rows: list[np.ndarray] = []
+        beliefs: list[np.ndarray] = []
         confidences: list[float] = []
         for i in range(k):
             self._forward(drafter, len(self.tokens) - self.lengths[drafter] if i == 0 else 1)
@@ -194,13 +198,15 @@ class ScriptedGeneration:
             token = int(inverse_cdf_sample(probs[None], np.array([uniforms[i]]), np)[0])
             drafted.append(token)
             rows.append(probs)
+            # At temperature 0 the drafter's own confidence is its softmax, not the one-hot.
+            belief = softmax(self.backend.models[drafter].logits(context), np) if sampling.greedy else probs
+            beliefs.append(belief)
             if keep_drafting is not None:
-                # At temperature 0 the drafter's own confidence is its softmax, not the one-hot.
-                belief = softmax(self.backend.models[drafter].logits(context), np) if sampling.greedy else probs
                 confidences.append(float(belief[token]))
                 if not keep_drafting(confidences):
                     break
-        return ScriptedDraft(drafted, np.array(rows).reshape(len(drafted), VOCAB))
+        shape = (len(drafted), VOCAB)
+        return ScriptedDraft(drafted, np.array(rows).reshape(shape), np.array(beliefs).reshape(shape))
 
     def verify(
         self, draft: ScriptedDraft, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0
@@ -223,7 +229,8 @@ class ScriptedGeneration:
                 top_target=tops,
                 top_draft=[] if top_n else None,
             )
-        out = verify_rows(p_target, np.array(draft.tokens), draft.rows, uniforms, rule=rule, n=0, xp=np)
+        ranked = draft.rows if draft.ranked is None else draft.ranked
+        out = verify_rows(p_target, np.array(draft.tokens), draft.rows, uniforms, rule=rule, n=0, xp=np, ranked=ranked)
         return VerifiedDraft(
             drafted=list(draft.tokens),
             p_target=out["p_target_x"].tolist(),
@@ -231,6 +238,7 @@ class ScriptedGeneration:
             tv_distance=out["tv"].tolist(),
             target_argmax=out["argmax"].tolist(),
             corrections=out["corrections"].tolist(),
+            correction_rank=None if draft.ranked is None else out["correction_rank"].tolist(),
             bonus=int(out["bonus"][0]),
             rule_stats={name: value.tolist() for name, value in out.get("rule_stats", {}).items()},
             tv_spent=out["tv_spent"].tolist() if "tv_spent" in out else None,
