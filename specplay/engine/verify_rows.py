@@ -15,7 +15,7 @@ from typing import Any
 
 from specplay.engine.accept import Array, inverse_cdf_sample, residual_distribution, tv_distance
 from specplay.engine.rules import AcceptanceRule
-from specplay.engine.width import correction_ranks
+from specplay.engine.width import LOGITS, correction_ranks
 
 Arrays = dict[str, Any]
 
@@ -46,12 +46,12 @@ def verify_rows(
     rule: AcceptanceRule,
     n: int,
     xp: Any,
-    ranked: Array | None = None,
+    logits: Array | None = None,
 ) -> Arrays:
     """p_target [k + 1, vocab] (sampling applied), drafted [k], p_draft [k, vocab], uniforms [k + 1]
     (the round's residual draws, then its bonus draw) -> the arrays a round reads, by name. k > 0.
-    `ranked` [k, vocab]: the drafter's rows its corrections are ranked in (width.py), where they
-    differ from p_draft (at temperature 0 its softmax, p_draft being one-hot); None: p_draft."""
+    Corrections are ranked in p_draft (width.py), or where given in `logits` [k, vocab], the
+    drafter's own, for p_draft one-hot (temperature 0)."""
     k = drafted.shape[0]
     head, x = p_target[:k], drafted[:, None]
     corrections = inverse_cdf_sample(residual_distribution(head, p_draft, xp), uniforms[:k], xp)
@@ -62,7 +62,11 @@ def verify_rows(
         "tv": tv_distance(head, p_draft),
         "argmax": xp.argmax(head, axis=-1),
         "corrections": corrections,
-        "correction_rank": correction_ranks(p_draft if ranked is None else ranked, corrections, xp),
+        "correction_rank": (
+            correction_ranks(p_draft, corrections, xp)
+            if logits is None
+            else correction_ranks(logits, corrections, xp, floor=LOGITS)
+        ),
         "bonus": inverse_cdf_sample(p_target[k:], uniforms[k:], xp),
     }
     if reads_rows(rule):

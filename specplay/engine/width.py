@@ -6,7 +6,8 @@ The rule, defined here once:
   temperature 0 the target's argmax). Its rank is 1 + the number of tokens to which the drafter
   gave strictly more probability than to y, in the drafter's distribution at that position as
   the round drew from it (temperature, top-k and top-p applied; at temperature 0, where drafting
-  takes the argmax, the drafter's softmax). Tied tokens share their best rank.
+  takes the argmax, its softmax, read from its logits: they order tokens alike, without
+  computing an exponential over the vocabulary). Tied tokens share their best rank.
 - Only the drafter's top RANK_TOP_N count: a rank above it, or a y the drafter gave no
   probability, is recorded as RANK_TOP_N + 1 ("other"). None: the drafter's distribution is not
   known (prompt lookup, a server that lists too few tokens).
@@ -17,6 +18,7 @@ The rule, defined here once:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,14 +34,17 @@ SECOND_BRANCH_RANK = 2
 """A tree with the drafter's top two tokens at a position holds any token of rank 1 or 2."""
 OTHER = "other"
 """The histogram's key for ranks outside the top RANK_TOP_N."""
+LOGITS = -math.inf
+"""The `floor` of logits: a token at -inf has no probability."""
 
 
-def correction_ranks(p_draft: Array, tokens: Array, xp: Any) -> Array:
-    """p_draft [k, vocab], tokens [k] -> each token's rank in its row by the rule above, capped at
-    OTHER_RANK; `xp` is numpy or mlx.core."""
-    p_y = xp.take_along_axis(p_draft, tokens[:, None], axis=-1)
-    above = (p_draft > p_y).sum(axis=-1)
-    return xp.where(p_y[:, 0] > 0, xp.minimum(above + 1, OTHER_RANK), OTHER_RANK)
+def correction_ranks(scores: Array, tokens: Array, xp: Any, floor: float = 0.0) -> Array:
+    """scores [k, vocab], tokens [k] -> each token's rank in its row by the rule above, capped at
+    OTHER_RANK; `xp` is numpy or mlx.core. `scores` are probabilities (a token at `floor`, 0, has
+    none) or logits (floor LOGITS)."""
+    p_y = xp.take_along_axis(scores, tokens[:, None], axis=-1)
+    above = (scores > p_y).sum(axis=-1)
+    return xp.where(p_y[:, 0] > floor, xp.minimum(above + 1, OTHER_RANK), OTHER_RANK)
 
 
 def listed_rank(listed: dict[int, float], token: int, listed_at_least: int) -> int | None:

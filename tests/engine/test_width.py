@@ -12,6 +12,7 @@ from specplay.engine.rules import MENTORED
 from specplay.engine.sampling import softmax
 from specplay.engine.verify_rows import verify_rows
 from specplay.engine.width import (
+    LOGITS,
     OTHER,
     OTHER_RANK,
     RANK_TOP_N,
@@ -62,12 +63,15 @@ def test_verify_rows_ranks_each_correction_in_the_drafters_rows() -> None:
     out = verify_rows(p_target, np.array([1, 4]), p_draft, np.array([0.3, 0.6, 0.5]), rule=MENTORED, n=0, xp=np)
     assert out["corrections"].tolist() == [0, 3]
     assert out["correction_rank"].tolist() == [2, 3]  # reversed ROW: 3 is tied third (0.1 with 4)
-    # Ranked in other rows where given (at temperature 0, the drafter's softmax beside its one-hot).
+    # At temperature 0 p_draft is one-hot: ranked in the drafter's logits, where -inf is no mass.
     one_hot = np.eye(7)[[1, 1]]
+    with np.errstate(divide="ignore"):
+        logits = np.log(p_draft) + 1.5
     ranked = verify_rows(
-        p_target, np.array([1, 1]), one_hot, np.array([0.3, 0.6, 0.5]), rule=MENTORED, n=0, xp=np, ranked=p_draft
+        p_target, np.array([1, 1]), one_hot, np.array([0.3, 0.6, 0.5]), rule=MENTORED, n=0, xp=np, logits=logits
     )
     assert ranked["correction_rank"].tolist() == [2, 3]
+    assert correction_ranks(logits, np.array([6, 0]), np, floor=LOGITS).tolist() == [OTHER_RANK, OTHER_RANK]
 
 
 def _table_backend(target_row: list[float], drafter_row: list[float]) -> ScriptedBackend:

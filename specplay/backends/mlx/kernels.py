@@ -24,7 +24,7 @@ from specplay.engine.verify_rows import reads_rows, verify_rows
 
 Arrays = dict[str, mx.array]
 DrawKernel = Callable[[mx.array, mx.array], tuple[mx.array, mx.array]]
-VerifyKernel = Callable[[mx.array, mx.array, mx.array, mx.array, mx.array], Arrays]
+VerifyKernel = Callable[[mx.array, mx.array, mx.array, mx.array], Arrays]
 
 
 def compile_by_default() -> bool:
@@ -51,10 +51,9 @@ def draw_kernel(sampling: SamplingParams, compiled: bool) -> DrawKernel:
 
 
 def verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compiled: bool) -> VerifyKernel:
-    """(target logits [k + 1, vocab], drafted [k], p_draft [k, vocab], uniforms, ranked [k, vocab])
-    -> the arrays a round reads: p_target(x) and p_draft(x), TV, the target's argmax, a residual
-    draw at each drafted position and the bonus draw after them, each draw's rank in `ranked` (the
-    drafter's rows, width.py); the rule's TV and statistics, and with `n` > 0
+    """(target logits [k + 1, vocab], drafted [k], p_draft [k, vocab], uniforms) -> the arrays a
+    round reads: p_target(x) and p_draft(x), TV, the target's argmax, a residual draw at each
+    drafted position and the bonus draw after them; the rule's TV and statistics, and with `n` > 0
     each distribution's n most likely tokens. k > 0. `uniforms` are the round's residual draws
     then its bonus draw: the bonus takes the first after the k drafted positions' (with a draft
     shorter than the round's k, one of the residual draws no position used)."""
@@ -65,8 +64,8 @@ def verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compil
 
 @lru_cache(maxsize=16)
 def _verify_kernel(sampling: SamplingParams, rule: AcceptanceRule, n: int, compiled: bool) -> VerifyKernel:
-    def verify(logits: mx.array, drafted: mx.array, p_draft: mx.array, uniforms: mx.array, ranked: mx.array) -> Arrays:
+    def verify(logits: mx.array, drafted: mx.array, p_draft: mx.array, uniforms: mx.array) -> Arrays:
         p_target = sampling_probs(logits, sampling, mx)
-        return verify_rows(p_target, drafted, p_draft, uniforms, rule=rule, n=n, xp=mx, ranked=ranked)
+        return verify_rows(p_target, drafted, p_draft, uniforms, rule=rule, n=n, xp=mx)
 
     return _maybe_compiled(verify, compiled)  # type: ignore[return-value]
