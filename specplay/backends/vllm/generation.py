@@ -196,7 +196,7 @@ class VllmGeneration:
             from specplay.backends.vllm.local import MAX_LISTED  # loaded with the local drafter
 
             tokens, dists = self.local[drafter].draft(self.tokens, k, sampling, uniforms, keep_drafting)
-            return VllmDraft(drafter, tokens, dists, True, dists, MAX_LISTED)
+            return VllmDraft(drafter, tokens, dists, True, ranked=dists, listed_at_least=MAX_LISTED)
         model = self.remote[drafter]
         (choice,) = model.complete(self.tokens, k, sampling, seed_of(uniforms[0]))
         tokens = choice.token_ids[:k]
@@ -212,10 +212,12 @@ class VllmGeneration:
                     tokens, listed = tokens[: i + 1], listed[: i + 1]
                     break
         if sampling.greedy:
-            return VllmDraft(drafter, tokens, None, True, listed, model.top_logprobs)
+            return VllmDraft(drafter, tokens, None, True, ranked=listed, listed_at_least=model.top_logprobs)
         pairs = [processed(d, sampling, model.vocab_size, model.raw_logprobs) for d in listed]
         dists = [d for d, _ in pairs]
-        return VllmDraft(drafter, tokens, dists, all(exact for _, exact in pairs), dists, model.top_logprobs)
+        return VllmDraft(
+            drafter, tokens, dists, all(exact for _, exact in pairs), ranked=dists, listed_at_least=model.top_logprobs
+        )
 
     # --- verification ---------------------------------------------------------------------------
 
