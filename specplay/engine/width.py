@@ -59,22 +59,24 @@ def listed_rank(listed: dict[int, float], token: int, listed_at_least: int) -> i
 
 
 def rank_key(rank: int) -> str:
-    """The histogram's key for a rank: "1" .. str(RANK_TOP_N), or OTHER."""
-    return str(rank) if rank <= RANK_TOP_N else OTHER
+    """The histogram's key for a rank: "1" .. str(RANK_TOP_N), or OTHER (also for a rank below 1,
+    which only a damaged session file can hold)."""
+    return str(rank) if 1 <= rank <= RANK_TOP_N else OTHER
 
 
 def empty_histogram() -> dict[str, int]:
     return {rank_key(rank): 0 for rank in range(1, OTHER_RANK + 1)}
 
 
-def second_branch_saves(rank: int) -> bool:
-    return rank <= SECOND_BRANCH_RANK
+def second_branch_saves(key: str) -> bool:
+    """Whether the rejections under a histogram key are ones a second branch would have saved."""
+    return key != OTHER and int(key) <= SECOND_BRANCH_RANK
 
 
 def second_branch_share(histogram: dict[str, int]) -> float | None:
     """The share of ranked rejections a second branch would have saved (None: none ranked)."""
     total = sum(histogram.values())
-    saved = sum(histogram.get(rank_key(rank), 0) for rank in range(1, SECOND_BRANCH_RANK + 1))
+    saved = sum(count for key, count in histogram.items() if second_branch_saves(key))
     return saved / total if total else None
 
 

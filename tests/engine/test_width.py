@@ -8,6 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from specplay.engine.events import DraftPosition, RoundEvent
+from specplay.engine.metrics import Metrics
 from specplay.engine.rules import MENTORED
 from specplay.engine.sampling import softmax
 from specplay.engine.verify_rows import verify_rows
@@ -54,6 +56,14 @@ def test_the_histogram_and_the_second_branch_share() -> None:
     assert histogram == {"1": 1, "2": 2, "3": 1, "4": 0, OTHER: 2}
     assert second_branch_share(histogram) == pytest.approx(3 / 6)
     assert second_branch_share(histogram_of([None])) is None
+
+
+def test_a_rank_no_engine_gives_counts_as_other() -> None:
+    # Only a damaged session file holds one; the playground's tally of an opened session reads it.
+    metrics = Metrics(speculative=True)
+    positions = tuple(DraftPosition(1, 0.1, 0.9, 0.5, 0.8, 0.0, "rejected", correction_rank=r) for r in (0, -3, 10**9))
+    metrics.add_round(RoundEvent(0, 0, "d", 3, (1, 1, 1), positions, 0, (), 1.0, 1.0, 0.0))
+    assert metrics.to_dict()["rejection_rank_histogram"] == {"1": 0, "2": 0, "3": 0, "4": 0, OTHER: 3}
 
 
 def test_verify_rows_ranks_each_correction_in_the_drafters_rows() -> None:

@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from specplay.display.text import visible
 from specplay.engine.events import DraftPosition, RoundEvent
-from specplay.engine.width import RANK_TOP_N
+from specplay.engine.width import OTHER, RANK_TOP_N, rank_key
 from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.steady import show_in_view
@@ -32,10 +32,10 @@ MAX_ROUNDS = 200
 def rank_mark(position: DraftPosition) -> str:
     """A rejection's correction rank as a superscript: "²" its drafter's second choice, "⁵⁺"
     outside the drafter's top RANK_TOP_N; "" where not known (engine/width.py)."""
-    rank = position.correction_rank
-    if rank is None:
+    if position.correction_rank is None:
         return ""
-    return (str(rank) if rank <= RANK_TOP_N else f"{RANK_TOP_N + 1}+").translate(_SUPERSCRIPT)
+    key = rank_key(position.correction_rank)
+    return (f"{RANK_TOP_N + 1}+" if key == OTHER else key).translate(_SUPERSCRIPT)
 
 
 def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
