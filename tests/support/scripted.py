@@ -199,7 +199,8 @@ class ScriptedGeneration:
             token = int(inverse_cdf_sample(probs[None], np.array([uniforms[i]]), np)[0])
             drafted.append(token)
             rows.append(probs)
-            own.append(self.backend.models[drafter].logits(context))
+            if sampling.greedy:  # its one-hot ranks nothing: corrections are ranked in its logits
+                own.append(self.backend.models[drafter].logits(context))
             if keep_drafting is not None:
                 # At temperature 0 the drafter's own confidence is its softmax, not the one-hot.
                 belief = softmax(own[-1], np) if sampling.greedy else probs
@@ -207,7 +208,7 @@ class ScriptedGeneration:
                 if not keep_drafting(confidences):
                     break
         shape = (len(drafted), VOCAB)
-        logits = np.array(own).reshape(shape) if sampling.greedy else None
+        logits = np.array(own).reshape(shape) if own else None
         return ScriptedDraft(drafted, np.array(rows).reshape(shape), logits, ranked=True)
 
     def verify(
