@@ -18,6 +18,7 @@ from specplay.engine.speedup import (
     predict,
     predict_modelled,
 )
+from specplay.engine.width import empty_histogram, second_branch_share
 from specplay.json_text import dump_json
 
 
@@ -46,7 +47,15 @@ class Row:
     """The same expected tokens per round over the round's measured cost (verify and host work included)."""
     vs_mlx_lm: float | None = None
     """Decode tokens/s over mlx-lm's own generation of the same requests (--compare-mlx-lm)."""
+    second_branch_share: float | None = None
+    """The share of rejections whose correction a second branch would have held (engine/width.py)."""
     acceptance_per_position: list[float] = field(default_factory=list)
+    rejection_rank_histogram: dict[str, int] | None = None
+    """Rejections by their correction's rank among the drafter's tokens, summed over requests."""
+
+
+_LISTS = ("acceptance_per_position", "rejection_rank_histogram")
+"""Row fields that are not one value, left out of the CSV."""
 
 
 _SUMMED = (
@@ -82,6 +91,12 @@ def _spec_row(row: Row, runs: Sequence[Measurement], target_step_ms: float | Non
     prediction = predict_modelled(totals) if remote else predict(totals, target_step_ms)
     row.alpha, row.cost_ratio = prediction.alpha, prediction.cost_ratio
     row.predicted_speedup, row.costed_speedup = prediction.speedup, prediction.costed_speedup
+    histograms = [m.rejection_rank_histogram for m in runs if m.rejection_rank_histogram is not None]
+    if histograms:
+        row.rejection_rank_histogram = {
+            rank: sum(h.get(rank, 0) for h in histograms) for rank in empty_histogram() | histograms[0]
+        }
+        row.second_branch_share = second_branch_share(row.rejection_rank_histogram)
 
 
 def build_rows(configs: Sequence[BenchConfig], measurements: Sequence[Measurement], remote: bool = False) -> list[Row]:
@@ -229,7 +244,8 @@ def markdown(
         "Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)), with a the per-token acceptance (accepted over",
         "judged draft positions), k the mean draft length and c a drafted token's time over a target-only step;",
         "costed divides the same expected tokens per round by the round's measured cost (k c + verify + host,",
-        "in target steps) instead of k c + 1.",
+        "in target steps) instead of k c + 1. Second branch: the share of rejections whose correction was among the",
+        "drafter's two most likely tokens, which a draft tree with two branches there would have held.",
     ]
     if remote:
         lines += [
@@ -239,7 +255,7 @@ def markdown(
             "time over a verify call's (as `specplay run` and the playground model it).",
         ]
     columns = ["configuration", "acceptance rate", "mean acceptance length", "rounds / request"]
-    columns += ["median e2e ms", "tokens/s", "speedup", "predicted", "costed", "vs mlx-lm"]
+    columns += ["median e2e ms", "tokens/s", "speedup", "predicted", "costed", "vs mlx-lm", "second branch"]
     header = "| " + " | ".join(columns) + " |"
     for category, temperature in dict.fromkeys((r.category, r.temperature) for r in rows):
         lines += ["", f"## {category}, temperature {temperature:g}", "", header, "|" + " --- |" * len(columns)]
@@ -255,6 +271,7 @@ def markdown(
                 _fmt(r.predicted_speedup, "{:.2f}x"),
                 _fmt(r.costed_speedup, "{:.2f}x"),
                 _fmt(r.vs_mlx_lm, "{:.2f}x"),
+                _fmt(r.second_branch_share, "{:.0%}"),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     if router is not None:
@@ -282,7 +299,7 @@ def to_json(
 
 def to_csv(rows: Sequence[Row]) -> str:
     out = io.StringIO()
-    names = [name for name in Row.__dataclass_fields__ if name != "acceptance_per_position"]
+    names = [name for name in Row.__dataclass_fields__ if name not in _LISTS]
     writer = csv.DictWriter(out, fieldnames=names, extrasaction="ignore")
     writer.writeheader()
     for row in rows:

@@ -56,6 +56,8 @@ class Measurement:
     """mlx-lm's own generation on the same request, when compared (greedy target-only and fixed k)."""
     counterfactual: dict[str, float] | None = None
     """The router check: each drafter's mean acceptance length on this request."""
+    rejection_rank_histogram: dict[str, int] | None = None
+    """Rejections by their correction's rank among the drafter's tokens (engine/width.py)."""
 
 
 def plan(
@@ -126,6 +128,7 @@ def measure(execute: Execute, config: BenchConfig, prompt: Prompt, temperature: 
         drafted_per_position=metrics["num_drafted_per_position"] or [],
         accepted_per_position=metrics["num_accepted_per_position"] or [],
         mlx_lm_tokens_per_s=result.get("mlx_lm_tokens_per_s"),
+        rejection_rank_histogram=metrics.get("rejection_rank_histogram"),
         counterfactual={
             name: entry["mean_acceptance_length"] for name, entry in (metrics.get("counterfactual") or {}).items()
         }

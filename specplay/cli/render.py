@@ -130,6 +130,8 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
         parts.append(f"{m['num_spec_steps']} rounds")
         if m["tv_spent"]:
             parts.append(f"TV spent {m['tv_spent']:.2f}")
+        if m.get("second_branch_share") is not None:  # sessions older than the field lack it
+            parts.append(width_line(m))
         if m.get("counterfactual"):
             parts.append(counterfactual_line(m))
     if server is not None:
@@ -143,6 +145,12 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
         if (speedup := measured_speedup(m["tokens_per_s"], target_tps)) is not None:
             parts.append(f"target-only {target_tps:.1f} tokens/s, speedup {speedup:.2f}x")
     return " · ".join(parts)
+
+
+def width_line(metrics: dict[str, Any]) -> str:
+    """Where the target's token stood among the drafter's at rejections (engine/width.py)."""
+    ranks = " ".join(f"{rank}:{count}" for rank, count in metrics["rejection_rank_histogram"].items())
+    return f"rejection ranks {ranks}; a second branch saves {100 * metrics['second_branch_share']:.0f}%"
 
 
 def counterfactual_line(metrics: dict[str, Any]) -> str:

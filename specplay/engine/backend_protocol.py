@@ -36,6 +36,10 @@ class VerifiedDraft:
     target_argmax: list[int]
     corrections: Sequence[int]
     """A draw from the residual at each position; only the first rejection's is used."""
+    correction_rank: Sequence[int | None] | None = None
+    """Each correction's rank among the drafter's tokens at its position (width.py's rule; read
+    only at the first rejection, so it may be computed lazily); None where the drafter's
+    distribution is not known."""
     bonus: int
     """A draw from the target's distribution after the last drafted token."""
     tv_lower: list[float] | None = None

@@ -70,6 +70,10 @@ class DraftPosition:
     tv_spent: float | None = None
     """TV(pi, p_target): how far the rule moved this position's output from the target (0 when
     unreached; None in sessions older than the field, where mentored decoding's theta * d holds)."""
+    correction_rank: int | None = None
+    """At a rejection, the rank of the committed correction among the drafter's tokens (width.py:
+    1 its most likely, RANK_TOP_N + 1 outside its top RANK_TOP_N); None elsewhere, where the
+    drafter's distribution is not known, and in sessions older than the field."""
 
     @property
     def kept(self) -> bool:

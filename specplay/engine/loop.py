@@ -123,6 +123,14 @@ def _top(rows: list[list[tuple[int, float]]] | None, i: int) -> tuple[tuple[int,
     return tuple((int(t), float(p)) for t, p in rows[i] if p > 0)
 
 
+def _rank(verified: VerifiedDraft, i: int) -> int | None:
+    """The rank of position i's correction, as event data (None: not known)."""
+    if verified.correction_rank is None:
+        return None
+    rank = verified.correction_rank[i]
+    return None if rank is None else int(rank)
+
+
 def _check_numbers(verified: VerifiedDraft, route: str) -> None:
     """A model whose probabilities are not numbers (NaN weights, an overflow) ends the run in one
     line rather than judging with them."""
@@ -346,6 +354,7 @@ class _Run:
             top_draft=_top(verified.top_draft, i),
             accept_probability=None if verdict is None else verdict.probability,
             tv_spent=spent,
+            correction_rank=_rank(verified, i) if outcome == "rejected" else None,
         )
 
     def _counterfactuals(

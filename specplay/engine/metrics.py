@@ -8,6 +8,7 @@ from typing import Any
 
 from specplay.engine.events import RoundEvent, StepEvent, TokenSource
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, mean_step_ms
+from specplay.engine.width import empty_histogram, rank_key, second_branch_share
 
 
 @dataclass
@@ -44,6 +45,8 @@ class Metrics:
         self.accepted_per_position: list[int] = []
         self.tokens_by_source: Counter[TokenSource] = Counter()
         self.tv_spent = 0.0
+        self.rejection_ranks = empty_histogram()
+        """Rejections whose correction's rank is known, by rank (width.py)."""
         self.counterfactual_rounds: list[int] = []
         self.accepted_by_drafter: dict[str, list[int]] = {}
         """Counterfactual rounds only: each drafter's accepted length per round, the routed one's as committed."""
@@ -90,6 +93,8 @@ class Metrics:
             if position.outcome != "unreached":
                 self.num_judged_draft_tokens += 1
                 self.tv_spent += position.spent
+            if position.correction_rank is not None:
+                self.rejection_ranks[rank_key(position.correction_rank)] += 1
         if event.counterfactuals:
             self.add_counterfactuals(event)
         self.draft_ms += event.draft_ms
@@ -167,6 +172,8 @@ class Metrics:
             "num_drafted_per_position": list(self.drafted_per_position) if spec else None,
             "num_accepted_per_position": list(self.accepted_per_position) if spec else None,
             "tv_spent": self.tv_spent if spec else None,
+            "rejection_rank_histogram": dict(self.rejection_ranks) if spec else None,
+            "second_branch_share": second_branch_share(self.rejection_ranks) if spec else None,
             "draft_ms": self.draft_ms if spec else None,
             "verify_ms": self.verify_ms if spec else None,
             "overhead_ms": self.overhead_ms if spec else None,

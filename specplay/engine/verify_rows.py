@@ -3,7 +3,8 @@
 Given the target's rows at the k drafted positions and the bonus position, the drafted tokens and
 the drafter's rows, this computes everything `VerifiedDraft` carries: p_target(x) and p_draft(x),
 d = TV, the target's argmax, a residual draw at each position and the bonus draw after them, the
-rule's TV and statistics where it reads rows, and optionally each row's most likely tokens.
+rule's TV and statistics where it reads rows, each correction's rank among the drafter's tokens
+(width.py), and optionally each row's most likely tokens.
 `xp` is numpy or mlx.core: the MLX backend runs it on the device (compiled where that pays), a
 backend computing on the host runs it in numpy. The judging itself stays in the engine.
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 from specplay.engine.accept import Array, inverse_cdf_sample, residual_distribution, tv_distance
 from specplay.engine.rules import AcceptanceRule
+from specplay.engine.width import LOGITS, correction_ranks
 
 Arrays = dict[str, Any]
 
@@ -36,19 +38,35 @@ def top_n(probs: Array, n: int, xp: Any) -> tuple[Array, Array]:
 
 
 def verify_rows(
-    p_target: Array, drafted: Array, p_draft: Array, uniforms: Array, *, rule: AcceptanceRule, n: int, xp: Any
+    p_target: Array,
+    drafted: Array,
+    p_draft: Array,
+    uniforms: Array,
+    *,
+    rule: AcceptanceRule,
+    n: int,
+    xp: Any,
+    logits: Array | None = None,
 ) -> Arrays:
     """p_target [k + 1, vocab] (sampling applied), drafted [k], p_draft [k, vocab], uniforms [k + 1]
-    (the round's residual draws, then its bonus draw) -> the arrays a round reads, by name. k > 0."""
+    (the round's residual draws, then its bonus draw) -> the arrays a round reads, by name. k > 0.
+    Corrections are ranked in p_draft (width.py), or where given in `logits` [k, vocab], the
+    drafter's own, for p_draft one-hot (temperature 0)."""
     k = drafted.shape[0]
     head, x = p_target[:k], drafted[:, None]
+    corrections = inverse_cdf_sample(residual_distribution(head, p_draft, xp), uniforms[:k], xp)
     out = {
         "drafted": drafted,
         "p_target_x": xp.take_along_axis(head, x, axis=-1)[:, 0],
         "p_draft_x": xp.take_along_axis(p_draft, x, axis=-1)[:, 0],
         "tv": tv_distance(head, p_draft),
         "argmax": xp.argmax(head, axis=-1),
-        "corrections": inverse_cdf_sample(residual_distribution(head, p_draft, xp), uniforms[:k], xp),
+        "corrections": corrections,
+        "correction_rank": (
+            correction_ranks(p_draft, corrections, xp)
+            if logits is None
+            else correction_ranks(logits, corrections, xp, floor=LOGITS)
+        ),
         "bonus": inverse_cdf_sample(p_target[k:], uniforms[k:], xp),
     }
     if reads_rows(rule):

@@ -119,6 +119,8 @@ class MetricsRecord:
     num_drafted_per_position: tuple[int, ...] | None = None
     num_accepted_per_position: tuple[int, ...] | None = None
     tv_spent: float | None = None
+    rejection_rank_histogram: dict[str, int] | None = None
+    second_branch_share: float | None = None
     draft_ms: float | None = None
     verify_ms: float | None = None
     overhead_ms: float | None = None

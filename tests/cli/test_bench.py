@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specplay.bench.k_advice import k_advice, k_advice_markdown
-from specplay.bench.report import build_rows, markdown, router_report
+from specplay.bench.report import build_rows, markdown, router_report, to_csv
 from specplay.bench.stats import coefficient_of_variation, median, needs_more_repeats
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
 from specplay.cli import main
@@ -96,6 +96,24 @@ def test_a_drafter_that_never_drafted_has_no_acceptance_rate() -> None:
     assert "k=4" in markdown(list(rows.values()), {"command": "specplay bench"})
 
 
+def test_rows_sum_the_rejection_ranks_and_give_the_second_branch_share() -> None:
+    configs = [BenchConfig("target-only", "baseline", "target"), BenchConfig("k=4", "k")]
+    spec = {"route": "d", "num_spec_steps": 4, "num_draft_tokens": 16, "num_accepted_draft_tokens": 8}
+    spec |= {"num_judged_draft_tokens": 10, "draft_ms": 4.0, "verify_ms": 40.0, "overhead_ms": 1.0}
+    first = {"1": 0, "2": 2, "3": 1, "4": 0, "other": 1}
+    second = {"1": 1, "2": 0, "3": 0, "4": 1, "other": 2}
+    measurements = [_m("target-only", 100.0, mean_step_ms=10.0), _m("k=4", 120.0, **spec)]
+    measurements += [_m("k=4", 110.0, **spec, rejection_rank_histogram=first)]
+    measurements += [_m("k=4", 115.0, **spec, rejection_rank_histogram=second)]  # one request without: unknown
+    rows = {r.config: r for r in build_rows(configs, measurements)}
+    row = rows["k=4"]
+    assert row.rejection_rank_histogram == {"1": 1, "2": 2, "3": 1, "4": 1, "other": 3}
+    assert row.second_branch_share == pytest.approx(3 / 8) and rows["target-only"].second_branch_share is None
+    report = markdown(list(rows.values()), {"command": "specplay bench"})
+    assert "| second branch |" in report.splitlines()[-4] and report.splitlines()[-1].endswith("| 38% |")
+    assert "second_branch_share" in to_csv(list(rows.values())).splitlines()[0]
+
+
 def test_plan_and_prompts() -> None:
     labels = [c.label for c in plan(["a", "b"], quick=False)]
     assert labels[:3] == ["target-only", "draft-only a", "draft-only b"]
@@ -121,6 +139,8 @@ def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None
     compared = {r["config"] for r in results["rows"] if r["vs_mlx_lm"] is not None}
     assert compared == {"target-only", "k=2", "k=4"}
     assert "## code, temperature 0" in (out / "report.md").read_text()
+    k_rows = [r for r in results["rows"] if r["config"] == "k=4"]
+    assert every(r["rejection_rank_histogram"] is not None for r in k_rows)
     # The router check: each prompt's routed drafter against the one that accepted most.
     router = results["router"]
     # Neither drafter is named after a class, so the route map sends both classes to the first.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -62,6 +63,8 @@ def test_text_output_ends_with_a_stats_line(tiny: TinyModels, capsys: pytest.Cap
     assert code == 0
     stats = out.strip().splitlines()[-1]
     assert stats.startswith("speculative · route far · k 4 fixed") and "mean acceptance length" in stats
+    # far's drafts are mostly rejected: where the target's tokens stood among the drafter's
+    assert re.search(r" · rejection ranks 1:\d+ 2:\d+ 3:\d+ 4:\d+ other:\d+; a second branch saves \d+% · ", stats)
 
 
 def test_counterfactual_routes_and_a_relaxed_rule_in_json(tiny: TinyModels, capsys: pytest.CaptureFixture[str]) -> None:

@@ -186,6 +186,7 @@ def round_view(event: RoundEvent) -> dict[str, Any]:
                 "error_bound": p.error_bound,
                 "top_target": p.top_target,
                 "top_draft": p.top_draft,
+                "correction_rank": p.correction_rank,
             }
             for p in event.positions
         ],
@@ -321,6 +322,9 @@ def test_the_sampled_mentored_session_reads() -> None:
     assert [[c.route for c in r.counterfactuals] for r in lane.rounds] == [["prose"]] * 8
     assert set(lane.metrics["counterfactual"]) == {"base", "prose"} and lane.metrics["route_regret"] == 0.0
     assert lane.metrics["tv_spent"] == 6.803577896952629
+    # Older than a rejection's rank: its positions and metrics read without one.
+    assert all(p.correction_rank is None for r in lane.rounds for p in r.positions)
+    assert "rejection_rank_histogram" not in lane.metrics
     assert baseline.token_ids == SAMPLED_TARGET_IDS and set(baseline.sources) == {"target"}
     assert baseline.start.mode == "target" and tv_budget_of(baseline.settings) == 0.4
 

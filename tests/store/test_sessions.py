@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from specplay.cli import main
+from specplay.engine.width import histogram_of
 from specplay.store import SCHEMA_VERSION, SessionError, load_session
 from tests.support.prompts import CODE_PROMPT
 from tests.support.tiny_models import TinyModels
@@ -44,6 +45,23 @@ def test_round_trip(tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixt
     assert baseline.start.mode == "target" and baseline.start.seed == 0
     assert baseline.metrics["tokens_per_s"] > 0 and set(baseline.sources) == {"target"}
     assert "api_key" not in path.read_text()
+
+
+def test_each_rejections_rank_is_kept(tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `far` is a model of its own: its drafts are often rejected.
+    models = ["--target", str(tiny.target), "--draft", f"far={tiny.far}", "--max-tokens", "16", "--no-baseline"]
+    code = main(["run", *models, "--prompt", CODE_PROMPT, "--raw", "--save", "--sessions-dir", str(tmp_path), "--json"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    lane = load_session(next(tmp_path.glob("*.jsonl"))).main
+    # Each rejection's rank among the drafter's tokens is kept, and the metrics count what it says.
+    ranks = [p.correction_rank for r in lane.rounds for p in r.positions if p.outcome == "rejected"]
+    assert ranks and None not in ranks
+    assert ranks == [
+        p["correction_rank"] for r in printed["rounds"] for p in r["positions"] if p["outcome"] == "rejected"
+    ]
+    assert lane.metrics["rejection_rank_histogram"] == histogram_of(ranks)
+    assert printed["metrics"]["second_branch_share"] == lane.metrics["second_branch_share"] is not None
 
 
 def test_no_baseline(tiny: TinyModels, tmp_path: Path) -> None:

@@ -138,6 +138,10 @@ class ByteDetokenizer:
 class ScriptedDraft:
     tokens: list[int]
     rows: np.ndarray  # [k, VOCAB]: the drafter's distributions (one-hot for prompt lookup)
+    logits: np.ndarray | None = None
+    """[k, VOCAB]: a greedy drafter's logits, which corrections are ranked in (its rows are one-hot)."""
+    ranked: bool = False
+    """Whether corrections have a rank: not for prompt lookup, which has no second choice."""
 
 
 class ScriptedGeneration:
@@ -186,6 +190,7 @@ class ScriptedGeneration:
             return ScriptedDraft(proposal, np.eye(VOCAB)[proposal].reshape(len(proposal), VOCAB))
         drafted: list[int] = []
         rows: list[np.ndarray] = []
+        own: list[np.ndarray] = []
         confidences: list[float] = []
         for i in range(k):
             self._forward(drafter, len(self.tokens) - self.lengths[drafter] if i == 0 else 1)
@@ -194,13 +199,17 @@ class ScriptedGeneration:
             token = int(inverse_cdf_sample(probs[None], np.array([uniforms[i]]), np)[0])
             drafted.append(token)
             rows.append(probs)
+            if sampling.greedy:  # its one-hot ranks nothing: corrections are ranked in its logits
+                own.append(self.backend.models[drafter].logits(context))
             if keep_drafting is not None:
                 # At temperature 0 the drafter's own confidence is its softmax, not the one-hot.
-                belief = softmax(self.backend.models[drafter].logits(context), np) if sampling.greedy else probs
+                belief = softmax(own[-1], np) if sampling.greedy else probs
                 confidences.append(float(belief[token]))
                 if not keep_drafting(confidences):
                     break
-        return ScriptedDraft(drafted, np.array(rows).reshape(len(drafted), VOCAB))
+        shape = (len(drafted), VOCAB)
+        logits = np.array(own).reshape(shape) if own else None
+        return ScriptedDraft(drafted, np.array(rows).reshape(shape), logits, ranked=True)
 
     def verify(
         self, draft: ScriptedDraft, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0
@@ -223,7 +232,8 @@ class ScriptedGeneration:
                 top_target=tops,
                 top_draft=[] if top_n else None,
             )
-        out = verify_rows(p_target, np.array(draft.tokens), draft.rows, uniforms, rule=rule, n=0, xp=np)
+        tokens = np.array(draft.tokens)
+        out = verify_rows(p_target, tokens, draft.rows, uniforms, rule=rule, n=0, xp=np, logits=draft.logits)
         return VerifiedDraft(
             drafted=list(draft.tokens),
             p_target=out["p_target_x"].tolist(),
@@ -231,6 +241,7 @@ class ScriptedGeneration:
             tv_distance=out["tv"].tolist(),
             target_argmax=out["argmax"].tolist(),
             corrections=out["corrections"].tolist(),
+            correction_rank=out["correction_rank"].tolist() if draft.ranked else None,
             bonus=int(out["bonus"][0]),
             rule_stats={name: value.tolist() for name, value in out.get("rule_stats", {}).items()},
             tv_spent=out["tv_spent"].tolist() if "tv_spent" in out else None,

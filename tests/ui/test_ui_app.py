@@ -28,6 +28,7 @@ from specplay.ui.controller import RunState
 from specplay.ui.widgets.inspector import Inspector
 from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.plots import SPARKS, Plots
+from specplay.ui.widgets.tape import DraftTape, rank_mark
 from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import Cost, scripted_backend
@@ -216,6 +217,25 @@ async def test_a_load_error_is_one_line_and_the_app_still_quits(tmp_path: Path) 
         assert app.playground.state == RunState.FAILED
         await pilot.press("ctrl+q")
     assert app.return_code == 0
+
+
+async def test_the_tape_shows_each_rejections_rank(tmp_path: Path) -> None:
+    # `far` is a model of its own: most of its drafts are rejected, each with its correction's rank.
+    settings = SpecSettings(k=3, route="far")
+    backend = scripted_backend(drafters=("near", "far"))
+    app = scripted_app(backend, tmp_path, prompt=CODE_PROMPT, autorun=True, max_tokens=24, raw=True, settings=settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end")
+        shown = str(app.query_one(DraftTape).query_one(Static).render()).splitlines()
+        rounds = spec_rounds(app)
+        assert len(shown) == len(rounds)
+        marks = "¹²³⁴⁵⁺"
+        for line, event in zip(shown, rounds, strict=True):
+            ranks = [p.correction_rank for p in event.positions if p.outcome == "rejected"]
+            drafted = line.split("│ ")[1].split(" → ")[0]
+            assert "".join(c for c in drafted if c in marks) == "".join(rank_mark(p) for p in event.positions)
+            assert bool(ranks) == any(c in marks for c in drafted) and None not in ranks
+        assert any(p.outcome == "rejected" for r in rounds for p in r.positions)
 
 
 async def test_drill_down_on_a_token_by_click_and_keys(tmp_path: Path) -> None:

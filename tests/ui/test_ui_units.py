@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -268,3 +269,15 @@ def test_a_screenshots_leading_spaces_become_an_offset_for_rsvg() -> None:
     shifted = leading_spaces_as_offsets(f'<svg>{run}<text x="0" textLength="12.2">│</text></svg>')
     assert '<text class="r1" x="829.6" y="264" textLength="48.8" clip-path="url(#l)">read</text>' in shifted
     assert '<text x="0" textLength="12.2">│</text>' in shifted  # a run without leading spaces stays
+
+
+def test_the_tape_marks_a_rejection_with_its_corrections_rank() -> None:
+    from specplay.ui.widgets.tape import round_line
+
+    event = _round(["accepted", "rejected", "unreached"])
+    ranked = [replace(p, correction_rank=r) for p, r in zip(event.positions, (None, 2, None), strict=True)]
+    line = round_line(replace(event, positions=tuple(ranked)), ("a", "b", "c")).plain
+    assert line.split("│ ")[1] == "a b² c → b"
+    other = replace(event, positions=(event.positions[0], replace(event.positions[1], correction_rank=5)))
+    assert "b⁵⁺ " in round_line(other, ("a", "b")).plain  # outside the drafter's top 4
+    assert "²" not in round_line(event, ("a", "b", "c")).plain  # no rank known, nothing shown

@@ -25,6 +25,7 @@ from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import one_hot, sampling_probs, softmax
 from specplay.engine.settings import SamplingParams
 from specplay.engine.verify_rows import top_n as top_tokens
+from specplay.engine.width import LOGITS, correction_ranks
 from specplay.errors import ConfigError, ModelError
 
 PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
@@ -71,11 +72,21 @@ class MlxDraft:
     tokens: mx.array  # [k] int; k may be 0 (prompt lookup found no match)
     rows: mx.array | None  # [k, vocab] float32: the drafter's distributions; None where one-hot
     vocab_size: int
+    scores: mx.array | None = None
+    """[k, vocab]: a greedy model drafter's logits, kept (already computed) to rank corrections in
+    (width.py): its softmax would cost an exponential per token of the vocabulary per round."""
 
     @property
     def p_draft(self) -> mx.array:
         """Built only where verification reads it: greedy lossless verification needs the tokens alone."""
         return self.rows if self.rows is not None else one_hot(self.tokens, self.vocab_size, mx)
+
+    def ranks(self, corrections: mx.array) -> mx.array | None:
+        """Each correction's rank among the drafter's tokens (width.py), from its distributions or
+        at temperature 0 its logits; None for prompt lookup, which has no second choice."""
+        if self.rows is not None:
+            return correction_ranks(self.rows, corrections, mx)
+        return None if self.scores is None else correction_ranks(self.scores, corrections, mx, floor=LOGITS)
 
 
 def _uniforms(values: Sequence[float]) -> mx.array:
@@ -98,14 +109,21 @@ def _ranked(ids: list[list[int]], probs: list[list[float]]) -> list[list[tuple[i
     return [sorted(zip(i, p, strict=True), key=lambda c: -c[1]) for i, p in zip(ids, probs, strict=True)]
 
 
-def _verify_argmax(drafted: mx.array, logits: mx.array, top_n: int = 0) -> VerifiedDraft:
+def _verify_argmax(draft: MlxDraft, logits: mx.array, top_n: int = 0) -> VerifiedDraft:
     """Greedy and lossless: both distributions are one-hot, so every number the engine reads
     follows from the target's argmax at each position (`_verify_distributions` computes the same
-    values from the one-hot rows) and no softmax, TV or residual is built. A drill-down's top-n
-    lists of one-hot rows hold one token each, with probability 1 (the rest have none)."""
+    values from the one-hot rows) and no softmax, TV or residual is built; the argmaxes are
+    ranked in the drafter's logits. A drill-down's top-n lists of one-hot rows hold one token
+    each, with probability 1 (the rest have none)."""
+    drafted = draft.tokens
     k = drafted.shape[0]
-    ids = mx.concatenate([drafted.astype(mx.int32), mx.argmax(logits, axis=-1).astype(mx.int32)]).tolist()
-    tokens, argmax = ids[:k], ids[k:]
+    argmax_ids = mx.argmax(logits, axis=-1).astype(mx.int32)
+    ranked = draft.ranks(argmax_ids[:k]) if k else None
+    parts = [drafted.astype(mx.int32), argmax_ids]
+    if ranked is not None:
+        parts.append(ranked.astype(mx.int32))
+    ids = mx.concatenate(parts).tolist()  # the round's one transfer to the host
+    tokens, argmax, ranks = ids[:k], ids[k : 2 * k + 1], ids[2 * k + 1 :]
     hits = [float(x == a) for x, a in zip(tokens, argmax, strict=False)]
     verified = VerifiedDraft(
         drafted=tokens,
@@ -114,6 +132,7 @@ def _verify_argmax(drafted: mx.array, logits: mx.array, top_n: int = 0) -> Verif
         tv_distance=[1.0 - h for h in hits],
         target_argmax=argmax[:k],
         corrections=argmax[:k],
+        correction_rank=ranks if ranked is not None else None,
         bonus=argmax[k],
     )
     if not top_n:
@@ -153,6 +172,10 @@ def _verify_distributions(
         return replace(verified, top_target=_ranked(*(t.tolist() for t in tops)), top_draft=[]) if tops else verified
     kernel = kernels.verify_kernel(sampling, rule, n, compiled)
     out = kernel(logits, draft.tokens, draft.p_draft, u)
+    # Ranked in the drafter's own rows: at temperature 0 its logits, not the one-hot (prompt lookup: none).
+    ranks = out.pop("correction_rank") if draft.rows is not None else draft.ranks(out["corrections"])
+    if ranks is not None:
+        out["correction_rank"] = ranks
     mx.eval(out)  # the round's one transfer to the host
     stats = {name: value.tolist() for name, value in out.pop("rule_stats", {}).items()}
     host = {name: value.tolist() for name, value in out.items()}
@@ -167,6 +190,7 @@ def _verify_distributions(
         tv_distance=host["tv"],
         target_argmax=host["argmax"],
         corrections=host["corrections"],
+        correction_rank=host.get("correction_rank"),
         bonus=host["bonus"][0],
         rule_stats=stats,
         tv_spent=host.get("tv_spent"),
@@ -236,7 +260,8 @@ class MlxGeneration:
             logits = model.forward(inputs)[-1:]
             token, probs = _draw(logits, sampling, None if u is None else u[i : i + 1], self.compiled)
             tokens.append(token)
-            rows.append(probs)
+            # Greedy: the logits, computed anyway, are kept to rank a rejection's correction in.
+            rows.append(logits if probs is None else probs)
             if keep_drafting is None:
                 mx.async_eval(token)  # overlap this step's compute with building the next
             else:
@@ -251,7 +276,10 @@ class MlxGeneration:
         # time the host takes to build the verify graph; on CPUs, where MLX dispatch blocks on work
         # in flight, nothing (benchmarks/vs_mlx_lm).
         mx.eval(drafted)
-        return MlxDraft(drafted, None if sampling.greedy else mx.concatenate(rows), model.vocab_size)
+        stacked = mx.concatenate(rows)  # built lazily: computed only where verification reads it
+        if sampling.greedy:
+            return MlxDraft(drafted, None, model.vocab_size, scores=stacked)
+        return MlxDraft(drafted, stacked, model.vocab_size)
 
     def _look_up(self, index: NgramIndex, k: int, keep_drafting: Callable[[Sequence[float]], bool] | None) -> MlxDraft:
         """Prompt lookup: the proposal is certain, so its distribution is one-hot at every
@@ -273,7 +301,7 @@ class MlxGeneration:
         inputs = mx.concatenate([self._pending(self.target), draft.tokens.astype(mx.int32)])
         logits = self.target.forward(inputs)[-(k + 1) :]
         if sampling.greedy and rule.lossless:
-            return _verify_argmax(draft.tokens, logits, top_n)
+            return _verify_argmax(draft, logits, top_n)
         return _verify_distributions(
             draft, logits, sampling=sampling, rule=rule, draws=draws, top_n=top_n, compiled=self.compiled
         )

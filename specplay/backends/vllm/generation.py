@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from specplay.engine.backend_protocol import VerifiedDraft
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams
+from specplay.engine.width import listed_rank
 from specplay.errors import ConfigError
 
 LONG_CONTEXT = 2048
@@ -82,6 +83,34 @@ class VllmDraft:
     p_draft: list[TopK] | None
     """Each drafted position's distribution (None when greedy)."""
     exact: bool
+    ranked: list[TopK] | None = None
+    """Each position's listing its correction is ranked in (engine/width.py): p_draft, or at
+    temperature 0 the drafter's raw top logprobs; None where not known."""
+    listed_at_least: int = 0
+    """How many of the most likely tokens every listing in `ranked` holds."""
+
+
+class CorrectionRanks(Sequence[int | None]):
+    """Each correction's rank in its position's listing, found when read: reading one reads its
+    correction, which an exact correction draws only then (the engine reads the first rejected)."""
+
+    def __init__(self, corrections: Sequence[int], ranked: Sequence[TopK], listed_at_least: int) -> None:
+        self.corrections, self.ranked, self.listed_at_least = corrections, ranked, listed_at_least
+
+    def __len__(self) -> int:
+        return len(self.ranked)
+
+    @overload
+    def __getitem__(self, index: int) -> int | None: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int | None]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int | None] | None:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = range(len(self))[index]
+        return listed_rank(dict(self.ranked[i].probs), self.corrections[i], self.listed_at_least)
 
 
 @dataclass
@@ -164,8 +193,10 @@ class VllmGeneration:
         keep_drafting: Callable[[Sequence[float]], bool] | None,
     ) -> VllmDraft:
         if drafter in self.local:
+            from specplay.backends.vllm.local import MAX_LISTED  # loaded with the local drafter
+
             tokens, dists = self.local[drafter].draft(self.tokens, k, sampling, uniforms, keep_drafting)
-            return VllmDraft(drafter, tokens, dists, True)
+            return VllmDraft(drafter, tokens, dists, True, ranked=dists, listed_at_least=MAX_LISTED)
         model = self.remote[drafter]
         (choice,) = model.complete(self.tokens, k, sampling, seed_of(uniforms[0]))
         tokens = choice.token_ids[:k]
@@ -181,9 +212,12 @@ class VllmGeneration:
                     tokens, listed = tokens[: i + 1], listed[: i + 1]
                     break
         if sampling.greedy:
-            return VllmDraft(drafter, tokens, None, True)
+            return VllmDraft(drafter, tokens, None, True, ranked=listed, listed_at_least=model.top_logprobs)
         pairs = [processed(d, sampling, model.vocab_size, model.raw_logprobs) for d in listed]
-        return VllmDraft(drafter, tokens, [d for d, _ in pairs], all(exact for _, exact in pairs))
+        dists = [d for d, _ in pairs]
+        return VllmDraft(
+            drafter, tokens, dists, all(exact for _, exact in pairs), ranked=dists, listed_at_least=model.top_logprobs
+        )
 
     # --- verification ---------------------------------------------------------------------------
 
@@ -207,8 +241,14 @@ class VllmGeneration:
         else:
             targets, bonus = self._verify_prefixes(draft, sampling, seed)
         if sampling.greedy:
-            return self._greedy(draft.tokens, targets, bonus)
-        return self._sampled(draft, targets, bonus, draws.residual, sampling)
+            verified = self._greedy(draft.tokens, targets, bonus)
+        else:
+            verified = self._sampled(draft, targets, bonus, draws.residual, sampling)
+        if draft.ranked is None:
+            return verified
+        return replace(
+            verified, correction_rank=CorrectionRanks(verified.corrections, draft.ranked, draft.listed_at_least)
+        )
 
     def _verify_prompt_logprobs(
         self, draft: VllmDraft, sampling: SamplingParams, seed: int

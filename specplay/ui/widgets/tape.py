@@ -1,4 +1,5 @@
-"""The draft tape: per round, the drafted tokens with rejected ones struck through, with k and route."""
+"""The draft tape: per round, the drafted tokens with rejected ones struck through, with k and route;
+a rejected token carries, as a superscript, the correction's rank among the drafter's tokens."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from textual.content import Content
 from textual.widgets import Static
 
 from specplay.display.text import visible
-from specplay.engine.events import RoundEvent
+from specplay.engine.events import DraftPosition, RoundEvent
+from specplay.engine.width import OTHER, RANK_TOP_N, rank_key
 from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.steady import show_in_view
@@ -22,14 +24,27 @@ _OUTCOME_STYLES = {
     "rejected": "strike $spec-corrected",
     "unreached": "strike dim",
 }
+_SUPERSCRIPT = str.maketrans("0123456789+", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺")
 MAX_ROUNDS = 200
 """Older rounds scroll away: the tape shows the recent behaviour, the session keeps every round."""
+
+
+def rank_mark(position: DraftPosition) -> str:
+    """A rejection's correction rank as a superscript: "²" its drafter's second choice, "⁵⁺"
+    outside the drafter's top RANK_TOP_N; "" where not known (engine/width.py)."""
+    if position.correction_rank is None:
+        return ""
+    key = rank_key(position.correction_rank)
+    return (f"{RANK_TOP_N + 1}+" if key == OTHER else key).translate(_SUPERSCRIPT)
 
 
 def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
     parts: list[Content | str] = [Content.styled(f"#{event.index:<4} {event.route} k={event.k:<2} │ ", "dim")]
     for position, text in zip(event.positions, drafted_text, strict=False):
-        parts += [Content.styled(visible(text).replace("\n", "⏎") or "∅", _OUTCOME_STYLES[position.outcome]), " "]
+        parts.append(Content.styled(visible(text).replace("\n", "⏎") or "∅", _OUTCOME_STYLES[position.outcome]))
+        if mark := rank_mark(position):
+            parts.append(Content.styled(mark, "$spec-corrected"))
+        parts.append(" ")
     if not event.positions:  # prompt lookup found no match: the round was one target step
         parts.append(Content.styled("nothing drafted ", "dim"))
     last = event.tokens[-1] if event.tokens and event.tokens[-1].source in ("corrected", "bonus") else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import mlx.core as mx
+import numpy as np
 import pytest
 
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
@@ -15,7 +16,9 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.draws import RoundDraws
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.rules import MENTORED
+from specplay.engine.sampling import softmax
 from specplay.engine.settings import POLICIES, SamplingParams
+from specplay.engine.width import OTHER_RANK, correction_ranks
 from tests.support.engine_runs import assert_caches_hold_the_committed, done, run, sources
 from tests.support.observed import Observed
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
@@ -76,7 +79,8 @@ def test_greedy_lossless_verification_from_the_argmax_alone_matches_the_full_com
     backend: MlxBackend,
 ) -> None:
     # Greedy lossless verification reads only the target's argmax, a drill-down's top lists
-    # included; the full computation from the one-hot rows must hand the engine the same numbers.
+    # included, and ranks it in the drafter's softmax; the full computation from the one-hot rows
+    # (verify_rows) must hand the engine the same numbers, ranks included.
     greedy = SamplingParams(0.0)
     draws = RoundDraws(draft=[0.5] * 5, accept=[0.5] * 5, residual=[0.3] * 5, bonus=0.7)
     generation = backend.open_generation(backend.encode(CODE_PROMPT, raw=True), prefill=(None, "far"))
@@ -87,7 +91,14 @@ def test_greedy_lossless_verification_from_the_argmax_alone_matches_the_full_com
         logits = generation.target.forward(inputs)[-6:]
         generation.target.trim_to(committed)
         for top_n in (0, 5):
-            fast = _verify_argmax(draft.tokens, logits, top_n)
+            fast = _verify_argmax(draft, logits, top_n)
+            ranks = fast.correction_rank
+            assert ranks is not None and len(ranks) == 5 and all(1 <= r <= OTHER_RANK for r in ranks)
+            # Ranked in the drafter's logits as in its softmax, the distribution the rule names.
+            probs = softmax(np.array(draft.scores, dtype=np.float64), np)
+            assert ranks == correction_ranks(probs, np.array(fast.corrections), np).tolist()
+            # Where the target disagrees, its token is not the drafter's argmax (ties aside): rank 2 or more.
+            assert all(r >= 2 for r, x, y in zip(ranks, fast.drafted, fast.target_argmax, strict=True) if x != y)
             full = _verify_distributions(draft, logits, sampling=greedy, rule=MENTORED, draws=draws, top_n=top_n)
             if top_n:  # a one-hot's other entries are filler (the engine drops them)
                 assert full.top_target is not None and full.top_draft is not None

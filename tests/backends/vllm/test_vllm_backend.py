@@ -12,6 +12,7 @@ from specplay.backends.mlx import MlxBackend
 from specplay.backends.vllm import VllmBackend, VllmError, connect_vllm_backend
 from specplay.backends.vllm.protocol import completion_body
 from specplay.backends.vllm.report import inspection_report
+from specplay.engine.events import Event
 from specplay.engine.settings import SamplingParams
 from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run
@@ -49,6 +50,18 @@ def test_greedy_equals_mlx_greedy_target_only(vllm: VllmBackend, backend: MlxBac
     assert done(speculative).metrics["vllm"]["verify_strategies"] == {"prompt-logprobs": len(rounds(speculative))}
     mlx_text = done(run(backend, PROMPT, mode="target", max_tokens=TOKENS)).text
     assert done(speculative).text == mlx_text
+
+
+def test_rejection_ranks_from_the_drafters_listed_logprobs(vllm: VllmBackend, backend: MlxBackend) -> None:
+    # Greedy: the drafter server's top logprobs rank each correction as MLX ranks it from the full row.
+    def ranks(events: list[Event]) -> list[int | None]:
+        return [p.correction_rank for r in rounds(events) for p in r.positions if p.outcome == "rejected"]
+
+    served = run(vllm, PROMPT, max_tokens=32, route="near")
+    assert ranks(served) and ranks(served) == ranks(run(backend, PROMPT, max_tokens=32, route="near"))
+    assert done(served).metrics["second_branch_share"] is not None
+    sampled = run(vllm, PROMPT, max_tokens=32, temperature=1.0, seed=3, route="near")
+    assert ranks(sampled) and None not in ranks(sampled)
 
 
 def test_prefix_strategy_gives_the_same_greedy_output(servers: tuple[FakeVllm, FakeVllm], backend: MlxBackend) -> None:

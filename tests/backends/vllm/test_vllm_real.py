@@ -58,6 +58,27 @@ def test_inspection_mode_is_the_mlx_backends_greedy_output(
     assert result["metrics"]["num_accepted_draft_tokens"] == expected["metrics"]["num_accepted_draft_tokens"]
 
 
+def test_costs_through_vllm_measure_the_acceptance_mlx_measures(
+    tiny: TinyModels, real_vllm: RealServers, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`specplay costs`: the same weights greedy through vLLM and MLX accept the same drafts at each
+    position; only vLLM's times hold HTTP round trips."""
+    quick = ["--prompt", CODE_PROMPT, "--raw", "--repeats", "1", "--max-rows", "5", "--k-max", "4"]
+    quick += ["--acceptance-tokens", "16", "--json"]
+    code, out, err = cli(capsys, "costs", "--target", str(tiny.served), "--draft", f"near={tiny.served_near}", *quick)
+    assert code == 0, err
+    local = json.loads(out)
+    urls = ["--backend", "vllm", "--target-url", real_vllm.target.url, "--draft-url", f"near={real_vllm.near.url}"]
+    code, out, err = cli(capsys, "costs", *urls, *quick)
+    assert code == 0, err
+    remote = json.loads(out)
+    assert (local["includes_http"], remote["includes_http"]) == (False, True)
+    assert [row["rows"] for row in remote["verify_ms"]] == [1, 2, 3, 4, 5]
+    accepted = [r["drafters"]["near"]["acceptance_per_position"] for r in (local, remote)]
+    assert accepted[0] == pytest.approx(accepted[1])
+    assert 1 <= remote["drafters"]["near"]["recommended_k"] <= 4
+
+
 def test_mixed_mode_a_local_drafter_against_a_vllm_target(
     tiny: TinyModels, real_vllm: RealServers, capsys: pytest.CaptureFixture[str]
 ) -> None:
