@@ -382,9 +382,11 @@ async def test_the_palette_sets_controls_and_exports_the_run(tmp_path: Path) -> 
         command("Set k = 6")()
         command("Set route: far")()
         command("Set temperature: 0.7")()
-        await wait_for(pilot, lambda: app.playground.settings.k == 6, "k from the palette")
-        settings = app.playground.settings
-        assert settings.route == "far" and settings.sampling.temperature == 0.7
+        def set_from_the_palette() -> bool:
+            settings = app.playground.settings
+            return (settings.k, settings.route, settings.sampling.temperature) == (6, "far", 0.7)
+
+        await wait_for(pilot, set_from_the_palette, "k, route and temperature from the palette")
         assert app.query_one("#k", Slider).value == 6  # the control shows what the palette set
 
         await pilot.press("ctrl+r")
