@@ -25,7 +25,8 @@ from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 
 MAX_ROWS = 16
-REPEATS = 5
+REPEATS = 9
+"""Timings per row count: on a busy machine fewer leave the median of each row count noisy."""
 DRAFT_STEPS = 4
 """Tokens drafted per timed draft: a draft's first step may also catch the drafter's cache up."""
 

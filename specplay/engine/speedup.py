@@ -177,6 +177,22 @@ def expected_tokens(acceptance_per_position: Sequence[float], k: int) -> float:
     return 1 + sum(reach_by_position(acceptance_per_position, k))
 
 
+def monotone(verify_ms: Mapping[int, float]) -> dict[int, float]:
+    """The verify curve made non-decreasing in rows (pool adjacent violators, each row count
+    weighted alike): a forward pass over more rows never costs less, so a dip is noise, and a
+    noisy dip would have the prediction favour one k over its neighbours for nothing."""
+    rows = sorted(verify_ms)
+    blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
+    for n in rows:
+        blocks.append([verify_ms[n], 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    values = [total / count for total, count in blocks for _ in range(int(count))]
+    return dict(zip(rows, values, strict=True))
+
+
 def round_ms(k: int, verify_ms: Mapping[int, float], draft_step_ms: float, host_ms: float = 0.0) -> float | None:
     """A round of k drafts: k drafter steps, a verify pass over k + 1 rows and the host's work
     around them (acceptance bookkeeping, events, text) (None: the verify pass was not measured)."""
@@ -205,9 +221,11 @@ def predict_by_k(
     k_max: int,
     host_ms: float = 0.0,
 ) -> list[KPrediction]:
-    """The prediction for every k from 1 to k_max whose verify pass was measured. `target_step_ms`
-    is a target-only step as the engine times it (host work included), `host_ms` a round's host
-    work (a run's overhead_ms over its rounds), so both sides of the ratio count the same things."""
+    """The prediction for every k from 1 to k_max whose verify pass was measured (the curve taken
+    `monotone`). `target_step_ms` is a target-only step as the engine times it (host work
+    included), `host_ms` a round's host work (a run's overhead_ms over its rounds), so both sides
+    of the ratio count the same things."""
+    verify_ms = monotone(verify_ms)
     out = []
     for k in range(1, k_max + 1):
         cost_ms = round_ms(k, verify_ms, draft_step_ms, host_ms)

@@ -11,6 +11,7 @@ from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.engine.speedup import (
     break_even_alpha,
     expected_tokens,
+    monotone,
     predict_by_k,
     predicted_speedup,
     reach_by_position,
@@ -73,6 +74,16 @@ def test_the_speedup_by_k_over_a_measured_verify_curve() -> None:
     best = recommended_k(predictions)
     assert best is not None and best.speedup == max(p.speedup for p in predictions)
     assert best.k == 2  # 1.8 tokens in 14.2 ms, 2.4 in 17.4, 2.7 in 20.6: k 2 is the fastest
+
+
+def test_a_dip_in_the_verify_curve_is_pooled_with_its_neighbours() -> None:
+    # more rows never cost less: 14 at 3 rows after 16 at 2 is noise, pooled to their mean
+    assert monotone({1: 10.0, 2: 16.0, 3: 14.0, 4: 17.0}) == {1: 10.0, 2: 15.0, 3: 15.0, 4: 17.0}
+    assert monotone({1: 10.0, 2: 20.0, 3: 12.0, 4: 13.0}) == {1: 10.0, 2: 15.0, 3: 15.0, 4: 15.0}
+    assert monotone({n: 10.0 + n for n in range(1, 6)}) == {n: 10.0 + n for n in range(1, 6)}
+    noisy = predict_by_k([0.9, 0.8], {1: 10.0, 2: 16.0, 3: 14.0}, 1.0, 10.0, k_max=2)
+    pooled = predict_by_k([0.9, 0.8], {1: 10.0, 2: 15.0, 3: 15.0}, 1.0, 10.0, k_max=2)
+    assert [p.speedup for p in noisy] == pytest.approx([p.speedup for p in pooled])
 
 
 def test_with_one_alpha_and_a_verify_that_costs_a_step_it_is_leviathans_formula() -> None:
