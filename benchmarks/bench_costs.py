@@ -24,9 +24,8 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends import open_stream
 from specplay.cli import build_parser
 from specplay.cli.configure import given, run_config
-from specplay.cli.costs import Acceptance
 from specplay.engine.controls import LiveControls
-from specplay.engine.costs import measure_costs
+from specplay.engine.costs import RoundsMeasured, measure_costs
 from specplay.engine.events import DoneEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
@@ -52,13 +51,13 @@ def tokens_per_s(engine: SpecEngine, ids: Sequence[int], mode: str, k: int, rout
     return float(done[-1].metrics["tokens_per_s"])
 
 
-def acceptance(engine: SpecEngine, ids: Sequence[int], route: str, k_max: int, max_tokens: int) -> Acceptance:
+def acceptance(engine: SpecEngine, ids: Sequence[int], route: str, k_max: int, max_tokens: int) -> RoundsMeasured:
     from specplay.engine.settings import SpecSettings
 
     settings = SpecSettings(k=k_max, route=route, policy="fixed")
     request = Request(PROMPT, tuple(ids), "speculative", 0, max_tokens, ignore_eos=True)
     done = [e for e in engine.generate(request, LiveControls(settings, engine.drafters)) if isinstance(e, DoneEvent)]
-    return Acceptance.of(done[-1].metrics)
+    return RoundsMeasured.of(done[-1].metrics)
 
 
 def main() -> None:
@@ -80,9 +79,9 @@ def main() -> None:
     rows = args.k_max + 1
     costs = measure_costs(engine, ids, settings.sampling, settings.acceptance_rule, max_rows=rows)
     measured_run = acceptance(engine, ids, args.route, args.k_max, args.max_tokens)
-    per_position = measured_run.per_position
+    per_position = measured_run.acceptance_per_position
     verify = {n: t.ms for n, t in costs.verify_ms.items()}
-    draft_ms, target_ms = costs.draft_step_ms[args.route].ms, costs.target_step_ms.ms
+    draft_ms, target_ms = measured_run.draft_step_ms or costs.draft_step_ms[args.route].ms, costs.target_step_ms.ms
     by_k = predict_by_k(per_position, verify, draft_ms, target_ms, args.k_max, host_ms=measured_run.host_ms)
     predicted = {p.k: p for p in by_k}
 

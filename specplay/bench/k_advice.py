@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from specplay.bench.report import Row
 from specplay.bench.stats import median
 from specplay.bench.sweep import BenchConfig, Measurement
-from specplay.engine.costs import RoundCosts
+from specplay.engine.costs import RoundCosts, RoundsMeasured
 from specplay.engine.speedup import predict_by_k, recommended_k
 
+_SUMMED = ("num_spec_steps", "num_draft_tokens", "draft_ms", "overhead_ms")
 K_GROUP = "k"
 """The fixed-k sweep's group (sweep.plan)."""
 
@@ -57,18 +58,21 @@ def k_advice(
             if (m.category, m.temperature, m.config) == (category, temperature, "target-only") and m.mean_step_ms
         ]
         route = Counter(m.route for m in runs if m.route).most_common(1)
-        rounds = sum(m.num_spec_steps for m in runs)
         target_step_ms = median(targets) or cell_costs.target_step_ms.ms
-        if not route or not rounds or route[0][0] not in cell_costs.draft_step_ms:
+        if not route or route[0][0] not in cell_costs.draft_step_ms:
+            continue
+        summed = {name: sum(getattr(m, name) for m in runs) for name in _SUMMED}
+        rounds = RoundsMeasured.of(summed | {"acceptance_per_position": longest.acceptance_per_position})
+        if not summed["num_spec_steps"]:
             continue
         verify = {n: t.ms for n, t in cell_costs.verify_ms.items()}
         predictions = predict_by_k(
-            longest.acceptance_per_position,
+            rounds.acceptance_per_position,
             verify,
-            cell_costs.draft_step_ms[route[0][0]].ms,
+            rounds.draft_step_ms or cell_costs.draft_step_ms[route[0][0]].ms,
             target_step_ms,
             k_max=min(k_of[longest.config], max(verify) - 1),
-            host_ms=sum(m.overhead_ms for m in runs) / rounds,
+            host_ms=rounds.host_ms,
         )
         best = recommended_k(predictions)
         measured = {k_of[r.config]: r.speedup for r in k_rows if r.speedup is not None}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from specplay.backends import blas_warning, open_stream, thread_cleanup
@@ -23,7 +23,7 @@ from specplay.cli.flags import (
 from specplay.cli.render import warn
 from specplay.config.run_config import RunConfig, check_models
 from specplay.engine.controls import LiveControls
-from specplay.engine.costs import MAX_ROWS, REPEATS, RoundCosts, measure_costs
+from specplay.engine.costs import MAX_ROWS, REPEATS, RoundCosts, RoundsMeasured, measure_costs
 from specplay.engine.events import DoneEvent, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.metrics import Metrics
@@ -120,31 +120,17 @@ def costs(args: argparse.Namespace) -> int:
 
 def _run_acceptance(
     source: SpecEngine, config: RunConfig, prompt_ids: Sequence[int], drafter: str, max_tokens: int
-) -> Acceptance:
+) -> RoundsMeasured:
     """Acceptance by position on a short run of the prompt at k = k_max, routed to `drafter`, and
     the host's work per round in it."""
     k = config.settings.policy_params.k_max
     settings = config.settings.changed(k=k, policy="fixed", route=drafter, counterfactual=False)
     request = Request(config.request.prompt or "", tuple(prompt_ids), "speculative", config.request.seed, max_tokens)
     done = [e for e in source.generate(request, LiveControls(settings, source.drafters)) if isinstance(e, DoneEvent)]
-    return Acceptance.of(done[-1].metrics)
+    return RoundsMeasured.of(done[-1].metrics)
 
 
-@dataclass(frozen=True)
-class Acceptance:
-    """What a drafter's rounds measured: acceptance by position, and the host's work per round."""
-
-    per_position: list[float]
-    host_ms: float
-
-    @classmethod
-    def of(cls, metrics: Mapping[str, Any]) -> Acceptance:
-        rounds = metrics.get("num_spec_steps") or 0
-        host_ms = (metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0
-        return cls(list(metrics.get("acceptance_per_position") or []), host_ms)
-
-
-def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[str, Acceptance]:
+def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[str, RoundsMeasured]:
     """Per route, acceptance by position and host work per round over the sessions' rounds."""
     by_route: dict[str, list[RoundEvent]] = {}
     for name in names:
@@ -154,33 +140,37 @@ def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[
     return {route: _acceptance(rounds) for route, rounds in by_route.items()}
 
 
-def _acceptance(rounds: Iterable[RoundEvent]) -> Acceptance:
+def _acceptance(rounds: Iterable[RoundEvent]) -> RoundsMeasured:
     metrics = Metrics(speculative=True)
     for event in rounds:
         metrics.add_round(event)
-    return Acceptance.of(metrics.to_dict())
+    return RoundsMeasured.of(metrics.to_dict())
 
 
-def _report(measured: RoundCosts, acceptance: dict[str, Acceptance], k_max: int, prompt_tokens: int) -> dict[str, Any]:
+def _report(
+    measured: RoundCosts, rounds_by_drafter: dict[str, RoundsMeasured], k_max: int, prompt_tokens: int
+) -> dict[str, Any]:
     """The `--json` object; its names are what other tools read."""
     verify = {rows: t.ms for rows, t in measured.verify_ms.items()}
     target_ms = measured.target_step_ms.ms
     drafters: dict[str, Any] = {}
-    for name, step in measured.draft_step_ms.items():
-        measured_here = acceptance.get(name)
-        per_position = measured_here.per_position if measured_here is not None else None
-        host_ms = measured_here.host_ms if measured_here is not None else None
+    for name, alone in measured.draft_step_ms.items():
+        rounds = rounds_by_drafter.get(name)
+        # The drafter's step as its own rounds paid it where they drafted, else as timed alone.
+        step_ms = rounds.draft_step_ms if rounds is not None and rounds.draft_step_ms is not None else alone.ms
+        host_ms = rounds.host_ms if rounds is not None else None
         predictions: list[KPrediction] = (
-            predict_by_k(per_position, verify, step.ms, target_ms, k_max, host_ms=host_ms or 0.0)
-            if per_position is not None
+            predict_by_k(rounds.acceptance_per_position, verify, step_ms, target_ms, k_max, host_ms=rounds.host_ms)
+            if rounds is not None
             else []
         )
         best = recommended_k(predictions)
         drafters[name] = {
-            "draft_step_ms": step.ms,
-            "draft_step_spread_ms": step.spread_ms,
-            "c": measured.cost_ratio(name) if target_ms > 0 else None,
-            "acceptance_per_position": per_position,
+            "draft_step_ms": step_ms,
+            "draft_step_alone_ms": alone.ms,
+            "draft_step_alone_spread_ms": alone.spread_ms,
+            "c": step_ms / target_ms if target_ms > 0 else None,
+            "acceptance_per_position": rounds.acceptance_per_position if rounds is not None else None,
             "host_ms_per_round": host_ms,
             "predicted_speedup_by_k": [asdict(p) for p in predictions],
             "recommended_k": best.k if best is not None else None,

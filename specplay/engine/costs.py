@@ -11,8 +11,9 @@ the forward pass and the acceptance work after it.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from specplay.engine.backend_protocol import Generation
 from specplay.engine.controls import LiveControls
@@ -60,6 +61,28 @@ class RoundCosts:
     def cost_ratio(self, drafter: str) -> float:
         """c: a drafted token's time over a target step's."""
         return self.draft_step_ms[drafter].ms / self.target_step_ms.ms
+
+
+@dataclass(frozen=True)
+class RoundsMeasured:
+    """What a drafter's own rounds measured, which a prediction takes before the timings above:
+    acceptance by position, the drafter's time per drafted token in real rounds (catching its
+    cache up on the tokens committed since included) and the host's work per round."""
+
+    acceptance_per_position: list[float]
+    draft_step_ms: float | None
+    """None where the rounds drafted nothing."""
+    host_ms: float
+
+    @classmethod
+    def of(cls, metrics: Mapping[str, Any]) -> RoundsMeasured:
+        """From a speculative lane's metrics (engine/metrics.py's names)."""
+        rounds, drafted = metrics.get("num_spec_steps") or 0, metrics.get("num_draft_tokens") or 0
+        return cls(
+            acceptance_per_position=list(metrics.get("acceptance_per_position") or []),
+            draft_step_ms=(metrics.get("draft_ms") or 0.0) / drafted if drafted else None,
+            host_ms=(metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0,
+        )
 
 
 def measure_costs(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specplay.engine.costs import RoundCosts
+from specplay.engine.costs import RoundCosts, RoundsMeasured
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent, TokenSource
 from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SpecSettings
@@ -187,15 +187,16 @@ def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts 
     if costs is None or last is None or last.route not in costs.draft_step_ms:
         return comparison
     verify = {rows: t.ms for rows, t in costs.verify_ms.items()}
-    # The target step and the host's work per round as this run measured them, where it has.
-    rounds = speculative.rounds
+    # The target step, the drafter's step and the host's work per round as this run measured
+    # them where it has; the verify curve from the costs.
+    rounds = RoundsMeasured.of(speculative.spec.to_dict())
     by_k = predict_by_k(
         speculative.acceptance_per_position(),
         verify,
-        costs.draft_step_ms[last.route].ms,
+        rounds.draft_step_ms or costs.draft_step_ms[last.route].ms,
         target.mean_step_ms or costs.target_step_ms.ms,
         k_max=max(verify) - 1,
-        host_ms=speculative.spec.overhead_ms / rounds if rounds else 0.0,
+        host_ms=rounds.host_ms,
     )
     settings, mean_k = speculative.settings, comparison.prediction.mean_k
     # The k set, under a fixed policy (the last rounds may be cut short to fit max_tokens); an

@@ -382,6 +382,7 @@ async def test_the_palette_sets_controls_and_exports_the_run(tmp_path: Path) -> 
         command("Set k = 6")()
         command("Set route: far")()
         command("Set temperature: 0.7")()
+
         def set_from_the_palette() -> bool:
             settings = app.playground.settings
             return (settings.k, settings.route, settings.sampling.temperature) == (6, "far", 0.7)
