@@ -113,6 +113,12 @@ def costs(args: argparse.Namespace) -> int:
             acceptance = from_sessions
     finally:
         thread.close()
+    timed = max(measured.verify_ms)
+    if timed < args.max_rows:
+        warn(
+            f"the verify pass was timed up to {timed} rows only: no drafter drafted longer (prompt lookup drafts "
+            "only what it finds to copy); add a model drafter, e.g. --draft self=TARGET, to time every row count"
+        )
     report = _report(measured, acceptance, k_max, len(prompt_ids))
     print(json.dumps(report) if args.json else "\n".join(_lines(report)))
     return 0
