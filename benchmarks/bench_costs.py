@@ -32,7 +32,7 @@ from specplay.engine.costs import RoundsMeasured, measure_costs
 from specplay.engine.events import DoneEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
-from specplay.engine.speedup import predict_by_k, recommended_k
+from specplay.engine.speedup import recommended_k
 
 PROMPT = '''def read_lines(path, encoding="utf-8"):
     """Return the lines of a file, without their line endings."""
@@ -85,7 +85,7 @@ def main() -> None:
     per_position = measured_run.acceptance_per_position
     verify = {n: t.ms for n, t in costs.verify_ms.items()}
     draft_ms, target_ms = measured_run.draft_step_ms or costs.draft_step_ms[args.route].ms, costs.target_step_ms.ms
-    by_k = predict_by_k(per_position, verify, draft_ms, target_ms, args.k_max, host_ms=measured_run.host_ms)
+    by_k = measured_run.predict(verify, draft_ms, target_ms, args.k_max)
     predicted = {p.k: p for p in by_k}
 
     ks = list(range(1, args.k_max + 1))
@@ -106,7 +106,8 @@ def main() -> None:
     print(f"# specplay costs against measured speedups ({platform.machine()}, {args.target}, drafter {args.route})\n")
     print(
         f"target step {target_ms:.2f} ms; drafter step {draft_ms:.2f} ms; host {measured_run.host_ms:.2f} ms a round; "
-        f"acceptance by position {' '.join(f'{a:.2f}' for a in per_position)}; {args.max_tokens} tokens, greedy, "
+        f"acceptance by position {' '.join(f'{a:.2f}' for a in per_position)}; rounds drafting at least i "
+        f"{' '.join(f'{a:.2f}' for a in measured_run.drafted_share)}; {args.max_tokens} tokens, greedy, "
         f"{args.repeats} repeats\n"
     )
     print("| k | verify (target steps) | predicted | measured (median) | measured range | predicted / measured |")

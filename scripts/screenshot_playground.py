@@ -4,8 +4,10 @@ rsvg-convert's PNG of it.
 
     python scripts/screenshot_playground.py                    # the models `specplay` opens (SmolLM2 once fetched)
     python scripts/screenshot_playground.py --target demo      # any model flags of `specplay`
+    python scripts/screenshot_playground.py --costs            # round costs measured first: the k advice
 
-Writes docs/images/playground.svg and docs/images/playground.png (needs rsvg-convert).
+Writes docs/images/playground.svg and docs/images/playground.png (needs rsvg-convert);
+with --costs, docs/images/playground-costs.svg and .png.
 """
 
 from __future__ import annotations
@@ -27,9 +29,18 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "images" / "playground.svg"
 SIZE = (160, 50)
 
 
-async def shoot(flags: dict[str, object]) -> str:
-    app = create_app(run_config(flags), PlaygroundOptions(autorun=True))
+async def shoot(flags: dict[str, object], costs: bool) -> str:
+    app = create_app(run_config(flags), PlaygroundOptions(autorun=not costs))
     async with app.run_test(size=SIZE) as pilot:
+        if costs:  # "Measure round costs" from the palette, then a run: its stats give the k advice
+            while app.playground.state != RunState.READY:
+                await pilot.pause(0.2)
+            app.playground.measure_costs()
+            while app.playground.costs is None:
+                if app.playground.state == RunState.READY and "not measured" in app.playground.status:
+                    raise SystemExit(f"screenshot: {app.playground.status}")
+                await pilot.pause(0.2)
+            app.action_run()
         while app.playground.last_session is None:
             if app.playground.state == RunState.FAILED:
                 raise SystemExit(f"screenshot: {app.playground.status}")
@@ -49,19 +60,21 @@ def main() -> int:
     parser.add_argument("--target", help="as for specplay: a fetched name, a GGUF file, a folder, demo")
     parser.add_argument("--draft", action="append", help="as for specplay; repeat")
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--costs", action="store_true", help="measure round costs first (the k advice)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as sessions:
         flags: dict[str, object] = {"prompt": library_prompts()[0].text, "max_tokens": args.max_tokens}
         flags |= {"sessions_dir": Path(sessions)}
         flags |= {key: value for key, value in (("target", args.target), ("draft", args.draft)) if value}
-        svg = asyncio.run(shoot(flags))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(svg, encoding="utf-8")
-    png = to_png(OUT)
+        svg = asyncio.run(shoot(flags, args.costs))
+    out = OUT.with_name("playground-costs.svg") if args.costs else OUT
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(svg, encoding="utf-8")
+    png = to_png(out)
     if png is None:
-        print(f"wrote {OUT}; install rsvg-convert (librsvg2-bin) for the PNG", file=sys.stderr)
+        print(f"wrote {out}; install rsvg-convert (librsvg2-bin) for the PNG", file=sys.stderr)
         return 1
-    print(f"wrote {OUT} and {png}")
+    print(f"wrote {out} and {png}")
     return 0
 
 

@@ -12,7 +12,7 @@ from specplay.bench.report import Row
 from specplay.bench.stats import median
 from specplay.bench.sweep import BenchConfig, Measurement
 from specplay.engine.costs import RoundCosts, RoundsMeasured
-from specplay.engine.speedup import predict_by_k, recommended_k
+from specplay.engine.speedup import recommended_k
 
 _SUMMED = ("num_spec_steps", "num_draft_tokens", "draft_ms", "overhead_ms")
 K_GROUP = "k"
@@ -61,19 +61,19 @@ def k_advice(
         target_step_ms = median(targets) or cell_costs.target_step_ms.ms
         if not route or route[0][0] not in cell_costs.draft_step_ms:
             continue
-        summed = {name: sum(getattr(m, name) for m in runs) for name in _SUMMED}
-        rounds = RoundsMeasured.of(summed | {"acceptance_per_position": longest.acceptance_per_position})
+        summed: dict[str, object] = {name: sum(getattr(m, name) for m in runs) for name in _SUMMED}
         if not summed["num_spec_steps"]:
             continue
+        for name, field in (
+            ("num_drafted_per_position", "drafted_per_position"),
+            ("num_accepted_per_position", "accepted_per_position"),
+        ):
+            width = max(len(getattr(m, field)) for m in runs)
+            summed[name] = [sum(getattr(m, field)[i] for m in runs if i < len(getattr(m, field))) for i in range(width)]
+        rounds = RoundsMeasured.of(summed | {"acceptance_per_position": longest.acceptance_per_position})
         verify = {n: t.ms for n, t in cell_costs.verify_ms.items()}
-        predictions = predict_by_k(
-            rounds.acceptance_per_position,
-            verify,
-            rounds.draft_step_ms or cell_costs.draft_step_ms[route[0][0]].ms,
-            target_step_ms,
-            k_max=min(k_of[longest.config], max(verify) - 1),
-            host_ms=rounds.host_ms,
-        )
+        k_max = min(k_of[longest.config], max(verify) - 1)
+        predictions = rounds.predict(verify, cell_costs.draft_step_ms[route[0][0]].ms, target_step_ms, k_max)
         best = recommended_k(predictions)
         measured = {k_of[r.config]: r.speedup for r in k_rows if r.speedup is not None}
         top = max(measured, key=lambda k: measured[k], default=None)

@@ -28,7 +28,7 @@ from specplay.engine.events import DoneEvent, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
-from specplay.engine.speedup import KPrediction, predict_by_k, recommended_k
+from specplay.engine.speedup import KPrediction, recommended_k
 from specplay.errors import ConfigError
 from specplay.runner.thread import ModelThread
 
@@ -166,9 +166,7 @@ def _report(
         step_ms = rounds.draft_step_ms if rounds is not None and rounds.draft_step_ms is not None else alone.ms
         host_ms = rounds.host_ms if rounds is not None else None
         predictions: list[KPrediction] = (
-            predict_by_k(rounds.acceptance_per_position, verify, step_ms, target_ms, k_max, host_ms=rounds.host_ms)
-            if rounds is not None
-            else []
+            rounds.predict(verify, alone.ms, target_ms, k_max) if rounds is not None else []
         )
         best = recommended_k(predictions)
         drafters[name] = {

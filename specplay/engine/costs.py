@@ -23,6 +23,7 @@ from specplay.engine.loop import Clock, SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.engine.speedup import KPrediction, predict_by_k
 from specplay.errors import ConfigError
 
 MAX_ROWS = 16
@@ -70,6 +71,11 @@ class RoundsMeasured:
     cache up on the tokens committed since included) and the host's work per round."""
 
     acceptance_per_position: list[float]
+    """Kept over drafted at each position, over the rounds that drafted that far (the metric)."""
+    drafted_share: list[float]
+    """Of all rounds, those that drafted at least i tokens (1.0 throughout for a model drafter)."""
+    kept_share: list[float]
+    """Of all rounds, those that kept at least i drafted tokens."""
     draft_step_ms: float | None
     """None where the rounds drafted nothing."""
     host_ms: float
@@ -78,10 +84,28 @@ class RoundsMeasured:
     def of(cls, metrics: Mapping[str, Any]) -> RoundsMeasured:
         """From a speculative lane's metrics (engine/metrics.py's names)."""
         rounds, drafted = metrics.get("num_spec_steps") or 0, metrics.get("num_draft_tokens") or 0
+        per_drafted = list(metrics.get("num_drafted_per_position") or [])
+        per_kept = list(metrics.get("num_accepted_per_position") or [])
         return cls(
             acceptance_per_position=list(metrics.get("acceptance_per_position") or []),
+            drafted_share=[n / rounds for n in per_drafted] if rounds else [],
+            kept_share=[n / rounds for n in per_kept] if rounds else [],
             draft_step_ms=(metrics.get("draft_ms") or 0.0) / drafted if drafted else None,
             host_ms=(metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0,
+        )
+
+    def predict(
+        self, verify_ms: Mapping[int, float], draft_step_ms: float, target_step_ms: float, k_max: int
+    ) -> list[KPrediction]:
+        """`speedup.predict_by_k` from these rounds: what each k would give on their text."""
+        return predict_by_k(
+            self.kept_share,
+            verify_ms,
+            self.draft_step_ms if self.draft_step_ms is not None else draft_step_ms,
+            target_step_ms,
+            k_max,
+            host_ms=self.host_ms,
+            drafted_share=self.drafted_share,
         )
 
 

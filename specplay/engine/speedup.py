@@ -193,11 +193,32 @@ def monotone(verify_ms: Mapping[int, float]) -> dict[int, float]:
     return dict(zip(rows, values, strict=True))
 
 
-def round_ms(k: int, verify_ms: Mapping[int, float], draft_step_ms: float, host_ms: float = 0.0) -> float | None:
-    """A round of k drafts: k drafter steps, a verify pass over k + 1 rows and the host's work
-    around them (acceptance bookkeeping, events, text) (None: the verify pass was not measured)."""
-    verify = verify_ms.get(k + 1)
-    return None if verify is None else k * draft_step_ms + verify + host_ms
+def round_ms(
+    k: int,
+    verify_ms: Mapping[int, float],
+    draft_step_ms: float,
+    host_ms: float = 0.0,
+    drafted_share: Sequence[float] | None = None,
+) -> float | None:
+    """A round of k drafts: its drafter steps, a verify pass over one row more than it drafted and
+    the host's work around them (acceptance bookkeeping, events, text). `drafted_share`: the share
+    of rounds that drafted at least i tokens, i = 1..; None: every round drafts k (a model drafter
+    does; prompt lookup drafts only what it finds to copy, so its rounds are cheaper and commit
+    less). None where a verify pass the round may make was not measured."""
+    if drafted_share is None:
+        lengths = {k: 1.0}
+    else:  # P(a round of k drafts j) = P(drafts >= j) - P(drafts >= j + 1), capped at k
+        at_least = [1.0, *reach_by_position(drafted_share, k)]
+        lengths = {j: at_least[j] - (at_least[j + 1] if j < k else 0.0) for j in range(k + 1)}
+    total = 0.0
+    for drafted, share in lengths.items():
+        if share <= 0:
+            continue
+        verify = verify_ms.get(drafted + 1)
+        if verify is None:
+            return None
+        total += share * (drafted * draft_step_ms + verify)
+    return total + host_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,15 +241,18 @@ def predict_by_k(
     target_step_ms: float,
     k_max: int,
     host_ms: float = 0.0,
+    drafted_share: Sequence[float] | None = None,
 ) -> list[KPrediction]:
     """The prediction for every k from 1 to k_max whose verify pass was measured (the curve taken
     `monotone`). `target_step_ms` is a target-only step as the engine times it (host work
     included), `host_ms` a round's host work (a run's overhead_ms over its rounds), so both sides
-    of the ratio count the same things."""
+    of the ratio count the same things. With `drafted_share` (the share of rounds that drafted at
+    least i tokens), `acceptance_per_position` is the share of all rounds that kept i tokens or
+    more (`RoundsMeasured.kept_share`), so rounds that drafted less count for what they gave."""
     verify_ms = monotone(verify_ms)
     out = []
     for k in range(1, k_max + 1):
-        cost_ms = round_ms(k, verify_ms, draft_step_ms, host_ms)
+        cost_ms = round_ms(k, verify_ms, draft_step_ms, host_ms, drafted_share)
         if cost_ms is None or target_step_ms <= 0:
             continue
         tokens = expected_tokens(acceptance_per_position, k)

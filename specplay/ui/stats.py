@@ -22,7 +22,6 @@ from specplay.engine.speedup import (
     mean_step_ms,
     measured_speedup,
     predict,
-    predict_by_k,
     predict_modelled,
     recommended_k,
     round_account,
@@ -190,14 +189,8 @@ def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts 
     # The target step, the drafter's step and the host's work per round as this run measured
     # them where it has; the verify curve from the costs.
     rounds = RoundsMeasured.of(speculative.spec.to_dict())
-    by_k = predict_by_k(
-        speculative.acceptance_per_position(),
-        verify,
-        rounds.draft_step_ms or costs.draft_step_ms[last.route].ms,
-        target.mean_step_ms or costs.target_step_ms.ms,
-        k_max=max(verify) - 1,
-        host_ms=rounds.host_ms,
-    )
+    target_step_ms = target.mean_step_ms or costs.target_step_ms.ms
+    by_k = rounds.predict(verify, costs.draft_step_ms[last.route].ms, target_step_ms, k_max=max(verify) - 1)
     settings, mean_k = speculative.settings, comparison.prediction.mean_k
     # The k set, under a fixed policy (the last rounds may be cut short to fit max_tokens); an
     # adaptive policy's k moves, and its mean says where it has been.

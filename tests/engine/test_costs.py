@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specplay.engine.costs import measure_costs
+from specplay.engine.costs import RoundsMeasured, measure_costs
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.engine.speedup import (
     break_even_alpha,
@@ -86,6 +86,18 @@ def test_a_dip_in_the_verify_curve_is_pooled_with_its_neighbours() -> None:
     assert [p.speedup for p in noisy] == pytest.approx([p.speedup for p in pooled])
 
 
+def test_rounds_that_draft_less_cost_less_and_commit_less() -> None:
+    # prompt lookup: half the rounds find 2 tokens to copy, half find none
+    verify = {1: 10.0, 2: 12.0, 3: 14.0}
+    one, two = predict_by_k([0.4, 0.3], verify, 1.0, 10.0, k_max=2, drafted_share=[0.5, 0.5])
+    # k = 1: half verify 1 row, half draft 1 and verify 2; 1 + 0.4 tokens
+    assert one.round_ms == pytest.approx(0.5 * 10.0 + 0.5 * (1.0 + 12.0))
+    assert one.speedup == pytest.approx(1.4 * 10.0 / one.round_ms)
+    # k = 2: half verify 1 row, half draft 2 and verify 3; 1 + 0.4 + 0.3 tokens
+    assert two.round_ms == pytest.approx(0.5 * 10.0 + 0.5 * (2.0 + 14.0))
+    assert two.speedup == pytest.approx(1.7 * 10.0 / two.round_ms)
+
+
 def test_with_one_alpha_and_a_verify_that_costs_a_step_it_is_leviathans_formula() -> None:
     alpha, c, step = 0.75, 0.1, 20.0
     verify = dict.fromkeys(range(1, 10), step)  # the formula's verify pass: one target step, any rows
@@ -100,25 +112,25 @@ def test_break_even_acceptance_at_its_edges() -> None:
     assert 0 < break_even_alpha(4, 1.5) < break_even_alpha(4, 3.0) < 1
 
 
-def test_the_prediction_matches_the_engines_own_run_at_every_k() -> None:
+@pytest.mark.parametrize("drafter", ["near", "lookup"])
+def test_the_prediction_matches_the_engines_own_run_at_every_k(drafter: str) -> None:
     """A fixed-k run on the scripted clock: its tokens/s over the target-only run's is what its own
     per-position acceptance and the measured costs predict (up to its last, shorter rounds)."""
     cost = Cost(step_ms=10.0, row_ms=1.0)
-    backend = scripted_backend(cost, drafters=("near",))
+    backend = scripted_backend(cost, drafters=("near", "lookup"))  # near times the verify pass at every row
     prompt = backend.encode(CODE_PROMPT, raw=True)
     costs = measure_costs(scripted_engine(backend), prompt, GREEDY, LOSSLESS, max_rows=9, repeats=2)
     target = done(run(backend, CODE_PROMPT, mode="target", max_tokens=200)).metrics["tokens_per_s"]
     verify = {rows: t.ms for rows, t in costs.verify_ms.items()}
     for k in (1, 2, 4, 8):
-        events = run(backend, CODE_PROMPT, k=k, route="near", max_tokens=200)
+        events = run(backend, CODE_PROMPT, k=k, route=drafter, max_tokens=200)
         metrics = done(events).metrics
-        # every round drafts k, but those near the end, cut to fit max_tokens
-        assert every(len(r.positions) == k for r in rounds(events) if r.token_index + k < 200)
-        (prediction,) = [
-            p
-            for p in predict_by_k(
-                metrics["acceptance_per_position"], verify, costs.draft_step_ms["near"].ms, costs.target_step_ms.ms, k
-            )
-            if p.k == k
-        ]
-        assert prediction.speedup == pytest.approx(metrics["tokens_per_s"] / target, rel=0.03), k
+        if drafter == "near":  # every round drafts k, but those near the end, cut to fit max_tokens
+            assert every(len(r.positions) == k for r in rounds(events) if r.token_index + k < 200)
+        else:  # prompt lookup drafts what it finds to copy: some rounds less, some nothing
+            assert {len(r.positions) for r in rounds(events)} - {k}
+        predictions = RoundsMeasured.of(metrics).predict(
+            verify, costs.draft_step_ms[drafter].ms, costs.target_step_ms.ms, k
+        )
+        assert predictions[-1].k == k
+        assert predictions[-1].speedup == pytest.approx(metrics["tokens_per_s"] / target, rel=0.03), k
