@@ -29,7 +29,7 @@ from specplay.cli import build_parser
 from specplay.cli.configure import given, run_config
 from specplay.engine.controls import LiveControls
 from specplay.engine.costs import RoundsMeasured, measure_costs
-from specplay.engine.events import DoneEvent
+from specplay.engine.events import DoneEvent, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.speedup import recommended_k
@@ -59,8 +59,10 @@ def acceptance(engine: SpecEngine, ids: Sequence[int], route: str, k_max: int, m
 
     settings = SpecSettings(k=k_max, route=route, policy="fixed")
     request = Request(PROMPT, tuple(ids), "speculative", 0, max_tokens, ignore_eos=True)
-    done = [e for e in engine.generate(request, LiveControls(settings, engine.drafters)) if isinstance(e, DoneEvent)]
-    return RoundsMeasured.of(done[-1].metrics)
+    events = engine.generate(request, LiveControls(settings, engine.drafters))
+    return RoundsMeasured.of_rounds(
+        e for e in events if isinstance(e, RoundEvent) and e.token_index + k_max <= max_tokens
+    )
 
 
 def main() -> None:

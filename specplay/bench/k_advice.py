@@ -70,7 +70,8 @@ def k_advice(
         ):
             width = max(len(getattr(m, field)) for m in runs)
             summed[name] = [sum(getattr(m, field)[i] for m in runs if i < len(getattr(m, field))) for i in range(width)]
-        rounds = RoundsMeasured.of(summed | {"acceptance_per_position": longest.acceptance_per_position})
+        measured_here = {"acceptance_per_position": longest.acceptance_per_position}
+        rounds = RoundsMeasured.of(summed | measured_here).asked(k_of[longest.config])
         verify = {n: t.ms for n, t in cell_costs.verify_ms.items()}
         k_max = min(k_of[longest.config], max(verify) - 1)
         predictions = rounds.predict(verify, cell_costs.draft_step_ms[route[0][0]].ms, target_step_ms, k_max)

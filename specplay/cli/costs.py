@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -24,9 +24,8 @@ from specplay.cli.render import warn
 from specplay.config.run_config import RunConfig, check_models
 from specplay.engine.controls import LiveControls
 from specplay.engine.costs import MAX_ROWS, REPEATS, RoundCosts, RoundsMeasured, measure_costs
-from specplay.engine.events import DoneEvent, RoundEvent
+from specplay.engine.events import RoundEvent
 from specplay.engine.loop import SpecEngine
-from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
 from specplay.engine.speedup import KPrediction, recommended_k
 from specplay.errors import ConfigError
@@ -132,8 +131,10 @@ def _run_acceptance(
     k = config.settings.policy_params.k_max
     settings = config.settings.changed(k=k, policy="fixed", route=drafter, counterfactual=False)
     request = Request(config.request.prompt or "", tuple(prompt_ids), "speculative", config.request.seed, max_tokens)
-    done = [e for e in source.generate(request, LiveControls(settings, source.drafters)) if isinstance(e, DoneEvent)]
-    return RoundsMeasured.of(done[-1].metrics)
+    events = source.generate(request, LiveControls(settings, source.drafters))
+    # Rounds near the end draft less to stop at max_tokens: not the drafter's doing, left out.
+    whole = (e for e in events if isinstance(e, RoundEvent) and e.token_index + k <= max_tokens)
+    return RoundsMeasured.of_rounds(whole).asked(k)
 
 
 def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[str, RoundsMeasured]:
@@ -143,14 +144,7 @@ def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[
         session = open_session(name, args)
         for event in session.main.rounds:
             by_route.setdefault(event.route, []).append(event)
-    return {route: _acceptance(rounds) for route, rounds in by_route.items()}
-
-
-def _acceptance(rounds: Iterable[RoundEvent]) -> RoundsMeasured:
-    metrics = Metrics(speculative=True)
-    for event in rounds:
-        metrics.add_round(event)
-    return RoundsMeasured.of(metrics.to_dict())
+    return {route: RoundsMeasured.of_rounds(rounds) for route, rounds in by_route.items()}
 
 
 def _report(
@@ -175,6 +169,8 @@ def _report(
             "draft_step_alone_spread_ms": alone.spread_ms,
             "c": step_ms / target_ms if target_ms > 0 else None,
             "acceptance_per_position": rounds.acceptance_per_position if rounds is not None else None,
+            "drafted_share_per_position": rounds.drafted_share if rounds is not None else None,
+            "kept_share_per_position": rounds.kept_share if rounds is not None else None,
             "host_ms_per_round": host_ms,
             "predicted_speedup_by_k": [asdict(p) for p in predictions],
             "recommended_k": best.k if best is not None else None,

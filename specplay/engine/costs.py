@@ -11,15 +11,16 @@ the forward pass and the acceptance work after it.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specplay.engine.backend_protocol import Generation
 from specplay.engine.controls import LiveControls
 from specplay.engine.draws import Draws, RoundDraws
-from specplay.engine.events import StepEvent
+from specplay.engine.events import RoundEvent, StepEvent
 from specplay.engine.loop import Clock, SpecEngine
+from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams, SpecSettings
@@ -93,6 +94,21 @@ class RoundsMeasured:
             draft_step_ms=(metrics.get("draft_ms") or 0.0) / drafted if drafted else None,
             host_ms=(metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0,
         )
+
+    @classmethod
+    def of_rounds(cls, rounds: Iterable[RoundEvent]) -> RoundsMeasured:
+        """From rounds themselves (a session's, or a run's without those the engine cut short to
+        end at max_tokens: leave those out, or they read as a drafter that drafts less)."""
+        metrics = Metrics(speculative=True)
+        for event in rounds:
+            metrics.add_round(event)
+        return cls.of(metrics.to_dict())
+
+    def asked(self, k: int) -> RoundsMeasured:
+        """These rounds as asked for k drafts each: positions no round reached were drafted by
+        none (prompt lookup found nothing that long), not unmeasured, so their shares are 0."""
+        pad = [0.0] * max(0, k - len(self.drafted_share))
+        return replace(self, drafted_share=[*self.drafted_share, *pad], kept_share=[*self.kept_share, *pad])
 
     def predict(
         self, verify_ms: Mapping[int, float], draft_step_ms: float, target_step_ms: float, k_max: int

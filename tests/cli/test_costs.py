@@ -44,7 +44,11 @@ def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.Captur
         # the numbers are speedup.py's from the measured numbers, and the recommendation is their best
         host_ms = drafter["host_ms_per_round"]
         assert host_ms >= 0
-        again = predict_by_k(acceptance, verify, drafter["draft_step_ms"], report["target_step_ms"], 8, host_ms=host_ms)
+        kept, drafted = drafter["kept_share_per_position"], drafter["drafted_share_per_position"]
+        assert drafted == pytest.approx([1.0] * len(drafted))  # a model drafter drafts k every round
+        assert kept == pytest.approx(acceptance)  # so its kept share is its acceptance by position
+        step, target = drafter["draft_step_ms"], report["target_step_ms"]
+        again = predict_by_k(kept, verify, step, target, 8, host_ms=host_ms, drafted_share=drafted)
         assert [p.speedup for p in again] == pytest.approx([p["speedup"] for p in by_k])
         best = max(by_k, key=lambda p: (p["speedup"], -p["k"]))
         assert drafter["recommended_k"] == best["k"] and drafter["recommended_speedup"] == best["speedup"]

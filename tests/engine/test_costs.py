@@ -134,3 +134,21 @@ def test_the_prediction_matches_the_engines_own_run_at_every_k(drafter: str) -> 
         )
         assert predictions[-1].k == k
         assert predictions[-1].speedup == pytest.approx(metrics["tokens_per_s"] / target, rel=0.03), k
+
+
+def test_a_drafters_rounds_read_alike_from_metrics_and_from_the_rounds() -> None:
+    backend = scripted_backend(drafters=("near", "lookup"))
+    for drafter in ("near", "lookup"):
+        events = run(backend, CODE_PROMPT, k=8, route=drafter, max_tokens=80)
+        whole = [r for r in rounds(events) if r.token_index + 8 <= 80]  # none cut to end at max_tokens
+        measured = RoundsMeasured.of_rounds(whole)
+        drafted = [sum(len(r.positions) > i for r in whole) / len(whole) for i in range(8)]
+        kept = [sum(r.num_accepted > i for r in whole) / len(whole) for i in range(8)]
+        assert measured.drafted_share[:8] + [0.0] * (8 - len(measured.drafted_share)) == pytest.approx(drafted)
+        assert measured.kept_share[:8] + [0.0] * (8 - len(measured.kept_share)) == pytest.approx(kept)
+        if drafter == "near":  # a model drafter drafts every token asked of it
+            assert measured.drafted_share == [1.0] * 8
+        else:  # prompt lookup drafts what it finds to copy; asked for 8, what it never reached counts 0
+            assert min(measured.drafted_share) < 1.0
+            asked = measured.asked(8).drafted_share
+            assert len(asked) == 8 and asked[: len(measured.drafted_share)] == measured.drafted_share
