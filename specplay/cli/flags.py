@@ -5,6 +5,7 @@ a RunConfig. These flags have no argparse default, so a command knows which ones
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -21,8 +22,34 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line, without the usage block, and bounds every
     integer flag by its kind (a seed, or a count) before any command sees it."""
 
+    _secrets: tuple[str, ...] = ()
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        self._secrets = secrets_in(argv)
+        return super().parse_known_args(argv, namespace)
+
     def error(self, message: str) -> NoReturn:
+        # argparse quotes what it could not place ("unrecognized arguments: --api-key sk-…"):
+        # a key given to a command that takes none must not be printed.
+        for secret in self._secrets:
+            message = message.replace(secret, "<hidden>")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+SECRET_FLAGS = ("--api-key",)
+
+
+def secrets_in(argv: list[str]) -> tuple[str, ...]:
+    """The values of the secret flags in `argv` (`--api-key KEY` or `--api-key=KEY`)."""
+    found = []
+    for i, arg in enumerate(argv):
+        for flag in SECRET_FLAGS:
+            if arg == flag and i + 1 < len(argv):
+                found.append(argv[i + 1])
+            elif arg.startswith(flag + "="):
+                found.append(arg.split("=", 1)[1])
+    return tuple(secret for secret in found if secret)
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         if action.type is not int:

@@ -155,3 +155,14 @@ def test_vllm_launch_refuses_a_key_no_client_could_send(key: str, capsys: pytest
     assert main(["vllm-launch", "--target", "org/big", "--api-key", key]) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and "--api-key cannot be sent as an HTTP header" in err and MARK not in out + err
+
+
+@pytest.mark.parametrize("args", [["--api-key", "sk-live-1234"], ["--api-key=sk-live-1234"]])
+def test_a_key_given_to_a_command_that_takes_none_is_not_echoed(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["sessions", *args])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and "unrecognized arguments" in err and "<hidden>" in err
+    assert "sk-live-1234" not in err and err.count("\n") == 1
