@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from specplay.bench.report import Row
+from specplay.bench.report import Row, cell
 from specplay.bench.stats import median
 from specplay.bench.sweep import BenchConfig, Measurement
 from specplay.engine.costs import RoundCosts, RoundsMeasured
@@ -94,9 +94,6 @@ def k_advice(
 
 
 def k_advice_markdown(advice: Sequence[KAdvice]) -> list[str]:
-    def fmt(value: float | None, pattern: str) -> str:
-        return "–" if value is None else pattern.format(value)
-
     lines = [
         "",
         "## Which k",
@@ -114,11 +111,11 @@ def k_advice_markdown(advice: Sequence[KAdvice]) -> list[str]:
             a.category,
             f"{a.temperature:g}",
             a.route,
-            fmt(a.measured_best_k, "{}"),
-            fmt(a.measured_best_speedup, "{:.2f}x"),
-            fmt(a.recommended_k, "{}"),
-            fmt(a.predicted_speedup, "{:.2f}x"),
-            fmt(a.measured_at_recommended, "{:.2f}x"),
+            cell(a.measured_best_k, "{}"),
+            cell(a.measured_best_speedup, "{:.2f}x"),
+            cell(a.recommended_k, "{}"),
+            cell(a.predicted_speedup, "{:.2f}x"),
+            cell(a.measured_at_recommended, "{:.2f}x"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -204,7 +204,7 @@ def router_markdown(report: dict[str, Any]) -> list[str]:
         "acceptance length on that prompt. Route regret: the best drafter's mean acceptance length minus the",
         "routed one's.",
         "",
-        f"- accuracy on labels: {_fmt(report['accuracy_on_labels'], '{:.0%}')}",
+        f"- accuracy on labels: {cell(report['accuracy_on_labels'], '{:.0%}')}",
         f"- accuracy by acceptance: {report['accuracy_by_acceptance']:.0%}",
         f"- mean route regret: {report['mean_route_regret']:.2f} tokens per round",
         "",
@@ -227,7 +227,8 @@ def router_markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _fmt(value: float | None, pattern: str) -> str:
+def cell(value: float | None, pattern: str) -> str:
+    """A table cell: the value by `pattern`, or a dash where there is none."""
     return "–" if value is None else pattern.format(value)
 
 
@@ -262,16 +263,16 @@ def markdown(
         for r in (r for r in rows if (r.category, r.temperature) == (category, temperature)):
             cells = [
                 r.config,
-                _fmt(r.draft_acceptance_rate, "{:.1%}"),
-                _fmt(r.mean_acceptance_length, "{:.2f}"),
-                _fmt(r.rounds_per_request, "{:.1f}"),
-                _fmt(r.median_e2e_ms, "{:.0f}"),
-                _fmt(r.tokens_per_s, "{:.1f}"),
-                _fmt(r.speedup, "{:.2f}x"),
-                _fmt(r.predicted_speedup, "{:.2f}x"),
-                _fmt(r.costed_speedup, "{:.2f}x"),
-                _fmt(r.vs_mlx_lm, "{:.2f}x"),
-                _fmt(r.second_branch_share, "{:.0%}"),
+                cell(r.draft_acceptance_rate, "{:.1%}"),
+                cell(r.mean_acceptance_length, "{:.2f}"),
+                cell(r.rounds_per_request, "{:.1f}"),
+                cell(r.median_e2e_ms, "{:.0f}"),
+                cell(r.tokens_per_s, "{:.1f}"),
+                cell(r.speedup, "{:.2f}x"),
+                cell(r.predicted_speedup, "{:.2f}x"),
+                cell(r.costed_speedup, "{:.2f}x"),
+                cell(r.vs_mlx_lm, "{:.2f}x"),
+                cell(r.second_branch_share, "{:.0%}"),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     if router is not None:
