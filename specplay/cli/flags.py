@@ -18,6 +18,21 @@ UNSET = argparse.SUPPRESS
 API_KEY_ENV = "SPECPLAY_API_KEY"
 
 
+SECRET_FLAGS = ("--api-key",)
+
+
+def secrets_in(argv: list[str]) -> tuple[str, ...]:
+    """The values of the secret flags in `argv` (`--api-key KEY` or `--api-key=KEY`)."""
+    found = []
+    for i, arg in enumerate(argv):
+        for flag in SECRET_FLAGS:
+            if arg == flag and i + 1 < len(argv):
+                found.append(argv[i + 1])
+            elif arg.startswith(flag + "="):
+                found.append(arg.split("=", 1)[1])
+    return tuple(secret for secret in found if secret)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line, without the usage block, and bounds every
     integer flag by its kind (a seed, or a count) before any command sees it."""
@@ -35,21 +50,6 @@ class Parser(argparse.ArgumentParser):
         for secret in self._secrets:
             message = message.replace(secret, "<hidden>")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-SECRET_FLAGS = ("--api-key",)
-
-
-def secrets_in(argv: list[str]) -> tuple[str, ...]:
-    """The values of the secret flags in `argv` (`--api-key KEY` or `--api-key=KEY`)."""
-    found = []
-    for i, arg in enumerate(argv):
-        for flag in SECRET_FLAGS:
-            if arg == flag and i + 1 < len(argv):
-                found.append(argv[i + 1])
-            elif arg.startswith(flag + "="):
-                found.append(arg.split("=", 1)[1])
-    return tuple(secret for secret in found if secret)
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         if action.type is not int:
