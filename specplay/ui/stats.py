@@ -188,7 +188,7 @@ def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts 
     verify = {rows: t.ms for rows, t in costs.verify_ms.items()}
     # The target step, the drafter's step and the host's work per round as this run measured
     # them where it has; the verify curve from the costs.
-    rounds = RoundsMeasured.of(speculative.spec.to_dict())
+    rounds = RoundsMeasured.of(metrics)
     target_step_ms = target.mean_step_ms or costs.target_step_ms.ms
     by_k = rounds.predict(verify, costs.draft_step_ms[last.route].ms, target_step_ms, k_max=max(verify) - 1)
     settings, mean_k = speculative.settings, comparison.prediction.mean_k
