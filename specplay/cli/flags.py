@@ -12,7 +12,15 @@ from typing import Any, NoReturn
 from specplay.config.numbers import count_number, seed_number
 from specplay.config.run_config import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
 from specplay.engine.rules import RULE_NAMES, RULES, RuleParams, all_settings
-from specplay.engine.settings import AUTO_ROUTE, MODES, POLICIES, PolicyParams, SamplingParams, SpecSettings
+from specplay.engine.settings import (
+    ADAPTIVE_ROUTE,
+    AUTO_ROUTE,
+    MODES,
+    POLICIES,
+    PolicyParams,
+    SamplingParams,
+    SpecSettings,
+)
 
 UNSET = argparse.SUPPRESS
 API_KEY_ENV = "SPECPLAY_API_KEY"
@@ -178,7 +186,11 @@ def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False)
     )
     spec.add_argument("--policy", choices=POLICIES, default=UNSET, help="draft-length policy (default fixed)")
     spec.add_argument(
-        "--route", default=UNSET, metavar="NAME|auto", help=f"pin a drafter, or let the router choose ({AUTO_ROUTE})"
+        "--route",
+        default=UNSET,
+        metavar="NAME|auto|adaptive",
+        help=f"pin a drafter; let the router choose one per request ({AUTO_ROUTE}); or choose each round from "
+        f"what the run measures ({ADAPTIVE_ROUTE})",
     )
     rule_help = "acceptance rule: " + ", ".join(f"{name} ({rule.description})" for name, rule in RULES.items())
     rule_help += f"; each keeps what lossless acceptance keeps, and more (default {settings.rule})"

@@ -12,6 +12,7 @@ from rich.text import Text
 from specplay.display.palette import SOURCE_STYLES
 from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
+from specplay.engine.settings import ADAPTIVE_ROUTE
 from specplay.engine.speedup import measured_speedup
 from specplay.json_text import dump_json
 from specplay.store import LaneRecord
@@ -43,6 +44,8 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
                 "draft_ms": r.draft_ms,
                 "verify_ms": r.verify_ms,
                 "overhead_ms": r.overhead_ms,
+                "catch_up_ms": r.catch_up_ms,
+                "catch_up_tokens": r.catch_up_tokens,
                 "counterfactuals": [asdict(c) for c in r.counterfactuals],
             }
             for r in record.rounds
@@ -114,7 +117,7 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
     m, s = record.done.metrics, record.start.settings
     server = m.get("server")
     parts = [record.start.mode]
-    if record.start.route is not None:
+    if record.start.route is not None and s.route != ADAPTIVE_ROUTE:
         parts.append(f"route {record.start.route}")
     if server is not None:
         parts.append(f"k {server['k'] if server['k'] is not None else '?'} (server)")
@@ -132,6 +135,8 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
             parts.append(f"TV spent {m['tv_spent']:.2f}")
         if m.get("second_branch_share") is not None:  # sessions older than the field lack it
             parts.append(width_line(m))
+        if s.route == ADAPTIVE_ROUTE or m.get("route_switches"):
+            parts.append(routes_line(m))
         if m.get("counterfactual"):
             parts.append(counterfactual_line(m))
     if server is not None:
@@ -151,6 +156,15 @@ def width_line(metrics: dict[str, Any]) -> str:
     """Where the target's token stood among the drafter's at rejections (engine/width.py)."""
     ranks = " ".join(f"{rank}:{count}" for rank, count in metrics["rejection_rank_histogram"].items())
     return f"rejection ranks {ranks}; a second branch saves {100 * metrics['second_branch_share']:.0f}%"
+
+
+def routes_line(metrics: dict[str, Any]) -> str:
+    """Which drafters served the rounds and how well, and what switching cost."""
+    served = sorted(metrics["rounds_by_route"].items(), key=lambda item: -item[1]["rounds"])
+    rounds = ", ".join(f"{name} {entry['rounds']} ({entry['mean_acceptance_length']:.2f})" for name, entry in served)
+    switches = metrics["route_switches"]
+    catch_up = f", catch-up {metrics['catch_up_ms']:.1f} ms" if metrics["catch_up_ms"] else ""
+    return f"rounds by drafter (mean acceptance length): {rounds}; {switches} switches{catch_up}"
 
 
 def counterfactual_line(metrics: dict[str, Any]) -> str:

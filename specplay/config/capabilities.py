@@ -34,6 +34,7 @@ def vllm_native(baseline: bool) -> Capabilities:
         local_token_text=False,
         server_judges=True,
         rules=TOP_K_RULES,
+        round_routes=False,
     )
 
 

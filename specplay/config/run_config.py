@@ -17,7 +17,7 @@ from specplay.config.capabilities import NATIVE_FIXED, capabilities_of
 from specplay.config.locate import check_found
 from specplay.engine.capabilities import check_supported
 from specplay.engine.router import CodeProseRouter, check_route, check_route_map
-from specplay.engine.settings import Mode, SpecSettings
+from specplay.engine.settings import ROUTE_SETTINGS, Mode, SpecSettings
 from specplay.errors import ConfigError
 
 BackendKind = Literal["mlx", "vllm"]
@@ -164,6 +164,8 @@ def check_models(config: RunConfig) -> None:
             raise ConfigError("draft", f"names {name!r} twice; give each drafter its own NAME=")
         if name == TARGET:
             raise ConfigError("draft", "cannot name a drafter 'target'; name it with NAME=")
+        if name in ROUTE_SETTINGS:
+            raise ConfigError("draft", f"cannot name a drafter {name!r}, a route setting; name it with NAME=")
     # The vLLM numbers are checked whatever the backend: a NaN is a mistake even where it is unused.
     if config.vllm.top_logprobs < 1:
         raise ConfigError("top_logprobs", f"must be at least 1 (got {config.vllm.top_logprobs})")

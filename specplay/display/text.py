@@ -32,6 +32,11 @@ def change_label(changes: Iterable[tuple[str, Any, Any]]) -> str:
     return "⟨" + " ".join(f"{name}={setting_text(new)}" for name, _, new in changes) + "⟩"
 
 
+def switch_label(drafter: str) -> str:
+    """Where the rounds' drafter changed without a live change (adaptive routing): ⟨→prose⟩."""
+    return f"⟨→{drafter}⟩"
+
+
 def setting_text(value: Any) -> str:
     """A setting's value as a user typed it: 0.5, not 0.500."""
     return f"{value:g}" if isinstance(value, float) else str(value)

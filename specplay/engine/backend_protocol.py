@@ -109,6 +109,12 @@ class Generation(Protocol):
         """Append the round's committed tokens and rewind every cache to them."""
         ...
 
+    def catch_up(self, drafter: str) -> int:
+        """Bring `drafter`'s cache to the committed tokens but the last (as a prefill would), after
+        rounds another drafter served; returns how many tokens it took in (0 where it keeps no
+        cache on this machine: a server's prefix cache is the server's)."""
+        ...
+
     def generate(
         self, model: str | None, sampling: SamplingParams, draw: Callable[[], float], pipeline: bool = True
     ) -> Iterator[int]:

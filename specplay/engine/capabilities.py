@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specplay.engine.rules import RULE_NAMES
-from specplay.engine.settings import MODES, Mode, SpecSettings
+from specplay.engine.settings import ADAPTIVE_ROUTE, MODES, Mode, SpecSettings
 from specplay.errors import ConfigError
 
 
@@ -42,6 +42,8 @@ class Capabilities:
     distributions to account their TV exactly."""
     counterfactual: bool = False
     """It can judge other drafters' proposals from a lane's context without committing them."""
+    round_routes: bool = True
+    """It can change drafters between rounds (`--route adaptive`); a speculating server drafts by itself."""
 
     @property
     def baseline(self) -> bool:
@@ -65,3 +67,7 @@ def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
         )
     if settings.counterfactual and not capabilities.counterfactual:
         raise ConfigError("counterfactual", "routes run on the MLX backend only: turn them off")
+    if settings.route == ADAPTIVE_ROUTE and not capabilities.round_routes:
+        raise ConfigError(
+            "route", f"adaptive picks a drafter every round, which cannot happen here: {capabilities.fixed_by}"
+        )

@@ -145,6 +145,11 @@ class RoundEvent:
     request inspects."""
     counterfactuals: tuple[Counterfactual, ...] = ()
     """The other drafters' proposals this round, when counterfactual routes are on."""
+    catch_up_ms: float = 0.0
+    """The part of draft_ms in which the drafter's cache took in the tokens committed while
+    other drafters served (a route switch); 0 when it drafted the round before."""
+    catch_up_tokens: int = 0
+    """Tokens its cache took in then (0 where the backend keeps no cache of it here)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,9 @@ from specplay.engine.events import (
 from specplay.engine.metrics import Metrics
 from specplay.engine.policies import make_policy
 from specplay.engine.request import Request
+from specplay.engine.round_router import RoundObservation, RoundRouter
 from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
+from specplay.engine.settings import ADAPTIVE_ROUTE
 from specplay.engine.stream import Clock
 from specplay.errors import ConfigError, ModelError
 
@@ -155,6 +157,14 @@ class _Run:
         self.metrics = Metrics(speculative=request.mode == "speculative")
         self.auto_route = engine.route_choice(request.prompt).drafter if request.mode != "target" else None
         self.route = resolve_route(self.settings.route, self.auto_route) if self.auto_route else None
+        """The drafter of the round to come (under `adaptive`, the last round's until one is chosen)."""
+        self.round_router: RoundRouter | None = None
+        self.synced: dict[str, int] = {}
+        """Committed tokens when each drafter last drafted: what it lacks since is its catch-up."""
+        if request.mode == "speculative" and self.route is not None:
+            # It learns from every round, so that `adaptive` chosen mid-run starts informed.
+            self.round_router = RoundRouter(tuple(dict.fromkeys([self.route, *engine.backend.drafters])))
+            self.synced[self.route] = len(request.prompt_token_ids)
         self.policy = make_policy(self.settings.policy, self.settings.k, self.settings.policy_params)
         self.detokenizer = self.backend.detokenizer()
         context = engine.backend.context_length
@@ -210,7 +220,7 @@ class _Run:
         check_supported(new, self.backend.capabilities)
         if names & _POLICY_FIELDS:
             self.policy = make_policy(new.policy, new.k, new.policy_params)
-        if "route" in names and self.auto_route:
+        if "route" in names and self.auto_route and new.route != ADAPTIVE_ROUTE:  # adaptive goes on from here
             self.route = resolve_route(new.route, self.auto_route)
         return ControlEvent(token_index=len(self.generated), changes=changes)
 
@@ -245,6 +255,8 @@ class _Run:
         raise AssertionError("unreachable")
 
     # One speculative round (Leviathan et al. 2023), in the order gpt-fast writes it:
+    #   0. route: under `adaptive`, this round's drafter is chosen; one that sat out rounds first
+    #      catches its cache up on the tokens committed meanwhile (timed as drafting);
     #   1. draft: the routed drafter proposes k tokens, keeping p_draft at each position;
     #   2. verify: the target scores all k + 1 positions in one forward pass;
     #   3. judge left to right: keep x_i iff u_i < the rule's acceptance probability a(x_i);
@@ -253,13 +265,15 @@ class _Run:
     #   5. commit the tokens, and every cache rewinds to them.
     # Every draw comes from the engine's seeded stream (RoundDraws), so a seed replays the round.
     def _round(self, generation: Generation, index: int) -> tuple[RoundEvent, FinishReason | None]:
-        assert self.route is not None
+        assert self.route is not None and self.round_router is not None
         sampling, start = self.settings.sampling, self._now()
         remaining = self.max_tokens - len(self.generated)
         k = min(self.policy.propose(), remaining)
         draws = RoundDraws.take(self.draws, k)
         keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
 
+        caught_up = self._route(generation, k)  # 0
+        caught_up_at = self._now()
         draft = generation.draft(self.route, k, sampling, draws.draft, keep_drafting)  # 1
         drafted_at = self._now()
         counterfactuals = self._counterfactuals(generation, k, draws, keep_drafting, since=drafted_at)
@@ -290,11 +304,36 @@ class _Run:
             overhead_ms=1000 * (done_at - verified_at + start - self.last_end_s),
             bonus_top_target=_top(verified.top_target, len(verified.drafted)),
             counterfactuals=counterfactuals,
+            catch_up_ms=1000 * (caught_up_at - start),
+            catch_up_tokens=caught_up,
         )
+        self._learn(event, len(generation.tokens))
         self.metrics.add_round(event)
         self.metrics.add_tokens([t.source for t in tokens], done_at)
         self.last_end_s = done_at
         return event, finish
+
+    def _route(self, generation: Generation, k: int) -> int:
+        """Step 0: this round's drafter, caught up; returns the tokens its cache took in."""
+        assert self.round_router is not None and self.route is not None
+        if self.settings.route == ADAPTIVE_ROUTE:
+            lags = {name: len(generation.tokens) - self.synced.get(name, 0) for name in self.backend.drafters}
+            self.route = self.round_router.choose(k, self.route, lags)
+        if self.synced.get(self.route) == len(generation.tokens):
+            return 0  # it drafted last round: its cache is current
+        return generation.catch_up(self.route)
+
+    def _learn(self, event: RoundEvent, committed: int) -> None:
+        """Tell the round router what each drafter did this round; note who is now current."""
+        assert self.round_router is not None
+        round_ms = event.draft_ms - event.catch_up_ms + event.verify_ms + event.overhead_ms
+        seen = [RoundObservation(event.route, event.num_accepted + 1, round_ms)]
+        for other in event.counterfactuals:  # its own draft and verify, and the round's host work
+            seen.append(RoundObservation(other.route, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
+            self.synced[other.route] = committed
+        self.round_router.observe(seen)
+        self.round_router.observe_catch_up(event.route, event.catch_up_tokens, event.catch_up_ms)
+        self.synced[event.route] = committed
 
     def _judge(
         self, verified: VerifiedDraft, draws: RoundDraws, remaining: int

@@ -52,6 +52,12 @@ class Metrics:
         """Counterfactual rounds only: each drafter's accepted length per round, the routed one's as committed."""
         self.routed_accepted: list[int] = []
         self.counterfactual_ms = 0.0
+        self.rounds_by_route: dict[str, list[int]] = {}
+        """Each drafter's rounds as [rounds, accepted tokens]: which served, and how well."""
+        self.route_switches = 0
+        self.last_route: str | None = None
+        self.catch_up_ms = 0.0
+        self.catch_up_tokens = 0
         self.draft_ms = self.verify_ms = self.overhead_ms = 0.0
         self.timed = TimedRounds()
         """The rounds tokens/s counts: after the first token's, up to the last token's."""
@@ -97,6 +103,13 @@ class Metrics:
                 self.rejection_ranks[rank_key(position.correction_rank)] += 1
         if event.counterfactuals:
             self.add_counterfactuals(event)
+        served = self.rounds_by_route.setdefault(event.route, [0, 0])
+        served[0] += 1
+        served[1] += event.num_accepted
+        self.route_switches += self.last_route is not None and event.route != self.last_route
+        self.last_route = event.route
+        self.catch_up_ms += event.catch_up_ms
+        self.catch_up_tokens += event.catch_up_tokens
         self.draft_ms += event.draft_ms
         self.verify_ms += event.verify_ms
         self.overhead_ms += event.overhead_ms
@@ -157,26 +170,50 @@ class Metrics:
         ttft_ms = None
         if self.first_token_s is not None and self.start_s is not None:
             ttft_ms = 1000 * (self.first_token_s - self.start_s)
+        return (
+            {
+                "num_tokens": self.num_tokens,
+                "tokens_per_s": self.tokens_per_s,
+                "time_to_first_token_ms": ttft_ms,
+                "num_tokens_by_source": dict(self.tokens_by_source),
+                "num_spec_steps": steps if spec else None,
+                "num_draft_tokens": drafted if spec else None,
+                "num_accepted_draft_tokens": self.num_accepted_draft_tokens if spec else None,
+                "num_judged_draft_tokens": self.num_judged_draft_tokens if spec else None,
+                "mean_acceptance_length": mean_acceptance_length(self.num_accepted_draft_tokens, steps)
+                if spec
+                else None,
+                "draft_acceptance_rate": draft_acceptance_rate(self.num_accepted_draft_tokens, drafted)
+                if spec
+                else None,
+                "acceptance_per_position": self.acceptance_per_position() if spec else None,
+                "num_drafted_per_position": list(self.drafted_per_position) if spec else None,
+                "num_accepted_per_position": list(self.accepted_per_position) if spec else None,
+                "tv_spent": self.tv_spent if spec else None,
+                "rejection_rank_histogram": dict(self.rejection_ranks) if spec else None,
+                "second_branch_share": second_branch_share(self.rejection_ranks) if spec else None,
+                "draft_ms": self.draft_ms if spec else None,
+                "verify_ms": self.verify_ms if spec else None,
+                "overhead_ms": self.overhead_ms if spec else None,
+                "timed_rounds": self.timed.to_dict() if spec else None,
+                "mean_step_ms": None if spec else mean_step_ms(self.step_ms, self.num_steps),
+            }
+            | self.routes()
+            | self.counterfactual()
+        )
+
+    def routes(self) -> dict[str, Any]:
+        """Which drafters served the rounds, how well, and what switching between them cost
+        (its catch-ups, already inside draft_ms)."""
+        if not self.speculative:
+            return {"rounds_by_route": None, "route_switches": None, "catch_up_ms": None, "catch_up_tokens": None}
+        by_route = {
+            name: {"rounds": rounds, "mean_acceptance_length": mean_acceptance_length(accepted, rounds)}
+            for name, (rounds, accepted) in self.rounds_by_route.items()
+        }
         return {
-            "num_tokens": self.num_tokens,
-            "tokens_per_s": self.tokens_per_s,
-            "time_to_first_token_ms": ttft_ms,
-            "num_tokens_by_source": dict(self.tokens_by_source),
-            "num_spec_steps": steps if spec else None,
-            "num_draft_tokens": drafted if spec else None,
-            "num_accepted_draft_tokens": self.num_accepted_draft_tokens if spec else None,
-            "num_judged_draft_tokens": self.num_judged_draft_tokens if spec else None,
-            "mean_acceptance_length": mean_acceptance_length(self.num_accepted_draft_tokens, steps) if spec else None,
-            "draft_acceptance_rate": draft_acceptance_rate(self.num_accepted_draft_tokens, drafted) if spec else None,
-            "acceptance_per_position": self.acceptance_per_position() if spec else None,
-            "num_drafted_per_position": list(self.drafted_per_position) if spec else None,
-            "num_accepted_per_position": list(self.accepted_per_position) if spec else None,
-            "tv_spent": self.tv_spent if spec else None,
-            "rejection_rank_histogram": dict(self.rejection_ranks) if spec else None,
-            "second_branch_share": second_branch_share(self.rejection_ranks) if spec else None,
-            "draft_ms": self.draft_ms if spec else None,
-            "verify_ms": self.verify_ms if spec else None,
-            "overhead_ms": self.overhead_ms if spec else None,
-            "timed_rounds": self.timed.to_dict() if spec else None,
-            "mean_step_ms": None if spec else mean_step_ms(self.step_ms, self.num_steps),
-        } | self.counterfactual()
+            "rounds_by_route": by_route,
+            "route_switches": self.route_switches,
+            "catch_up_ms": self.catch_up_ms,
+            "catch_up_tokens": self.catch_up_tokens,
+        }

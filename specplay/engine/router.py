@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from specplay.engine.settings import AUTO_ROUTE
+from specplay.engine.settings import ROUTE_SETTINGS
 from specplay.errors import ConfigError
 
 
@@ -123,13 +123,14 @@ def check_route_map(route_map: Mapping[str, str], classes: Sequence[str], drafte
 
 
 def check_route(route: str, drafters: Sequence[str]) -> None:
-    if route != AUTO_ROUTE and route not in drafters:
-        raise ConfigError("route", f"{route!r} is not a drafter; use auto or one of: {', '.join(drafters)}")
+    if route not in ROUTE_SETTINGS and route not in drafters:
+        raise ConfigError("route", f"{route!r} is not a drafter; use auto, adaptive or one of: {', '.join(drafters)}")
 
 
 def resolve_route(route: str, auto_choice: str) -> str:
-    """The drafter a round uses: the pinned one, or the router's choice for this request."""
-    return auto_choice if route == AUTO_ROUTE else route
+    """The drafter a round uses: the pinned one, or the router's choice for this request (where
+    `adaptive`, deciding round by round in round_router.py, starts)."""
+    return auto_choice if route in ROUTE_SETTINGS else route
 
 
 def route_map_for(router: Router, drafters: Sequence[str], user_map: Mapping[str, str] | None) -> dict[str, str]:

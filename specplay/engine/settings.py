@@ -16,6 +16,11 @@ PolicyName = Literal["fixed", "acceptance-rate", "accepted-length", "confidence"
 POLICIES: tuple[PolicyName, ...] = ("fixed", "acceptance-rate", "accepted-length", "confidence")
 
 AUTO_ROUTE = "auto"
+"""The route setting that lets the request router pick one drafter for the whole request."""
+ADAPTIVE_ROUTE = "adaptive"
+"""The route setting that picks a drafter for every round from what the run measured (round_router.py)."""
+ROUTE_SETTINGS = (AUTO_ROUTE, ADAPTIVE_ROUTE)
+"""Route settings that are not a drafter's name (no drafter may take one)."""
 K_LIMIT = 64  # beyond this a draft is never worth its cost, and a typo is likelier than intent
 
 
@@ -99,7 +104,7 @@ class SpecSettings:
     def __post_init__(self) -> None:
         _check(1 <= self.k <= K_LIMIT, "k", f"must be between 1 and {K_LIMIT} (got {self.k})")
         _check(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)} (got {self.policy!r})")
-        _check(bool(self.route), "route", "must name a drafter or be 'auto'")
+        _check(bool(self.route), "route", "must name a drafter, or be 'auto' or 'adaptive'")
         _check(self.rule in RULES, "rule", f"must be one of {', '.join(RULES)} (got {self.rule!r})")
 
     @property

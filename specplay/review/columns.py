@@ -7,7 +7,7 @@ Pure data from session records; the page and the Markdown transcript render it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent
@@ -129,6 +129,8 @@ class Column:
     starts: list[int]
     """Where each row of the page starts among this column's tokens."""
     wall_time_is_speed: bool = True
+    switches: Mapping[int, str] = field(default_factory=dict)
+    """Where the rounds' drafter changed, by token index (LaneRecord.route_switches)."""
 
 
 def build_columns(
@@ -151,6 +153,7 @@ def build_columns(
             provenance=provenance(lane),
             starts=starts,
             wall_time_is_speed=speed,
+            switches=lane.route_switches,
         )
         columns.append(column)
     return columns

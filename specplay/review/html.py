@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from importlib.resources import files
 
 from specplay.display.palette import SOURCE_WHY
-from specplay.display.text import change_label, setting_text, token_repr, visible
+from specplay.display.text import change_label, setting_text, switch_label, token_repr, visible
 from specplay.display.themes import builtin_theme_files, read_theme
 from specplay.engine.events import Candidate
 from specplay.review.build import Group, Review, Table
@@ -179,12 +179,21 @@ def _change(column: Column, at: int) -> str:
     return f'<span class="change" data-at="{at}" title="live change from token {at}: {e(what)}">{e(label)}</span>'
 
 
+def _route_switch(column: Column, at: int) -> str:
+    """A change of drafter from token `at` that no live change explains (adaptive routing)."""
+    drafter = column.switches.get(at)
+    if drafter is None:
+        return ""
+    title = f"from token {at} the rounds are drafted by {drafter}"
+    return f'<span class="switch" data-at="{at}" title="{e(title)}">{e(switch_label(drafter))}</span>'
+
+
 def _cell(column: Column, start: int, end: int, texts: Mapping[int, str], last: bool) -> str:
     against = column.divergence
     first = against.diff.first_divergence if against is not None else None
     parts = []
     for index in range(start, end):
-        parts.append(_change(column, index))
+        parts.append(_change(column, index) or _route_switch(column, index))
         if against is not None and index in against.gaps:
             parts.append(_gap(column, index, first))
         parts.append(_token(column, index, texts, first))

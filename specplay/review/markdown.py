@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specplay.display.text import change_label, visible
+from specplay.display.text import change_label, switch_label, visible
 from specplay.review.build import Group, Review
 from specplay.review.columns import Column
 from specplay.review.summary import SUMMARY_HEADERS, metric_rows
@@ -88,6 +88,8 @@ def md_column_text(column: Column) -> str:
             marking = False
         if index in changes:
             parts.append(f"<kbd>{md_inline(change_label(changes[index]))}</kbd>")
+        elif index in column.switches:
+            parts.append(f"<kbd>{md_inline(switch_label(column.switches[index]))}</kbd>")
         if index in gaps:
             parts.append("<mark>⁁</mark>")
         if token is None or not token.text:

@@ -92,7 +92,7 @@ def settings(session: Session) -> list[tuple[str, str]]:
     if start is None:
         return rows
     end = {name: new for change in session.main.changes for name, _, new in change.changes}
-    named = [("drafter", start.route)] if start.route is not None else []
+    named = [("drafter", drafters_text(session.main))] if start.route is not None else []
     named += list(flatten_settings(asdict(start.settings)))
     for name, value in named:
         shown = fmt_setting(value)
@@ -100,6 +100,19 @@ def settings(session: Session) -> list[tuple[str, str]]:
             shown += f" → {fmt_setting(end[name])}"
         rows.append((str(name), shown))
     return rows
+
+
+def drafters_text(lane: LaneRecord) -> str:
+    """The lane's drafter, or where several served its rounds, each with its count of rounds."""
+    assert lane.start is not None and lane.start.route is not None
+    served: dict[str, int] = {}
+    for event in lane.rounds:
+        served[event.route] = served.get(event.route, 0) + 1
+    if len(served) < 2:
+        return lane.start.route
+    ranked = sorted(served.items(), key=lambda item: -item[1])
+    switches = len(lane.route_switches)
+    return ", ".join(f"{name} {rounds} rounds" for name, rounds in ranked) + f" ({switches} switches)"
 
 
 def sampled(lane: LaneRecord) -> bool:

@@ -102,6 +102,14 @@ class CounterfactualRecord:
 
 
 @dataclass(frozen=True)
+class RouteRecord:
+    """One drafter's share of a run's rounds (engine/metrics.py)."""
+
+    rounds: int
+    mean_acceptance_length: float | None
+
+
+@dataclass(frozen=True)
 class MetricsRecord:
     """The shape of a DoneEvent's metrics (engine/metrics.py) that readers rely on."""
 
@@ -124,6 +132,10 @@ class MetricsRecord:
     draft_ms: float | None = None
     verify_ms: float | None = None
     overhead_ms: float | None = None
+    rounds_by_route: dict[str, RouteRecord] | None = None
+    route_switches: int | None = None
+    catch_up_ms: float | None = None
+    catch_up_tokens: int | None = None
     counterfactual: dict[str, CounterfactualRecord] | None = None
     route_regret: float | None = None
     counterfactual_rounds: tuple[int, ...] | None = None

@@ -91,6 +91,17 @@ class LaneRecord:
     def metrics(self) -> dict[str, Any]:
         return self.done.metrics if self.done else {}
 
+    @property
+    def route_switches(self) -> dict[int, str]:
+        """Token index → drafter, where a round's drafter differs from the round's before (adaptive
+        routing, or a live route change): what a reader of the text is shown."""
+        switches, previous = {}, None
+        for event in self.rounds:
+            if previous is not None and event.route != previous and event.tokens:
+                switches[event.token_index] = event.route
+            previous = event.route
+        return switches
+
     def add(self, event: Event) -> None:
         self.events.append(event)
         if isinstance(event, StartEvent):

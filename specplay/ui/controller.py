@@ -26,7 +26,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.costs import RoundCosts
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StartEvent, StepEvent
-from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
+from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, ROUTE_SETTINGS, SamplingParams, SpecSettings
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
@@ -547,14 +547,17 @@ class PlaygroundController:
         """Where the speculative lane's route sends this prompt: auto says which class it saw and
         how that class reached its drafter; a pinned route says so."""
         source = self.host.source
+        if self.settings.route == ADAPTIVE_ROUTE and source is not None:
+            first = source.route_choice(prompt).drafter
+            return f"adaptive: a drafter each round, from what the run measures (first {first})"
         if self.settings.route != AUTO_ROUTE or source is None:
             return f"route {self.settings.route} (pinned)"
         return source.route_choice(prompt).describe()
 
     def _route_for(self, prompt: str, route: str) -> str:
-        """The drafter a route setting picks for `prompt`."""
+        """The drafter a route setting picks for `prompt` (adaptive: the one it starts from)."""
         source = self.host.source
-        return source.route_choice(prompt).drafter if route == AUTO_ROUTE and source is not None else route
+        return source.route_choice(prompt).drafter if route in ROUTE_SETTINGS and source is not None else route
 
     def _copies_only(self, route: str) -> bool:
         return any(d.name == route and d.kind == "prompt-lookup" for d in self.config.drafters)
@@ -595,7 +598,7 @@ class PlaygroundController:
     def _show_opened_settings(self, session: Session) -> None:
         """Put the session's settings in the controls, so a run re-runs it."""
         settings = session.main.settings
-        if settings.route != AUTO_ROUTE and settings.route not in self.drafters:
+        if settings.route not in ROUTE_SETTINGS and settings.route not in self.drafters:
             settings = settings.changed(route=AUTO_ROUTE)
         self.settings = settings
         self.seed = int((session.header.get("request") or {}).get("seed", self.seed))

@@ -163,11 +163,18 @@ class ScriptedGeneration:
         self.backend.forwards.append((name, rows))
         self.lengths[name] += rows
 
-    def prefill(self, name: str) -> None:
+    def prefill(self, name: str) -> int:
         if name in self.lookups:
+            before = self.lookups[name].length
             self.lookups[name].extend(self.tokens, len(self.tokens) - 1)
-        else:
-            self._forward(name, len(self.tokens) - 1 - self.lengths[name])
+            return self.lookups[name].length - before
+        rows = len(self.tokens) - 1 - self.lengths[name]
+        if rows > 0:
+            self._forward(name, rows)
+        return max(rows, 0)
+
+    def catch_up(self, drafter: str) -> int:
+        return self.prefill(drafter)
 
     def _probs(self, name: str, context: Sequence[int], sampling: SamplingParams) -> np.ndarray:
         return sampling_probs(self.backend.models[name].logits(context)[None], sampling, np)[0].astype(np.float64)

@@ -152,7 +152,7 @@ async def test_counterfactual_routes_turn_on_live_and_show_the_regret(tmp_path: 
         await start_run(app, pilot)
         app.query_one("#counterfactual", Switch).value = True
         await wait_for(pilot, lambda: any(r.counterfactuals for r in spec_rounds(app)), "counterfactual rounds")
-        stats = app.query_one("#counterfactual-stats", Static)
+        stats = app.query_one("#route-stats", Static)
         await wait_for(pilot, lambda: "route regret" in str(stats.render()), "the counterfactual stats")
         assert every(name in str(stats.render()) for name in ("near", "far"))
         await stop_run(app, pilot)

@@ -223,18 +223,29 @@ class MlxGeneration:
     def _models(self) -> list[ModelCache]:
         return [self.target, *self.drafters.values()]
 
-    def prefill(self, model: ModelCache | NgramIndex) -> None:
-        """Bring `model`'s cache to all committed tokens but the last, chunk by chunk; then empty
-        MLX's buffer cache, as mlx-lm does after a prefill, so a generation's steps start from
-        an empty one rather than from the buffers an earlier generation left."""
+    def prefill(self, model: ModelCache | NgramIndex, clear: bool = True) -> int:
+        """Bring `model`'s cache to all committed tokens but the last, chunk by chunk, and return
+        how many it took in; then empty MLX's buffer cache, as mlx-lm does after a prefill, so a
+        generation's steps start from an empty one rather than from the buffers an earlier
+        generation left (`clear`: a short catch-up mid-run keeps them)."""
         if isinstance(model, NgramIndex):
+            before = model.length
             model.extend(self.tokens, len(self.tokens) - 1)
-            return
+            return model.length - before
+        before = model.length
         while len(self.tokens) - 1 - model.length > 0:
             chunk = self.tokens[model.length : min(model.length + PREFILL_CHUNK, len(self.tokens) - 1)]
             model.forward(mx.array(chunk))
             mx.eval([c.state for c in model.cache])
-        self._clear()
+        if clear:
+            self._clear()
+        return model.length - before
+
+    def catch_up(self, drafter: str) -> int:
+        if drafter in self.lookups:
+            return self.prefill(self.lookups[drafter])
+        model = self.drafters[drafter]
+        return self.prefill(model, clear=len(self.tokens) - model.length > PREFILL_CHUNK)
 
     def _pending(self, model: ModelCache) -> mx.array:
         """The tokens `model` has yet to see, the last committed one included."""

@@ -476,6 +476,10 @@ class VllmGeneration:
         for cache in self.local.values():
             cache.trim_to(len(self.tokens) - 1)
 
+    def catch_up(self, drafter: str) -> int:
+        """A local drafter's cache takes in what it missed; a server drafter's prefix cache is its own."""
+        return self.local[drafter].catch_up(self.tokens) if drafter in self.local else 0
+
     def generate(
         self, model_name: str | None, sampling: SamplingParams, draw: Callable[[], float], pipeline: bool = True
     ) -> Iterator[int]:

@@ -55,6 +55,14 @@ class LocalDraftCache:
     def _step(self, inputs: list[int]) -> mx.array:
         return self.cache.forward(mx.array(inputs))[-1:].astype(mx.float32)
 
+    def catch_up(self, tokens: Sequence[int]) -> int:
+        """Take in every token but the last (drafting feeds that one); how many were taken."""
+        pending = list(tokens[self.cache.length : len(tokens) - 1])
+        if pending:
+            self.cache.forward(mx.array(pending))
+            mx.eval([c.state for c in self.cache.cache])
+        return len(pending)
+
     def draft(
         self,
         tokens: Sequence[int],

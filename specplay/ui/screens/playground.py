@@ -33,7 +33,7 @@ from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.plots import Plots
 from specplay.ui.widgets.stats_view import (
     NO_BASELINE,
-    counterfactual_stats,
+    route_stats,
     server_account_stats,
     speculative_stats,
     target_stats,
@@ -111,7 +111,7 @@ class PlaygroundScreen(Screen[None]):
     def show_loaded(self, drafters: tuple[str, ...], capabilities: Capabilities) -> None:
         self.query_one("#lanes").loading = False
         panel = self.query_one(ControlsPanel)
-        panel.set_drafters(drafters)
+        panel.set_drafters(drafters, capabilities.round_routes)
         panel.limit_to(capabilities.rules, capabilities.counterfactual and len(drafters) > 1)
         if not capabilities.live_controls:
             panel.fix_speculation(capabilities.fixed_by or "fixed by the backend", routes=len(drafters) > 1)
@@ -253,7 +253,7 @@ class PlaygroundScreen(Screen[None]):
         if DRAFT_LANE in lanes:
             self.query_one(f"#{DRAFT_LANE}", LaneView).set_stats(target_stats(tallies[DRAFT_LANE]))
         self.query_one(Plots).show(spec, playground.costs, comparison.k_in_use)
-        self.query_one(ControlsPanel).show_counterfactual(counterfactual_stats(spec))
+        self.query_one(ControlsPanel).show_route_stats(route_stats(spec))
 
     def _show_no_baseline(self) -> None:
         if not self.playground.capabilities.baseline:

@@ -19,7 +19,7 @@ from textual_slider import Slider
 
 from specplay.config.numbers import SEED_MAX, seed_number
 from specplay.engine.rules import KNOB_STEPS, RULE_NAMES, AcceptanceRule
-from specplay.engine.settings import AUTO_ROUTE, POLICIES, SpecSettings
+from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, POLICIES, SpecSettings
 
 K_MAX = 16
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
@@ -69,7 +69,7 @@ class ControlsPanel(VerticalScroll, can_focus=False):
         self._settings = settings
         """The rule and knobs shown: the knob slider moves the current rule's knob."""
         self._knob_shown = -1
-        self._counterfactual_shown = ""
+        self._route_stats_shown = ""
         self._seed = seed
         self._routes = [settings.route]
         self._rules = list(RULE_NAMES)
@@ -91,7 +91,7 @@ class ControlsPanel(VerticalScroll, can_focus=False):
         with Horizontal(classes="switch-row"):
             yield Switch(s.counterfactual, id="counterfactual")
             yield Label("counterfactual")
-        yield Static("", id="counterfactual-stats")
+        yield Static("", id="route-stats")
         with Horizontal(classes="pair"):  # side by side: every control fits at 50 rows, plots below
             with Vertical():
                 yield Label("temperature")
@@ -108,10 +108,12 @@ class ControlsPanel(VerticalScroll, can_focus=False):
             yield Switch(False, id="draft-lane")
             yield Label("draft-only lane")
 
-    def set_drafters(self, drafters: Sequence[str]) -> None:
+    def set_drafters(self, drafters: Sequence[str], round_routes: bool = True) -> None:
+        """The routes to offer: auto, adaptive where drafters can change between rounds and there
+        are several, and each drafter."""
         route = self.query_one("#route", Select)
         current = route.value
-        names = [AUTO_ROUTE, *drafters]
+        names = [AUTO_ROUTE, *([ADAPTIVE_ROUTE] if round_routes and len(drafters) > 1 else []), *drafters]
         self._routes = names
         # New options reset the value: no message, or a run already going would get a route change.
         with self.prevent(Select.Changed):
@@ -133,10 +135,10 @@ class ControlsPanel(VerticalScroll, can_focus=False):
         if not counterfactual:
             switch.tooltip = "this backend cannot judge other drafters' proposals: counterfactual routes run on MLX"
 
-    def show_counterfactual(self, text: str) -> None:
-        if text != self._counterfactual_shown:  # an update re-lays the panel out: not every frame
-            self._counterfactual_shown = text
-            self.query_one("#counterfactual-stats", Static).update(text)
+    def show_route_stats(self, text: str) -> None:
+        if text != self._route_stats_shown:  # an update re-lays the panel out: not every frame
+            self._route_stats_shown = text
+            self.query_one("#route-stats", Static).update(text)
 
     def fix_speculation(self, why: str, routes: bool) -> None:
         """Native mode: each server fixes k, the rule, the policy and its drafter; their

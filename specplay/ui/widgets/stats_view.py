@@ -59,16 +59,25 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
     return Content("\n".join(lines))
 
 
-def counterfactual_stats(tally: LaneTally) -> str:
-    """Beside the route control: each drafter's mean acceptance length on this text so far, best
-    first, and the route regret (empty while counterfactual routes are off)."""
+def route_stats(tally: LaneTally) -> str:
+    """Beside the route control: which drafters served the rounds, once more than one has
+    (adaptive routing, or a live change); with counterfactual routes on, each drafter's mean
+    acceptance length on this text so far, best first, and the route regret."""
+    lines = []
+    served = tally.spec.routes()["rounds_by_route"] or {}
+    if len(served) > 1:
+        ranked = sorted(served.items(), key=lambda item: -item[1]["rounds"])
+        lines.append("rounds " + " ".join(f"{name} {entry['rounds']}" for name, entry in ranked))
+        catch_up = f", catch-up {tally.spec.catch_up_ms:.0f} ms" if tally.spec.catch_up_ms else ""
+        lines.append(f"{tally.spec.route_switches} switches{catch_up}")
     record = tally.spec.counterfactual()
-    if record["counterfactual"] is None:
-        return ""
-    ranked = sorted(record["counterfactual"].items(), key=lambda item: -item[1]["mean_acceptance_length"])
-    lines = [f"{name:<12} {entry['mean_acceptance_length']:.2f}" for name, entry in ranked]
-    rounds = len(record["counterfactual_rounds"])
-    return "\n".join([f"mean acc. length, {rounds} rounds", *lines, f"route regret {record['route_regret']:.2f}"])
+    if record["counterfactual"] is not None:
+        ranked = sorted(record["counterfactual"].items(), key=lambda item: -item[1]["mean_acceptance_length"])
+        rounds = len(record["counterfactual_rounds"])
+        lines.append(f"mean acc. length, {rounds} rounds")
+        lines += [f"{name:<12} {entry['mean_acceptance_length']:.2f}" for name, entry in ranked]
+        lines.append(f"route regret {record['route_regret']:.2f}")
+    return "\n".join(lines)
 
 
 def _exactness(tally: LaneTally) -> str:

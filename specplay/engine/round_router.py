@@ -1,0 +1,125 @@
+"""Per-round routing (`--route adaptive`): the drafter for each round, from what the run measured.
+
+A drafter's worth is the rate it gives: committed tokens per round over the round's time,
+
+    rate_i = tokens_i / round_ms_i
+
+both discounted means over the rounds drafter i drafted (tokens: accepted + 1; time: drafting,
+verifying and host work, a catch-up left out). Discounting (weight `discount` per round since)
+lets the estimates follow a text that changes register: code, then prose, then a quoted passage.
+
+In a plain run only the routed drafter is judged, which makes the choice a bandit. It is
+discounted UCB (Garivier and Moulines, 2011): tokens_i gets an optimism bonus that shrinks as
+drafter i is observed and grows back as those observations age, so a drafter that lost is tried
+again once the text may have moved on. With counterfactual routes on, every drafter is judged
+every round (full information): the bonus is dropped and the best recent rate wins.
+
+A model drafter that sat out some rounds must catch its cache up on the tokens committed
+meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
+charged to a switch, spread over `switch_rounds`, the rounds a switch is expected to serve.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RoundObservation:
+    """What one drafter did in one round, as the router learns it."""
+
+    drafter: str
+    tokens: int
+    """Tokens the round committed with this drafter's proposal: its accepted length + 1."""
+    round_ms: float
+    """Drafting, verifying and host work; a catch-up is not in it (it is charged apart)."""
+
+
+@dataclass(slots=True)
+class _Estimate:
+    """Discounted sums over one drafter's observed rounds."""
+
+    weight: float = 0.0
+    tokens: float = 0.0
+    round_ms: float = 0.0
+    seen: bool = False
+
+
+class RoundRouter:
+    """Chooses each round's drafter; `observe` after every round, whatever chose its drafter."""
+
+    def __init__(
+        self,
+        drafters: Sequence[str],
+        discount: float = 0.85,
+        exploration: float = 0.15,
+        switch_rounds: float = 4.0,
+    ) -> None:
+        """`drafters` in the order untried ones are tried (the request router's choice first)."""
+        self.drafters = tuple(drafters)
+        self.discount = discount
+        self.exploration = exploration
+        """The bonus's scale, in rounds' worth of tokens (k + 1): larger explores more."""
+        self.switch_rounds = switch_rounds
+        self.estimates = {name: _Estimate() for name in self.drafters}
+        self.catch_up_tokens = dict.fromkeys(self.drafters, 0)
+        self.catch_up_ms = dict.fromkeys(self.drafters, 0.0)
+        self.full_information = False
+        """The last round judged every drafter (counterfactual routes): no bonus is needed."""
+
+    def observe(self, observations: Sequence[RoundObservation]) -> None:
+        """One round: the routed drafter's observation, and the counterfactual ones if any."""
+        for estimate in self.estimates.values():
+            estimate.weight *= self.discount
+            estimate.tokens *= self.discount
+            estimate.round_ms *= self.discount
+        for seen in observations:
+            estimate = self.estimates.get(seen.drafter)
+            if estimate is None:  # a drafter this router was not built with
+                continue
+            estimate.weight += 1.0
+            estimate.tokens += seen.tokens
+            estimate.round_ms += seen.round_ms
+            estimate.seen = True
+        self.full_information = {seen.drafter for seen in observations} >= set(self.drafters)
+
+    def observe_catch_up(self, drafter: str, tokens: int, ms: float) -> None:
+        if drafter in self.catch_up_tokens and tokens > 0:
+            self.catch_up_tokens[drafter] += tokens
+            self.catch_up_ms[drafter] += ms
+
+    def catch_up_ms_per_token(self, drafter: str) -> float:
+        """0 until a catch-up was seen: optimism, which the first switch corrects."""
+        tokens = self.catch_up_tokens[drafter]
+        return self.catch_up_ms[drafter] / tokens if tokens else 0.0
+
+    def rate(self, drafter: str) -> float | None:
+        """Estimated tokens per ms (None: not observed yet)."""
+        estimate = self.estimates[drafter]
+        if not estimate.seen or estimate.round_ms <= 0:
+            return None
+        return estimate.tokens / estimate.round_ms
+
+    def choose(self, k: int, current: str, lags: Mapping[str, int]) -> str:
+        """The drafter for the next round of up to k drafted tokens; `current` drafted the last
+        one, and `lags` says how many committed tokens each drafter's cache lacks."""
+        for name in self.drafters:
+            if not self.estimates[name].seen:
+                return name  # each drafter is tried once before any is judged on its record
+        total = sum(e.weight for e in self.estimates.values())
+        best, best_index = current, -math.inf
+        for name in self.drafters:
+            estimate = self.estimates[name]
+            tokens = estimate.tokens / estimate.weight
+            if not self.full_information and total > 1:
+                tokens += self.exploration * (k + 1) * math.sqrt(math.log(total) / estimate.weight)
+            round_ms = estimate.round_ms / estimate.weight
+            if name != current:
+                round_ms += lags.get(name, 0) * self.catch_up_ms_per_token(name) / self.switch_rounds
+            index = tokens / round_ms if round_ms > 0 else math.inf
+            # Ties keep the current drafter: a switch is never free.
+            if index > best_index or (index == best_index and name == current):
+                best, best_index = name, index
+        return best

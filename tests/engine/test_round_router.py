@@ -1,0 +1,200 @@
+"""Per-round routing (`--route adaptive`): the round router alone, and through the engine on the
+scripted backend, whose drafters' acceptance can change mid-run and whose clock charges each
+forward pass exactly."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from specplay.config.capabilities import vllm_native
+from specplay.engine.capabilities import check_supported
+from specplay.engine.controls import LiveControls
+from specplay.engine.events import Event, RoundEvent
+from specplay.engine.round_router import RoundObservation, RoundRouter
+from specplay.engine.settings import SpecSettings
+from specplay.errors import ConfigError
+from tests.support.engine_runs import done, rounds, run
+from tests.support.scripted import TARGET_SEED, Cost, Logits, ScriptedBackend, ScriptedModel, seeded
+
+PROMPT = "the keeper climbed the stairs"
+CHANGE_AT = len(PROMPT) + 60
+"""Context length at which the two switching drafters trade places."""
+DRAFTER_COST = Cost(step_ms=2.0, row_ms=0.2)
+
+
+def switching(before: Logits, after: Logits, at: int) -> Logits:
+    """`before` on contexts shorter than `at` tokens, `after` from there on."""
+
+    def logits(context: Sequence[int]) -> np.ndarray:
+        return before(context) if len(context) < at else after(context)
+
+    return logits
+
+
+def backend_of(drafters: dict[str, Logits], lookup: bool = False) -> ScriptedBackend:
+    target = seeded(TARGET_SEED)
+    models = [ScriptedModel(name, logits, DRAFTER_COST) for name, logits in drafters.items()]
+    return ScriptedBackend(ScriptedModel("target", target), models, lookups={"lookup": (1, 3)} if lookup else None)
+
+
+def switching_backend() -> ScriptedBackend:
+    """`early` is the target itself until CHANGE_AT, then a model of its own; `late` the reverse."""
+    target, other = seeded(TARGET_SEED), seeded(1)
+    return backend_of({"early": switching(target, other, CHANGE_AT), "late": switching(other, target, CHANGE_AT)})
+
+
+def routes(events: list[Event]) -> list[str]:
+    return [r.route for r in rounds(events)]
+
+
+# --- the round router alone ---------------------------------------------------------------------
+
+
+def test_each_drafter_is_tried_once_in_order_before_any_is_judged() -> None:
+    router = RoundRouter(("b", "a", "c"))
+    tried = []
+    for _ in range(3):
+        choice = router.choose(4, tried[-1] if tried else "b", {})
+        tried.append(choice)
+        router.observe([RoundObservation(choice, 1, 10.0)])
+    assert tried == ["b", "a", "c"]
+
+
+def test_the_best_rate_wins_not_the_most_tokens() -> None:
+    """Tokens per ms: 5 tokens in 20 ms (0.25) loses to 3 tokens in 10 ms (0.3)."""
+    router = RoundRouter(("slow", "fast"))
+    for _ in range(30):
+        router.observe([RoundObservation("slow", 5, 20.0), RoundObservation("fast", 3, 10.0)])
+    assert router.full_information
+    assert router.choose(4, "slow", {}) == "fast"
+    assert router.rate("fast") == pytest.approx(0.3)
+    assert router.rate("slow") == pytest.approx(0.25)
+
+
+def test_a_drafter_that_lost_is_tried_again_once_its_record_ages() -> None:
+    """Bandit feedback: only the routed drafter is observed. `b` lost its one try; as its
+    observation's weight decays (0.85 a round) its bonus grows until it is tried again."""
+    router = RoundRouter(("a", "b"))
+    router.observe([RoundObservation("a", 4, 10.0)])
+    router.observe([RoundObservation("b", 2, 10.0)])
+    choices = []
+    current = "b"
+    for _ in range(60):
+        current = router.choose(4, current, {})
+        choices.append(current)
+        router.observe([RoundObservation(current, 4 if current == "a" else 2, 10.0)])
+    assert choices[0] == "a"
+    retries = [i for i, c in enumerate(choices) if c == "b"]
+    assert retries, "b is never tried again"
+    assert 5 <= retries[0] <= 40
+    assert len(retries) <= 6  # a loser is revisited rarely: each try costs 2 tokens
+
+
+def test_a_switch_is_charged_its_catch_up() -> None:
+    """`b` is 10% faster, but catching up on 200 tokens at 1 ms each, spread over 4 rounds,
+    costs far more than that: no switch. With nothing to catch up on, it switches."""
+    router = RoundRouter(("a", "b"))
+    for _ in range(30):
+        router.observe([RoundObservation("a", 4, 10.0), RoundObservation("b", 4, 9.0)])
+    router.observe_catch_up("b", 10, 10.0)
+    assert router.catch_up_ms_per_token("b") == pytest.approx(1.0)
+    assert router.choose(4, "a", {"a": 0, "b": 200}) == "a"
+    assert router.choose(4, "a", {"a": 0, "b": 0}) == "b"
+
+
+# --- through the engine -------------------------------------------------------------------------
+
+
+def test_adaptive_follows_the_drafter_that_is_accepted_when_the_text_changes() -> None:
+    backend = switching_backend()
+    events = run(backend, PROMPT, route="adaptive", k=4, max_tokens=140)
+    chosen = routes(events)
+    assert chosen[:2] == ["early", "late"]  # the request router's choice (the first drafter), then the other once
+    starts = [r.token_index + len(PROMPT) for r in rounds(events)]
+    before = [c for c, s in zip(chosen, starts, strict=True) if s < CHANGE_AT][2:]
+    after = [c for c, s in zip(chosen, starts, strict=True) if s >= CHANGE_AT]
+    assert before.count("early") >= len(before) - 1
+    # Within a few rounds of the change, `late` serves, and keeps serving.
+    first_late = after.index("late")
+    assert first_late <= 4, after
+    assert after[first_late:].count("late") >= len(after[first_late:]) - 2
+    metrics = done(events).metrics
+    assert metrics["route_switches"] >= 2
+    assert set(metrics["rounds_by_route"]) == {"early", "late"}
+
+
+def test_adaptive_beats_either_drafter_alone_when_the_text_changes() -> None:
+    """Tokens per second on the scripted clock: every time is the work done."""
+    speeds = {}
+    for route in ("early", "late", "adaptive"):
+        speeds[route] = done(run(switching_backend(), PROMPT, route=route, k=4, max_tokens=140)).metrics["tokens_per_s"]
+    assert speeds["adaptive"] > 1.2 * max(speeds["early"], speeds["late"]), speeds
+
+
+def test_with_full_information_adaptive_routes_every_round_to_the_best_drafter() -> None:
+    """Stationary drafters, each judged every round (counterfactual routes): from the second
+    round on, adaptive routes to the drafter with the best rate in hindsight, and commits what a
+    run pinned to it commits (greedy: the same tokens)."""
+    target = seeded(TARGET_SEED)
+    backend = backend_of({"bad": seeded(1), "good": target}, lookup=True)
+    adaptive = run(backend, PROMPT, route="adaptive", counterfactual=True, k=4, max_tokens=60)
+    pinned = run(backend, PROMPT, route="good", counterfactual=True, k=4, max_tokens=60)
+    assert routes(adaptive)[0] == "bad"  # the request router's pick: the first drafter
+    assert set(routes(adaptive)[1:]) == {"good"}
+    assert done(adaptive).token_ids == done(pinned).token_ids
+    assert all(r.num_accepted == r.k for r in rounds(adaptive)[1:])  # the target itself: every draft kept
+    # The best drafter in hindsight is the one the counterfactual account ranks first.
+    by_drafter = done(adaptive).metrics["counterfactual"]
+    assert max(by_drafter, key=lambda name: by_drafter[name]["mean_acceptance_length"]) == "good"
+
+
+def test_catch_up_is_counted_in_the_round_that_pays_it() -> None:
+    """A live switch to a drafter that never drafted: its cache takes in the whole context first,
+    one forward pass of that many rows on the scripted clock, inside the round's draft_ms."""
+    backend = backend_of({"one": seeded(TARGET_SEED), "two": seeded(TARGET_SEED)})
+
+    def switch_after_three(event: Event, controls: LiveControls) -> None:
+        if isinstance(event, RoundEvent) and event.index == 2:
+            controls.update(route="two")
+
+    events = run(backend, PROMPT, route="one", k=4, max_tokens=40, on_event=switch_after_three)
+    switched = next(r for r in rounds(events) if r.route == "two")
+    context = len(PROMPT) + switched.token_index
+    assert switched.catch_up_tokens == context - 1  # every committed token but the last, which drafting feeds
+    assert switched.catch_up_ms == pytest.approx(DRAFTER_COST.step_ms + DRAFTER_COST.row_ms * (context - 1))
+    assert switched.draft_ms > switched.catch_up_ms
+    after = [r for r in rounds(events) if r.index > switched.index]
+    assert all(r.catch_up_tokens == 0 and r.catch_up_ms == 0 for r in after)
+    metrics = done(events).metrics
+    assert metrics["catch_up_tokens"] == switched.catch_up_tokens
+    assert metrics["catch_up_ms"] == pytest.approx(switched.catch_up_ms)
+    assert metrics["route_switches"] == 1
+    assert {name: record["rounds"] for name, record in metrics["rounds_by_route"].items()} == {
+        "one": 3,
+        "two": len(rounds(events)) - 3,
+    }
+
+
+def test_adaptive_catch_ups_take_in_what_was_committed_meanwhile() -> None:
+    """A drafter's cache holds, after a round it drafted, every committed token but the last
+    (a rejection) or but the last two (all accepted: it never saw its own last draft); a
+    catch-up brings it to all but the last."""
+    backend = switching_backend()
+    events = run(backend, PROMPT, route="adaptive", k=4, max_tokens=140)
+    held = {"early": len(PROMPT) - 1}  # prefilled with the prompt
+    previous = "early"
+    for event in rounds(events):
+        context = len(PROMPT) + event.token_index
+        expected = 0 if event.route == previous else context - 1 - held.get(event.route, 0)
+        assert event.catch_up_tokens == expected, event.index
+        fully_accepted = event.num_accepted == event.k
+        held[event.route] = context + len(event.tokens) - (2 if fully_accepted else 1)
+        previous = event.route
+
+
+def test_adaptive_is_refused_where_a_server_drafts_by_itself() -> None:
+    with pytest.raises(ConfigError, match="adaptive picks a drafter every round"):
+        check_supported(SpecSettings(route="adaptive"), vllm_native(baseline=True))
