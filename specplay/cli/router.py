@@ -120,19 +120,20 @@ def _seen(trained_on: Mapping[str, Any], prompts: list[str]) -> int:
 
 def _lines(result: Mapping[str, Any], name: str) -> list[str]:
     unit = result["unit"]
+    rows = (("learned", f"learned ({name})"), ("heuristic", "heuristic"))
+    width = max(24, *(len(title) + 2 for _, title in rows))
     lines = [
         f"{_sessions(result['sessions'])}; best drafter by {unit}; regret: the best drafter's {unit} minus the pick's",
-        f"{'':<24}{'best picks':>16}{'mean regret':>14}",
+        f"{'':<{width}}{'best picks':>14}{'mean regret':>14}",
     ]
-    rows = (("learned", f"learned ({name})"), ("heuristic", "heuristic"))
     for key, title in rows:
-        lines.append(_row(title, result[key], result["sessions"]))
+        lines.append(_row(title, result[key], result["sessions"], width))
     for category, summary in (result["by_category"] or {}).items():
         lines.append(f"{category}:")
-        lines += [_row(f"  {key}", summary[key], summary["sessions"]) for key, _ in rows]
+        lines += [_row(f"  {key}", summary[key], summary["sessions"], width) for key, _ in rows]
     return lines
 
 
-def _row(title: str, picks: Mapping[str, Any], sessions: int) -> str:
+def _row(title: str, picks: Mapping[str, Any], sessions: int, width: int) -> str:
     share = f"{picks['best_picks']}/{sessions} ({picks['accuracy']:.0%})"
-    return f"{title[:24]:<24}{share:>16}{picks['mean_regret']:>14.2f}"
+    return f"{title:<{width}}{share:>14}{picks['mean_regret']:>14.2f}"
