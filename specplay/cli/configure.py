@@ -114,16 +114,17 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     pinned = settings.route != AUTO_ROUTE and "route" not in flags
     if new_models and pinned and settings.route not in config.drafter_names:
         config = replace(config, settings=replace(settings, route=AUTO_ROUTE))  # the base's drafter is gone
+    check_router(config)
     # Checked here, kept as given: the run sends the classes it leaves out to their default drafter
     # (route_map_for), so it can say which class the map named and which it defaulted.
-    check_router(config)
     if config.drafter_names:
         check_route_map(config.route_map, route_classes(config), config.drafter_names)
     return config
 
 
 def router_from(flags: Mapping[str, Any]) -> RouterSpec | None:
-    """--router FILE, read and checked now (whether it fits the run's drafters: run_config.check)."""
+    """--router FILE, read and checked now, before any model loads (whether it fits the run's
+    drafters: check_router)."""
     if "router" not in flags:
         return None
     return read_router(path_flag(flags["router"], "router"))

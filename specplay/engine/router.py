@@ -2,7 +2,8 @@
 
 A `Router` labels a prompt with a class ("code", "prose"...); a route map sends each class to
 a drafter. A pinned route (a drafter's name) bypasses the router. Anything with `classes` and
-`classify` can replace the heuristic here, a trained classifier for instance.
+`classify` (and a `label` for route choices) can replace the heuristic here: the learned router
+(learned_router.py) does.
 """
 
 from __future__ import annotations
