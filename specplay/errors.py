@@ -22,7 +22,13 @@ class ModelError(SpecplayError):
     """A model that cannot be found, loaded or paired with the others."""
 
 
-_FLAG_OF_FIELD = {"tv_budget": "--tv", "draft": "--draft", "timeout_s": "--timeout", "strategy": "--vllm-strategy"}
+_FLAG_OF_FIELD = {
+    "tv_budget": "--tv",
+    "draft": "--draft",
+    "timeout_s": "--timeout",
+    "strategy": "--vllm-strategy",
+    "session_args": "SESSION|DIR",  # `specplay router`'s positional arguments
+}
 
 
 def flag_of(field: str) -> str:

@@ -19,6 +19,8 @@ SESSION_LIMIT = 256 * MiB
 """A saved session: thousands of tokens with their rounds are a few MiB."""
 DATA_LIMIT = 256 * MiB
 """A training or benchmark data file (prompts)."""
+ROUTER_LIMIT = 16 * MiB
+"""A learned router file (`specplay router train`): a few hundred KB."""
 
 
 class InputError(SpecplayError, OSError):

@@ -17,7 +17,9 @@ Progress = Callable[[str, int, int], None]
 
 def open_stream(config: RunConfig, on_progress: Progress | None = None) -> EventStream:
     """Load or connect what `config` names; call on the model thread (MLX state is per thread).
-    GGUF files are converted first, once (`on_progress` follows it), then load like folders."""
+    GGUF files are converted first, once (`on_progress` follows it), then load like folders.
+    `--route auto` asks the learned router the configuration holds, if any, else the heuristic."""
+    router = config.router.router if config.router is not None else None
     for model in (config.target, *config.drafters):
         if model.kind == "gguf":
             from specplay.backends.mlx.gguf import converted_folder
@@ -28,7 +30,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         from specplay.engine.loop import SpecEngine
 
         drafters = [(m.name, _drafter_spec(m)) for m in config.drafters]
-        return SpecEngine(load_mlx_backend(config.target.location, drafters), route_map=config.route_map)
+        return SpecEngine(load_mlx_backend(config.target.location, drafters), router=router, route_map=config.route_map)
     options = config.vllm
     local = [(m.name, m.location) for m in config.drafters if m.kind in LOCAL_KINDS]
     servers = [(m.name, m.location) for m in config.drafters if m.kind == "server"]
@@ -42,6 +44,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
             options.api_key,
             options.timeout_s,
             route=config.drafter_names[0],
+            router=router,
             route_map=config.route_map,
             auth=dict(options.logins),
         )
@@ -59,7 +62,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         exact_correction=options.exact_correction,
         auth=dict(options.logins),
     )
-    return SpecEngine(backend, route_map=config.route_map)
+    return SpecEngine(backend, router=router, route_map=config.route_map)
 
 
 def _drafter_spec(model: ModelSpec) -> Any:

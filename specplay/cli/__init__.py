@@ -6,7 +6,20 @@ import os
 import sys
 
 from specplay import __version__
-from specplay.cli import bench, costs, diff, distill, export, fetch, fidelity, run, sessions, tui, vllm_launch
+from specplay.cli import (
+    bench,
+    costs,
+    diff,
+    distill,
+    export,
+    fetch,
+    fidelity,
+    router,
+    run,
+    sessions,
+    tui,
+    vllm_launch,
+)
 from specplay.cli.flags import Parser
 from specplay.errors import SpecplayError, error_line
 
@@ -33,6 +46,7 @@ def build_parser() -> Parser:
     export.add_parser(subparsers)
     bench.add_parser(subparsers)
     costs.add_parser(subparsers)
+    router.add_parser(subparsers)
     distill.add_parser(subparsers)
     fetch.add_parser(subparsers)
     tui.add_parser(subparsers)

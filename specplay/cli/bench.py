@@ -21,11 +21,11 @@ from specplay.bench.plots import PLOT_FILES, write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
 from specplay.bench.sweep import BenchConfig, load_prompts, plan
 from specplay.cli.configure import comma_floats, given, path_flag, run_config
-from specplay.cli.flags import add_backend_flags, add_model_flags
+from specplay.cli.flags import add_backend_flags, add_model_flags, add_router_flag
 from specplay.cli.render import warn
 from specplay.cli.shown import shown_command
 from specplay.config.capabilities import capabilities_of
-from specplay.config.run_config import check_models
+from specplay.config.run_config import check_models, check_router
 from specplay.engine.costs import RoundCosts, measure_costs
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
@@ -41,6 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="sweep k, policies, TV budgets, temperatures and routes over prompts")
     add_model_flags(parser)
     add_backend_flags(parser)
+    add_router_flag(parser)
     parser.add_argument("--quick", action="store_true", help="a small sweep, a few minutes on a laptop CPU")
     parser.add_argument("--out", default=None, help="report folder (default: bench-<time> in the sessions folder)")
     parser.add_argument("--prompts", type=Path, help="JSONL of {category, text}; default: the shipped library")
@@ -66,6 +67,7 @@ def _temperatures(text: str) -> list[float]:
 def bench(args: argparse.Namespace) -> int:
     config = run_config(given(args))
     check_models(config)
+    check_router(config)
     if config.native:
         raise ConfigError("vllm_native", "does not apply: the bench sweeps k, policies and budgets, which vLLM fixes")
     if args.compare_mlx_lm and config.backend != "mlx":

@@ -18,13 +18,23 @@ from specplay.cli.flags import API_KEY_ENV
 from specplay.config.api_key import checked_key
 from specplay.config.model_sets import ModelSet, default_set, named_set
 from specplay.config.models import model_spec
-from specplay.config.run_config import TARGET, BackendKind, ModelSpec, RunConfig, VllmOptions
+from specplay.config.run_config import (
+    TARGET,
+    BackendKind,
+    ModelSpec,
+    RouterSpec,
+    RunConfig,
+    VllmOptions,
+    check_router,
+    route_classes,
+)
 from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.engine.router import CodeProseRouter, check_route_map
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.inputs import PROMPT_LIMIT, read_input_text
+from specplay.routing.router_file import read_router
 from specplay.store.format import Session
 from specplay.store.location import sessions_dir
 from specplay.store.replay import session_config
@@ -80,9 +90,14 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     if "prompt" in flags or "prompt_file" in flags:
         request = replace(request, prompt=prompt_from(flags))
     settings = settings_from(flags, start.settings)
+    router = router_from(flags)
     user_map = {} if new_models else dict(start.route_map)  # a base's map names the base's drafters
     if opened_with is not None:
         user_map = dict(opened_with.route_map)
+    # A base's or a model set's map names the classes of the router it was made for: a learned
+    # router's classes are drafters, the heuristic's code and prose. Those of another router go.
+    classes = router.drafters if router is not None else CodeProseRouter.classes
+    user_map = {cls: drafter for cls, drafter in user_map.items() if cls in classes}
     if "route_map" in flags:  # class by class, over the set's or the base's map
         user_map |= dict(pairs(flags["route_map"], "route_map", "CLASS=NAME"))
     config = RunConfig(
@@ -93,16 +108,26 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
         request=request,
         settings=settings,
         route_map=user_map,
+        router=router,
         sessions_dir=sessions_dir_from(flags),
     )
     pinned = settings.route != AUTO_ROUTE and "route" not in flags
     if new_models and pinned and settings.route not in config.drafter_names:
         config = replace(config, settings=replace(settings, route=AUTO_ROUTE))  # the base's drafter is gone
+    check_router(config)
     # Checked here, kept as given: the run sends the classes it leaves out to their default drafter
     # (route_map_for), so it can say which class the map named and which it defaulted.
     if config.drafter_names:
-        check_route_map(config.route_map, CodeProseRouter.classes, config.drafter_names)
+        check_route_map(config.route_map, route_classes(config), config.drafter_names)
     return config
+
+
+def router_from(flags: Mapping[str, Any]) -> RouterSpec | None:
+    """--router FILE, read and checked now, before any model loads (whether it fits the run's
+    drafters: check_router)."""
+    if "router" not in flags:
+        return None
+    return read_router(path_flag(flags["router"], "router"))
 
 
 def api_key_for(flags: Mapping[str, Any], backend: BackendKind) -> str | None:

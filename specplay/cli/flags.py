@@ -260,6 +260,15 @@ def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False)
     )
 
 
+def add_router_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--router",
+        metavar="FILE",
+        default=UNSET,
+        help="a learned router (`specplay router train`) for --route auto, instead of the code/prose heuristic",
+    )
+
+
 def add_sessions_dir_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--sessions-dir",

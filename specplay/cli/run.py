@@ -16,6 +16,7 @@ from specplay.cli.flags import (
     add_model_flags,
     add_output_flags,
     add_prompt_flags,
+    add_router_flag,
     add_sessions_dir_flag,
 )
 from specplay.cli.render import colourless, json_line, legend, make_console, summary, token_text, warn
@@ -34,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_backend_flags(parser)
     add_prompt_flags(parser)
     add_decoding_flags(parser)
+    add_router_flag(parser)
     output = parser.add_argument_group("output")
     add_output_flags(output)
     output.add_argument("--samples", type=int, default=1, metavar="N", help="N generations, seeds S..S+N-1")

@@ -20,6 +20,7 @@ from specplay.cli.flags import (
     add_model_flags,
     add_output_flags,
     add_raw_flag,
+    add_router_flag,
     add_sessions_dir_flag,
 )
 from specplay.cli.render import warn
@@ -36,6 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_model_flags(parser)
     add_backend_flags(parser)
     add_decoding_flags(parser)
+    add_router_flag(parser)
     group = parser.add_argument_group("playground")
     group.add_argument(
         "--prompt", metavar="TEXT", default=UNSET, help="pre-fill the prompt (default: the first of the prompt library)"

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from specplay.config.capabilities import NATIVE_FIXED, capabilities_of
 from specplay.config.locate import check_found
 from specplay.engine.capabilities import check_supported
-from specplay.engine.router import CodeProseRouter, check_route, check_route_map
+from specplay.engine.router import CodeProseRouter, Router, check_route, check_route_map
 from specplay.engine.settings import ROUTE_SETTINGS, Mode, SpecSettings
 from specplay.errors import ConfigError
 
@@ -84,6 +84,23 @@ class RequestSpec:
     ignore_eos: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class RouterSpec:
+    """A learned router file (`--router FILE`, written by `specplay router train`), read at the
+    command's edge (routing/router_file.py): what `--route auto` asks instead of the heuristic."""
+
+    path: Path
+    sha256: str
+    """Of the file's bytes: sessions record it, so a session says which router chose its route."""
+    drafters: tuple[str, ...]
+    """The drafters it was trained for: its classes."""
+    router: Router = field(compare=False, repr=False)
+
+    def record(self) -> dict[str, Any]:
+        """What a session records of it."""
+        return {"file": self.path.name, "sha256": self.sha256, "drafters": list(self.drafters)}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunConfig:
     target: ModelSpec
@@ -95,6 +112,8 @@ class RunConfig:
     """The live settings a run starts with."""
     route_map: Mapping[str, str] = field(default_factory=dict)
     """Router class to drafter; classes it leaves out go to their default drafter."""
+    router: RouterSpec | None = None
+    """The learned router `--route auto` uses; None: the heuristic (CodeProseRouter)."""
     sessions_dir: Path = Path("sessions")
 
     @property
@@ -126,10 +145,11 @@ NATIVE_ROUTE = "server"
 def check(config: RunConfig) -> None:
     """Everything that can be checked before a model loads; a ConfigError names the field."""
     check_models(config)
+    check_router(config)
     names = config.drafter_names
     if names:
         check_route(config.settings.route, names)
-        check_route_map(config.route_map, CodeProseRouter.classes, names)
+        check_route_map(config.route_map, route_classes(config), names)
     elif config.route_map:
         raise ConfigError("route_map", "needs drafters to route to")
     if config.request.seed < 0:
@@ -146,6 +166,27 @@ def check(config: RunConfig) -> None:
             raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {NATIVE_FIXED}")
         if config.request.mode == "draft":
             raise ConfigError("mode", f"draft cannot run in native mode: {NATIVE_FIXED}")
+
+
+def route_classes(config: RunConfig) -> tuple[str, ...]:
+    """The classes of the router `--route auto` asks: a learned router's are its drafters."""
+    return config.router.drafters if config.router is not None else CodeProseRouter.classes
+
+
+def check_router(config: RunConfig) -> None:
+    """A learned router routes between the drafters it was trained for, and only those."""
+    if config.router is None:
+        return
+    names = config.drafter_names
+    if not names:
+        raise ConfigError("router", "needs drafters to route to")
+    if set(config.router.drafters) != set(names):
+        raise ConfigError(
+            "router",
+            f"{str(config.router.path)!r} was trained for drafters {', '.join(config.router.drafters)}, and this "
+            f"run's are {', '.join(names)}: train it again on sessions of these drafters "
+            "(specplay router train SESSION|DIR --out FILE)",
+        )
 
 
 def _check_found(models: tuple[ModelSpec, ...]) -> None:

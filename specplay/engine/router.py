@@ -2,7 +2,8 @@
 
 A `Router` labels a prompt with a class ("code", "prose"...); a route map sends each class to
 a drafter. A pinned route (a drafter's name) bypasses the router. Anything with `classes` and
-`classify` can replace the heuristic here, a trained classifier for instance.
+`classify` (and a `label` for route choices) can replace the heuristic here: the learned router
+(learned_router.py) does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from specplay.errors import ConfigError
 
 class Router(Protocol):
     classes: tuple[str, ...]
+    label: str | None
+    """How a route choice names a trained router ("the learned router r.json"); None: the heuristic."""
 
     def classify(self, prompt: str) -> str: ...
 
@@ -55,6 +58,7 @@ class CodeProseRouter:
     """
 
     classes = ("code", "prose")
+    label: str | None = None
 
     def __init__(
         self, threshold: float = 0.17, indent_weight: float = 0.5, word_weight: float = 0.1, prose_weight: float = 1.2
@@ -93,8 +97,12 @@ class RouteChoice:
     drafter: str
     why: str
     """How the class reached the drafter: its name, the route map, or the first-drafter default."""
+    learned: bool = False
+    """A trained router's choice: its classes are drafters, not kinds of prompt."""
 
     def describe(self) -> str:
+        if self.learned:
+            return f"auto: {self.drafter} ({self.why})"
         return f"auto: {self.prompt_class} prompt → {self.drafter} ({self.why})"
 
 
@@ -103,6 +111,9 @@ def route_choice(router: Router, route_map: Mapping[str, str], named: Mapping[st
     sends it to, with the reason; `named`: the classes the user or the model set mapped."""
     prompt_class = router.classify(prompt)
     drafter = route_map[prompt_class]
+    if router.label is not None:
+        why = router.label if prompt_class not in named else f"{router.label}'s {prompt_class}, then the route map"
+        return RouteChoice(prompt_class, drafter, why, learned=True)
     if prompt_class in named:
         why = "the route map"
     elif drafter == prompt_class:

@@ -57,9 +57,12 @@ def open_writer(
     **about: object,
 ) -> SessionWriter:
     """A session in `config`'s folder for a run of `request` (its prompt, seed and mode as run) on
-    the source `identity` and `capabilities` describe; `about` adds to the request record.
+    the source `identity` and `capabilities` describe; `about` adds to the request record, as does
+    the learned router `--route auto` asked, if any (its file's name, hash and drafters).
     `token_text`: a local tokenizer's, to record drafted tokens' texts (never a server round trip)."""
     assert request.prompt is not None
+    if config.router is not None:
+        about = {"router": config.router.record(), **about}
     record = request_record(request, route_map, **about)
     return SessionWriter(
         config.sessions_dir,
@@ -87,12 +90,13 @@ def run_sample(
     baseline: bool,
     identity: dict[str, Any] | None = None,
     on_interrupt: Callable[[], None] = lambda: None,
+    about: Mapping[str, object] | None = None,
 ) -> SampleRun:
     """The requested lane, then, when saving a speculative run with `baseline`, its target-only
     comparison, on this thread. Ctrl-C asks the run to stop at its next round and keeps what it
     made (saved as incomplete), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt
     at once (the session stays, incomplete). `identity` is the source's description, asked once
-    per run."""
+    per run; `about` adds to a saved session's request record (a prompt's category and name)."""
     lanes = [request.mode]
     if save and baseline and request.mode == "speculative" and source.capabilities.baseline:
         lanes.append("target")
@@ -109,6 +113,7 @@ def run_sample(
             capabilities=source.capabilities,
             route_map=source.route_map,
             token_text=local_token_text(source),
+            **(about or {}),
         )
     try:
         controls = LiveControls(config.settings, source.drafters)

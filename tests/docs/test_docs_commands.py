@@ -84,8 +84,8 @@ def commands(program: str) -> list[Command]:
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    return dict(action.choices) if action is not None else {}
 
 
 def _flags(parser: argparse.ArgumentParser) -> set[str]:
@@ -129,7 +129,9 @@ def test_usage_lines_name_only_flags_the_command_has() -> None:
         argv = _argv(command)
         if argv[0] not in subparsers:
             continue
-        flags = _flags(subparsers[argv[0]])
+        parser = subparsers[argv[0]]
+        actions = _subparsers(parser)  # a command's own actions (`specplay router train`)
+        flags = _flags(actions[argv[1]] if len(argv) > 1 and argv[1] in actions else parser)
         for word in argv[1:]:
             for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", word):
                 checked += 1

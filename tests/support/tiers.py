@@ -38,6 +38,8 @@ SLOW = {
     "tests/cli/test_costs.py::test_costs_json": "the demo models timed row count by row count, and run per drafter",
     "tests/cli/test_costs.py::test_acceptance_read": "the demo models timed row count by row count",
     "tests/cli/test_numeric_flags.py": "every command with every numeric flag",
+    "tests/cli/test_router_cli.py::test_train_then_eval": "the demo models run on four prompts with counterfactual "
+    "routes, then a router trained and evaluated on those sessions",
     "tests/cli/test_fetch.py": "a local package index served over HTTP",
     "tests/cli/test_cli.py::test_a_real_process": "a specplay process",
     "tests/cli/test_hostile_inputs.py::test_a_narrow_output_encoding": "specplay processes on the demo models",

@@ -378,10 +378,11 @@ def connect_native(
     route: str = NATIVE_ROUTE,
     route_map: Mapping[str, str] | None = None,
     auth: Mapping[str, tuple[str, str]] | None = None,
+    router: Router | None = None,
 ) -> NativeStream:
     """Connect to a speculating server (routed to as `route`), to `more` (name, URL) speculating
     servers of the same target, and, when given, to a plain server of it; all must tokenize alike.
-    `route_map` sends router classes to servers."""
+    `route_map` sends `router`'s classes (default: the heuristic's) to servers."""
     urls = [(route, server_root(target_url)), *((name, server_root(url, "draft_url")) for name, url in more)]
     logins = dict(auth or {})
     with contextlib.ExitStack() as opened:  # a refusal closes the connections made before it
@@ -403,4 +404,4 @@ def connect_native(
             ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
         check_same_tokens(ids)
         opened.pop_all()  # connected: the source closes them
-    return NativeStream(servers, baseline, route_map=route_map)
+    return NativeStream(servers, baseline, router=router, route_map=route_map)

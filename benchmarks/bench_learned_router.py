@@ -1,0 +1,129 @@
+"""Does a router trained on counterfactual sessions pick the best drafter more often than the
+heuristic? Every prompt of the shipped library is run once on the demo models with drafters
+`base`, `prose` and `lookup` (prompt lookup), routed by the heuristic (`--route auto`) with
+counterfactual routes on, and saved as a session (each records its prompt's category and name).
+A router is trained (`specplay router train`) on half of the prompts, alternate prompts within
+each category in library order (the 1st, 3rd, 5th... of each), and evaluated (`specplay router
+eval`) on the other half beside the heuristic: how often each picks the best drafter, and its mean
+regret. Twice: with the best drafter by speed (tokens per second, the default where sessions are
+timed), then by mean acceptance length (`--score acceptance`).
+
+    python -m benchmarks.bench_learned_router                      # runs the prompts, then trains and evaluates
+    python -m benchmarks.bench_learned_router --sessions DIR       # reuses DIR's sessions where it holds them
+
+Greedy, 128 tokens (EOS ignored), raw prompts (no chat template), k 4, fixed policy, seed 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
+
+# isort: split
+from specplay.backends import open_stream
+from specplay.cli import build_parser
+from specplay.cli import main as specplay_main
+from specplay.cli.configure import given, run_config
+from specplay.config.demo import demo_model_paths
+from specplay.data.library import Prompt, library_prompts
+from specplay.engine.request import Request
+from specplay.runner.session_run import run_sample
+from specplay.store import list_session_files, load_session
+
+DEFAULT_DIR = Path("sessions") / "learned-router"
+
+
+def split(prompts: list[Prompt]) -> tuple[list[Prompt], list[Prompt]]:
+    """(train, evaluate): within each category, in library order, the 1st, 3rd, 5th... prompt
+    trains and the 2nd, 4th, 6th... is held out."""
+    seen: dict[str, int] = defaultdict(int)
+    train, held_out = [], []
+    for prompt in prompts:
+        (train if seen[prompt.category] % 2 == 0 else held_out).append(prompt)
+        seen[prompt.category] += 1
+    return train, held_out
+
+
+def run_prompts(directory: Path, prompts: list[Prompt], max_tokens: int) -> None:
+    """Each prompt once, heuristic-routed with counterfactual routes, saved in `directory`."""
+    _, drafters = demo_model_paths()
+    argv = ["run", "--target", "demo", "--draft", f"base={drafters['base']}", "--draft", f"prose={drafters['prose']}"]
+    argv += ["--draft", "lookup=prompt-lookup", "--counterfactual", "--route", "auto", "--temperature", "0"]
+    argv += ["--max-tokens", str(max_tokens), "--ignore-eos", "--raw", "--sessions-dir", str(directory)]
+    config = run_config(given(build_parser().parse_args([*argv, "--prompt", "-"])))
+    source = open_stream(config)
+    try:
+        identity = source.describe()
+        for i, prompt in enumerate(prompts, 1):
+            ids = tuple(source.encode(prompt.text, raw=True))
+            request = Request(prompt.text, ids, "speculative", 0, max_tokens, ignore_eos=True)
+            began = time.perf_counter()
+            run_sample(
+                source,
+                config,
+                request,
+                on_event=lambda lane, event: None,
+                save=True,
+                baseline=False,
+                identity=identity,
+                about={"category": prompt.category, "prompt_name": prompt.name},
+            )
+            print(
+                f"  {i}/{len(prompts)} {prompt.category}/{prompt.name}: {time.perf_counter() - began:.1f} s", flush=True
+            )
+    finally:
+        source.close()
+
+
+def sessions_by_name(directory: Path) -> dict[str, Path]:
+    """The sessions in `directory` by the prompt name their request records."""
+    found = {}
+    for path in list_session_files(directory):
+        name = (load_session(path).header.get("request") or {}).get("prompt_name")
+        if isinstance(name, str):
+            found[name] = path
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=Path, default=DEFAULT_DIR, help=f"session folder (default {DEFAULT_DIR})")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    args = parser.parse_args()
+
+    prompts = library_prompts()
+    print(f"specplay learned router vs heuristic; {platform.platform()}, {platform.python_version()}")
+    have = sessions_by_name(args.sessions)
+    missing = [p for p in prompts if p.name not in have]
+    if missing:
+        print(
+            f"running {len(missing)} prompts into {args.sessions} (reusing {len(prompts) - len(missing)})", flush=True
+        )
+        run_prompts(args.sessions, missing, args.max_tokens)
+        have = sessions_by_name(args.sessions)
+    else:
+        print(f"reusing the {len(prompts)} sessions in {args.sessions}")
+    train, held_out = split(prompts)
+    print(f"train on {len(train)} prompts: {', '.join(p.name for p in train)}")
+    print(f"evaluate on {len(held_out)} prompts: {', '.join(p.name for p in held_out)}", flush=True)
+    for score, name in (([], "router.json"), (["--score", "acceptance"], "router-acceptance.json")):
+        router = args.sessions / name
+        print(f"\n$ specplay router train TRAIN_SESSIONS --out {router} {' '.join(score)}".rstrip(), flush=True)
+        code = specplay_main(["router", "train", *(str(have[p.name]) for p in train), "--out", str(router), *score])
+        if code:
+            return code
+        print(f"\n$ specplay router eval HELD_OUT_SESSIONS --router {router}", flush=True)
+        code = specplay_main(["router", "eval", *(str(have[p.name]) for p in held_out), "--router", str(router)])
+        if code:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""A learned router against the heuristic on held-out sessions: for each, the drafter each router
+picks against the session's best (scores.py), and the regret of each pick."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specplay.engine.router import CodeProseRouter, Router, route_map_for
+from specplay.errors import ConfigError
+from specplay.routing.examples import Example
+from specplay.routing.scores import UNITS, ScoreKind
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One held-out session."""
+
+    session: str
+    category: str | None
+    prompt_name: str | None
+    best: list[str]
+    learned: str
+    heuristic: str
+    learned_regret: float
+    heuristic_regret: float
+
+
+def heuristic_pick(one: Example, heuristic: Router) -> str:
+    """Where `--route auto` with the heuristic sends the session's prompt: through the route map
+    the session records when it is the heuristic's (its classes), else the default map over the
+    run's drafters in their order."""
+    recorded = dict(one.route_map) if set(one.route_map) <= set(heuristic.classes) else {}
+    if not set(recorded.values()) <= set(one.drafter_order):
+        recorded = {}
+    route_map = route_map_for(heuristic, one.drafter_order, recorded)
+    return route_map[heuristic.classify(one.prompt)]
+
+
+def evaluate(examples: Sequence[Example], router: Router, kind: ScoreKind) -> list[Case]:
+    """Each session's picks; the router's classes must be the sessions' drafters."""
+    heuristic = CodeProseRouter()
+    cases = []
+    for one in examples:
+        if set(router.classes) != set(one.drafters):
+            raise ConfigError("router", f"routes between {', '.join(router.classes)}, not {', '.join(one.drafters)}")
+        learned = router.classify(one.prompt)
+        plain = heuristic_pick(one, heuristic)
+        cases.append(
+            Case(
+                session=one.path.name,
+                category=one.category,
+                prompt_name=one.prompt_name,
+                best=one.scores.best(kind),
+                learned=learned,
+                heuristic=plain,
+                learned_regret=one.scores.regret(kind, learned),
+                heuristic_regret=one.scores.regret(kind, plain),
+            )
+        )
+    return cases
+
+
+def summary(cases: Sequence[Case]) -> dict[str, Any]:
+    """Each router's share of best picks and mean regret over `cases`."""
+    n = len(cases)
+    return {
+        "sessions": n,
+        "learned": {
+            "best_picks": sum(c.learned in c.best for c in cases),
+            "accuracy": sum(c.learned in c.best for c in cases) / n,
+            "mean_regret": sum(c.learned_regret for c in cases) / n,
+        },
+        "heuristic": {
+            "best_picks": sum(c.heuristic in c.best for c in cases),
+            "accuracy": sum(c.heuristic in c.best for c in cases) / n,
+            "mean_regret": sum(c.heuristic_regret for c in cases) / n,
+        },
+    }
+
+
+def report(cases: Sequence[Case], kind: ScoreKind) -> dict[str, Any]:
+    """The `router eval --json` object: overall, per category where every session records its
+    prompt's category, and each case."""
+    categories: dict[str, list[Case]] = {}
+    if all(c.category is not None for c in cases):
+        for c in cases:
+            categories.setdefault(c.category or "", []).append(c)
+    return {
+        "score": kind,
+        "unit": UNITS[kind],
+        **summary(cases),
+        "by_category": {name: summary(group) for name, group in categories.items()} or None,
+        "cases": [asdict(c) for c in cases],
+    }
