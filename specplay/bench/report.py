@@ -286,13 +286,15 @@ def to_json(
     about: dict[str, Any],
     router: dict[str, Any] | None = None,
     k_advice: Sequence[Any] = (),
+    routes: Sequence[Any] = (),
 ) -> str:
-    """`k_advice`: k_advice.KAdvice entries (dataclasses)."""
+    """`k_advice`: k_advice.KAdvice entries; `routes`: routes.RouteComparison entries (dataclasses)."""
     payload = {
         "about": about,
         "rows": [asdict(r) for r in rows],
         "router": router,
         "k_advice": [asdict(a) for a in k_advice],
+        "routes": [asdict(r) for r in routes],
         "measurements": [asdict(m) for m in measurements],
     }
     return dump_json(payload, indent=2, ensure_ascii=False) + "\n"

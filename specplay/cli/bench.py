@@ -19,6 +19,7 @@ from specplay.bench.execute import BenchPlan, run_bench
 from specplay.bench.k_advice import K_GROUP, k_advice, k_advice_markdown
 from specplay.bench.plots import PLOT_FILES, write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
+from specplay.bench.routes import route_comparison, route_markdown
 from specplay.bench.sweep import BenchConfig, load_prompts, plan
 from specplay.cli.configure import comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags, add_router_flag
@@ -93,7 +94,14 @@ def bench(args: argparse.Namespace) -> int:
         raise SpecplayError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
     check_outputs(out, REPORT_FILES, OUT_FIX)  # now, not after the measurements
     copy_only = [d.name for d in config.drafters if d.kind == "prompt-lookup"]
-    configs = plan(drafters, args.quick, copy_only, counterfactual=capabilities_of(config).counterfactual)
+    capabilities = capabilities_of(config)
+    configs = plan(
+        drafters,
+        args.quick,
+        copy_only,
+        counterfactual=capabilities.counterfactual,
+        round_routes=capabilities.round_routes,
+    )
 
     def time_mlx_lm(ids: tuple[int, ...], max_tokens: int, drafter: str | None, k: int) -> float | None:
         from specplay.bench.mlx_lm import mlx_lm_tokens_per_s
@@ -145,14 +153,16 @@ def bench(args: argparse.Namespace) -> int:
 
     rows = build_rows(configs, measurements, remote=remote)
     advice = k_advice(configs, rows, measurements, costs)
+    routes = route_comparison(configs, rows)
     replacing = (out / "report.md").exists()
     claim_outputs(out, REPORT_FILES, OUT_FIX)
     if replacing:
         warn(f"replacing the bench report in {out}")
     fix = OUT_FIX
-    report = markdown(rows, about, router, remote) + "\n".join(k_advice_markdown(advice)) + "\n"
+    sections = [*k_advice_markdown(advice), *route_markdown(routes)]
+    report = markdown(rows, about, router, remote) + "\n".join(sections) + "\n"
     write_output(out / "report.md", report, fix)
-    write_output(out / "results.json", to_json(rows, measurements, about, router, advice), fix)
+    write_output(out / "results.json", to_json(rows, measurements, about, router, advice, routes), fix)
     write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
     print(f"report in {out}: report.md, results.json, results.csv, and three PNG plots", file=sys.stderr)

@@ -121,7 +121,7 @@ def test_plan_and_prompts() -> None:
         labels
     )
     prompts = load_prompts(None, 2)
-    assert [p.category for p in prompts] == ["code", "code", "prose", "prose"]
+    assert [p.category for p in prompts] == ["code", "code", "prose", "prose", "mixed", "mixed", "editing", "editing"]
     with pytest.raises(ConfigError, match="cannot be read"):
         load_prompts(Path("/nonexistent/prompts.jsonl"), 1)
 
@@ -129,7 +129,12 @@ def test_plan_and_prompts() -> None:
 def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None:
     models = ["--target", str(tiny.target), "--draft", f"near={tiny.near}", "--draft", f"far={tiny.far}"]
     out = tmp_path / "report"
-    assert main(["bench", *models, "--quick", "--out", str(out), "--max-tokens", "12", "--compare-mlx-lm"]) == 0
+    # The library's first code and prose prompts (the others' categories add time, not coverage).
+    prompts = tmp_path / "prompts.jsonl"
+    first = [next(p for p in load_prompts(None, 1) if p.category == c) for c in ("code", "prose")]
+    prompts.write_text("".join(json.dumps({"category": p.category, "text": p.text}) + "\n" for p in first))
+    flags = ["--quick", "--out", str(out), "--max-tokens", "12", "--compare-mlx-lm", "--prompts", str(prompts)]
+    assert main(["bench", *models, *flags]) == 0
     names = {"report.md", "results.json", "results.csv", "speedup_vs_k.png", "acceptance_vs_tv.png"}
     assert names | {"acceptance_by_position.png"} <= {p.name for p in out.iterdir()}
     results = json.loads((out / "results.json").read_text())
@@ -158,6 +163,12 @@ def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None
     assert set(advice) == {"code", "prose"} and every(a["measured_best_k"] in (2, 4) for a in advice.values())
     assert every(1 <= a["recommended_k"] <= 4 for a in advice.values())
     assert "## Which k" in (out / "report.md").read_text()
+    # Which route: each drafter pinned, auto and adaptive, per category
+    routes = {r["category"]: r for r in results["routes"]}
+    assert set(routes) == {"code", "prose"}
+    assert every(set(r["tokens_per_s"]) == {"near", "far", "auto", "adaptive"} for r in routes.values())
+    assert every(r["best_single"] in ("near", "far") and r["over_best_single"]["adaptive"] > 0 for r in routes.values())
+    assert "## Which route" in (out / "report.md").read_text()
 
 
 def test_router_report_counts_accuracy_on_labels_and_by_acceptance() -> None:
