@@ -112,7 +112,8 @@ def drafters_text(lane: LaneRecord) -> str:
         return lane.start.route
     ranked = sorted(served.items(), key=lambda item: -item[1])
     switches = len(lane.route_switches)
-    return ", ".join(f"{name} {rounds} rounds" for name, rounds in ranked) + f" ({switches} switches)"
+    counted = ", ".join(f"{name} {rounds} round{'s' * (rounds != 1)}" for name, rounds in ranked)
+    return f"{counted} ({switches} switch{'es' * (switches != 1)})"
 
 
 def sampled(lane: LaneRecord) -> bool:

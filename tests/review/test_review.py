@@ -11,7 +11,9 @@ from specplay.cli import main
 from specplay.engine.events import Token
 from specplay.review import review_sessions
 from specplay.review.columns import aligned_starts, divergence, segment_starts
-from specplay.review.summary import column_numbers
+from specplay.review.html import to_html
+from specplay.review.markdown import to_markdown
+from specplay.review.summary import column_numbers, settings
 from specplay.store import load_session
 from tests.support.session_events import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
 
@@ -103,3 +105,18 @@ def test_a_tokens_details_name_its_round_its_numbers_and_the_top_candidates(tmp_
     assert "top p_target: ⟨10⟩ 0.500, ‹ seventy› 0.250" in details and "top p_draft: ⟨10⟩ 0.500" in details
     bonus = token_details(column, 2, {})
     assert "bonus" in bonus and "p_target(x) 0.400" in bonus and "top p_target: ⟨12⟩ 0.400" in bonus
+
+
+def test_a_change_of_drafter_between_rounds_is_marked_where_it_took_effect(tmp_path: Path) -> None:
+    """Adaptive routing: the second round drafted by far, marked before its first token in the
+    page and the transcript, and the drafters that served listed with the settings."""
+    lanes = {"speculative": speculative_events(routes=["near", "far"]), "target": target_events(same_as_rounds())}
+    session = load_session(write_session(tmp_path, lanes))
+    assert session.main.route_switches == {3: "far"}
+    (group,) = review_sessions([session]).groups
+    assert group.columns[1].switches == {3: "far"}
+    assert ("drafter", "near 1 round, far 1 round (1 switch)") in settings(session)
+    page = to_html(review_sessions([session]))
+    mark = '<span class="switch" data-at="3" title="from token 3 the rounds are drafted by far">⟨→far⟩</span>'
+    assert mark + '<span class="t relaxed" data-i="3"' in page
+    assert "<kbd>⟨→far⟩</kbd>" in to_markdown(review_sessions([session]))

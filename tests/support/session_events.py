@@ -60,8 +60,10 @@ def speculative_events(
     changes: Sequence[ControlEvent] = (),
     finish: str | None = "length",
     seconds: float = 1.0,
+    routes: Sequence[str] = (),
 ) -> list[Event]:
-    """A speculative lane; `changes` go in before the round that starts at their token index."""
+    """A speculative lane; `changes` go in before the round that starts at their token index;
+    `routes`: each round's drafter (default: near)."""
     events: list[Event] = [StartEvent("speculative", "near", "near", PROMPT_IDS, 0, settings(temperature, tv_budget))]
     round_events, tokens = [], []
     for index, round_tokens in enumerate(rounds):
@@ -71,7 +73,7 @@ def speculative_events(
         event = RoundEvent(
             index,
             len(tokens),
-            "near",
+            routes[index] if index < len(routes) else "near",
             len(drafted),
             tuple(t.token_id for t in drafted),
             tuple(_position(t) for t in drafted),

@@ -53,6 +53,7 @@ SLOW = {
     "tests/ui/test_ui_app.py::test_the_": "a live change while a run goes (the controller's tests change each live)",
     "tests/ui/test_ui_app.py::test_another_rule": "a live change while a run goes",
     "tests/ui/test_ui_app.py::test_counterfactual": "a live change while a run goes",
+    "tests/ui/test_ui_app.py::test_adaptive": "a live change while a run goes",
     "tests/store/test_saved_sessions.py::test_run_replay_reproduces_the_sampled_session": "old sessions "
     "replayed on the MLX models they recorded, sampled",
 }

@@ -158,6 +158,23 @@ async def test_counterfactual_routes_turn_on_live_and_show_the_regret(tmp_path: 
         await stop_run(app, pilot)
 
 
+async def test_adaptive_routing_turns_on_live_and_shows_the_drafters_that_served(tmp_path: Path) -> None:
+    """From `adaptive` on, rounds pick their drafter: `far`, never tried, serves a round at once;
+    beside the route the rounds each drafter served and the switches show."""
+    app = live_app(tmp_path)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await start_run(app, pilot)
+        app.query_one("#route", Select).value = "adaptive"
+        await wait_for(pilot, lambda: _control_index(app, "route", "adaptive") is not None, "the route change")
+        await wait_for(pilot, lambda: any(r.route == "far" for r in spec_rounds(app)), "a round drafted by far")
+        stats = app.query_one("#route-stats", Static)
+        await wait_for(pilot, lambda: "switches" in str(stats.render()), "the route stats")
+        await stop_run(app, pilot)
+        shown = str(stats.render())
+        assert "near" in shown and "far" in shown
+        assert every(r.route == "near" for r in spec_rounds(app)[:3])
+
+
 async def test_another_rule_takes_the_knob(tmp_path: Path) -> None:
     """The rule select swaps the slider's knob: lenience's lambda doubles every 4 steps."""
     app = live_app(tmp_path)
