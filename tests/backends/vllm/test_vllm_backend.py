@@ -231,3 +231,25 @@ def test_a_stream_event_that_is_not_an_object_is_one_line(servers: tuple[FakeVll
     with pytest.raises(VllmError, match="sent a stream event in a shape specplay does not know"):
         run(vllm, PROMPT, mode="target", max_tokens=TOKENS)
     vllm.close()
+
+
+def test_adaptive_routing_between_a_server_drafter_and_a_local_one(  # type: ignore[no-untyped-def]
+    tiny, servers: tuple[FakeVllm, FakeVllm], backend: MlxBackend
+) -> None:
+    """Per-round routing over HTTP: the text is greedy target-only's, both drafters serve rounds,
+    and only the local drafter catches a cache up (a server's prefix cache is its own)."""
+    target, near = servers
+    mixed = connect_vllm_backend(
+        target.url, remote_drafters=[("near", near.url)], local_drafters=[("local", str(tiny.near))]
+    )
+    events = run(mixed, PROMPT, route="adaptive", max_tokens=TOKENS * 2)
+    prompt_tokens = len(mixed.encode(PROMPT, raw=True))
+    mixed.close()
+    expected = done(run(backend, PROMPT, mode="target", max_tokens=TOKENS * 2)).token_ids
+    assert done(events).token_ids == expected
+    served = {r.route for r in rounds(events)}
+    assert served == {"near", "local"}
+    assert every(r.catch_up_tokens == 0 for r in rounds(events) if r.route == "near")
+    first_local = next(r for r in rounds(events) if r.route == "local")
+    assert first_local.catch_up_tokens == prompt_tokens + first_local.token_index - 1
+    assert done(events).metrics["route_switches"] >= 1
