@@ -327,11 +327,11 @@ class _Run:
         """Tell the round router what each drafter did this round; note who is now current."""
         assert self.round_router is not None
         round_ms = event.draft_ms - event.catch_up_ms + event.verify_ms + event.overhead_ms
-        seen = [RoundObservation(event.route, event.num_accepted + 1, round_ms)]
+        others = []
         for other in event.counterfactuals:  # its own draft and verify, and the round's host work
-            seen.append(RoundObservation(other.route, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
+            others.append(RoundObservation(other.route, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
             self.synced[other.route] = committed
-        self.round_router.observe(seen)
+        self.round_router.observe(RoundObservation(event.route, event.num_accepted + 1, round_ms), others)
         self.round_router.observe_catch_up(event.route, event.catch_up_tokens, event.catch_up_ms)
         self.synced[event.route] = committed
 

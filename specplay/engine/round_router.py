@@ -11,8 +11,11 @@ lets the estimates follow a text that changes register: code, then prose, then a
 In a plain run only the routed drafter is judged, which makes the choice a bandit. It is
 discounted UCB (Garivier and Moulines, 2011): tokens_i gets an optimism bonus that shrinks as
 drafter i is observed and grows back as those observations age, so a drafter that lost is tried
-again once the text may have moved on. With counterfactual routes on, every drafter is judged
-every round (full information): the bonus is dropped and the best recent rate wins.
+again, rarely, in case the text moved on. A register change shows sooner as a drop: when the
+routed drafter's last `window` rounds commit far fewer tokens than its record (monitored UCB, Cao
+et al. 2019), its record restarts from those rounds and the others' evidence is aged, so they are
+tried again at once. With counterfactual routes on, every drafter is judged every round (full
+information): the bonus is dropped and the best recent rate wins.
 
 A model drafter that sat out some rounds must catch its cache up on the tokens committed
 meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
@@ -53,9 +56,11 @@ class RoundRouter:
     def __init__(
         self,
         drafters: Sequence[str],
-        discount: float = 0.85,
-        exploration: float = 0.15,
+        discount: float = 0.95,
+        exploration: float = 0.1,
         switch_rounds: float = 4.0,
+        window: int = 3,
+        drop_tokens: float = 1.5,
     ) -> None:
         """`drafters` in the order untried ones are tried (the request router's choice first)."""
         self.drafters = tuple(drafters)
@@ -63,14 +68,22 @@ class RoundRouter:
         self.exploration = exploration
         """The bonus's scale, in rounds' worth of tokens (k + 1): larger explores more."""
         self.switch_rounds = switch_rounds
+        self.window = window
+        self.drop_tokens = drop_tokens
+        """A drop: the window's mean tokens at most half the record's, and this many below it."""
+        self.recent: list[RoundObservation] = []
+        """The routed drafter's rounds since it was last switched to (the last `window`)."""
+        self.changes = 0
+        """Drops seen: how often the text looked as if it had changed."""
         self.estimates = {name: _Estimate() for name in self.drafters}
         self.catch_up_tokens = dict.fromkeys(self.drafters, 0)
         self.catch_up_ms = dict.fromkeys(self.drafters, 0.0)
         self.full_information = False
         """The last round judged every drafter (counterfactual routes): no bonus is needed."""
 
-    def observe(self, observations: Sequence[RoundObservation]) -> None:
+    def observe(self, routed: RoundObservation, others: Sequence[RoundObservation] = ()) -> None:
         """One round: the routed drafter's observation, and the counterfactual ones if any."""
+        observations = [routed, *others]
         for estimate in self.estimates.values():
             estimate.weight *= self.discount
             estimate.tokens *= self.discount
@@ -84,6 +97,35 @@ class RoundRouter:
             estimate.round_ms += seen.round_ms
             estimate.seen = True
         self.full_information = {seen.drafter for seen in observations} >= set(self.drafters)
+        if self.recent and self.recent[-1].drafter != routed.drafter:
+            self.recent = []
+        self.recent = [*self.recent, routed][-self.window :]
+        if not self.full_information and self._dropped(routed.drafter):
+            self._restart(routed.drafter)
+
+    def _dropped(self, drafter: str) -> bool:
+        """The routed drafter's last `window` rounds fell well below its record."""
+        estimate = self.estimates.get(drafter)
+        if estimate is None or len(self.recent) < self.window:
+            return False
+        record = estimate.tokens / estimate.weight
+        recent = sum(seen.tokens for seen in self.recent) / len(self.recent)
+        return recent <= record / 2 and record - recent >= self.drop_tokens
+
+    def _restart(self, drafter: str) -> None:
+        """The text changed: `drafter`'s record is its recent rounds alone; the others' evidence
+        weighs a fifth as much (their means kept, their bonus larger)."""
+        self.changes += 1
+        for name, estimate in self.estimates.items():
+            if name == drafter:
+                estimate.weight = float(len(self.recent))
+                estimate.tokens = float(sum(seen.tokens for seen in self.recent))
+                estimate.round_ms = sum(seen.round_ms for seen in self.recent)
+            else:
+                estimate.weight *= 0.2
+                estimate.tokens *= 0.2
+                estimate.round_ms *= 0.2
+        self.recent = []
 
     def observe_catch_up(self, drafter: str, tokens: int, ms: float) -> None:
         if drafter in self.catch_up_tokens and tokens > 0:

@@ -59,7 +59,7 @@ def test_each_drafter_is_tried_once_in_order_before_any_is_judged() -> None:
     for _ in range(3):
         choice = router.choose(4, tried[-1] if tried else "b", {})
         tried.append(choice)
-        router.observe([RoundObservation(choice, 1, 10.0)])
+        router.observe(RoundObservation(choice, 1, 10.0))
     assert tried == ["b", "a", "c"]
 
 
@@ -67,7 +67,7 @@ def test_the_best_rate_wins_not_the_most_tokens() -> None:
     """Tokens per ms: 5 tokens in 20 ms (0.25) loses to 3 tokens in 10 ms (0.3)."""
     router = RoundRouter(("slow", "fast"))
     for _ in range(30):
-        router.observe([RoundObservation("slow", 5, 20.0), RoundObservation("fast", 3, 10.0)])
+        router.observe(RoundObservation("slow", 5, 20.0), [RoundObservation("fast", 3, 10.0)])
     assert router.full_information
     assert router.choose(4, "slow", {}) == "fast"
     assert router.rate("fast") == pytest.approx(0.3)
@@ -76,16 +76,16 @@ def test_the_best_rate_wins_not_the_most_tokens() -> None:
 
 def test_a_drafter_that_lost_is_tried_again_once_its_record_ages() -> None:
     """Bandit feedback: only the routed drafter is observed. `b` lost its one try; as its
-    observation's weight decays (0.85 a round) its bonus grows until it is tried again."""
+    observation's weight decays (0.95 a round) its bonus grows until it is tried again."""
     router = RoundRouter(("a", "b"))
-    router.observe([RoundObservation("a", 4, 10.0)])
-    router.observe([RoundObservation("b", 2, 10.0)])
+    router.observe(RoundObservation("a", 4, 10.0))
+    router.observe(RoundObservation("b", 2, 10.0))
     choices = []
     current = "b"
     for _ in range(60):
         current = router.choose(4, current, {})
         choices.append(current)
-        router.observe([RoundObservation(current, 4 if current == "a" else 2, 10.0)])
+        router.observe(RoundObservation(current, 4 if current == "a" else 2, 10.0))
     assert choices[0] == "a"
     retries = [i for i, c in enumerate(choices) if c == "b"]
     assert retries, "b is never tried again"
@@ -93,12 +93,35 @@ def test_a_drafter_that_lost_is_tried_again_once_its_record_ages() -> None:
     assert len(retries) <= 6  # a loser is revisited rarely: each try costs 2 tokens
 
 
+def test_a_drop_in_the_routed_drafters_tokens_tries_the_others_again() -> None:
+    """`a` served 5 tokens a round for 20 rounds, `b` 1 in its one try; then `a` falls to 1. Its
+    discounted record alone would keep it routed for many rounds; after `window` (3) rounds the
+    drop restarts its record and ages b's, and b is tried again."""
+
+    def history(router: RoundRouter) -> RoundRouter:
+        router.observe(RoundObservation("a", 5, 10.0))
+        router.observe(RoundObservation("b", 1, 10.0))
+        for _ in range(20):
+            assert router.choose(4, "a", {}) == "a"
+            router.observe(RoundObservation("a", 5, 10.0))
+        for _ in range(3):
+            router.observe(RoundObservation("a", 1, 10.0))
+        return router
+
+    watched = history(RoundRouter(("a", "b")))
+    assert watched.changes == 1
+    assert watched.choose(4, "a", {}) == "b"
+    unwatched = history(RoundRouter(("a", "b"), window=1000))
+    assert unwatched.changes == 0
+    assert unwatched.choose(4, "a", {}) == "a"
+
+
 def test_a_switch_is_charged_its_catch_up() -> None:
     """`b` is 10% faster, but catching up on 200 tokens at 1 ms each, spread over 4 rounds,
     costs far more than that: no switch. With nothing to catch up on, it switches."""
     router = RoundRouter(("a", "b"))
     for _ in range(30):
-        router.observe([RoundObservation("a", 4, 10.0), RoundObservation("b", 4, 9.0)])
+        router.observe(RoundObservation("a", 4, 10.0), [RoundObservation("b", 4, 9.0)])
     router.observe_catch_up("b", 10, 10.0)
     assert router.catch_up_ms_per_token("b") == pytest.approx(1.0)
     assert router.choose(4, "a", {"a": 0, "b": 200}) == "a"
