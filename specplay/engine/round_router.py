@@ -20,6 +20,11 @@ information): the bonus is dropped and the best recent rate wins.
 A model drafter that sat out some rounds must catch its cache up on the tokens committed
 meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
 charged to a switch, spread over `switch_rounds`, the rounds a switch is expected to serve.
+
+A round's time is noisy (a first use compiles kernels; another process takes the CPU), and one
+outlier would price a drafter out for a long while: each observed time is clipped at OUTLIER times
+the pooled mean round time of every drafter, and a drafter's estimate is drawn toward that pooled
+mean by one pseudo-round.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+OUTLIER = 3.0
+"""Observed round times are clipped at this many times the pooled mean."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +88,14 @@ class RoundRouter:
         self.catch_up_ms = dict.fromkeys(self.drafters, 0.0)
         self.full_information = False
         """The last round judged every drafter (counterfactual routes): no bonus is needed."""
+        self.pooled = _Estimate()
+        """Every drafter's rounds together: the prior of each one's round time."""
 
     def observe(self, routed: RoundObservation, others: Sequence[RoundObservation] = ()) -> None:
         """One round: the routed drafter's observation, and the counterfactual ones if any."""
         observations = [routed, *others]
-        for estimate in self.estimates.values():
+        limit = OUTLIER * self.pooled.round_ms / self.pooled.weight if self.pooled.weight else math.inf
+        for estimate in (*self.estimates.values(), self.pooled):
             estimate.weight *= self.discount
             estimate.tokens *= self.discount
             estimate.round_ms *= self.discount
@@ -92,9 +103,11 @@ class RoundRouter:
             estimate = self.estimates.get(seen.drafter)
             if estimate is None:  # a drafter this router was not built with
                 continue
-            estimate.weight += 1.0
-            estimate.tokens += seen.tokens
-            estimate.round_ms += seen.round_ms
+            round_ms = min(seen.round_ms, limit)
+            for into in (estimate, self.pooled):
+                into.weight += 1.0
+                into.tokens += seen.tokens
+                into.round_ms += round_ms
             estimate.seen = True
         self.full_information = {seen.drafter for seen in observations} >= set(self.drafters)
         if self.recent and self.recent[-1].drafter != routed.drafter:
@@ -137,12 +150,19 @@ class RoundRouter:
         tokens = self.catch_up_tokens[drafter]
         return self.catch_up_ms[drafter] / tokens if tokens else 0.0
 
+    def round_ms(self, drafter: str) -> float:
+        """A round's expected time with `drafter` (module docstring: clipped, drawn to the pool)."""
+        estimate, pooled = self.estimates[drafter], self.pooled
+        prior = pooled.round_ms / pooled.weight if pooled.weight else 0.0
+        return (estimate.round_ms + prior) / (estimate.weight + 1.0)
+
     def rate(self, drafter: str) -> float | None:
-        """Estimated tokens per ms (None: not observed yet)."""
+        """Estimated tokens per ms, without the bonus (None: not observed yet)."""
         estimate = self.estimates[drafter]
-        if not estimate.seen or estimate.round_ms <= 0:
+        round_ms = self.round_ms(drafter)
+        if not estimate.seen or round_ms <= 0:
             return None
-        return estimate.tokens / estimate.round_ms
+        return estimate.tokens / estimate.weight / round_ms
 
     def choose(self, k: int, current: str, lags: Mapping[str, int]) -> str:
         """The drafter for the next round of up to k drafted tokens; `current` drafted the last
@@ -157,7 +177,7 @@ class RoundRouter:
             tokens = estimate.tokens / estimate.weight
             if not self.full_information and total > 1:
                 tokens += self.exploration * (k + 1) * math.sqrt(math.log(total) / estimate.weight)
-            round_ms = estimate.round_ms / estimate.weight
+            round_ms = self.round_ms(name)
             if name != current:
                 round_ms += lags.get(name, 0) * self.catch_up_ms_per_token(name) / self.switch_rounds
             index = tokens / round_ms if round_ms > 0 else math.inf

@@ -70,8 +70,8 @@ def test_the_best_rate_wins_not_the_most_tokens() -> None:
         router.observe(RoundObservation("slow", 5, 20.0), [RoundObservation("fast", 3, 10.0)])
     assert router.full_information
     assert router.choose(4, "slow", {}) == "fast"
-    assert router.rate("fast") == pytest.approx(0.3)
-    assert router.rate("slow") == pytest.approx(0.25)
+    assert router.rate("fast") == pytest.approx(0.3, rel=0.05)  # drawn a little toward the pooled 15 ms
+    assert router.rate("slow") == pytest.approx(0.25, rel=0.05)
 
 
 def test_a_drafter_that_lost_is_tried_again_once_its_record_ages() -> None:
@@ -114,6 +114,16 @@ def test_a_drop_in_the_routed_drafters_tokens_tries_the_others_again() -> None:
     unwatched = history(RoundRouter(("a", "b"), window=1000))
     assert unwatched.changes == 0
     assert unwatched.choose(4, "a", {}) == "a"
+
+
+def test_one_slow_first_round_does_not_price_a_drafter_out() -> None:
+    """`b`'s first round took 1000 ms (a first use compiling its kernels), `a`'s 10 ms: clipped at
+    three times the pooled mean and drawn toward it, b's 4 tokens a round still win."""
+    router = RoundRouter(("a", "b"))
+    router.observe(RoundObservation("a", 2, 10.0))
+    router.observe(RoundObservation("b", 4, 1000.0))
+    assert router.round_ms("b") < 30.0
+    assert router.choose(4, "b", {}) == "b"
 
 
 def test_a_switch_is_charged_its_catch_up() -> None:
