@@ -13,9 +13,10 @@ discounted UCB (Garivier and Moulines, 2011): tokens_i gets an optimism bonus th
 drafter i is observed and grows back as those observations age, so a drafter that lost is tried
 again, rarely, in case the text moved on. A register change shows sooner as a drop: when the
 routed drafter's last `window` rounds commit far fewer tokens than its record (monitored UCB, Cao
-et al. 2019), its record restarts from those rounds and the others' evidence is aged, so they are
-tried again at once. With counterfactual routes on, every drafter is judged every round (full
-information): the bonus is dropped and the best recent rate wins.
+et al. 2019), every record from before the drop is aged, so its recent rounds weigh most in its
+record and the others, their bonuses grown, are tried again soon. With counterfactual routes on,
+every drafter is judged every round (full information): the bonus is dropped and the best recent
+rate wins.
 
 A model drafter that sat out some rounds must catch its cache up on the tokens committed
 meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
@@ -35,6 +36,8 @@ from dataclasses import dataclass
 
 OUTLIER = 3.0
 """Observed round times are clipped at this many times the pooled mean."""
+AGED = 0.2
+"""After a drop, what the evidence from before it weighs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,18 +129,21 @@ class RoundRouter:
         return recent <= record / 2 and record - recent >= self.drop_tokens
 
     def _restart(self, drafter: str) -> None:
-        """The text changed: `drafter`'s record is its recent rounds alone; the others' evidence
-        weighs a fifth as much (their means kept, their bonus larger)."""
+        """The text changed: every record before the drop weighs a fifth as much (means kept,
+        bonuses larger), `drafter`'s recent rounds in full, so its record leans on them."""
         self.changes += 1
+        window = _Estimate(
+            float(len(self.recent)), sum(s.tokens for s in self.recent), sum(s.round_ms for s in self.recent)
+        )
         for name, estimate in self.estimates.items():
-            if name == drafter:
-                estimate.weight = float(len(self.recent))
-                estimate.tokens = float(sum(seen.tokens for seen in self.recent))
-                estimate.round_ms = sum(seen.round_ms for seen in self.recent)
+            if name == drafter:  # the window's rounds are in its record: only the rest is aged
+                estimate.weight = max(estimate.weight - window.weight, 0.0) * AGED + window.weight
+                estimate.tokens = max(estimate.tokens - window.tokens, 0.0) * AGED + window.tokens
+                estimate.round_ms = max(estimate.round_ms - window.round_ms, 0.0) * AGED + window.round_ms
             else:
-                estimate.weight *= 0.2
-                estimate.tokens *= 0.2
-                estimate.round_ms *= 0.2
+                estimate.weight *= AGED
+                estimate.tokens *= AGED
+                estimate.round_ms *= AGED
         self.recent = []
 
     def observe_catch_up(self, drafter: str, tokens: int, ms: float) -> None:
