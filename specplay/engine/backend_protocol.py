@@ -109,6 +109,11 @@ class Generation(Protocol):
         """Append the round's committed tokens and rewind every cache to them."""
         ...
 
+    def proposal(self, drafter: str, k: int) -> list[int] | None:
+        """What `drafter` would draft now if its proposal costs nothing (prompt lookup: a few
+        dictionary reads), every cache left alone; None for a drafter that must compute to say."""
+        ...
+
     def catch_up(self, drafter: str) -> int:
         """Bring `drafter`'s cache to the committed tokens but the last (as a prefill would), after
         rounds another drafter served; returns how many tokens it took in (0 where it keeps no

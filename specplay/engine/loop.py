@@ -274,6 +274,7 @@ class _Run:
 
         caught_up = self._route(generation, k)  # 0
         caught_up_at = self._now()
+        free = self._free_proposals(generation, k)
         draft = generation.draft(self.route, k, sampling, draws.draft, keep_drafting)  # 1
         drafted_at = self._now()
         counterfactuals = self._counterfactuals(generation, k, draws, keep_drafting, since=drafted_at)
@@ -307,7 +308,7 @@ class _Run:
             catch_up_ms=1000 * (caught_up_at - start),
             catch_up_tokens=caught_up,
         )
-        self._learn(event, len(generation.tokens))
+        self._learn(event, len(generation.tokens), free)
         self.metrics.add_round(event)
         self.metrics.add_tokens([t.source for t in tokens], done_at)
         self.last_end_s = done_at
@@ -323,7 +324,21 @@ class _Run:
             return 0  # it drafted last round: its cache is current
         return generation.catch_up(self.route)
 
-    def _learn(self, event: RoundEvent, committed: int) -> None:
+    def _free_proposals(self, generation: Generation, k: int) -> dict[str, list[int]]:
+        """Under `adaptive`, greedy and lossless, what the drafters whose proposal costs nothing
+        would draft this round: judged afterwards against the committed tokens, the target's own
+        greedy tokens, they tell the round router how they would have done, for free."""
+        if self.settings.route != ADAPTIVE_ROUTE or not (self.settings.sampling.greedy and self.rule.lossless):
+            return {}
+        if self.settings.counterfactual:  # every drafter is judged anyway
+            return {}
+        out = {}
+        for name in self.backend.drafters:
+            if name != self.route and (proposed := generation.proposal(name, k)) is not None:
+                out[name] = proposed
+        return out
+
+    def _learn(self, event: RoundEvent, committed: int, free: Mapping[str, list[int]]) -> None:
         """Tell the round router what each drafter did this round; note who is now current."""
         assert self.round_router is not None
         round_ms = event.draft_ms - event.catch_up_ms + event.verify_ms + event.overhead_ms
@@ -331,6 +346,12 @@ class _Run:
         for other in event.counterfactuals:  # its own draft and verify, and the round's host work
             others.append(RoundObservation(other.route, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
             self.synced[other.route] = committed
+        output = [token.token_id for token in event.tokens]
+        for name, proposed in free.items():
+            # Kept while it matches the target's greedy tokens; matching all of them, at least that.
+            kept = next((i for i, (a, b) in enumerate(zip(proposed, output, strict=False)) if a != b), None)
+            kept = min(len(proposed), len(output)) if kept is None else kept
+            others.append(RoundObservation(name, kept + 1, None))
         self.round_router.observe(RoundObservation(event.route, event.num_accepted + 1, round_ms), others)
         self.round_router.observe_catch_up(event.route, event.catch_up_tokens, event.catch_up_ms)
         self.synced[event.route] = committed

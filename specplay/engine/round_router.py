@@ -18,6 +18,10 @@ record and the others, their bonuses grown, are tried again soon. With counterfa
 every drafter is judged every round (full information): the bonus is dropped and the best recent
 rate wins.
 
+Prompt lookup proposes for free (a few dictionary reads): in a greedy, lossless run its proposal
+is judged after every round another drafter served, against the committed tokens, which are the
+target's own greedy tokens; an untimed observation, so its record never goes stale.
+
 A model drafter that sat out some rounds must catch its cache up on the tokens committed
 meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
 charged to a switch, spread over `switch_rounds`, the rounds a switch is expected to serve.
@@ -47,8 +51,9 @@ class RoundObservation:
     drafter: str
     tokens: int
     """Tokens the round committed with this drafter's proposal: its accepted length + 1."""
-    round_ms: float
-    """Drafting, verifying and host work; a catch-up is not in it (it is charged apart)."""
+    round_ms: float | None
+    """Drafting, verifying and host work; a catch-up is not in it (it is charged apart). None: the
+    drafter was judged without drafting (a free proposal: `Generation.proposal`), so not timed."""
 
 
 @dataclass(slots=True)
@@ -57,6 +62,8 @@ class _Estimate:
 
     weight: float = 0.0
     tokens: float = 0.0
+    timed: float = 0.0
+    """The weight of the observations that were timed (round_ms's)."""
     round_ms: float = 0.0
     seen: bool = False
 
@@ -97,20 +104,22 @@ class RoundRouter:
     def observe(self, routed: RoundObservation, others: Sequence[RoundObservation] = ()) -> None:
         """One round: the routed drafter's observation, and the counterfactual ones if any."""
         observations = [routed, *others]
-        limit = OUTLIER * self.pooled.round_ms / self.pooled.weight if self.pooled.weight else math.inf
+        limit = OUTLIER * self.pooled.round_ms / self.pooled.timed if self.pooled.timed else math.inf
         for estimate in (*self.estimates.values(), self.pooled):
             estimate.weight *= self.discount
             estimate.tokens *= self.discount
+            estimate.timed *= self.discount
             estimate.round_ms *= self.discount
         for seen in observations:
             estimate = self.estimates.get(seen.drafter)
             if estimate is None:  # a drafter this router was not built with
                 continue
-            round_ms = min(seen.round_ms, limit)
             for into in (estimate, self.pooled):
                 into.weight += 1.0
                 into.tokens += seen.tokens
-                into.round_ms += round_ms
+                if seen.round_ms is not None:
+                    into.timed += 1.0
+                    into.round_ms += min(seen.round_ms, limit)
             estimate.seen = True
         self.full_information = {seen.drafter for seen in observations} >= set(self.drafters)
         if self.recent and self.recent[-1].drafter != routed.drafter:
@@ -132,17 +141,20 @@ class RoundRouter:
         """The text changed: every record before the drop weighs a fifth as much (means kept,
         bonuses larger), `drafter`'s recent rounds in full, so its record leans on them."""
         self.changes += 1
+        rounds = float(len(self.recent))
         window = _Estimate(
-            float(len(self.recent)), sum(s.tokens for s in self.recent), sum(s.round_ms for s in self.recent)
+            rounds, sum(s.tokens for s in self.recent), rounds, sum(s.round_ms or 0.0 for s in self.recent)
         )
         for name, estimate in self.estimates.items():
             if name == drafter:  # the window's rounds are in its record: only the rest is aged
                 estimate.weight = max(estimate.weight - window.weight, 0.0) * AGED + window.weight
                 estimate.tokens = max(estimate.tokens - window.tokens, 0.0) * AGED + window.tokens
+                estimate.timed = max(estimate.timed - window.timed, 0.0) * AGED + window.timed
                 estimate.round_ms = max(estimate.round_ms - window.round_ms, 0.0) * AGED + window.round_ms
             else:
                 estimate.weight *= AGED
                 estimate.tokens *= AGED
+                estimate.timed *= AGED
                 estimate.round_ms *= AGED
         self.recent = []
 
@@ -159,8 +171,8 @@ class RoundRouter:
     def round_ms(self, drafter: str) -> float:
         """A round's expected time with `drafter` (module docstring: clipped, drawn to the pool)."""
         estimate, pooled = self.estimates[drafter], self.pooled
-        prior = pooled.round_ms / pooled.weight if pooled.weight else 0.0
-        return (estimate.round_ms + prior) / (estimate.weight + 1.0)
+        prior = pooled.round_ms / pooled.timed if pooled.timed else 0.0
+        return (estimate.round_ms + prior) / (estimate.timed + 1.0)
 
     def rate(self, drafter: str) -> float | None:
         """Estimated tokens per ms, without the bonus (None: not observed yet)."""

@@ -231,3 +231,43 @@ def test_adaptive_catch_ups_take_in_what_was_committed_meanwhile() -> None:
 def test_adaptive_is_refused_where_a_server_drafts_by_itself() -> None:
     with pytest.raises(ConfigError, match="adaptive picks a drafter every round"):
         check_supported(SpecSettings(route="adaptive"), vllm_native(baseline=True))
+
+
+def test_an_untimed_observation_counts_tokens_not_time() -> None:
+    """A free proposal judged after the round (round_ms None): its tokens count, its time is the
+    pooled prior until the drafter serves a round of its own."""
+    router = RoundRouter(("model", "lookup"))
+    router.observe(RoundObservation("model", 2, 30.0), [RoundObservation("lookup", 4, None)])
+    assert router.estimates["lookup"].seen and router.estimates["lookup"].timed == 0
+    assert router.round_ms("lookup") == pytest.approx(30.0)  # the pooled mean, no time of its own
+    assert router.choose(4, "model", {}) == "lookup"  # 4 tokens in about the same time
+
+
+def test_under_adaptive_greedy_a_free_proposal_is_judged_every_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompt lookup proposes for free: in the rounds another drafter serves, it is judged
+    against the committed tokens (the target's greedy ones) and the round router learns of it,
+    untimed. The prompt repeats itself, so lookup's proposals are often kept."""
+    seen: list[tuple[str, RoundObservation, tuple[RoundObservation, ...]]] = []
+
+    class Recording(RoundRouter):
+        def observe(self, routed: RoundObservation, others: Sequence[RoundObservation] = ()) -> None:
+            seen.append((routed.drafter, routed, tuple(others)))
+            super().observe(routed, others)
+
+    monkeypatch.setattr("specplay.engine.loop.RoundRouter", Recording)
+    backend = backend_of({"far": seeded(1)}, lookup=True)
+    prompt = "the keeper climbed the stairs. " * 6
+    events = run(backend, prompt, route="adaptive", k=4, max_tokens=80)
+    assert len(seen) == len(rounds(events))
+    assert any(routed == "far" for routed, _, _ in seen)
+    for (routed, observation, others), event in zip(seen, rounds(events), strict=True):
+        assert routed == event.route and observation.round_ms is not None
+        if routed == "far":
+            (free,) = others
+            assert free.drafter == "lookup" and free.round_ms is None and 1 <= free.tokens <= 5
+        else:
+            assert others == ()  # far must compute to propose: no free judgement of it
+    # Sampled, nothing is judged for free: the committed tokens are not the target's argmax.
+    seen.clear()
+    run(backend, prompt, route="adaptive", k=4, max_tokens=40, temperature=1.0)
+    assert all(others == () for _, _, others in seen)

@@ -173,6 +173,9 @@ class ScriptedGeneration:
             self._forward(name, rows)
         return max(rows, 0)
 
+    def proposal(self, drafter: str, k: int) -> list[int] | None:
+        return self.lookups[drafter].propose(self.tokens, k) if drafter in self.lookups else None
+
     def catch_up(self, drafter: str) -> int:
         return self.prefill(drafter)
 

@@ -241,6 +241,9 @@ class MlxGeneration:
             self._clear()
         return model.length - before
 
+    def proposal(self, drafter: str, k: int) -> list[int] | None:
+        return self.lookups[drafter].propose(self.tokens, k) if drafter in self.lookups else None
+
     def catch_up(self, drafter: str) -> int:
         if drafter in self.lookups:
             return self.prefill(self.lookups[drafter])

@@ -476,6 +476,9 @@ class VllmGeneration:
         for cache in self.local.values():
             cache.trim_to(len(self.tokens) - 1)
 
+    def proposal(self, drafter: str, k: int) -> list[int] | None:
+        return None  # every drafter here is a model: a proposal is a forward pass
+
     def catch_up(self, drafter: str) -> int:
         """A local drafter's cache takes in what it missed; a server drafter's prefix cache is its own."""
         return self.local[drafter].catch_up(self.tokens) if drafter in self.local else 0
