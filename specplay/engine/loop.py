@@ -305,7 +305,7 @@ class _Run:
             overhead_ms=1000 * (done_at - verified_at + start - self.last_end_s),
             bonus_top_target=_top(verified.top_target, len(verified.drafted)),
             counterfactuals=counterfactuals,
-            catch_up_ms=1000 * (caught_up_at - start),
+            catch_up_ms=1000 * (caught_up_at - start) if caught_up else 0.0,
             catch_up_tokens=caught_up,
         )
         self._learn(event, len(generation.tokens), free)

@@ -124,7 +124,7 @@ def test_inspected_rounds_are_the_same_compiled(backend: MlxBackend, compiled: M
             inspect=True,
         )
         events = SpecEngine(backend).generate(request, LiveControls(settings, backend.drafters))
-        untimed = {"draft_ms": 0.0, "verify_ms": 0.0, "overhead_ms": 0.0}
+        untimed = {"draft_ms": 0.0, "verify_ms": 0.0, "overhead_ms": 0.0, "catch_up_ms": 0.0}
         return [replace(e, **untimed) for e in events if isinstance(e, RoundEvent)]
 
     with_kernels = inspected()
