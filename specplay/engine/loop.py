@@ -36,7 +36,7 @@ from specplay.engine.events import (
 from specplay.engine.metrics import Metrics
 from specplay.engine.policies import make_policy
 from specplay.engine.request import Request
-from specplay.engine.round_router import RoundObservation, RoundRouter
+from specplay.engine.round_router import RoundObservation, RoundRouter, kept_of_proposal
 from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
 from specplay.engine.settings import ADAPTIVE_ROUTE
 from specplay.engine.stream import Clock
@@ -161,6 +161,8 @@ class _Run:
         self.round_router: RoundRouter | None = None
         self.synced: dict[str, int] = {}
         """Committed tokens when each drafter last drafted: what it lacks since is its catch-up."""
+        self.proposals: list[tuple[str, int, list[int]]] = []
+        """Free proposals not judged yet: (drafter, output tokens when it was made, its tokens)."""
         if request.mode == "speculative" and self.route is not None:
             # It learns from every round, so that `adaptive` chosen mid-run starts informed.
             self.round_router = RoundRouter(tuple(dict.fromkeys([self.route, *engine.backend.drafters])))
@@ -274,7 +276,7 @@ class _Run:
 
         caught_up = self._route(generation, k)  # 0
         caught_up_at = self._now()
-        free = self._free_proposals(generation, k)
+        self._free_proposals(generation, k)
         draft = generation.draft(self.route, k, sampling, draws.draft, keep_drafting)  # 1
         drafted_at = self._now()
         counterfactuals = self._counterfactuals(generation, k, draws, keep_drafting, since=drafted_at)
@@ -308,7 +310,7 @@ class _Run:
             catch_up_ms=1000 * (caught_up_at - start) if caught_up else 0.0,
             catch_up_tokens=caught_up,
         )
-        self._learn(event, len(generation.tokens), free)
+        self._learn(event, len(generation.tokens))
         self.metrics.add_round(event)
         self.metrics.add_tokens([t.source for t in tokens], done_at)
         self.last_end_s = done_at
@@ -324,34 +326,38 @@ class _Run:
             return 0  # it drafted last round: its cache is current
         return generation.catch_up(self.route)
 
-    def _free_proposals(self, generation: Generation, k: int) -> dict[str, list[int]]:
+    def _free_proposals(self, generation: Generation, k: int) -> None:
         """Under `adaptive`, greedy and lossless, what the drafters whose proposal costs nothing
-        would draft this round: judged afterwards against the committed tokens, the target's own
-        greedy tokens, they tell the round router how they would have done, for free."""
+        would draft this round: judged once the committed tokens (the target's own greedy ones)
+        reach their end, they tell the round router how those drafters would have done, for free."""
         if self.settings.route != ADAPTIVE_ROUTE or not (self.settings.sampling.greedy and self.rule.lossless):
-            return {}
+            return
         if self.settings.counterfactual:  # every drafter is judged anyway
-            return {}
-        out = {}
+            return
         for name in self.backend.drafters:
             if name != self.route and (proposed := generation.proposal(name, k)) is not None:
-                out[name] = proposed
-        return out
+                self.proposals.append((name, len(self.generated), proposed))
 
-    def _learn(self, event: RoundEvent, committed: int, free: Mapping[str, list[int]]) -> None:
+    def _judged_proposals(self) -> list[RoundObservation]:
+        """The free proposals the committed tokens now judge (untimed); the rest wait."""
+        judged, waiting = [], []
+        for name, at, proposed in self.proposals:
+            kept = kept_of_proposal(proposed, self.generated[at:])
+            if kept is None:
+                waiting.append((name, at, proposed))
+            else:
+                judged.append(RoundObservation(name, kept + 1, None))
+        self.proposals = waiting
+        return judged
+
+    def _learn(self, event: RoundEvent, committed: int) -> None:
         """Tell the round router what each drafter did this round; note who is now current."""
         assert self.round_router is not None
         round_ms = event.draft_ms - event.catch_up_ms + event.verify_ms + event.overhead_ms
-        others = []
+        others = self._judged_proposals()
         for other in event.counterfactuals:  # its own draft and verify, and the round's host work
             others.append(RoundObservation(other.route, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
             self.synced[other.route] = committed
-        output = [token.token_id for token in event.tokens]
-        for name, proposed in free.items():
-            # Kept while it matches the target's greedy tokens; matching all of them, at least that.
-            kept = next((i for i, (a, b) in enumerate(zip(proposed, output, strict=False)) if a != b), None)
-            kept = min(len(proposed), len(output)) if kept is None else kept
-            others.append(RoundObservation(name, kept + 1, None))
         self.round_router.observe(RoundObservation(event.route, event.num_accepted + 1, round_ms), others)
         self.round_router.observe_catch_up(event.route, event.catch_up_tokens, event.catch_up_ms)
         self.synced[event.route] = committed

@@ -19,8 +19,13 @@ every drafter is judged every round (full information): the bonus is dropped and
 rate wins.
 
 Prompt lookup proposes for free (a few dictionary reads): in a greedy, lossless run its proposal
-is judged after every round another drafter served, against the committed tokens, which are the
-target's own greedy tokens; an untimed observation, so its record never goes stale.
+in every round another drafter served is judged against the committed tokens, which are the
+target's own greedy tokens, once they reach the proposal's end (`kept_of_proposal`; a round that
+commits fewer tokens than it proposed cannot tell yet). An untimed observation: its tokens count,
+its time is what its own rounds took.
+
+A drafter's round time is a property of the drafter and the machine, not of the text: it is
+discounted over that drafter's own timed rounds, so it holds while the drafter sits out.
 
 A model drafter that sat out some rounds must catch its cache up on the tokens committed
 meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
@@ -56,9 +61,20 @@ class RoundObservation:
     drafter was judged without drafting (a free proposal: `Generation.proposal`), so not timed."""
 
 
+def kept_of_proposal(proposed: Sequence[int], committed: Sequence[int]) -> int | None:
+    """How many of a free proposal's tokens a greedy target keeps, judged against the tokens
+    committed since it was made (the target's own greedy tokens): those before the first that
+    differs. None while the committed tokens match it but have not reached its end."""
+    for kept, (drafted, target) in enumerate(zip(proposed, committed, strict=False)):
+        if drafted != target:
+            return kept
+    return len(proposed) if len(committed) >= len(proposed) else None
+
+
 @dataclass(slots=True)
 class _Estimate:
-    """Discounted sums over one drafter's observed rounds."""
+    """Discounted sums over one drafter's observed rounds: tokens by the round, times by the
+    drafter's own timed rounds."""
 
     weight: float = 0.0
     tokens: float = 0.0
@@ -102,25 +118,23 @@ class RoundRouter:
         """Every drafter's rounds together: the prior of each one's round time."""
 
     def observe(self, routed: RoundObservation, others: Sequence[RoundObservation] = ()) -> None:
-        """One round: the routed drafter's observation, and the counterfactual ones if any."""
+        """One round: the routed drafter's observation, and the counterfactual or free ones if any."""
         observations = [routed, *others]
         limit = OUTLIER * self.pooled.round_ms / self.pooled.timed if self.pooled.timed else math.inf
-        for estimate in (*self.estimates.values(), self.pooled):
+        for estimate in self.estimates.values():  # tokens age by the round; times by their own
             estimate.weight *= self.discount
             estimate.tokens *= self.discount
-            estimate.timed *= self.discount
-            estimate.round_ms *= self.discount
         for seen in observations:
             estimate = self.estimates.get(seen.drafter)
             if estimate is None:  # a drafter this router was not built with
                 continue
-            for into in (estimate, self.pooled):
-                into.weight += 1.0
-                into.tokens += seen.tokens
-                if seen.round_ms is not None:
-                    into.timed += 1.0
-                    into.round_ms += min(seen.round_ms, limit)
+            estimate.weight += 1.0
+            estimate.tokens += seen.tokens
             estimate.seen = True
+            if seen.round_ms is not None:
+                for into in (estimate, self.pooled):
+                    into.timed = into.timed * self.discount + 1.0
+                    into.round_ms = into.round_ms * self.discount + min(seen.round_ms, limit)
         self.full_information = {seen.drafter for seen in observations} >= set(self.drafters)
         if self.recent and self.recent[-1].drafter != routed.drafter:
             self.recent = []
@@ -138,24 +152,18 @@ class RoundRouter:
         return recent <= record / 2 and record - recent >= self.drop_tokens
 
     def _restart(self, drafter: str) -> None:
-        """The text changed: every record before the drop weighs a fifth as much (means kept,
-        bonuses larger), `drafter`'s recent rounds in full, so its record leans on them."""
+        """The text changed: every record of tokens from before the drop weighs a fifth as much
+        (means kept, bonuses larger), `drafter`'s recent rounds in full, so its record leans on
+        them. Round times stay: the text does not change what a drafter's round costs."""
         self.changes += 1
-        rounds = float(len(self.recent))
-        window = _Estimate(
-            rounds, sum(s.tokens for s in self.recent), rounds, sum(s.round_ms or 0.0 for s in self.recent)
-        )
+        rounds, tokens = float(len(self.recent)), sum(s.tokens for s in self.recent)
         for name, estimate in self.estimates.items():
             if name == drafter:  # the window's rounds are in its record: only the rest is aged
-                estimate.weight = max(estimate.weight - window.weight, 0.0) * AGED + window.weight
-                estimate.tokens = max(estimate.tokens - window.tokens, 0.0) * AGED + window.tokens
-                estimate.timed = max(estimate.timed - window.timed, 0.0) * AGED + window.timed
-                estimate.round_ms = max(estimate.round_ms - window.round_ms, 0.0) * AGED + window.round_ms
+                estimate.weight = max(estimate.weight - rounds, 0.0) * AGED + rounds
+                estimate.tokens = max(estimate.tokens - tokens, 0.0) * AGED + tokens
             else:
                 estimate.weight *= AGED
                 estimate.tokens *= AGED
-                estimate.timed *= AGED
-                estimate.round_ms *= AGED
         self.recent = []
 
     def observe_catch_up(self, drafter: str, tokens: int, ms: float) -> None:
@@ -186,8 +194,8 @@ class RoundRouter:
         """The drafter for the next round of up to k drafted tokens; `current` drafted the last
         one, and `lags` says how many committed tokens each drafter's cache lacks."""
         for name in self.drafters:
-            if not self.estimates[name].seen:
-                return name  # each drafter is tried once before any is judged on its record
+            if not self.estimates[name].timed:
+                return name  # each drafter serves once (judged for free is untimed) before any is judged on its record
         total = sum(e.weight for e in self.estimates.values())
         best, best_index = current, -math.inf
         for name in self.drafters:
