@@ -276,7 +276,6 @@ class _Run:
 
         caught_up = self._route(generation, k)  # 0
         caught_up_at = self._now()
-        self._free_proposals(generation, k)
         draft = generation.draft(self.route, k, sampling, draws.draft, keep_drafting)  # 1
         drafted_at = self._now()
         counterfactuals = self._counterfactuals(generation, k, draws, keep_drafting, since=drafted_at)
@@ -321,21 +320,22 @@ class _Run:
         assert self.round_router is not None and self.route is not None
         if self.settings.route == ADAPTIVE_ROUTE:
             lags = {name: len(generation.tokens) - self.synced.get(name, 0) for name in self.backend.drafters}
-            self.route = self.round_router.choose(k, self.route, lags)
+            free = {n: proposed for n in self.backend.drafters if (proposed := generation.proposal(n, k)) is not None}
+            proposing = {name: len(proposed) for name, proposed in free.items()}
+            self.route = self.round_router.choose(k, self.route, lags, proposing)
+            self._hold_proposals(free)
         if self.synced.get(self.route) == len(generation.tokens):
             return 0  # it drafted last round: its cache is current
         return generation.catch_up(self.route)
 
-    def _free_proposals(self, generation: Generation, k: int) -> None:
-        """Under `adaptive`, greedy and lossless, what the drafters whose proposal costs nothing
-        would draft this round: judged once the committed tokens (the target's own greedy ones)
-        reach their end, they tell the round router how those drafters would have done, for free."""
-        if self.settings.route != ADAPTIVE_ROUTE or not (self.settings.sampling.greedy and self.rule.lossless):
-            return
-        if self.settings.counterfactual:  # every drafter is judged anyway
-            return
-        for name in self.backend.drafters:
-            if name != self.route and (proposed := generation.proposal(name, k)) is not None:
+    def _hold_proposals(self, free: Mapping[str, list[int]]) -> None:
+        """In a greedy, lossless run, the free proposals of the drafters not routed: judged once
+        the committed tokens (the target's own greedy ones) reach their end, they tell the round
+        router how those drafters would have done, for free."""
+        if not (self.settings.sampling.greedy and self.rule.lossless) or self.settings.counterfactual:
+            return  # sampled, the committed tokens are not the target's argmax; counterfactual: judged anyway
+        for name, proposed in free.items():
+            if name != self.route and proposed:  # nothing proposed: no round with it to judge
                 self.proposals.append((name, len(self.generated), proposed))
 
     def _judged_proposals(self) -> list[RoundObservation]:
@@ -358,7 +358,10 @@ class _Run:
         for other in event.counterfactuals:  # its own draft and verify, and the round's host work
             others.append(RoundObservation(other.route, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
             self.synced[other.route] = committed
-        self.round_router.observe(RoundObservation(event.route, event.num_accepted + 1, round_ms), others)
+        # A round that drafted nothing (prompt lookup found nothing to copy) was a target step: it
+        # says nothing of its drafter, and under `adaptive` it is known before the round.
+        routed = RoundObservation(event.route, event.num_accepted + 1, round_ms) if event.k else None
+        self.round_router.observe(routed, others)
         self.round_router.observe_catch_up(event.route, event.catch_up_tokens, event.catch_up_ms)
         self.synced[event.route] = committed
 

@@ -27,6 +27,9 @@ its time is what its own rounds took.
 A drafter's round time is a property of the drafter and the machine, not of the text: it is
 discounted over that drafter's own timed rounds, so it holds while the drafter sits out.
 
+A free drafter's proposal length is known before the round: one that has nothing to propose this
+round is passed over, and a round that drafted nothing is left out of every record.
+
 A model drafter that sat out some rounds must catch its cache up on the tokens committed
 meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
 charged to a switch, spread over `switch_rounds`, the rounds a switch is expected to serve.
@@ -117,9 +120,10 @@ class RoundRouter:
         self.pooled = _Estimate()
         """Every drafter's rounds together: the prior of each one's round time."""
 
-    def observe(self, routed: RoundObservation, others: Sequence[RoundObservation] = ()) -> None:
-        """One round: the routed drafter's observation, and the counterfactual or free ones if any."""
-        observations = [routed, *others]
+    def observe(self, routed: RoundObservation | None, others: Sequence[RoundObservation] = ()) -> None:
+        """One round: the routed drafter's observation (None: it drafted nothing, so the round says
+        nothing of it), and the counterfactual or free ones if any."""
+        observations = [*([routed] if routed else []), *others]
         limit = OUTLIER * self.pooled.round_ms / self.pooled.timed if self.pooled.timed else math.inf
         for estimate in self.estimates.values():  # tokens age by the round; times by their own
             estimate.weight *= self.discount
@@ -136,6 +140,8 @@ class RoundRouter:
                     into.timed = into.timed * self.discount + 1.0
                     into.round_ms = into.round_ms * self.discount + min(seen.round_ms, limit)
         self.full_information = {seen.drafter for seen in observations} >= set(self.drafters)
+        if routed is None:
+            return
         if self.recent and self.recent[-1].drafter != routed.drafter:
             self.recent = []
         self.recent = [*self.recent, routed][-self.window :]
@@ -190,15 +196,20 @@ class RoundRouter:
             return None
         return estimate.tokens / estimate.weight / round_ms
 
-    def choose(self, k: int, current: str, lags: Mapping[str, int]) -> str:
+    def choose(self, k: int, current: str, lags: Mapping[str, int], proposing: Mapping[str, int] | None = None) -> str:
         """The drafter for the next round of up to k drafted tokens; `current` drafted the last
-        one, and `lags` says how many committed tokens each drafter's cache lacks."""
-        for name in self.drafters:
+        one, `lags` says how many committed tokens each drafter's cache lacks and `proposing` how
+        many tokens each free drafter proposes this round: one with nothing to propose is passed
+        over (a round with it would be a target step)."""
+        candidates = [name for name in self.drafters if (proposing or {}).get(name) != 0]
+        if not candidates:
+            return current
+        for name in candidates:
             if not self.estimates[name].timed:
-                return name  # each drafter serves once (judged for free is untimed) before any is judged on its record
+                return name  # each serves once (judged for free is untimed) before any is judged on its record
         total = sum(e.weight for e in self.estimates.values())
-        best, best_index = current, -math.inf
-        for name in self.drafters:
+        best, best_index = candidates[0], -math.inf
+        for name in candidates:
             estimate = self.estimates[name]
             tokens = estimate.tokens / estimate.weight
             if not self.full_information and total > 1:

@@ -4,7 +4,7 @@ forward pass exactly."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pytest
@@ -124,6 +124,20 @@ def test_one_slow_first_round_does_not_price_a_drafter_out() -> None:
     router.observe(RoundObservation("b", 4, 1000.0))
     assert router.round_ms("b") < 30.0
     assert router.choose(4, "b", {}) == "b"
+
+
+def test_a_free_drafter_with_nothing_to_propose_is_passed_over() -> None:
+    """Lookup's rate is the best on record, but this round it found nothing to copy: a round with
+    it would be a target step, so the model drafter serves; a round that drafted nothing is
+    nobody's record."""
+    router = RoundRouter(("model", "lookup"))
+    for _ in range(10):
+        router.observe(RoundObservation("model", 2, 20.0), [RoundObservation("lookup", 4, 10.0)])
+    assert router.choose(4, "lookup", {}, {"lookup": 3}) == "lookup"
+    assert router.choose(4, "lookup", {}, {"lookup": 0}) == "model"
+    before = router.rate("lookup")
+    router.observe(None)
+    assert router.rate("lookup") == pytest.approx(before)
 
 
 def test_a_switch_is_charged_its_catch_up() -> None:
@@ -272,27 +286,38 @@ def test_under_adaptive_greedy_a_free_proposal_is_judged_every_round(monkeypatch
     """Prompt lookup proposes for free: in the rounds another drafter serves, it is judged
     against the committed tokens (the target's greedy ones) and the round router learns of it,
     untimed. The prompt repeats itself, so lookup's proposals are often kept."""
-    seen: list[tuple[str, RoundObservation, tuple[RoundObservation, ...]]] = []
+    seen: list[tuple[RoundObservation | None, tuple[RoundObservation, ...]]] = []
+    chosen: list[tuple[str, int]] = []
 
     class Recording(RoundRouter):
-        def observe(self, routed: RoundObservation, others: Sequence[RoundObservation] = ()) -> None:
-            seen.append((routed.drafter, routed, tuple(others)))
+        def choose(
+            self, k: int, current: str, lags: Mapping[str, int], proposing: Mapping[str, int] | None = None
+        ) -> str:
+            choice = super().choose(k, current, lags, proposing)
+            chosen.append((choice, (proposing or {})["lookup"]))
+            return choice
+
+        def observe(self, routed: RoundObservation | None, others: Sequence[RoundObservation] = ()) -> None:
+            seen.append((routed, tuple(others)))
             super().observe(routed, others)
 
     monkeypatch.setattr("specplay.engine.loop.RoundRouter", Recording)
     backend = backend_of({"far": seeded(1)}, lookup=True)
     prompt = "the keeper climbed the stairs. " * 6
     events = run(backend, prompt, route="adaptive", k=4, max_tokens=80)
-    assert len(seen) == len(rounds(events))
-    far_rounds = sum(routed == "far" for routed, _, _ in seen)
-    assert far_rounds
-    free = [other for _, _, others in seen for other in others]
-    # Each far round's proposal is judged once the text reaches its end: all but the last few.
-    assert far_rounds - 2 <= len(free) <= far_rounds
+    assert len(seen) == len(chosen) == len(rounds(events))
+    for (routed, _), (choice, lookup_proposes), event in zip(seen, chosen, rounds(events), strict=True):
+        assert choice == event.route
+        assert choice == "far" or lookup_proposes > 0  # lookup with nothing to copy is passed over
+        # A round that drafted nothing is no drafter's record; every other is, timed.
+        assert (routed is None) == (event.k == 0)
+        assert routed is None or (routed.drafter == event.route and routed.round_ms is not None)
+    free = [other for _, others in seen for other in others]
+    # Each far round where lookup proposed is judged once the text reaches the proposal's end.
+    proposed_in_far_rounds = sum(choice == "far" and n > 0 for choice, n in chosen)
+    assert proposed_in_far_rounds - 2 <= len(free) <= proposed_in_far_rounds
     assert all(o.drafter == "lookup" and o.round_ms is None and 1 <= o.tokens <= 5 for o in free)
-    for (routed, observation, _), event in zip(seen, rounds(events), strict=True):
-        assert routed == event.route and observation.round_ms is not None
     # Sampled, nothing is judged for free: the committed tokens are not the target's argmax.
     seen.clear()
     run(backend, prompt, route="adaptive", k=4, max_tokens=40, temperature=1.0)
-    assert all(others == () for _, _, others in seen)
+    assert all(others == () for _, others in seen)
