@@ -240,7 +240,7 @@ def markdown(
     lines += [f"- {key}: {value}" for key, value in about.items() if not isinstance(value, dict | list)]
     lines += [
         "",
-        "Decode tokens/s is the median over requests of (tokens after the first) / (time since the first);",
+        "Decode tokens/s is the median over requests of (tokens after the first delivery) / (time since it);",
         "speedup divides it by target-only's in the same category and temperature. The predicted speedup is",
         "Leviathan et al.'s (1 - a^(k+1)) / ((1 - a)(k c + 1)), with a the per-token acceptance (accepted over",
         "judged draft positions), k the mean draft length and c a drafted token's time over a target-only step;",

@@ -17,12 +17,14 @@ class TimedRounds:
     (`speedup.round_account`)."""
 
     rounds: int = 0
+    tokens: int = 0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     overhead_ms: float = 0.0
 
     def add(self, event: RoundEvent) -> None:
         self.rounds += 1
+        self.tokens += len(event.tokens)
         self.draft_ms += event.draft_ms
         self.verify_ms += event.verify_ms
         self.overhead_ms += event.overhead_ms
@@ -66,6 +68,8 @@ class Metrics:
         """Target-only and draft-only lanes: their steps after the first token's and the time those
         took, the span tokens/s counts (the yardstick of c and of a round's cost)."""
         self.num_tokens = 0
+        self.num_first_tokens = 0
+        """Tokens delivered with the first (a speculative lane's first round commits several)."""
         self.start_s: float | None = None
         self.first_token_s: float | None = None
         self.last_token_s: float | None = None
@@ -75,6 +79,7 @@ class Metrics:
             return
         if self.first_token_s is None:
             self.first_token_s = now_s
+            self.num_first_tokens = len(sources)
         self.last_token_s = now_s
         self.num_tokens += len(sources)
         for source in sources:  # Counter.update would first ask whether `sources` is a Mapping
@@ -153,11 +158,14 @@ class Metrics:
 
     @property
     def tokens_per_s(self) -> float | None:
-        """Tokens after the first over the time since the first: mlx-lm's generation_tps."""
-        if self.first_token_s is None or self.last_token_s is None or self.num_tokens < 2:
+        """The decode rate: tokens delivered after the first delivery over the time since it.
+        A speculative lane's first round delivers several tokens at once, all in the time to the
+        first token; counting all but one of them in the rate (as mlx-lm's generation_tps does)
+        would credit speculation with tokens the span did not make, by (n - 1) / (n - first)."""
+        if self.first_token_s is None or self.last_token_s is None:
             return None
-        elapsed_s = self.last_token_s - self.first_token_s
-        return (self.num_tokens - 1) / elapsed_s if elapsed_s > 0 else None
+        elapsed_s, decoded = self.last_token_s - self.first_token_s, self.num_tokens - self.num_first_tokens
+        return decoded / elapsed_s if decoded and elapsed_s > 0 else None
 
     def acceptance_per_position(self) -> list[float]:
         """At each draft position, accepted / drafted over the rounds that drafted that far."""

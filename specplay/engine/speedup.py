@@ -115,7 +115,7 @@ class RoundAccount:
     verify_steps: float
     host_steps: float
     tokens: float
-    """Tokens per round: those tokens/s counts (all but the first) over the rounds of its span."""
+    """Tokens per round: those tokens/s counts (all after the first delivery) over the rounds of its span."""
 
     @property
     def round_steps(self) -> float:
@@ -138,7 +138,7 @@ def round_account(metrics: Mapping[str, Any], target_step_ms: float | None) -> R
         timed["draft_ms"] / all_rounds_in_steps,
         timed["verify_ms"] / all_rounds_in_steps,
         timed["overhead_ms"] / all_rounds_in_steps,
-        (metrics["num_tokens"] - 1) / rounds,
+        timed["tokens"] / rounds,
     )
 
 

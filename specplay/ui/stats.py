@@ -100,7 +100,7 @@ class LaneTally:
 
     @property
     def tokens_per_s(self) -> float | None:
-        """The engine's one definition (tokens after the first over the time since the first,
+        """The engine's one definition (tokens after the first delivery over the time since it,
         `Metrics.tokens_per_s`): what the run's end records once it has ended, the same count on
         the lane's clock before."""
         if "tokens_per_s" in self.final_metrics:

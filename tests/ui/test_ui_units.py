@@ -46,15 +46,15 @@ def test_alpha_counts_only_judged_positions() -> None:
     assert spec.alpha == pytest.approx(5 / 6)  # 5 accepted of 6 judged
     assert spec.draft_acceptance_rate == pytest.approx(5 / 8)  # of 8 drafted
     assert spec.mean_acceptance_length == pytest.approx(1 + 5 / 2)
-    # the engine's one definition: the 5 tokens after the first round's first, over 1 s since it
-    assert spec.tokens == 7 and spec.tokens_per_s == pytest.approx(6.0)
+    # the engine's one definition: the 5 tokens after the first round's 2, over 1 s since them
+    assert spec.tokens == 7 and spec.tokens_per_s == pytest.approx(5.0)
     for i in range(4):
         target.add(StepEvent(i, None, Token(1, "a", "target"), step_ms=2.0), busy_s=0.5 * (i + 1))
     assert target.tokens_per_s == pytest.approx(3 / 1.5)
     comparison = compare(spec, target)
     p = comparison.prediction
     assert p.cost_ratio == pytest.approx(1.0 / 2.0)  # 1 ms per drafted token over a 2 ms step
-    assert comparison.speedup == pytest.approx(6.0 / 2.0)
+    assert comparison.speedup == pytest.approx(5.0 / 2.0)
     assert p.speedup == pytest.approx(predicted_speedup(5 / 6, 4, 0.5))
     # each round: verify 1 ms and no host work against 2 ms target steps
     assert p.verify_steps == pytest.approx(0.5) and p.host_steps == 0
@@ -85,8 +85,8 @@ def test_the_rounds_account_is_the_measured_speedup_taken_apart() -> None:
     account = comparison.account
     assert account is not None and comparison.speedup is not None
     assert (account.draft_steps, account.verify_steps, account.host_steps) == pytest.approx((0.2, 1.15, 0.15))
-    assert account.tokens == pytest.approx((10 - 1) / 2)
-    assert account.speedup == pytest.approx(comparison.speedup)  # (9 / 0.3 s) over (3 / 0.3 s)
+    assert account.tokens == pytest.approx((10 - 3) / 2)  # the first round's 3 came before the span
+    assert account.speedup == pytest.approx(comparison.speedup)  # (7 / 0.3 s) over (3 / 0.3 s)
 
 
 def test_a_lane_shows_the_speed_and_first_token_time_its_run_records() -> None:
