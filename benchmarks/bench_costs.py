@@ -86,8 +86,11 @@ def main() -> None:
     measured_run = acceptance(engine, ids, args.route, args.k_max, args.max_tokens)
     per_position = measured_run.acceptance_per_position
     verify = {n: t.ms for n, t in costs.verify_ms.items()}
-    draft_ms, target_ms = measured_run.draft_step_ms or costs.draft_step_ms[args.route].ms, costs.target_step_ms.ms
-    by_k = measured_run.predict(verify, draft_ms, target_ms, args.k_max)
+    target_ms = costs.target_step_ms.ms
+    draft_ms, call_ms = measured_run.draft_costs(costs.draft_step_ms[args.route].ms, costs.call_ms(args.route))
+    by_k = measured_run.predict(
+        verify, costs.draft_step_ms[args.route].ms, target_ms, args.k_max, draft_call_ms=costs.call_ms(args.route)
+    )
     predicted = {p.k: p for p in by_k}
 
     ks = list(range(1, args.k_max + 1))
@@ -107,7 +110,8 @@ def main() -> None:
 
     print(f"# specplay costs against measured speedups ({platform.machine()}, {args.target}, drafter {args.route})\n")
     print(
-        f"target step {target_ms:.2f} ms; drafter step {draft_ms:.2f} ms; host {measured_run.host_ms:.2f} ms a round; "
+        f"target step {target_ms:.2f} ms; drafter step {draft_ms:.2f} ms and {call_ms:.2f} ms a draft; "
+        f"host {measured_run.host_ms:.2f} ms a round; "
         f"acceptance by position {' '.join(f'{a:.2f}' for a in per_position)}; rounds drafting at least i "
         f"{' '.join(f'{a:.2f}' for a in measured_run.drafted_share)}; {args.max_tokens} tokens, greedy, "
         f"{args.repeats} repeats\n"

@@ -74,7 +74,9 @@ def k_advice(
         rounds = RoundsMeasured.of(summed | measured_here).asked(k_of[longest.config])
         verify = {n: t.ms for n, t in cell_costs.verify_ms.items()}
         k_max = min(k_of[longest.config], max(verify) - 1)
-        predictions = rounds.predict(verify, cell_costs.draft_step_ms[route[0][0]].ms, target_step_ms, k_max)
+        drafter = route[0][0]
+        step_ms, call_ms = cell_costs.draft_step_ms[drafter].ms, cell_costs.call_ms(drafter)
+        predictions = rounds.predict(verify, step_ms, target_step_ms, k_max, draft_call_ms=call_ms)
         best = recommended_k(predictions)
         measured = {k_of[r.config]: r.speedup for r in k_rows if r.speedup is not None}
         top = max(measured, key=lambda k: measured[k], default=None)

@@ -156,17 +156,20 @@ def _report(
     drafters: dict[str, Any] = {}
     for name, alone in measured.draft_step_ms.items():
         rounds = rounds_by_drafter.get(name)
-        # The drafter's step as its own rounds paid it where they drafted, else as timed alone.
-        step_ms = rounds.draft_step_ms if rounds is not None and rounds.draft_step_ms is not None else alone.ms
+        call_alone_ms = measured.call_ms(name)
+        # The drafter's times as its own rounds paid them where they drafted, else as timed alone.
+        step_ms, call_ms = rounds.draft_costs(alone.ms, call_alone_ms) if rounds else (alone.ms, call_alone_ms)
         host_ms = rounds.host_ms if rounds is not None else None
         predictions: list[KPrediction] = (
-            rounds.predict(verify, alone.ms, target_ms, k_max) if rounds is not None else []
+            rounds.predict(verify, alone.ms, target_ms, k_max, draft_call_ms=call_alone_ms) if rounds else []
         )
         best = recommended_k(predictions)
         drafters[name] = {
             "draft_step_ms": step_ms,
+            "draft_call_ms": call_ms,
             "draft_step_alone_ms": alone.ms,
             "draft_step_alone_spread_ms": alone.spread_ms,
+            "draft_call_alone_ms": call_alone_ms,
             "c": step_ms / target_ms if target_ms > 0 else None,
             "acceptance_per_position": rounds.acceptance_per_position if rounds is not None else None,
             "drafted_share_per_position": rounds.drafted_share if rounds is not None else None,
@@ -202,7 +205,8 @@ def _lines(report: dict[str, Any]) -> list[str]:
         acceptance = drafter["acceptance_per_position"] or []
         lines.append("")
         lines.append(
-            f"drafter {name}: step {drafter['draft_step_ms']:.2f} ms, c {drafter['c']:.3f}; "
+            f"drafter {name}: step {drafter['draft_step_ms']:.2f} ms and {drafter['draft_call_ms']:.2f} ms a draft, "
+            f"c {drafter['c']:.3f}; "
             f"acceptance by position {' '.join(f'{a:.2f}' for a in acceptance) or '(none measured)'}"
         )
         for p in drafter["predicted_speedup_by_k"]:

@@ -31,7 +31,8 @@ MAX_ROWS = 16
 REPEATS = 9
 """Timings per row count: on a busy machine fewer leave the median of each row count noisy."""
 DRAFT_STEPS = 4
-"""Tokens drafted per timed draft: a draft's first step may also catch the drafter's cache up."""
+"""Tokens drafted by the longer of the two timed drafts (the other drafts one): their difference is
+the time per drafted token, the rest of a one-token draft the call's own (`RoundCosts.draft_call_ms`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +58,15 @@ class RoundCosts:
     """A verify pass by rows scored: k drafted tokens make k + 1 rows (1 row: a target step)."""
     draft_step_ms: dict[str, Timing] = field(default_factory=dict)
     """Each drafter's time per drafted token (prompt lookup: close to 0)."""
+    draft_call_ms: dict[str, Timing] = field(default_factory=dict)
+    """Each drafter's time per draft whatever its length (building and syncing the work, feeding
+    the tokens committed since): a round pays it once, so a short draft costs more per token."""
     includes_http: bool = False
     """Remote models: every time holds an HTTP round trip."""
+
+    def call_ms(self, drafter: str) -> float:
+        """`drafter`'s time per draft call (0 where it was not measured apart)."""
+        return self.draft_call_ms[drafter].ms if drafter in self.draft_call_ms else 0.0
 
     def cost_ratio(self, drafter: str) -> float:
         """c: a drafted token's time over a target step's."""
@@ -78,8 +86,12 @@ class RoundsMeasured:
     kept_share: list[float]
     """Of all rounds, those that kept at least i drafted tokens."""
     draft_step_ms: float | None
-    """None where the rounds drafted nothing."""
+    """Their drafting time over the tokens drafted; None where the rounds drafted nothing."""
     host_ms: float
+    draft_round_ms: float = 0.0
+    """Their drafting time per round."""
+    mean_drafted: float = 0.0
+    """Tokens drafted per round."""
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any]) -> RoundsMeasured:
@@ -93,6 +105,8 @@ class RoundsMeasured:
             kept_share=[n / rounds for n in per_kept] if rounds else [],
             draft_step_ms=(metrics.get("draft_ms") or 0.0) / drafted if drafted else None,
             host_ms=(metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0,
+            draft_round_ms=(metrics.get("draft_ms") or 0.0) / rounds if rounds else 0.0,
+            mean_drafted=drafted / rounds if rounds else 0.0,
         )
 
     @classmethod
@@ -110,18 +124,37 @@ class RoundsMeasured:
         pad = [0.0] * max(0, k - len(self.drafted_share))
         return replace(self, drafted_share=[*self.drafted_share, *pad], kept_share=[*self.kept_share, *pad])
 
+    def draft_costs(self, draft_step_ms: float, draft_call_ms: float = 0.0) -> tuple[float, float]:
+        """(per drafted token, per round) in ms: these rounds' drafting time taken apart, the
+        step as timed alone (the difference of two draft lengths, which nothing else in a round
+        touches) and the rest of a round's drafting its fixed part, whatever a real round adds
+        to a draft call alone (the tokens committed since, work the last round left pending).
+        The times given where the rounds drafted nothing."""
+        if self.mean_drafted <= 0:
+            return draft_step_ms, draft_call_ms
+        step = min(draft_step_ms, self.draft_round_ms / self.mean_drafted)
+        return step, self.draft_round_ms - step * self.mean_drafted
+
     def predict(
-        self, verify_ms: Mapping[int, float], draft_step_ms: float, target_step_ms: float, k_max: int
+        self,
+        verify_ms: Mapping[int, float],
+        draft_step_ms: float,
+        target_step_ms: float,
+        k_max: int,
+        draft_call_ms: float = 0.0,
     ) -> list[KPrediction]:
-        """`speedup.predict_by_k` from these rounds: what each k would give on their text."""
+        """`speedup.predict_by_k` from these rounds: what each k would give on their text.
+        `draft_step_ms` and `draft_call_ms`: the drafter's times as measured alone (`draft_costs`)."""
+        step_ms, call_ms = self.draft_costs(draft_step_ms, draft_call_ms)
         return predict_by_k(
             self.kept_share,
             verify_ms,
-            self.draft_step_ms if self.draft_step_ms is not None else draft_step_ms,
+            step_ms,
             target_step_ms,
             k_max,
             host_ms=self.host_ms,
             drafted_share=self.drafted_share,
+            draft_call_ms=call_ms,
         )
 
 
@@ -142,12 +175,14 @@ def measure_costs(
     if max_rows < 2 or repeats < 1:
         raise ConfigError("max_rows", f"must be 2 or more and repeats 1 or more (got {max_rows}, {repeats})")
     backend, clock, draws = engine.backend, engine.clock, Draws(seed=0)
+    # Every prediction is in target steps: timed before and after the rest and pooled, so a slow
+    # phase of the machine at one end does not skew every ratio.
     target_step = _target_step_ms(engine, prompt_token_ids, sampling, repeats=repeats, pipeline=pipeline)
     verify: dict[int, list[float]] = {}
-    drafts: dict[str, list[float]] = {}
+    drafts: dict[str, tuple[list[float], list[float]]] = {}
     for drafter in backend.drafters:
         generation = backend.open_generation(prompt_token_ids, prefill=(None, drafter))
-        drafts[drafter] = _draft_step_ms(generation, drafter, sampling, repeats=repeats, draws=draws, clock=clock)
+        drafts[drafter] = _draft_ms(generation, drafter, sampling, repeats=repeats, draws=draws, clock=clock)
         if len(verify) < max_rows - 1:  # the curve from the first drafter that drafts every length asked
             verify = (
                 _verify_curve(
@@ -157,11 +192,13 @@ def measure_costs(
             )
     if not verify:
         raise ConfigError("draft", "costs need a drafter to time the verify pass; name one with --draft")
+    target_step += _target_step_ms(engine, prompt_token_ids, sampling, repeats=repeats, pipeline=pipeline)
     verify[1] = target_step  # one row, nothing drafted: a target step
     return RoundCosts(
         target_step_ms=Timing.of(target_step),
         verify_ms={rows: Timing.of(samples) for rows, samples in sorted(verify.items())},
-        draft_step_ms={name: Timing.of(samples) for name, samples in drafts.items()},
+        draft_step_ms={name: Timing.of(steps) for name, (steps, _) in drafts.items()},
+        draft_call_ms={name: Timing.of(calls) for name, (_, calls) in drafts.items()},
         includes_http=not backend.capabilities.wall_time_is_speed,
     )
 
@@ -177,18 +214,27 @@ def _target_step_ms(
     return steps[2:]  # the first is the prompt's, the second the warm-up
 
 
-def _draft_step_ms(
+def _draft_ms(
     generation: Generation, drafter: str, sampling: SamplingParams, *, repeats: int, draws: Draws, clock: Clock
-) -> list[float]:
-    samples = []
-    for i in range(repeats + 1):
+) -> tuple[list[float], list[float]]:
+    """Samples of (time per drafted token, time per call): a draft of one token and one of
+    DRAFT_STEPS tokens, timed in turn; the difference is the steps', the rest the call's."""
+
+    def timed(k: int) -> float:
         start = clock()
-        generation.draft(drafter, DRAFT_STEPS, sampling, draws.take(DRAFT_STEPS), None)
+        generation.draft(drafter, k, sampling, draws.take(k), None)
         elapsed_ms = 1000 * (clock() - start)
         generation.commit([])  # nothing kept: every cache back to the prompt
-        if i:  # the first is the warm-up
-            samples.append(elapsed_ms / DRAFT_STEPS)
-    return samples
+        return elapsed_ms
+
+    steps, calls = [], []
+    for i in range(repeats + 1):
+        one, longer = timed(1), timed(DRAFT_STEPS)
+        if i:  # the first pair is the warm-up
+            step = max(0.0, (longer - one) / (DRAFT_STEPS - 1))
+            steps.append(step)
+            calls.append(max(0.0, one - step))
+    return steps, calls
 
 
 def _verify_curve(

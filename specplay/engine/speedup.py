@@ -199,12 +199,14 @@ def round_ms(
     draft_step_ms: float,
     host_ms: float = 0.0,
     drafted_share: Sequence[float] | None = None,
+    draft_call_ms: float = 0.0,
 ) -> float | None:
-    """A round of k drafts: its drafter steps, a verify pass over one row more than it drafted and
-    the host's work around them (acceptance bookkeeping, events, text). `drafted_share`: the share
-    of rounds that drafted at least i tokens, i = 1..; None: every round drafts k (a model drafter
-    does; prompt lookup drafts only what it finds to copy, so its rounds are cheaper and commit
-    less). None where a verify pass the round may make was not measured."""
+    """A round of k drafts: its draft call (`draft_call_ms`, whatever its length) and drafter
+    steps, a verify pass over one row more than it drafted and the host's work around them
+    (acceptance bookkeeping, events, text). `drafted_share`: the share of rounds that drafted at
+    least i tokens, i = 1..; None: every round drafts k (a model drafter does; prompt lookup drafts
+    only what it finds to copy, so its rounds are cheaper and commit less). None where a verify
+    pass the round may make was not measured."""
     if drafted_share is None:
         lengths = {k: 1.0}
     else:  # P(a round of k drafts j) = P(drafts >= j) - P(drafts >= j + 1), capped at k
@@ -218,7 +220,7 @@ def round_ms(
         if verify is None:
             return None
         total += share * (drafted * draft_step_ms + verify)
-    return total + host_ms
+    return total + draft_call_ms + host_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +244,7 @@ def predict_by_k(
     k_max: int,
     host_ms: float = 0.0,
     drafted_share: Sequence[float] | None = None,
+    draft_call_ms: float = 0.0,
 ) -> list[KPrediction]:
     """The prediction for every k from 1 to k_max whose verify pass was measured (the curve taken
     `monotone`). `target_step_ms` is a target-only step as the engine times it (host work
@@ -252,7 +255,7 @@ def predict_by_k(
     verify_ms = monotone(verify_ms)
     out = []
     for k in range(1, k_max + 1):
-        cost_ms = round_ms(k, verify_ms, draft_step_ms, host_ms, drafted_share)
+        cost_ms = round_ms(k, verify_ms, draft_step_ms, host_ms, drafted_share, draft_call_ms)
         if cost_ms is None or target_step_ms <= 0:
             continue
         tokens = expected_tokens(acceptance_per_position, k)

@@ -190,7 +190,8 @@ def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts 
     # them where it has; the verify curve from the costs.
     rounds = RoundsMeasured.of(metrics)
     target_step_ms = target.mean_step_ms or costs.target_step_ms.ms
-    by_k = rounds.predict(verify, costs.draft_step_ms[last.route].ms, target_step_ms, k_max=max(verify) - 1)
+    step_ms, call_ms = costs.draft_step_ms[last.route].ms, costs.call_ms(last.route)
+    by_k = rounds.predict(verify, step_ms, target_step_ms, k_max=max(verify) - 1, draft_call_ms=call_ms)
     settings, mean_k = speculative.settings, comparison.prediction.mean_k
     # The k set, under a fixed policy (the last rounds may be cut short to fit max_tokens); an
     # adaptive policy's k moves, and its mean says where it has been.

@@ -47,8 +47,9 @@ def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.Captur
         kept, drafted = drafter["kept_share_per_position"], drafter["drafted_share_per_position"]
         assert drafted == pytest.approx([1.0] * len(drafted))  # a model drafter drafts k every round
         assert kept == pytest.approx(acceptance)  # so its kept share is its acceptance by position
-        step, target = drafter["draft_step_ms"], report["target_step_ms"]
-        again = predict_by_k(kept, verify, step, target, 8, host_ms=host_ms, drafted_share=drafted)
+        step, call, target = drafter["draft_step_ms"], drafter["draft_call_ms"], report["target_step_ms"]
+        assert call >= 0 and drafter["draft_call_alone_ms"] >= 0
+        again = predict_by_k(kept, verify, step, target, 8, host_ms=host_ms, drafted_share=drafted, draft_call_ms=call)
         assert [p.speedup for p in again] == pytest.approx([p["speedup"] for p in by_k])
         best = max(by_k, key=lambda p: (p["speedup"], -p["k"]))
         assert drafter["recommended_k"] == best["k"] and drafter["recommended_speedup"] == best["speedup"]

@@ -38,6 +38,8 @@ def test_the_verify_curve_the_step_and_each_drafters_step_are_what_the_models_co
         assert timing.ms == pytest.approx(10.0 + rows) and timing.spread_ms == pytest.approx(0)
     # a drafter costs a fifth of the target (one row per step); prompt lookup computes nothing
     assert costs.draft_step_ms["near"].ms == pytest.approx(2.2) and costs.cost_ratio("near") == pytest.approx(0.2)
+    # each scripted draft step is a forward of its own, so a draft call costs nothing by itself
+    assert costs.call_ms("near") == pytest.approx(0.0, abs=1e-9)
     assert costs.draft_step_ms["lookup"].ms == 0 and not costs.includes_http
     # measuring commits nothing: every cache is back at the prompt
     generation = backend.open_generation(prompt)
@@ -71,9 +73,38 @@ def test_the_speedup_by_k_over_a_measured_verify_curve() -> None:
     # the host's work per round (a run's overhead_ms over its rounds) adds to every round
     with_host = predict_by_k(measured, verify, draft_step_ms=2.2, target_step_ms=11.0, k_max=8, host_ms=3.0)
     assert [p.round_ms for p in with_host] == pytest.approx([p.round_ms + 3.0 for p in predictions])
+    # so does a draft call's own time, once a round whatever its length
+    with_call = predict_by_k(measured, verify, draft_step_ms=2.2, target_step_ms=11.0, k_max=8, draft_call_ms=1.5)
+    assert [p.round_ms for p in with_call] == pytest.approx([p.round_ms + 1.5 for p in predictions])
     best = recommended_k(predictions)
     assert best is not None and best.speedup == max(p.speedup for p in predictions)
     assert best.k == 2  # 1.8 tokens in 14.2 ms, 2.4 in 17.4, 2.7 in 20.6: k 2 is the fastest
+
+
+def test_a_runs_drafting_time_taken_apart_with_the_call_measured_alone() -> None:
+    """Rounds that drafted 4 tokens in 10 ms each, with a step timed alone at 2 ms: 8 ms of
+    steps and 2 ms a round besides; a step timed alone slower than the rounds' whole drafting
+    allows is capped at it (nothing besides); where the rounds drafted nothing, the times
+    measured alone."""
+    ones = [1.0] * 4
+    rounds = RoundsMeasured(
+        acceptance_per_position=ones,
+        drafted_share=ones,
+        kept_share=ones,
+        draft_step_ms=2.5,
+        host_ms=0.0,
+        draft_round_ms=10.0,
+        mean_drafted=4.0,
+    )
+    assert rounds.draft_costs(draft_step_ms=2.0, draft_call_ms=0.5) == pytest.approx((2.0, 2.0))
+    assert rounds.draft_costs(draft_step_ms=9.0, draft_call_ms=0.5) == pytest.approx((2.5, 0.0))
+    idle = RoundsMeasured(acceptance_per_position=[], drafted_share=[], kept_share=[], draft_step_ms=None, host_ms=0.0)
+    assert idle.draft_costs(draft_step_ms=9.0, draft_call_ms=2.0) == (9.0, 2.0)
+    # a round of k drafts then costs the fixed part once and k steps (a prediction's draft part)
+    verify = {rows: 10.0 for rows in range(1, 10)}
+    by_k = {p.k: p for p in rounds.predict(verify, 2.0, 10.0, 8, draft_call_ms=0.5)}
+    assert by_k[4].round_ms == pytest.approx(2.0 + 4 * 2.0 + 10.0)
+    assert by_k[1].round_ms == pytest.approx(2.0 + 1 * 2.0 + 10.0)
 
 
 def test_a_dip_in_the_verify_curve_is_pooled_with_its_neighbours() -> None:
