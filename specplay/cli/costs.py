@@ -158,11 +158,12 @@ def _report(
         rounds = rounds_by_drafter.get(name)
         call_alone_ms = measured.call_ms(name)
         # The drafter's times as its own rounds paid them where they drafted, else as timed alone.
-        step_ms, call_ms = rounds.draft_costs(alone.ms, call_alone_ms) if rounds else (alone.ms, call_alone_ms)
-        host_ms = rounds.host_ms if rounds is not None else None
-        predictions: list[KPrediction] = (
-            rounds.predict(verify, alone.ms, target_ms, k_max, draft_call_ms=call_alone_ms) if rounds else []
-        )
+        step_ms, call_ms, host_ms = alone.ms, call_alone_ms, None
+        predictions: list[KPrediction] = []
+        if rounds is not None:
+            step_ms, call_ms = rounds.draft_costs(alone.ms, call_alone_ms)
+            host_ms = rounds.host_ms
+            predictions = rounds.predict(verify, alone.ms, target_ms, k_max, draft_call_ms=call_alone_ms)
         best = recommended_k(predictions)
         drafters[name] = {
             "draft_step_ms": step_ms,

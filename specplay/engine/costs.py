@@ -76,8 +76,8 @@ class RoundCosts:
 @dataclass(frozen=True)
 class RoundsMeasured:
     """What a drafter's own rounds measured, which a prediction takes before the timings above:
-    acceptance by position, the drafter's time per drafted token in real rounds (catching its
-    cache up on the tokens committed since included) and the host's work per round."""
+    acceptance by position, the drafter's time per round in real rounds (catching its cache up on
+    the tokens committed since included) and the host's work per round."""
 
     acceptance_per_position: list[float]
     """Kept over drafted at each position, over the rounds that drafted that far (the metric)."""
@@ -85,12 +85,10 @@ class RoundsMeasured:
     """Of all rounds, those that drafted at least i tokens (1.0 throughout for a model drafter)."""
     kept_share: list[float]
     """Of all rounds, those that kept at least i drafted tokens."""
-    draft_step_ms: float | None
-    """Their drafting time over the tokens drafted; None where the rounds drafted nothing."""
     host_ms: float
-    draft_round_ms: float = 0.0
-    """Their drafting time per round."""
-    mean_drafted: float = 0.0
+    draft_round_ms: float
+    """Their drafting time per round (`draft_costs` takes it apart)."""
+    mean_drafted: float
     """Tokens drafted per round."""
 
     @classmethod
@@ -103,7 +101,6 @@ class RoundsMeasured:
             acceptance_per_position=list(metrics.get("acceptance_per_position") or []),
             drafted_share=[n / rounds for n in per_drafted] if rounds else [],
             kept_share=[n / rounds for n in per_kept] if rounds else [],
-            draft_step_ms=(metrics.get("draft_ms") or 0.0) / drafted if drafted else None,
             host_ms=(metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0,
             draft_round_ms=(metrics.get("draft_ms") or 0.0) / rounds if rounds else 0.0,
             mean_drafted=drafted / rounds if rounds else 0.0,

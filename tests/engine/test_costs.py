@@ -91,14 +91,15 @@ def test_a_runs_drafting_time_taken_apart_with_the_call_measured_alone() -> None
         acceptance_per_position=ones,
         drafted_share=ones,
         kept_share=ones,
-        draft_step_ms=2.5,
         host_ms=0.0,
         draft_round_ms=10.0,
         mean_drafted=4.0,
     )
     assert rounds.draft_costs(draft_step_ms=2.0, draft_call_ms=0.5) == pytest.approx((2.0, 2.0))
     assert rounds.draft_costs(draft_step_ms=9.0, draft_call_ms=0.5) == pytest.approx((2.5, 0.0))
-    idle = RoundsMeasured(acceptance_per_position=[], drafted_share=[], kept_share=[], draft_step_ms=None, host_ms=0.0)
+    idle = RoundsMeasured(
+        acceptance_per_position=[], drafted_share=[], kept_share=[], host_ms=0.0, draft_round_ms=0.0, mean_drafted=0.0
+    )
     assert idle.draft_costs(draft_step_ms=9.0, draft_call_ms=2.0) == (9.0, 2.0)
     # a round of k drafts then costs the fixed part once and k steps (a prediction's draft part)
     verify = {rows: 10.0 for rows in range(1, 10)}
