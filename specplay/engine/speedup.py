@@ -255,7 +255,9 @@ def predict_by_k(
     verify_ms = monotone(verify_ms)
     out = []
     for k in range(1, k_max + 1):
-        cost_ms = round_ms(k, verify_ms, draft_step_ms, host_ms, drafted_share, draft_call_ms)
+        cost_ms = round_ms(
+            k, verify_ms, draft_step_ms, host_ms=host_ms, drafted_share=drafted_share, draft_call_ms=draft_call_ms
+        )
         if cost_ms is None or target_step_ms <= 0:
             continue
         tokens = expected_tokens(acceptance_per_position, k)
