@@ -87,10 +87,9 @@ def main() -> None:
     per_position = measured_run.acceptance_per_position
     verify = {n: t.ms for n, t in costs.verify_ms.items()}
     target_ms = costs.target_step_ms.ms
-    draft_ms, call_ms = measured_run.draft_costs(costs.draft_step_ms[args.route].ms, costs.call_ms(args.route))
-    by_k = measured_run.predict(
-        verify, costs.draft_step_ms[args.route].ms, target_ms, args.k_max, draft_call_ms=costs.call_ms(args.route)
-    )
+    alone_ms, alone_call_ms = costs.draft_step_ms[args.route].ms, costs.call_ms(args.route)
+    draft_ms, call_ms = measured_run.draft_costs(alone_ms, alone_call_ms)  # what the prediction uses
+    by_k = measured_run.predict(verify, alone_ms, target_ms, args.k_max, draft_call_ms=alone_call_ms)
     predicted = {p.k: p for p in by_k}
 
     ks = list(range(1, args.k_max + 1))

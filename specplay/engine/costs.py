@@ -59,8 +59,8 @@ class RoundCosts:
     draft_step_ms: dict[str, Timing] = field(default_factory=dict)
     """Each drafter's time per drafted token (prompt lookup: close to 0)."""
     draft_call_ms: dict[str, Timing] = field(default_factory=dict)
-    """Each drafter's time per draft whatever its length (building and syncing the work, feeding
-    the tokens committed since): a round pays it once, so a short draft costs more per token."""
+    """Each drafter's time per draft call whatever its length, timed alone (building and syncing
+    the work); a real round's fixed part is larger (`RoundsMeasured.draft_costs`)."""
     includes_http: bool = False
     """Remote models: every time holds an HTTP round trip."""
 
