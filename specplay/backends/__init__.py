@@ -30,7 +30,8 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         from specplay.engine.loop import SpecEngine
 
         drafters = [(m.name, _drafter_spec(m)) for m in config.drafters]
-        return SpecEngine(load_mlx_backend(config.target.location, drafters), router=router, route_map=config.route_map)
+        backend = load_mlx_backend(config.target.location, drafters)
+        return SpecEngine(backend, router=router, route_map=config.route_map, route_notes=config.route_notes)
     options = config.vllm
     local = [(m.name, m.location) for m in config.drafters if m.kind in LOCAL_KINDS]
     servers = [(m.name, m.location) for m in config.drafters if m.kind == "server"]
@@ -62,7 +63,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         exact_correction=options.exact_correction,
         auth=dict(options.logins),
     )
-    return SpecEngine(backend, router=router, route_map=config.route_map)
+    return SpecEngine(backend, router=router, route_map=config.route_map, route_notes=config.route_notes)
 
 
 def _drafter_spec(model: ModelSpec) -> Any:

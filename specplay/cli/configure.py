@@ -92,14 +92,18 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     settings = settings_from(flags, start.settings)
     router = router_from(flags)
     user_map = {} if new_models else dict(start.route_map)  # a base's map names the base's drafters
+    notes = {} if new_models else dict(start.route_notes)
     if opened_with is not None:
-        user_map = dict(opened_with.route_map)
+        user_map, notes = dict(opened_with.route_map), dict(opened_with.route_notes)
     # A base's or a model set's map names the classes of the router it was made for: a learned
     # router's classes are drafters, the heuristic's code and prose. Those of another router go.
     classes = router.drafters if router is not None else CodeProseRouter.classes
     user_map = {cls: drafter for cls, drafter in user_map.items() if cls in classes}
     if "route_map" in flags:  # class by class, over the set's or the base's map
         user_map |= dict(pairs(flags["route_map"], "route_map", "CLASS=NAME"))
+    # A note says why the set sent a class where it did: where the user sent it elsewhere, it goes.
+    set_map = opened_with.route_map if opened_with is not None else start.route_map
+    notes = {cls: note for cls, note in notes.items() if user_map.get(cls) == set_map.get(cls)}
     config = RunConfig(
         target=target,
         drafters=drafters,
@@ -108,6 +112,7 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
         request=request,
         settings=settings,
         route_map=user_map,
+        route_notes=notes,
         router=router,
         sessions_dir=sessions_dir_from(flags),
     )

@@ -16,6 +16,7 @@ from specplay.engine.settings import (
     ADAPTIVE_ROUTE,
     AUTO_ROUTE,
     MODES,
+    NONE_ROUTE,
     POLICIES,
     PolicyParams,
     SamplingParams,
@@ -188,9 +189,9 @@ def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False)
     spec.add_argument(
         "--route",
         default=UNSET,
-        metavar="NAME|auto|adaptive",
-        help=f"pin a drafter; let the router choose one per request ({AUTO_ROUTE}); or choose each round from "
-        f"what the run measures ({ADAPTIVE_ROUTE})",
+        metavar="NAME|auto|adaptive|none",
+        help=f"pin a drafter; let the router choose one per request ({AUTO_ROUTE}); choose each round from "
+        f"what the run measures ({ADAPTIVE_ROUTE}); or no speculation ({NONE_ROUTE}: each round a target step)",
     )
     rule_help = "acceptance rule: " + ", ".join(f"{name} ({rule.description})" for name, rule in RULES.items())
     rule_help += f"; each keeps what lossless acceptance keeps, and more (default {settings.rule})"
@@ -256,7 +257,7 @@ def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False)
         metavar="CLASS=NAME",
         action="append",
         default=UNSET,
-        help="send a router class (code, prose) to a drafter",
+        help=f"send a router class (code, prose) to a drafter, or to {NONE_ROUTE} (no speculation for that class)",
     )
 
 

@@ -24,6 +24,7 @@ from specplay.config.api_key import KEY_WITHHELD
 from specplay.config.run_config import RunConfig, check
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
+from specplay.engine.settings import AUTO_ROUTE
 from specplay.errors import ConfigError
 from specplay.runner.session_run import SampleRun, run_sample
 from specplay.store import find_session, load_session
@@ -97,6 +98,8 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
                 console.print(legend(marks=colourless(console)), style="dim")
             if not caps.live_controls and caps.fixed_by:
                 console.print(caps.fixed_by, style="dim")
+            if spec.mode != "target" and config.settings.route == AUTO_ROUTE:
+                console.print(source.route_choice(spec.prompt).describe(), style="dim")
         for seed in range(spec.seed, spec.seed + args.samples):
             request = Request(
                 prompt=spec.prompt,

@@ -17,6 +17,7 @@ from specplay.catalog.models import CATALOG, CatalogModel, cached_path, is_fetch
 from specplay.config.demo import DEMO_DIR, demo_model_paths
 from specplay.config.models import MODEL, model_spec
 from specplay.config.run_config import TARGET, ModelSpec, RunConfig
+from specplay.engine.settings import NONE_ROUTE
 
 DEMO = "demo"
 """`--target demo`: the shipped demo target (with its drafters when no --draft is given)."""
@@ -31,6 +32,8 @@ class ModelSet:
     drafters: tuple[ModelSpec, ...]
     route_map: Mapping[str, str] = field(default_factory=dict)
     """Router class to drafter; empty: each class to the drafter of its name, else the first."""
+    route_notes: Mapping[str, str] = field(default_factory=dict)
+    """Why a class goes where the map sends it, where the set says."""
 
 
 def demo_set() -> ModelSet:
@@ -43,7 +46,7 @@ def catalog_set(model: CatalogModel, field_name: str = "target") -> ModelSet:
     """A fetched catalog model with its drafters (not fetched: the ConfigError saying how to)."""
     target = model_spec(TARGET, "target", model.name, field_name)
     drafters = tuple(model_spec(name, "drafter", source, "draft") for name, source in model.drafters)
-    return ModelSet(model.name, target, drafters, dict(model.route_map))
+    return ModelSet(model.name, target, drafters, dict(model.route_map), dict(model.route_notes))
 
 
 def named_set(name: str) -> ModelSet | None:
@@ -77,6 +80,9 @@ def models_line(config: RunConfig, identity: Mapping[str, Any], route_map: Mappi
             f"the demo models, toys whose text is not English (for real text: `specplay fetch {real.name}`,"
             f" {real.size / 1e6:.0f} MB, then start again); drafters {drafters}"
         )
+    unrouted = [cls for cls, drafter in route_map.items() if drafter == NONE_ROUTE]
+    if unrouted:
+        drafters += f"; {' and '.join(unrouted)}: {NONE_ROUTE} (no speculation)"
     target = _target(config.target)
     return f"{target}, drafters {drafters}" if drafters else target
 

@@ -17,7 +17,7 @@ from specplay.config.capabilities import NATIVE_FIXED, capabilities_of
 from specplay.config.locate import check_found
 from specplay.engine.capabilities import check_supported
 from specplay.engine.router import CodeProseRouter, Router, check_route, check_route_map
-from specplay.engine.settings import ROUTE_SETTINGS, Mode, SpecSettings
+from specplay.engine.settings import RESERVED_ROUTES, Mode, SpecSettings
 from specplay.errors import ConfigError
 
 BackendKind = Literal["mlx", "vllm"]
@@ -111,7 +111,10 @@ class RunConfig:
     settings: SpecSettings = field(default_factory=SpecSettings)
     """The live settings a run starts with."""
     route_map: Mapping[str, str] = field(default_factory=dict)
-    """Router class to drafter; classes it leaves out go to their default drafter."""
+    """Router class to drafter (or `none`); classes it leaves out go to their default drafter."""
+    route_notes: Mapping[str, str] = field(default_factory=dict)
+    """Why the map sends a class where it does, where the model set or the recorded sessions say
+    ("exit measured 0.34× here"): what `--route auto` says with its choice."""
     router: RouterSpec | None = None
     """The learned router `--route auto` uses; None: the heuristic (CodeProseRouter)."""
     sessions_dir: Path = Path("sessions")
@@ -205,7 +208,7 @@ def check_models(config: RunConfig) -> None:
             raise ConfigError("draft", f"names {name!r} twice; give each drafter its own NAME=")
         if name == TARGET:
             raise ConfigError("draft", "cannot name a drafter 'target'; name it with NAME=")
-        if name in ROUTE_SETTINGS:
+        if name in RESERVED_ROUTES:
             raise ConfigError("draft", f"cannot name a drafter {name!r}, a route setting; name it with NAME=")
     # The vLLM numbers are checked whatever the backend: a NaN is a mistake even where it is unused.
     if config.vllm.top_logprobs < 1:

@@ -81,6 +81,12 @@ class Generation(Protocol):
         probabilities of its own tokens so far. Returns once the drafted tokens exist."""
         ...
 
+    def given_draft(self, tokens: Sequence[int]) -> Any:
+        """A draft of exactly `tokens`, certain as prompt lookup's (one-hot at every temperature),
+        for `verify`: empty for a round that drafts nothing (the `none` route, k = 0), any tokens
+        to time the verify pass over that many rows whatever the drafters can draft."""
+        ...
+
     def verify(
         self, draft: Any, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0
     ) -> VerifiedDraft:

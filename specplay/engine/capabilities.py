@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specplay.engine.rules import RULE_NAMES
-from specplay.engine.settings import ADAPTIVE_ROUTE, MODES, Mode, SpecSettings
+from specplay.engine.settings import ADAPTIVE_ROUTE, MODES, NONE_ROUTE, Mode, SpecSettings
 from specplay.errors import ConfigError
 
 
@@ -67,6 +67,8 @@ def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
         )
     if settings.counterfactual and not capabilities.counterfactual:
         raise ConfigError("counterfactual", "routes run on the MLX backend only: turn them off")
+    if settings.route == NONE_ROUTE and capabilities.server_judges:
+        raise ConfigError("route", f"none (no speculation) cannot run on a speculating server: {capabilities.fixed_by}")
     if settings.route == ADAPTIVE_ROUTE and not capabilities.round_routes:
         raise ConfigError(
             "route", f"adaptive picks a drafter every round, which cannot happen here: {capabilities.fixed_by}"

@@ -38,7 +38,7 @@ from specplay.engine.policies import make_policy
 from specplay.engine.request import Request
 from specplay.engine.round_router import RoundObservation, RoundRouter, kept_of_proposal
 from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
-from specplay.engine.settings import ADAPTIVE_ROUTE
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.stream import Clock
 from specplay.errors import ConfigError, ModelError
 
@@ -66,6 +66,7 @@ class SpecEngine:
         router: Router | None = None,
         route_map: Mapping[str, str] | None = None,
         clock: Clock = time.perf_counter,
+        route_notes: Mapping[str, str] | None = None,
     ) -> None:
         self.backend = backend
         self.capabilities = backend.capabilities
@@ -74,10 +75,12 @@ class SpecEngine:
         self.route_map = route_map_for(self.router, backend.drafters, route_map)
         self.named_routes = dict(route_map or {})
         """The classes the run's configuration mapped; the others go by `route_map_for`'s default."""
+        self.route_notes = dict(route_notes or {})
+        """Why the map sends a class where it does, where the configuration says."""
         self.clock = clock
 
     def route_choice(self, prompt: str) -> RouteChoice:
-        return route_choice(self.router, self.route_map, self.named_routes, prompt)
+        return route_choice(self.router, self.route_map, self.named_routes, prompt, self.route_notes)
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self.backend.encode(prompt, raw)
@@ -163,9 +166,13 @@ class _Run:
         """Committed tokens when each drafter last drafted: what it lacks since is its catch-up."""
         self.proposals: list[tuple[str, int, list[int]]] = []
         """Free proposals not judged yet: (drafter, output tokens when it was made, its tokens)."""
+        if request.mode == "draft" and self.route == NONE_ROUTE:
+            raise ConfigError("route", "is none, which drafts nothing: a draft-only run needs a drafter's route")
         if request.mode == "speculative" and self.route is not None:
-            # It learns from every round, so that `adaptive` chosen mid-run starts informed.
-            self.round_router = RoundRouter(tuple(dict.fromkeys([self.route, *engine.backend.drafters])))
+            # It learns from every round, so that `adaptive` chosen mid-run starts informed; `none`
+            # is one of its choices, for text where every drafter loses.
+            routes = [self.route, *engine.backend.drafters, NONE_ROUTE]
+            self.round_router = RoundRouter(tuple(dict.fromkeys(routes)))
             self.synced[self.route] = len(request.prompt_token_ids)
         self.policy = make_policy(self.settings.policy, self.settings.k, self.settings.policy_params)
         self.detokenizer = self.backend.detokenizer()
@@ -187,7 +194,8 @@ class _Run:
 
     def events(self) -> Iterator[Event]:
         self.metrics.start_s = self._now()
-        models = {"speculative": (None, self.route), "target": (None,), "draft": (self.route,)}
+        drafting = self.route if self.route != NONE_ROUTE else None
+        models = {"speculative": (None, drafting), "target": (None,), "draft": (self.route,)}
         generation = self.backend.open_generation(self.request.prompt_token_ids, prefill=models[self.request.mode])
         self.last_end_s = self._now()
         if self.request.inspect and self.backend.capabilities.top_n:
@@ -276,7 +284,10 @@ class _Run:
 
         caught_up = self._route(generation, k)  # 0
         caught_up_at = self._now()
-        draft = generation.draft(self.route, k, sampling, draws.draft, keep_drafting)  # 1
+        if self.route == NONE_ROUTE:  # no speculation: a round that drafts nothing is a target step
+            draft = generation.given_draft([])
+        else:
+            draft = generation.draft(self.route, k, sampling, draws.draft, keep_drafting)  # 1
         drafted_at = self._now()
         counterfactuals = self._counterfactuals(generation, k, draws, keep_drafting, since=drafted_at)
         verified = generation.verify(draft, sampling, self.rule, draws, self.top_n)  # 2
@@ -324,8 +335,8 @@ class _Run:
             proposing = {name: len(proposed) for name, proposed in free.items()}
             self.route = self.round_router.choose(k, self.route, lags, proposing)
             self._hold_proposals(free)
-        if self.synced.get(self.route) == len(generation.tokens):
-            return 0  # it drafted last round: its cache is current
+        if self.route == NONE_ROUTE or self.synced.get(self.route) == len(generation.tokens):
+            return 0  # none keeps no cache; a drafter that drafted last round has a current one
         return generation.catch_up(self.route)
 
     def _hold_proposals(self, free: Mapping[str, list[int]]) -> None:
@@ -359,8 +370,10 @@ class _Run:
             others.append(RoundObservation(other.route, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
             self.synced[other.route] = committed
         # A round that drafted nothing (prompt lookup found nothing to copy) was a target step: it
-        # says nothing of its drafter, and under `adaptive` it is known before the round.
-        routed = RoundObservation(event.route, event.num_accepted + 1, round_ms) if event.k else None
+        # says nothing of its drafter, and under `adaptive` it is known before the round. Under
+        # `none` that target step is the choice itself, and what it costs is what `none` is worth.
+        judged = event.k or event.route == NONE_ROUTE
+        routed = RoundObservation(event.route, event.num_accepted + 1, round_ms) if judged else None
         self.round_router.observe(routed, others)
         self.round_router.observe_catch_up(event.route, event.catch_up_tokens, event.catch_up_ms)
         self.synced[event.route] = committed
@@ -397,7 +410,9 @@ class _Run:
             positions.append(self._position(verified, i, draws.accept[i], outcome, verdict))
             judging = verdict.accepted and not self._is_eos(token_id) and len(committed) < remaining
         if judging:
-            committed.append((verified.bonus, "bonus"))
+            # After a fully accepted draft the target's token is a bonus; after no draft at all
+            # (the `none` route, a lookup that found nothing) it is a plain target step's.
+            committed.append((verified.bonus, "bonus" if verified.drafted else "target"))
         return positions, committed
 
     def _position(

@@ -38,6 +38,11 @@ A round's time is noisy (a first use compiles kernels; another process takes the
 outlier would price a drafter out for a long while: each observed time is clipped at OUTLIER times
 the pooled mean round time of every drafter, and a drafter's estimate is drawn toward that pooled
 mean by one pseudo-round.
+
+`none` (no speculation) is one more choice, for text where every drafter loses: its round drafts
+nothing and commits exactly one token, so its tokens need no estimate and no optimism. Its time,
+a target step, is its own mean (no pull toward drafting rounds, which cost more). It serves once,
+after the drafters, to be timed: a round at the target's own speed, which costs a run little.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from specplay.engine.settings import NONE_ROUTE
 
 OUTLIER = 3.0
 """Observed round times are clipped at this many times the pooled mean."""
@@ -136,7 +143,8 @@ class RoundRouter:
             estimate.tokens += seen.tokens
             estimate.seen = True
             if seen.round_ms is not None:
-                for into in (estimate, self.pooled):
+                # `none`'s target steps are no prior for drafting rounds.
+                for into in (estimate,) if seen.drafter == NONE_ROUTE else (estimate, self.pooled):
                     into.timed = into.timed * self.discount + 1.0
                     into.round_ms = into.round_ms * self.discount + min(seen.round_ms, limit)
         self.full_information = {seen.drafter for seen in observations} >= set(self.drafters)
@@ -183,10 +191,18 @@ class RoundRouter:
         return self.catch_up_ms[drafter] / tokens if tokens else 0.0
 
     def round_ms(self, drafter: str) -> float:
-        """A round's expected time with `drafter` (module docstring: clipped, drawn to the pool)."""
+        """A round's expected time with `drafter` (module docstring: clipped, drawn to the pool;
+        `none`'s, a target step, its own mean)."""
         estimate, pooled = self.estimates[drafter], self.pooled
+        if drafter == NONE_ROUTE and estimate.timed:
+            return estimate.round_ms / estimate.timed
         prior = pooled.round_ms / pooled.timed if pooled.timed else 0.0
         return (estimate.round_ms + prior) / (estimate.timed + 1.0)
+
+    def _tokens(self, drafter: str) -> float:
+        """Tokens per round on record (`none`'s is certain: a round that drafts nothing commits one)."""
+        estimate = self.estimates[drafter]
+        return 1.0 if drafter == NONE_ROUTE else estimate.tokens / estimate.weight
 
     def rate(self, drafter: str) -> float | None:
         """Estimated tokens per ms, without the bonus (None: not observed yet)."""
@@ -211,8 +227,8 @@ class RoundRouter:
         best, best_index = candidates[0], -math.inf
         for name in candidates:
             estimate = self.estimates[name]
-            tokens = estimate.tokens / estimate.weight
-            if not self.full_information and total > 1:
+            tokens = self._tokens(name)
+            if name != NONE_ROUTE and not self.full_information and total > 1:
                 tokens += self.exploration * (k + 1) * math.sqrt(math.log(total) / estimate.weight)
             round_ms = self.round_ms(name)
             if name != current:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from specplay.engine.settings import ROUTE_SETTINGS
+from specplay.engine.settings import NONE_ROUTE, RESERVED_ROUTES, ROUTE_SETTINGS
 from specplay.errors import ConfigError
 
 
@@ -95,8 +95,10 @@ class RouteChoice:
     prompt_class: str
     """The router's label for the prompt ("code", "prose")."""
     drafter: str
+    """A drafter's name, or `none` (no speculation)."""
     why: str
-    """How the class reached the drafter: its name, the route map, or the first-drafter default."""
+    """How the class reached the drafter: its name, the route map (and the map's note on why, where
+    it has one), or the first-drafter default."""
     learned: bool = False
     """A trained router's choice: its classes are drafters, not kinds of prompt."""
 
@@ -106,16 +108,24 @@ class RouteChoice:
         return f"auto: {self.prompt_class} prompt → {self.drafter} ({self.why})"
 
 
-def route_choice(router: Router, route_map: Mapping[str, str], named: Mapping[str, str], prompt: str) -> RouteChoice:
+def route_choice(
+    router: Router,
+    route_map: Mapping[str, str],
+    named: Mapping[str, str],
+    prompt: str,
+    notes: Mapping[str, str] | None = None,
+) -> RouteChoice:
     """The router's class for `prompt` and the drafter `route_map` (resolved: `route_map_for`)
-    sends it to, with the reason; `named`: the classes the user or the model set mapped."""
+    sends it to, with the reason; `named`: the classes the user or the model set mapped; `notes`:
+    why the map sends a class where it does, where it says ("exit measured 0.34× here")."""
     prompt_class = router.classify(prompt)
     drafter = route_map[prompt_class]
+    note = (notes or {}).get(prompt_class)
     if router.label is not None:
         why = router.label if prompt_class not in named else f"{router.label}'s {prompt_class}, then the route map"
-        return RouteChoice(prompt_class, drafter, why, learned=True)
+        return RouteChoice(prompt_class, drafter, f"{why}: {note}" if note else why, learned=True)
     if prompt_class in named:
-        why = "the route map"
+        why = f"the route map: {note}" if note else "the route map"
     elif drafter == prompt_class:
         why = f"the drafter named {prompt_class}"
     else:
@@ -124,23 +134,27 @@ def route_choice(router: Router, route_map: Mapping[str, str], named: Mapping[st
 
 
 def check_route_map(route_map: Mapping[str, str], classes: Sequence[str], drafters: Sequence[str]) -> None:
+    """Each class to a drafter, or to `none` (no speculation for that class)."""
     for cls, drafter in route_map.items():
         if cls not in classes:
             raise ConfigError("route_map", f"names class {cls!r}; the router's classes are {', '.join(classes)}")
-        if drafter not in drafters:
+        if drafter not in drafters and drafter != NONE_ROUTE:
             raise ConfigError(
-                "route_map", f"sends {cls!r} to {drafter!r}, which is not a drafter ({', '.join(drafters)})"
+                "route_map",
+                f"sends {cls!r} to {drafter!r}, which is not a drafter ({', '.join(drafters)}) nor {NONE_ROUTE}",
             )
 
 
 def check_route(route: str, drafters: Sequence[str]) -> None:
-    if route not in ROUTE_SETTINGS and route not in drafters:
-        raise ConfigError("route", f"{route!r} is not a drafter; use auto, adaptive or one of: {', '.join(drafters)}")
+    if route not in RESERVED_ROUTES and route not in drafters:
+        raise ConfigError(
+            "route", f"{route!r} is not a drafter; use auto, adaptive, {NONE_ROUTE} or one of: {', '.join(drafters)}"
+        )
 
 
 def resolve_route(route: str, auto_choice: str) -> str:
-    """The drafter a round uses: the pinned one, or the router's choice for this request (where
-    `adaptive`, deciding round by round in round_router.py, starts)."""
+    """The drafter a round uses (or `none`): the pinned one, or the router's choice for this
+    request (where `adaptive`, deciding round by round in round_router.py, starts)."""
     return auto_choice if route in ROUTE_SETTINGS else route
 
 

@@ -19,8 +19,14 @@ AUTO_ROUTE = "auto"
 """The route setting that lets the request router pick one drafter for the whole request."""
 ADAPTIVE_ROUTE = "adaptive"
 """The route setting that picks a drafter for every round from what the run measured (round_router.py)."""
+NONE_ROUTE = "none"
+"""No speculation: the speculative lane's rounds draft nothing, so each is one target step through
+the same engine and events. A route like a drafter's (pinned, in a route map, chosen by auto or
+adaptive), for where every drafter loses."""
 ROUTE_SETTINGS = (AUTO_ROUTE, ADAPTIVE_ROUTE)
-"""Route settings that are not a drafter's name (no drafter may take one)."""
+"""Route settings that choose a route rather than name one."""
+RESERVED_ROUTES = (*ROUTE_SETTINGS, NONE_ROUTE)
+"""Routes that are not a drafter's name (no drafter may take one)."""
 K_LIMIT = 64  # beyond this a draft is never worth its cost, and a typo is likelier than intent
 
 
@@ -104,7 +110,7 @@ class SpecSettings:
     def __post_init__(self) -> None:
         _check(1 <= self.k <= K_LIMIT, "k", f"must be between 1 and {K_LIMIT} (got {self.k})")
         _check(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)} (got {self.policy!r})")
-        _check(bool(self.route), "route", "must name a drafter, or be 'auto' or 'adaptive'")
+        _check(bool(self.route), "route", "must name a drafter, or be 'auto', 'adaptive' or 'none'")
         _check(self.rule in RULES, "rule", f"must be one of {', '.join(RULES)} (got {self.rule!r})")
 
     @property

@@ -26,7 +26,15 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.costs import RoundCosts
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StartEvent, StepEvent
-from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, ROUTE_SETTINGS, SamplingParams, SpecSettings
+from specplay.engine.settings import (
+    ADAPTIVE_ROUTE,
+    AUTO_ROUTE,
+    NONE_ROUTE,
+    RESERVED_ROUTES,
+    ROUTE_SETTINGS,
+    SamplingParams,
+    SpecSettings,
+)
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
@@ -347,9 +355,9 @@ class PlaygroundController:
         self.run_id += 1
         self.opened = None
         wanted = (*LANES, DRAFT_LANE) if self.draft_lane else LANES
-        if self.draft_lane and self._copies_only(self._route_for(prompt, self.settings.route)):
+        if self.draft_lane and (why := self._cannot_write(self._route_for(prompt, self.settings.route))):
             wanted = LANES
-            self._view.notify_user("no draft-only lane: prompt lookup only copies, it cannot write alone")
+            self._view.notify_user(f"no draft-only lane: {why}")
         self.lanes = tuple(lane for lane in wanted if lane in self.capabilities.modes)
         self.controls = {
             lane: LiveControls(self.settings, self.drafters if lane != "target" else ()) for lane in self.lanes
@@ -528,8 +536,8 @@ class PlaygroundController:
         # The draft-only lane takes the route too, so it shows the drafter now serving.
         lanes = self.lanes if setting in _SAMPLING_FIELDS else ("speculative",)
         if setting == "route" and DRAFT_LANE in self.lanes:
-            if self._copies_only(self._route_for(self._prompt, value)):
-                self._view.notify_user("the draft-only lane keeps its drafter: prompt lookup cannot write alone")
+            if why := self._cannot_write(self._route_for(self._prompt, value)):
+                self._view.notify_user(f"the draft-only lane keeps its drafter: {why}")
             else:
                 lanes += (DRAFT_LANE,)
         running = [lane for lane in lanes if not self._lane_ended(lane)]
@@ -559,8 +567,13 @@ class PlaygroundController:
         source = self.host.source
         return source.route_choice(prompt).drafter if route in ROUTE_SETTINGS and source is not None else route
 
-    def _copies_only(self, route: str) -> bool:
-        return any(d.name == route and d.kind == "prompt-lookup" for d in self.config.drafters)
+    def _cannot_write(self, route: str) -> str | None:
+        """Why a draft-only lane cannot run on `route` (None: it can)."""
+        if route == NONE_ROUTE:
+            return "the route is none, which drafts nothing"
+        if any(d.name == route and d.kind == "prompt-lookup" for d in self.config.drafters):
+            return "prompt lookup only copies, it cannot write alone"
+        return None
 
     # --- saved sessions ----------------------------------------------------------------------
 
@@ -598,7 +611,7 @@ class PlaygroundController:
     def _show_opened_settings(self, session: Session) -> None:
         """Put the session's settings in the controls, so a run re-runs it."""
         settings = session.main.settings
-        if settings.route not in ROUTE_SETTINGS and settings.route not in self.drafters:
+        if settings.route not in RESERVED_ROUTES and settings.route not in self.drafters:
             settings = settings.changed(route=AUTO_ROUTE)
         self.settings = settings
         self.seed = int((session.header.get("request") or {}).get("seed", self.seed))

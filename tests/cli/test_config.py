@@ -103,7 +103,8 @@ def test_no_model_flags_open_on_smollm2_once_it_is_fetched(tmp_path: Path, monke
         config = run_config(given(parsed("run", *argv, "--prompt", "x")))
         assert config.target == ModelSpec("target", "target", "gguf", str(path))
         assert config.drafters == (lookup, exit_)
-        assert config.route_map == {"code": "lookup", "prose": "exit"}
+        assert config.route_map == {"code": "lookup", "prose": "none"}  # exit loses on prose: no speculation
+        assert "exit measured" in config.route_notes["prose"]
     # the demo models by name; a set's name as --target with drafters of the user's own is its target
     demo = run_config(given(parsed("run", "--target", "demo", "--prompt", "x")))
     assert demo.target.location == str(demo_model_paths()[0]) and [d.name for d in demo.drafters] == ["base", "prose"]
@@ -112,7 +113,8 @@ def test_no_model_flags_open_on_smollm2_once_it_is_fetched(tmp_path: Path, monke
     assert mine.route_map == {}  # the set's map named the set's drafters
     # the user's route map over the set's; a folder named like a set is that folder
     mapped = run_config(given(parsed("run", "--route-map", "code=exit", "--prompt", "x")))
-    assert mapped.route_map == {"code": "exit", "prose": "exit"}
+    assert mapped.route_map == {"code": "exit", "prose": "none"}
+    assert set(mapped.route_notes) == {"prose"}  # the set's note on code went with its mapping
     monkeypatch.chdir(tmp_path)
     (tmp_path / "demo").mkdir()
     assert run_config(given(parsed("run", "--target", "demo", "--prompt", "x"))).target.location == str(
@@ -147,6 +149,7 @@ def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.Monkey
         (("--vllm-native",), "--vllm-native is for vLLM servers"),
         (("--baseline-url", "http://g:1"), "--baseline-url is for vLLM servers"),
         (("--target", "/m", "--draft", "target=/d"), "cannot name a drafter 'target'"),
+        (("--target", "/m", "--draft", "none=/d"), "cannot name a drafter 'none', a route setting"),
         (("--target", DEMO_TARGET, "--draft", f"a={DEMO_BASE}", "--route", "b"), "--route 'b' is not a drafter"),
         (("--target", "/m", "--draft", "a=/d", "--route-map", "poetry=a"), "--route-map names class 'poetry'"),
         (("--target", DEMO_TARGET, "--mode", "draft"), "--draft is needed in draft mode"),

@@ -159,9 +159,10 @@ def test_adaptive_follows_the_drafter_that_is_accepted_when_the_text_changes() -
     backend = switching_backend()
     events = run(backend, PROMPT, route="adaptive", k=4, max_tokens=140)
     chosen = routes(events)
-    assert chosen[:2] == ["early", "late"]  # the request router's choice (the first drafter), then the other once
+    # The request router's choice (the first drafter), then the other once, then none once.
+    assert chosen[:3] == ["early", "late", "none"]
     starts = [r.token_index + len(PROMPT) for r in rounds(events)]
-    before = [c for c, s in zip(chosen, starts, strict=True) if s < CHANGE_AT][2:]
+    before = [c for c, s in zip(chosen, starts, strict=True) if s < CHANGE_AT][3:]
     after = [c for c, s in zip(chosen, starts, strict=True) if s >= CHANGE_AT]
     assert before.count("early") >= len(before) - 1
     # Within a few rounds of the change, `late` serves, and keeps serving.
@@ -170,7 +171,8 @@ def test_adaptive_follows_the_drafter_that_is_accepted_when_the_text_changes() -
     assert after[first_late:].count("late") >= len(after[first_late:]) - 2
     metrics = done(events).metrics
     assert metrics["route_switches"] >= 2
-    assert set(metrics["rounds_by_route"]) == {"early", "late"}
+    assert set(metrics["rounds_by_route"]) == {"early", "late", "none"}
+    assert metrics["rounds_by_route"]["none"]["rounds"] <= 2
 
 
 def test_adaptive_beats_either_drafter_alone_when_the_text_changes() -> None:
@@ -182,17 +184,17 @@ def test_adaptive_beats_either_drafter_alone_when_the_text_changes() -> None:
 
 
 def test_with_full_information_adaptive_routes_every_round_to_the_best_drafter() -> None:
-    """Stationary drafters, each judged every round (counterfactual routes): from the second
-    round on, adaptive routes to the drafter with the best rate in hindsight, and commits what a
-    run pinned to it commits (greedy: the same tokens)."""
+    """Stationary drafters, each judged every round (counterfactual routes): after one round of
+    none (served once to be timed), adaptive routes to the drafter with the best rate in
+    hindsight, and commits what a run pinned to it commits (greedy: the same tokens)."""
     target = seeded(TARGET_SEED)
     backend = backend_of({"bad": seeded(1), "good": target}, lookup=True)
     adaptive = run(backend, PROMPT, route="adaptive", counterfactual=True, k=4, max_tokens=60)
     pinned = run(backend, PROMPT, route="good", counterfactual=True, k=4, max_tokens=60)
-    assert routes(adaptive)[0] == "bad"  # the request router's pick: the first drafter
-    assert set(routes(adaptive)[1:]) == {"good"}
+    assert routes(adaptive)[:2] == ["bad", "none"]  # the request router's pick: the first drafter
+    assert set(routes(adaptive)[2:]) == {"good"}
     assert done(adaptive).token_ids == done(pinned).token_ids
-    assert all(r.num_accepted == r.k for r in rounds(adaptive)[1:])  # the target itself: every draft kept
+    assert all(r.num_accepted == r.k for r in rounds(adaptive)[2:])  # the target itself: every draft kept
     # The best drafter in hindsight is the one the counterfactual account ranks first.
     by_drafter = done(adaptive).metrics["counterfactual"]
     assert max(by_drafter, key=lambda name: by_drafter[name]["mean_acceptance_length"]) == "good"
@@ -235,6 +237,9 @@ def test_adaptive_catch_ups_take_in_what_was_committed_meanwhile() -> None:
     previous = "early"
     for event in rounds(events):
         context = len(PROMPT) + event.token_index
+        if event.route == "none":  # no cache to catch up
+            assert event.catch_up_tokens == 0
+            continue
         expected = 0 if event.route == previous else context - 1 - held.get(event.route, 0)
         assert event.catch_up_tokens == expected, event.index
         fully_accepted = event.num_accepted == event.k
@@ -308,13 +313,13 @@ def test_under_adaptive_greedy_a_free_proposal_is_judged_every_round(monkeypatch
     assert len(seen) == len(chosen) == len(rounds(events))
     for (routed, _), (choice, lookup_proposes), event in zip(seen, chosen, rounds(events), strict=True):
         assert choice == event.route
-        assert choice == "far" or lookup_proposes > 0  # lookup with nothing to copy is passed over
-        # A round that drafted nothing is no drafter's record; every other is, timed.
-        assert (routed is None) == (event.k == 0)
+        assert choice in ("far", "none") or lookup_proposes > 0  # lookup with nothing to copy is passed over
+        # A round that drafted nothing is no drafter's record (but none's, its choice); every other is, timed.
+        assert (routed is None) == (event.k == 0 and event.route != "none")
         assert routed is None or (routed.drafter == event.route and routed.round_ms is not None)
     free = [other for _, others in seen for other in others]
-    # Each far round where lookup proposed is judged once the text reaches the proposal's end.
-    proposed_in_far_rounds = sum(choice == "far" and n > 0 for choice, n in chosen)
+    # Each round lookup did not serve but proposed in is judged once the text reaches the proposal's end.
+    proposed_in_far_rounds = sum(choice != "lookup" and n > 0 for choice, n in chosen)
     assert proposed_in_far_rounds - 2 <= len(free) <= proposed_in_far_rounds
     assert all(o.drafter == "lookup" and o.round_ms is None and 1 <= o.tokens <= 5 for o in free)
     # Sampled, nothing is judged for free: the committed tokens are not the target's argmax.

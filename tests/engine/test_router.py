@@ -90,3 +90,6 @@ def test_bad_routes_are_refused() -> None:
         check_route_map({"poetry": "a"}, ("code", "prose"), ("a",))
     with pytest.raises(ConfigError, match="not a drafter"):
         check_route_map({"code": "zz"}, ("code", "prose"), ("a",))
+    check_route("none", ("a",))  # no speculation: a route, not a drafter
+    check_route_map({"prose": "none"}, ("code", "prose"), ("a",))
+    assert resolve_route("none", "a") == "none"

@@ -182,6 +182,10 @@ class ScriptedGeneration:
     def _probs(self, name: str, context: Sequence[int], sampling: SamplingParams) -> np.ndarray:
         return sampling_probs(self.backend.models[name].logits(context)[None], sampling, np)[0].astype(np.float64)
 
+    def given_draft(self, tokens: Sequence[int]) -> ScriptedDraft:
+        tokens = list(tokens)
+        return ScriptedDraft(tokens, np.eye(VOCAB)[tokens].reshape(len(tokens), VOCAB))
+
     def draft(
         self,
         drafter: str,
@@ -197,7 +201,7 @@ class ScriptedGeneration:
                     if not keep_drafting([1.0] * count):
                         proposal = proposal[:count]
                         break
-            return ScriptedDraft(proposal, np.eye(VOCAB)[proposal].reshape(len(proposal), VOCAB))
+            return self.given_draft(proposal)
         drafted: list[int] = []
         rows: list[np.ndarray] = []
         own: list[np.ndarray] = []

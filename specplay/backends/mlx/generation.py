@@ -295,6 +295,9 @@ class MlxGeneration:
             return MlxDraft(drafted, None, model.vocab_size, scores=stacked)
         return MlxDraft(drafted, stacked, model.vocab_size)
 
+    def given_draft(self, tokens: Sequence[int]) -> MlxDraft:
+        return MlxDraft(mx.array(list(tokens), dtype=mx.int32), None, self.target.vocab_size)
+
     def _look_up(self, index: NgramIndex, k: int, keep_drafting: Callable[[Sequence[float]], bool] | None) -> MlxDraft:
         """Prompt lookup: the proposal is certain, so its distribution is one-hot at every
         temperature and each rule applies unchanged (lossless acceptance is p_target(x))."""
@@ -306,7 +309,7 @@ class MlxGeneration:
                 if not keep_drafting([1.0] * count):
                     proposal = proposal[:count]
                     break
-        return MlxDraft(mx.array(proposal, dtype=mx.int32), None, self.target.vocab_size)
+        return self.given_draft(proposal)
 
     def verify(
         self, draft: MlxDraft, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0

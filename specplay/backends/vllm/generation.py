@@ -219,6 +219,10 @@ class VllmGeneration:
             drafter, tokens, dists, all(exact for _, exact in pairs), ranked=dists, listed_at_least=model.top_logprobs
         )
 
+    def given_draft(self, tokens: Sequence[int]) -> VllmDraft:
+        """Certain tokens: each position's distribution is one-hot, with nothing unlisted."""
+        return VllmDraft("", list(tokens), [TopK({token: 1.0}, 0.0, 0.0) for token in tokens], True)
+
     # --- verification ---------------------------------------------------------------------------
 
     def _pick_strategy(self) -> str:

@@ -213,6 +213,10 @@ class NativeStream:
         between chunks (the server fixes k, drafter and acceptance rule)."""
         settings = controls.settings
         route = resolve_route(settings.route, auto_route)
+        if route not in self.servers:  # `none`, from a route map: every server here speculates
+            raise ConfigError(
+                "route_map", f"sends this prompt to {route}, and each server here speculates: map it to a server"
+            )
         server = self.servers[route]
         if server.k is not None and server.k <= K_LIMIT:  # sessions record the k that ran: the server's
             settings = settings.changed(k=server.k)

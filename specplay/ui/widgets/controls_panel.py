@@ -19,7 +19,7 @@ from textual_slider import Slider
 
 from specplay.config.numbers import SEED_MAX, seed_number
 from specplay.engine.rules import KNOB_STEPS, RULE_NAMES, AcceptanceRule
-from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, POLICIES, SpecSettings
+from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, POLICIES, SpecSettings
 
 K_MAX = 16
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
@@ -109,11 +109,11 @@ class ControlsPanel(VerticalScroll, can_focus=False):
             yield Label("draft-only lane")
 
     def set_drafters(self, drafters: Sequence[str], round_routes: bool = True) -> None:
-        """The routes to offer: auto, adaptive where drafters can change between rounds and there
-        are several, and each drafter."""
+        """The routes to offer: auto, adaptive where drafters can change between rounds (between
+        them and `none`), each drafter, and none (no speculation)."""
         route = self.query_one("#route", Select)
         current = route.value
-        names = [AUTO_ROUTE, *([ADAPTIVE_ROUTE] if round_routes and len(drafters) > 1 else []), *drafters]
+        names = [AUTO_ROUTE, *([ADAPTIVE_ROUTE] if round_routes and drafters else []), *drafters, NONE_ROUTE]
         self._routes = names
         # New options reset the value: no message, or a run already going would get a route change.
         with self.prevent(Select.Changed):
