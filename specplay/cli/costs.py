@@ -21,13 +21,19 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import warn
-from specplay.config.run_config import RunConfig, check_models
-from specplay.engine.controls import LiveControls
-from specplay.engine.costs import MAX_ROWS, REPEATS, RoundCosts, RoundsMeasured, measure_costs
+from specplay.config.run_config import check_models
+from specplay.engine.costs import (
+    REPEATS,
+    DrafterPrediction,
+    RoundCosts,
+    RoundsMeasured,
+    disturbance,
+    measure_costs,
+    measure_rounds,
+    predict_drafter,
+)
 from specplay.engine.events import RoundEvent
 from specplay.engine.loop import SpecEngine
-from specplay.engine.request import Request
-from specplay.engine.speedup import KPrediction, recommended_k
 from specplay.errors import ConfigError
 from specplay.runner.thread import ModelThread
 
@@ -46,9 +52,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_backend_flags(parser)
     add_prompt_flags(parser)
     add_decoding_flags(parser)
+    for action in parser._actions:  # --k-max is the policies' bound (flags.py); here it bounds the k predicted
+        if action.dest == "k_max":
+            action.help = "the largest k predicted, and the k of the acceptance run (default 8)"
     measure = parser.add_argument_group("measurement")
-    measure.add_argument("--max-rows", type=int, default=MAX_ROWS, help=f"verify rows timed, 1..N (default {MAX_ROWS})")
-    measure.add_argument("--repeats", type=int, default=REPEATS, help=f"timings per row count (default {REPEATS})")
+    measure.add_argument(
+        "--max-rows",
+        type=int,
+        default=None,
+        help="verify rows timed, 1..N (default: --k-max + 1, the longest round predicted); a smaller N predicts "
+        "k up to N - 1 only, a larger one times rows no k predicted uses",
+    )
+    measure.add_argument(
+        "--repeats",
+        type=int,
+        default=REPEATS,
+        help=f"passes, each timing every row count and drafter between two short target-only runs (default {REPEATS})",
+    )
     measure.add_argument(
         "--acceptance-tokens",
         type=int,
@@ -75,16 +95,20 @@ def costs(args: argparse.Namespace) -> int:
         raise ConfigError("vllm_native", "does not apply: in native mode the server runs the rounds; leave it out")
     if not config.drafter_names:
         raise ConfigError("draft", "is needed: give at least one drafter")
-    k_max = config.settings.policy_params.k_max  # predictions for k = 1..k_max (--k-max, the policies' bound)
-    for name, value, least in (("max_rows", args.max_rows, 2), ("repeats", args.repeats, 1)):
+    k_max = config.settings.policy_params.k_max  # --k-max, the policies' bound
+    max_rows = k_max + 1 if args.max_rows is None else args.max_rows
+    for name, value, least in (("max_rows", max_rows, 2), ("repeats", args.repeats, 1)):
         if not least <= value <= 64:
             raise ConfigError(name, f"must be from {least} to 64 (got {value})")
-    if args.max_rows < k_max + 1:
-        raise ConfigError(
-            "max_rows", f"must be at least k_max + 1 = {k_max + 1} to predict every k (got {args.max_rows})"
-        )
     if args.acceptance_tokens < 2:
         raise ConfigError("acceptance_tokens", f"must be at least 2 (got {args.acceptance_tokens})")
+    # A round of k drafts is verified over k + 1 rows: the rows timed bound the k predicted.
+    k_limit = min(k_max, max_rows - 1)
+    if k_limit < k_max:
+        warn(
+            f"predicting k up to {k_limit} only: --max-rows {max_rows} times verify passes of up to {max_rows} rows; "
+            f"give --max-rows {k_max + 1} (or leave it out) for every k up to --k-max {k_max}"
+        )
     if message := blas_warning(config):
         warn(message)
     from_sessions = _session_acceptance(args.sessions, args) if args.sessions else None
@@ -93,48 +117,40 @@ def costs(args: argparse.Namespace) -> int:
         source = thread.call(lambda: open_stream(config))
         assert isinstance(source, SpecEngine)  # not native: checked above
         prompt_ids = thread.call(lambda: source.encode(config.request.prompt or "", config.request.raw))
+        settings = config.settings
         measured = thread.call(
             lambda: measure_costs(
                 source,
                 prompt_ids,
-                config.settings.sampling,
-                config.settings.acceptance_rule,
-                max_rows=args.max_rows,
+                settings.sampling,
+                settings.acceptance_rule,
+                max_rows=max_rows,
                 repeats=args.repeats,
             )
         )
         if from_sessions is None:
             acceptance = {
-                d: thread.call(lambda d=d: _run_acceptance(source, config, prompt_ids, d, args.acceptance_tokens))
+                d: thread.call(
+                    lambda d=d: measure_rounds(
+                        source,
+                        prompt_ids,
+                        settings,
+                        d,
+                        k=k_limit,
+                        max_tokens=args.acceptance_tokens,
+                        seed=config.request.seed,
+                        target_step_ms=measured.target_step_ms.ms,
+                    )
+                )
                 for d in config.drafter_names
             }
         else:
             acceptance = from_sessions
     finally:
         thread.close()
-    timed = max(measured.verify_ms)
-    if timed < args.max_rows:
-        warn(
-            f"the verify pass was timed up to {timed} rows only: no drafter drafted longer (prompt lookup drafts "
-            "only what it finds to copy); add a model drafter, e.g. --draft self=TARGET, to time every row count"
-        )
-    report = _report(measured, acceptance, k_max, len(prompt_ids))
+    report = _report(measured, acceptance, k_limit, len(prompt_ids))
     print(json.dumps(report) if args.json else "\n".join(_lines(report)))
     return 0
-
-
-def _run_acceptance(
-    source: SpecEngine, config: RunConfig, prompt_ids: Sequence[int], drafter: str, max_tokens: int
-) -> RoundsMeasured:
-    """Acceptance by position on a short run of the prompt at k = k_max, routed to `drafter`, and
-    the host's work per round in it."""
-    k = config.settings.policy_params.k_max
-    settings = config.settings.changed(k=k, policy="fixed", route=drafter, counterfactual=False)
-    request = Request(config.request.prompt or "", tuple(prompt_ids), "speculative", config.request.seed, max_tokens)
-    events = source.generate(request, LiveControls(settings, source.drafters))
-    # Rounds near the end draft less to stop at max_tokens: not the drafter's doing, left out.
-    whole = (e for e in events if isinstance(e, RoundEvent) and e.token_index + k <= max_tokens)
-    return RoundsMeasured.of_rounds(whole).asked(k)
 
 
 def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[str, RoundsMeasured]:
@@ -151,20 +167,21 @@ def _report(
     measured: RoundCosts, rounds_by_drafter: dict[str, RoundsMeasured], k_max: int, prompt_tokens: int
 ) -> dict[str, Any]:
     """The `--json` object; its names are what other tools read."""
-    verify = {rows: t.ms for rows, t in measured.verify_ms.items()}
     target_ms = measured.target_step_ms.ms
     drafters: dict[str, Any] = {}
+    predicted: list[DrafterPrediction] = []
     for name, alone in measured.draft_step_ms.items():
         rounds = rounds_by_drafter.get(name)
         call_alone_ms = measured.call_ms(name)
         # The drafter's times as its own rounds paid them where they drafted, else as timed alone.
         step_ms, call_ms, host_ms = alone.ms, call_alone_ms, None
-        predictions: list[KPrediction] = []
+        prediction = DrafterPrediction([], [])
         if rounds is not None:
             step_ms, call_ms = rounds.draft_costs(alone.ms, call_alone_ms)
             host_ms = rounds.host_ms
-            predictions = rounds.predict(verify, alone.ms, target_ms, k_max, draft_call_ms=call_alone_ms)
-        best = recommended_k(predictions)
+            prediction = predict_drafter(measured, name, rounds, k_max)
+            predicted.append(prediction)
+        best = prediction.best
         drafters[name] = {
             "draft_step_ms": step_ms,
             "draft_call_ms": call_ms,
@@ -176,17 +193,22 @@ def _report(
             "drafted_share_per_position": rounds.drafted_share if rounds is not None else None,
             "kept_share_per_position": rounds.kept_share if rounds is not None else None,
             "host_ms_per_round": host_ms,
-            "predicted_speedup_by_k": [asdict(p) for p in predictions],
+            "predicted_speedup_by_k": [asdict(p) for p in prediction.by_k],
             "recommended_k": best.k if best is not None else None,
             "recommended_speedup": best.speedup if best is not None else None,
+            "recommended_speedup_range": list(prediction.speedup_range(best.k) or ()) if best is not None else None,
         }
+    reason = disturbance(measured, predicted)
     return {
         "prompt_tokens": prompt_tokens,
         "includes_http": measured.includes_http,
         "target_step_ms": target_ms,
         "target_step_spread_ms": measured.target_step_ms.spread_ms,
+        "target_step_drift": measured.target_drift(),
         "verify_ms": [{"rows": rows, "ms": t.ms, "spread_ms": t.spread_ms} for rows, t in measured.verify_ms.items()],
         "drafters": drafters,
+        "disturbed": reason is not None,
+        "disturbed_reason": reason,
     }
 
 
@@ -212,8 +234,14 @@ def _lines(report: dict[str, Any]) -> list[str]:
         )
         for p in drafter["predicted_speedup_by_k"]:
             mark = "  <- recommended" if p["k"] == drafter["recommended_k"] else ""
+            if mark and drafter["recommended_speedup_range"]:
+                low, high = drafter["recommended_speedup_range"]
+                mark += f" ({low:.2f}–{high:.2f}× over the passes)"
             lines.append(
                 f"  k {p['k']:>2}  {p['expected_tokens']:.2f} tokens per round in {p['round_ms']:.1f} ms  "
                 f"→ {p['speedup']:.2f}×  (breaks even at acceptance {p['break_even_acceptance']:.2f}){mark}"
             )
+    if report["disturbed"]:
+        lines.append("")
+        lines.append(f"warning: {report['disturbed_reason']}; measure again on a quieter machine, or more --repeats")
     return lines

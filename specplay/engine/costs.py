@@ -3,9 +3,16 @@ one target step, and each drafter's step. `speedup.predict_by_k` turns these int
 
 A verify pass is not "one target step": its time is a curve in the number of rows it scores, with
 steps where kernels change (a row-wise kernel for a few rows, a matrix multiply for more). So it is
-measured row count by row count, through the same Generation calls a round makes (draft, verify,
-then a commit of nothing, which rewinds every cache), so what is timed is what a round pays:
-the forward pass and the acceptance work after it.
+measured row count by row count, through the same Generation calls a round makes (a draft given
+to `verify`, then a commit of nothing, which rewinds every cache), so what is timed is what a round
+pays: the forward pass and the acceptance work after it. The draft is given, not drafted, so the
+curve is timed at every row count whatever the drafters (prompt lookup drafts only what it finds).
+
+Every prediction is a ratio to the target step, so the measurement is made of passes, each a
+verify sweep and every drafter's draft between two short target-only runs, and each pass's times
+are taken over the target step beside it: a machine whose speed changes while it measures (another
+process loading it) moves both sides of each ratio alike. The passes' spread says when it moved
+too much to choose a k (`disturbance`).
 """
 
 from __future__ import annotations
@@ -23,13 +30,23 @@ from specplay.engine.loop import Clock, SpecEngine
 from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
 from specplay.engine.rules import AcceptanceRule
-from specplay.engine.settings import SamplingParams, SpecSettings
-from specplay.engine.speedup import KPrediction, predict_by_k
+from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
+from specplay.engine.speedup import KPrediction, predict_by_k, recommended_k
 from specplay.errors import ConfigError
 
-MAX_ROWS = 16
+MAX_ROWS = PolicyParams().k_max + 1
+"""The verify pass of the longest round the policies' default bound asks for (k_max drafts)."""
 REPEATS = 9
-"""Timings per row count: on a busy machine fewer leave the median of each row count noisy."""
+"""Passes (timings per row count): on a busy machine fewer leave the median of each row count noisy."""
+TARGET_STEPS = 3
+"""Target steps timed in each short target-only run between passes (after two untimed: the
+prompt's and a warm-up)."""
+TARGET_DRIFT_LIMIT = 0.15
+"""The target step's quartile range over its runs, relative to its median, above which the machine
+is said to have changed speed while measuring."""
+CLEARLY_SLOWER = 0.1
+"""A k predicted this much slower than the recommended one is clearly worse: where the passes'
+spread cannot tell the two apart, the choice of k is noise."""
 DRAFT_STEPS = 4
 """Tokens drafted by the longer of the two timed drafts (the other drafts one): their difference is
 the time per drafted token, the rest of a one-token draft the call's own (`RoundCosts.draft_call_ms`)."""
@@ -63,6 +80,13 @@ class RoundCosts:
     the work); a real round's fixed part is larger (`RoundsMeasured.draft_costs`)."""
     includes_http: bool = False
     """Remote models: every time holds an HTTP round trip."""
+    passes: tuple[RoundCosts, ...] = ()
+    """Each pass's own costs, one timing each, taken over the target step beside it and put back
+    in ms at the median step (`target_step_ms`): a prediction from each says how far the passes
+    alone move it (`predict_drafter`)."""
+    target_runs_ms: tuple[float, ...] = ()
+    """The target step of each short target-only run between passes (their median step): how much
+    the machine's speed drifted while measuring."""
 
     def call_ms(self, drafter: str) -> float:
         """`drafter`'s time per draft call (0 where it was not measured apart)."""
@@ -71,6 +95,15 @@ class RoundCosts:
     def cost_ratio(self, drafter: str) -> float:
         """c: a drafted token's time over a target step's."""
         return self.draft_step_ms[drafter].ms / self.target_step_ms.ms
+
+    def verify_curve_ms(self) -> dict[int, float]:
+        """The verify pass's median by rows, what `predict_by_k` reads."""
+        return {rows: t.ms for rows, t in self.verify_ms.items()}
+
+    def target_drift(self) -> float:
+        """The target step's quartile range over the runs between passes, over its median (0 with
+        fewer than two runs)."""
+        return _relative_quartile_range(self.target_runs_ms)
 
 
 @dataclass(frozen=True)
@@ -114,6 +147,11 @@ class RoundsMeasured:
         for event in rounds:
             metrics.add_round(event)
         return cls.of(metrics.to_dict())
+
+    def scaled(self, factor: float) -> RoundsMeasured:
+        """These rounds' times taken `factor` times (to the target step measured elsewhere, from
+        the one measured beside them)."""
+        return replace(self, host_ms=self.host_ms * factor, draft_round_ms=self.draft_round_ms * factor)
 
     def asked(self, k: int) -> RoundsMeasured:
         """These rounds as asked for k drafts each: positions no round reached were drafted by
@@ -165,57 +203,125 @@ def measure_costs(
     pipeline: bool = True,
 ) -> RoundCosts:
     """Time the target's step, its verify pass over 2..max_rows rows and every drafter's step after
-    the prompt, on the engine's clock. Each timing is taken `repeats` times after one untimed
-    warm-up; row counts are visited up and down in turn, so a machine's drift spreads over all of
-    them alike. `pipeline`: as the target-only runs compared with (a playground's lanes take turns
-    and do not pipeline)."""
+    the prompt, on the engine's clock, in `repeats` passes after one untimed warm-up pass. A pass
+    is a verify sweep (row counts up, the next pass down, so a drift within a pass spreads over
+    all of them alike) and each drafter's two drafts, between two short target-only runs; its
+    times are taken over the target step of those two runs. `pipeline`: as the target-only runs
+    compared with (a playground's lanes take turns and do not pipeline)."""
     if max_rows < 2 or repeats < 1:
         raise ConfigError("max_rows", f"must be 2 or more and repeats 1 or more (got {max_rows}, {repeats})")
     backend, clock, draws = engine.backend, engine.clock, Draws(seed=0)
-    # Every prediction is in target steps: timed before and after the rest and pooled, so a slow
-    # phase of the machine at one end does not skew every ratio.
-    target_step = _target_step_ms(engine, prompt_token_ids, sampling, repeats=repeats, pipeline=pipeline)
-    verify: dict[int, list[float]] = {}
-    drafts: dict[str, tuple[list[float], list[float]]] = {}
-    for drafter in backend.drafters:
-        generation = backend.open_generation(prompt_token_ids, prefill=(None, drafter))
-        drafts[drafter] = _draft_ms(generation, drafter, sampling, repeats=repeats, draws=draws, clock=clock)
-        if len(verify) < max_rows - 1:  # the curve from the first drafter that drafts every length asked
-            verify = (
-                _verify_curve(
-                    generation, drafter, sampling, rule, max_rows=max_rows, repeats=repeats, draws=draws, clock=clock
-                )
-                | verify
-            )
-    if not verify:
-        raise ConfigError("draft", "costs need a drafter to time the verify pass; name one with --draft")
-    target_step += _target_step_ms(engine, prompt_token_ids, sampling, repeats=repeats, pipeline=pipeline)
-    verify[1] = target_step  # one row, nothing drafted: a target step
+    tokens = _continuation(engine, prompt_token_ids, max_rows - 1)
+    verifying = backend.open_generation(prompt_token_ids, prefill=(None,))
+    # Drafting touches only the drafter's cache (or prompt lookup's index): the target's is not built.
+    drafting = {d: backend.open_generation(prompt_token_ids, prefill=(d,)) for d in backend.drafters}
+    order = list(range(2, max_rows + 1))
+
+    def one_pass(upward: bool) -> _Pass:
+        verify = {
+            rows: _verify_ms(verifying, tokens[: rows - 1], sampling, rule, draws=draws, clock=clock)
+            for rows in (order if upward else order[::-1])
+        }
+        drafts = {d: _draft_ms(g, d, sampling, draws=draws, clock=clock) for d, g in drafting.items()}
+        return _Pass(verify, drafts)
+
+    one_pass(upward=False)  # the warm-up
+    runs = [_target_steps_ms(engine, prompt_token_ids, sampling, pipeline=pipeline)]
+    timed = []
+    for i in range(repeats):
+        timed.append(one_pass(upward=i % 2 == 0))
+        runs.append(_target_steps_ms(engine, prompt_token_ids, sampling, pipeline=pipeline))
+    target_step = Timing.of([s for run in runs for s in run])
+    # Each pass in target steps of the runs on either side of it, put back in ms at the median step.
+    passes = [
+        p.at(target_step.ms, statistics.median([*before, *after]))
+        for p, before, after in zip(timed, runs, runs[1:], strict=False)
+    ]
     return RoundCosts(
-        target_step_ms=Timing.of(target_step),
-        verify_ms={rows: Timing.of(samples) for rows, samples in sorted(verify.items())},
-        draft_step_ms={name: Timing.of(steps) for name, (steps, _) in drafts.items()},
-        draft_call_ms={name: Timing.of(calls) for name, (_, calls) in drafts.items()},
+        target_step_ms=target_step,
+        verify_ms={1: target_step} | _pooled([{n: p.verify_ms[n].ms for n in order} for p in passes]),
+        draft_step_ms=_pooled([{d: t.ms for d, t in p.draft_step_ms.items()} for p in passes]),
+        draft_call_ms=_pooled([{d: t.ms for d, t in p.draft_call_ms.items()} for p in passes]),
         includes_http=not backend.capabilities.wall_time_is_speed,
+        passes=tuple(passes),
+        target_runs_ms=tuple(statistics.median(run) for run in runs),
     )
 
 
-def _target_step_ms(
-    engine: SpecEngine, prompt: Sequence[int], sampling: SamplingParams, *, repeats: int, pipeline: bool
+@dataclass(frozen=True)
+class _Pass:
+    """One pass's raw times: the verify pass by rows, each drafter's (step, call)."""
+
+    verify_ms: dict[int, float]
+    drafts_ms: dict[str, tuple[float, float]]
+
+    def at(self, step_ms: float, beside_ms: float) -> RoundCosts:
+        """This pass's times over `beside_ms` (the target step measured beside it), at `step_ms`."""
+        scale = step_ms / beside_ms if beside_ms > 0 else 1.0
+        one = Timing(step_ms, 0.0)
+        return RoundCosts(
+            target_step_ms=one,
+            verify_ms={1: one} | {n: Timing(ms * scale, 0.0) for n, ms in sorted(self.verify_ms.items())},
+            draft_step_ms={d: Timing(step * scale, 0.0) for d, (step, _) in self.drafts_ms.items()},
+            draft_call_ms={d: Timing(call * scale, 0.0) for d, (_, call) in self.drafts_ms.items()},
+        )
+
+
+def _pooled(samples: Sequence[Mapping[Any, float]]) -> dict[Any, Timing]:
+    """Per key, the Timing of its samples over the passes."""
+    return {key: Timing.of([s[key] for s in samples]) for key in samples[0]} if samples else {}
+
+
+def _continuation(engine: SpecEngine, prompt: Sequence[int], n: int) -> list[int]:
+    """The target's own greedy continuation of the prompt, n tokens: the draft every verify pass is
+    given. A draft the target would keep is what a round worth speculating verifies (a rejected
+    draft scores the same rows on MLX, but a remote server's sampled verify asks again for tokens
+    outside its top logprobs, which a drafter's rejected tokens often are and its kept ones rarely);
+    greedy, whatever the run's sampling, so the draft is the same at every temperature and seed."""
+    generation = engine.backend.open_generation(prompt, prefill=(None,))
+    stream = generation.generate(None, SamplingParams(), lambda: 0.0, False)
+    try:
+        return [next(stream) for _ in range(n)]
+    finally:
+        stream.close()
+
+
+def _target_steps_ms(
+    engine: SpecEngine, prompt: Sequence[int], sampling: SamplingParams, *, pipeline: bool
 ) -> list[float]:
-    """A target-only run's steps after its first, as the engine times them (the time between one
-    token and the next, host work included): the target-only side of every measured speedup."""
-    request = Request("", tuple(prompt), "target", 0, repeats + 2, ignore_eos=True, pipeline=pipeline)
+    """A short target-only run's steps after its first two (the prompt's and a warm-up), as the
+    engine times them (the time between one token and the next, host work included): the
+    target-only side of every measured speedup."""
+    request = Request("", tuple(prompt), "target", 0, TARGET_STEPS + 2, ignore_eos=True, pipeline=pipeline)
     controls = LiveControls(SpecSettings(sampling=sampling), ())
     steps = [e.step_ms for e in engine.generate(request, controls) if isinstance(e, StepEvent)]
-    return steps[2:]  # the first is the prompt's, the second the warm-up
+    return steps[2:]
+
+
+def _verify_ms(
+    generation: Generation,
+    tokens: Sequence[int],
+    sampling: SamplingParams,
+    rule: AcceptanceRule,
+    *,
+    draws: Draws,
+    clock: Clock,
+) -> float:
+    """One verify pass over len(tokens) + 1 rows, given `tokens` as the draft; nothing committed."""
+    round_draws = RoundDraws.take(draws, len(tokens))
+    draft = generation.given_draft(tokens)
+    start = clock()
+    generation.verify(draft, sampling, rule, round_draws)
+    elapsed_ms = 1000 * (clock() - start)
+    generation.commit([])  # every cache back at the prompt
+    return elapsed_ms
 
 
 def _draft_ms(
-    generation: Generation, drafter: str, sampling: SamplingParams, *, repeats: int, draws: Draws, clock: Clock
-) -> tuple[list[float], list[float]]:
-    """Samples of (time per drafted token, time per call): a draft of one token and one of
-    DRAFT_STEPS tokens, timed in turn; the difference is the steps', the rest the call's."""
+    generation: Generation, drafter: str, sampling: SamplingParams, *, draws: Draws, clock: Clock
+) -> tuple[float, float]:
+    """(time per drafted token, time per call): a draft of one token and one of DRAFT_STEPS
+    tokens, timed in turn; the difference is the steps', the rest the call's."""
 
     def timed(k: int) -> float:
         start = clock()
@@ -224,40 +330,107 @@ def _draft_ms(
         generation.commit([])  # nothing kept: every cache back to the prompt
         return elapsed_ms
 
-    steps, calls = [], []
-    for i in range(repeats + 1):
-        one, longer = timed(1), timed(DRAFT_STEPS)
-        if i:  # the first pair is the warm-up
-            step = max(0.0, (longer - one) / (DRAFT_STEPS - 1))
-            steps.append(step)
-            calls.append(max(0.0, one - step))
-    return steps, calls
+    one, longer = timed(1), timed(DRAFT_STEPS)
+    step = max(0.0, (longer - one) / (DRAFT_STEPS - 1))
+    return step, max(0.0, one - step)
 
 
-def _verify_curve(
-    generation: Generation,
+def measure_rounds(
+    engine: SpecEngine,
+    prompt_token_ids: Sequence[int],
+    settings: SpecSettings,
     drafter: str,
-    sampling: SamplingParams,
-    rule: AcceptanceRule,
     *,
-    max_rows: int,
-    repeats: int,
-    draws: Draws,
-    clock: Clock,
-) -> dict[int, list[float]]:
-    """Verify-pass times by rows scored. Rows are what was drafted plus one: a drafter that drafts
-    fewer than asked (prompt lookup finding no match) gives the rows it gave."""
-    samples: dict[int, list[float]] = {}
-    order = list(range(2, max_rows + 1))  # a round drafts at least one token
-    for i in range(repeats + 1):
-        for rows in order if i % 2 else reversed(order):
-            k = rows - 1
-            round_draws = RoundDraws.take(draws, k)
-            draft = generation.draft(drafter, k, sampling, round_draws.draft, None)
-            start = clock()
-            verified = generation.verify(draft, sampling, rule, round_draws)
-            elapsed_ms = 1000 * (clock() - start)
-            generation.commit([])
-            if i:  # the first pass is the warm-up
-                samples.setdefault(len(verified.drafted) + 1, []).append(elapsed_ms)
-    return {rows: times for rows, times in samples.items() if len(times) >= repeats}
+    k: int,
+    max_tokens: int,
+    seed: int = 0,
+    ignore_eos: bool = False,
+    target_step_ms: float | None = None,
+    pipeline: bool = True,
+) -> RoundsMeasured:
+    """Acceptance by position and the rounds' times on a short run of the prompt at a fixed k,
+    routed to `drafter`. With `target_step_ms` (`RoundCosts.target_step_ms`), its times are taken
+    over the target step of short target-only runs before and after it and put back in ms at that
+    step, as each pass of `measure_costs` is: a run in a slow phase of the machine would otherwise
+    charge every round a slow drafter and host."""
+    routed = settings.changed(k=k, policy="fixed", route=drafter, counterfactual=False)
+    request = Request("", tuple(prompt_token_ids), "speculative", seed, max_tokens, ignore_eos=ignore_eos)
+    sampling = settings.sampling
+    before = _target_steps_ms(engine, prompt_token_ids, sampling, pipeline=pipeline) if target_step_ms else []
+    events = engine.generate(request, LiveControls(routed, engine.drafters))
+    # Rounds near the end draft less to stop at max_tokens: not the drafter's doing, left out.
+    whole = (e for e in events if isinstance(e, RoundEvent) and e.token_index + k <= max_tokens)
+    rounds = RoundsMeasured.of_rounds(whole)
+    if target_step_ms:
+        after = _target_steps_ms(engine, prompt_token_ids, sampling, pipeline=pipeline)
+        rounds = rounds.scaled(target_step_ms / statistics.median([*before, *after]))
+    return rounds.asked(k)
+
+
+# --- a drafter's prediction, and whether the measurement can choose a k --------------------------
+
+
+@dataclass(frozen=True)
+class DrafterPrediction:
+    """What a drafter is predicted to give at each k, from the pooled costs and from each pass's."""
+
+    by_k: list[KPrediction]
+    """From the median costs: what is shown and recommended."""
+    by_pass: list[list[KPrediction]]
+    """From each pass's costs alone (the same acceptance and host work)."""
+
+    @property
+    def best(self) -> KPrediction | None:
+        return recommended_k(self.by_k)
+
+    def speedup_range(self, k: int) -> tuple[float, float] | None:
+        """The quartiles of k's predicted speedup over the passes (None: not predicted)."""
+        samples = [p.speedup for predictions in self.by_pass for p in predictions if p.k == k]
+        if not samples:
+            return None
+        if len(samples) < 2:
+            return samples[0], samples[0]
+        low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
+        return low, high
+
+
+def predict_drafter(costs: RoundCosts, drafter: str, rounds: RoundsMeasured, k_max: int) -> DrafterPrediction:
+    """`RoundsMeasured.predict` from the costs measured for `drafter`, pooled and pass by pass."""
+
+    def of(c: RoundCosts) -> list[KPrediction]:
+        step, call = c.draft_step_ms[drafter].ms, c.call_ms(drafter)
+        return rounds.predict(c.verify_curve_ms(), step, c.target_step_ms.ms, k_max, draft_call_ms=call)
+
+    return DrafterPrediction(of(costs), [of(p) for p in costs.passes])
+
+
+def disturbance(costs: RoundCosts, predictions: Iterable[DrafterPrediction]) -> str | None:
+    """Why these measurements cannot choose a k, or None where they can: the machine's speed moved
+    while measuring (the target step's quartile range over its runs, relative), or a drafter's
+    recommended k cannot be told from a clearly slower k by the passes' quartiles alone."""
+    drift = costs.target_drift()
+    if drift > TARGET_DRIFT_LIMIT:
+        return (
+            f"the target step moved by {drift:.0%} (quartile range over median) while measuring, "
+            f"more than {TARGET_DRIFT_LIMIT:.0%}: the machine is busy"
+        )
+    for prediction in predictions:
+        best = prediction.best
+        best_range = prediction.speedup_range(best.k) if best is not None else None
+        if best is None or best_range is None:
+            continue
+        for p in prediction.by_k:
+            p_range = prediction.speedup_range(p.k)
+            if p.speedup <= (1 - CLEARLY_SLOWER) * best.speedup and p_range is not None and p_range[1] >= best_range[0]:
+                return (
+                    f"k {p.k}, predicted {p.speedup / best.speedup - 1:.0%} from the recommended k {best.k}, "
+                    "is inside its spread over the passes: the machine is too noisy to choose k"
+                )
+    return None
+
+
+def _relative_quartile_range(samples: Sequence[float]) -> float:
+    if len(samples) < 2 or statistics.median(samples) <= 0:
+        return 0.0
+    low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
+    return (high - low) / statistics.median(samples)

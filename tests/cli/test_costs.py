@@ -53,6 +53,10 @@ def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.Captur
         assert [p.speedup for p in again] == pytest.approx([p["speedup"] for p in by_k])
         best = max(by_k, key=lambda p: (p["speedup"], -p["k"]))
         assert drafter["recommended_k"] == best["k"] and drafter["recommended_speedup"] == best["speedup"]
+        low, high = drafter["recommended_speedup_range"]
+        assert 0 < low <= high
+    assert isinstance(report["disturbed"], bool) and report["target_step_drift"] >= 0
+    assert (report["disturbed_reason"] is None) == (not report["disturbed"])
 
 
 def test_acceptance_read_from_sessions_per_route(capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,7 +76,7 @@ def test_acceptance_read_from_sessions_per_route(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--max-rows", "4"], "--max-rows must be at least k_max + 1 = 9"),
+        (["--max-rows", "1"], "--max-rows must be from 2 to 64"),
         (["--repeats", "0"], "--repeats must be from 1 to 64"),
         (["--acceptance-tokens", "1"], "--acceptance-tokens must be at least 2"),
     ],
@@ -81,3 +85,36 @@ def test_bad_measurement_flags_get_one_line(args: list[str], says: str, capsys: 
     assert main(["costs", "--target", "demo", "--prompt", PROMPT, *args]) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_max_rows_below_k_max_predicts_the_k_it_timed_and_says_how_to_get_the_rest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--max-rows bounds the k predicted (a round of k drafts is verified over k + 1 rows); left
+    out, it is --k-max + 1, so the two agree."""
+    quick = ["--target", "demo", "--prompt", PROMPT, "--repeats", "1", "--acceptance-tokens", "16", "--json"]
+    for flags, rows, ks in ((["--max-rows", "5"], 5, 4), (["--k-max", "3"], 4, 3)):
+        capsys.readouterr()
+        assert main(["costs", *quick, *flags]) == 0
+        out, err = capsys.readouterr()
+        report = json.loads(out)
+        assert [row["rows"] for row in report["verify_ms"]] == list(range(1, rows + 1))
+        for drafter in report["drafters"].values():
+            assert [p["k"] for p in drafter["predicted_speedup_by_k"]] == list(range(1, ks + 1))
+        if "--max-rows" in flags:
+            assert "predicting k up to 4 only" in err and "give --max-rows 9" in err and err.count("\n") == 1
+        else:
+            assert err == ""
+
+
+def test_prompt_lookup_alone_gets_the_whole_verify_curve_and_a_k(capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    flags = ["--target", "demo", "--draft", "lookup=prompt-lookup", "--prompt", PROMPT, "--repeats", "1"]
+    assert main(["costs", *flags, "--acceptance-tokens", "24", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [row["rows"] for row in report["verify_ms"]] == list(range(1, 10))
+    lookup = report["drafters"]["lookup"]
+    assert lookup["draft_step_alone_ms"] < report["target_step_ms"] / 10  # copying costs next to nothing
+    assert lookup["recommended_k"] in range(1, 9)
+    assert main(["costs", *flags, "--acceptance-tokens", "24"]) == 0
+    assert "timed up to" not in capsys.readouterr().err

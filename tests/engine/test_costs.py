@@ -4,9 +4,19 @@ forward pass over n rows costs step + n x row, so every measured time has an exa
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from specplay.engine.costs import RoundsMeasured, measure_costs
+from specplay.engine.costs import (
+    REPEATS,
+    RoundsMeasured,
+    disturbance,
+    measure_costs,
+    measure_rounds,
+    predict_drafter,
+)
+from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.engine.speedup import (
     break_even_alpha,
@@ -21,7 +31,7 @@ from specplay.engine.speedup import (
 from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run
 from tests.support.prompts import CODE_PROMPT
-from tests.support.scripted import Cost, scripted_backend, scripted_engine
+from tests.support.scripted import Cost, ScriptedBackend, SimulatedClock, scripted_backend, scripted_engine
 
 GREEDY = SamplingParams()
 LOSSLESS = SpecSettings().acceptance_rule
@@ -184,3 +194,76 @@ def test_a_drafters_rounds_read_alike_from_metrics_and_from_the_rounds() -> None
             assert min(measured.drafted_share) < 1.0
             asked = measured.asked(8).drafted_share
             assert len(asked) == 8 and asked[: len(measured.drafted_share)] == measured.drafted_share
+
+
+class LoadedClock:
+    """The scripted clock as a machine under a changing load sees it: each stretch of simulated
+    time between two readings passes `factor(now)` times slower, or, with `jitter`, a factor drawn
+    anew at each reading from [1, 1 + jitter]."""
+
+    def __init__(
+        self, clock: SimulatedClock, *, jitter: float = 0.0, slow_from_s: float = 0.0, slow_until_s: float = 0.0
+    ):
+        self.clock, self.jitter, self.slow = clock, jitter, (slow_from_s, slow_until_s)
+        self.rng = random.Random(0)
+        self.last_s = self.now_s = clock()
+
+    def __call__(self) -> float:
+        raw = self.clock()
+        factor = 1 + self.jitter * self.rng.random()
+        if self.slow[0] <= raw < self.slow[1]:
+            factor *= 3  # a phase of the machine three times slower
+        self.now_s += (raw - self.last_s) * factor
+        self.last_s = raw
+        return self.now_s
+
+
+def _lookup_alone(clock: LoadedClock | None = None) -> tuple[ScriptedBackend, SpecEngine]:
+    backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("lookup",))
+    return backend, SpecEngine(backend, clock=clock or backend.clock)
+
+
+def test_prompt_lookup_alone_times_every_row_count_and_recommends_a_k() -> None:
+    """The verify pass is timed on a draft given to the target, not drafted: prompt lookup, which
+    drafts only what it finds, still gets the whole curve, and a k."""
+    backend, engine = _lookup_alone()
+    prompt = backend.encode(CODE_PROMPT, raw=True)
+    costs = measure_costs(engine, prompt, GREEDY, LOSSLESS, max_rows=12, repeats=3)
+    assert list(costs.verify_ms) == list(range(1, 13))
+    assert every(t.ms == pytest.approx(10.0 + rows) for rows, t in costs.verify_ms.items())
+    assert costs.draft_step_ms["lookup"].ms == 0 and len(costs.passes) == 3
+    rounds = measure_rounds(engine, prompt, SpecSettings(), "lookup", k=8, max_tokens=120, ignore_eos=True)
+    prediction = predict_drafter(costs, "lookup", rounds, k_max=8)
+    assert [p.k for p in prediction.by_k] == list(range(1, 9))
+    assert prediction.best is not None and prediction.best.speedup > 1
+    assert disturbance(costs, [prediction]) is None  # the scripted clock is exact: nothing moved
+
+
+def test_a_busy_machine_is_said_to_be_too_noisy_to_choose_k_and_a_quiet_one_is_not() -> None:
+    for jitter, disturbed in ((0.0, False), (0.02, False), (2.0, True)):
+        backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("lookup",))
+        engine = SpecEngine(backend, clock=LoadedClock(backend.clock, jitter=jitter))
+        prompt = backend.encode(CODE_PROMPT, raw=True)
+        costs = measure_costs(engine, prompt, GREEDY, LOSSLESS, max_rows=9, repeats=REPEATS)
+        rounds = measure_rounds(engine, prompt, SpecSettings(), "lookup", k=8, max_tokens=120, ignore_eos=True)
+        reason = disturbance(costs, [predict_drafter(costs, "lookup", rounds, k_max=8)])
+        assert (reason is not None) == disturbed, (jitter, reason)
+    assert reason is not None and "busy" in reason
+
+
+def test_a_slow_phase_of_the_machine_moves_the_target_step_and_the_rest_alike() -> None:
+    """A phase three times slower while part of the passes are timed (another process loading the
+    machine): each pass is taken over the target steps beside it, so the verify curve and each
+    drafter's step in target steps, and the k recommended, are those of a quiet machine."""
+    backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("near",))
+    prompt = backend.encode(CODE_PROMPT, raw=True)
+    quiet = measure_costs(scripted_engine(backend), prompt, GREEDY, LOSSLESS, max_rows=9, repeats=5)
+    span_s = backend.clock()  # the whole measurement, in the models' own time
+    loaded_backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("near",))
+    # slow through the middle half: the target steps timed first and last are all quick ones
+    clock = LoadedClock(loaded_backend.clock, slow_from_s=0.25 * span_s, slow_until_s=0.75 * span_s)
+    loaded = measure_costs(SpecEngine(loaded_backend, clock=clock), prompt, GREEDY, LOSSLESS, max_rows=9, repeats=5)
+    for rows, t in loaded.verify_ms.items():
+        in_steps = t.ms / loaded.target_step_ms.ms
+        assert in_steps == pytest.approx(quiet.verify_ms[rows].ms / quiet.target_step_ms.ms, rel=0.02), rows
+    assert loaded.cost_ratio("near") == pytest.approx(quiet.cost_ratio("near"), rel=0.02)
