@@ -34,7 +34,7 @@ from specplay.engine.events import (
     TokenSource,
 )
 from specplay.engine.metrics import Metrics
-from specplay.engine.policies import make_policy
+from specplay.engine.policies import RoundTimes, make_policy
 from specplay.engine.request import Request
 from specplay.engine.round_router import RoundObservation, RoundRouter, kept_of_proposal
 from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
@@ -284,7 +284,7 @@ class _Run:
 
         caught_up = self._route(generation, k)  # 0
         caught_up_at = self._now()
-        if self.route == NONE_ROUTE:  # no speculation: a round that drafts nothing is a target step
+        if self.route == NONE_ROUTE or k == 0:  # no speculation: a round that drafts nothing is a target step
             draft = generation.given_draft([])
         else:
             draft = generation.draft(self.route, k, sampling, draws.draft, keep_drafting)  # 1
@@ -299,7 +299,6 @@ class _Run:
         token_index = len(self.generated)
         tokens, finish = self._emit(committed)
         num_accepted = sum(position.kept for position in positions)
-        self.policy.update(len(verified.drafted), num_accepted)
         done_at = self._now()
         event = RoundEvent(
             index=index,
@@ -320,7 +319,9 @@ class _Run:
             catch_up_ms=1000 * (caught_up_at - start) if caught_up else 0.0,
             catch_up_tokens=caught_up,
         )
-        self._learn(event, len(generation.tokens))
+        times = RoundTimes(event.draft_ms - event.catch_up_ms, event.verify_ms, event.overhead_ms)
+        self.policy.update(event.k, num_accepted, times)
+        self._learn(event, len(generation.tokens), asked=k)
         self.metrics.add_round(event)
         self.metrics.add_tokens([t.source for t in tokens], done_at)
         self.last_end_s = done_at
@@ -335,8 +336,8 @@ class _Run:
             proposing = {name: len(proposed) for name, proposed in free.items()}
             self.route = self.round_router.choose(k, self.route, lags, proposing)
             self._hold_proposals(free)
-        if self.route == NONE_ROUTE or self.synced.get(self.route) == len(generation.tokens):
-            return 0  # none keeps no cache; a drafter that drafted last round has a current one
+        if self.route == NONE_ROUTE or k == 0 or self.synced.get(self.route) == len(generation.tokens):
+            return 0  # nothing drafts this round, or the drafter that drafted last round is current
         return generation.catch_up(self.route)
 
     def _hold_proposals(self, free: Mapping[str, list[int]]) -> None:
@@ -361,8 +362,9 @@ class _Run:
         self.proposals = waiting
         return judged
 
-    def _learn(self, event: RoundEvent, committed: int) -> None:
-        """Tell the round router what each drafter did this round; note who is now current."""
+    def _learn(self, event: RoundEvent, committed: int, asked: int) -> None:
+        """Tell the round router what each drafter did this round; note who is now current (not a
+        drafter asked for nothing: it never saw the round's context)."""
         assert self.round_router is not None
         round_ms = event.draft_ms - event.catch_up_ms + event.verify_ms + event.overhead_ms
         others = self._judged_proposals()
@@ -376,7 +378,8 @@ class _Run:
         routed = RoundObservation(event.route, event.num_accepted + 1, round_ms) if judged else None
         self.round_router.observe(routed, others)
         self.round_router.observe_catch_up(event.route, event.catch_up_tokens, event.catch_up_ms)
-        self.synced[event.route] = committed
+        if asked:
+            self.synced[event.route] = committed
 
     def _judge(
         self, verified: VerifiedDraft, draws: RoundDraws, remaining: int
@@ -452,7 +455,7 @@ class _Run:
         """Every other drafter's proposal from the same context, judged by the same rule with the
         same draws and never committed. From `since` (the lane's clock when drafting ended) to the
         last one's end, the time is taken off the lane's clock."""
-        if not self.settings.counterfactual:
+        if not self.settings.counterfactual or k == 0:  # a round that drafts nothing has nothing to compare
             return ()
         out = []
         mark = since + self.set_aside_s  # the clock's own reading at `since`

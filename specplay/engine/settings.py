@@ -12,8 +12,8 @@ from specplay.errors import ConfigError
 Mode = Literal["speculative", "target", "draft"]
 MODES: tuple[Mode, ...] = ("speculative", "target", "draft")
 
-PolicyName = Literal["fixed", "acceptance-rate", "accepted-length", "confidence"]
-POLICIES: tuple[PolicyName, ...] = ("fixed", "acceptance-rate", "accepted-length", "confidence")
+PolicyName = Literal["fixed", "acceptance-rate", "accepted-length", "confidence", "cost"]
+POLICIES: tuple[PolicyName, ...] = ("fixed", "acceptance-rate", "accepted-length", "confidence", "cost")
 
 AUTO_ROUTE = "auto"
 """The route setting that lets the request router pick one drafter for the whole request."""

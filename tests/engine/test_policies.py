@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specplay.engine.policies import make_policy
+from specplay.engine.policies import RoundTimes, best_k, make_policy
 from specplay.engine.settings import PolicyParams, SpecSettings
 from specplay.errors import ConfigError
 
@@ -83,3 +83,73 @@ def test_policy_params_are_checked() -> None:
         PolicyParams(k_min=4, k_max=3)
     with pytest.raises(ConfigError, match="high_acceptance"):
         PolicyParams(low_acceptance=0.8, high_acceptance=0.5)
+
+
+# --- the cost-aware policy ----------------------------------------------------------------------
+
+
+def rounds_of_cost_policy(step_ms: float, accepts: int, rounds: int = 60, k: int = 4) -> list[int]:
+    """The cost policy's k over `rounds` rounds whose times follow a fixed model: the verify pass
+    over r rows 10 + 2 r ms, drafting 1 ms a call and `step_ms` a token, 1 ms of host work; every
+    round keeps exactly `accepts` drafted tokens (or all, if it drafted fewer)."""
+    policy = make_policy("cost", k, PolicyParams(k_max=8))
+    chosen = []
+    for _ in range(rounds):
+        k = policy.propose()
+        chosen.append(k)
+        times = RoundTimes(draft_ms=1.0 + step_ms * k if k else 0.0, verify_ms=10 + 2 * (k + 1), host_ms=1.0)
+        policy.update(k, min(k, accepts), times)
+    return chosen
+
+
+def test_cost_policy_finds_the_hand_computed_k() -> None:
+    """Three tokens kept every round, a 3 ms drafter step: a round of k >= 1 costs 1 + 3k (draft)
+    + 12 + 2k (verify) + 1 (host) = 14 + 5k ms and commits 1 + min(k, 3) tokens; k = 0 costs
+    12 + 1 = 13 ms for one. Tokens per ms: k 0 0.077, 1 0.105, 2 0.125, 3 0.138, 4 0.118, 5 0.103:
+    k = 3. It probes k, k_max, 1 and 0 first, then a neighbour every fourth round."""
+    chosen = rounds_of_cost_policy(step_ms=3.0, accepts=3)
+    assert chosen[:4] == [4, 8, 1, 0]
+    settled = chosen[4:]
+    assert settled.count(3) >= 0.7 * len(settled), chosen
+    assert set(settled) <= {2, 3, 4}
+
+
+def test_cost_policy_stops_speculating_where_drafting_is_too_dear() -> None:
+    """A 20 ms drafter step: a round of k costs 14 + 22k ms for at most 1 + min(k, 3) tokens: k 1
+    0.056, 2 0.052, 3 0.050 tokens per ms, below k = 0's 1 / 13 = 0.077: no speculation."""
+    chosen = rounds_of_cost_policy(step_ms=20.0, accepts=3)
+    settled = chosen[4:]
+    assert settled.count(0) >= 0.8 * len(settled), chosen
+    assert set(settled) <= {0, 1}
+
+
+def test_best_k_by_hand() -> None:
+    """Kept share 0.5^i, the verify pass flat at 10 ms, no host work. Drafting free (prompt lookup
+    drafting all it is asked): tokens per ms grow with k, so k_max. A 10 ms step: k 1 gives
+    1.5 tokens in 20 ms (0.075 a ms), k 2 1.75 in 30, each k below k = 0's 1 in 10 (0.1)."""
+    kept = [0.5**i for i in range(1, 9)]
+    flat = {rows: 10.0 for rows in range(1, 10)}
+    assert best_k(kept, [1.0] * 8, flat, 0.0, 0.0, 0.0, k_max=8) == 8
+    assert best_k(kept, [1.0] * 8, flat, 10.0, 0.0, 0.0, k_max=8) == 0
+    # A drafter that never drafts past position 2 (lookup finding short matches): no k beyond 2
+    # gains a token or costs a row more, and the smaller k wins the tie.
+    short = [0.5, 0.25, *[0.0] * 6]
+    assert best_k(short, [1.0, 1.0, *[0.0] * 6], flat, 0.0, 0.0, 0.0, k_max=8) == 2
+
+
+def test_cost_policy_through_the_engine_against_every_fixed_k() -> None:
+    """On the scripted backend, whose clock charges each forward pass exactly: within 5% of the
+    best fixed k (or of no speculation, where that is faster) with drafters that pay, and within
+    10% where every k loses (what it pays is its probes: k_max once, and tries as evidence fades)."""
+    from tests.support.engine_runs import done, run
+    from tests.support.scripted import scripted_backend
+
+    prompt = "the keeper climbed the stairs. " * 3
+
+    def tokens_per_s(**settings: object) -> float:
+        return done(run(scripted_backend(), prompt, max_tokens=200, **settings)).metrics["tokens_per_s"]
+
+    no_speculation = tokens_per_s(route="none")
+    for drafter, floor in (("near", 0.95), ("lookup", 0.95), ("self", 0.95), ("far", 0.9)):
+        best = max(no_speculation, *(tokens_per_s(route=drafter, k=k) for k in range(1, 9)))
+        assert tokens_per_s(route=drafter, k=4, policy="cost") >= floor * best, drafter
