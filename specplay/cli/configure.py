@@ -34,6 +34,7 @@ from specplay.engine.rules import RuleParams
 from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.inputs import PROMPT_LIMIT, read_input_text
+from specplay.routing.evidence import with_route_evidence
 from specplay.routing.router_file import read_router
 from specplay.store.format import Session
 from specplay.store.location import sessions_dir
@@ -125,6 +126,14 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     if config.drafter_names:
         check_route_map(config.route_map, route_classes(config), config.drafter_names)
     return config
+
+
+def with_recorded_routes(config: RunConfig, flags: Mapping[str, Any]) -> RunConfig:
+    """A new run's route map after the sessions recorded here (routing/evidence.py): a class
+    whose drafter measured below target-only speed goes to none, unless this command line's
+    --route-map names the class."""
+    named = {cls for cls, _ in pairs(flags.get("route_map", []), "route_map", "CLASS=NAME")}
+    return with_route_evidence(config, named)
 
 
 def router_from(flags: Mapping[str, Any]) -> RouterSpec | None:

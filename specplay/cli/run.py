@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from specplay.backends import blas_warning, open_stream
-from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
+from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from, with_recorded_routes
 from specplay.cli.flags import (
     add_backend_flags,
     add_decoding_flags,
@@ -62,6 +62,8 @@ def configure(args: argparse.Namespace) -> RunConfig:
     if args.replay:
         base = replay_base(load_session(find_session(args.replay, sessions_dir_from(flags))), flags)
     config = run_config(flags, base)
+    if base is None:  # a replay routes as the session did
+        config = with_recorded_routes(config, flags)
     if config.request.prompt is None:
         raise ConfigError("prompt", "or --prompt-file is required (or --replay SESSION)")
     check(config)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specplay.backends import blas_warning
-from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from
+from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from, with_recorded_routes
 from specplay.cli.flags import (
     UNSET,
     add_backend_flags,
@@ -64,6 +64,8 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, Path | None]:
         opened = find_session(args.open, sessions_dir_from(flags))
         base = replay_base(load_session(opened), flags)
     config = run_config(flags, base)
+    if base is None:  # a session opened routes as it did
+        config = with_recorded_routes(config, flags)
     if config.request.mode != "speculative":
         if "mode" in flags:
             warn("--mode is ignored: the playground always runs target-only and speculative side by side")

@@ -121,6 +121,7 @@ def best_k(
     kept_share: Sequence[float],
     drafted_share: Sequence[float],
     verify_ms: Mapping[int, float],
+    *,
     draft_step_ms: float,
     draft_call_ms: float,
     host_ms: float,
@@ -281,7 +282,9 @@ class CostAware(Fixed):
         call_ms, step_ms = self.draft.fit() or (0.0, 0.0)
         call_ms, step_ms = max(call_ms, 0.0), max(step_ms, 0.0)
         host_ms = self.host[1] / self.host[0] if self.host[0] else 0.0
-        return best_k(*self.shares(k_max), verify_ms, step_ms, call_ms, host_ms, k_max)
+        kept_share, drafted_share = self.shares(k_max)
+        costs = {"draft_step_ms": step_ms, "draft_call_ms": call_ms, "host_ms": host_ms}
+        return best_k(kept_share, drafted_share, verify_ms, **costs, k_max=k_max)
 
     def shares(self, k_max: int) -> tuple[list[float], list[float]]:
         """(kept, drafted) shares at positions 1..k_max of the rounds that asked for that many:

@@ -129,12 +129,13 @@ def test_best_k_by_hand() -> None:
     1.5 tokens in 20 ms (0.075 a ms), k 2 1.75 in 30, each k below k = 0's 1 in 10 (0.1)."""
     kept = [0.5**i for i in range(1, 9)]
     flat = {rows: 10.0 for rows in range(1, 10)}
-    assert best_k(kept, [1.0] * 8, flat, 0.0, 0.0, 0.0, k_max=8) == 8
-    assert best_k(kept, [1.0] * 8, flat, 10.0, 0.0, 0.0, k_max=8) == 0
+    free = {"draft_call_ms": 0.0, "host_ms": 0.0, "k_max": 8}
+    assert best_k(kept, [1.0] * 8, flat, draft_step_ms=0.0, **free) == 8
+    assert best_k(kept, [1.0] * 8, flat, draft_step_ms=10.0, **free) == 0
     # A drafter that never drafts past position 2 (lookup finding short matches): no k beyond 2
     # gains a token or costs a row more, and the smaller k wins the tie.
     short = [0.5, 0.25, *[0.0] * 6]
-    assert best_k(short, [1.0, 1.0, *[0.0] * 6], flat, 0.0, 0.0, 0.0, k_max=8) == 2
+    assert best_k(short, [1.0, 1.0, *[0.0] * 6], flat, draft_step_ms=0.0, **free) == 2
 
 
 def test_cost_policy_through_the_engine_against_every_fixed_k() -> None:

@@ -1,0 +1,115 @@
+"""What the sessions recorded here say of each route: a class of prompt whose drafter measured
+below target-only speed in them goes to `none`, and `--route auto` says why.
+
+A session counts for a (class, drafter) pair where its speculative lane ran on this run's target
+with that drafter (same kind and settings), pinned or sent there by auto (an adaptive run's rounds
+mix drafters, so it says nothing of one), and a target-only lane ran beside it on this machine
+(wall time a speed). The class is what the heuristic router calls the session's prompt.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from specplay.config.models import EARLY_EXIT, PROMPT_LOOKUP
+from specplay.config.run_config import TARGET, ModelSpec, RunConfig
+from specplay.engine.router import CodeProseRouter
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
+from specplay.errors import SpecplayError
+from specplay.store import list_session_files, load_session
+from specplay.store.format import Session
+
+RECENT = 60
+"""Sessions read, the newest: older ones may be of another machine's load or another version."""
+AT_LEAST = 2
+"""Sessions a verdict needs: one run may have met a busy machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRecord:
+    """Measured speedups of one drafter on one class of prompt, over recorded sessions."""
+
+    prompt_class: str
+    drafter: str
+    speedups: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.speedups)
+
+    def note(self) -> str:
+        n = len(self.speedups)
+        return f"{self.drafter} measured {self.median:.2f}× on {self.prompt_class} here ({n} sessions)"
+
+
+def _matches(spec: ModelSpec, record: Mapping[str, Any]) -> bool:
+    """A session's model record is this spec's model: a built-in drafter of the same kind and
+    settings, or a model from the same source."""
+    if spec.kind in (PROMPT_LOOKUP, EARLY_EXIT):
+        same = record.get("kind") == spec.kind
+        return same and all(record.get(key) == value for key, value in spec.params.items() if key in record)
+    return spec.location in (record.get("source"), record.get("path"))
+
+
+def route_records(config: RunConfig, sessions: Iterable[Session]) -> dict[tuple[str, str], RouteRecord]:
+    """Each (class, drafter) pair's measured speedups over `sessions` (module docstring)."""
+    router = CodeProseRouter()
+    found: dict[tuple[str, str], list[float]] = {}
+    for session in sessions:
+        models = (session.header.get("backend") or {}).get("models") or {}
+        start = session.main.start
+        speedup = session.measured_speedup
+        if start is None or start.mode != "speculative" or speedup is None or start.route is None:
+            continue
+        if start.settings.route == ADAPTIVE_ROUTE or session.main.route_switches:
+            continue  # its rounds mixed drafters
+        if not _matches(config.target, models.get(TARGET) or {}):
+            continue
+        drafter = next((d for d in config.drafters if d.name == start.route), None)
+        if drafter is None or not _matches(drafter, models.get(drafter.name) or {}):
+            continue
+        found.setdefault((router.classify(session.prompt), drafter.name), []).append(speedup)
+    return {key: RouteRecord(*key, tuple(values)) for key, values in found.items()}
+
+
+def recent_sessions(config: RunConfig) -> list[Session]:
+    """The newest RECENT sessions of the run's sessions folder that can be read (others skipped:
+    advice is no reason to stop a run)."""
+    try:
+        paths = list_session_files(config.sessions_dir)[-RECENT:]
+    except SpecplayError:
+        return []
+    sessions = []
+    for path in paths:
+        try:
+            sessions.append(load_session(path))
+        except SpecplayError:
+            continue
+    return sessions
+
+
+def with_route_evidence(config: RunConfig, named_by_user: Iterable[str] = ()) -> RunConfig:
+    """`config` with each class whose drafter lost in the recorded sessions sent to `none`, with
+    the note that says so; classes the user mapped on this command line keep their drafter. Only
+    for the heuristic router's classes (a learned router's are drafters)."""
+    if config.router is not None or not config.drafters or config.native:
+        return config
+    route_map = {cls: config.route_map.get(cls, "") for cls in CodeProseRouter.classes}
+    records = route_records(config, recent_sessions(config))
+    drafter_names = {d.name for d in config.drafters}
+    changed, notes = dict(config.route_map), dict(config.route_notes)
+    for cls, mapped in route_map.items():
+        if cls in named_by_user or mapped == NONE_ROUTE:
+            continue
+        # Where the map names none for a class, the default (the drafter of its name, else the first).
+        drafter = mapped or (cls if cls in drafter_names else config.drafters[0].name)
+        record = records.get((cls, drafter))
+        if record is not None and len(record.speedups) >= AT_LEAST and record.median < 1.0:
+            changed[cls] = NONE_ROUTE
+            notes[cls] = record.note()
+    if changed == dict(config.route_map):
+        return config
+    return replace(config, route_map=changed, route_notes=notes)

@@ -1,0 +1,66 @@
+"""Recorded sessions as advice: a class of prompt whose drafter measured below target-only speed
+in the sessions recorded here goes to none, and auto says why; one that paid keeps its drafter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specplay.config.run_config import ModelSpec, RunConfig
+from specplay.routing.evidence import recent_sessions, route_records, with_route_evidence
+from tests.support.session_events import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
+
+PROSE = "The lighthouse keeper climbed the stairs at dusk, as he had done for forty years, and lit the lamp."
+CODE = "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n"
+MODELS = {"target": {"kind": "gguf", "source": "/m/t.gguf"}, "near": {"kind": "model", "source": "/m/near"}}
+
+
+def config(directory: Path) -> RunConfig:
+    return RunConfig(
+        target=ModelSpec("target", "target", "gguf", "/m/t.gguf"),
+        drafters=(ModelSpec("near", "drafter", "mlx", "/m/near"),),
+        sessions_dir=directory,
+    )
+
+
+def record(directory: Path, prompt: str, speculative_s: float, target_s: float = 2.0) -> None:
+    """A session of the speculative lane on `near` beside a target-only lane: each lane's tokens
+    after its first in `speculative_s` and `target_s`, so the measured speedup is their ratio."""
+    lanes = {
+        "speculative": speculative_events(seconds=speculative_s),
+        "target": target_events(same_as_rounds(ROUNDS), seconds=target_s),
+    }
+    backend = {"backend": "mlx", "device": "cpu", "models": MODELS}
+    write_session(directory, lanes, prompt=prompt, backend=backend)
+
+
+def test_a_class_whose_drafter_lost_goes_to_none_with_the_measurement(tmp_path: Path) -> None:
+    record(tmp_path, PROSE, speculative_s=4.0)  # 0.5×
+    record(tmp_path, PROSE, speculative_s=2.5)  # 0.8×
+    record(tmp_path, CODE, speculative_s=1.0)  # 2×: code keeps its drafter
+    record(tmp_path, CODE, speculative_s=1.0)
+    records = route_records(config(tmp_path), recent_sessions(config(tmp_path)))
+    assert sorted(records[("prose", "near")].speedups) == [0.5, 0.8]
+    assert records[("code", "near")].speedups == (2.0, 2.0)
+    advised = with_route_evidence(config(tmp_path))
+    assert advised.route_map == {"prose": "none"}
+    assert advised.route_notes == {"prose": "near measured 0.65× on prose here (2 sessions)"}
+
+
+def test_one_session_is_no_verdict_and_the_users_map_wins(tmp_path: Path) -> None:
+    record(tmp_path, PROSE, speculative_s=4.0)
+    assert with_route_evidence(config(tmp_path)).route_map == {}  # one run may have met a busy machine
+    record(tmp_path, PROSE, speculative_s=4.0)
+    assert with_route_evidence(config(tmp_path), named_by_user={"prose"}).route_map == {}
+
+
+def test_sessions_of_other_models_or_unreadable_files_say_nothing(tmp_path: Path) -> None:
+    record(tmp_path, PROSE, speculative_s=4.0)
+    record(tmp_path, PROSE, speculative_s=4.0)
+    (tmp_path / "2099-01-01T00-00-00_broken.jsonl").write_text("not a session\n")
+    other = RunConfig(
+        target=ModelSpec("target", "target", "gguf", "/m/other.gguf"),
+        drafters=(ModelSpec("near", "drafter", "mlx", "/m/near"),),
+        sessions_dir=tmp_path,
+    )
+    assert with_route_evidence(other) == other
+    assert with_route_evidence(config(tmp_path)).route_map == {"prose": "none"}
