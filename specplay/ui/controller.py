@@ -558,6 +558,8 @@ class PlaygroundController:
         if self.settings.route == ADAPTIVE_ROUTE and source is not None:
             first = source.route_choice(prompt).drafter
             return f"adaptive: a drafter each round, from what the run measures (first {first})"
+        if self.settings.route == NONE_ROUTE:
+            return "route none: no speculation, each round a target step"
         if self.settings.route != AUTO_ROUTE or source is None:
             return f"route {self.settings.route} (pinned)"
         return source.route_choice(prompt).describe()

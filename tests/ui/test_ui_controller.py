@@ -372,3 +372,23 @@ def test_a_change_that_can_no_longer_apply_says_so(tmp_path: Path) -> None:
         assert len(screen.said("notify")) == 1
     finally:
         playground.close()
+
+
+def test_route_none_runs_the_speculative_lane_as_target_steps_and_says_so(harness: Harness) -> None:
+    """No speculation from the route control: the speculative lane's rounds draft nothing and its
+    tokens are the target's; the status line says so; a draft-only lane has no drafter to run."""
+    playground, screen = harness.playground, harness.screen
+    playground.load()
+    harness.until(lambda: playground.state == RunState.READY, "the models to load")
+    playground.change("route", "none")
+    playground.change("draft_lane", True)
+    playground.run()
+    assert ("no draft-only lane: the route is none, which drafts nothing", False) in screen.said("notify")
+    assert "route none: no speculation" in screen.said("status")[-1][0]
+    harness.until(lambda: len(screen.events.get("speculative", [])) > 5, "rounds")
+    playground.stop()
+    harness.until(lambda: playground.state == RunState.READY, "the run to stop")
+    rounds = [e for e in playground.events["speculative"] if isinstance(e, RoundEvent)]
+    assert rounds and all(r.route == "none" and r.k == 0 for r in rounds)
+    assert {t.source for r in rounds for t in r.tokens} == {"target"}
+    assert playground.lanes == ("speculative", "target")
