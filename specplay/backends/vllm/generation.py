@@ -237,7 +237,9 @@ class VllmGeneration:
         rule that needs full distributions: one judged from d has its theta * d accounted by the
         engine from the TV bracket."""
         assert not rule.full_distributions, f"the vLLM backend cannot judge {rule.name}: it needs full distributions"
-        strategy = self._pick_strategy()
+        # Nothing drafted (the none route): one completion of the context, which the server's
+        # prefix cache serves; prompt logprobs would recompute the whole prompt for no row.
+        strategy = self._pick_strategy() if draft.tokens else "prefixes"
         self.strategies_run[strategy] += 1
         seed = seed_of(draws.bonus)
         if strategy == "prompt-logprobs":

@@ -52,6 +52,19 @@ def test_greedy_equals_mlx_greedy_target_only(vllm: VllmBackend, backend: MlxBac
     assert done(speculative).text == mlx_text
 
 
+def test_route_none_is_the_servers_target_decoding(vllm: VllmBackend, backend: MlxBackend) -> None:
+    """No speculation over HTTP: each round one completion of the context (prefix-cache friendly,
+    not a prompt-logprobs recompute), the target-only tokens, greedy and sampled alike in count."""
+    events = run(vllm, PROMPT, max_tokens=TOKENS, route="none")
+    assert done(events).token_ids == mlx_target_only(backend)
+    assert every(r.k == 0 and r.route == "none" for r in rounds(events))
+    assert done(events).metrics["vllm"]["verify_strategies"] == {"prefixes": TOKENS}
+    sampled = run(vllm, PROMPT, max_tokens=TOKENS, route="none", temperature=1.0, seed=2)
+    assert len(done(sampled).token_ids) == TOKENS and {t.source for r in rounds(sampled) for t in r.tokens} == {
+        "target"
+    }
+
+
 def test_rejection_ranks_from_the_drafters_listed_logprobs(vllm: VllmBackend, backend: MlxBackend) -> None:
     # Greedy: the drafter server's top logprobs rank each correction as MLX ranks it from the full row.
     def ranks(events: list[Event]) -> list[int | None]:
