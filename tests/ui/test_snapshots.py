@@ -139,7 +139,7 @@ def test_loading(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyp
 
 
 def test_the_route_list(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The route control open: auto and every drafter, prompt lookup among them."""
+    """The route control open: auto, adaptive, every drafter (prompt lookup among them) and none."""
     app = autorun(scripted_backend(drafters=("near", "far", "lookup")), tmp_path, max_tokens=8)
 
     async def open_routes(pilot: Pilot[None]) -> None:
