@@ -13,7 +13,7 @@ from specplay.display.palette import SOURCE_STYLES
 from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
 from specplay.engine.settings import ADAPTIVE_ROUTE
-from specplay.engine.speedup import measured_speedup
+from specplay.engine.speedup import loss_reason, measured_speedup, round_account
 from specplay.json_text import dump_json
 from specplay.store import LaneRecord
 
@@ -149,7 +149,22 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
         target_tps = baseline.done.metrics["tokens_per_s"]
         if (speedup := measured_speedup(m["tokens_per_s"], target_tps)) is not None:
             parts.append(f"target-only {target_tps:.1f} tokens/s, speedup {speedup:.2f}x")
+            if speedup < 1 and (loss := run_loss(record, baseline.done.metrics.get("mean_step_ms"))) is not None:
+                parts.append(loss)
     return " · ".join(parts)
+
+
+def run_loss(record: LaneRecord, target_step_ms: float | None) -> str | None:
+    """Why a speculative run was slower than target-only, as the playground's cost line says it:
+    the round account's term that lost (`speedup.loss_reason`), named for the last round's drafter."""
+    assert record.start is not None and record.done is not None
+    m = record.done.metrics
+    if record.start.mode != "speculative" or (account := round_account(m, target_step_ms)) is None:
+        return None
+    drafter = record.rounds[-1].route if record.rounds else record.start.route
+    drafts_per_round = m["num_draft_tokens"] / m["num_spec_steps"] if m["num_spec_steps"] else None
+    loss = loss_reason(account, drafter or "the drafter", drafts_per_round, m["draft_acceptance_rate"])
+    return None if loss is None else loss.sentence
 
 
 def width_line(metrics: dict[str, Any]) -> str:

@@ -287,3 +287,67 @@ def break_even_alpha(k: int, round_steps: float) -> float:
         else:
             high = mid
     return (low + high) / 2
+
+
+# --- why a run lost: the term of the round account that cost most beyond what it won ------------
+
+
+@dataclass(frozen=True, slots=True)
+class LossReason:
+    """Which term of a `RoundAccount` made a measured speedup fall below 1, and one sentence saying so."""
+
+    term: str
+    """The term that lost: draft, verify, host, or "nothing drafted" (rounds of no drafts are a
+    target step plus overhead)."""
+    loss_steps: float
+    """What the term cost a round beyond what it won, in target steps (the largest of the three)."""
+    sentence: str
+
+
+def loss_reason(
+    account: RoundAccount, drafter: str, drafts_per_round: float | None, draft_acceptance_rate: float | None
+) -> LossReason | None:
+    """Why a round costs more than the tokens it commits (speedup < 1); None where it does not.
+
+    Target alone buys 1 token with 1 target step. A round commits its accepted drafts plus 1 token
+    (corrected or bonus), so against that baseline it wins its kept drafts, `tokens - 1`, and pays
+    all of drafting, verify beyond one step and all of its host work. Below 1× these payments
+    exceed the win. Only drafting buys tokens, so each term's loss is drafting's steps less the
+    kept drafts, verify's steps over one, host's steps; the largest one lost. Each sentence's
+    comparison holds by that arithmetic: the verify and host sentences name both overheads, since
+    only together are they sure to exceed what the drafts win."""
+    if account.round_steps <= 0 or account.speedup >= 1:
+        return None
+    draft, verify, host = account.draft_steps, account.verify_steps, account.host_steps
+    kept_per_round = account.tokens - 1
+    over_one_step = account.round_steps - 1
+    if not drafts_per_round or drafts_per_round < 0.005:  # shows as 0.00: every round was a target step
+        sentence = (
+            f"{drafter} drafted nothing: a round is one target step plus {over_one_step:.2f}"
+            f" steps of overhead (verify {verify:.2f}, host {host:.2f})"
+        )
+        return LossReason("nothing drafted", over_one_step, sentence)
+    losses = {"draft": draft - kept_per_round, "verify": verify - 1, "host": host}
+    term = max(losses, key=lambda name: losses[name])  # the first on a tie: drafting, then verify
+    if term == "draft":
+        steps_per_draft = draft / drafts_per_round
+        kept_share = draft_acceptance_rate or 0.0
+        sentence = (
+            f"{drafter} drafts cost {steps_per_draft:.2f} target steps a token and {kept_share:.0%} are kept:"
+            " a round costs more than the tokens it wins"
+        )
+        return LossReason(term, losses[term], sentence)
+    # what the drafts win: with free drafting (prompt lookup) the kept drafts themselves
+    won = (
+        f"the {kept_per_round:.2f} drafts kept"
+        if draft < 0.005
+        else f"the drafts win ({kept_per_round:.2f} kept for {draft:.2f} steps)"
+    )
+    if term == "verify":
+        other = f", host {host:.2f}" if host >= 0.005 else ""
+        sentence = f"verify costs {verify - 1:.2f} target steps over a step a round{other}: more than {won}"
+    else:
+        beside_step = f"{verify - 1:.2f} over" if verify >= 1 else f"{1 - verify:.2f} under"
+        other = f" (verify {beside_step} one)" if abs(verify - 1) >= 0.005 else ""
+        sentence = f"host costs {host:.2f} target steps a round{other}: more than {won}"
+    return LossReason(term, losses[term], sentence)
