@@ -12,7 +12,7 @@ from rich.text import Text
 from specplay.display.palette import SOURCE_STYLES
 from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
-from specplay.engine.settings import ADAPTIVE_ROUTE
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.speedup import loss_reason, measured_speedup, round_account
 from specplay.json_text import dump_json
 from specplay.store import LaneRecord
@@ -121,6 +121,8 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
         parts.append(f"route {record.start.route}")
     if server is not None:
         parts.append(f"k {server['k'] if server['k'] is not None else '?'} (server)")
+    elif record.start.mode == "speculative" and record.start.route == NONE_ROUTE and s.route != ADAPTIVE_ROUTE:
+        parts.append("no speculation")  # k, policy and rule judge nothing: every round drafts none
     elif record.start.mode == "speculative":
         parts += [f"k {s.k} {s.policy}", s.acceptance_rule.describe()]
     parts += [f"temperature {s.sampling.temperature:g}", f"seed {record.start.seed}", f"{m['num_tokens']} tokens"]

@@ -38,3 +38,10 @@ def test_a_drafter_that_pays_gets_no_loss_sentence() -> None:
     main, baseline = _records(scripted_backend(), "near")
     parts = summary(main, baseline, speed_measured=True).split(" · ")
     assert "speedup" in parts[-1] and float(parts[-1].rsplit("speedup ", 1)[1].rstrip("x")) > 1
+
+
+def test_no_speculation_says_so_rather_than_a_k() -> None:
+    main, baseline = _records(scripted_backend(), "none")
+    parts = summary(main, baseline, speed_measured=True).split(" · ")
+    assert parts[:3] == ["speculative", "route none", "no speculation"]
+    assert not any(part.startswith("k ") for part in parts)
