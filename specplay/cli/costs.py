@@ -34,6 +34,7 @@ from specplay.engine.costs import (
 )
 from specplay.engine.events import RoundEvent
 from specplay.engine.loop import SpecEngine
+from specplay.engine.settings import K_LIMIT, PolicyParams
 from specplay.errors import ConfigError
 from specplay.runner.thread import ModelThread
 
@@ -54,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_decoding_flags(parser)
     for action in parser._actions:  # --k-max is the policies' bound (flags.py); here it bounds the k predicted
         if action.dest == "k_max":
-            action.help = "the largest k predicted, and the k of the acceptance run (default 8)"
+            action.help = f"the largest k predicted, and the acceptance run's k (default {PolicyParams().k_max})"
     measure = parser.add_argument_group("measurement")
     measure.add_argument(
         "--max-rows",
@@ -97,9 +98,10 @@ def costs(args: argparse.Namespace) -> int:
         raise ConfigError("draft", "is needed: give at least one drafter")
     k_max = config.settings.policy_params.k_max  # --k-max, the policies' bound
     max_rows = k_max + 1 if args.max_rows is None else args.max_rows
-    for name, value, least in (("max_rows", max_rows, 2), ("repeats", args.repeats, 1)):
-        if not least <= value <= 64:
-            raise ConfigError(name, f"must be from {least} to 64 (got {value})")
+    # The most rows: those of the longest round a policy may ask for (k_max <= K_LIMIT drafts).
+    for name, value, least, most in (("max_rows", max_rows, 2, K_LIMIT + 1), ("repeats", args.repeats, 1, 64)):
+        if not least <= value <= most:
+            raise ConfigError(name, f"must be from {least} to {most} (got {value})")
     if args.acceptance_tokens < 2:
         raise ConfigError("acceptance_tokens", f"must be at least 2 (got {args.acceptance_tokens})")
     # A round of k drafts is verified over k + 1 rows: the rows timed bound the k predicted.

@@ -76,7 +76,7 @@ def test_acceptance_read_from_sessions_per_route(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--max-rows", "1"], "--max-rows must be from 2 to 64"),
+        (["--max-rows", "1"], "--max-rows must be from 2 to 65"),
         (["--repeats", "0"], "--repeats must be from 1 to 64"),
         (["--acceptance-tokens", "1"], "--acceptance-tokens must be at least 2"),
     ],
