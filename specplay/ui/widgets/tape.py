@@ -45,9 +45,10 @@ def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
         if mark := rank_mark(position):
             parts.append(Content.styled(mark, "$spec-corrected"))
         parts.append(" ")
-    if not event.positions:  # prompt lookup found no match: the round was one target step
+    if not event.positions:  # route none, or prompt lookup found no match: the round was one target step
         parts.append(Content.styled("nothing drafted ", "dim"))
-    last = event.tokens[-1] if event.tokens and event.tokens[-1].source in ("corrected", "bonus") else None
+    ends = ("corrected", "bonus", "target")  # the round's own token: after a rejection, all kept, or no draft
+    last = event.tokens[-1] if event.tokens and event.tokens[-1].source in ends else None
     if last is not None:
         parts += ["→ ", Content.styled(visible(last.text).replace("\n", "⏎") or "∅", source_style(last.source))]
     return Content.assemble(*parts)
