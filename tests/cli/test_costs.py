@@ -9,9 +9,16 @@ from pathlib import Path
 import pytest
 
 from specplay.cli import main
+from specplay.cli.costs import _lines, _report
+from specplay.engine.costs import measure_costs, measure_rounds
+from specplay.engine.loop import SpecEngine
+from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.engine.speedup import predict_by_k
 from specplay.store import load_session
 from tests.support.checks import every
+from tests.support.costs_clock import LoadedClock
+from tests.support.prompts import CODE_PROMPT
+from tests.support.scripted import scripted_backend
 
 PROMPT = "def read_lines(path):\n    "
 PLAYGROUND_SESSION = Path(__file__).resolve().parents[1] / "data" / "saved_sessions" / "playground-live-change.jsonl"
@@ -118,3 +125,22 @@ def test_prompt_lookup_alone_gets_the_whole_verify_curve_and_a_k(capsys: pytest.
     assert lookup["recommended_k"] in range(1, 9)
     assert main(["costs", *flags, "--acceptance-tokens", "24"]) == 0
     assert "timed up to" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("jitter", [0.0, 2.0])
+def test_a_disturbed_measurement_ends_the_text_with_a_warning_and_says_so_in_json(jitter: float) -> None:
+    """On the scripted backend, its clock quiet or jumping by up to 3x between readings."""
+    backend = scripted_backend(drafters=("near", "lookup"))
+    engine = SpecEngine(backend, clock=LoadedClock(backend.clock, jitter=jitter))
+    prompt = backend.encode(CODE_PROMPT, raw=True)
+    settings = SpecSettings()
+    costs = measure_costs(engine, prompt, SamplingParams(), settings.acceptance_rule, max_rows=9)
+    rounds = {d: measure_rounds(engine, prompt, settings, d, k=8, max_tokens=64) for d in backend.drafters}
+    report = _report(costs, rounds, 8, len(prompt))
+    lines = _lines(report)
+    assert json.loads(json.dumps(report))["disturbed"] is bool(jitter)
+    if jitter:
+        assert "busy" in report["disturbed_reason"]
+        assert lines[-1].startswith("warning: ") and report["disturbed_reason"] in lines[-1]
+    else:
+        assert report["disturbed_reason"] is None and not any(line.startswith("warning") for line in lines)

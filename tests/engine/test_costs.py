@@ -4,8 +4,6 @@ forward pass over n rows costs step + n x row, so every measured time has an exa
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from specplay.engine.costs import (
@@ -29,9 +27,10 @@ from specplay.engine.speedup import (
     tokens_at_alpha,
 )
 from tests.support.checks import every
+from tests.support.costs_clock import LoadedClock
 from tests.support.engine_runs import done, rounds, run
 from tests.support.prompts import CODE_PROMPT
-from tests.support.scripted import Cost, ScriptedBackend, SimulatedClock, scripted_backend, scripted_engine
+from tests.support.scripted import Cost, scripted_backend, scripted_engine
 
 GREEDY = SamplingParams()
 LOSSLESS = SpecSettings().acceptance_rule
@@ -196,37 +195,11 @@ def test_a_drafters_rounds_read_alike_from_metrics_and_from_the_rounds() -> None
             assert len(asked) == 8 and asked[: len(measured.drafted_share)] == measured.drafted_share
 
 
-class LoadedClock:
-    """The scripted clock as a machine under a changing load sees it: each stretch of simulated
-    time between two readings passes `factor(now)` times slower, or, with `jitter`, a factor drawn
-    anew at each reading from [1, 1 + jitter]."""
-
-    def __init__(
-        self, clock: SimulatedClock, *, jitter: float = 0.0, slow_from_s: float = 0.0, slow_until_s: float = 0.0
-    ):
-        self.clock, self.jitter, self.slow = clock, jitter, (slow_from_s, slow_until_s)
-        self.rng = random.Random(0)
-        self.last_s = self.now_s = clock()
-
-    def __call__(self) -> float:
-        raw = self.clock()
-        factor = 1 + self.jitter * self.rng.random()
-        if self.slow[0] <= raw < self.slow[1]:
-            factor *= 3  # a phase of the machine three times slower
-        self.now_s += (raw - self.last_s) * factor
-        self.last_s = raw
-        return self.now_s
-
-
-def _lookup_alone(clock: LoadedClock | None = None) -> tuple[ScriptedBackend, SpecEngine]:
-    backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("lookup",))
-    return backend, SpecEngine(backend, clock=clock or backend.clock)
-
-
 def test_prompt_lookup_alone_times_every_row_count_and_recommends_a_k() -> None:
     """The verify pass is timed on a draft given to the target, not drafted: prompt lookup, which
     drafts only what it finds, still gets the whole curve, and a k."""
-    backend, engine = _lookup_alone()
+    backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("lookup",))
+    engine = scripted_engine(backend)
     prompt = backend.encode(CODE_PROMPT, raw=True)
     costs = measure_costs(engine, prompt, GREEDY, LOSSLESS, max_rows=12, repeats=3)
     assert list(costs.verify_ms) == list(range(1, 13))
