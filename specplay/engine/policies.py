@@ -194,9 +194,9 @@ class CostAware(Fixed):
       neighbour rather than unknown, and as the policy drafts nothing the evidence fades to the
       prior, so a drafter written off early (prompt lookup before the text repeats) is tried again.
 
-    To measure the curve it probes once each of k, k_max, 1 and 0 first; then, while it drafts,
-    every PROBE_EVERY rounds the k on either side of its choice, in turn, so a k it does not use
-    stays measured."""
+    It drafts k, then k_max, first: two points of each line, from which k = 0 and 1 are
+    predicted too; then, while it drafts, every PROBE_EVERY rounds the k on either side of its
+    choice, in turn, so a k it does not use stays measured."""
 
     DISCOUNT = 0.95
     PROBE_EVERY = 4
@@ -206,7 +206,7 @@ class CostAware(Fixed):
     def __init__(self, k: int, params: PolicyParams) -> None:
         self.params = params
         self.k = min(k, params.k_max)
-        self.probes = list(dict.fromkeys([self.k, params.k_max, 1, 0]))
+        self.probes = list(dict.fromkeys([self.k, params.k_max]))
         self.rounds = 0
         self.asked: list[float] = []
         self.drafted: list[float] = []
