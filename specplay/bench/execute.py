@@ -35,6 +35,8 @@ class BenchPlan:
     repeats: int
     """At least 3; 5 when a throughput varies by more than 5% over the first 3."""
     max_tokens: int
+    raw: bool
+    """Prompts encoded as written (--raw); else through the chat template, as `run` encodes them."""
     warm_up: Sequence[BenchConfig]
     """Configurations run once, untimed, before the sweep: every model's first call."""
     mlx_lm: MlxLmTimer | None = None
@@ -52,7 +54,7 @@ def execute(
         rule_params=RuleParams(tv_budget=cell.tv_budget),
         counterfactual=cell.counterfactual,
     )
-    ids = tuple(source.encode(prompt.text, raw=True))
+    ids = tuple(source.encode(prompt.text, raw=plan.raw))
     request = Request(prompt.text, ids, cell.mode, seed, plan.max_tokens, ignore_eos=True)  # type: ignore[arg-type]
     start = time.perf_counter()
     events = list(source.generate(request, LiveControls(settings, source.drafters)))
@@ -70,9 +72,15 @@ def execute(
 
 
 def run_bench(
-    source: EventStream, plan: BenchPlan, on_model_thread: OnModelThread, on_progress: OnProgress
-) -> list[Measurement]:
-    """The warm-up, then the sweep; two more repeats when any throughput varies by more than 5%."""
+    source: EventStream,
+    plan: BenchPlan,
+    on_model_thread: OnModelThread,
+    on_progress: OnProgress,
+    measurements: list[Measurement],
+) -> None:
+    """The warm-up, then the sweep, each request's measurement appended to `measurements` as it
+    is made (a bench stopped part-way keeps them); two more repeats when any throughput varies
+    by more than 5%."""
 
     def run(cell: BenchConfig, prompt: Prompt, temperature: float, seed: int) -> dict[str, Any]:
         return execute(source, plan, cell=cell, prompt=prompt, temperature=temperature, seed=seed)
@@ -80,7 +88,6 @@ def run_bench(
     for cell in plan.warm_up:
         on_model_thread(lambda c=cell: run(c, plan.prompts[0], 0.0, 0))
     cells = [(c, p, t) for t in plan.temperatures for c in plan.configs for p in plan.prompts]
-    measurements: list[Measurement] = []
     repeats, repeat = plan.repeats, 0
     while repeat < repeats:
         for cell, prompt, temperature in cells:
@@ -92,7 +99,6 @@ def run_bench(
         if repeat == repeats == 3 and needs_more_repeats(_throughputs(measurements)):
             repeats = 5
     on_progress("done", len(measurements), len(measurements))
-    return measurements
 
 
 def _throughputs(measurements: list[Measurement]) -> list[list[float]]:

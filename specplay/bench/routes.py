@@ -1,6 +1,7 @@
-"""Which route: per category and temperature, the decode tokens/s of each single drafter beside the
-request router's choice (`auto`: the heuristic, or the learned router given with --router) and
-per-round routing (`adaptive`), each over the best single drafter's."""
+"""Which route: per category and temperature, the decode tokens/s of each single route (a drafter
+pinned, or `none`, no speculation) beside the request router's choice (`auto`: the heuristic, or
+the learned router given with --router) and per-round routing (`adaptive`), each over the best
+single route's: the best fixed choice a user could have made."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from specplay.bench.sweep import BenchConfig
 from specplay.engine.settings import ROUTE_SETTINGS
 
 ROUTE_GROUP = "route"
-"""The route sweep's group (sweep.plan): one row per drafter, then auto and adaptive."""
+"""The route sweep's group (sweep.plan): one row per drafter, none, then auto and adaptive."""
 
 
 @dataclass(frozen=True)
@@ -22,9 +23,9 @@ class RouteComparison:
     tokens_per_s: dict[str, float | None]
     """Decode tokens/s by route: each drafter's name, auto, adaptive."""
     best_single: str | None
-    """The drafter whose pinned route was fastest here."""
+    """The single route (a drafter, or none) that was fastest here."""
     over_best_single: dict[str, float | None]
-    """auto's and adaptive's tokens/s over the best single drafter's."""
+    """auto's and adaptive's tokens/s over the best single route's."""
 
 
 def route_comparison(configs: Sequence[BenchConfig], rows: Sequence[Row]) -> list[RouteComparison]:
@@ -57,9 +58,9 @@ def route_markdown(comparisons: Sequence[RouteComparison]) -> list[str]:
         "",
         "## Which route",
         "",
-        "Decode tokens/s of each drafter pinned, of `auto` (the request router's one drafter per request) and",
-        "of `adaptive` (a drafter per round, from what the run measures); the last columns divide auto's and",
-        "adaptive's by the best single drafter's.",
+        "Decode tokens/s of each drafter pinned, of `none` (no speculation), of `auto` (the request router's",
+        "one route per request) and of `adaptive` (a route per round, from what the run measures); the last",
+        "columns divide auto's and adaptive's by the best single route's (a drafter pinned, or none).",
         "",
     ]
     columns = ["category", "temperature", *routes, "best single", "auto / best", "adaptive / best"]

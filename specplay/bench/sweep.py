@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.data.library import Prompt, library_prompts, read_prompts
-from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE
+from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE
 from specplay.errors import ConfigError
 
 
@@ -67,22 +67,22 @@ def plan(
     counterfactual: bool = False,
     round_routes: bool = True,
 ) -> list[BenchConfig]:
-    """Target-only, draft-only, fixed k, each adaptive policy, TV budgets and routes. Drafters in
-    `copy_only` (prompt lookup) cannot write alone: they get no draft-only row. With several
-    drafters: each pinned, the request router's choice (auto) and, where the backend can change
-    drafters between rounds (`round_routes`), per-round routing (adaptive); and where it can
-    (`counterfactual`), a router check: the routed run with every other drafter judged from the
-    same contexts."""
+    """Target-only, draft-only, fixed k, each adaptive policy (quick: the cost policy alone), TV
+    budgets and routes. Drafters in `copy_only` (prompt lookup) cannot write alone: they get no
+    draft-only row. With several drafters: each pinned, no speculation (none), the request
+    router's choice (auto) and, where the backend can change drafters between rounds
+    (`round_routes`), per-round routing (adaptive); and where it can (`counterfactual`), a router
+    check: the routed run with every other drafter judged from the same contexts."""
     configs = [BenchConfig("target-only", "baseline", mode="target")]
     alone = [name for name in drafters if name not in copy_only]
     configs += [BenchConfig(f"draft-only {name}", "baseline", mode="draft", route=name) for name in alone]
     configs += [BenchConfig(f"k={k}", "k", k=k) for k in ((2, 4) if quick else (2, 4, 6, 8))]
-    policies = ("acceptance-rate",) if quick else ("acceptance-rate", "accepted-length", "confidence")
+    policies = ("cost",) if quick else ("acceptance-rate", "accepted-length", "confidence", "cost")
     configs += [BenchConfig(policy, "policy", policy=policy) for policy in policies]
     budgets = (0.5, 1.0) if quick else (0.5, 0.75, 1.0)  # D=0 is the k=4 row
     configs += [BenchConfig(f"D={budget:g}", "tv", tv_budget=budget) for budget in budgets]
     if len(drafters) > 1:
-        routes = (*drafters, AUTO_ROUTE, *((ADAPTIVE_ROUTE,) if round_routes else ()))
+        routes = (*drafters, NONE_ROUTE, AUTO_ROUTE, *((ADAPTIVE_ROUTE,) if round_routes else ()))
         configs += [BenchConfig(f"route {name}", "route", route=name) for name in routes]
         if counterfactual:
             configs.append(BenchConfig("router check", ROUTER_CHECK, counterfactual=True))

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 import platform
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,17 +19,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specplay import __version__
 from specplay.backends import blas_warning, open_stream, thread_cleanup
-from specplay.bench.execute import BenchPlan, run_bench
+from specplay.bench.execute import BenchPlan, OnProgress, run_bench
 from specplay.bench.k_advice import K_GROUP, k_advice, k_advice_markdown
 from specplay.bench.plots import PLOT_FILES, write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
 from specplay.bench.routes import route_comparison, route_markdown
-from specplay.bench.sweep import BenchConfig, load_prompts, plan
-from specplay.cli.configure import comma_floats, given, path_flag, run_config
-from specplay.cli.flags import add_backend_flags, add_model_flags, add_router_flag
+from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
+from specplay.cli.configure import MODEL_FLAGS, comma_floats, given, path_flag, run_config
+from specplay.cli.flags import add_backend_flags, add_model_flags, add_raw_flag, add_router_flag
 from specplay.cli.render import warn
 from specplay.cli.shown import shown_command
 from specplay.config.capabilities import capabilities_of
+from specplay.config.model_sets import DEMO
 from specplay.config.run_config import check_models, check_router
 from specplay.engine.costs import RoundCosts, measure_costs
 from specplay.engine.loop import SpecEngine
@@ -43,7 +48,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_model_flags(parser)
     add_backend_flags(parser)
     add_router_flag(parser)
-    parser.add_argument("--quick", action="store_true", help="a small sweep, a few minutes on a laptop CPU")
+    add_raw_flag(parser)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a small sweep (k 2 and 4, the cost policy, D 0.5 and 1, temperature 0, one prompt per category, 32 "
+        f"tokens), on the demo models unless --target or --draft name others: {QUICK_TIME}",
+    )
     parser.add_argument("--out", default=None, help="report folder (default: bench-<time> in the sessions folder)")
     parser.add_argument("--prompts", type=Path, help="JSONL of {category, text}; default: the shipped library")
     parser.add_argument("--per-category", type=int, default=None, help="prompts per category (default 3, quick 1)")
@@ -66,7 +77,10 @@ def _temperatures(text: str) -> list[float]:
 
 
 def bench(args: argparse.Namespace) -> int:
-    config = run_config(given(args))
+    flags = given(args)
+    if args.quick and not any(name in flags for name in MODEL_FLAGS):
+        flags["target"] = DEMO  # quick is a look at the sweep, not a study of the real model
+    config = run_config(flags)
     check_models(config)
     check_router(config)
     if config.native:
@@ -117,25 +131,33 @@ def bench(args: argparse.Namespace) -> int:
         temperatures=temperatures,
         repeats=args.repeats,
         max_tokens=max_tokens,
+        raw=config.request.raw,
         warm_up=warm_up,
         mlx_lm=mlx_lm,
     )
     if message := blas_warning(config):
         warn(message)
     thread = ModelThread(on_exit=thread_cleanup(config))
+    measurements: list[Measurement] = []
+    planned = [0]
+    costs: dict[float, RoundCosts] = {}
+    stopped = False
     try:
         source = thread.call(lambda: open_stream(config))
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
-        ) as progress:
-            task = progress.add_task("bench", total=None)
+        with _progress() as on_progress, _sigterm_stops():
+            try:
 
-            def on_progress(what: str, done: int, total: int) -> None:
-                progress.update(task, description=what, completed=done, total=total)
+                def counted(what: str, done: int, total: int) -> None:
+                    planned[0] = total
+                    on_progress(what, done, total)
 
-            measurements = run_bench(source, bench_plan, thread.call, on_progress)
-            progress.update(task, description="round costs, for the k advice")
-            costs = thread.call(lambda: _round_costs(source, prompts[0].text, temperatures, configs))
+                run_bench(source, bench_plan, thread.call, counted, measurements)
+                on_progress("round costs, for the k advice", len(measurements), len(measurements))
+                first = prompts[0].text
+                costs = thread.call(lambda: _round_costs(source, first, temperatures, configs, config.request.raw))
+            except KeyboardInterrupt:
+                stopped = True
+                warn(f"stopped after {len(measurements)} of {planned[0]} requests: writing the report of those")
         about = _about(
             args,
             config,
@@ -145,6 +167,8 @@ def bench(args: argparse.Namespace) -> int:
             max_tokens=max_tokens,
             measurements=measurements,
         )
+        if stopped:
+            about["measured"] = f"{len(measurements)} of {planned[0]} requests: stopped part-way, a partial report"
         remote = not source.capabilities.wall_time_is_speed
         router = router_report(measurements, dict(source.route_map))
         thread.call(source.close)
@@ -166,11 +190,61 @@ def bench(args: argparse.Namespace) -> int:
     write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
     print(f"report in {out}: report.md, results.json, results.csv, and three PNG plots", file=sys.stderr)
-    return 0
+    return 130 if stopped else 0
+
+
+QUICK_TIME = "about a minute and a half on a 2-core x86-64 CPU (measured 2026-12-05)"
+PLAIN_EVERY_S = 5.0
+"""Where stderr is not a terminal, a progress line at most this often (and at the first request)."""
+
+
+@contextmanager
+def _progress() -> Iterator[OnProgress]:
+    """(what runs now, requests done, requests planned) shown as it goes: a bar on a terminal,
+    else a line now and then with the time left, so a log or a pipe shows the bench is alive."""
+    if sys.stderr.isatty():
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, transient=True) as bar:
+            task = bar.add_task("bench", total=None)
+            yield lambda what, done, total: bar.update(task, description=what, completed=done, total=total)
+        return
+    start, last = time.monotonic(), [-math.inf]
+
+    def line(what: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] < PLAIN_EVERY_S and done < total:
+            return
+        last[0] = now
+        left = f", about {_duration((now - start) / done * (total - done))} left" if 0 < done < total else ""
+        print(f"specplay bench: {done}/{total} requests{left} · {what}", file=sys.stderr, flush=True)
+
+    yield line
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+@contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """A SIGTERM (a scheduler's stop, `kill`) stops the bench as Ctrl-C does: what it measured is
+    reported. Only the main thread can take a signal handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _round_costs(
-    source: EventStream, prompt: str, temperatures: Sequence[float], configs: Sequence[BenchConfig]
+    source: EventStream, prompt: str, temperatures: Sequence[float], configs: Sequence[BenchConfig], raw: bool
 ) -> dict[float, RoundCosts]:
     """The round's costs at each temperature (sampling changes the verify pass's work), at the
     first prompt's length, for the k advice; none where the server runs the rounds."""
@@ -179,7 +253,7 @@ def _round_costs(
     k_max = max((c.k for c in configs if c.group == K_GROUP), default=0)
     if not k_max:
         return {}
-    ids = source.encode(prompt, raw=True)
+    ids = source.encode(prompt, raw=raw)
     lossless = SpecSettings().acceptance_rule
     return {
         t: measure_costs(source, ids, SamplingParams(temperature=t), lossless, max_rows=k_max + 1) for t in temperatures
@@ -203,6 +277,7 @@ def _about(args, config, identity, prompts, temperatures, max_tokens, measuremen
     return about | {
         "command": shown_command(["specplay", *args.argv], "$SPECPLAY_API_KEY"),
         "prompts": ", ".join(f"{p.category}/{p.name}" for p in prompts),
+        "prompt format": config.request.prompt_format,
         "temperatures": ", ".join(f"{t:g}" for t in temperatures),
         "output length": f"{max_tokens} tokens, EOS ignored",
         "repeats": f"{repeats} (seeds 0..{repeats - 1}), after one untimed warm-up of each model",

@@ -231,6 +231,7 @@ def fidelity(args: argparse.Namespace) -> int:
         "prompt": spec.prompt,
         "prompt_token_ids": list(token_ids),
         "raw": spec.raw,
+        "prompt_format": spec.prompt_format,
         "max_tokens": spec.max_tokens,
         # Each speculative row has its own rule and knob.
         "settings": _recorded_settings(config, rules),

@@ -83,6 +83,12 @@ class RequestSpec:
     max_tokens: int = 256
     ignore_eos: bool = False
 
+    @property
+    def prompt_format(self) -> str:
+        """How the prompt becomes tokens, as every report says it (one workload: run, the
+        playground, bench, costs and fidelity all encode alike)."""
+        return "raw (as written: --raw)" if self.raw else "the model's chat template, where it has one"
+
 
 @dataclass(frozen=True, slots=True)
 class RouterSpec:

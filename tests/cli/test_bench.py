@@ -117,9 +117,11 @@ def test_rows_sum_the_rejection_ranks_and_give_the_second_branch_share() -> None
 def test_plan_and_prompts() -> None:
     labels = [c.label for c in plan(["a", "b"], quick=False)]
     assert labels[:3] == ["target-only", "draft-only a", "draft-only b"]
-    assert {"k=2", "k=4", "k=6", "k=8", "acceptance-rate", "accepted-length", "confidence", "D=1", "route b"} <= set(
+    assert {"k=2", "k=4", "k=6", "k=8", "acceptance-rate", "accepted-length", "confidence", "cost", "D=1"} <= set(
         labels
     )
+    assert {"route a", "route b", "route none", "route auto", "route adaptive"} <= set(labels)
+    assert "cost" in [c.label for c in plan(["a", "b"], quick=True)]
     prompts = load_prompts(None, 2)
     assert [p.category for p in prompts] == ["code", "code", "prose", "prose", "mixed", "mixed", "editing", "editing"]
     with pytest.raises(ConfigError, match="cannot be read"):
@@ -166,8 +168,9 @@ def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None
     # Which route: each drafter pinned, auto and adaptive, per category
     routes = {r["category"]: r for r in results["routes"]}
     assert set(routes) == {"code", "prose"}
-    assert every(set(r["tokens_per_s"]) == {"near", "far", "auto", "adaptive"} for r in routes.values())
-    assert every(r["best_single"] in ("near", "far") and r["over_best_single"]["adaptive"] > 0 for r in routes.values())
+    assert every(set(r["tokens_per_s"]) == {"near", "far", "none", "auto", "adaptive"} for r in routes.values())
+    assert every(r["best_single"] in ("near", "far", "none") for r in routes.values())
+    assert every(r["over_best_single"]["adaptive"] > 0 for r in routes.values())
     assert "## Which route" in (out / "report.md").read_text()
 
 
