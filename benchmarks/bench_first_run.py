@@ -7,7 +7,9 @@ target-only against target-only, the noise floor of every ratio here.
     python -m benchmarks.bench_first_run
     python -m benchmarks.bench_first_run --prompts lighthouse,history-printing,rewrite-pathlib --repeats 5
 
-EOS ignored, 128 tokens; where auto sends each prompt, and why, is printed beside it.
+As the first run does, a run stops at EOS (the target's greedy text, the same on both sides) or
+at 256 tokens; `--ignore-eos` runs every request to `--max-tokens`. Where auto sends each prompt,
+and why, is printed beside it.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from specplay.engine.request import Request
 from specplay.engine.settings import Mode, SpecSettings
 
 
-def run_once(engine: SpecEngine, prompt: str, ids: Sequence[int], mode: Mode, max_tokens: int) -> float:
-    request = Request(prompt, tuple(ids), mode, 0, max_tokens, ignore_eos=True)
+def run_once(
+    engine: SpecEngine, prompt: str, ids: Sequence[int], mode: Mode, max_tokens: int, ignore_eos: bool
+) -> float:
+    request = Request(prompt, tuple(ids), mode, 0, max_tokens, ignore_eos=ignore_eos)
     drafters = engine.drafters if mode != "target" else ()
     events = engine.generate(request, LiveControls(SpecSettings(), drafters))
     done = [e for e in events if isinstance(e, DoneEvent)][-1]
@@ -42,7 +46,8 @@ def run_once(engine: SpecEngine, prompt: str, ids: Sequence[int], mode: Mode, ma
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", default="lighthouse,history-printing,fable,rewrite-pathlib,fibonacci")
-    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
@@ -53,8 +58,8 @@ def main() -> None:
     prompts = [p for p in library_prompts() if p.name in names]
     ids = {p.name: engine.encode(p.text, raw=False) for p in prompts}
     for p in prompts:  # warm up every model on every prompt's length
-        run_once(engine, p.text, ids[p.name], "speculative", 16)
-        run_once(engine, p.text, ids[p.name], "target", 16)
+        run_once(engine, p.text, ids[p.name], "speculative", 16, ignore_eos=True)
+        run_once(engine, p.text, ids[p.name], "target", 16, ignore_eos=True)
 
     speculative: dict[str, list[float]] = {p.name: [] for p in prompts}
     target: dict[str, list[float]] = {p.name: [] for p in prompts}
@@ -66,7 +71,7 @@ def main() -> None:
                 order = ["target", "target", "speculative"]
             seen: list[float] = []
             for mode in order:
-                speed = run_once(engine, p.text, ids[p.name], mode, args.max_tokens)
+                speed = run_once(engine, p.text, ids[p.name], mode, args.max_tokens, args.ignore_eos)
                 if mode == "speculative":
                     speculative[p.name].append(speed)
                 else:
@@ -75,7 +80,8 @@ def main() -> None:
             control[p.name].append(seen[1] / seen[0])
 
     print(f"# The first run against target-only ({platform.machine()}, {config.target.location})\n")
-    print(f"no flags: route auto, k 4 fixed, greedy; {args.max_tokens} tokens, {args.repeats} repeats; medians\n")
+    end = f"{args.max_tokens} tokens" if args.ignore_eos else f"to EOS or {args.max_tokens} tokens"
+    print(f"no flags: route auto, k 4 fixed, greedy; {end}, {args.repeats} repeats; medians\n")
     print("| prompt | class → route (why) | auto tokens/s | target-only tokens/s | speedup | A/A range |")
     print("|---|---|---|---|---|---|")
     for p in prompts:
