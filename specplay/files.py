@@ -7,7 +7,8 @@
 - A specplay session is never overwritten, and a folder is never a file.
 - In an output folder (a report, a trained drafter), a file is replaced only when the folder's
   record of outputs (OUTPUTS_RECORD, written before them) says specplay wrote it: a user's own
-  model.safetensors or report.md there is refused, never replaced.
+  model.safetensors or report.md there is refused, never replaced. A link there (the record
+  itself, or any file specplay would write) is refused, never followed: specplay made no links.
 Errors are one SpecplayError line naming the file and the fix.
 """
 
@@ -60,7 +61,11 @@ OUT_FIX = "choose another --out, or move those files away"
 
 
 def check_outputs(directory: Path, names: Iterable[str], fix: str) -> None:
-    """Refuse, in one line, when `directory` holds any of `names` that specplay did not write there."""
+    """Refuse, in one line, when `directory` holds any of `names` that specplay did not write there,
+    or a link in place of the record or of any of `names`."""
+    names = set(names)
+    for name in sorted(names | {OUTPUTS_RECORD}):
+        refuse_link(directory / name, fix)
     recorded = _recorded(directory)
     foreign = sorted(n for n in set(names) if n not in recorded and os.path.lexists(directory / n))
     if foreign:
@@ -77,7 +82,20 @@ def claim_outputs(directory: Path, names: Iterable[str], fix: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _cannot(directory, exc, fix) from None
-    write_output(directory / OUTPUTS_RECORD, dump_json(record, indent=1) + "\n", fix)
+    write_in_folder(directory, OUTPUTS_RECORD, dump_json(record, indent=1) + "\n", fix)
+
+
+def refuse_link(path: Path, fix: str) -> None:
+    """One line when `path` is a symbolic link: a file in an output folder is written in place,
+    and a link there would carry the write (or a deletion) to a file specplay did not make."""
+    if path.is_symlink():
+        raise SpecplayError(f"{path} is a symbolic link, which specplay never writes through; {fix}")
+
+
+def write_in_folder(directory: Path, name: str, content: str | bytes, fix: str) -> Path:
+    """`write_output` for a file of an output folder: a link in its place is refused, not followed."""
+    refuse_link(directory / name, fix)
+    return write_output(directory / name, content, fix)
 
 
 def _recorded(directory: Path) -> set[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.bench.report import Row
-from specplay.files import write_output
+from specplay.files import write_in_folder
 
 
 def _pyplot() -> Any:
@@ -79,4 +79,4 @@ def _save(figure: Any, path: Path, plt: Any) -> Path:
     image = io.BytesIO()
     figure.savefig(image, format="png", dpi=110)
     plt.close(figure)
-    return write_output(path, image.getvalue(), fix="choose another --out")
+    return write_in_folder(path.parent, path.name, image.getvalue(), fix="choose another --out")

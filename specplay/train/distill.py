@@ -22,7 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from specplay.files import OUT_FIX, claim_outputs
+from specplay.files import OUT_FIX, claim_outputs, refuse_link, write_in_folder
 from specplay.json_text import dump_json
 from specplay.train.data import Windows, token_stream
 from specplay.train.losses import forward_kl_loss, sparse_forward_kl, target_log_probs
@@ -145,6 +145,7 @@ def distill(
 ) -> DistillResult:
     claim_outputs(out, [*folder_files(tokenizer_dir), PROVENANCE_FILE], OUT_FIX)
     work = out / "work"
+    refuse_link(work, OUT_FIX)  # rollouts and checkpoints stay inside --out
     seed = config.train.seed
     sequences = load_or_make_rollouts(
         work,
@@ -180,7 +181,9 @@ def distill(
 
     trained_tokens = config.train.steps * config.train.batch_size * seq_len
     result = DistillResult(config.train.steps, kl_before, kl_after, trained_tokens)
+    # Checked again: training is long, and a link made meanwhile would carry the model's write out.
+    claim_outputs(out, [*folder_files(tokenizer_dir), PROVENANCE_FILE], OUT_FIX)
     save_folder(out, draft, draft_config, tokenizer_dir, storage=config.storage)
     record = {"result": asdict(result), "config": asdict(config), "prompts": len(prompts), **(provenance or {})}
-    (out / PROVENANCE_FILE).write_text(dump_json(record, indent=2) + "\n")
+    write_in_folder(out, PROVENANCE_FILE, dump_json(record, indent=2) + "\n", OUT_FIX)
     return result

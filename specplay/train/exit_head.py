@@ -27,7 +27,7 @@ from specplay.backends.mlx.early_exit import (
     check_layers,
     save_exit_head,
 )
-from specplay.files import OUT_FIX, claim_outputs
+from specplay.files import OUT_FIX, claim_outputs, refuse_link
 from specplay.train.distill import load_or_make_rollouts, rollout_windows
 from specplay.train.losses import forward_kl, sparse_forward_kl
 from specplay.train.rollouts import RolloutConfig
@@ -113,6 +113,7 @@ def train_exit_head(
         return split.logits(split.run(hidden, config.layers, len(split.layers))), hidden
 
     work = checkpoint_dir.parent if checkpoint_dir is not None else out / "work"
+    refuse_link(work, OUT_FIX)  # rollouts and checkpoints stay inside --out
     key = f"exit-{config.layers}/{weights_fingerprint(target)}"
     teacher = load_or_build_teacher(work, forward, windows, key, on_status=on_status)
 

@@ -12,7 +12,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes, dequantize_model, quantize_model, save_config, save_model
 
 from specplay.errors import ConfigError
-from specplay.files import OUTPUTS_RECORD
+from specplay.files import OUTPUTS_RECORD, refuse_link
 from specplay.json_text import read_json
 from specplay.train.model_files import TOKENIZER_FILES, eos_token_id
 
@@ -53,6 +53,7 @@ def folder_files(tokenizer_dir: Path) -> list[str]:
 def copy_tokenizer(tokenizer_dir: Path, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in tokenizer_names(tokenizer_dir):
+        refuse_link(out_dir / name, "choose another --out, or remove that link")  # copyfile would write its target
         shutil.copyfile(tokenizer_dir / name, out_dir / name)
 
 
