@@ -253,16 +253,72 @@ class _Run:
         return out, None
 
     def _rounds(self, generation: Generation) -> Generator[Event, None, FinishReason]:
-        for index in itertools.count():
-            if event := self._take_controls():
+        plain: Iterator[int] | None = None
+        """The target's own tokens while the route is none: pipelined, as target-only decoding is."""
+        try:
+            for index in itertools.count():
+                if event := self._take_controls():
+                    yield event
+                    if plain is not None and {name for name, _, _ in event.changes} & _STREAM_FIELDS:
+                        plain.close()  # the step in flight was drawn under the old settings
+                        plain = None
+                if self.controls.stop_requested:
+                    return "cancelled"
+                if self._plain():
+                    if plain is None:
+                        plain = generation.generate(None, self.settings.sampling, self.draws.one, self.request.pipeline)
+                    event, finish = self._plain_round(generation, index, plain)
+                else:
+                    if plain is not None:
+                        plain.close()  # rewinds the step in flight: the next round drafts from the committed tokens
+                        plain = None
+                    event, finish = self._round(generation, index)
                 yield event
-            if self.controls.stop_requested:
-                return "cancelled"
-            event, finish = self._round(generation, index)
-            yield event
-            if finish:
-                return finish
+                if finish:
+                    return finish
+        finally:
+            if plain is not None:
+                plain.close()
         raise AssertionError("unreachable")
+
+    def _plain(self) -> bool:
+        """Whether the next round is the target's own step: the route is none, and nothing asks the
+        round to judge drafts (counterfactual routes) or to choose among drafters (adaptive)."""
+        settings = self.settings
+        return self.route == NONE_ROUTE and not settings.counterfactual and settings.route != ADAPTIVE_ROUTE
+
+    def _plain_round(
+        self, generation: Generation, index: int, plain: Iterator[int]
+    ) -> tuple[RoundEvent, FinishReason | None]:
+        """A round of the none route: the target's next token from its own stream (committed as it
+        comes), as a round that drafted nothing, its time the verify pass's."""
+        start = self._now()
+        token_id = next(plain)
+        stepped_at = self._now()
+        token_index = len(self.generated)
+        tokens, finish = self._emit([(token_id, "target")])
+        done_at = self._now()
+        event = RoundEvent(
+            index=index,
+            token_index=token_index,
+            route=NONE_ROUTE,
+            k=0,
+            drafted=(),
+            positions=(),
+            num_accepted=0,
+            tokens=tuple(tokens),
+            draft_ms=0.0,
+            verify_ms=1000 * (stepped_at - start),
+            overhead_ms=1000 * (done_at - stepped_at + start - self.last_end_s),
+            bonus_top_target=None,
+            counterfactuals=(),
+        )
+        self.policy.update(0, 0, RoundTimes(0.0, event.verify_ms, event.overhead_ms))
+        self._learn(event, len(generation.tokens), asked=0)
+        self.metrics.add_round(event)
+        self.metrics.add_tokens([t.source for t in tokens], done_at)
+        self.last_end_s = done_at
+        return event, finish
 
     # One speculative round (Leviathan et al. 2023), in the order gpt-fast writes it:
     #   0. route: under `adaptive`, this round's drafter is chosen; one that sat out rounds first
