@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -65,22 +66,73 @@ def make_optimizer(config: TrainConfig) -> optim.Optimizer:
     return optim.AdamW(learning_rate=schedule, weight_decay=config.weight_decay)
 
 
+CHECKPOINT_FILES = (CHECKPOINT_WEIGHTS, CHECKPOINT_OPTIMIZER, CHECKPOINT_STATE)
+CHECKPOINT_FIX = "remove that folder to start training over, or choose another --out"
+
+
 def save_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimizer, step: int, meta: dict) -> None:
-    """Written to a temporary folder and renamed, so an interruption never leaves half a checkpoint."""
-    tmp = directory.with_name(directory.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(tmp / CHECKPOINT_WEIGHTS), dict(tree_flatten(model.trainable_parameters())))
-    mx.save_safetensors(str(tmp / CHECKPOINT_OPTIMIZER), dict(tree_flatten(optimizer.state)))
-    (tmp / CHECKPOINT_STATE).write_text(dump_json({"step": step, **meta}, indent=2))
+    """Written to `directory`.tmp and renamed into place, the previous one set aside as
+    `directory`.old until then, so a kill at any point leaves a state `recover_checkpoint` resumes
+    from. A full disk leaves nothing half-written and is one line."""
+    recover_checkpoint(directory)
+    tmp, old = _beside(directory, ".tmp"), _beside(directory, ".old")
+    try:
+        tmp.mkdir(parents=True)
+        mx.save_safetensors(str(tmp / CHECKPOINT_WEIGHTS), dict(tree_flatten(model.trainable_parameters())))
+        mx.save_safetensors(str(tmp / CHECKPOINT_OPTIMIZER), dict(tree_flatten(optimizer.state)))
+        (tmp / CHECKPOINT_STATE).write_text(dump_json({"step": step, **meta}, indent=2))
+    except (OSError, RuntimeError) as exc:  # MLX reports a failed write (a full disk) as RuntimeError
+        _remove_checkpoint(tmp)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).split("\n")[0]
+        raise SpecplayError(
+            f"cannot save the training checkpoint in {directory}: {reason}; free some disk space, "
+            "or choose another --out (the last checkpoint is kept)"
+        ) from None
     if directory.exists():
-        old = directory.with_name(directory.name + ".old")
         directory.rename(old)
-        tmp.rename(directory)
-        for child in old.iterdir():
-            child.unlink()
-        old.rmdir()
-    else:
-        tmp.rename(directory)
+    tmp.rename(directory)
+    _remove_checkpoint(old)
+
+
+def recover_checkpoint(directory: Path) -> None:
+    """Put right whatever a kill inside `save_checkpoint` left: a complete checkpoint wins, a
+    half-written `.tmp` is removed, and a set-aside `.old` is restored when it is all there is.
+    Only specplay's own checkpoint files are ever removed, and links are refused, never followed."""
+    tmp, old = _beside(directory, ".tmp"), _beside(directory, ".old")
+    for path in (directory, tmp, old):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise SpecplayError(f"{path} is not a checkpoint folder specplay made; {CHECKPOINT_FIX}")
+    _remove_checkpoint(tmp)
+    if old.exists():
+        if _complete(directory):
+            _remove_checkpoint(old)
+        else:
+            _remove_checkpoint(directory)
+            old.rename(directory)
+
+
+def _beside(directory: Path, suffix: str) -> Path:
+    return directory.with_name(directory.name + suffix)
+
+
+def _complete(directory: Path) -> bool:
+    return directory.is_dir() and all((directory / name).is_file() for name in CHECKPOINT_FILES)
+
+
+def _remove_checkpoint(directory: Path) -> None:
+    """Remove a checkpoint folder specplay wrote: its own files only (a half-written one may lack
+    some); anything else in it, or a link, is refused rather than deleted."""
+    if not os.path.lexists(directory):
+        return
+    if directory.is_symlink() or not directory.is_dir():
+        raise SpecplayError(f"{directory} is not a checkpoint folder specplay made; {CHECKPOINT_FIX}")
+    children = list(directory.iterdir())
+    foreign = sorted(c.name for c in children if c.name not in CHECKPOINT_FILES or c.is_symlink() or not c.is_file())
+    if foreign:
+        raise SpecplayError(f"{directory} holds {', '.join(foreign)}, which specplay did not write; {CHECKPOINT_FIX}")
+    for child in children:
+        child.unlink()
+    directory.rmdir()
 
 
 def load_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimizer) -> tuple[int, dict]:
@@ -109,6 +161,8 @@ def train(
     optimizer = make_optimizer(config)
     optimizer.init(model.trainable_parameters())
     first_step = 0
+    if checkpoint_dir is not None:
+        recover_checkpoint(checkpoint_dir)
     if checkpoint_dir is not None and (checkpoint_dir / CHECKPOINT_STATE).is_file():
         first_step, saved_meta = load_checkpoint(checkpoint_dir, model, optimizer)
         if json.loads(json.dumps(meta)) != saved_meta:
