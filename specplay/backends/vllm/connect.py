@@ -8,7 +8,7 @@ from typing import Any
 
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.errors import VllmError
-from specplay.backends.vllm.protocol import completion_body, parse_choices
+from specplay.backends.vllm.protocol import DEFAULT_VOCAB_BOUND, completion_body, parse_choices, token_ids_reply
 from specplay.backends.vllm.remote import RemoteModel
 from specplay.engine.settings import SamplingParams
 
@@ -35,12 +35,9 @@ def server_version(client: VllmClient) -> str:
     return str(body["version"])
 
 
-def tokenize(client: VllmClient, model: str, text: str) -> list[int]:
+def tokenize(client: VllmClient, model: str, text: str, limit: int = DEFAULT_VOCAB_BOUND) -> list[int]:
     body = client.post_json("/tokenize", {"model": model, "prompt": text, "add_special_tokens": True})
-    try:
-        return [int(t) for t in body["tokens"]]
-    except (TypeError, KeyError, ValueError):
-        raise VllmError(f"{client.where} answered /tokenize without tokens") from None
+    return token_ids_reply(body, client.where, limit)
 
 
 def connect(client: VllmClient, top_logprobs: int, is_target: bool) -> RemoteModel:

@@ -3,6 +3,10 @@
 Requests always send every sampling parameter: otherwise the server fills them from the model's
 generation_config.json. Token strings are asked for as `token_id:N` placeholders, since decoded
 strings collide (byte-fallback pieces all decode to U+FFFD).
+
+Every token id a server sends (generated tokens, top_logprobs keys, prompt_logprobs keys, /tokenize)
+arrives through this module and is checked here against `limit`, the vocabulary of the models that
+will read it: an id outside it would crash a local drafter or be passed on to another server.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from specplay.backends.vllm.errors import VllmError
 from specplay.engine.settings import SamplingParams
 
 TOKEN_ID_PREFIX = "token_id:"
+DEFAULT_VOCAB_BOUND = 262_144
+"""An upper bound on vocabulary size where no model here knows the real one (the server does not say)."""
 
 
 def completion_body(
@@ -47,13 +53,32 @@ def completion_body(
     return body | extra
 
 
-def token_id(key: str, where: str) -> int:
-    """`token_id:N` to N."""
+def checked_id(value: Any, where: str, limit: int) -> int:
+    """A token id from a server, refused unless it is in [0, limit)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _shape(where, f"a token id of {str(value)[:40]!r}")
+    if not 0 <= value < limit:
+        raise VllmError(
+            f"{where} sent token id {str(value)[:40]}, outside the vocabulary of {limit} tokens; "
+            "point specplay at a server of the target model (whose tokenizer the drafters share)"
+        )
+    return value
+
+
+def token_ids_reply(body: Any, where: str, limit: int = DEFAULT_VOCAB_BOUND) -> list[int]:
+    """The ids of a /tokenize answer, checked."""
+    tokens = body.get("tokens") if isinstance(body, dict) else None
+    if not isinstance(tokens, list):
+        raise VllmError(f"{where} answered /tokenize without tokens")
+    return [checked_id(t, where, limit) for t in tokens]
+
+
+def token_id(key: str, where: str, limit: int = DEFAULT_VOCAB_BOUND) -> int:
+    """`token_id:N` to N, checked."""
     if key.startswith(TOKEN_ID_PREFIX):
-        try:
-            return int(key[len(TOKEN_ID_PREFIX) :])
-        except ValueError:
-            pass
+        digits = key[len(TOKEN_ID_PREFIX) :]
+        if 0 < len(digits) <= 20 and digits.lstrip("-").isascii() and digits.lstrip("-").isdigit():
+            return checked_id(int(digits), where, limit)
     raise VllmError(f"{where} listed token {key!r} instead of token_id:N; it ignored return_tokens_as_token_ids")
 
 
@@ -81,10 +106,10 @@ def _shape(where: str, what: str) -> VllmError:
     return VllmError(f"{where} sent {what} in a shape specplay does not know; is it a vLLM server?")
 
 
-def _int_list(value: Any, where: str, what: str) -> list[int]:
+def _int_list(value: Any, where: str, what: str, limit: int) -> list[int]:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise _shape(where, what)
-    return value
+    return [checked_id(v, where, limit) for v in value]
 
 
 def _logprob(value: Any, where: str) -> float:
@@ -94,7 +119,7 @@ def _logprob(value: Any, where: str) -> float:
     return float(value)
 
 
-def _top(entries: Any, where: str) -> list[dict[int, float]]:
+def _top(entries: Any, where: str, limit: int) -> list[dict[int, float]]:
     if entries is None:
         return []
     if not isinstance(entries, list):
@@ -103,11 +128,11 @@ def _top(entries: Any, where: str) -> list[dict[int, float]]:
     for entry in entries:
         if entry is not None and not isinstance(entry, dict):
             raise _shape(where, "top_logprobs")
-        out.append({token_id(str(key), where): _logprob(lp, where) for key, lp in (entry or {}).items()})
+        out.append({token_id(str(key), where, limit): _logprob(lp, where) for key, lp in (entry or {}).items()})
     return out
 
 
-def _prompt_logprobs(entries: Any, where: str) -> list[dict[int, tuple[float, int]] | None] | None:
+def _prompt_logprobs(entries: Any, where: str, limit: int) -> list[dict[int, tuple[float, int]] | None] | None:
     if entries is None:
         return None
     if not isinstance(entries, list):
@@ -121,12 +146,13 @@ def _prompt_logprobs(entries: Any, where: str) -> list[dict[int, tuple[float, in
             raise _shape(where, "prompt_logprobs")
         row = {}
         for key, value in entry.items():
-            if not isinstance(value, dict) or not (str(key).lstrip("-").isascii() and str(key).lstrip("-").isdigit()):
+            digits = str(key).lstrip("-")
+            if not isinstance(value, dict) or not (0 < len(digits) <= 20 and digits.isascii() and digits.isdigit()):
                 raise _shape(where, "prompt_logprobs")
             rank = value.get("rank") or 0
             if isinstance(rank, bool) or not isinstance(rank, int):
                 raise _shape(where, "prompt_logprobs")
-            row[int(key)] = (_logprob(value.get("logprob"), where), rank)
+            row[checked_id(int(key), where, limit)] = (_logprob(value.get("logprob"), where), rank)
         out.append(row)
     return out
 
@@ -138,8 +164,11 @@ def _choice_list(body: Any, where: str) -> list[dict[str, Any]]:
     return choices
 
 
-def parse_choices(body: Any, where: str, expected: int, need_logprobs: bool) -> list[Choice]:
-    """Choices in index order, checked for the fields specplay asked for and for their shapes."""
+def parse_choices(
+    body: Any, where: str, expected: int, need_logprobs: bool, limit: int = DEFAULT_VOCAB_BOUND
+) -> list[Choice]:
+    """Choices in index order, checked for the fields specplay asked for, their shapes, and every
+    token id below `limit`."""
     raw = _choice_list(body, where)
     if not all(isinstance(c.get("index"), int) for c in raw):
         raise _shape(where, "choices without an index")
@@ -150,21 +179,21 @@ def parse_choices(body: Any, where: str, expected: int, need_logprobs: bool) -> 
     for choice in raw:
         if choice.get("token_ids") is None:
             raise VllmError(f"{where} did not return token_ids; it needs vLLM 0.10.2 or later (return_token_ids)")
-        token_ids = _int_list(choice["token_ids"], where, "token_ids")
+        token_ids = _int_list(choice["token_ids"], where, "token_ids", limit)
         logprobs = choice.get("logprobs")
         if logprobs is not None and not isinstance(logprobs, dict):
             raise _shape(where, "logprobs")
         if need_logprobs and not (logprobs and logprobs.get("top_logprobs")):
             raise VllmError(f"{where} did not return logprobs; start it with --max-logprobs 20")
-        top = _top(logprobs.get("top_logprobs") if logprobs else None, where)
-        prompt = _prompt_logprobs(choice.get("prompt_logprobs"), where)
+        top = _top(logprobs.get("top_logprobs") if logprobs else None, where, limit)
+        prompt = _prompt_logprobs(choice.get("prompt_logprobs"), where, limit)
         finish = choice.get("finish_reason")
         choices.append(Choice(token_ids, top, prompt, finish if isinstance(finish, str) else None))
     return choices
 
 
-def stream_choices(event: Any, where: str) -> list[StreamChoice]:
-    """The choices of one streamed event (none in the last, usage-only event), shapes checked."""
+def stream_choices(event: Any, where: str, limit: int = DEFAULT_VOCAB_BOUND) -> list[StreamChoice]:
+    """The choices of one streamed event (none in the last, usage-only event), shapes and ids checked."""
     if not isinstance(event, dict):
         raise _shape(where, "a stream event")
     raw = event.get("choices") or []
@@ -177,9 +206,6 @@ def stream_choices(event: Any, where: str) -> list[StreamChoice]:
         finish = choice.get("finish_reason")
         if not isinstance(text, str) or (finish is not None and not isinstance(finish, str)):
             raise _shape(where, "a stream event's choices")
-        out.append(
-            StreamChoice(
-                None if ids is None else _int_list(ids, where, "token_ids"), text, finish, choice.get("stop_reason")
-            )
-        )
+        checked = None if ids is None else _int_list(ids, where, "token_ids", limit)
+        out.append(StreamChoice(checked, text, finish, choice.get("stop_reason")))
     return out

@@ -8,11 +8,15 @@ from typing import Any
 
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.errors import VllmError
-from specplay.backends.vllm.protocol import Choice, completion_body, parse_choices, stream_choices
+from specplay.backends.vllm.protocol import (
+    DEFAULT_VOCAB_BOUND,
+    Choice,
+    completion_body,
+    parse_choices,
+    stream_choices,
+    token_ids_reply,
+)
 from specplay.engine.settings import SamplingParams
-
-DEFAULT_VOCAB_BOUND = 262_144
-"""An upper bound on vocabulary size, used only to bound tempered tail mass (the server does not say)."""
 
 
 @dataclass
@@ -26,6 +30,10 @@ class RemoteModel:
     """Sample logprobs come before temperature and filters (vLLM's default --logprobs-mode)."""
     top_logprobs: int = 20
     vocab_size: int = DEFAULT_VOCAB_BOUND
+    """Bounds tempered tail mass only."""
+    token_limit: int = DEFAULT_VOCAB_BOUND
+    """Every id this server sends must be below it: the vocabulary of the models that read its ids
+    (a local drafter's, when there is one)."""
     eos_token_ids: set[int] = field(default_factory=set)
     """EOS ids learned from replies that stopped on their own (vLLM does not list them)."""
 
@@ -54,7 +62,8 @@ class RemoteModel:
             ignore_eos=False,
             **extra,
         )
-        choices = parse_choices(self.client.post_json("/v1/completions", body), self.where, num_choices, need_logprobs)
+        reply = self.client.post_json("/v1/completions", body)
+        choices = parse_choices(reply, self.where, num_choices, need_logprobs, self.token_limit)
         for choice in choices:
             self.learn_eos(choice.finish_reason, choice.token_ids, max_tokens)
         return choices
@@ -81,7 +90,7 @@ class RemoteModel:
         events = self.client.post_sse("/v1/completions", body)
         try:
             for event in events:
-                for choice in stream_choices(event, self.where):
+                for choice in stream_choices(event, self.where, self.token_limit):
                     token_ids = choice.token_ids or []
                     if choice.finish_reason == "stop" and choice.stop_reason is None and token_ids:
                         self.eos_token_ids.add(token_ids[-1])  # known before the engine sees it
@@ -130,6 +139,10 @@ class RemoteModel:
             return []
         rows, _ = self.prompt_rows(prompt_token_ids, token_ids, SamplingParams(), None, 0, need_logprobs=False)
         return [row[token][0] for row, token in zip(rows, token_ids, strict=True)]
+
+    def tokenize(self, body: dict[str, Any]) -> list[int]:
+        """POST /tokenize with `body`; its ids, checked like every id this server sends."""
+        return token_ids_reply(self.client.post_json("/tokenize", body), self.where, self.token_limit)
 
     def describe(self) -> dict[str, Any]:
         """Where and what; never the API key."""

@@ -73,11 +73,11 @@ class VllmBackend:
         if not raw:
             body = {"model": model, "messages": [{"role": "user", "content": prompt}], "add_generation_prompt": True}
             try:
-                return [int(t) for t in client.post_json("/tokenize", body)["tokens"]]
+                return self.target.tokenize(body)
             except VllmError as error:
                 if "chat template" not in str(error).lower():
                     raise
-        return tokenize(client, model, prompt)
+        return tokenize(client, model, prompt, self.target.token_limit)
 
     def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
         """The target's log-probability, at temperature 1, of each of `token_ids` after the prompt."""
@@ -143,6 +143,11 @@ def connect_vllm_backend(
             from specplay.backends.vllm.local import LocalDrafter
 
             local = {name: LocalDrafter(load_model(name, path)) for name, path in local_drafters}
+            # Every server's ids reach the local drafters (the target's tokens are their input): an
+            # id past their vocabulary would crash MLX, so each server is held to the smallest.
+            limit = min(d.vocab_size for d in local.values())
+            for model in [target, *remote.values()]:
+                model.token_limit = limit
         ids = {f"target ({target_url})": tokenize(target.client, target.model, PROBE_TEXT)}
         ids |= {
             f"drafter {name!r} ({m.client.root})": tokenize(m.client, m.model, PROBE_TEXT) for name, m in remote.items()
