@@ -28,6 +28,7 @@ from specplay.train.data import Windows, token_stream
 from specplay.train.losses import forward_kl_loss, sparse_forward_kl, target_log_probs
 from specplay.train.models import folder_files, save_folder
 from specplay.train.rollouts import RolloutConfig, rollouts
+from specplay.train.saving import saving
 from specplay.train.teacher import fixed_windows, load_or_build_teacher, step_indices, weights_fingerprint
 from specplay.train.trainer import Progress, TrainConfig, train
 
@@ -102,8 +103,9 @@ def load_or_make_rollouts(
     offsets = np.cumsum([0, *(len(s) for s in sequences)])
     work.mkdir(parents=True, exist_ok=True)
     tmp = work / f".{path.stem}.{os.getpid()}.tmp.npz"
-    np.savez(tmp, tokens=np.concatenate([np.asarray(s, dtype=np.int32) for s in sequences]), offsets=offsets)
-    os.replace(tmp, path)  # a killed run leaves no half file that a later one would trust
+    with saving("the target's rollouts", work, [tmp]):
+        np.savez(tmp, tokens=np.concatenate([np.asarray(s, dtype=np.int32) for s in sequences]), offsets=offsets)
+        os.replace(tmp, path)  # a killed run leaves no half file that a later one would trust
     return sequences
 
 
@@ -183,7 +185,10 @@ def distill(
     result = DistillResult(config.train.steps, kl_before, kl_after, trained_tokens)
     # Checked again: training is long, and a link made meanwhile would carry the model's write out.
     claim_outputs(out, [*folder_files(tokenizer_dir), PROVENANCE_FILE], OUT_FIX)
-    save_folder(out, draft, draft_config, tokenizer_dir, storage=config.storage)
+    # A model cut short is removed whole: the files are specplay's (claimed above), and half a
+    # model.safetensors would load as garbage or not at all.
+    with saving("the trained drafter", out, [out / name for name in folder_files(tokenizer_dir)]):
+        save_folder(out, draft, draft_config, tokenizer_dir, storage=config.storage)
     record = {"result": asdict(result), "config": asdict(config), "prompts": len(prompts), **(provenance or {})}
     write_in_folder(out, PROVENANCE_FILE, dump_json(record, indent=2) + "\n", OUT_FIX)
     return result

@@ -31,6 +31,7 @@ from specplay.files import OUT_FIX, claim_outputs, refuse_link
 from specplay.train.distill import load_or_make_rollouts, rollout_windows
 from specplay.train.losses import forward_kl, sparse_forward_kl
 from specplay.train.rollouts import RolloutConfig
+from specplay.train.saving import saving
 from specplay.train.teacher import load_or_build_teacher, step_indices, weights_fingerprint
 from specplay.train.trainer import LossFn, Progress, TrainConfig, train
 
@@ -137,7 +138,8 @@ def train_exit_head(
         "config": asdict(config),
         "provenance": dict(provenance or {}),
     }
-    save_exit_head(out, head, config.layers, record)
+    with saving("the trained exit head", out):  # its own temporary files are removed as it fails
+        save_exit_head(out, head, config.layers, record)
     return result
 
 

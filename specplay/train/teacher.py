@@ -22,6 +22,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from specplay.train.data import token_stream
+from specplay.train.saving import saving
 
 TOP_K = 64
 """Tokens kept per position: past them a distribution's mass is kept as one lump (exact)."""
@@ -142,8 +143,9 @@ def load_or_build_teacher(
         "top_logp": teacher.top_logp,
         "rest_logp": teacher.rest_logp,
     }
-    np.savez(partial, **arrays, **({"hidden": teacher.hidden} if teacher.hidden is not None else {}))
-    os.replace(partial, path)  # a killed run leaves no half file that a later one would trust
+    with saving("the target's answers", work, [partial]):
+        np.savez(partial, **arrays, **({"hidden": teacher.hidden} if teacher.hidden is not None else {}))
+        os.replace(partial, path)  # a killed run leaves no half file that a later one would trust
     return teacher
 
 

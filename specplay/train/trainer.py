@@ -20,6 +20,7 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from specplay.errors import SpecplayError
 from specplay.json_text import dump_json, read_json
+from specplay.train.saving import DISK_FIX, saving
 
 CHECKPOINT_WEIGHTS = "weights.safetensors"
 CHECKPOINT_OPTIMIZER = "optimizer.safetensors"
@@ -76,22 +77,23 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimize
     from. A full disk leaves nothing half-written and is one line."""
     recover_checkpoint(directory)
     tmp, old = _beside(directory, ".tmp"), _beside(directory, ".old")
+    with saving("the training checkpoint", directory, fix=f"{DISK_FIX} (the last checkpoint is kept)"):
+        _write_checkpoint(tmp, model, optimizer, step, meta)
+    if directory.exists():
+        directory.rename(old)
+    tmp.rename(directory)
+    _remove_checkpoint(old)
+
+
+def _write_checkpoint(tmp: Path, model: nn.Module, optimizer: optim.Optimizer, step: int, meta: dict) -> None:
     try:
         tmp.mkdir(parents=True)
         mx.save_safetensors(str(tmp / CHECKPOINT_WEIGHTS), dict(tree_flatten(model.trainable_parameters())))
         mx.save_safetensors(str(tmp / CHECKPOINT_OPTIMIZER), dict(tree_flatten(optimizer.state)))
         (tmp / CHECKPOINT_STATE).write_text(dump_json({"step": step, **meta}, indent=2))
-    except (OSError, RuntimeError) as exc:  # MLX reports a failed write (a full disk) as RuntimeError
+    except (OSError, RuntimeError):
         _remove_checkpoint(tmp)
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).split("\n")[0]
-        raise SpecplayError(
-            f"cannot save the training checkpoint in {directory}: {reason}; free some disk space, "
-            "or choose another --out (the last checkpoint is kept)"
-        ) from None
-    if directory.exists():
-        directory.rename(old)
-    tmp.rename(directory)
-    _remove_checkpoint(old)
+        raise
 
 
 def recover_checkpoint(directory: Path) -> None:

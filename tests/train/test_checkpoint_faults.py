@@ -150,6 +150,40 @@ def test_a_full_disk_while_saving_is_one_line_and_leaves_nothing_half_written(tm
     )
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
-    assert f"cannot save the training checkpoint in {ckpt}" in lines[0] and "free some disk space" in lines[0]
+    assert f"cannot write the training checkpoint in {ckpt}" in lines[0] and "free some disk space" in lines[0]
     assert sorted(p.name for p in ckpt.parent.iterdir()) == ["checkpoint"]  # no .tmp, no .old
     assert _step(ckpt) == 1  # the last checkpoint is kept whole
+
+
+DISTILL_ON_A_FULL_DISK = """
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+sys.argv = ["specplay", *sys.argv[2:]]
+runpy.run_module("specplay", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(
+    "limit, start, what",
+    [
+        (1_000, "draft", "the target's answers"),
+        (20_000, "draft", "the training checkpoint"),
+        (1_000, "exit-head", "the target's answers"),
+        (20_000, "exit-head", "the target's answers"),
+    ],
+)
+def test_distill_on_a_full_disk_is_one_line_and_leaves_nothing_half_written(
+    limit: int, start: str, what: str, tiny: TinyModels, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    drafter = ["--draft", str(tiny.near)] if start == "draft" else ["--exit-head", "layers=1"]
+    args = ["distill", "--target", str(tiny.target), "--data", str(_data(tmp_path)), *FAST, "--steps", "2"]
+    command = [sys.executable, "-c", DISTILL_ON_A_FULL_DISK, str(limit), *args, *drafter, "--out", str(out)]
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert last.startswith(f"specplay: error: cannot write {what} in ") and "free some disk space" in last, last
+    left = [str(p.relative_to(out)) for p in out.rglob("*")]
+    assert not [p for p in left if "tmp" in p or p.endswith(".old")], left
