@@ -77,7 +77,7 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: optim.Optimize
     from. A full disk leaves nothing half-written and is one line."""
     recover_checkpoint(directory)
     tmp, old = _beside(directory, ".tmp"), _beside(directory, ".old")
-    with saving("the training checkpoint", directory, fix=f"{DISK_FIX} (the last checkpoint is kept)"):
+    with saving("the training checkpoint", directory, fix=f"{DISK_FIX} (any earlier checkpoint is kept)"):
         _write_checkpoint(tmp, model, optimizer, step, meta)
     if directory.exists():
         directory.rename(old)
