@@ -53,12 +53,13 @@ def test_greedy_equals_mlx_greedy_target_only(vllm: VllmBackend, backend: MlxBac
 
 
 def test_route_none_is_the_servers_target_decoding(vllm: VllmBackend, backend: MlxBackend) -> None:
-    """No speculation over HTTP: each round one completion of the context (prefix-cache friendly,
-    not a prompt-logprobs recompute), the target-only tokens, greedy and sampled alike in count."""
+    """No speculation over HTTP: the target's tokens from its own stream, as target-only decoding
+    streams them (no verify request), greedy and sampled alike in count; where a round must be
+    judged (adaptive routing), one completion of the context, not a prompt-logprobs recompute."""
     events = run(vllm, PROMPT, max_tokens=TOKENS, route="none")
     assert done(events).token_ids == mlx_target_only(backend)
     assert every(r.k == 0 and r.route == "none" for r in rounds(events))
-    assert done(events).metrics["vllm"]["verify_strategies"] == {"prefixes": TOKENS}
+    assert done(events).metrics["vllm"]["verify_strategies"] == {}
     sampled = run(vllm, PROMPT, max_tokens=TOKENS, route="none", temperature=1.0, seed=2)
     assert len(done(sampled).token_ids) == TOKENS and {t.source for r in rounds(sampled) for t in r.tokens} == {
         "target"
@@ -260,8 +261,8 @@ def test_adaptive_routing_between_a_server_drafter_and_a_local_one(  # type: ign
     mixed.close()
     expected = done(run(backend, PROMPT, mode="target", max_tokens=TOKENS * 2)).token_ids
     assert done(events).token_ids == expected
-    served = {r.route for r in rounds(events)}
-    assert served == {"near", "local"}
+    served = [r.route for r in rounds(events)]
+    assert set(served) == {"near", "local", "none"} and served.count("none") <= 2  # none: timed once, or retried
     assert every(r.catch_up_tokens == 0 for r in rounds(events) if r.route == "near")
     first_local = next(r for r in rounds(events) if r.route == "local")
     assert first_local.catch_up_tokens == prompt_tokens + first_local.token_index - 1
