@@ -296,7 +296,8 @@ class CostAware(Fixed):
             asked, drafted = _at(self.asked, i), _at(self.drafted, i)
             chance = (_at(self.kept, i) + prior * chance) / (_at(self.reached, i) + prior)
             all_kept *= chance
-            # Positions asked for but never drafted have a share of 0, not an unmeasured one.
+            # Drawn toward drafting all it is asked by one round (a model drafter does); a drafter
+            # asked and found short (prompt lookup) falls below it as its rounds count.
             share = (drafted + prior) / (asked + prior) if asked else 1.0
             drafted_share.append(share)
             kept_share.append(share * all_kept)
