@@ -3,8 +3,10 @@ below target-only speed in them goes to `none`, and `--route auto` says why.
 
 A session counts for a (class, drafter) pair where its speculative lane ran on this run's target
 with that drafter (same kind and settings), pinned or sent there by auto (an adaptive run's rounds
-mix drafters, so it says nothing of one), and a target-only lane ran beside it on this machine
-(wall time a speed). The class is what the heuristic router calls the session's prompt.
+mix drafters, so it says nothing of one), under this run's sampling and acceptance rule (they set
+how much is kept: a drafter that loses under lossless acceptance may pay under a TV budget), and a
+target-only lane ran beside it on this machine (wall time a speed). The class is what the
+heuristic router calls the session's prompt.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from specplay.config.models import EARLY_EXIT, PROMPT_LOOKUP
 from specplay.config.run_config import TARGET, ModelSpec, RunConfig
 from specplay.engine.router import CodeProseRouter
-from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, SpecSettings
 from specplay.errors import SpecplayError
 from specplay.store import list_session_files, load_session
 from specplay.store.format import Session
@@ -54,6 +56,12 @@ def _matches(spec: ModelSpec, record: Mapping[str, Any]) -> bool:
     return spec.location in (record.get("source"), record.get("path"))
 
 
+def _judged_alike(recorded: SpecSettings, settings: SpecSettings) -> bool:
+    """The same sampling and acceptance rule: what decides how many drafted tokens are kept."""
+    same_rule = recorded.rule == settings.rule and recorded.rule_params == settings.rule_params
+    return same_rule and recorded.sampling == settings.sampling
+
+
 def route_records(config: RunConfig, sessions: Iterable[Session]) -> dict[tuple[str, str], RouteRecord]:
     """Each (class, drafter) pair's measured speedups over `sessions` (module docstring)."""
     router = CodeProseRouter()
@@ -66,6 +74,8 @@ def route_records(config: RunConfig, sessions: Iterable[Session]) -> dict[tuple[
             continue
         if start.settings.route == ADAPTIVE_ROUTE or session.main.route_switches:
             continue  # its rounds mixed drafters
+        if not _judged_alike(start.settings, config.settings):
+            continue
         if not _matches(config.target, models.get(TARGET) or {}):
             continue
         drafter = next((d for d in config.drafters if d.name == start.route), None)

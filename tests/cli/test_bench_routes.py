@@ -13,11 +13,11 @@ def _m(config: str, category: str, tokens_per_s: float) -> Measurement:
     return Measurement(config, category, "p", 0.0, 0, 0, "a", 32, 100.0, tokens_per_s, num_spec_steps=8)
 
 
-def test_the_plan_routes_each_drafter_then_auto_then_adaptive_where_rounds_can_switch() -> None:
+def test_the_plan_routes_each_drafter_then_none_auto_and_adaptive_where_rounds_can_switch() -> None:
     labels = [c.label for c in plan(["a", "b"], quick=True) if c.group == "route"]
-    assert labels == ["route a", "route b", "route auto", "route adaptive"]
+    assert labels == ["route a", "route b", "route none", "route auto", "route adaptive"]
     labels = [c.label for c in plan(["a", "b"], quick=True, round_routes=False) if c.group == "route"]
-    assert labels == ["route a", "route b", "route auto"]
+    assert labels == ["route a", "route b", "route none", "route auto"]
     assert not [c for c in plan(["a"], quick=True) if c.group == "route"]  # one drafter: nothing to route
 
 

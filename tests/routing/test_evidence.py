@@ -64,3 +64,18 @@ def test_sessions_of_other_models_or_unreadable_files_say_nothing(tmp_path: Path
     )
     assert with_route_evidence(other) == other
     assert with_route_evidence(config(tmp_path)).route_map == {"prose": "none"}
+
+
+def test_sessions_under_another_rule_or_sampling_say_nothing(tmp_path: Path) -> None:
+    """How much is kept depends on the rule and the sampling: a drafter that lost at D 0 may pay
+    at D 1, so a TV-budget sweep's earlier runs never reroute its later ones."""
+    from dataclasses import replace
+
+    from specplay.engine.rules import RuleParams
+
+    record(tmp_path, PROSE, speculative_s=4.0)
+    record(tmp_path, PROSE, speculative_s=4.0)
+    budget = config(tmp_path)
+    budget = replace(budget, settings=budget.settings.changed(rule_params=RuleParams(tv_budget=1.0)))
+    assert with_route_evidence(budget).route_map == {}
+    assert with_route_evidence(config(tmp_path)).route_map == {"prose": "none"}
