@@ -253,8 +253,7 @@ class _Run:
         return out, None
 
     def _rounds(self, generation: Generation) -> Generator[Event, None, FinishReason]:
-        plain: Iterator[int] | None = None
-        """The target's own tokens while the route is none: pipelined, as target-only decoding is."""
+        plain: Iterator[int] | None = None  # the target's own tokens while the route is none, pipelined
         try:
             for index in itertools.count():
                 if event := self._take_controls():

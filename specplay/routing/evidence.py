@@ -18,14 +18,15 @@ from typing import Any
 
 from specplay.config.models import EARLY_EXIT, PROMPT_LOOKUP
 from specplay.config.run_config import TARGET, ModelSpec, RunConfig
-from specplay.engine.router import CodeProseRouter
-from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, SpecSettings
+from specplay.engine.router import CodeProseRouter, route_map_for
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, ROUTE_SETTINGS, SpecSettings
 from specplay.errors import SpecplayError
 from specplay.store import list_session_files, load_session
 from specplay.store.format import Session
 
-RECENT = 60
-"""Sessions read, the newest: older ones may be of another machine's load or another version."""
+RECENT = 20
+"""Sessions read, the newest: older ones may be of another machine's load or another version, and
+each is read whole when a run starts."""
 AT_LEAST = 2
 """Sessions a verdict needs: one run may have met a busy machine."""
 
@@ -104,18 +105,17 @@ def recent_sessions(config: RunConfig) -> list[Session]:
 def with_route_evidence(config: RunConfig, named_by_user: Iterable[str] = ()) -> RunConfig:
     """`config` with each class whose drafter lost in the recorded sessions sent to `none`, with
     the note that says so; classes the user mapped on this command line keep their drafter. Only
-    for the heuristic router's classes (a learned router's are drafters)."""
-    if config.router is not None or not config.drafters or config.native:
+    for the heuristic router's classes (a learned router's are drafters), and only where a router
+    chooses the route (a pinned route reads no map: no session is read)."""
+    choosing = config.settings.route in ROUTE_SETTINGS and config.request.mode == "speculative"
+    if not choosing or config.router is not None or not config.drafters or config.native:
         return config
-    route_map = {cls: config.route_map.get(cls, "") for cls in CodeProseRouter.classes}
+    resolved = route_map_for(CodeProseRouter(), config.drafter_names, config.route_map)
     records = route_records(config, recent_sessions(config))
-    drafter_names = {d.name for d in config.drafters}
     changed, notes = dict(config.route_map), dict(config.route_notes)
-    for cls, mapped in route_map.items():
-        if cls in named_by_user or mapped == NONE_ROUTE:
+    for cls, drafter in resolved.items():
+        if cls in named_by_user or drafter == NONE_ROUTE:
             continue
-        # Where the map names none for a class, the default (the drafter of its name, else the first).
-        drafter = mapped or (cls if cls in drafter_names else config.drafters[0].name)
         record = records.get((cls, drafter))
         if record is not None and len(record.speedups) >= AT_LEAST and record.median < 1.0:
             changed[cls] = NONE_ROUTE
