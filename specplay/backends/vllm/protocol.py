@@ -75,10 +75,8 @@ def token_ids_reply(body: Any, where: str, limit: int = DEFAULT_VOCAB_BOUND) -> 
 
 def token_id(key: str, where: str, limit: int = DEFAULT_VOCAB_BOUND) -> int:
     """`token_id:N` to N, checked."""
-    if key.startswith(TOKEN_ID_PREFIX):
-        digits = key[len(TOKEN_ID_PREFIX) :]
-        if 0 < len(digits) <= 20 and digits.lstrip("-").isascii() and digits.lstrip("-").isdigit():
-            return checked_id(int(digits), where, limit)
+    if key.startswith(TOKEN_ID_PREFIX) and (number := _integer(key[len(TOKEN_ID_PREFIX) :])) is not None:
+        return checked_id(number, where, limit)
     raise VllmError(f"{where} listed token {key!r} instead of token_id:N; it ignored return_tokens_as_token_ids")
 
 
@@ -100,6 +98,13 @@ class StreamChoice:
     text: str
     finish_reason: str | None
     stop_reason: Any
+
+
+def _integer(text: str) -> int | None:
+    """A decimal integer of at most 20 digits, one sign allowed (a server's id, checked after);
+    None for anything else."""
+    digits = text.removeprefix("-")
+    return int(text) if 0 < len(digits) <= 20 and digits.isascii() and digits.isdigit() else None
 
 
 def _shape(where: str, what: str) -> VllmError:
@@ -146,13 +151,13 @@ def _prompt_logprobs(entries: Any, where: str, limit: int) -> list[dict[int, tup
             raise _shape(where, "prompt_logprobs")
         row = {}
         for key, value in entry.items():
-            digits = str(key).lstrip("-")
-            if not isinstance(value, dict) or not (0 < len(digits) <= 20 and digits.isascii() and digits.isdigit()):
+            number = _integer(str(key))
+            if not isinstance(value, dict) or number is None:
                 raise _shape(where, "prompt_logprobs")
             rank = value.get("rank") or 0
             if isinstance(rank, bool) or not isinstance(rank, int):
                 raise _shape(where, "prompt_logprobs")
-            row[checked_id(int(key), where, limit)] = (_logprob(value.get("logprob"), where), rank)
+            row[checked_id(number, where, limit)] = (_logprob(value.get("logprob"), where), rank)
         out.append(row)
     return out
 

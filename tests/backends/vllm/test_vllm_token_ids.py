@@ -49,6 +49,13 @@ def test_every_id_a_reply_carries_is_checked(field: str, bad: int) -> None:
     assert parse_choices(_reply([0, 99], {"token_id:99": -0.1}), WHERE, 1, True, 100)[0].token_ids == [0, 99]
 
 
+@pytest.mark.parametrize("key", ["token_id:--5", "token_id:", "token_id:1e3", "token_id:" + "9" * 21])
+def test_a_malformed_id_key_is_one_line(key: str) -> None:
+    with pytest.raises(VllmError, match="instead of token_id:N") as caught:
+        parse_choices(_reply([3], {"token_id:3": -0.1, key: -2.0}), WHERE, 1, True, 100)
+    assert "\n" not in str(caught.value)
+
+
 TAMPERED = """
 import sys
 
