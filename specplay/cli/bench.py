@@ -27,7 +27,7 @@ from specplay.bench.routes import route_comparison, route_markdown
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
 from specplay.cli.configure import MODEL_FLAGS, comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags, add_raw_flag, add_router_flag
-from specplay.cli.render import warn
+from specplay.cli.render import make_console, warn
 from specplay.cli.shown import shown_command
 from specplay.config.capabilities import capabilities_of
 from specplay.config.model_sets import DEMO
@@ -204,7 +204,7 @@ def _progress() -> Iterator[OnProgress]:
     else a line now and then with the time left, so a log or a pipe shows the bench is alive."""
     if sys.stderr.isatty():
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-        with Progress(*columns, transient=True) as bar:
+        with Progress(*columns, console=make_console(), transient=True) as bar:
             task = bar.add_task("bench", total=None)
             yield lambda what, done, total: bar.update(task, description=what, completed=done, total=total)
         return

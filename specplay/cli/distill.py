@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specplay.cli.configure import path_flag
-from specplay.cli.render import warn
+from specplay.cli.render import make_console, warn
 from specplay.config.models import model_spec
 from specplay.errors import ConfigError, SpecplayError
 from specplay.files import OUT_FIX, check_outputs
@@ -198,7 +198,7 @@ class _progress:
             TextColumn("loss {task.fields[loss]}  {task.fields[speed]}"),
             TimeRemainingColumn(),
         )
-        self.bar = Progress(*columns, transient=False)
+        self.bar = Progress(*columns, console=make_console(), transient=False)
         self.task = self.bar.add_task("steps", total=steps, loss="-", speed="")
 
     def __enter__(self) -> tuple[Any, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -199,8 +201,45 @@ class TerminalConsole(Console):
         super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **kwargs)
 
 
+DEFAULT_SIZE = (80, 25)
+MAX_SIZE = 10_000
+"""Columns or lines beyond any screen: a larger COLUMNS or LINES is a mistake, and is capped."""
+
+
+def screen_size(environ: Mapping[str, str], terminal: tuple[int, int] | None) -> tuple[int, int]:
+    """Columns and lines to print for: COLUMNS and LINES where each is a whole number from 1 up,
+    else the terminal's own, else 80 x 25. Rich reads COLUMNS=0 as a width of 0 (and prints
+    nothing at all) and fails on a digit int() refuses, so the console never reads them itself."""
+    measured = terminal or DEFAULT_SIZE
+    return (
+        _dimension(environ.get("COLUMNS"), measured[0] or DEFAULT_SIZE[0]),
+        _dimension(environ.get("LINES"), measured[1] or DEFAULT_SIZE[1]),
+    )
+
+
+def _dimension(value: str | None, fallback: int) -> int:
+    try:
+        number = int(value) if value is not None else 0
+    except ValueError:  # junk, or more digits than int() converts
+        number = 0
+    return min(number if number >= 1 else fallback, MAX_SIZE)
+
+
+def terminal_size() -> tuple[int, int] | None:
+    """The size of the first of stdin, stdout and stderr that is a terminal (as Rich measures)."""
+    for descriptor in (0, 1, 2):
+        try:
+            size = os.get_terminal_size(descriptor)
+        except (OSError, ValueError):  # not a terminal, or closed
+            continue
+        return size.columns, size.lines
+    return None
+
+
 def make_console(stderr: bool = False) -> Console:
-    return TerminalConsole(highlight=False, soft_wrap=True, markup=False, stderr=stderr)
+    """Every console of the command line: its size is given (see `screen_size`), never read by Rich."""
+    width, height = screen_size(os.environ, terminal_size())
+    return TerminalConsole(highlight=False, soft_wrap=True, markup=False, stderr=stderr, width=width, height=height)
 
 
 def warn(message: str) -> None:

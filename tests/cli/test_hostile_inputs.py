@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specplay.cli import main
+from specplay.cli.render import MAX_SIZE, screen_size
 from specplay.data.library import read_prompts as bench_prompts
 from specplay.errors import SpecplayError
 from specplay.inputs import SESSION_LIMIT
@@ -23,6 +24,7 @@ LIMITED = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 from specplay.cli import main
+from specplay.cli.render import MAX_SIZE, screen_size
 raise SystemExit(main(sys.argv[1:]))
 """
 
@@ -122,3 +124,38 @@ def test_a_narrow_output_encoding_is_escaped_not_a_traceback(tmp_path: Path) -> 
             assert result.returncode == 0 and "\\u27e6" in result.stdout, result.stdout
         else:
             assert result.returncode == 2 and result.stderr.count("\n") == 1 and "\\xef" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("columns", "lines", "size"),
+    [
+        ("0", "0", (120, 40)),
+        ("-5", "junk", (120, 40)),
+        ("²", "", (120, 40)),  # a digit to str.isdigit, not to int()
+        ("9" * 40, "1" + "0" * 20, (MAX_SIZE, MAX_SIZE)),
+        ("9" * 5000, "30", (120, 30)),  # more digits than int() converts
+        ("100", "30", (100, 30)),
+    ],
+    ids=["zero", "junk", "superscript", "huge", "endless", "usable"],
+)
+def test_a_hostile_screen_size_falls_back_to_the_terminal(columns: str, lines: str, size: tuple[int, int]) -> None:
+    assert screen_size({"COLUMNS": columns, "LINES": lines}, (120, 40)) == size
+    assert screen_size({"COLUMNS": columns}, None)[1] == 25
+
+
+@pytest.mark.parametrize("columns", ["0", "²", "9" * 40], ids=["zero", "superscript", "huge"])
+def test_any_columns_value_still_prints_everything(
+    columns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setenv("LINES", columns)
+    assert main(["run", "--prompt", "hi", "--max-tokens", "2", "--save", "--sessions-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "sources:" in out and "2 tokens" in out and f"saved {tmp_path}" in out, out
+    (saved,) = tmp_path.glob("*.jsonl")
+    assert main(["sessions", "--sessions-dir", str(tmp_path)]) == 0
+    assert saved.stem in capsys.readouterr().out
+    assert main(["diff", str(saved)]) == 0
+    assert "similarity" in capsys.readouterr().out
+    assert main(["fetch"]) == 0
+    assert "smollm2" in capsys.readouterr().out
