@@ -14,6 +14,7 @@ from typing import Any
 from specplay.engine.settings import GROUPS
 from specplay.engine.speedup import measured_speedup, predict, predict_modelled
 from specplay.review.columns import Column, target_step_ms
+from specplay.store.changes import lane_settings
 from specplay.store.format import LaneRecord, Session
 
 LEGEND = (
@@ -120,7 +121,7 @@ def sampled(lane: LaneRecord) -> bool:
     """Whether a lane drew tokens at a temperature above 0, from its start or after a live change."""
     start = lane.start
     temperatures = [start.settings.sampling.temperature] if start is not None else []
-    temperatures += [new for change in lane.changes for name, _, new in change.changes if name == "temperature"]
+    temperatures += [after.settings.sampling.temperature for _, after in lane_settings(lane)]
     return any(t > 0 for t in temperatures)
 
 

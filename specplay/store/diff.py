@@ -14,6 +14,7 @@ from typing import Any, Literal
 from rapidfuzz.distance import Levenshtein
 
 from specplay.engine.settings import SpecSettings
+from specplay.store.changes import lane_settings
 from specplay.store.format import LaneRecord
 
 OpTag = Literal["equal", "insert", "delete", "replace"]
@@ -82,10 +83,8 @@ def is_lossless_greedy(settings: SpecSettings) -> bool:
 
 def lossy_from(lane: LaneRecord) -> int | None:
     """The token index from which a live change (a temperature above 0, a relaxed rule) made the lane lossy."""
-    current = lane.settings
-    for change in lane.changes:
-        current = current.changed(**{name: new for name, _old, new in change.changes})
-        if not is_lossless_greedy(current):
+    for change, after in lane_settings(lane):
+        if not is_lossless_greedy(after.settings):
             return change.token_index
     return None
 

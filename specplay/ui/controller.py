@@ -40,6 +40,7 @@ from specplay.errors import ConfigError, SpecplayError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
 from specplay.runner.session_run import open_writer
 from specplay.store import Session, SessionWriter, load_session
+from specplay.store.changes import skipped_changes
 from specplay.ui.stats import LaneTally
 
 
@@ -277,8 +278,9 @@ class PlaygroundController:
         self.state = RunState.UNLOADED
         withheld = " (without the API key: the session, not this command line, names them)"
         note = withheld if self.config.vllm.key_withheld else ""
-        shown = f"session {self.opened.id}, read-only; " if self.opened is not None else ""
-        self.set_status(f"{shown}ctrl+r connects to the servers{note} and runs")
+        shown = f"{opened_title(self.opened)}; " if self.opened is not None else ""
+        faulty = self.opened is not None and opened_faulty(self.opened)
+        self.set_status(f"{shown}ctrl+r connects to the servers{note} and runs", error=faulty)
 
     def loaded(
         self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
@@ -608,7 +610,7 @@ class PlaygroundController:
         elif self.state == RunState.UNLOADED:
             self.load_on_run()
         else:
-            self.set_status(f"session {session.id} (read-only); loading models to re-run it…")
+            self.set_status(f"{opened_title(session)}; loading models to re-run it…", error=opened_faulty(session))
 
     def _show_opened_settings(self, session: Session) -> None:
         """Put the session's settings in the controls, so a run re-runs it."""
@@ -618,8 +620,8 @@ class PlaygroundController:
         self.settings = settings
         self.seed = int((session.header.get("request") or {}).get("seed", self.seed))
         self._view.show_settings(settings, self.seed)
-        complete = "" if session.complete else " (incomplete)"
-        self.set_status(f"session {session.id}{complete}, read-only; ctrl+r re-runs it with these settings")
+        text = f"{opened_title(session)}; ctrl+r re-runs it with these settings"
+        self.set_status(text, error=opened_faulty(session))
 
     def rerun_session(self) -> bool:
         """Put the opened session back in the controls and prompt; False when none is open."""
@@ -653,6 +655,21 @@ class PlaygroundController:
                 self._writer.close()  # incomplete, but every event so far is on disk
             self._writer, self._saving = None, False
             self.host.close()
+
+
+def opened_title(session: Session) -> str:
+    """An opened session in the status line: read-only, and the first of its live changes that
+    cannot be applied (a newer specplay's setting, or an edit): shown on the tape, skipped."""
+    complete = "" if session.complete else " (incomplete)"
+    skipped = skipped_changes(session.lanes.values())
+    more = f", and {len(skipped) - 1} more" if len(skipped) > 1 else ""
+    note = f" ({skipped[0]}{more}; a newer specplay wrote it, or the file was edited)" if skipped else ""
+    return f"session {session.id}{complete}, read-only{note}"
+
+
+def opened_faulty(session: Session) -> bool:
+    """Whether an opened session records a live change that cannot be applied."""
+    return bool(skipped_changes(session.lanes.values()))
 
 
 def _event_seconds(event: Event) -> float:

@@ -26,6 +26,7 @@ from specplay.engine.speedup import (
     recommended_k,
     round_account,
 )
+from specplay.store.changes import settings_after
 
 
 @dataclass
@@ -59,7 +60,8 @@ class LaneTally:
             self._settle(event.settings)
             self.spec.start_s = busy_s
         elif isinstance(event, ControlEvent) and self.settings is not None:
-            self._settle(self.settings.changed(**{name: new for name, _, new in event.changes}))
+            # A reopened session's changes may hold what these settings do not take: those are skipped.
+            self._settle(settings_after(self.settings, event).settings)
         elif isinstance(event, RoundEvent):
             self.last_round = event
             self.tokens += len(event.tokens)
