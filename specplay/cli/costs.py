@@ -5,7 +5,6 @@ drafter, and the speedup each k is predicted to give from them, with the k to se
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -36,9 +35,14 @@ from specplay.engine.events import RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import K_LIMIT, PolicyParams
 from specplay.errors import ConfigError
+from specplay.json_text import dump_json
 from specplay.runner.thread import ModelThread
+from specplay.store import Session
 
 ACCEPTANCE_TOKENS = 96
+ROUND_MS_MAX = 3_600_000.0
+"""An hour: no round takes longer; a session's larger time is damage, and sums of such overflow
+to infinity (a recommendation of "nan ms → nan×")."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -113,7 +117,7 @@ def costs(args: argparse.Namespace) -> int:
         )
     if message := blas_warning(config):
         warn(message)
-    from_sessions = _session_acceptance(args.sessions, args) if args.sessions else None
+    from_sessions = _session_acceptance(args.sessions, args, config.drafter_names) if args.sessions else None
     thread = ModelThread(on_exit=thread_cleanup(config))
     try:
         source = thread.call(lambda: open_stream(config))
@@ -151,18 +155,71 @@ def costs(args: argparse.Namespace) -> int:
     finally:
         thread.close()
     report = _report(measured, acceptance, k_limit, len(prompt_ids))
-    print(json.dumps(report) if args.json else "\n".join(_lines(report)))
+    print(dump_json(report) if args.json else "\n".join(_lines(report)))
     return 0
 
 
-def _session_acceptance(names: Sequence[str], args: argparse.Namespace) -> dict[str, RoundsMeasured]:
-    """Per route, acceptance by position and host work per round over the sessions' rounds."""
+def _session_acceptance(
+    names: Sequence[str], args: argparse.Namespace, drafters: Sequence[str]
+) -> dict[str, RoundsMeasured]:
+    """Per route, acceptance by position and host work per round over the sessions' rounds. A
+    session with a time or count no round can have is left out, in a line naming it and the field;
+    those that drafted with none of this run's drafters are named in one line."""
     by_route: dict[str, list[RoundEvent]] = {}
+    unmatched: list[Session] = []
+    faults: list[str] = []
     for name in names:
         session = open_session(name, args)
-        for event in session.main.rounds:
+        rounds = session.main.rounds
+        if (fault := next(filter(None, map(round_fault, rounds)), None)) is not None:
+            faults.append(f"session {session.id}: {fault}")
+            continue
+        if not any(event.route in drafters for event in rounds):
+            unmatched.append(session)
+            continue
+        for event in rounds:
             by_route.setdefault(event.route, []).append(event)
+    if not by_route:
+        raise ConfigError("sessions", _none_usable(faults, unmatched, drafters))
+    for fault in faults:
+        warn(f"leaving out {fault}")
+    if unmatched:
+        warn(f"leaving out {_unmatched(unmatched, drafters)}")
     return {route: RoundsMeasured.of_rounds(rounds) for route, rounds in by_route.items()}
+
+
+def round_fault(event: RoundEvent) -> str | None:
+    """What makes a saved round unusable for a prediction (damage or hand edits), or None: a time
+    outside 0..ROUND_MS_MAX ms, or counts no round has."""
+    times = {
+        "draft_ms": event.draft_ms,
+        "verify_ms": event.verify_ms,
+        "overhead_ms": event.overhead_ms,
+        "catch_up_ms": event.catch_up_ms,
+    }
+    for name, value in times.items():
+        if not 0 <= value <= ROUND_MS_MAX:  # NaN fails both
+            return f"round {event.index}'s {name} is {value:g} ms, not a round's time (0 ms to an hour)"
+    if not 0 <= event.k <= K_LIMIT:
+        return f"round {event.index}'s k is {event.k}, not a number of drafts (0 to {K_LIMIT})"
+    if not 0 <= event.num_accepted <= event.k:
+        return f"round {event.index}'s num_accepted is {event.num_accepted}, not 0 to its k {event.k}"
+    return None
+
+
+def _unmatched(sessions: Sequence[Session], drafters: Sequence[str]) -> str:
+    used = sorted({event.route for session in sessions for event in session.main.rounds})
+    return (
+        f"session{'s' if len(sessions) > 1 else ''} {', '.join(s.id for s in sessions)}, drafted with "
+        f"{', '.join(used) or 'no drafter'}: none is among this run's drafters ({', '.join(drafters)}); "
+        "name theirs with --draft NAME=SOURCE"
+    )
+
+
+def _none_usable(faults: Sequence[str], unmatched: Sequence[Session], drafters: Sequence[str]) -> str:
+    """Why no session given could be read (the sessions' own faults first)."""
+    reasons = [*faults, *([_unmatched(unmatched, drafters)] if unmatched else [])]
+    return f"gives no rounds to read acceptance from ({'; '.join(reasons)}); leave it out to measure acceptance here"
 
 
 def _report(

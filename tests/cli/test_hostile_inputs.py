@@ -3,6 +3,7 @@ non-zero exit (or works), with bounded memory, never a traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -159,3 +160,57 @@ def test_any_columns_value_still_prints_everything(
     assert "similarity" in capsys.readouterr().out
     assert main(["fetch"]) == 0
     assert "smollm2" in capsys.readouterr().out
+
+
+PLAYGROUND_SESSION = REPO / "tests" / "data" / "saved_sessions" / "playground-live-change.jsonl"
+"""A playground session on the demo models: rounds routed to base and prose."""
+COSTS = ["costs", "--target", "demo", "--prompt", "def f(x):\n", "--repeats", "1", "--k-max", "4", "--json"]
+
+
+def _edited_session(folder: Path, name: str, **round_fields: object) -> Path:
+    """The playground session with `round_fields` set in every round."""
+    lines = []
+    for line in PLAYGROUND_SESSION.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "round":
+            record["data"] |= round_fields
+        lines.append(json.dumps(record))
+    path = folder / f"{name}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise AssertionError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_costs_leaves_out_sessions_of_impossible_times_or_other_drafters_in_a_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sessions = [
+        _edited_session(tmp_path, "huge", draft_ms=1e308),  # sums overflow: "nan ms → nan×"
+        _edited_session(tmp_path, "negative", overhead_ms=-50.0),
+        _edited_session(tmp_path, "elsewhere", route="zzz"),
+        PLAYGROUND_SESSION,
+    ]
+    assert main([*COSTS, "--sessions", *map(str, sessions)]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 3 and "Traceback" not in captured.err, captured.err
+    assert "session huge: round 0's draft_ms is 1e+308 ms" in lines[0]
+    assert "session negative: round 0's overhead_ms is -50 ms" in lines[1]
+    assert "session elsewhere, drafted with zzz: none is among this run's drafters (base, prose)" in lines[2]
+    report = _strict_json(captured.out)
+    assert isinstance(report, dict)
+    for drafter in report["drafters"].values():
+        assert all(p["round_ms"] > 0 and p["speedup"] > 0 for p in drafter["predicted_speedup_by_k"])
+
+
+def test_costs_refuses_sessions_of_which_none_can_be_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    huge = _edited_session(tmp_path, "huge", verify_ms=1e300)
+    assert main([*COSTS, "--sessions", str(huge)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--sessions gives no rounds" in err and "session huge: round 0's verify_ms" in err
