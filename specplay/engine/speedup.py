@@ -85,14 +85,20 @@ def predict(metrics: Mapping[str, Any], target_step_ms: float | None) -> Predict
     drafted = metrics.get("num_draft_tokens") or 0
     a = alpha(metrics.get("num_accepted_draft_tokens") or 0, metrics.get("num_judged_draft_tokens") or 0)
     mean_k = drafted / rounds if rounds else None
-    c = (metrics.get("draft_ms") or 0.0) / drafted / target_step_ms if drafted and target_step_ms else None
-    if a is None or mean_k is None or c is None or target_step_ms is None:
+    draft_ms = metrics.get("draft_ms") or 0.0
+    c = None
+    # A step of 0 ms or a time below 0 is no measurement (a damaged or edited session): no c.
+    if target_step_ms is not None and target_step_ms > 0 and drafted > 0 and draft_ms >= 0:
+        c = draft_ms / drafted / target_step_ms
+    if a is None or not 0 <= a <= 1 or mean_k is None or mean_k <= 0 or c is None or target_step_ms is None:
         return Prediction(alpha=a, mean_k=mean_k, cost_ratio=c, speedup=None)
     speedup = predicted_speedup(a, mean_k, c)
     verify = (metrics.get("verify_ms") or 0.0) / rounds / target_step_ms
     host = (metrics.get("overhead_ms") or 0.0) / rounds / target_step_ms
-    # predicted_speedup's round cost is k c + 1; scale it to k c + verify + host
-    costed = speedup * (mean_k * c + 1) / (mean_k * c + verify + host)
+    # predicted_speedup's round cost is k c + 1; scale it to k c + verify + host, where the round
+    # was timed at all (a session may record 0 ms for every part)
+    round_steps = mean_k * c + verify + host
+    costed = speedup * (mean_k * c + 1) / round_steps if round_steps > 0 and min(verify, host) >= 0 else None
     return Prediction(
         alpha=a,
         mean_k=mean_k,

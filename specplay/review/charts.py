@@ -104,6 +104,8 @@ def speed_chart(columns: Sequence[Column]) -> str | None:
         return None
     max_tokens = max(points[-1][0] for _, _, points in series)
     max_speed = max(speed for _, _, points in series for _, speed in points) * 1.1
+    if max_tokens <= 0 or max_speed <= 0:  # rounds that committed nothing: no axis has a scale
+        return None
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     body = _y_axis(max_speed, ".0f")
     for i in range(5):
