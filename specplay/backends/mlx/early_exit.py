@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.models.base import create_attention_mask
 
-from specplay.errors import ModelError, detail_of
+from specplay.errors import ModelError, SpecplayError, detail_of
 from specplay.json_text import dump_json, read_json
 
 SPLITTABLE = {"mlx_lm.models.llama": "llama", "mlx_lm.models.qwen2": "qwen2", "mlx_lm.models.qwen3": "qwen3"}
@@ -156,38 +158,33 @@ def save_exit_head(out: Path, head: ExitHead, layers: int, record: Mapping[str, 
 
 def load_exit_head(folder: Path, layers: int, split: LayerSplit, target_identity: Mapping[str, str]) -> ExitHead:
     """A trained head, refused unless it was made for this target, this exit layer and this width."""
-    config_path, weights_path = folder / HEAD_CONFIG, folder / HEAD_WEIGHTS
-    if not config_path.is_file() or not weights_path.is_file():
+    weights_path = folder / HEAD_WEIGHTS
+    if not (folder / HEAD_CONFIG).is_file() or not weights_path.is_file():
         raise ModelError(f"exit head {str(folder)!r} not found: it needs {HEAD_CONFIG} and {HEAD_WEIGHTS}")
-    try:
-        config = read_json(config_path, HEAD_CONFIG)
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"exit head {str(folder)!r}: {HEAD_CONFIG} is not readable JSON ({exc})") from None
-    if not isinstance(config, dict) or config.get("format") != HEAD_FORMAT:
-        raise ModelError(f"exit head {str(folder)!r}: {HEAD_CONFIG} is not a specplay exit head")
-    if config.get("layers") != layers:
+    config = read_head_config(folder)
+    if config.layers != layers:
         raise ModelError(
-            f"exit head {str(folder)!r} was trained after layer {config.get('layers')}, not {layers}; "
-            f"use layers={config.get('layers')} or train a head for layer {layers}"
+            f"exit head {str(folder)!r} was trained after layer {config.layers}, not {layers}; "
+            f"use layers={config.layers} or train a head for layer {layers}"
         )
-    if config.get("hidden_size") != split.hidden_size:
+    if config.hidden_size != split.hidden_size:
         raise ModelError(
-            f"exit head {str(folder)!r} is {config.get('hidden_size')} wide but the target is {split.hidden_size}; "
+            f"exit head {str(folder)!r} is {config.hidden_size} wide but the target is {split.hidden_size}; "
             "it was trained for another model"
         )
-    trained_on = (config.get("target") or {}).get("weights_sha256")
+    trained_on = config.target_sha256
     if trained_on and trained_on != target_identity.get("weights_sha256"):
         raise ModelError(
             f"exit head {str(folder)!r} was trained on other target weights (sha256 {trained_on[:12]}, "
             f"this target's {str(target_identity.get('weights_sha256'))[:12]}); train one for this target"
         )
-    saved = config.get("weights_sha256")
+    saved = config.weights_sha256
     if saved and saved != hashlib.sha256(weights_path.read_bytes()).hexdigest():
         raise ModelError(
             f"exit head {str(folder)!r}: {HEAD_WEIGHTS} is not the file {HEAD_CONFIG} describes "
             "(a save was cut short, or one file was replaced); train the head again"
         )
-    head = ExitHead(split.hidden_size, int(config.get("mlp_size") or 0))
+    head = ExitHead(split.hidden_size, config.mlp_size)
     try:
         head.load_weights(str(weights_path), strict=True)
     except Exception as exc:
@@ -203,5 +200,99 @@ def head_identity(folder: Path) -> dict[str, Any]:
     digest = hashlib.sha256()
     for name in (HEAD_CONFIG, HEAD_WEIGHTS):
         digest.update((folder / name).read_bytes())
-    config = read_json(folder / HEAD_CONFIG, HEAD_CONFIG)
-    return {"path": str(folder.resolve()), "sha256": digest.hexdigest(), "mlp_size": int(config.get("mlp_size") or 0)}
+    mlp_size = read_head_config(folder).mlp_size
+    return {"path": str(folder.resolve()), "sha256": digest.hexdigest(), "mlp_size": mlp_size}
+
+
+# --- exit_head.json, read back --------------------------------------------------------------
+
+HEAD_VERSION = 1
+LAYER_LIMIT = 4096  # far beyond any model's layers: a larger number is damage, not a deep model
+HIDDEN_LIMIT = 1 << 20
+MLP_LIMIT = 65536  # what `specplay distill --exit-head layers=L,mlp=N` accepts
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+DISTILL_HEAD = "`specplay distill --exit-head`"
+RETRAIN_HEAD = f"train the head again with {DISTILL_HEAD}"
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """What exit_head.json says of its head, every field checked (the rest of it is a record for people)."""
+
+    layers: int
+    hidden_size: int
+    mlp_size: int
+    weights_sha256: str | None
+    """Of exit_head.safetensors, as saved (None: not recorded)."""
+    target_sha256: str | None
+    """Of the target's weights it was trained on (None: not recorded)."""
+
+
+def read_head_config(folder: Path) -> HeadConfig:
+    """`folder`/exit_head.json, size- and depth-bounded and checked field by field; any fault is one
+    ModelError naming the file, the field and the fix."""
+    where = f"exit head {str(folder)!r}: {HEAD_CONFIG}"
+    try:
+        record = read_json(folder / HEAD_CONFIG, HEAD_CONFIG)
+    except SpecplayError as error:  # too large, not JSON, nested too deep: the error names the file
+        raise ModelError(f"exit head {str(folder)!r}: {detail_of(error)}; {RETRAIN_HEAD}") from None
+    if not isinstance(record, dict) or record.get("format") != HEAD_FORMAT:
+        raise ModelError(f"{where} is not a specplay exit head; give a folder that {DISTILL_HEAD} wrote")
+    version = record.get("version", HEAD_VERSION)
+    if _whole(version, 1, None) and version > HEAD_VERSION:
+        raise ModelError(f"{where} is of version {version}, newer than this specplay reads; upgrade specplay")
+    try:
+        return head_config(record)
+    except ValueError as error:
+        raise ModelError(f"{where}: {error}; {RETRAIN_HEAD}") from None
+
+
+def head_config(record: Mapping[str, Any]) -> HeadConfig:
+    """The checked fields of an exit_head.json record; a ValueError says which one is wrong."""
+    if not _whole(record.get("version", HEAD_VERSION), 1, None):
+        raise ValueError("its version is not a whole number of at least 1")
+    target = record.get("target")
+    if target is not None and not isinstance(target, dict):
+        raise ValueError(f"its target is {_shown(target)}, not an object")
+    return HeadConfig(
+        layers=_bounded(record, "layers", 1, LAYER_LIMIT),
+        hidden_size=_bounded(record, "hidden_size", 1, HIDDEN_LIMIT),
+        mlp_size=_bounded(record, "mlp_size", 0, MLP_LIMIT, default=0),
+        weights_sha256=_sha256(record, "weights_sha256", "its weights_sha256"),
+        target_sha256=_sha256(target or {}, "weights_sha256", "its target's weights_sha256"),
+    )
+
+
+def _whole(value: Any, low: int, high: int | None) -> bool:
+    """Whether `value` is a whole number (not a bool) in low..high."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    return low <= value and (high is None or value <= high)
+
+
+def _bounded(record: Mapping[str, Any], name: str, low: int, high: int, default: int | None = None) -> int:
+    value = record.get(name)
+    if value is None and default is not None:  # older heads without an MLP wrote none
+        return default
+    if not _whole(value, low, high):
+        raise ValueError(f"its {name} is {_shown(value)}, not a whole number from {low} to {high}")
+    return value
+
+
+def _sha256(record: Mapping[str, Any], name: str, label: str) -> str | None:
+    value = record.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+        raise ValueError(f"{label} is {_shown(value)}, not a sha256 (64 hex digits)")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A wrong value, short, for an error line (a hostile file's may be long)."""
+    if isinstance(value, dict | list):
+        return "an object" if isinstance(value, dict) else "a list"
+    if value is None:
+        return "missing"
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a number of over 30 digits"
+    return text if len(text) <= 40 else text[:37] + "..."
