@@ -8,10 +8,15 @@ eval`) on the other half beside the heuristic: how often each picks the best dra
 regret. Twice: with the best drafter by speed (tokens per second, the default where sessions are
 timed), then by mean acceptance length (`--score acceptance`).
 
+With `--heldout FILE` the router trains on every library prompt and is evaluated on FILE's prompts,
+none of which the router or the heuristic was tuned on (benchmarks/data/heldout_prompts.jsonl:
+written for this, kept out of the library and the router's test prompts).
+
     python -m benchmarks.bench_learned_router                      # runs the prompts, then trains and evaluates
     python -m benchmarks.bench_learned_router --sessions DIR       # reuses DIR's sessions where it holds them
+    python -m benchmarks.bench_learned_router --heldout benchmarks/data/heldout_prompts.jsonl
 
-Greedy, 128 tokens (EOS ignored), raw prompts (no chat template), k 4, fixed policy, seed 0.
+Greedy, 128 tokens (EOS ignored), the chat template (as `specplay run`), k 4, fixed policy, seed 0.
 """
 
 from __future__ import annotations
@@ -31,12 +36,12 @@ from specplay.cli import build_parser
 from specplay.cli import main as specplay_main
 from specplay.cli.configure import given, run_config
 from specplay.config.demo import demo_model_paths
-from specplay.data.library import Prompt, library_prompts
+from specplay.data.library import Prompt, library_prompts, read_prompts
 from specplay.engine.request import Request
 from specplay.runner.session_run import run_sample
 from specplay.store import list_session_files, load_session
 
-DEFAULT_DIR = Path("sessions") / "learned-router"
+DEFAULT_DIR = Path("sessions") / "routing-bench"
 
 
 def split(prompts: list[Prompt]) -> tuple[list[Prompt], list[Prompt]]:
@@ -55,13 +60,13 @@ def run_prompts(directory: Path, prompts: list[Prompt], max_tokens: int) -> None
     _, drafters = demo_model_paths()
     argv = ["run", "--target", "demo", "--draft", f"base={drafters['base']}", "--draft", f"prose={drafters['prose']}"]
     argv += ["--draft", "lookup=prompt-lookup", "--counterfactual", "--route", "auto", "--temperature", "0"]
-    argv += ["--max-tokens", str(max_tokens), "--ignore-eos", "--raw", "--sessions-dir", str(directory)]
+    argv += ["--max-tokens", str(max_tokens), "--ignore-eos", "--sessions-dir", str(directory)]
     config = run_config(given(build_parser().parse_args([*argv, "--prompt", "-"])))
     source = open_stream(config)
     try:
         identity = source.describe()
         for i, prompt in enumerate(prompts, 1):
-            ids = tuple(source.encode(prompt.text, raw=True))
+            ids = tuple(source.encode(prompt.text, raw=False))
             request = Request(prompt.text, ids, "speculative", 0, max_tokens, ignore_eos=True)
             began = time.perf_counter()
             run_sample(
@@ -95,9 +100,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=Path, default=DEFAULT_DIR, help=f"session folder (default {DEFAULT_DIR})")
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--heldout", type=Path, help="train on the whole library, evaluate on this prompt file")
     args = parser.parse_args()
 
-    prompts = library_prompts()
+    library = library_prompts()
+    heldout = read_prompts(args.heldout) if args.heldout else []
+    names, texts = {p.name for p in library}, {p.text for p in library}
+    overlap = {p.name for p in heldout if p.name in names or p.text in texts}
+    if overlap:
+        print(f"the held-out prompts must not be library prompts: {', '.join(sorted(overlap))[:200]}")
+        return 2
+    prompts = [*library, *heldout]
     print(f"specplay learned router vs heuristic; {platform.platform()}, {platform.python_version()}")
     have = sessions_by_name(args.sessions)
     missing = [p for p in prompts if p.name not in have]
@@ -109,7 +122,7 @@ def main() -> int:
         have = sessions_by_name(args.sessions)
     else:
         print(f"reusing the {len(prompts)} sessions in {args.sessions}")
-    train, held_out = split(prompts)
+    train, held_out = (library, heldout) if heldout else split(library)
     print(f"train on {len(train)} prompts: {', '.join(p.name for p in train)}")
     print(f"evaluate on {len(held_out)} prompts: {', '.join(p.name for p in held_out)}", flush=True)
     for score, name in (([], "router.json"), (["--score", "acceptance"], "router-acceptance.json")):

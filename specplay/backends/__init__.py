@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.config.run_config import LOCAL_KINDS, ModelSpec, RunConfig
+from specplay.engine.router import fallback_for
 from specplay.engine.stream import EventStream
 
 Progress = Callable[[str, int, int], None]
@@ -20,6 +21,11 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
     GGUF files are converted first, once (`on_progress` follows it), then load like folders.
     `--route auto` asks the learned router the configuration holds, if any, else the heuristic."""
     router = config.router.router if config.router is not None else None
+    fallback = (
+        fallback_for(router, config.drafter_names, config.router.fallback_map, config.router.fallback_notes)
+        if config.router is not None
+        else None
+    )
     for model in (config.target, *config.drafters):
         if model.kind == "gguf":
             from specplay.backends.mlx.gguf import converted_folder
@@ -31,7 +37,9 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
 
         drafters = [(m.name, _drafter_spec(m)) for m in config.drafters]
         backend = load_mlx_backend(config.target.location, drafters)
-        return SpecEngine(backend, router=router, route_map=config.route_map, route_notes=config.route_notes)
+        return SpecEngine(
+            backend, router=router, route_map=config.route_map, route_notes=config.route_notes, fallback=fallback
+        )
     options = config.vllm
     local = [(m.name, m.location) for m in config.drafters if m.kind in LOCAL_KINDS]
     servers = [(m.name, m.location) for m in config.drafters if m.kind == "server"]
@@ -47,6 +55,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
             route=config.drafter_names[0],
             router=router,
             route_map=config.route_map,
+            fallback=fallback,
             auth=dict(options.logins),
         )
     from specplay.backends.vllm import connect_vllm_backend
@@ -63,7 +72,9 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         exact_correction=options.exact_correction,
         auth=dict(options.logins),
     )
-    return SpecEngine(backend, router=router, route_map=config.route_map, route_notes=config.route_notes)
+    return SpecEngine(
+        backend, router=router, route_map=config.route_map, route_notes=config.route_notes, fallback=fallback
+    )
 
 
 def _drafter_spec(model: ModelSpec) -> Any:

@@ -99,6 +99,12 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     # A base's or a model set's map names the classes of the router it was made for: a learned
     # router's classes are drafters, the heuristic's code and prose. Those of another router go.
     classes = router.drafters if router is not None else CodeProseRouter.classes
+    if router is not None:  # the heuristic's map stays, for the prompts the router is unsure of
+        router = replace(
+            router,
+            fallback_map={c: d for c, d in user_map.items() if c in CodeProseRouter.classes},
+            fallback_notes={c: n for c, n in notes.items() if c in CodeProseRouter.classes},
+        )
     user_map = {cls: drafter for cls, drafter in user_map.items() if cls in classes}
     if "route_map" in flags:  # class by class, over the set's or the base's map
         user_map |= dict(pairs(flags["route_map"], "route_map", "CLASS=NAME"))

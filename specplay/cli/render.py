@@ -14,6 +14,7 @@ from rich.text import Text
 from specplay.display.palette import SOURCE_STYLES
 from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
+from specplay.engine.router import RouteChoice
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.speedup import loss_reason, measured_speedup, round_account
 from specplay.json_text import dump_json
@@ -62,10 +63,16 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
     }
 
 
-def json_line(record: LaneRecord, baseline: LaneRecord | None = None, session: str | None = None) -> str:
+def json_line(
+    record: LaneRecord, baseline: LaneRecord | None = None, session: str | None = None, route: RouteChoice | None = None
+) -> str:
+    """`run --json`'s line: the lane, where it was saved, the target-only lane's tokens and
+    metrics, and where `--route auto` sent the request and which router chose."""
     out = to_json(record)
     if session:
         out["session"] = session
+    if route is not None:
+        out["route_choice"] = route.record()
     if baseline is not None and baseline.done is not None:
         out["baseline"] = {"token_ids": list(baseline.done.token_ids), "metrics": baseline.done.metrics}
     if (report := vllm_report(record.metrics)) is not None:

@@ -16,7 +16,7 @@ from specplay.routing.evaluate import evaluate, report
 from specplay.routing.examples import read_examples, score_kind
 from specplay.routing.router_file import load_router, write_router
 from specplay.routing.scores import SCORE_KINDS, UNITS
-from specplay.routing.train import prompt_hash, train
+from specplay.routing.train import Trained, prompt_hash, train
 
 SCORE_HELP = (
     "speed: the drafter's tokens per second of its own rounds; acceptance: its mean acceptance length "
@@ -79,8 +79,35 @@ def router_train(args: argparse.Namespace) -> int:
         f"picks the best drafter of {trained.training_accuracy:.0%} of the sessions it was fitted to "
         "(`specplay router eval` on others says how it does on prompts it has not seen)"
     )
+    print(_validation_line(trained))
+    for line in trained.warnings:
+        print(line)
     print(f"wrote {out} ({size / 1024:.0f} KB)")
     return 0
+
+
+def _validation_line(trained: Trained) -> str:
+    """What cross-validation found, and what `--route auto` will do with the router."""
+    found = trained.validation
+    if found is None:
+        return (
+            "too few sessions to hold any out, so it is untested: --route auto keeps the heuristic's choices "
+            "(train on more sessions)"
+        )
+    record, n = found.record(), len(found.held)
+    threshold = found.min_confidence
+    line = (
+        f"cross-validated ({found.folds} folds), best picks on held-out sessions: "
+        f"learned {record['learned_best_picks']}/{n}, heuristic {record['heuristic_best_picks']}/{n}"
+    )
+    if threshold <= 0:
+        return f"{line}; --route auto follows it on every prompt"
+    if threshold >= 1:
+        return f"{line}; --route auto keeps the heuristic's choices (the router never did better where sure)"
+    return (
+        f"{line}, the two together {record['with_fallback_best_picks']}/{n}: --route auto follows it where it is at "
+        f"least {threshold:.0%} sure, the heuristic elsewhere"
+    )
 
 
 def router_eval(args: argparse.Namespace) -> int:
@@ -120,7 +147,11 @@ def _seen(trained_on: Mapping[str, Any], prompts: list[str]) -> int:
 
 def _lines(result: Mapping[str, Any], name: str) -> list[str]:
     unit = result["unit"]
-    rows = (("learned", f"learned ({name})"), ("heuristic", "heuristic"))
+    rows = (
+        ("learned", f"learned ({name})"),
+        ("heuristic", "heuristic"),
+        ("with_fallback", "--route auto (learned, heuristic where unsure)"),
+    )
     width = max(24, *(len(title) + 2 for _, title in rows))
     lines = [
         f"{_sessions(result['sessions'])}; best drafter by {unit}; regret: the best drafter's {unit} minus the pick's",
@@ -136,4 +167,5 @@ def _lines(result: Mapping[str, Any], name: str) -> list[str]:
 
 def _row(title: str, picks: Mapping[str, Any], sessions: int, width: int) -> str:
     share = f"{picks['best_picks']}/{sessions} ({picks['accuracy']:.0%})"
-    return f"{title:<{width}}{share:>14}{picks['mean_regret']:>14.2f}"
+    deferred = f"   {picks['deferred']} deferred" if "deferred" in picks else ""
+    return f"{title:<{width}}{share:>14}{picks['mean_regret']:>14.2f}{deferred}"

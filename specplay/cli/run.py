@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
@@ -27,7 +28,8 @@ from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE
 from specplay.errors import ConfigError
 from specplay.runner.session_run import SampleRun, run_sample
-from specplay.store import find_session, load_session
+from specplay.store import SessionError, find_session, load_session
+from specplay.store.location import ENV_VAR
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -69,7 +71,27 @@ def configure(args: argparse.Namespace) -> RunConfig:
     check(config)
     if args.samples < 1:
         raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
+    if args.save and (blocker := not_a_folder(config.sessions_dir)) is not None:
+        raise SessionError(  # now, before the models load; the writer would say only "File exists"
+            f"cannot save sessions in {config.sessions_dir}: {blocker} is {_what(blocker)}, not a folder; "
+            f"choose another folder with --sessions-dir or ${ENV_VAR}"
+        )
     return config
+
+
+def not_a_folder(directory: Path) -> Path | None:
+    """The part of `directory` that stands where a folder must be and is not one (a file, a
+    broken link), or None where the folder exists or can be made."""
+    for part in (directory, *directory.parents):
+        if part.is_dir():
+            return None
+        if part.exists() or part.is_symlink():
+            return part
+    return None
+
+
+def _what(path: Path) -> str:
+    return "a link to nothing" if path.is_symlink() and not path.exists() else "a file"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,13 +117,15 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
         token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
         console = make_console()
         caps = source.capabilities
+        routed = spec.mode != "target" and config.settings.route == AUTO_ROUTE
+        choice = source.route_choice(spec.prompt) if routed else None
         if not args.json:
             if spec.mode == "speculative":
                 console.print(legend(marks=colourless(console)), style="dim")
             if not caps.live_controls and caps.fixed_by:
                 console.print(caps.fixed_by, style="dim")
-            if spec.mode != "target" and config.settings.route == AUTO_ROUTE:
-                console.print(source.route_choice(spec.prompt).describe(), style="dim")
+            if choice is not None:
+                console.print(choice.describe(), style="dim")
         for seed in range(spec.seed, spec.seed + args.samples):
             request = Request(
                 prompt=spec.prompt,
@@ -126,7 +150,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
             )
             if args.json:
                 session = str(result.session) if result.session else None
-                print(json_line(result.main, result.baseline, session), flush=True)
+                print(json_line(result.main, result.baseline, session, choice), flush=True)
             else:
                 _finish(console, result, caps.wall_time_is_speed, caps.server_judges)
             if result.cancelled:

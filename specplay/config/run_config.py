@@ -101,6 +101,10 @@ class RouterSpec:
     drafters: tuple[str, ...]
     """The drafters it was trained for: its classes."""
     router: Router = field(compare=False, repr=False)
+    fallback_map: Mapping[str, str] = field(default_factory=dict)
+    """Where the router is unsure the heuristic chooses: this is its route map (the model set's or
+    the base's, over the heuristic's classes), and `fallback_notes` say why, where they do."""
+    fallback_notes: Mapping[str, str] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         """What a session records of it."""

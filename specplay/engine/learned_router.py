@@ -149,6 +149,9 @@ class LearnedRouter:
     """How route choices name it (its file: "the learned router r.json")."""
     trained_on: Mapping[str, Any] = field(default_factory=dict)
     """What it was fitted to (sessions, labels...), as its file records it."""
+    min_confidence: float = 0.0
+    """Below this probability of its class, the heuristic chooses (engine/router.py's Fallback):
+    the threshold cross-validation chose at training (routing/train.py); 0: it always chooses."""
 
     def probabilities(self, prompt: str) -> np.ndarray:
         """Each class's probability for `prompt`, in `classes` order."""
@@ -158,6 +161,9 @@ class LearnedRouter:
 
     def classify(self, prompt: str) -> str:
         return self.classes[int(np.argmax(self.probabilities(prompt)))]
+
+    def confidence(self, prompt: str) -> float:
+        return float(self.probabilities(prompt).max())
 
 
 @dataclass(frozen=True, slots=True)

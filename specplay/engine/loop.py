@@ -37,7 +37,15 @@ from specplay.engine.metrics import Metrics
 from specplay.engine.policies import RoundTimes, make_policy
 from specplay.engine.request import Request
 from specplay.engine.round_router import RoundObservation, RoundRouter, kept_of_proposal
-from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
+from specplay.engine.router import (
+    CodeProseRouter,
+    Fallback,
+    RouteChoice,
+    Router,
+    resolve_route,
+    route_choice,
+    route_map_for,
+)
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.stream import Clock
 from specplay.errors import ConfigError, ModelError
@@ -67,6 +75,7 @@ class SpecEngine:
         route_map: Mapping[str, str] | None = None,
         clock: Clock = time.perf_counter,
         route_notes: Mapping[str, str] | None = None,
+        fallback: Fallback | None = None,
     ) -> None:
         self.backend = backend
         self.capabilities = backend.capabilities
@@ -77,10 +86,14 @@ class SpecEngine:
         """The classes the run's configuration mapped; the others go by `route_map_for`'s default."""
         self.route_notes = dict(route_notes or {})
         """Why the map sends a class where it does, where the configuration says."""
+        self.fallback = fallback
+        """Who chooses where a learned router is unsure (the heuristic and its map)."""
         self.clock = clock
 
     def route_choice(self, prompt: str) -> RouteChoice:
-        return route_choice(self.router, self.route_map, self.named_routes, prompt, self.route_notes)
+        return route_choice(
+            self.router, self.route_map, self.named_routes, prompt, notes=self.route_notes, fallback=self.fallback
+        )
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self.backend.encode(prompt, raw)

@@ -3,13 +3,15 @@
 A `Router` labels a prompt with a class ("code", "prose"...); a route map sends each class to
 a drafter. A pinned route (a drafter's name) bypasses the router. Anything with `classes` and
 `classify` (and a `label` for route choices) can replace the heuristic here: the learned router
-(learned_router.py) does.
+(learned_router.py) does. A learned router says how sure it is of each prompt; below the
+confidence its training validated, the heuristic decides instead (a `Fallback`), and the route
+choice says which of them chose.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from specplay.engine.settings import NONE_ROUTE, RESERVED_ROUTES, ROUTE_SETTINGS
@@ -20,8 +22,14 @@ class Router(Protocol):
     classes: tuple[str, ...]
     label: str | None
     """How a route choice names a trained router ("the learned router r.json"); None: the heuristic."""
+    min_confidence: float
+    """Below this confidence the router defers to a fallback, where there is one."""
 
     def classify(self, prompt: str) -> str: ...
+
+    def confidence(self, prompt: str) -> float | None:
+        """The probability it gives its class for `prompt`; None: a rule's answer, not an estimate."""
+        ...
 
 
 # Characters far denser in source code than in prose. bytes.translate deletes them all in one C
@@ -59,6 +67,7 @@ class CodeProseRouter:
 
     classes = ("code", "prose")
     label: str | None = None
+    min_confidence = 0.0
 
     def __init__(
         self, threshold: float = 0.17, indent_weight: float = 0.5, word_weight: float = 0.1, prose_weight: float = 1.2
@@ -82,6 +91,9 @@ class CodeProseRouter:
     def classify(self, prompt: str) -> str:
         return "code" if self.score(prompt) >= self.threshold else "prose"
 
+    def confidence(self, prompt: str) -> float | None:
+        return None
+
 
 def default_route_map(classes: Sequence[str], drafters: Sequence[str]) -> dict[str, str]:
     """Each class to the drafter of the same name if there is one, else to the first drafter."""
@@ -101,11 +113,44 @@ class RouteChoice:
     it has one), or the first-drafter default."""
     learned: bool = False
     """A trained router's choice: its classes are drafters, not kinds of prompt."""
+    confidence: float | None = None
+    """The learned router's probability of its class, where one was asked."""
+    deferred: str | None = None
+    """Why a learned router let the heuristic choose ("the learned router r.json is 41% sure, below its 60%")."""
+
+    @property
+    def chosen_by(self) -> str:
+        """ "learned" or "heuristic": which router made the choice."""
+        return "learned" if self.learned else "heuristic"
 
     def describe(self) -> str:
         if self.learned:
-            return f"auto: {self.drafter} ({self.why})"
+            sure = f", {self.confidence:.0%} sure" if self.confidence is not None else ""
+            return f"auto: {self.drafter} ({self.why}{sure})"
+        if self.deferred:
+            return f"auto: {self.prompt_class} prompt → {self.drafter} (the heuristic, as {self.deferred}; {self.why})"
         return f"auto: {self.prompt_class} prompt → {self.drafter} ({self.why})"
+
+    def record(self) -> dict[str, object]:
+        """What `run --json` reports of the choice."""
+        return {
+            "drafter": self.drafter,
+            "class": self.prompt_class,
+            "chosen_by": self.chosen_by,
+            "confidence": self.confidence,
+            "why": self.describe(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """Who decides where a learned router is unsure: the heuristic, through its own route map
+    (the model set's, say prose → none), resolved by `route_map_for`."""
+
+    router: Router
+    route_map: Mapping[str, str]
+    named: Mapping[str, str]
+    notes: Mapping[str, str]
 
 
 def route_choice(
@@ -114,16 +159,24 @@ def route_choice(
     named: Mapping[str, str],
     prompt: str,
     notes: Mapping[str, str] | None = None,
+    fallback: Fallback | None = None,
 ) -> RouteChoice:
     """The router's class for `prompt` and the drafter `route_map` (resolved: `route_map_for`)
     sends it to, with the reason; `named`: the classes the user or the model set mapped; `notes`:
-    why the map sends a class where it does, where it says ("exit measured 0.34× here")."""
+    why the map sends a class where it does, where it says ("exit measured 0.34× here");
+    `fallback`: who chooses where the router is less sure than its `min_confidence`."""
+    confidence = router.confidence(prompt)
+    if fallback is not None and confidence is not None and confidence < router.min_confidence:
+        choice = route_choice(fallback.router, fallback.route_map, fallback.named, prompt, fallback.notes)
+        unsure = f"{router.label} is {confidence:.0%} sure, below its {router.min_confidence:.0%}"
+        return replace(choice, confidence=confidence, deferred=unsure)
     prompt_class = router.classify(prompt)
     drafter = route_map[prompt_class]
     note = (notes or {}).get(prompt_class)
     if router.label is not None:
         why = router.label if prompt_class not in named else f"{router.label}'s {prompt_class}, then the route map"
-        return RouteChoice(prompt_class, drafter, f"{why}: {note}" if note else why, learned=True)
+        why = f"{why}: {note}" if note else why
+        return RouteChoice(prompt_class, drafter, why, learned=True, confidence=confidence)
     if prompt_class in named:
         why = f"the route map: {note}" if note else "the route map"
     elif drafter == prompt_class:
@@ -131,6 +184,17 @@ def route_choice(
     else:
         why = f"the first drafter: none is named {prompt_class}, and no --route-map {prompt_class}=NAME"
     return RouteChoice(prompt_class, drafter, why)
+
+
+def fallback_for(
+    router: Router | None, drafters: Sequence[str], route_map: Mapping[str, str], notes: Mapping[str, str]
+) -> Fallback | None:
+    """The heuristic behind a trained router (None for the heuristic itself), with its route map
+    (`route_map`: the classes the configuration named) and the map's notes."""
+    if router is None or router.label is None or not drafters:
+        return None
+    heuristic = CodeProseRouter()
+    return Fallback(heuristic, route_map_for(heuristic, drafters, route_map), dict(route_map), dict(notes))
 
 
 def check_route_map(route_map: Mapping[str, str], classes: Sequence[str], drafters: Sequence[str]) -> None:

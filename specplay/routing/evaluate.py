@@ -1,5 +1,7 @@
 """A learned router against the heuristic on held-out sessions: for each, the drafter each router
-picks against the session's best (scores.py), and the regret of each pick."""
+picks against the session's best (scores.py), and the regret of each pick. Beside them, what
+`--route auto` does with the learned router: its pick where it is at least `min_confidence` sure,
+the heuristic's elsewhere ("with fallback")."""
 
 from __future__ import annotations
 
@@ -25,6 +27,13 @@ class Case:
     heuristic: str
     learned_regret: float
     heuristic_regret: float
+    confidence: float | None
+    """The learned router's probability of its pick."""
+    with_fallback: str
+    """`--route auto`'s pick: the learned one, or the heuristic's where the router is unsure."""
+    with_fallback_regret: float
+    deferred: bool
+    """Whether the router was unsure, so the heuristic chose."""
 
 
 def heuristic_pick(one: Example, heuristic: Router) -> str:
@@ -47,6 +56,9 @@ def evaluate(examples: Sequence[Example], router: Router, kind: ScoreKind) -> li
             raise ConfigError("router", f"routes between {', '.join(router.classes)}, not {', '.join(one.drafters)}")
         learned = router.classify(one.prompt)
         plain = heuristic_pick(one, heuristic)
+        confidence = router.confidence(one.prompt)
+        deferred = confidence is not None and confidence < router.min_confidence
+        chosen = plain if deferred else learned
         cases.append(
             Case(
                 session=one.path.name,
@@ -57,25 +69,34 @@ def evaluate(examples: Sequence[Example], router: Router, kind: ScoreKind) -> li
                 heuristic=plain,
                 learned_regret=one.scores.regret(kind, learned),
                 heuristic_regret=one.scores.regret(kind, plain),
+                confidence=confidence,
+                with_fallback=chosen,
+                with_fallback_regret=one.scores.regret(kind, chosen),
+                deferred=deferred,
             )
         )
     return cases
 
 
+PICKERS = ("learned", "heuristic", "with_fallback")
+"""The picks a report compares: the learned router's, the heuristic's, and `--route auto`'s."""
+
+
 def summary(cases: Sequence[Case]) -> dict[str, Any]:
-    """Each router's share of best picks and mean regret over `cases`."""
+    """Each picker's share of best picks and mean regret over `cases`."""
     n = len(cases)
+
+    def scored(picks: Sequence[str], regrets: Sequence[float]) -> dict[str, Any]:
+        best = sum(pick in c.best for pick, c in zip(picks, cases, strict=True))
+        return {"best_picks": best, "accuracy": best / n, "mean_regret": sum(regrets) / n}
+
     return {
         "sessions": n,
-        "learned": {
-            "best_picks": sum(c.learned in c.best for c in cases),
-            "accuracy": sum(c.learned in c.best for c in cases) / n,
-            "mean_regret": sum(c.learned_regret for c in cases) / n,
-        },
-        "heuristic": {
-            "best_picks": sum(c.heuristic in c.best for c in cases),
-            "accuracy": sum(c.heuristic in c.best for c in cases) / n,
-            "mean_regret": sum(c.heuristic_regret for c in cases) / n,
+        "learned": scored([c.learned for c in cases], [c.learned_regret for c in cases]),
+        "heuristic": scored([c.heuristic for c in cases], [c.heuristic_regret for c in cases]),
+        "with_fallback": {
+            **scored([c.with_fallback for c in cases], [c.with_fallback_regret for c in cases]),
+            "deferred": sum(c.deferred for c in cases),
         },
     }
 

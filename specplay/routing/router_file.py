@@ -5,7 +5,9 @@
      "drafters": [...],                       the classes, in order
      "features": {"ngram_min", "ngram_max", "buckets", "sample_chars", "dense": [...]},
      "idf", "weights", "bias": {"dtype": "float32", "shape": [...], "base64": ...},
-     "trained_on": {"sessions", "score", "unit", "labels", "ties", "l2", "iterations", "prompt_sha256"}}
+     "min_confidence": 0.6,                   below it the heuristic chooses (absent in older files: 0)
+     "trained_on": {"sessions", "score", "unit", "labels", "ties", "l2", "iterations", "prompt_sha256",
+                    "cross_validation"}}
 
 Arrays are little-endian float32 in base64: 4096 buckets and three drafters take about 90 KB, and a
 router read back classifies exactly as the one written (fit_router keeps its arrays in float32).
@@ -52,6 +54,7 @@ def router_record(router: LearnedRouter, trained_on: Mapping[str, Any]) -> dict[
         "idf": _array_record(router.idf),
         "weights": _array_record(router.weights),
         "bias": _array_record(router.bias),
+        "min_confidence": router.min_confidence,
         "trained_on": dict(trained_on),
     }
 
@@ -124,6 +127,9 @@ def _router(record: Mapping[str, Any], label: str) -> LearnedRouter:
     weights = _array(record["weights"], "weights", (settings.width, classes))
     bias = _array(record["bias"], "bias", (classes,))
     about = record.get("trained_on")
+    min_confidence = record.get("min_confidence", 0.0)
+    if not isinstance(min_confidence, int | float) or isinstance(min_confidence, bool) or not 0 <= min_confidence <= 1:
+        raise ValueError("its min_confidence is not a number from 0 to 1")
     return LearnedRouter(
         classes=tuple(drafters),
         settings=settings,
@@ -132,6 +138,7 @@ def _router(record: Mapping[str, Any], label: str) -> LearnedRouter:
         bias=bias,
         label=label,
         trained_on=about if isinstance(about, dict) else {},
+        min_confidence=float(min_confidence),
     )
 
 

@@ -1,23 +1,79 @@
 """Training a learned router on scored sessions: each session's prompt, labelled with its best
-drafter (scores.py; a tie shares the label evenly), fitted by engine/learned_router.py."""
+drafter (scores.py; a tie shares the label evenly), fitted by engine/learned_router.py.
+
+Before the router is fitted to every session, it is cross-validated: the sessions are dealt into
+folds (by turns within each best drafter, in a fixed order), and a router fitted to the other
+folds picks for each held-out session. Those picks, beside the heuristic's, choose the router's
+`min_confidence`: the threshold (from a coarse grid, so that 20 sessions cannot overfit it) below
+which `--route auto` lets the heuristic choose, the one under which the two together picked the
+best drafter most often out of fold. With too few sessions to hold any out, the router defers on
+every prompt: a router nobody could test does not choose.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from specplay.engine.learned_router import FeatureSettings, FitSettings, LearnedRouter, fit_router
+from specplay.engine.router import CodeProseRouter
+from specplay.routing.evaluate import heuristic_pick
 from specplay.routing.examples import Example
 from specplay.routing.scores import UNITS, ScoreKind
 
 PROMPT_HASHES_KEPT = 2000
 """Training prompts whose hashes the router file keeps, so eval can tell held-out sessions from
 trained ones (16 hex digits each: 34 KB at most)."""
+
+
+FOLDS = 5
+MIN_SESSIONS = 20
+"""Fewer sessions than this are said to be too few to learn from."""
+ONE_SIDED = 0.9
+"""A drafter best in this share of the sessions makes the training data one-sided."""
+CONFIDENCE_GRID = (0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+"""The thresholds cross-validation chooses `min_confidence` from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One session held out of a fold: the picks made for it."""
+
+    confidence: float
+    learned_best: bool
+    heuristic_best: bool
+    learned_regret: float
+    heuristic_regret: float
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    folds: int
+    held: tuple[Held, ...]
+    min_confidence: float
+
+    def best_picks(self, threshold: float) -> int:
+        """Best picks out of fold of the router deferring below `threshold` to the heuristic."""
+        return sum(h.learned_best if h.confidence >= threshold else h.heuristic_best for h in self.held)
+
+    def record(self) -> dict[str, Any]:
+        """What the router file keeps of it (`trained_on.cross_validation`)."""
+        n = len(self.held)
+        deferred = sum(h.confidence < self.min_confidence for h in self.held)
+        return {
+            "folds": self.folds,
+            "sessions": n,
+            "learned_best_picks": self.best_picks(0.0),
+            "heuristic_best_picks": sum(h.heuristic_best for h in self.held),
+            "with_fallback_best_picks": self.best_picks(self.min_confidence),
+            "deferred": deferred,
+            "min_confidence": self.min_confidence,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +83,10 @@ class Trained:
     """What the router file records of its training."""
     training_accuracy: float
     """Share of the training sessions whose best drafter it picks (not a measure of how it generalises)."""
+    validation: Validation | None
+    """Out-of-fold picks; None where there were too few sessions to hold any out."""
+    warnings: tuple[str, ...] = ()
+    """Why the training data may not be enough (too few sessions, one-sided labels), one line each."""
 
 
 def prompt_hash(prompt: str) -> str:
@@ -43,6 +103,85 @@ def label_targets(examples: Sequence[Example], classes: Sequence[str], kind: Sco
     return targets
 
 
+def folds_of(examples: Sequence[Example], kind: ScoreKind, folds: int) -> list[int]:
+    """Each session's fold: dealt by turns within each best drafter (ties by their first), the
+    sessions in the order of their prompts' hashes, so every fold sees every label it can."""
+    order = sorted(
+        range(len(examples)), key=lambda i: (examples[i].scores.best(kind)[0], prompt_hash(examples[i].prompt))
+    )
+    fold = [0] * len(examples)
+    for turn, i in enumerate(order):
+        fold[i] = turn % folds
+    return fold
+
+
+def cross_validate(
+    examples: Sequence[Example], kind: ScoreKind, settings: FeatureSettings, fit: FitSettings
+) -> Validation | None:
+    """Out-of-fold picks of routers fitted to the other folds, and the `min_confidence` they
+    support; None with fewer than FOLDS sessions."""
+    if len(examples) < FOLDS:
+        return None
+    classes = list(examples[0].drafters)
+    fold = folds_of(examples, kind, FOLDS)
+    heuristic = CodeProseRouter()
+    held: list[Held | None] = [None] * len(examples)
+    for k in range(FOLDS):
+        fitted = [one for one, f in zip(examples, fold, strict=True) if f != k]
+        targets = label_targets(fitted, classes, kind)
+        router = fit_router([one.prompt for one in fitted], targets, classes, settings, fit)
+        for i, one in enumerate(examples):
+            if fold[i] != k:
+                continue
+            learned, plain = router.classify(one.prompt), heuristic_pick(one, heuristic)
+            best = one.scores.best(kind)
+            held[i] = Held(
+                confidence=router.confidence(one.prompt),
+                learned_best=learned in best,
+                heuristic_best=plain in best,
+                learned_regret=one.scores.regret(kind, learned),
+                heuristic_regret=one.scores.regret(kind, plain),
+            )
+    in_order = tuple(h for h in held if h is not None)  # every session is in one fold
+    return Validation(FOLDS, in_order, choose_min_confidence(in_order))
+
+
+def choose_min_confidence(held: Sequence[Held]) -> float:
+    """The threshold of CONFIDENCE_GRID under which deferring to the heuristic picked the best
+    drafter most often out of fold; then the least regret; a tie goes to the higher threshold
+    (the heuristic is the known quantity)."""
+
+    def outcome(threshold: float) -> tuple[int, float, float]:
+        sure = [h.confidence >= threshold for h in held]
+        best = sum(h.learned_best if s else h.heuristic_best for h, s in zip(held, sure, strict=True))
+        regret = sum(h.learned_regret if s else h.heuristic_regret for h, s in zip(held, sure, strict=True))
+        return best, -regret, threshold
+
+    return max(CONFIDENCE_GRID, key=outcome)
+
+
+def data_warnings(examples: Sequence[Example], kind: ScoreKind) -> list[str]:
+    """One line for each way the sessions are too thin to learn from."""
+    n = len(examples)
+    lines = []
+    if n < MIN_SESSIONS:
+        lines.append(
+            f"warning: {n} session{'s' if n != 1 else ''} are too few to learn from; train on {MIN_SESSIONS} or more, "
+            "prompts of every kind you run (code, prose, mixed, editing)"
+        )
+    singles = Counter(best[0] for one in examples if len(best := one.scores.best(kind)) == 1)
+    top, count = singles.most_common(1)[0] if singles else ("", 0)
+    if count >= ONE_SIDED * n and n > 1:
+        lines.append(
+            f"warning: one-sided: {top} is the best drafter in {count} of {n} sessions, so the router learns little "
+            f"but to pick {top}; add sessions of prompts where another drafter wins"
+        )
+    never = [name for name in examples[0].drafters if not any(name in one.scores.best(kind) for one in examples)]
+    if never and count < ONE_SIDED * n:
+        lines.append(f"warning: {', '.join(never)} is never the best drafter here: the router will not pick it")
+    return lines
+
+
 def train(
     examples: Sequence[Example],
     kind: ScoreKind,
@@ -50,12 +189,14 @@ def train(
     fit: FitSettings | None = None,
 ) -> Trained:
     """A router fitted to `examples`' best drafters by `kind` (default feature and fit settings:
-    learned_router.py's)."""
+    learned_router.py's), its `min_confidence` chosen by cross-validation (module docstring)."""
     settings = settings or FeatureSettings()
     fit = fit or FitSettings()
     classes = list(examples[0].drafters)
     prompts = [one.prompt for one in examples]
+    validation = cross_validate(examples, kind, settings, fit)
     router = fit_router(prompts, label_targets(examples, classes, kind), classes, settings, fit)
+    router = replace(router, min_confidence=validation.min_confidence if validation else 1.0)
     labels: Counter[str] = Counter({name: 0 for name in classes})
     ties = 0
     correct = 0
@@ -75,5 +216,12 @@ def train(
         "l2": fit.l2,
         "iterations": fit.iterations,
         "prompt_sha256": sorted({prompt_hash(p) for p in prompts})[:PROMPT_HASHES_KEPT],
+        "cross_validation": validation.record() if validation else None,
     }
-    return Trained(router=router, trained_on=trained_on, training_accuracy=correct / len(examples))
+    return Trained(
+        router=router,
+        trained_on=trained_on,
+        training_accuracy=correct / len(examples),
+        validation=validation,
+        warnings=tuple(data_warnings(examples, kind)),
+    )

@@ -73,6 +73,12 @@ def test_train_then_eval_on_real_counterfactual_sessions(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "trained on 4 sessions of drafters base, lookup, prose"
     assert "skipped 1 session without counterfactual routes" in lines
+    # Four sessions cannot be held out in folds: the router is untested, so auto keeps the heuristic.
+    assert (
+        "too few sessions to hold any out, so it is untested: --route auto keeps the heuristic's choices "
+        "(train on more sessions)"
+    ) in lines
+    assert any(line.startswith("warning: 4 sessions are too few to learn from") for line in lines)
     saved = [load_session(p) for p in list_session_files(sessions)]
     scores = {s.prompt: session_scores(s.main.rounds) for s in saved}
     assert every(v is not None and v.timed for v in scores.values())
@@ -103,6 +109,10 @@ def test_train_then_eval_on_real_counterfactual_sessions(
         assert case["best"] == session_score.best("speed")  # type: ignore[union-attr]
         assert case["learned_regret"] == pytest.approx(session_score.regret("speed", case["learned"]))  # type: ignore[union-attr]
     assert report["learned"]["best_picks"] == sum(c["learned"] in c["best"] for c in report["cases"])
+    # min_confidence 1: what `--route auto` picks is the heuristic's, every time, and said so.
+    assert router.min_confidence == 1.0 and report["with_fallback"]["deferred"] == 4
+    assert [c["with_fallback"] for c in report["cases"]] == [c["heuristic"] for c in report["cases"]]
+    assert report["with_fallback"]["best_picks"] == report["heuristic"]["best_picks"]
     mean = sum(c["heuristic_regret"] for c in report["cases"]) / 4
     assert report["heuristic"]["mean_regret"] == pytest.approx(mean)
 
@@ -122,6 +132,8 @@ def test_route_auto_asks_the_router_given(tmp_path: Path, capsys: pytest.Capture
     assert main(["run", *common, "--route", "auto", "--router", str(path), *saving]) == 0
     run = json.loads(capsys.readouterr().out)
     assert run["route"] == "lookup"
+    assert run["route_choice"]["chosen_by"] == "learned" and run["route_choice"]["drafter"] == "lookup"
+    assert run["route_choice"]["confidence"] == pytest.approx(load_router(path)[0].confidence(STORY))
     header = load_session(Path(run["session"])).header
     router_record = header["request"]["router"]
     assert router_record["file"] == "r.json" and router_record["drafters"] == ["base", "lookup", "prose"]
@@ -168,3 +180,26 @@ def test_no_session_to_learn_from_is_one_line(tmp_path: Path, capsys: pytest.Cap
     assert "without counterfactual routes" in err and not (tmp_path / "r.json").exists()
     err = _error(capsys, ["router", "train", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r.json")])
     assert "is neither a session file nor a folder of sessions" in err
+
+
+def test_an_unsure_router_lets_the_heuristic_choose_and_run_says_which(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same router with a threshold above its confidence: the heuristic sends the story to
+    prose, and `run` says the learned router was unsure, in text and in JSON."""
+    path = _synthetic_router(tmp_path / "r.json", ["base", "lookup", "prose"], story_to="lookup")
+    record = json.loads(path.read_text())
+    sure = load_router(path)[0].confidence(STORY)
+    record["min_confidence"] = 1.0
+    path.write_text(json.dumps(record))
+    common = [*_models(), "--max-tokens", "2", "--raw", "--prompt", STORY, "--no-baseline", "--router", str(path)]
+    capsys.readouterr()
+    assert main(["run", *common, "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["route"] == "prose" and run["route_choice"]["chosen_by"] == "heuristic"
+    assert main(["run", *common]) == 0
+    said = capsys.readouterr().out
+    assert (
+        f"auto: prose prompt → prose (the heuristic, as the learned router r.json is {sure:.0%} sure, below its "
+        "100%; the drafter named prose)"
+    ) in said

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import subprocess
@@ -20,7 +21,7 @@ from specplay.engine.learned_router import (
     ngram_counts,
     softmax,
 )
-from specplay.engine.router import CodeProseRouter, route_choice, route_map_for
+from specplay.engine.router import CodeProseRouter, fallback_for, route_choice, route_map_for
 from tests.support.checks import every
 
 VOCABULARY = {
@@ -142,9 +143,38 @@ def test_a_learned_route_choice_says_the_learned_router_chose(router: LearnedRou
     choice = route_choice(router, route_map_for(router, drafters, None), {}, prompt)
     assert (choice.prompt_class, choice.drafter) == ("prose", "prose")
     assert choice.learned and choice.why == "the learned router"
-    assert choice.describe() == "auto: prose (the learned router)"
+    sure = router.confidence(prompt)
+    assert sure == pytest.approx(float(router.probabilities(prompt).max())) and sure > 0.5
+    assert choice.confidence == sure and choice.chosen_by == "learned"
+    assert choice.describe() == f"auto: prose (the learned router, {sure:.0%} sure)"
     mapped = route_choice(router, route_map_for(router, drafters, {"prose": "base"}), {"prose": "base"}, prompt)
     assert mapped.drafter == "base" and mapped.why == "the learned router's prose, then the route map"
     heuristic = CodeProseRouter()  # the heuristic's choices read as they always have
     plain = route_choice(heuristic, route_map_for(heuristic, ("base", "prose"), None), {}, prompt)
     assert plain.describe() == "auto: prose prompt → prose (the drafter named prose)" and not plain.learned
+
+
+def test_where_the_learned_router_is_unsure_the_heuristic_chooses_and_says_so(router: LearnedRouter) -> None:
+    """Below its min_confidence the heuristic decides, through its own map (here code → lookup,
+    prose → none, a model set's map), and the choice names both and the confidence."""
+    drafters = ("base", "prose", "lookup")
+    sure_prompt, unsure_prompt = "the river in the morning, quietly", "a b c d e f g"
+    sure, unsure = router.confidence(sure_prompt), router.confidence(unsure_prompt)
+    assert unsure < 0.6 < sure  # a prompt of none of its words: the classes are close to even
+    guarded = dataclasses.replace(router, min_confidence=0.6)
+    fallback = fallback_for(guarded, drafters, {"code": "lookup", "prose": "none"}, {"prose": "exit measured 0.3×"})
+    assert fallback is not None
+    route_map = route_map_for(guarded, drafters, None)
+    choice = route_choice(guarded, route_map, {}, unsure_prompt, fallback=fallback)
+    assert (choice.prompt_class, choice.drafter, choice.chosen_by) == ("prose", "none", "heuristic")
+    assert choice.confidence == unsure
+    assert choice.describe() == (
+        f"auto: prose prompt → none (the heuristic, as the learned router is {unsure:.0%} sure, below its 60%; "
+        "the route map: exit measured 0.3×)"
+    )
+    assert choice.record()["chosen_by"] == "heuristic"
+    kept = route_choice(guarded, route_map, {}, sure_prompt, fallback=fallback)
+    assert (kept.drafter, kept.chosen_by) == ("prose", "learned")
+    # The threshold 0 (a file from before thresholds) never defers; the heuristic itself has no fallback.
+    assert route_choice(router, route_map, {}, unsure_prompt, fallback=fallback).chosen_by == "learned"
+    assert fallback_for(CodeProseRouter(), drafters, {}, {}) is None

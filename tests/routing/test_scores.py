@@ -120,9 +120,13 @@ class _Fixed:
 
     classes = ("base", "lookup", "prose")
     label = "a fixed router"
+    min_confidence = 0.0
 
     def __init__(self, pick: str) -> None:
         self.pick = pick
 
     def classify(self, prompt: str) -> str:
         return self.pick
+
+    def confidence(self, prompt: str) -> float | None:
+        return None

@@ -53,7 +53,15 @@ from specplay.engine.events import (
 from specplay.engine.loop import check_context
 from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
-from specplay.engine.router import CodeProseRouter, RouteChoice, Router, resolve_route, route_choice, route_map_for
+from specplay.engine.router import (
+    CodeProseRouter,
+    Fallback,
+    RouteChoice,
+    Router,
+    resolve_route,
+    route_choice,
+    route_map_for,
+)
 from specplay.engine.settings import K_LIMIT, SpecSettings
 from specplay.engine.stream import Clock
 from specplay.errors import ConfigError
@@ -148,6 +156,7 @@ class NativeStream:
         router: Router | None = None,
         route_map: Mapping[str, str] | None = None,
         clock: Clock = time.perf_counter,
+        fallback: Fallback | None = None,
     ) -> None:
         self.servers, self.baseline = servers, baseline
         self.drafters = tuple(servers)
@@ -156,13 +165,14 @@ class NativeStream:
         self.route_map = route_map_for(self.router, self.drafters, route_map)
         self.named_routes = dict(route_map or {})
         """The classes the run's configuration mapped; the others go by `route_map_for`'s default."""
+        self.fallback = fallback
         self.clock = clock
         first = next(iter(servers.values()))
         self.tokenizer = RemoteTokenizer(first.client, first.model)
         self._encoder = VllmBackend(RemoteModel(first.client, first.model), remote={}, local={})
 
     def route_choice(self, prompt: str) -> RouteChoice:
-        return route_choice(self.router, self.route_map, self.named_routes, prompt)
+        return route_choice(self.router, self.route_map, self.named_routes, prompt, fallback=self.fallback)
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self._encoder.encode(prompt, raw)
@@ -383,6 +393,7 @@ def connect_native(
     route_map: Mapping[str, str] | None = None,
     auth: Mapping[str, tuple[str, str]] | None = None,
     router: Router | None = None,
+    fallback: Fallback | None = None,
 ) -> NativeStream:
     """Connect to a speculating server (routed to as `route`), to `more` (name, URL) speculating
     servers of the same target, and, when given, to a plain server of it; all must tokenize alike.
@@ -408,4 +419,4 @@ def connect_native(
             ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
         check_same_tokens(ids)
         opened.pop_all()  # connected: the source closes them
-    return NativeStream(servers, baseline, router=router, route_map=route_map)
+    return NativeStream(servers, baseline, router=router, route_map=route_map, fallback=fallback)
