@@ -10,7 +10,9 @@ timed), then by mean acceptance length (`--score acceptance`).
 
 With `--heldout FILE` the router trains on every library prompt and is evaluated on FILE's prompts,
 none of which the router or the heuristic was tuned on (benchmarks/data/heldout_prompts.jsonl:
-written for this, kept out of the library and the router's test prompts).
+written for this, kept out of the library and the router's test prompts). The held-out prompts run
+twice, A and B: both routers are evaluated on each, and the A/A control is how often run A's best
+drafter is run B's best too, the most any router can agree with labels that noisy.
 
     python -m benchmarks.bench_learned_router                      # runs the prompts, then trains and evaluates
     python -m benchmarks.bench_learned_router --sessions DIR       # reuses DIR's sessions where it holds them
@@ -38,6 +40,8 @@ from specplay.cli.configure import given, run_config
 from specplay.config.demo import demo_model_paths
 from specplay.data.library import Prompt, library_prompts, read_prompts
 from specplay.engine.request import Request
+from specplay.routing.examples import read_examples
+from specplay.routing.scores import SCORE_KINDS, UNITS
 from specplay.runner.session_run import run_sample
 from specplay.store import list_session_files, load_session
 
@@ -112,16 +116,8 @@ def main() -> int:
         return 2
     prompts = [*library, *heldout]
     print(f"specplay learned router vs heuristic; {platform.platform()}, {platform.python_version()}")
-    have = sessions_by_name(args.sessions)
-    missing = [p for p in prompts if p.name not in have]
-    if missing:
-        print(
-            f"running {len(missing)} prompts into {args.sessions} (reusing {len(prompts) - len(missing)})", flush=True
-        )
-        run_prompts(args.sessions, missing, args.max_tokens)
-        have = sessions_by_name(args.sessions)
-    else:
-        print(f"reusing the {len(prompts)} sessions in {args.sessions}")
+    have = ensure_sessions(args.sessions, prompts, args.max_tokens)
+    again = ensure_sessions(args.sessions / "again", heldout, args.max_tokens) if heldout else {}
     train, held_out = (library, heldout) if heldout else split(library)
     print(f"train on {len(train)} prompts: {', '.join(p.name for p in train)}")
     print(f"evaluate on {len(held_out)} prompts: {', '.join(p.name for p in held_out)}", flush=True)
@@ -131,11 +127,35 @@ def main() -> int:
         code = specplay_main(["router", "train", *(str(have[p.name]) for p in train), "--out", str(router), *score])
         if code:
             return code
-        print(f"\n$ specplay router eval HELD_OUT_SESSIONS --router {router}", flush=True)
-        code = specplay_main(["router", "eval", *(str(have[p.name]) for p in held_out), "--router", str(router)])
-        if code:
-            return code
+        for runs, sessions in (("", have), (" (run B)", again)):
+            if not sessions:
+                continue
+            print(f"\n$ specplay router eval HELD_OUT_SESSIONS{runs} --router {router}", flush=True)
+            paths = [str(sessions[p.name]) for p in held_out]
+            code = specplay_main(["router", "eval", *paths, "--router", str(router)])
+            if code:
+                return code
+    if again:
+        print("\nA/A control: run A's best drafter is run B's best too (ties count where they meet), held-out prompts")
+        for kind in SCORE_KINDS:
+            first = read_examples([str(have[p.name]) for p in held_out], kind=kind).examples
+            second = read_examples([str(again[p.name]) for p in held_out], kind=kind).examples
+            pairs = zip(first, second, strict=True)
+            agree = sum(bool(set(a.scores.best(kind)) & set(b.scores.best(kind))) for a, b in pairs)
+            print(f"  by {UNITS[kind]}: {agree}/{len(first)}")
     return 0
+
+
+def ensure_sessions(directory: Path, prompts: list[Prompt], max_tokens: int) -> dict[str, Path]:
+    """The sessions of `prompts` in `directory` by prompt name, running those it lacks."""
+    have = sessions_by_name(directory)
+    missing = [p for p in prompts if p.name not in have]
+    if missing:
+        print(f"running {len(missing)} prompts into {directory} (reusing {len(prompts) - len(missing)})", flush=True)
+        run_prompts(directory, missing, max_tokens)
+        return sessions_by_name(directory)
+    print(f"reusing the {len(prompts)} sessions in {directory}")
+    return have
 
 
 if __name__ == "__main__":

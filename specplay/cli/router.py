@@ -159,9 +159,10 @@ def _lines(result: Mapping[str, Any], name: str) -> list[str]:
     ]
     for key, title in rows:
         lines.append(_row(title, result[key], result["sessions"], width))
+    short = {"learned": "learned", "heuristic": "heuristic", "with_fallback": "--route auto"}
     for category, summary in (result["by_category"] or {}).items():
         lines.append(f"{category}:")
-        lines += [_row(f"  {key}", summary[key], summary["sessions"], width) for key, _ in rows]
+        lines += [_row(f"  {short[key]}", summary[key], summary["sessions"], width) for key, _ in rows]
     return lines
 
 

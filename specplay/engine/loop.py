@@ -443,7 +443,8 @@ class _Run:
         # says nothing of its drafter, and under `adaptive` it is known before the round. Under
         # `none` that target step is the choice itself, and what it costs is what `none` is worth.
         judged = event.k or event.route == NONE_ROUTE
-        routed = RoundObservation(event.route, event.num_accepted + 1, round_ms) if judged else None
+        verify_ms = event.verify_ms + event.overhead_ms
+        routed = RoundObservation(event.route, event.num_accepted + 1, round_ms, verify_ms) if judged else None
         self.round_router.observe(routed, others)
         self.round_router.observe_catch_up(event.route, event.catch_up_tokens, event.catch_up_ms)
         if asked:

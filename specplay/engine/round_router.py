@@ -14,7 +14,10 @@ drafter i is observed and grows back as those observations age, so a drafter tha
 again, rarely, in case the text moved on. A register change shows sooner as a drop: when the
 routed drafter's last `window` rounds commit far fewer tokens than its record (monitored UCB, Cao
 et al. 2019), every record from before the drop is aged, so its recent rounds weigh most in its
-record and the others, their bonuses grown, are tried again soon. With counterfactual routes on,
+record and the others, their bonuses grown, are tried again soon. A change shows as a rise too:
+when a drafter judged without serving (a free proposal) keeps far more in its last `window`
+judgements than its record says, its record from before them is aged, so it is chosen as soon as
+it would pay rather than once its old record fades. With counterfactual routes on,
 every drafter is judged every round (full information): the bonus is dropped and the best recent
 rate wins.
 
@@ -37,12 +40,19 @@ charged to a switch, spread over `switch_rounds`, the rounds a switch is expecte
 A round's time is noisy (a first use compiles kernels; another process takes the CPU), and one
 outlier would price a drafter out for a long while: each observed time is clipped at OUTLIER times
 the pooled mean round time of every drafter, and a drafter's estimate is drawn toward that pooled
-mean by one pseudo-round.
+mean by one pseudo-round. A free drafter's only down: its round is little more than a verify pass,
+cheaper than a drafting round by what drafting costs, so pulled up, prompt lookup having served
+once would look as dear as the model drafters for many rounds.
 
 `none` (no speculation) is one more choice, for text where every drafter loses: its round drafts
 nothing and commits exactly one token, so its tokens need no estimate and no optimism. Its time,
-a target step, is its own mean (no pull toward drafting rounds, which cost more). It serves once,
-after the drafters, to be timed: a round at the target's own speed, which costs a run little.
+a target step, is its own mean once it has served (no pull toward drafting rounds, which cost
+more). It need not serve a round to be priced: a target step is one row through the target, and
+no pass of one row costs more than the verify pass of k + 1 rows that every drafting round makes,
+so until it serves, `none` is priced at the drafting rounds' verify and host time, a bound from
+above. Where even that bound puts it within TIME_NONE of the best drafter's rate, it serves one
+round to be timed (a target step may cost well under a verify pass); where a drafter clearly wins,
+no round is spent learning that a target step is slower.
 """
 
 from __future__ import annotations
@@ -57,6 +67,8 @@ OUTLIER = 3.0
 """Observed round times are clipped at this many times the pooled mean."""
 AGED = 0.2
 """After a drop, what the evidence from before it weighs."""
+TIME_NONE = 0.5
+"""Untimed `none` serves a round once its rate at the bound is this share of the best drafter's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +81,8 @@ class RoundObservation:
     round_ms: float | None
     """Drafting, verifying and host work; a catch-up is not in it (it is charged apart). None: the
     drafter was judged without drafting (a free proposal: `Generation.proposal`), so not timed."""
+    verify_ms: float | None = None
+    """The verifying and host part of `round_ms`: what `none` costs at most (module docstring)."""
 
 
 def kept_of_proposal(proposed: Sequence[int], committed: Sequence[int]) -> int | None:
@@ -117,6 +131,8 @@ class RoundRouter:
         """A drop: the window's mean tokens at most half the record's, and this many below it."""
         self.recent: list[RoundObservation] = []
         """The routed drafter's rounds since it was last switched to (the last `window`)."""
+        self.judged: dict[str, list[int]] = {}
+        """Tokens of the last `window` judgements of each drafter that did not serve them."""
         self.changes = 0
         """Drops seen: how often the text looked as if it had changed."""
         self.estimates = {name: _Estimate() for name in self.drafters}
@@ -126,6 +142,10 @@ class RoundRouter:
         """The last round judged every drafter (counterfactual routes): no bonus is needed."""
         self.pooled = _Estimate()
         """Every drafter's rounds together: the prior of each one's round time."""
+        self.free: set[str] = set()
+        """The drafters that propose for free (prompt lookup), as `choose` learns them."""
+        self.pooled_verify = _Estimate()
+        """Every drafting round's verify and host time: `none`'s price until it serves."""
 
     def observe(self, routed: RoundObservation | None, others: Sequence[RoundObservation] = ()) -> None:
         """One round: the routed drafter's observation (None: it drafted nothing, so the round says
@@ -142,12 +162,18 @@ class RoundRouter:
             estimate.weight += 1.0
             estimate.tokens += seen.tokens
             estimate.seen = True
+            if seen.verify_ms is not None and seen.drafter != NONE_ROUTE:
+                self.pooled_verify.timed = self.pooled_verify.timed * self.discount + 1.0
+                self.pooled_verify.round_ms = self.pooled_verify.round_ms * self.discount + seen.verify_ms
             if seen.round_ms is not None:
                 # `none`'s target steps are no prior for drafting rounds.
                 for into in (estimate,) if seen.drafter == NONE_ROUTE else (estimate, self.pooled):
                     into.timed = into.timed * self.discount + 1.0
                     into.round_ms = into.round_ms * self.discount + min(seen.round_ms, limit)
-        self.full_information = {seen.drafter for seen in observations} >= set(self.drafters)
+        # `none` needs no judging: its one token a round is certain.
+        self.full_information = {seen.drafter for seen in observations} >= set(self.drafters) - {NONE_ROUTE}
+        if not self.full_information:
+            self._watch_judged(others)
         if routed is None:
             return
         if self.recent and self.recent[-1].drafter != routed.drafter:
@@ -164,6 +190,23 @@ class RoundRouter:
         record = estimate.tokens / estimate.weight
         recent = sum(seen.tokens for seen in self.recent) / len(self.recent)
         return recent <= record / 2 and record - recent >= self.drop_tokens
+
+    def _watch_judged(self, others: Sequence[RoundObservation]) -> None:
+        """A drafter judged off duty whose last `window` judgements keep far more than its record
+        (the drop's test, mirrored): its record from before them is aged (module docstring)."""
+        for seen in others:
+            if seen.drafter not in self.estimates or seen.drafter == NONE_ROUTE:
+                continue
+            window = [*self.judged.get(seen.drafter, []), seen.tokens][-self.window :]
+            self.judged[seen.drafter] = window
+            estimate = self.estimates[seen.drafter]
+            record, recent = estimate.tokens / estimate.weight, sum(window) / len(window)
+            if len(window) == self.window and recent >= 2 * record and recent - record >= self.drop_tokens:
+                self.changes += 1
+                rounds = float(len(window))
+                estimate.weight = max(estimate.weight - rounds, 0.0) * AGED + rounds
+                estimate.tokens = max(estimate.tokens - sum(window), 0.0) * AGED + sum(window)
+                self.judged[seen.drafter] = []
 
     def _restart(self, drafter: str) -> None:
         """The text changed: every record of tokens from before the drop weighs a fifth as much
@@ -191,13 +234,18 @@ class RoundRouter:
         return self.catch_up_ms[drafter] / tokens if tokens else 0.0
 
     def round_ms(self, drafter: str) -> float:
-        """A round's expected time with `drafter` (module docstring: clipped, drawn to the pool;
-        `none`'s, a target step, its own mean)."""
+        """A round's expected time with `drafter` (module docstring: clipped, drawn toward the
+        pool, a free drafter's only down; `none`'s, a target step, its own mean)."""
         estimate, pooled = self.estimates[drafter], self.pooled
         if drafter == NONE_ROUTE and estimate.timed:
             return estimate.round_ms / estimate.timed
+        if drafter == NONE_ROUTE and self.pooled_verify.timed:
+            return self.pooled_verify.round_ms / self.pooled_verify.timed
         prior = pooled.round_ms / pooled.timed if pooled.timed else 0.0
-        return (estimate.round_ms + prior) / (estimate.timed + 1.0)
+        pulled = (estimate.round_ms + prior) / (estimate.timed + 1.0)
+        if drafter in self.free and estimate.timed:
+            return min(estimate.round_ms / estimate.timed, pulled)
+        return pulled
 
     def _tokens(self, drafter: str) -> float:
         """Tokens per round on record (`none`'s is certain: a round that drafts nothing commits one)."""
@@ -212,17 +260,26 @@ class RoundRouter:
             return None
         return estimate.tokens / estimate.weight / round_ms
 
+    def _worth_timing_none(self, candidates: Sequence[str]) -> bool:
+        """Whether `none`, priced at its bound, comes within TIME_NONE of the best drafter's rate."""
+        rates = [rate for name in candidates if name != NONE_ROUTE and (rate := self.rate(name)) is not None]
+        bound_ms = self.round_ms(NONE_ROUTE)
+        return bool(rates) and bound_ms > 0 and 1.0 / bound_ms >= TIME_NONE * max(rates)
+
     def choose(self, k: int, current: str, lags: Mapping[str, int], proposing: Mapping[str, int] | None = None) -> str:
         """The drafter for the next round of up to k drafted tokens; `current` drafted the last
         one, `lags` says how many committed tokens each drafter's cache lacks and `proposing` how
         many tokens each free drafter proposes this round: one with nothing to propose is passed
         over (a round with it would be a target step)."""
+        self.free.update(proposing or {})
         candidates = [name for name in self.drafters if (proposing or {}).get(name) != 0]
         if not candidates:
             return current
         for name in candidates:
-            if not self.estimates[name].timed:
+            if not self.estimates[name].timed and name != NONE_ROUTE:
                 return name  # each serves once (judged for free is untimed) before any is judged on its record
+        if NONE_ROUTE in candidates and not self.estimates[NONE_ROUTE].timed and self._worth_timing_none(candidates):
+            return NONE_ROUTE
         total = sum(e.weight for e in self.estimates.values())
         best, best_index = candidates[0], -math.inf
         for name in candidates:

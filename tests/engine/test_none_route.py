@@ -108,20 +108,28 @@ def test_adaptive_chooses_none_where_every_drafter_loses() -> None:
 
 
 def test_adaptive_keeps_a_drafter_that_pays() -> None:
-    """`cheap` is the target itself at a fifth of its cost: it pays, and none serves only the one
-    round that times it."""
+    """`cheap` is the target itself at a fifth of its cost: it pays, and none never serves: priced
+    at the verify pass (more than a target step), it loses to cheap's rounds from the start."""
     target = seeded(TARGET_SEED)
     backend = ScriptedBackend(ScriptedModel("target", target), [ScriptedModel("cheap", target, Cost(2.0, 0.2))])
     events = run(backend, PROMPT, route="adaptive", k=4, max_tokens=100)
-    assert [r.route for r in rounds(events)].count("none") == 1
+    assert [r.route for r in rounds(events)].count("none") == 0
 
 
-def test_none_serves_once_then_is_judged_on_its_own_time() -> None:
-    """Its one token per round is certain (no optimism); its time is its own rounds', not drawn
+def test_none_is_priced_at_the_verify_pass_until_it_serves_then_at_its_own_time() -> None:
+    """Its one token per round is certain (no optimism). Until it serves, its time is the drafting
+    rounds' verify and host time (a target step costs no more); then its own rounds', not drawn
     toward the drafting rounds' (which cost more)."""
     router = RoundRouter(("a", "none"))
-    router.observe(RoundObservation("a", 2, 40.0))
-    assert router.choose(4, "a", {}) == "none"  # untimed: served once
+    router.observe(RoundObservation("a", 5, 40.0, verify_ms=30.0))
+    assert router.round_ms("none") == pytest.approx(30.0)
+    assert router.choose(4, "a", {}) == "a"  # 1 / 30 < half of 5 / 40: not worth a round to time
+    router = RoundRouter(("a", "none"))
+    router.observe(RoundObservation("a", 2, 40.0, verify_ms=30.0))
+    assert router.choose(4, "a", {}) == "none"  # 1 / 30 > half of 2 / 40: it may win, so it is timed
+    router = RoundRouter(("a", "none"))
+    router.observe(RoundObservation("a", 2, 40.0, verify_ms=12.0))
+    assert router.choose(4, "a", {}) == "none"  # 1 / 12 > 2 / 40 even at the bound: it serves
     router.observe(RoundObservation("none", 1, 15.0))
     assert router.round_ms("none") == pytest.approx(15.0)
     assert router.choose(4, "none", {}) == "none"  # 1 / 15 > 2 / 40, whatever the bonus of `a`
