@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
@@ -28,8 +27,8 @@ from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE
 from specplay.errors import ConfigError
 from specplay.runner.session_run import SampleRun, run_sample
-from specplay.store import SessionError, find_session, load_session
-from specplay.store.location import ENV_VAR
+from specplay.store import find_session, load_session
+from specplay.store.location import check_sessions_folder
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -71,27 +70,9 @@ def configure(args: argparse.Namespace) -> RunConfig:
     check(config)
     if args.samples < 1:
         raise ConfigError("samples", f"must be at least 1 (got {args.samples})")
-    if args.save and (blocker := not_a_folder(config.sessions_dir)) is not None:
-        raise SessionError(  # now, before the models load; the writer would say only "File exists"
-            f"cannot save sessions in {config.sessions_dir}: {blocker} is {_what(blocker)}, not a folder; "
-            f"choose another folder with --sessions-dir or ${ENV_VAR}"
-        )
+    if args.save:
+        check_sessions_folder(config.sessions_dir)  # now, before the models load
     return config
-
-
-def not_a_folder(directory: Path) -> Path | None:
-    """The part of `directory` that stands where a folder must be and is not one (a file, a
-    broken link), or None where the folder exists or can be made."""
-    for part in (directory, *directory.parents):
-        if part.is_dir():
-            return None
-        if part.exists() or part.is_symlink():
-            return part
-    return None
-
-
-def _what(path: Path) -> str:
-    return "a link to nothing" if path.is_symlink() and not path.exists() else "a file"
 
 
 def run(args: argparse.Namespace) -> int:

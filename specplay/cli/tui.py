@@ -27,6 +27,7 @@ from specplay.cli.render import warn
 from specplay.config.run_config import RunConfig, check
 from specplay.errors import SpecplayError, error_line
 from specplay.store import find_session, load_session
+from specplay.store.location import check_sessions_folder
 
 if TYPE_CHECKING:  # Textual loads only when the playground starts
     from specplay.ui.app import PlaygroundOptions
@@ -73,6 +74,7 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, Path | None]:
     if config.request.prompt is None:
         config = replace(config, request=replace(config.request, prompt=_first_library_prompt()))
     check(config)  # a model that is not there first, then a missing drafter (speculative mode needs one)
+    check_sessions_folder(config.sessions_dir)  # the playground saves every run
     return config, opened
 
 

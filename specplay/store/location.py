@@ -16,6 +16,21 @@ def sessions_dir(option: str | Path | None = None) -> Path:
     return Path(option or os.environ.get(ENV_VAR) or "sessions").expanduser()
 
 
+def check_sessions_folder(directory: Path) -> None:
+    """A SessionError naming the part of `directory` that stands where a folder must be and is
+    not one (a file, a link to nothing); nothing where the folder exists or can be made. Checked
+    before models load, so a run that could not save stops at once, and by the writer."""
+    for part in (directory, *directory.parents):
+        if part.is_dir():
+            return
+        if part.exists() or part.is_symlink():
+            what = "a link to nothing" if part.is_symlink() and not part.exists() else "a file"
+            raise SessionError(
+                f"cannot write sessions to {directory}: {part} is {what}, not a folder; "
+                f"choose another folder with --sessions-dir or ${ENV_VAR}"
+            )
+
+
 def list_session_files(directory: Path) -> list[Path]:
     """Session files, oldest first (names start with their creation time). A folder that does not
     exist holds none; one that cannot be read is a SessionError naming it."""

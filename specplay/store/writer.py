@@ -21,6 +21,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event, RoundEvent
 from specplay.store.codec import event_record, header_record, texts_record
 from specplay.store.format import SUFFIX, SessionError
+from specplay.store.location import ENV_VAR, check_sessions_folder
 
 # json.dumps escapes "\n" and the C0 controls; these other Unicode line boundaries it leaves raw,
 # and a reader splitting lines on them would tear the record apart.
@@ -62,6 +63,7 @@ class SessionWriter:
         `token_text`, where the tokenizer is at hand, records the text of every drafted and
         candidate token, so a review shows rejected drafts as text without loading a model."""
         now = datetime.now(UTC)
+        check_sessions_folder(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self.path = directory / _new_name(now)
@@ -69,7 +71,7 @@ class SessionWriter:
         except OSError as exc:
             raise SessionError(
                 f"cannot write sessions to {directory}: {exc.strerror or exc}; "
-                "choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR"
+                f"choose another folder with --sessions-dir or ${ENV_VAR}"
             ) from None
         self.lanes = list(lanes)
         self._token_text = token_text

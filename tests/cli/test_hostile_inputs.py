@@ -303,11 +303,13 @@ def test_a_sessions_folder_that_is_not_a_folder_is_one_line_before_the_run(
     else:
         taken.write_text("a user's file")
     folder = taken / "sessions" if blocker == "parent file" else taken
-    assert main(["run", "--prompt", "hi", "--max-tokens", "2", "--save", "--sessions-dir", str(folder)]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and captured.err.count("\n") == 1 and "File exists" not in captured.err
-    assert f"cannot save sessions in {folder}: {taken} is a " in captured.err and "--sessions-dir" in captured.err
-    assert taken.is_symlink() or taken.read_text() == "a user's file"
+    for command in ("run", "tui"):  # the playground saves every run: it stops before drawing too
+        argv = [command, "--prompt", "hi", "--max-tokens", "2", "--save", "--sessions-dir", str(folder)]
+        assert main(argv if command == "run" else [a for a in argv if a != "--save"]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1 and "File exists" not in captured.err
+        assert f"cannot write sessions to {folder}: {taken} is a " in captured.err and "--sessions-dir" in captured.err
+        assert taken.is_symlink() or taken.read_text() == "a user's file"
 
 
 @pytest.mark.parametrize("text", ["", "  \n\t"])
