@@ -178,6 +178,8 @@ class _Run:
         self.synced: dict[str, int] = {}
         """Committed tokens when each drafter last drafted: what it lacks since is its catch-up."""
         self.proposals: list[tuple[str, int, list[int]]] = []
+        self.plain: Iterator[int] | None = None
+        """The target's own tokens while the route is none, pipelined (`_plain_round`)."""
         """Free proposals not judged yet: (drafter, output tokens when it was made, its tokens)."""
         if request.mode == "draft" and self.route == NONE_ROUTE:
             raise ConfigError("route", "is none, which drafts nothing: a draft-only run needs a drafter's route")
@@ -266,46 +268,45 @@ class _Run:
         return out, None
 
     def _rounds(self, generation: Generation) -> Generator[Event, None, FinishReason]:
-        plain: Iterator[int] | None = None  # the target's own tokens while the route is none, pipelined
         try:
             for index in itertools.count():
                 if event := self._take_controls():
                     yield event
-                    if plain is not None and {name for name, _, _ in event.changes} & _STREAM_FIELDS:
-                        plain.close()  # the step in flight was drawn under the old settings
-                        plain = None
+                    if {name for name, _, _ in event.changes} & _STREAM_FIELDS:
+                        self._close_plain()  # the step in flight was drawn under the old settings
                 if self.controls.stop_requested:
                     return "cancelled"
                 if self._plain():
-                    if plain is None:
-                        plain = generation.generate(None, self.settings.sampling, self.draws.one, self.request.pipeline)
-                    event, finish = self._plain_round(generation, index, plain)
+                    event, finish = self._plain_round(generation, index)
                 else:
-                    if plain is not None:
-                        plain.close()  # rewinds the step in flight: the next round drafts from the committed tokens
-                        plain = None
                     event, finish = self._round(generation, index)
                 yield event
                 if finish:
                     return finish
         finally:
-            if plain is not None:
-                plain.close()
+            self._close_plain()
         raise AssertionError("unreachable")
+
+    def _close_plain(self) -> None:
+        """Rewinds the target's step in flight: the next round drafts from the committed tokens."""
+        if self.plain is not None:
+            self.plain.close()
+            self.plain = None
 
     def _plain(self) -> bool:
         """Whether the next round is the target's own step: the route is none, and nothing asks the
-        round to judge drafts (counterfactual routes) or to choose among drafters (adaptive)."""
+        round to judge drafts (counterfactual routes) or to choose among drafters (adaptive, whose
+        rounds choose first: `_round` hands one that chose none back here)."""
         settings = self.settings
         return self.route == NONE_ROUTE and not settings.counterfactual and settings.route != ADAPTIVE_ROUTE
 
-    def _plain_round(
-        self, generation: Generation, index: int, plain: Iterator[int]
-    ) -> tuple[RoundEvent, FinishReason | None]:
+    def _plain_round(self, generation: Generation, index: int) -> tuple[RoundEvent, FinishReason | None]:
         """A round of the none route: the target's next token from its own stream (committed as it
         comes), as a round that drafted nothing, its time the verify pass's."""
         start = self._now()
-        token_id = next(plain)
+        if self.plain is None:
+            self.plain = generation.generate(None, self.settings.sampling, self.draws.one, self.request.pipeline)
+        token_id = next(self.plain)
         stepped_at = self._now()
         token_index = len(self.generated)
         tokens, finish = self._emit([(token_id, "target")])
@@ -351,6 +352,9 @@ class _Run:
         keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
 
         caught_up = self._route(generation, k)  # 0
+        if self.route == NONE_ROUTE and not self.settings.counterfactual:  # adaptive chose none: the
+            return self._plain_round(generation, index)  # target's own stream serves, pipelined
+        self._close_plain()
         caught_up_at = self._now()
         if self.route == NONE_ROUTE or k == 0:  # no speculation: a round that drafts nothing is a target step
             draft = generation.given_draft([])
