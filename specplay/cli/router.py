@@ -73,6 +73,7 @@ def router_train(args: argparse.Namespace) -> int:
     ties = f" ({about['ties']} ties, shared)" if about["ties"] else ""
     print(f"trained on {_sessions(about['sessions'])} of drafters {', '.join(found.drafters)}")
     print(f"best drafter by {UNITS[kind]}: {labels}{ties}")
+    print(found.prompt_format_line())
     for line in found.skipped_lines():
         print(line)
     print(
@@ -122,11 +123,13 @@ def router_eval(args: argparse.Namespace) -> int:
     trained = _seen(router.trained_on, [one.prompt for one in found.examples])
     result["skipped"] = dict(found.skipped)
     result["trained_prompts"] = trained
+    result["prompt_format"] = found.prompt_format_line()
     if args.json:
         print(dump_json(result))
         return 0
     for line in _lines(result, Path(args.router).name):
         print(line)
+    print(found.prompt_format_line())
     for line in found.skipped_lines():
         print(line)
     if trained:

@@ -87,7 +87,12 @@ class RequestSpec:
     def prompt_format(self) -> str:
         """How the prompt becomes tokens, as every report says it (one workload: run, the
         playground, bench, costs and fidelity all encode alike)."""
-        return "raw (as written: --raw)" if self.raw else "the model's chat template, where it has one"
+        return prompt_format(self.raw)
+
+
+def prompt_format(raw: bool) -> str:
+    """The words for how a prompt became tokens (`RequestSpec.prompt_format`; sessions record `raw`)."""
+    return "raw (as written: --raw)" if raw else "the model's chat template, where it has one"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specplay.config.run_config import TARGET
+from specplay.config.run_config import TARGET, prompt_format
 from specplay.errors import ConfigError
 from specplay.routing.scores import UNITS, ScoreKind, SessionScores, session_scores
 from specplay.store import list_session_files, load_session
@@ -33,6 +33,8 @@ class Example:
     category: str | None = None
     """The prompt's category and name, where the session records them."""
     prompt_name: str | None = None
+    raw: bool | None = None
+    """Whether the prompt was encoded as written (--raw); None where the session does not say."""
 
     @property
     def drafters(self) -> tuple[str, ...]:
@@ -51,6 +53,15 @@ class Examples:
 
     def skipped_lines(self) -> list[str]:
         return [f"skipped {n} session{'s' if n != 1 else ''} {why}" for why, n in self.skipped.items()]
+
+    def prompt_format_line(self) -> str:
+        """How the sessions' prompts became tokens: a router learns one workload, so a mix is said."""
+        counts = Counter(one.raw for one in self.examples)
+        said = {raw: prompt_format(raw) if raw is not None else "not recorded" for raw in counts}
+        if len(counts) == 1:
+            return f"prompts: {said[next(iter(counts))]}"
+        parts = "; ".join(f"{said[raw]} in {n}" for raw, n in counts.items())
+        return f"warning: the sessions mix prompt formats ({parts}): train and evaluate on runs encoded alike"
 
 
 def session_files(names: Sequence[str]) -> list[Path]:
@@ -90,6 +101,7 @@ def example(session: Session) -> Example | None:
         route_map={str(k): str(v) for k, v in route_map.items()},
         category=_text(request.get("category")),
         prompt_name=_text(request.get("prompt_name")),
+        raw=request["raw"] if isinstance(request.get("raw"), bool) else None,
     )
 
 

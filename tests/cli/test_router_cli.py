@@ -73,6 +73,7 @@ def test_train_then_eval_on_real_counterfactual_sessions(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "trained on 4 sessions of drafters base, lookup, prose"
     assert "skipped 1 session without counterfactual routes" in lines
+    assert "prompts: raw (as written: --raw)" in lines  # the sessions were run with --raw
     # Four sessions cannot be held out in folds: the router is untested, so auto keeps the heuristic.
     assert (
         "too few sessions to hold any out, so it is untested: --route auto keeps the heuristic's choices "
@@ -100,6 +101,7 @@ def test_train_then_eval_on_real_counterfactual_sessions(
     heuristic = {"code": "base", "prose": "prose"}
     assert report["score"] == "speed" and report["unit"] == "tokens per second" and report["sessions"] == 4
     assert report["trained_prompts"] == 4 and report["by_category"] is None  # no category recorded
+    assert report["prompt_format"] == "prompts: raw (as written: --raw)"
     by_name = {p.name: s for p, s in zip(list_session_files(sessions), saved, strict=True)}
     for case in report["cases"]:
         session = by_name[case["session"]]

@@ -3,13 +3,14 @@ heuristic choose, and the one-line warnings about thin training data."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
 import pytest
 
 from specplay.errors import ConfigError
-from specplay.routing.examples import Example
+from specplay.routing.examples import Example, Examples
 from specplay.routing.router_file import load_router, write_router
 from specplay.routing.scores import DrafterScore, SessionScores
 from specplay.routing.train import CONFIDENCE_GRID, FOLDS, Held, choose_min_confidence, folds_of, train
@@ -108,3 +109,15 @@ def test_a_router_file_with_a_bad_threshold_is_refused(tmp_path: Path, value: st
     )
     with pytest.raises(ConfigError, match="min_confidence is not a number from 0 to 1"):
         load_router(path)
+
+
+def test_sessions_of_mixed_prompt_formats_are_said() -> None:
+    """A router learns one workload: sessions encoded raw beside ones through the chat template
+    (or not saying) are named in one warning line."""
+    alike = Examples([dataclasses.replace(e, raw=False) for e in _examples(2, seed=5)])
+    assert alike.prompt_format_line() == "prompts: the model's chat template, where it has one"
+    mixed = Examples([*alike.examples, dataclasses.replace(alike.examples[0], raw=True)])
+    assert mixed.prompt_format_line() == (
+        "warning: the sessions mix prompt formats (the model's chat template, where it has one in 4; "
+        "raw (as written: --raw) in 1): train and evaluate on runs encoded alike"
+    )
