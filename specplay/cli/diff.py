@@ -13,6 +13,7 @@ from specplay.cli.render import colourless, make_console
 from specplay.display.text import visible
 from specplay.json_text import dump_json
 from specplay.store import LaneRecord, Session, SessionError, find_session, load_session
+from specplay.store.changes import skipped_changes
 from specplay.store.diff import TokenDiff, is_lossless_greedy, token_diff, violation
 
 VLLM_CAVEAT = (
@@ -88,6 +89,7 @@ def _json(
         **result.to_dict(),
         "lossless_greedy": checked,
         "violation": broken_at,
+        "skipped_changes": skipped_changes([lane_a, lane_b]),
     }
 
 
@@ -148,3 +150,6 @@ def _show(
         console.print(f"VIOLATION: lossless greedy run diverged at token {broken_at}", style="bold red")
         if (a.header.get("backend") or {}).get("backend") == "vllm":
             console.print(VLLM_CAVEAT, style="dim")
+    for line in skipped_changes([lane_a, lane_b]):
+        # A change this specplay cannot read may have made the run lossy: the check cannot tell.
+        console.print(f"{line} (the lossless check read the settings without it)", style="dim")

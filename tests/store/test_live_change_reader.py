@@ -3,6 +3,7 @@ value) are skipped by every reader that applies them, with one line each saying 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +46,9 @@ def test_export_diff_and_sessions_read_a_change_they_cannot_apply(
     assert main(["diff", str(path)]) == 1
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and "VIOLATION: lossless greedy run diverged at token 4" in out
+    # ...and diff says which change it could not read, so a reader can weigh the violation.
+    assert "speculative lane, token 3: a live change was skipped: " in out
+    assert "(the lossless check read the settings without it)" in out
+    assert main(["diff", str(path), "--json"]) == 1
+    record = json.loads(capsys.readouterr().out)
+    assert len(record["skipped_changes"]) == 1 and record["violation"] == 4
