@@ -72,8 +72,9 @@ def main() -> None:
     prompts = [p for p in library_prompts() if p.name in names]
     choices = [*args.ks.split(","), NONE_ROUTE, COST]
     ids = {p.name: engine.encode(p.text, raw=False) for p in prompts}
-    for p in prompts:  # warm up every model on every prompt's length
-        run_once(engine, p.text, ids[p.name], COST, args.route, 16)
+    for p in prompts:  # warm up every model on every prompt's length, at every choice's shapes
+        for choice in choices:
+            run_once(engine, p.text, ids[p.name], choice, args.route, 16)
 
     tps: dict[tuple[str, str], list[float]] = {(p.name, c): [] for p in prompts for c in choices}
     control: dict[str, list[float]] = {p.name: [] for p in prompts}
