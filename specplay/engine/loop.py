@@ -178,16 +178,18 @@ class _Run:
         self.synced: dict[str, int] = {}
         """Committed tokens when each drafter last drafted: what it lacks since is its catch-up."""
         self.proposals: list[tuple[str, int, list[int]]] = []
+        """Free proposals not judged yet: (drafter, output tokens when it was made, its tokens)."""
         self.plain: Iterator[int] | None = None
         """The target's own tokens while the route is none, pipelined (`_plain_round`)."""
-        """Free proposals not judged yet: (drafter, output tokens when it was made, its tokens)."""
         if request.mode == "draft" and self.route == NONE_ROUTE:
             raise ConfigError("route", "is none, which drafts nothing: a draft-only run needs a drafter's route")
         if request.mode == "speculative" and self.route is not None:
             # It learns from every round, so that `adaptive` chosen mid-run starts informed; `none`
             # is one of its choices, for text where every drafter loses.
             routes = [self.route, *engine.backend.drafters, NONE_ROUTE]
-            self.round_router = RoundRouter(tuple(dict.fromkeys(routes)))
+            # Where the request router sends this prompt to none, its map says the drafters lose
+            # on such text: a model drafter is not given a round to find that out again.
+            self.round_router = RoundRouter(tuple(dict.fromkeys(routes)), hold_back=self.auto_route == NONE_ROUTE)
             self.synced[self.route] = len(request.prompt_token_ids)
         self.policy = make_policy(self.settings.policy, self.settings.k, self.settings.policy_params)
         self.detokenizer = self.backend.detokenizer()

@@ -53,6 +53,13 @@ so until it serves, `none` is priced at the drafting rounds' verify and host tim
 above. Where even that bound puts it within TIME_NONE of the best drafter's rate, it serves one
 round to be timed (a target step may cost well under a verify pass); where a drafter clearly wins,
 no round is spent learning that a target step is slower.
+
+Where the request router sends the prompt to `none` (`hold_back`: the route map says every drafter
+loses on such text, from measurements or recorded sessions), a model drafter that has not served
+is left out: serving it once to time it (its first round also takes in the whole prompt) and then
+again whenever discounting has aged its record costs more than a run can win back. A drafter that
+proposes for free is judged on its proposals, and first serves once they keep at least one token
+a round (HELD_FREE_TOKENS committed): below that its extra verify rows cannot pay.
 """
 
 from __future__ import annotations
@@ -67,6 +74,8 @@ OUTLIER = 3.0
 """Observed round times are clipped at this many times the pooled mean."""
 AGED = 0.2
 """After a drop, what the evidence from before it weighs."""
+HELD_FREE_TOKENS = 2.0
+"""Under `hold_back`, the tokens a round a free drafter's judged proposals must commit before it serves."""
 TIME_NONE = 0.5
 """Untimed `none` serves a round once its rate at the bound is this share of the best drafter's."""
 
@@ -119,6 +128,7 @@ class RoundRouter:
         switch_rounds: float = 4.0,
         window: int = 3,
         drop_tokens: float = 1.5,
+        hold_back: bool = False,
     ) -> None:
         """`drafters` in the order untried ones are tried (the request router's choice first)."""
         self.drafters = tuple(drafters)
@@ -138,6 +148,8 @@ class RoundRouter:
         self.estimates = {name: _Estimate() for name in self.drafters}
         self.catch_up_tokens = dict.fromkeys(self.drafters, 0)
         self.catch_up_ms = dict.fromkeys(self.drafters, 0.0)
+        self.hold_back = hold_back
+        """A model drafter that has not served is left out (module docstring)."""
         self.full_information = False
         """The last round judged every drafter (counterfactual routes): no bonus is needed."""
         self.pooled = _Estimate()
@@ -260,6 +272,13 @@ class RoundRouter:
             return None
         return estimate.tokens / estimate.weight / round_ms
 
+    def _held_back(self, name: str) -> bool:
+        """Under `hold_back`, a drafter not yet served that has not shown it may pay (module docstring)."""
+        estimate = self.estimates[name]
+        if not self.hold_back or name == NONE_ROUTE or estimate.timed:
+            return False
+        return name not in self.free or not estimate.weight or self._tokens(name) < HELD_FREE_TOKENS
+
     def _worth_timing_none(self, candidates: Sequence[str]) -> bool:
         """Whether `none`, priced at its bound, comes within TIME_NONE of the best drafter's rate."""
         rates = [rate for name in candidates if name != NONE_ROUTE and (rate := self.rate(name)) is not None]
@@ -272,7 +291,7 @@ class RoundRouter:
         many tokens each free drafter proposes this round: one with nothing to propose is passed
         over (a round with it would be a target step)."""
         self.free.update(proposing or {})
-        candidates = [name for name in self.drafters if (proposing or {}).get(name) != 0]
+        candidates = [name for name in self.drafters if (proposing or {}).get(name) != 0 and not self._held_back(name)]
         if not candidates:
             return current
         for name in candidates:

@@ -8,8 +8,11 @@ from __future__ import annotations
 import pytest
 
 from specplay.catalog.models import CATALOG
+from specplay.engine.controls import LiveControls
+from specplay.engine.request import Request
 from specplay.engine.round_router import RoundObservation, RoundRouter
 from specplay.engine.router import CodeProseRouter
+from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError
 from tests.support.engine_runs import done, rounds, run, sources
 from tests.support.scripted import (
@@ -145,3 +148,34 @@ def test_smollm2_routes_no_class_to_a_drafter_that_lost_here() -> None:
     smollm2 = CATALOG["smollm2"]
     assert dict(smollm2.route_map) == {"code": "lookup", "prose": "none"}
     assert "exit measured" in dict(smollm2.route_notes)["prose"]
+
+
+def test_where_the_request_router_chose_none_a_model_drafter_is_not_tried() -> None:
+    """`hold_back` (auto sent the prompt to none: its map says the drafters lose here): `model`
+    never serves unless it has served before; `look`, a free drafter, serves only once its judged
+    proposals commit two tokens a round or more."""
+    router = RoundRouter(("none", "model", "look"), hold_back=True)
+    assert router.choose(4, "none", {}, proposing={"look": 4}) == "none"
+    for _ in range(3):
+        router.observe(RoundObservation("none", 1, 10.0), [RoundObservation("look", 1, None)])
+        assert router.choose(4, "none", {}, proposing={"look": 4}) == "none"
+    for _ in range(6):
+        router.observe(RoundObservation("none", 1, 10.0), [RoundObservation("look", 5, None)])
+    assert router.choose(4, "none", {}, proposing={"look": 4}) == "look"  # its copies pay: timed now
+    plain = RoundRouter(("none", "model", "look"))
+    assert plain.choose(4, "none", {}, proposing={"look": 4}) == "model"  # without it: each serves once
+
+
+def test_adaptive_from_none_stays_near_none_where_every_drafter_loses() -> None:
+    """The losing drafters behind a route map that sends prose to none: adaptive starts at none,
+    never tries the drafters, and keeps target-only speed (within 2%)."""
+    engine = scripted_engine(losing_backend(), route_map={"prose": "none"})
+    assert engine.route_choice(PROMPT).drafter == "none"
+
+    def generated(route: str) -> list:
+        request = Request(PROMPT, tuple(engine.encode(PROMPT, raw=True)), "speculative", 0, 200, ignore_eos=True)
+        return list(engine.generate(request, LiveControls(SpecSettings(k=4, route=route), engine.drafters)))
+
+    events, none = generated("adaptive"), generated("none")
+    assert {r.route for r in rounds(events)} == {"none"}
+    assert tokens_per_s(events) >= 0.98 * tokens_per_s(none)
