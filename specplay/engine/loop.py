@@ -297,8 +297,9 @@ class _Run:
 
     def _plain(self) -> bool:
         """Whether the next round is the target's own step: the route is none, and nothing asks the
-        round to judge drafts (counterfactual routes) or to choose among drafters (adaptive, whose
-        rounds choose first: `_round` hands one that chose none back here)."""
+        round to judge drafts (counterfactual routes) or to choose among drafters (adaptive: its
+        rounds that choose none are one-row verify passes; its none stretches are often a few
+        rounds long, and each switch away from a pipelined stream throws away the step in flight)."""
         settings = self.settings
         return self.route == NONE_ROUTE and not settings.counterfactual and settings.route != ADAPTIVE_ROUTE
 
@@ -353,10 +354,8 @@ class _Run:
         draws = RoundDraws.take(self.draws, k)
         keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
 
+        self._close_plain()  # a live change left the none route: the next round drafts from the committed tokens
         caught_up = self._route(generation, k)  # 0
-        if self.route == NONE_ROUTE and not self.settings.counterfactual:  # adaptive chose none: the
-            return self._plain_round(generation, index)  # target's own stream serves, pipelined
-        self._close_plain()
         caught_up_at = self._now()
         if self.route == NONE_ROUTE or k == 0:  # no speculation: a round that drafts nothing is a target step
             draft = generation.given_draft([])
