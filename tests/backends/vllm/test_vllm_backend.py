@@ -262,7 +262,8 @@ def test_adaptive_routing_between_a_server_drafter_and_a_local_one(  # type: ign
     expected = done(run(backend, PROMPT, mode="target", max_tokens=TOKENS * 2)).token_ids
     assert done(events).token_ids == expected
     served = [r.route for r in rounds(events)]
-    assert set(served) == {"near", "local", "none"} and served.count("none") <= 2  # none: timed once, or retried
+    # none serves only where, priced at the verify pass, it might win: timed once, retried, or never.
+    assert {"near", "local"} <= set(served) <= {"near", "local", "none"} and served.count("none") <= 2
     assert every(r.catch_up_tokens == 0 for r in rounds(events) if r.route == "near")
     first_local = next(r for r in rounds(events) if r.route == "local")
     assert first_local.catch_up_tokens == prompt_tokens + first_local.token_index - 1
