@@ -5,7 +5,8 @@ tui and bench use it."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,12 +130,26 @@ def router_eval(args: argparse.Namespace) -> int:
         return 0
     for line in _lines(result, Path(args.router).name):
         print(line)
+    if line := _confidence_line([c.confidence for c in cases], router.min_confidence):
+        print(line)
     print(found.prompt_format_line())
     for line in found.skipped_lines():
         print(line)
     if trained:
         print(f"note: {trained} of these sessions' prompts were among its training prompts: they are not held out")
     return 0
+
+
+def _confidence_line(confidences: Sequence[float | None], threshold: float) -> str | None:
+    """How sure the router was of its picks here, beside the threshold under which auto defers."""
+    known = sorted(c for c in confidences if c is not None)
+    if not known:
+        return None
+    median = statistics.median(known)
+    return (
+        f"its confidence in its picks: median {median:.0%}, lowest {known[0]:.0%}; "
+        f"--route auto defers to the heuristic below {threshold:.0%}"
+    )
 
 
 def _sessions(count: int) -> str:

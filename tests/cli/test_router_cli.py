@@ -4,6 +4,7 @@ shipped demo models (drafters base, prose and prompt lookup), and refusals in on
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,7 @@ def test_train_then_eval_on_real_counterfactual_sessions(
         session = by_name[case["session"]]
         session_score = scores[session.prompt]
         assert case["learned"] == router.classify(session.prompt)
+        assert case["confidence"] == pytest.approx(router.confidence(session.prompt)) and case["deferred"]
         assert case["heuristic"] == heuristic[CodeProseRouter().classify(session.prompt)]
         assert case["best"] == session_score.best("speed")  # type: ignore[union-attr]
         assert case["learned_regret"] == pytest.approx(session_score.regret("speed", case["learned"]))  # type: ignore[union-attr]
@@ -123,6 +125,11 @@ def test_train_then_eval_on_real_counterfactual_sessions(
     text = capsys.readouterr().out
     assert "best drafter by tokens per round" in text and "heuristic" in text
     assert "note: 4 of these sessions' prompts were among its training prompts" in text
+    sure = sorted(router.confidence(by_name[c["session"]].prompt) for c in report["cases"])
+    assert (
+        f"its confidence in its picks: median {statistics.median(sure):.0%}, lowest {sure[0]:.0%}; "
+        "--route auto defers to the heuristic below 100%"
+    ) in text
 
 
 def test_route_auto_asks_the_router_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
