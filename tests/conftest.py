@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow tier, `-m slow`: what needs a real model download, a real server, a browser,
     thousands of samples, a process of its own or many runs of the real MLX models (SLOW).
-    `-m "not slow"` is the quick tier a contributor runs while working (under two minutes)."""
+    `-m "not slow"` is the quick tier a contributor runs while working (the README says how long)."""
     for item in items:
         reasons = [why for prefix, why in SLOW.items() if item.nodeid.startswith(prefix)]
         reasons += [why for name, why in SLOW_FIXTURES.items() if name in getattr(item, "fixturenames", ())]
