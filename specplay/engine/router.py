@@ -166,7 +166,7 @@ def route_choice(
     why the map sends a class where it does, where it says ("exit measured 0.34× here");
     `fallback`: who chooses where the router is less sure than its `min_confidence`."""
     confidence = router.confidence(prompt)
-    if fallback is not None and confidence is not None and confidence < router.min_confidence:
+    if fallback is not None and defers(router, confidence):
         choice = route_choice(fallback.router, fallback.route_map, fallback.named, prompt, fallback.notes)
         unsure = f"{router.label} is {confidence:.0%} sure, below its {router.min_confidence:.0%}"
         return replace(choice, confidence=confidence, deferred=unsure)
@@ -184,6 +184,11 @@ def route_choice(
     else:
         why = f"the first drafter: none is named {prompt_class}, and no --route-map {prompt_class}=NAME"
     return RouteChoice(prompt_class, drafter, why)
+
+
+def defers(router: Router, confidence: float | None) -> bool:
+    """Whether `router`, this sure of a prompt, leaves the choice to the heuristic (a rule never does)."""
+    return confidence is not None and confidence < router.min_confidence
 
 
 def fallback_for(

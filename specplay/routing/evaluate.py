@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specplay.engine.router import CodeProseRouter, Router, route_map_for
+from specplay.engine.router import CodeProseRouter, Router, defers, route_map_for
 from specplay.errors import ConfigError
 from specplay.routing.examples import Example
 from specplay.routing.scores import UNITS, ScoreKind
@@ -57,7 +57,7 @@ def evaluate(examples: Sequence[Example], router: Router, kind: ScoreKind) -> li
         learned = router.classify(one.prompt)
         plain = heuristic_pick(one, heuristic)
         confidence = router.confidence(one.prompt)
-        deferred = confidence is not None and confidence < router.min_confidence
+        deferred = defers(router, confidence)
         chosen = plain if deferred else learned
         cases.append(
             Case(
@@ -76,10 +76,6 @@ def evaluate(examples: Sequence[Example], router: Router, kind: ScoreKind) -> li
             )
         )
     return cases
-
-
-PICKERS = ("learned", "heuristic", "with_fallback")
-"""The picks a report compares: the learned router's, the heuristic's, and `--route auto`'s."""
 
 
 def summary(cases: Sequence[Case]) -> dict[str, Any]:

@@ -59,7 +59,7 @@ class Validation:
 
     def best_picks(self, threshold: float) -> int:
         """Best picks out of fold of the router deferring below `threshold` to the heuristic."""
-        return sum(h.learned_best if h.confidence >= threshold else h.heuristic_best for h in self.held)
+        return with_fallback(self.held, threshold)[0]
 
     def record(self) -> dict[str, Any]:
         """What the router file keeps of it (`trained_on.cross_validation`)."""
@@ -152,12 +152,21 @@ def choose_min_confidence(held: Sequence[Held]) -> float:
     (the heuristic is the known quantity)."""
 
     def outcome(threshold: float) -> tuple[int, float, float]:
-        sure = [h.confidence >= threshold for h in held]
-        best = sum(h.learned_best if s else h.heuristic_best for h, s in zip(held, sure, strict=True))
-        regret = sum(h.learned_regret if s else h.heuristic_regret for h, s in zip(held, sure, strict=True))
+        best, regret = with_fallback(held, threshold)
         return best, -regret, threshold
 
     return max(CONFIDENCE_GRID, key=outcome)
+
+
+def with_fallback(held: Sequence[Held], threshold: float) -> tuple[int, float]:
+    """Best picks and summed regret out of fold, the router's pick where it is at least
+    `threshold` sure and the heuristic's elsewhere."""
+    best, regret = 0, 0.0
+    for h in held:
+        sure = h.confidence >= threshold
+        best += h.learned_best if sure else h.heuristic_best
+        regret += h.learned_regret if sure else h.heuristic_regret
+    return best, regret
 
 
 def data_warnings(examples: Sequence[Example], kind: ScoreKind) -> list[str]:
