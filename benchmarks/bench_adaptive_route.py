@@ -7,6 +7,8 @@ adaptive, the noise floor of every ratio here.
     python -m benchmarks.bench_adaptive_route                     # the demo models: base, prose, prompt lookup
     python -m benchmarks.bench_adaptive_route --categories code,prose --repeats 3
     python -m benchmarks.bench_adaptive_route --prompts benchmarks/data/heldout_prompts.jsonl --categories all
+    python -m benchmarks.bench_adaptive_route --target smollm2 --prompts benchmarks/data/heldout_prompts.jsonl \
+        --categories prose --repeats 2       # SmolLM2's drafters and map (prose to none)
 
 `none` (no speculation) is one more fixed choice: "best fixed" is the fastest of the drafters and
 `none`, the best a user could have pinned.
@@ -55,7 +57,9 @@ def main() -> None:
         "--draft",
         action="append",
         default=None,
-        help="as `specplay --draft` (default: " + ", ".join(d.split("=")[0] for d in drafts) + ")",
+        help="as `specplay --draft` (default: on the demo models "
+        + ", ".join(d.split("=")[0] for d in drafts)
+        + "; on a catalog target, its own drafters and route map, as `specplay --target NAME` has them)",
     )
     parser.add_argument("--prompts", type=Path, help="a prompt file (JSON Lines); default: the shipped library")
     parser.add_argument("--categories", default="mixed,editing", help="comma-separated, or all")
@@ -63,7 +67,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    flags = ["run", "--target", args.target, *(f for d in args.draft or drafts for f in ("--draft", d))]
+    given_drafts = args.draft or (drafts if args.target == "demo" else [])
+    flags = ["run", "--target", args.target, *(f for d in given_drafts for f in ("--draft", d))]
     config = run_config(given(build_parser().parse_args(flags)))
     engine = open_stream(config)
     assert isinstance(engine, SpecEngine)
