@@ -26,9 +26,8 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 
 # isort: split
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
-from specplay.backends.mlx.drafters import DrafterSpec, EarlyExit, PromptLookup
 from specplay.config.demo import demo_model_paths
-from specplay.config.models import model_spec
+from specplay.drafters import model_spec
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, StepEvent
 from specplay.engine.loop import SpecEngine
@@ -129,16 +128,11 @@ def main() -> None:
     args = parser.parse_args()
     args.speeds = set(filter(None, args.speeds.split(",")))
     demo_target, demo_drafters = demo_model_paths()
-    drafters: list[tuple[str, DrafterSpec | str]] = []
-    if args.target is None:
-        drafters.append(("base", str(demo_drafters["base"])))
-    drafters += [(f"lookup{a}-{b}", PromptLookup(a, b)) for a, b in LOOKUP_RANGES]
-    drafters += [(f"exit{layers}", EarlyExit(int(layers))) for layers in args.exits.split(",")]
-    for value in args.draft:
-        name, source = value.split("=", 1)
-        spec = model_spec(name, "drafter", source, "draft")
-        head = spec.params.get("head")
-        drafters.append((name, EarlyExit(spec.params["layers"], Path(head) if head else None)))
+    sources = [] if args.target is not None else [("base", str(demo_drafters["base"]))]
+    sources += [(f"lookup{a}-{b}", f"prompt-lookup:n={a}-{b}") for a, b in LOOKUP_RANGES]
+    sources += [(f"exit{layers}", f"early-exit:layers={layers}") for layers in args.exits.split(",")]
+    sources += [tuple(value.split("=", 1)) for value in args.draft]
+    drafters = [(name, model_spec(name, "drafter", source, "draft")) for name, source in sources]
     target = model_spec("target", "target", args.target, "target").location if args.target else str(demo_target)
     backend = load_mlx_backend(target, drafters)
     chat = backend.tokenizer.has_chat_template

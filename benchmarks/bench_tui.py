@@ -45,9 +45,9 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends import open_stream, thread_cleanup
 from specplay.bench.stats import quartiles
 from specplay.cli.configure import replay_base, run_config
-from specplay.config.models import BUILT_IN, MODEL
 from specplay.config.run_config import RunConfig
 from specplay.data.library import library_prompts
+from specplay.drafters import kind_of
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
 from specplay.engine.request import Request
@@ -137,8 +137,7 @@ async def under_tui(config: RunConfig) -> TuiRun:
 
 def drafter_kind(config: RunConfig, drafter: str) -> str:
     """model, prompt-lookup or early-exit: the kind a session records (a model's file format aside)."""
-    kind = config.drafter(drafter).kind
-    return kind if kind in BUILT_IN else MODEL
+    return kind_of(config.drafter(drafter)).name
 
 
 def measure_drafter(config: RunConfig, drafter: str, args: argparse.Namespace) -> list[float]:

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from specplay.backends import open_stream, thread_cleanup
-from specplay.config.models import model_spec
 from specplay.config.run_config import TARGET, RequestSpec, RunConfig
+from specplay.drafters import model_spec
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, StartEvent
 from specplay.engine.request import Request

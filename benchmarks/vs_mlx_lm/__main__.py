@@ -37,7 +37,7 @@ from benchmarks.vs_mlx_lm.one_process import DEFAULT_PROMPT, build_models, measu
 def folder(source: str) -> Path:
     """The mlx-lm folder specplay loads for `source` (a fetched name, a GGUF file converted once, a folder)."""
     from specplay.backends.mlx.loading import resolve_model_path
-    from specplay.config.models import model_spec
+    from specplay.drafters import model_spec
     from specplay.errors import SpecplayError
 
     try:

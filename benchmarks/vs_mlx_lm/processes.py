@@ -181,7 +181,7 @@ def smollm2_models(source: str) -> ModelSet | str:
     of the time at a quarter of a target step per token; the target itself as drafter is the
     cheapest model both sides can run, and every round commits k + 1 tokens."""
     from specplay.backends.mlx.loading import resolve_model_path
-    from specplay.config.models import model_spec
+    from specplay.drafters import model_spec
     from specplay.errors import SpecplayError
 
     try:

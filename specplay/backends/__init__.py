@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from specplay.config.run_config import LOCAL_KINDS, ModelSpec, RunConfig
+from specplay.config.run_config import RunConfig
 from specplay.engine.router import fallback_for
 from specplay.engine.stream import EventStream
 
@@ -26,7 +25,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         if config.router is not None
         else None
     )
-    for model in (config.target, *config.drafters):
+    for model in config.local_models:
         if model.kind == "gguf":
             from specplay.backends.mlx.gguf import converted_folder
 
@@ -35,14 +34,13 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         from specplay.backends.mlx import load_mlx_backend
         from specplay.engine.loop import SpecEngine
 
-        drafters = [(m.name, _drafter_spec(m)) for m in config.drafters]
-        backend = load_mlx_backend(config.target.location, drafters)
+        backend = load_mlx_backend(config.target.location, [(m.name, m) for m in config.drafters])
         return SpecEngine(
             backend, router=router, route_map=config.route_map, route_notes=config.route_notes, fallback=fallback
         )
     options = config.vllm
-    local = [(m.name, m.location) for m in config.drafters if m.kind in LOCAL_KINDS]
-    servers = [(m.name, m.location) for m in config.drafters if m.kind == "server"]
+    local = [(m.name, m.location) for m in config.drafters if m.local]
+    servers = [(m.name, m.location) for m in config.drafters if m.on_server]
     if options.native:
         from specplay.backends.vllm.native_stream import connect_native
 
@@ -75,18 +73,6 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
     return SpecEngine(
         backend, router=router, route_map=config.route_map, route_notes=config.route_notes, fallback=fallback
     )
-
-
-def _drafter_spec(model: ModelSpec) -> Any:
-    """The MLX backend's spec of a drafter (backends/mlx/drafters.py)."""
-    from specplay.backends.mlx.drafters import EarlyExit, ModelDrafter, PromptLookup
-
-    if model.kind == "prompt-lookup":
-        return PromptLookup(model.params["n_min"], model.params["n_max"])
-    if model.kind == "early-exit":
-        head = model.params.get("head")
-        return EarlyExit(model.params["layers"], Path(head) if head else None)
-    return ModelDrafter(model.location)
 
 
 def thread_cleanup(config: RunConfig) -> Callable[[], None] | None:

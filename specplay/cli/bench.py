@@ -32,6 +32,7 @@ from specplay.cli.shown import shown_command
 from specplay.config.capabilities import capabilities_of
 from specplay.config.model_sets import DEMO
 from specplay.config.run_config import check_models, check_router
+from specplay.drafters import kind_of
 from specplay.engine.costs import RoundCosts, measure_costs
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
@@ -107,7 +108,7 @@ def bench(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SpecplayError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
     check_outputs(out, REPORT_FILES, OUT_FIX)  # now, not after the measurements
-    copy_only = [d.name for d in config.drafters if d.kind == "prompt-lookup"]
+    copy_only = [d.name for d in config.drafters if kind_of(d).cannot_write is not None]
     capabilities = capabilities_of(config)
     configs = plan(
         drafters,

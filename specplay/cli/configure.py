@@ -17,7 +17,6 @@ from typing import Any
 from specplay.cli.flags import API_KEY_ENV
 from specplay.config.api_key import checked_key
 from specplay.config.model_sets import ModelSet, default_set, named_set
-from specplay.config.models import model_spec
 from specplay.config.run_config import (
     TARGET,
     BackendKind,
@@ -29,6 +28,7 @@ from specplay.config.run_config import (
     route_classes,
 )
 from specplay.config.urls import credentials, named_url, server_root, url_of
+from specplay.drafters import model_spec
 from specplay.engine.router import CodeProseRouter, check_route_map
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from specplay.cli.configure import path_flag
 from specplay.cli.render import make_console, warn
 from specplay.config.model_sets import named_set
-from specplay.config.models import model_spec
+from specplay.drafters import model_spec
 from specplay.errors import ConfigError, SpecplayError
 from specplay.files import OUT_FIX, check_outputs
 

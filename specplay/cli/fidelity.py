@@ -32,6 +32,7 @@ from specplay.cli.flags import (
 from specplay.cli.render import make_console, warn
 from specplay.config.capabilities import capabilities_of
 from specplay.config.run_config import RunConfig, check
+from specplay.drafters import kind_named
 from specplay.engine.capabilities import check_supported
 from specplay.engine.rules import RULE_NAMES, RULES, AcceptanceRule, Mentored
 from specplay.engine.settings import AUTO_ROUTE
@@ -205,7 +206,8 @@ def fidelity(args: argparse.Namespace) -> int:
         route = (
             source.route_choice(spec.prompt).drafter if config.settings.route == AUTO_ROUTE else config.settings.route
         )
-        draft_row = config.drafter(route).kind != "prompt-lookup"  # it cannot write alone
+        kind = kind_named(route, config.drafters)
+        draft_row = kind is None or kind.cannot_write is None  # a draft-only row where the drafter writes alone
         seeds = range(spec.seed, spec.seed + args.samples)
         with _progress() as on_sample:
             report = measure_fidelity(

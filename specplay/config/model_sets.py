@@ -15,8 +15,8 @@ from typing import Any
 
 from specplay.catalog.models import CATALOG, CatalogModel, cached_path, is_fetched
 from specplay.config.demo import DEMO_DIR, demo_model_paths
-from specplay.config.models import MODEL, model_spec
-from specplay.config.run_config import TARGET, ModelSpec, RunConfig
+from specplay.config.run_config import TARGET, RunConfig
+from specplay.drafters import MODEL, ModelSpec, model_spec
 from specplay.engine.settings import NONE_ROUTE
 
 DEMO = "demo"
@@ -96,7 +96,7 @@ def _target(spec: ModelSpec) -> str:
 
 def _drafter(name: str, record: Mapping[str, Any], route_map: Mapping[str, str]) -> str:
     """`name (what it is; for the classes routed to it)`: a model drafter by its folder's name."""
-    what = record.get("source", "") if record.get("kind") != MODEL else ""
+    what = record.get("source", "") if record.get("kind") != MODEL.name else ""
     classes = [cls for cls, drafter in route_map.items() if drafter == name]
     detail = "; ".join(part for part in (what, "for " + " and ".join(classes) if classes else "") if part)
     return f"{name} ({detail})" if detail else name

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specplay.config.capabilities import NATIVE_FIXED, capabilities_of
-from specplay.config.locate import check_found
+from specplay.drafters import kind_named, kind_of
+from specplay.drafters.model import check_found
+from specplay.drafters.spec import ModelSpec
 from specplay.engine.capabilities import check_supported
 from specplay.engine.router import CodeProseRouter, Router, check_route, check_route_map
 from specplay.engine.settings import RESERVED_ROUTES, Mode, SpecSettings
@@ -22,32 +24,9 @@ from specplay.errors import ConfigError
 
 BackendKind = Literal["mlx", "vllm"]
 BACKENDS: tuple[BackendKind, ...] = ("mlx", "vllm")
-ModelKind = Literal["mlx", "gguf", "server", "prompt-lookup", "early-exit"]
-"""What a model is and where it runs: `mlx`, a folder or a cached Hugging Face id loaded here;
-`gguf`, a GGUF file converted once and loaded here; `server`, a vLLM server's address; and two
-drafters made from no model or from the target's own layers (config/models.py)."""
-LOCAL_KINDS: tuple[ModelKind, ...] = ("mlx", "gguf")
-"""Models with weights that this machine loads."""
-Role = Literal["target", "drafter"]
 Strategy = Literal["auto", "prompt-logprobs", "prefixes"]
 STRATEGIES: tuple[Strategy, ...] = ("auto", "prompt-logprobs", "prefixes")
 TARGET = "target"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """One model of a run."""
-
-    name: str
-    """"target", or the drafter's name (in vLLM's native mode, a speculating server's route name)."""
-    role: Role
-    kind: ModelKind
-    location: str
-    """A folder or Hugging Face id (mlx), a file (gguf), a server's root address (server); empty
-    for the drafters made from no model or from the target."""
-    params: Mapping[str, Any] = field(default_factory=dict)
-    """What a kind needs beyond its location: prompt lookup's n_min and n_max, early exit's layers
-    and head; in native mode the target server's route name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +132,7 @@ class RunConfig:
     @property
     def local_models(self) -> tuple[ModelSpec, ...]:
         """The models whose weights this machine loads (with MLX)."""
-        return tuple(m for m in (self.target, *self.drafters) if m.kind in LOCAL_KINDS)
+        return tuple(m for m in (self.target, *self.drafters) if m.local)
 
 
 NATIVE_ROUTE = "server"
@@ -177,8 +156,9 @@ def check(config: RunConfig) -> None:
     if config.request.mode != "target" and not names:
         raise ConfigError("draft", f"is needed in {config.request.mode} mode: give at least one drafter")
     pinned = config.settings.route
-    if config.request.mode == "draft" and pinned in names and config.drafter(pinned).kind == "prompt-lookup":
-        raise ConfigError("mode", f"draft cannot run on {pinned!r}: prompt lookup only copies, it cannot write alone")
+    cannot_write = kind.cannot_write if (kind := kind_named(pinned, config.drafters)) is not None else None
+    if config.request.mode == "draft" and cannot_write is not None:
+        raise ConfigError("mode", f"draft cannot run on {pinned!r}: {cannot_write}")
     if config.native:
         if config.settings.rule_params.tv_budget > 0 or config.settings.policy != "fixed":
             raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {NATIVE_FIXED}")
@@ -230,24 +210,19 @@ def check_models(config: RunConfig) -> None:
         raise ConfigError("top_logprobs", f"must be at least 1 (got {config.vllm.top_logprobs})")
     if not 0 < config.vllm.timeout_s < math.inf:  # also refuses NaN
         raise ConfigError("timeout", f"must be a finite number of seconds above 0 (got {config.vllm.timeout_s})")
+    for model in (config.target, *config.drafters):
+        kind_of(model).check_backend(model, config.backend)
     if config.backend == "mlx":
-        if any(m.kind == "server" for m in (config.target, *config.drafters)):
-            raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
         if config.vllm.native or config.vllm.baseline_url:
             flag = "vllm_native" if config.vllm.native else "baseline_url"
             raise ConfigError(flag, "is for vLLM servers: add --backend vllm, or drop it")
         _check_found(config.local_models)
         return
-    if config.target.kind != "server":
+    if not config.target.on_server:
         raise ConfigError("target", "is for local models; with --backend vllm give --target-url URL")
-    for drafter in config.drafters:
-        if drafter.kind == "early-exit":
-            raise ConfigError("draft", f"{drafter.name!r} drafts with the target's own layers: it needs --backend mlx")
-        if drafter.kind == "prompt-lookup":
-            raise ConfigError("draft", f"{drafter.name!r} (prompt lookup) runs with --backend mlx only, for now")
     _check_found(config.local_models)
     options = config.vllm
-    if options.native and any(d.kind != "server" for d in config.drafters):
+    if options.native and any(not d.on_server for d in config.drafters):
         raise ConfigError(
             "vllm_native", "uses each server's own drafter; drop --draft (--draft-url adds a speculating server)"
         )

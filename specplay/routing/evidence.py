@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specplay.config.models import EARLY_EXIT, PROMPT_LOOKUP
-from specplay.config.run_config import TARGET, ModelSpec, RunConfig
+from specplay.config.run_config import TARGET, RunConfig
+from specplay.drafters import ModelSpec, kind_of
 from specplay.engine.router import CodeProseRouter, route_map_for
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, ROUTE_SETTINGS, SpecSettings
 from specplay.errors import SpecplayError
@@ -49,12 +49,9 @@ class RouteRecord:
 
 
 def _matches(spec: ModelSpec, record: Mapping[str, Any]) -> bool:
-    """A session's model record is this spec's model: a built-in drafter of the same kind and
-    settings, or a model from the same source."""
-    if spec.kind in (PROMPT_LOOKUP, EARLY_EXIT):
-        same = record.get("kind") == spec.kind
-        return same and all(record.get(key) == value for key, value in spec.params.items() if key in record)
-    return spec.location in (record.get("source"), record.get("path"))
+    """A session's model record is this spec's drafter: of the same kind and settings, or a model
+    from the same source."""
+    return kind_of(spec).matches(spec, record)
 
 
 def _judged_alike(recorded: SpecSettings, settings: SpecSettings) -> bool:

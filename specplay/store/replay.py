@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specplay.config.models import EARLY_EXIT, MODEL, PROMPT_LOOKUP
-from specplay.config.run_config import TARGET, BackendKind, ModelSpec, Role, RunConfig, VllmOptions
+from specplay.config.run_config import TARGET, BackendKind, RunConfig, VllmOptions
 from specplay.config.urls import server_root
+from specplay.drafters import ModelSpec, Role, replay_model
+from specplay.errors import ConfigError
 from specplay.store.codec import request_from_record
 from specplay.store.format import Session, SessionError
 
@@ -69,25 +70,11 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
     return ModelSpec(TARGET, "target", "server", server_root(target["source"])), drafters, options
 
 
-LOCAL_RECORD_KINDS = (MODEL, "gguf", PROMPT_LOOKUP, EARLY_EXIT)
-
-
 def local_model(name: str, role: Role, model: Mapping[str, Any]) -> ModelSpec:
     """A model this machine ran, from its identity: a folder (saved absolute), the GGUF file it was
-    converted from, or a drafter made from no model or from the target, with its parameters.
-    Records from before drafter kinds existed are models, named by their folder."""
-    kind = model.get("kind", MODEL)
-    if kind not in LOCAL_RECORD_KINDS:
-        raise SessionError(
-            f"a session names a {role} of kind {kind!r}, which this specplay does not know (known: "
-            f"{', '.join(LOCAL_RECORD_KINDS)}); a newer specplay wrote it, or give the models with --target and --draft"
-        )
-    if kind == PROMPT_LOOKUP:
-        return ModelSpec(name, role, PROMPT_LOOKUP, "", {"n_min": int(model["n_min"]), "n_max": int(model["n_max"])})
-    if kind == EARLY_EXIT:
-        head = model.get("head")
-        path = head.get("path") if isinstance(head, Mapping) else head
-        return ModelSpec(name, role, EARLY_EXIT, "", {"layers": int(model["layers"]), "head": path})
-    if kind == "gguf":
-        return ModelSpec(name, role, "gguf", model["source"])
-    return ModelSpec(name, role, "mlx", model["path"])
+    converted from, or a drafter made from no model or from the target, with its parameters (its
+    kind reads the record back)."""
+    try:
+        return replay_model(name, role, model)
+    except ConfigError as exc:
+        raise SessionError(exc.detail) from None

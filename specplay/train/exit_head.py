@@ -5,7 +5,7 @@ The target stays frozen. One forward of the target per batch gives both layer L'
 (the head's input) and the target's next-token distribution at every position (the label); the
 head learns to minimise forward KL(p_target || p_exit), as `specplay distill` trains drafters.
 `distill_exit_head` runs the same pipeline as `distill` (the target's own rollouts of the user's
-prompts, resumable from `out/work`) and writes a folder that `EarlyExit(layers, head=out)` loads.
+prompts, resumable from `out/work`) and writes a folder that `--draft early-exit:layers=L,head=OUT` loads.
 """
 
 from __future__ import annotations

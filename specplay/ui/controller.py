@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from specplay.config.model_sets import models_line
 from specplay.config.run_config import RunConfig
+from specplay.drafters import kind_named
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.costs import RoundCosts
@@ -573,11 +574,8 @@ class PlaygroundController:
 
     def _cannot_write(self, route: str) -> str | None:
         """Why a draft-only lane cannot run on `route` (None: it can)."""
-        if route == NONE_ROUTE:
-            return "the route is none, which drafts nothing"
-        if any(d.name == route and d.kind == "prompt-lookup" for d in self.config.drafters):
-            return "prompt lookup only copies, it cannot write alone"
-        return None
+        kind = kind_named(route, self.config.drafters)
+        return kind.cannot_write if kind is not None else None
 
     # --- saved sessions ----------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from specplay.cli import run as run_command
 from specplay.cli import tui as tui_command
 from specplay.cli.configure import given, run_config
 from specplay.config.demo import DEMO_DIR, demo_model_paths
-from specplay.config.run_config import ModelSpec, RequestSpec, RunConfig, VllmOptions, check
+from specplay.config.run_config import RequestSpec, RunConfig, VllmOptions, check
+from specplay.drafters import ModelSpec
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
     ControlEvent,

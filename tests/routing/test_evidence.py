@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specplay.config.run_config import ModelSpec, RunConfig
+from specplay.config.run_config import RunConfig
+from specplay.drafters import ModelSpec
 from specplay.routing.evidence import recent_sessions, route_records, with_route_evidence
 from tests.support.session_events import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from specplay.backends.prompt_lookup import NgramIndex
+from specplay.drafters.prompt_lookup import NgramIndex
 from specplay.engine.accept import inverse_cdf_sample
 from specplay.engine.backend_protocol import VerifiedDraft
 from specplay.engine.capabilities import Capabilities

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from textual.pilot import Pilot
 
-from specplay.config.run_config import ModelSpec, RequestSpec, RunConfig, VllmOptions
+from specplay.config.run_config import RequestSpec, RunConfig, VllmOptions
+from specplay.drafters import ModelSpec
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SpecSettings

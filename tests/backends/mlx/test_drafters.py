@@ -12,14 +12,10 @@ import numpy as np
 import pytest
 
 from specplay.backends.mlx import MlxBackend, load_mlx_backend, release_thread
-from specplay.backends.mlx.drafters import (
-    EarlyExit,
-    PromptLookup,
-)
+from specplay.backends.mlx.drafting import LoadedEarlyExit, ProposerDrafter, load_drafter
 from specplay.backends.mlx.early_exit import ExitHead, save_exit_head
 from specplay.backends.mlx.loading import folder_identity, load_model
-from specplay.backends.mlx.mlx_backend import load_drafter
-from specplay.backends.prompt_lookup import NgramIndex, copy_after
+from specplay.drafters.prompt_lookup import NgramIndex, copy_after
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import SpecEngine
@@ -41,6 +37,7 @@ from specplay.ui.stats import LaneTally
 from specplay.ui.widgets.tape import round_line
 from tests.support.checks import every
 from tests.support.distributions import follows
+from tests.support.drafters import early_exit, lookup
 from tests.support.engine_runs import done, events_from, rounds, run, sources
 from tests.support.observed import Observed
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
@@ -57,9 +54,9 @@ def kinds(tiny: TinyModels) -> MlxBackend:
     """The tiny target with a model drafter and each new kind."""
     drafters = [
         ("near", str(tiny.near)),
-        ("lookup", PromptLookup(1, 3)),
-        ("lookup5", PromptLookup(5, 5)),  # vLLM's default range: matches seldom, so many rounds draft nothing
-        ("exit", EarlyExit(1)),
+        ("lookup", lookup(1, 3)),
+        ("lookup5", lookup(5, 5)),  # vLLM's default range: matches seldom, so many rounds draft nothing
+        ("exit", early_exit(1)),
     ]
     return load_mlx_backend(str(tiny.target), drafters)
 
@@ -123,8 +120,10 @@ def check_caches(observed: Observed, event: RoundEvent) -> None:
     assert lengths["target"] == committed - 1
     assert set(lengths) == {"target", *observed.drafters}
     assert every(length <= committed - 1 for length in lengths.values())
-    if event.route in generation.lookups:
-        index = generation.lookups[event.route]
+    drafter = generation.drafters[event.route]
+    if isinstance(drafter, ProposerDrafter):
+        index = drafter.proposer
+        assert isinstance(index, NgramIndex)
         assert lengths[event.route] == committed - len(event.tokens) - 1  # the round's context, but its last token
         fresh = NgramIndex(index.n_min, index.n_max)
         fresh.extend(generation.tokens, index.length)
@@ -159,7 +158,7 @@ def test_route_changes_from_another_thread_reach_each_kind(tiny: TinyModels) -> 
     """As the playground does it: the model thread generates, the UI thread changes k and route
     (each change once the previous one has shown up, however far the model thread runs ahead)."""
     thread = ModelThread(on_exit=release_thread)
-    drafters = [("near", str(tiny.near)), ("lookup", PromptLookup(1, 3)), ("exit", EarlyExit(1))]
+    drafters = [("near", str(tiny.near)), ("lookup", lookup(1, 3)), ("exit", early_exit(1))]
     try:
         backend = thread.call(lambda: load_mlx_backend(str(tiny.target), drafters))
         engine = SpecEngine(backend)
@@ -305,7 +304,7 @@ def test_sampled_output_follows_the_target_where_prompt_lookup_proposes(kinds: M
 def test_early_exit_after_more_layers_accepts_much_more() -> None:
     """On the shipped 6-layer demo target (trained, so its layers refine one another): exiting after
     5 layers drafts far better than after 1."""
-    backend = load_mlx_backend(str(DEMO_TARGET), [("exit1", EarlyExit(1)), ("exit5", EarlyExit(5))])
+    backend = load_mlx_backend(str(DEMO_TARGET), [("exit1", early_exit(1)), ("exit5", early_exit(5))])
     rates = {}
     for route in ("exit1", "exit5"):
         accepted = drafted = 0
@@ -320,7 +319,8 @@ def test_early_exit_after_more_layers_accepts_much_more() -> None:
 
 
 def test_early_exit_shares_the_targets_weights(tiny: TinyModels, kinds: MlxBackend) -> None:
-    exit_ = kinds.early_exits["exit"]
+    exit_ = kinds.loaded["exit"]
+    assert isinstance(exit_, LoadedEarlyExit)
     target = kinds.target.model
     assert exit_.model.split.inner is target.model
     assert every(a is b for a, b in zip(exit_.model.split.layers, target.model.layers, strict=True))
@@ -329,16 +329,18 @@ def test_early_exit_shares_the_targets_weights(tiny: TinyModels, kinds: MlxBacke
     loaded = load_model("target", str(tiny.target))
     mx.eval(loaded.model.parameters())
     before = mx.get_active_memory()
-    drafter = load_drafter("exit", EarlyExit(1), target=loaded)
+    drafter = load_drafter("exit", early_exit(1), target=loaded)
     assert mx.get_active_memory() - before < 1024
-    assert drafter.model.own_parameters() == 0  # type: ignore[union-attr]
+    assert isinstance(drafter, LoadedEarlyExit) and drafter.model.own_parameters() == 0
 
 
 def test_early_exit_runs_draft_only_as_its_layers_would(kinds: MlxBackend) -> None:
     events = run(kinds, CODE_PROMPT, mode="draft", route="exit", max_tokens=12)
     assert set(sources(events)) == {"draft"}
     # Cached, step by step, it produces what the same layers give without a cache.
-    exit_model = kinds.early_exits["exit"].model
+    loaded = kinds.loaded["exit"]
+    assert isinstance(loaded, LoadedEarlyExit)
+    exit_model = loaded.model
     tokens = list(kinds.encode(CODE_PROMPT, raw=True))
     for _ in range(12):
         tokens.append(int(mx.argmax(exit_model(mx.array([tokens]))[0, -1]).item()))
@@ -346,7 +348,7 @@ def test_early_exit_runs_draft_only_as_its_layers_would(kinds: MlxBackend) -> No
 
 
 def test_early_exit_on_a_sliding_window_target(tiny: TinyModels) -> None:
-    backend = load_mlx_backend(str(tiny.swa_target), [("exit", EarlyExit(1))])
+    backend = load_mlx_backend(str(tiny.swa_target), [("exit", early_exit(1))])
     reference = done(run(backend, PROSE_PROMPT, mode="target", max_tokens=40)).token_ids
     for k in (2, 5):
         assert done(run(backend, PROSE_PROMPT, route="exit", k=k, max_tokens=40)).token_ids == reference
@@ -355,10 +357,10 @@ def test_early_exit_on_a_sliding_window_target(tiny: TinyModels) -> None:
 @pytest.mark.parametrize(
     ("make", "expected"),
     [
-        (lambda: PromptLookup(0, 3), "n-gram range 0..3 is invalid: it needs 1 <= n_min <= n_max <= 16"),
-        (lambda: PromptLookup(4, 2), "n-gram range 4..2 is invalid"),
-        (lambda: PromptLookup(1, 17), "n-gram range 1..17 is invalid"),
-        (lambda: EarlyExit(0), "early exit's layers must be a whole number of at least 1 (got 0)"),
+        (lambda: lookup(0, 3), "prompt-lookup:n=0-3 needs n=MIN-MAX with 1 <= MIN <= MAX <= 16"),
+        (lambda: lookup(4, 2), "prompt-lookup:n=4-2 needs n=MIN-MAX"),
+        (lambda: lookup(1, 17), "prompt-lookup:n=1-17 needs n=MIN-MAX"),
+        (lambda: early_exit(0), "early-exit:layers=0 must be a whole number of layers, 1 or more"),
     ],
 )
 def test_bad_parameters_are_one_line(make: object, expected: str) -> None:
@@ -371,7 +373,7 @@ def test_bad_parameters_are_one_line(make: object, expected: str) -> None:
 @pytest.mark.parametrize("layers", [2, 7])
 def test_an_exit_layer_out_of_range_is_refused(tiny: TinyModels, layers: int) -> None:
     with pytest.raises(ModelError) as caught:
-        load_mlx_backend(str(tiny.target), [("exit", EarlyExit(layers))])
+        load_mlx_backend(str(tiny.target), [("exit", early_exit(layers))])
     line = error_line(caught.value)
     assert f"layers={layers} is out of range; the target has 2 layers, so use 1..1" in line and "\n" not in line
 
@@ -380,17 +382,17 @@ def test_an_architecture_that_cannot_be_split_is_refused(tiny: TinyModels, tmp_p
     gemma = llama_config(64, 2, 512) | {"model_type": "gemma", "head_dim": 16}
     write_model(tmp_path / "gemma", gemma, tiny.root / "tok", seed=0)
     with pytest.raises(ModelError) as caught:
-        load_mlx_backend(str(tmp_path / "gemma"), [("exit", EarlyExit(1))])
+        load_mlx_backend(str(tmp_path / "gemma"), [("exit", early_exit(1))])
     line = error_line(caught.value)
     assert "is a 'gemma' model, which early exit cannot split" in line and "\n" not in line
-    load_mlx_backend(str(tmp_path / "gemma"), [("lookup", PromptLookup())])  # lookup needs no layers
+    load_mlx_backend(str(tmp_path / "gemma"), [("lookup", lookup())])  # lookup needs no layers
 
 
 def test_prompt_lookup_cannot_run_draft_only(kinds: MlxBackend) -> None:
     with pytest.raises(ConfigError) as caught:
         run(kinds, CODE_PROMPT, mode="draft", route="lookup")
     line = error_line(caught.value)
-    assert line.startswith("--mode draft cannot run on 'lookup', a prompt-lookup drafter") and "\n" not in line
+    assert line.startswith("--mode draft cannot run on 'lookup': prompt lookup only copies") and "\n" not in line
 
 
 def test_sessions_record_each_drafters_kind_and_parameters(tiny: TinyModels, kinds: MlxBackend) -> None:
@@ -426,7 +428,7 @@ def test_a_trained_exit_head_drafts_losslessly_and_is_checked(tiny: TinyModels, 
     result = train_exit_head(target.model, windows, held_out, tmp_path / "head", config, folder_identity(target))
     assert result.held_out_kl_after < result.held_out_kl_before
 
-    backend = load_mlx_backend(str(tiny.target), [("exit", EarlyExit(1, head=tmp_path / "head"))])
+    backend = load_mlx_backend(str(tiny.target), [("exit", early_exit(1, head=tmp_path / "head"))])
     assert backend.describe()["models"]["exit"]["own_parameters"] == 64 * 64  # the head's, not the target's
     reference = done(run(backend, CODE_PROMPT, mode="target", max_tokens=40)).token_ids
     assert done(run(backend, CODE_PROMPT, route="exit", max_tokens=40)).token_ids == reference
@@ -437,25 +439,25 @@ def test_a_trained_exit_head_drafts_losslessly_and_is_checked(tiny: TinyModels, 
 
     # Another target of the same width, or another exit layer, is refused in one line.
     with pytest.raises(ModelError, match="was trained on other target weights"):
-        load_mlx_backend(str(tiny.swa_target), [("exit", EarlyExit(1, head=tmp_path / "head"))])
+        load_mlx_backend(str(tiny.swa_target), [("exit", early_exit(1, head=tmp_path / "head"))])
     save_exit_head(tmp_path / "layer2", ExitHead(64), layers=2)
     with pytest.raises(ModelError, match="was trained after layer 2, not 1; use layers=2"):
-        load_mlx_backend(str(tiny.target), [("exit", EarlyExit(1, head=tmp_path / "layer2"))])
+        load_mlx_backend(str(tiny.target), [("exit", early_exit(1, head=tmp_path / "layer2"))])
     with pytest.raises(ModelError, match="not found"):
-        load_mlx_backend(str(tiny.target), [("exit", EarlyExit(1, head=tmp_path / "nowhere"))])
+        load_mlx_backend(str(tiny.target), [("exit", early_exit(1, head=tmp_path / "nowhere"))])
     # Weights that are not the ones the config was written with (a save cut between the two files).
     save_exit_head(tmp_path / "other", ExitHead(64), layers=1)
     (tmp_path / "head" / "exit_head.safetensors").write_bytes(
         (tmp_path / "other" / "exit_head.safetensors").read_bytes()
     )
     with pytest.raises(ModelError, match=r"is not the file exit_head\.json describes"):
-        load_mlx_backend(str(tiny.target), [("exit", EarlyExit(1, head=tmp_path / "head"))])
+        load_mlx_backend(str(tiny.target), [("exit", early_exit(1, head=tmp_path / "head"))])
     # no partial files left beside a head: only the record of what specplay wrote there
     assert [p.name for p in (tmp_path / "head").glob(".*")] == [OUTPUTS_RECORD]
 
 
 def test_other_kinds_of_drafter_as_alternatives_leave_the_output_alone(tiny: TinyModels) -> None:
-    drafters = [("near", str(tiny.near)), ("lookup", PromptLookup()), ("exit", EarlyExit(layers=1))]
+    drafters = [("near", str(tiny.near)), ("lookup", lookup()), ("exit", early_exit(1))]
     backend = load_mlx_backend(str(tiny.target), drafters)
     for route, temperature in itertools.product(("near", "lookup", "exit"), (0.0, 1.0)):
         common = {"route": route, "temperature": temperature, "max_tokens": 40, "seed": 3}

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
-from specplay.backends.mlx.drafters import EarlyExit, PromptLookup
 from specplay.cli import main
 from specplay.engine.events import ControlEvent, Event, RoundEvent
 from specplay.store import load_session
 from specplay.ui.controller import RunState
 from tests.support.checks import every
+from tests.support.drafters import early_exit, lookup
 from tests.support.engine_runs import done, rounds, run
 from tests.support.observed import Observed
 
@@ -38,7 +38,11 @@ TOKENS = 24
 @pytest.fixture(scope="module")
 def smol(smollm2: Path) -> MlxBackend:
     """SmolLM2 with prompt lookup and early exits after 8 and 26 of its 30 layers."""
-    drafters = [("lookup", PromptLookup(2, 4)), ("exit8", EarlyExit(8)), ("exit26", EarlyExit(26))]
+    drafters = [
+        ("lookup", lookup(2, 4)),
+        ("exit8", early_exit(8, name="exit8")),
+        ("exit26", early_exit(26, name="exit26")),
+    ]
     return load_mlx_backend(str(smollm2), drafters)
 
 

@@ -1,0 +1,387 @@
+"""The MLX drafter interface: one class per drafter form (specplay.drafters), so the generation
+never asks which kind of drafter it holds.
+
+A drafter is loaded once per backend (`LoadedDrafter`: weights, a head) and opened once per
+generation (`Drafter`: its cache or index over that generation's tokens). Another model and an
+early exit draft alike, token by token through a KV cache of their own (`CacheDrafter`); a
+proposer (prompt lookup) proposes from the committed tokens alone (`ProposerDrafter`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import trim_prompt_cache
+
+from specplay.backends.mlx.early_exit import EarlyExitModel, LayerSplit, check_layers, head_identity, load_exit_head
+from specplay.backends.mlx.kernels import draw_kernel
+from specplay.backends.mlx.loading import LoadedModel, folder_identity, load_model, rewindable_cache
+from specplay.drafters import DrafterKind, Form, ModelSpec, Proposer, kind_of
+from specplay.engine.sampling import one_hot, softmax
+from specplay.engine.settings import SamplingParams
+from specplay.engine.width import LOGITS, correction_ranks
+
+PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
+KeepDrafting = Callable[[Sequence[float]], bool]
+"""A policy asked after each drafted token, with the drafter's confidence in each so far."""
+
+
+def fit_vocab(logits: mx.array, vocab_size: int) -> mx.array:
+    """Logits [rows, vocab_size]: rows past the tokenizer (embedding padding) dropped, ids the model
+    cannot produce given -inf."""
+    width = logits.shape[-1]
+    if width > vocab_size:
+        return logits[:, :vocab_size]
+    if width < vocab_size:
+        pad = mx.full((logits.shape[0], vocab_size - width), -mx.inf, dtype=logits.dtype)
+        return mx.concatenate([logits, pad], axis=-1)
+    return logits
+
+
+class ModelCache:
+    """A model, its KV cache, and how many of the generation's tokens the cache holds."""
+
+    def __init__(self, name: str, model: Any, cache: list[Any], vocab_size: int) -> None:
+        self.name, self.model, self.cache, self.vocab_size = name, model, cache, vocab_size
+        self.length = 0
+
+    def forward(self, token_ids: mx.array) -> mx.array:
+        """Logits [len(token_ids), vocab] for the positions after each token; caches them."""
+        logits = self.model(token_ids[None], cache=self.cache)[0]
+        self.length += token_ids.shape[0]
+        return fit_vocab(logits, self.vocab_size)
+
+    def trim_to(self, length: int) -> None:
+        if length < self.length:
+            trim_prompt_cache(self.cache, self.length - length)
+            self.length = length
+
+    def offset(self) -> int:
+        """What the cache itself says it holds (for checks)."""
+        return int(self.cache[0].offset)
+
+    def catch_up(self, tokens: Sequence[int]) -> int:
+        """Bring the cache to all of `tokens` but the last, chunk by chunk; how many it took in."""
+        before = self.length
+        while len(tokens) - 1 - self.length > 0:
+            chunk = tokens[self.length : min(self.length + PREFILL_CHUNK, len(tokens) - 1)]
+            self.forward(mx.array(chunk))
+            mx.eval([c.state for c in self.cache])
+        return self.length - before
+
+    def pending(self, tokens: Sequence[int]) -> mx.array:
+        """The tokens the cache has yet to see, the last committed one included."""
+        if len(tokens) - self.length > PREFILL_CHUNK:
+            self.catch_up(tokens)
+        return mx.array(tokens[self.length :])
+
+
+@dataclass
+class MlxDraft:
+    tokens: mx.array  # [k] int; k may be 0 (a proposer found nothing)
+    rows: mx.array | None  # [k, vocab] float32: the drafter's distributions; None where one-hot
+    vocab_size: int
+    scores: mx.array | None = None
+    """[k, vocab]: a greedy model drafter's logits, kept (already computed) to rank corrections in
+    (width.py): its softmax would cost an exponential per token of the vocabulary per round."""
+
+    @property
+    def p_draft(self) -> mx.array:
+        """Built only where verification reads it: greedy lossless verification needs the tokens alone."""
+        return self.rows if self.rows is not None else one_hot(self.tokens, self.vocab_size, mx)
+
+    def ranks(self, corrections: mx.array) -> mx.array | None:
+        """Each correction's rank among the drafter's tokens (width.py), from its distributions or
+        at temperature 0 its logits; None for a proposer, which has no second choice."""
+        if self.rows is not None:
+            return correction_ranks(self.rows, corrections, mx)
+        return None if self.scores is None else correction_ranks(self.scores, corrections, mx, floor=LOGITS)
+
+
+def certain_draft(tokens: Sequence[int], vocab_size: int) -> MlxDraft:
+    """A proposal with no distributions of its own: one-hot at every temperature."""
+    return MlxDraft(mx.array(list(tokens), dtype=mx.int32), None, vocab_size)
+
+
+def uniforms(values: Sequence[float]) -> mx.array:
+    return mx.array(np.asarray(values, dtype=np.float32))
+
+
+def draw(
+    logits: mx.array, sampling: SamplingParams, drawn: mx.array | None, compiled: bool
+) -> tuple[mx.array, mx.array | None]:
+    """One token per row of logits, and the distribution it was drawn from (None when greedy:
+    the argmax needs no distribution nor draw, and its one-hot is built only where needed)."""
+    if sampling.greedy:
+        return mx.argmax(logits, axis=-1), None
+    assert drawn is not None, "a sampled draw needs its uniform"
+    return draw_kernel(sampling, compiled)(logits, drawn)
+
+
+class Drafter(Protocol):
+    """One drafter over one generation's tokens. Between rounds it holds a prefix of the
+    committed tokens but the last (`length` of them)."""
+
+    name: str
+    writer: ModelCache | None
+    """The cache a draft-only lane decodes with; None where the drafter cannot write alone."""
+    cannot_write: str | None
+    """Why it cannot (its kind's words), where it cannot."""
+
+    @property
+    def length(self) -> int: ...
+
+    def catch_up(self, tokens: Sequence[int]) -> int:
+        """Take in all of `tokens` but the last; how many it took in."""
+
+    def proposal(self, tokens: Sequence[int], k: int) -> list[int] | None:
+        """What it would draft, at no cost worth timing; None where drafting is the cost (a model)."""
+
+    def draft(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        *,
+        sampling: SamplingParams,
+        drawn: Sequence[float],
+        keep_drafting: KeepDrafting | None,
+        compiled: bool,
+    ) -> MlxDraft:
+        """Up to k tokens to follow `tokens` (the committed ones)."""
+
+    def trim_to(self, length: int) -> None:
+        """Forget what it holds past `length` tokens."""
+
+    def held(self) -> int:
+        """What its cache or index itself says it holds (for checks)."""
+
+
+class CacheDrafter:
+    """Forms `model` and `target-layers`: a model with a KV cache of its own, drafting a token per forward."""
+
+    def __init__(self, cache: ModelCache) -> None:
+        self.name, self.cache, self.writer = cache.name, cache, cache
+        self.cannot_write = None
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def catch_up(self, tokens: Sequence[int]) -> int:
+        return self.cache.catch_up(tokens)
+
+    def proposal(self, tokens: Sequence[int], k: int) -> list[int] | None:
+        return None
+
+    def draft(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        *,
+        sampling: SamplingParams,
+        drawn: Sequence[float],
+        keep_drafting: KeepDrafting | None,
+        compiled: bool,
+    ) -> MlxDraft:
+        model = self.cache
+        u = None if sampling.greedy else uniforms(drawn)  # the argmax needs no draw
+        inputs = model.pending(tokens)
+        drafted, rows, confidences = [], [], []
+        for i in range(k):
+            logits = model.forward(inputs)[-1:]
+            token, probs = draw(logits, sampling, None if u is None else u[i : i + 1], compiled)
+            drafted.append(token)
+            # Greedy: the logits, computed anyway, are kept to rank a rejection's correction in.
+            rows.append(logits if probs is None else probs)
+            if keep_drafting is None:
+                mx.async_eval(token)  # overlap this step's compute with building the next
+            else:
+                # At temperature 0 the drafter's own confidence is its softmax, not the one-hot.
+                belief = softmax(logits, mx) if probs is None else probs
+                confidences.append(mx.take_along_axis(belief, token[:, None], axis=-1).item())
+                if not keep_drafting(confidences):
+                    break
+            inputs = token
+        out = mx.concatenate(drafted)
+        # Wait for the draft, so draft and verify times are measured apart. It costs the device the
+        # time the host takes to build the verify graph; on CPUs, where MLX dispatch blocks on work
+        # in flight, nothing (benchmarks/vs_mlx_lm).
+        mx.eval(out)
+        stacked = mx.concatenate(rows)  # built lazily: computed only where verification reads it
+        if sampling.greedy:
+            return MlxDraft(out, None, model.vocab_size, scores=stacked)
+        return MlxDraft(out, stacked, model.vocab_size)
+
+    def trim_to(self, length: int) -> None:
+        self.cache.trim_to(length)
+
+    def held(self) -> int:
+        return self.cache.offset()
+
+
+class ProposerDrafter:
+    """Form `proposer`: proposals from the committed tokens alone, certain (one-hot), so each
+    rule applies unchanged (lossless acceptance is p_target(x)). It only ever takes in committed
+    tokens, so a rejection has nothing to rewind."""
+
+    writer = None
+
+    def __init__(self, name: str, proposer: Proposer, vocab_size: int, cannot_write: str) -> None:
+        self.name, self.proposer, self.vocab_size = name, proposer, vocab_size
+        self.cannot_write = cannot_write
+
+    @property
+    def length(self) -> int:
+        return self.proposer.length
+
+    def catch_up(self, tokens: Sequence[int]) -> int:
+        before = self.proposer.length
+        self.proposer.extend(tokens, len(tokens) - 1)
+        return self.proposer.length - before
+
+    def proposal(self, tokens: Sequence[int], k: int) -> list[int] | None:
+        return self.proposer.propose(tokens, k)
+
+    def draft(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        *,
+        sampling: SamplingParams,
+        drawn: Sequence[float],
+        keep_drafting: KeepDrafting | None,
+        compiled: bool,
+    ) -> MlxDraft:
+        proposal = self.proposer.propose(tokens, k)
+        if keep_drafting is not None:
+            # Its confidence in each of its tokens is 1, so a policy that stops early never does
+            # here; asked anyway so a policy sees every kind alike.
+            for count in range(1, len(proposal) + 1):
+                if not keep_drafting([1.0] * count):
+                    proposal = proposal[:count]
+                    break
+        return certain_draft(proposal, self.vocab_size)
+
+    def trim_to(self, length: int) -> None:
+        """Nothing to rewind: a proposal is never taken in."""
+
+    def held(self) -> int:
+        return self.proposer.length
+
+
+class LoadedDrafter(Protocol):
+    """A drafter as the backend holds it between generations."""
+
+    name: str
+    kind: DrafterKind
+    spec: ModelSpec
+
+    def open(self, vocab_size: int) -> Drafter:
+        """A fresh drafter for one generation."""
+
+    def record(self) -> dict[str, Any]:
+        """What a session records of it: its kind and parameters (a replay reads them back) and
+        what identifies its weights."""
+
+
+@dataclass(frozen=True)
+class LoadedProposer:
+    """Form `proposer`: nothing to load; each generation gets a fresh proposer from its kind."""
+
+    name: str
+    kind: DrafterKind
+    spec: ModelSpec
+
+    def open(self, vocab_size: int) -> Drafter:
+        why = self.kind.cannot_write or "it proposes only from what the text repeats"
+        return ProposerDrafter(self.name, self.kind.proposer(self.spec), vocab_size, why)
+
+    def record(self) -> dict[str, Any]:
+        return self.kind.record(self.spec) | {"source": self.kind.describe(self.spec)}
+
+
+@dataclass(frozen=True)
+class LoadedModelDrafter:
+    """Form `model`: another model, loaded once; each generation gets a fresh KV cache."""
+
+    name: str
+    kind: DrafterKind
+    spec: ModelSpec
+    loaded: LoadedModel
+
+    def open(self, vocab_size: int) -> Drafter:
+        return CacheDrafter(ModelCache(self.name, self.loaded.model, rewindable_cache(self.loaded), vocab_size))
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind.name, **folder_identity(self.loaded)}
+
+
+@dataclass(frozen=True)
+class LoadedEarlyExit:
+    """Form `target-layers`: the target's own first layers (no weight copied) and a head if trained;
+    each generation gets a cache of its own, the target's kind of cache cut to those layers."""
+
+    name: str
+    kind: DrafterKind
+    spec: ModelSpec
+    model: EarlyExitModel
+    target: LoadedModel
+    head: dict[str, Any] | None = None
+    """The head's identity (path, sha256), for sessions."""
+
+    @property
+    def layers(self) -> int:
+        return int(self.spec.params["layers"])
+
+    def open(self, vocab_size: int) -> Drafter:
+        cache = rewindable_cache(self.target)[: self.layers]
+        return CacheDrafter(ModelCache(self.name, self.model, cache, vocab_size))
+
+    def record(self) -> dict[str, Any]:
+        return self.kind.record(self.spec) | {
+            "head": self.head,
+            "own_parameters": self.model.own_parameters(),
+            "target_layers": len(self.model.split.layers),
+            "source": self.kind.describe(self.spec),
+        }
+
+
+def _load_model(name: str, kind: DrafterKind, spec: ModelSpec, target: LoadedModel) -> LoadedDrafter:
+    return LoadedModelDrafter(name, kind, spec, load_model(name, spec.location))
+
+
+def _load_early_exit(name: str, kind: DrafterKind, spec: ModelSpec, target: LoadedModel) -> LoadedDrafter:
+    """Built over `target`'s own modules: its layer count checked, a head loaded and checked."""
+    layers = int(spec.params["layers"])
+    split = LayerSplit(target.model, f"early-exit drafter {name!r}: the target ({target.source})")
+    check_layers(layers, split, f"early-exit drafter {name!r}")
+    head, identity = None, None
+    if spec.params.get("head"):
+        folder = Path(spec.params["head"])
+        head = load_exit_head(folder, layers, split, folder_identity(target))
+        identity = head_identity(folder)
+    model = EarlyExitModel(split, layers, head)
+    return LoadedEarlyExit(name=name, kind=kind, spec=spec, model=model, target=target, head=identity)
+
+
+def _load_proposer(name: str, kind: DrafterKind, spec: ModelSpec, target: LoadedModel) -> LoadedDrafter:
+    return LoadedProposer(name, kind, spec)
+
+
+LOADERS: dict[Form, Callable[[str, DrafterKind, ModelSpec, LoadedModel], LoadedDrafter]] = {
+    "model": _load_model,
+    "target-layers": _load_early_exit,
+    "proposer": _load_proposer,
+}
+"""How MLX loads each drafter form (a kind of form `none` is never loaded: it drafts nothing)."""
+
+
+def load_drafter(name: str, spec: ModelSpec, *, target: LoadedModel) -> LoadedDrafter:
+    """What one drafter needs at run time, by its kind's form; call on the MLX thread."""
+    kind = kind_of(spec)
+    return LOADERS[kind.form](name, kind, spec, target)

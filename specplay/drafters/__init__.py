@@ -1,0 +1,91 @@
+"""The drafter kinds: one object each, and the registry every layer reads them from.
+
+A drafter is written `--draft [NAME=]SOURCE`. A SOURCE that starts with a kind's name is that
+kind, with its options after a colon; anything else is another model:
+
+    FOLDER | HF_ID | FILE.gguf | NAME      another model (a folder, a cached Hugging Face id, a
+                                          GGUF file, a model `specplay fetch` downloaded)
+    prompt-lookup[:n=MIN-MAX]             proposes what followed the last match of the last n tokens
+    early-exit:layers=L[,head=DIR]        the target's first L layers, optionally with a trained head
+
+and `none` is the route of no drafter. A folder named like a kind is written with a path:
+./prompt-lookup.
+
+Adding a kind touches its own module and its entry in KINDS: parsing, help, the configuration's
+checks, the playground, sessions and their replay, the router's evidence and the MLX backend (by
+the kind's form) read it from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from specplay.drafters.early_exit import EARLY_EXIT
+from specplay.drafters.kind import DrafterKind, Form, Proposer
+from specplay.drafters.model import MODEL
+from specplay.drafters.none import NONE
+from specplay.drafters.prompt_lookup import PROMPT_LOOKUP
+from specplay.drafters.spec import LOCAL_FORMATS, SERVER, ModelSpec, Role
+from specplay.errors import ConfigError
+
+__all__ = [
+    "EARLY_EXIT",
+    "KINDS",
+    "MODEL",
+    "NONE",
+    "PROMPT_LOOKUP",
+    "DrafterKind",
+    "Form",
+    "ModelSpec",
+    "Proposer",
+    "Role",
+    "kind_named",
+    "kind_of",
+    "model_spec",
+    "replay_model",
+]
+
+KINDS: dict[str, DrafterKind] = {kind.name: kind for kind in (MODEL, PROMPT_LOOKUP, EARLY_EXIT, NONE)}
+"""Every kind by its name; MODEL is the kind of any source no other kind's name starts."""
+
+
+def kind_of(spec: ModelSpec) -> DrafterKind:
+    """The kind of a configured model (a target is a model)."""
+    if spec.kind in LOCAL_FORMATS or spec.kind == SERVER:
+        return MODEL
+    return KINDS[spec.kind]
+
+
+def kind_named(name: str, drafters: Iterable[ModelSpec]) -> DrafterKind | None:
+    """The kind of the drafter a route names (`none` included); None for a route setting (auto,
+    adaptive) or an unknown name."""
+    if name == NONE.name:
+        return NONE
+    return next((kind_of(d) for d in drafters if d.name == name), None)
+
+
+def model_spec(name: str, role: Role, source: str, field: str) -> ModelSpec:
+    """The spec of one `--target` / `--draft` value; `field` names the flag for errors."""
+    word, sep, given = source.partition(":")
+    kind = KINDS.get(word)
+    if kind is None or kind is MODEL:
+        return MODEL.parse(name, role, source, field)
+    if role == "target":
+        raise ConfigError(field, f"{word} is a drafter, not a target; give the target as a folder or file")
+    return kind.parse(name, role, given if sep else None, field)
+
+
+def replay_model(name: str, role: Role, record: Mapping[str, Any]) -> ModelSpec:
+    """A model this machine ran, from what its session recorded; records from before drafter kinds
+    existed are models, named by their folder. A kind this specplay does not know is a ConfigError."""
+    name_of_kind = record.get("kind", MODEL.name)
+    for kind in KINDS.values():
+        if kind.form != "none" and (name_of_kind == kind.name or name_of_kind in kind.record_kinds):
+            return kind.replay(name, role, record)
+    known = [k for kind in KINDS.values() if kind.form != "none" for k in (kind.name, *kind.record_kinds)]
+    raise ConfigError(
+        role,
+        f"a session names a {role} of kind {name_of_kind!r}, which this specplay does not know (known: "
+        f"{', '.join(known)}); a newer specplay wrote it, or give the models with --target and --draft",
+    )

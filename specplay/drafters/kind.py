@@ -1,0 +1,100 @@
+"""What every drafter kind is: the object the registry holds for each (specplay.drafters).
+
+A kind knows how a user writes it (`--draft [NAME=]SOURCE`), how it is described, where it runs,
+whether it can write a text alone, what a session records of it and how that record is read
+back. How a backend runs it is its `form`: the MLX backend has one drafter class per form, so
+its generation code never asks which kind it holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol
+
+from specplay.drafters.spec import ModelSpec, Role
+from specplay.errors import ConfigError
+
+Form = Literal["model", "target-layers", "proposer", "none"]
+"""How a backend runs a kind: another model with its own weights and cache; the target's own
+first layers with a cache of their own; a proposer over the committed tokens (no weights, no
+cache to rewind); or no drafting at all."""
+
+
+class Proposer(Protocol):
+    """A drafter of form `proposer`, for one generation: pure Python over the committed tokens.
+    Its proposals are certain (one-hot), so every acceptance rule applies unchanged."""
+
+    length: int
+    """Committed tokens it has taken in."""
+
+    def extend(self, tokens: Sequence[int], length: int) -> None:
+        """Take in tokens[self.length:length] (a shorter `length` than taken in starts over)."""
+
+    def propose(self, tokens: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens to follow `tokens`; [] where it has nothing to propose."""
+
+
+class DrafterKind:
+    """One kind of drafter. Subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str]
+    """The word a source starts with (`prompt-lookup:n=2-4`) and a session's record names."""
+    syntax: ClassVar[str]
+    """How a user writes it, for help texts."""
+    summary: ClassVar[str]
+    form: ClassVar[Form]
+    backends: ClassVar[tuple[str, ...]] = ("mlx",)
+    """The backends that run it."""
+    cannot_write: ClassVar[str | None] = None
+    """Why a draft-only lane cannot run on it (None: it writes alone, as a small model does)."""
+    record_kinds: ClassVar[tuple[str, ...]] = ()
+    """The `kind` values of session records this kind reads back (its name besides)."""
+
+    def parse(self, name: str, role: Role, options: str | None, field: str) -> ModelSpec:
+        """The spec of a source written `name[:options]`; a ConfigError names `field`."""
+        raise NotImplementedError
+
+    def describe(self, spec: ModelSpec) -> str:
+        """One line for views, help and exports."""
+        raise NotImplementedError
+
+    def record(self, spec: ModelSpec) -> dict[str, Any]:
+        """What a session records of a drafter of this kind (JSON values; `kind` first)."""
+        return {"kind": self.name, **spec.params}
+
+    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelSpec:
+        """The spec a session's record describes (KeyError, TypeError, ValueError when damaged)."""
+        raise NotImplementedError
+
+    def matches(self, spec: ModelSpec, record: Mapping[str, Any]) -> bool:
+        """A session's model record is this spec's drafter: the same kind and settings."""
+        same = record.get("kind") == self.name
+        return same and all(record.get(key) == value for key, value in spec.params.items() if key in record)
+
+    def proposer(self, spec: ModelSpec) -> Proposer:
+        """A fresh proposer for one generation (form `proposer` only)."""
+        raise NotImplementedError(f"{self.name} is not a proposer")
+
+    def check_backend(self, spec: ModelSpec, backend: str) -> None:
+        """Refuse, in one line, a backend that cannot run it."""
+        if backend not in self.backends:
+            raise ConfigError(
+                "draft", f"{spec.name!r} ({self.describe(spec)}) runs with --backend {' or '.join(self.backends)} only"
+            )
+
+
+def options(text: str, field: str, kind: str) -> dict[str, str]:
+    """KEY=VALUE options separated by commas (`layers=8,head=DIR`)."""
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(field, f"{kind} takes KEY=VALUE options separated by commas (got {text!r})")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def absolute(path: str) -> str:
+    """Sessions record paths absolute, so a replay from another folder finds them."""
+    return str(Path(path).expanduser().absolute())

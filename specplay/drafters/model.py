@@ -1,0 +1,96 @@
+"""A drafter that is another model: an mlx-lm folder or cached Hugging Face id, a GGUF file, a
+model `specplay fetch` downloaded (by name), or, on vLLM, a server. The target is written alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from specplay.catalog.models import CATALOG, cached_path
+from specplay.drafters.kind import DrafterKind, absolute
+from specplay.drafters.spec import SERVER, ModelSpec, Role
+from specplay.errors import ConfigError
+
+
+class ModelKind(DrafterKind):
+    """A separate model sharing the target's token mapping, with weights and a cache of its own."""
+
+    name = "model"
+    syntax = "FOLDER | HF_ID | FILE.gguf | FETCHED_NAME"
+    summary = "another model (a small one of the target's family)"
+    form = "model"
+    backends = ("mlx", "vllm")
+    record_kinds = ("gguf",)
+    """A model converted from a GGUF file records its kind as gguf."""
+
+    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelSpec:
+        source = given or ""
+        if source.lower().endswith(".gguf"):
+            return ModelSpec(name, role, "gguf", absolute(source))
+        if source in CATALOG and not Path(source).exists():
+            model = CATALOG[source]
+            path = cached_path(model)
+            if not path.is_file():
+                raise ConfigError(
+                    field,
+                    f"{source} is not downloaded yet: `specplay fetch {source}` gets it ({model.size / 1e6:.0f} MB)",
+                )
+            return ModelSpec(name, role, "gguf", str(path))
+        local = Path(source).expanduser()
+        return ModelSpec(name, role, "mlx", absolute(source) if local.exists() else source)  # else a Hugging Face id
+
+    def describe(self, spec: ModelSpec) -> str:
+        return spec.location
+
+    def record(self, spec: ModelSpec) -> dict[str, Any]:
+        return {"kind": self.name, "source": spec.location}
+
+    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelSpec:
+        if record.get("kind") == "gguf":
+            return ModelSpec(name, role, "gguf", record["source"])
+        return ModelSpec(name, role, "mlx", record["path"])
+
+    def matches(self, spec: ModelSpec, record: Mapping[str, Any]) -> bool:
+        return spec.location in (record.get("source"), record.get("path"))
+
+    def check_backend(self, spec: ModelSpec, backend: str) -> None:
+        if backend == "mlx" and spec.kind == SERVER:
+            raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
+
+
+MODEL = ModelKind()
+
+
+def check_found(field: str, kind: str, location: str) -> None:
+    """A ConfigError naming `field` (target, draft) when the model of `kind` (mlx, gguf) at
+    `location` cannot be found, saying how to get it (nothing is downloaded at run time)."""
+    path = Path(location).expanduser()
+    if kind == "gguf":
+        if not path.is_file():
+            raise ConfigError(field, f"{location!r} is not a file: give the path of a GGUF file")
+        return
+    if path.exists():
+        return
+    if not _looks_like_hub_id(location):
+        raise ConfigError(
+            field,
+            f"{location!r} is no folder here: give an mlx-lm folder, a GGUF file or a fetched name "
+            "(`specplay fetch` lists them)",
+        )
+    if not _in_hugging_face_cache(location):
+        raise ConfigError(
+            field,
+            f"{location!r} is no folder here and not in the Hugging Face cache: download it first "
+            f"(`hf download {location}`) or give a local folder",
+        )
+
+
+def _looks_like_hub_id(location: str) -> bool:
+    return location.count("/") == 1 and not location.startswith((".", "/", "~"))
+
+
+def _in_hugging_face_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)

@@ -1,0 +1,16 @@
+"""Drafter specs as a user would write them, for tests that load backends directly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specplay.drafters import ModelSpec, model_spec
+
+
+def lookup(n_min: int = 2, n_max: int = 4, name: str = "lookup") -> ModelSpec:
+    return model_spec(name, "drafter", f"prompt-lookup:n={n_min}-{n_max}", "draft")
+
+
+def early_exit(layers: int, head: Path | None = None, name: str = "exit") -> ModelSpec:
+    options = f"layers={layers}" + (f",head={head}" if head is not None else "")
+    return model_spec(name, "drafter", f"early-exit:{options}", "draft")
