@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.bench.report import Row
-from specplay.files import write_in_folder
+from specplay.files.outputs import write_in_folder
 
 
 def _pyplot() -> Any:

@@ -19,7 +19,7 @@ from specplay.engine.speedup import (
     predict_modelled,
 )
 from specplay.engine.width import empty_histogram, second_branch_share
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specplay.cache import cache_root
+from specplay.files.cache_dir import cache_root
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError
-from specplay.files import OUT_FIX, check_outputs, claim_outputs, write_output
+from specplay.files.outputs import OUT_FIX, check_outputs, claim_outputs, write_output
 from specplay.runner.thread import ModelThread
 
 REPORT_FILES = ("report.md", "results.json", "results.csv", *PLOT_FILES)

@@ -33,7 +33,7 @@ from specplay.engine.router import CodeProseRouter, check_route_map
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
-from specplay.inputs import PROMPT_LIMIT, read_input_text
+from specplay.files.inputs import PROMPT_LIMIT, read_input_text
 from specplay.routing.evidence import with_route_evidence
 from specplay.routing.router_file import read_router
 from specplay.store.format import Session

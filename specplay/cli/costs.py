@@ -35,7 +35,7 @@ from specplay.engine.events import RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import K_LIMIT, PolicyParams
 from specplay.errors import ConfigError
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 from specplay.runner.thread import ModelThread
 from specplay.store import Session
 

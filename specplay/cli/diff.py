@@ -11,7 +11,7 @@ from specplay.cli.configure import given, sessions_dir_from
 from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import colourless, make_console
 from specplay.display.text import visible
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 from specplay.store import LaneRecord, Session, SessionError, find_session, load_session
 from specplay.store.changes import skipped_changes
 from specplay.store.diff import TokenDiff, is_lossless_greedy, token_diff, violation

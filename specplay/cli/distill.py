@@ -17,7 +17,7 @@ from specplay.cli.render import make_console, warn
 from specplay.config.model_sets import named_set
 from specplay.drafters import model_spec
 from specplay.errors import ConfigError, SpecplayError
-from specplay.files import OUT_FIX, check_outputs
+from specplay.files.outputs import OUT_FIX, check_outputs
 
 if TYPE_CHECKING:
     from specplay.train.job import DistillJob, Shape

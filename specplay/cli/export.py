@@ -9,7 +9,7 @@ from pathlib import Path
 from specplay.cli.configure import path_flag
 from specplay.cli.diff import open_session
 from specplay.cli.flags import add_sessions_dir_flag
-from specplay.files import write_output
+from specplay.files.outputs import write_output
 from specplay.review import FORMATS, export_sessions
 
 _SUFFIXES = {"md": "md", "markdown": "md", "html": "html", "htm": "html", "jsonl": "jsonl"}

@@ -51,8 +51,8 @@ from specplay.fidelity.measure import (
     sweep_rules,
     write_report,
 )
-from specplay.files import write_output
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
+from specplay.files.outputs import write_output
 from specplay.review.fidelity_page import sweep_review
 from specplay.review.html import to_html
 from specplay.runner.thread import ModelThread

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from specplay.config.numbers import count_number, seed_number
 from specplay.config.run_config import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
+from specplay.drafters import drafter_syntax
 from specplay.engine.rules import RULE_NAMES, RULES, RuleParams, all_settings
 from specplay.engine.settings import (
     ADAPTIVE_ROUTE,
@@ -82,7 +83,7 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
         metavar="[NAME=]MODEL",
         action="append",
         default=UNSET,
-        help="a drafter: a model as for --target, prompt-lookup[:n=MIN-MAX] or early-exit:layers=L[,head=DIR]; "
+        help=f"a drafter: a model as for --target, {drafter_syntax()}; "
         "repeat for a mixture of speculators (named after its model unless NAME= is given)",
     )
 

@@ -17,7 +17,7 @@ from specplay.engine.events import Token
 from specplay.engine.router import RouteChoice
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.speedup import loss_reason, measured_speedup, round_account
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 from specplay.store import LaneRecord
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from specplay.cli.configure import path_flag
 from specplay.cli.flags import Parser
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 from specplay.routing.evaluate import evaluate, report
 from specplay.routing.examples import read_examples, score_kind
 from specplay.routing.router_file import load_router, write_router

@@ -13,7 +13,7 @@ from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import make_console
 from specplay.display.text import visible
 from specplay.errors import error_line
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 from specplay.store import Session, SessionError, list_session_files, load_session
 
 

@@ -11,8 +11,8 @@ from importlib import resources
 from pathlib import Path
 
 from specplay.errors import ConfigError
-from specplay.inputs import DATA_LIMIT, InputError, read_input_text
-from specplay.json_text import JsonError, parse_json
+from specplay.files.inputs import DATA_LIMIT, InputError, read_input_text
+from specplay.files.json_text import JsonError, parse_json
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ __all__ = [
     "ModelSpec",
     "Proposer",
     "Role",
+    "drafter_syntax",
     "kind_named",
     "kind_of",
     "model_spec",
@@ -48,6 +49,12 @@ __all__ = [
 
 KINDS: dict[str, DrafterKind] = {kind.name: kind for kind in (MODEL, PROMPT_LOOKUP, EARLY_EXIT, NONE)}
 """Every kind by its name; MODEL is the kind of any source no other kind's name starts."""
+
+
+def drafter_syntax() -> str:
+    """How each kind made from no model or from the target is written, for help texts."""
+    written = [kind.syntax for kind in KINDS.values() if kind.form not in ("model", "none")]
+    return ", ".join(written[:-1]) + (" or " if len(written) > 1 else "") + written[-1]
 
 
 def kind_of(spec: ModelSpec) -> DrafterKind:

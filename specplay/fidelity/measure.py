@@ -26,8 +26,8 @@ from specplay.engine.settings import Mode, SpecSettings
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, SpecplayError
-from specplay.files import free_path, write_output
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
+from specplay.files.outputs import free_path, write_output
 from specplay.store.format import LaneRecord
 
 DEFAULT_BUDGETS = Mentored.knob.sweep

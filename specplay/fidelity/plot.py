@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 from specplay.fidelity.measure import DRAFT_ROW, TARGET_ROW, FidelityReport
-from specplay.files import write_output
+from specplay.files.outputs import write_output
 
 
 def plot_fidelity(report: FidelityReport, path: Path) -> Path:

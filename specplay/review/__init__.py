@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specplay.errors import SpecplayError
-from specplay.files import write_output
+from specplay.files.outputs import write_output
 from specplay.review.build import Review, review_sessions, review_sweep
 from specplay.review.html import to_html
 from specplay.review.markdown import to_markdown

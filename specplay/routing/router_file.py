@@ -28,9 +28,9 @@ from specplay import __version__
 from specplay.config.run_config import RouterSpec
 from specplay.engine.learned_router import FeatureSettings, LearnedRouter
 from specplay.errors import ConfigError
-from specplay.files import write_output
-from specplay.inputs import ROUTER_LIMIT, read_input
-from specplay.json_text import JsonError, dump_json, parse_json
+from specplay.files.inputs import ROUTER_LIMIT, read_input
+from specplay.files.json_text import JsonError, dump_json, parse_json
+from specplay.files.outputs import write_output
 
 FORMAT = "specplay learned router"
 VERSION = 1

@@ -36,14 +36,12 @@ from specplay.engine.events import (
 from specplay.engine.settings import SpecSettings
 from specplay.engine.speedup import measured_speedup
 from specplay.errors import SpecplayError
-from specplay.inputs import SESSION_LIMIT, read_input
-from specplay.json_text import JsonError, parse_json
+from specplay.files.inputs import SESSION_LIMIT, read_input
+from specplay.files.json_text import JsonError, parse_json
 from specplay.store.codec import SCHEMA_VERSION, capabilities_from_header, check_header, decode_event, texts_from_record
 from specplay.store.schema import SchemaError
 
 SUFFIX = ".jsonl"
-SESSION_START = b'{"type": "header"'
-"""How every session file begins (the writer puts the header first, its type first)."""
 
 
 class SessionError(SpecplayError):

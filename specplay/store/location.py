@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from specplay.json_text import parse_json
+from specplay.files.json_text import parse_json
 from specplay.store.format import SUFFIX, SessionError
 
 ENV_VAR = "SPECPLAY_SESSIONS_DIR"

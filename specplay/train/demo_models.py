@@ -24,7 +24,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 from specplay.train import corpus
 from specplay.train.data import Windows, token_stream
 from specplay.train.distill import DistillConfig, distill

@@ -22,8 +22,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from specplay.files import OUT_FIX, claim_outputs, refuse_link, write_in_folder
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
+from specplay.files.outputs import OUT_FIX, claim_outputs, refuse_link, write_in_folder
 from specplay.train.data import Windows, token_stream
 from specplay.train.losses import forward_kl_loss, sparse_forward_kl, target_log_probs
 from specplay.train.models import folder_files, save_folder

@@ -27,7 +27,7 @@ from specplay.backends.mlx.early_exit import (
     check_layers,
     save_exit_head,
 )
-from specplay.files import OUT_FIX, claim_outputs, refuse_link
+from specplay.files.outputs import OUT_FIX, claim_outputs, refuse_link
 from specplay.train.distill import load_or_make_rollouts, rollout_windows
 from specplay.train.losses import forward_kl, sparse_forward_kl
 from specplay.train.rollouts import RolloutConfig

@@ -19,8 +19,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import save_config, save_model
 
 from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
-from specplay.inputs import TOKENIZER_LIMIT
-from specplay.json_text import dump_json, read_json
+from specplay.files.inputs import TOKENIZER_LIMIT
+from specplay.files.json_text import dump_json, read_json
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

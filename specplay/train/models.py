@@ -12,8 +12,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes, dequantize_model, quantize_model, save_config, save_model
 
 from specplay.errors import ConfigError
-from specplay.files import OUTPUTS_RECORD, refuse_link
-from specplay.json_text import read_json
+from specplay.files.json_text import read_json
+from specplay.files.outputs import OUTPUTS_RECORD, refuse_link
 from specplay.train.model_files import TOKENIZER_FILES, eos_token_id
 
 QUANTIZATION_KEYS = ("quantization", "quantization_config")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specplay.errors import SpecplayError
-from specplay.inputs import DATA_LIMIT, InputError, read_input_text
-from specplay.json_text import JsonError, parse_json
+from specplay.files.inputs import DATA_LIMIT, InputError, read_input_text
+from specplay.files.json_text import JsonError, parse_json
 from specplay.store.format import SessionError, load_session
 from specplay.store.location import list_session_files
 

@@ -19,7 +19,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from specplay.errors import SpecplayError
-from specplay.json_text import dump_json, read_json
+from specplay.files.json_text import dump_json, read_json
 from specplay.train.saving import DISK_FIX, saving
 
 CHECKPOINT_WEIGHTS = "weights.safetensors"

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from specplay.errors import SpecplayError
-from specplay.files import free_path, write_output
+from specplay.files.outputs import free_path, write_output
 
 CONVERT_TIMEOUT_S = 60
 _LEADING_SPACES = re.compile(

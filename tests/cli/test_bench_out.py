@@ -9,7 +9,7 @@ import pytest
 
 from specplay.cli import main
 from specplay.cli.bench import REPORT_FILES
-from specplay.files import OUTPUTS_RECORD, claim_outputs
+from specplay.files.outputs import OUTPUTS_RECORD, claim_outputs
 from tests.support.tiny_models import TinyModels
 
 

@@ -20,7 +20,7 @@ from specplay.cli import main
 from specplay.cli.render import MAX_SIZE, screen_size
 from specplay.data.library import read_prompts as bench_prompts
 from specplay.errors import SpecplayError
-from specplay.inputs import SESSION_LIMIT
+from specplay.files.inputs import SESSION_LIMIT
 from specplay.store import load_session
 from specplay.store.location import ENV_VAR, sessions_dir
 from specplay.train.prompts import read_prompts as distill_prompts

@@ -11,7 +11,7 @@ import pytest
 from specplay.cli import main
 from specplay.cli.bench import REPORT_FILES
 from specplay.errors import SpecplayError
-from specplay.files import OUTPUTS_RECORD, check_outputs, claim_outputs, write_in_folder
+from specplay.files.outputs import OUTPUTS_RECORD, check_outputs, claim_outputs, write_in_folder
 from tests.support.tiny_models import TinyModels
 
 FAST = ["--steps", "2", "--batch-size", "2", "--seq-len", "16", "--rollout-tokens", "8"]

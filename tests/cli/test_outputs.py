@@ -12,7 +12,7 @@ import pytest
 
 from specplay.cli import main
 from specplay.errors import SpecplayError
-from specplay.files import write_output
+from specplay.files.outputs import write_output
 from specplay.store import load_session
 from tests.support.session_events import same_as_rounds, speculative_events, target_events, write_session
 from tests.support.tiny_models import TinyModels

@@ -18,30 +18,26 @@ PACKAGE = Path(specplay.__file__).parent
 # backend, file or screen.
 ALLOWED = {
     "errors": {"display"},
-    "cache": set(),
-    "inputs": {"errors"},
-    "json_text": {"errors", "inputs"},
+    "files": {"errors"},
     "engine": {"errors"},
-    "catalog": {"cache", "errors"},
+    "catalog": {"errors", "files"},
     "drafters": {"catalog", "engine", "errors"},
     "config": {"catalog", "drafters", "engine", "errors"},
     "display": set(),
-    "data": {"errors", "inputs", "json_text"},
-    "backends": {"cache", "config", "drafters", "engine", "errors", "inputs", "json_text"},
-    "store": {"root", "config", "display", "drafters", "engine", "errors", "inputs", "json_text"},
-    "files": {"errors", "json_text", "store"},
+    "data": {"errors", "files"},
+    "backends": {"config", "drafters", "engine", "errors", "files"},
+    "store": {"root", "config", "display", "drafters", "engine", "errors", "files"},
     "runner": {"backends", "config", "engine", "errors", "store"},
-    "routing": {"root", "config", "drafters", "engine", "errors", "files", "inputs", "json_text", "store"},
-    "fidelity": {"engine", "errors", "files", "json_text", "store"},
+    "routing": {"root", "config", "drafters", "engine", "errors", "files", "store"},
+    "fidelity": {"engine", "errors", "files", "store"},
     "review": {"display", "engine", "errors", "fidelity", "files", "store"},
-    "bench": {"backends", "data", "engine", "errors", "files", "json_text", "store"},
-    "train": {"backends", "errors", "files", "inputs", "json_text", "store"},
+    "bench": {"backends", "data", "engine", "errors", "files", "store"},
+    "train": {"backends", "errors", "files", "store"},
     "ui": {"config", "data", "display", "drafters", "engine", "errors", "files", "review", "runner", "store"},
     "cli": {
         "root",
         "backends",
         "bench",
-        "cache",
         "catalog",
         "config",
         "data",
@@ -51,8 +47,6 @@ ALLOWED = {
         "errors",
         "fidelity",
         "files",
-        "inputs",
-        "json_text",
         "review",
         "routing",
         "runner",
@@ -228,3 +222,9 @@ def test_the_engines_and_the_controllers_tests_load_no_model_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tests.parent, check=True)
     assert len(modules) > 5 and out.stdout.strip() == "[]"
+
+
+def test_every_module_lives_in_a_package_that_says_what_it_is() -> None:
+    """Beside the packages only the errors every layer raises and the entry point."""
+    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py", "errors.py"]

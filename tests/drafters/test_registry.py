@@ -17,7 +17,7 @@ import pytest
 
 import specplay
 from specplay.cli import main
-from specplay.drafters import KINDS, MODEL, DrafterKind, ModelSpec, Role, kind_of, model_spec
+from specplay.drafters import KINDS, MODEL, DrafterKind, ModelSpec, Role, drafter_syntax, kind_of, model_spec
 from specplay.errors import ConfigError
 from specplay.store import load_session
 from specplay.store.replay import local_model
@@ -82,6 +82,7 @@ def test_a_kind_added_in_a_test_module_runs_end_to_end(
 ) -> None:
     spec = model_spec("rep", "drafter", "repeat-last", "draft")
     assert kind_of(spec) is repeat_last and spec.kind == "repeat-last"
+    assert "repeat-last" in drafter_syntax()  # the help of --draft lists it
     common = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "24", "--ignore-eos", "--json"]
     models = ["--target", str(tiny.target), "--draft", "rep=repeat-last"]
     code, (target_only,), _ = _run(capsys, *models, *common, "--mode", "target")

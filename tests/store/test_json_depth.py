@@ -22,7 +22,7 @@ from specplay.backends.vllm.errors import VllmError
 from specplay.cli import main
 from specplay.data.library import read_prompts as bench_prompts
 from specplay.errors import SpecplayError
-from specplay.json_text import MAX_DEPTH, JsonError, parse_json, read_json
+from specplay.files.json_text import MAX_DEPTH, JsonError, parse_json, read_json
 from specplay.store import load_session
 from specplay.store.location import session_prompt
 from specplay.train.prompts import read_prompts as distill_prompts

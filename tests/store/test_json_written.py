@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specplay.fidelity.measure import write_report
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),

@@ -12,7 +12,7 @@ import pytest
 from specplay.cli import main
 from specplay.cli.distill import SHAPE_LIMITS
 from specplay.errors import SpecplayError
-from specplay.files import OUTPUTS_RECORD, check_outputs, claim_outputs
+from specplay.files.outputs import OUTPUTS_RECORD, check_outputs, claim_outputs
 from tests.support.tiny_models import TinyModels
 
 FAST = ["--steps", "3", "--batch-size", "2", "--seq-len", "16", "--rollout-tokens", "16"]

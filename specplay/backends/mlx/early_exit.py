@@ -22,7 +22,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.base import create_attention_mask
 
 from specplay.errors import ModelError, SpecplayError, detail_of
-from specplay.json_text import dump_json, read_json
+from specplay.files.json_text import dump_json, read_json
 
 SPLITTABLE = {"mlx_lm.models.llama": "llama", "mlx_lm.models.qwen2": "qwen2", "mlx_lm.models.qwen3": "qwen3"}
 """Model modules whose forward pass is embed -> layers(h, mask, cache) -> norm -> output head,

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from specplay.errors import ModelError
-from specplay.inputs import CONFIG_LIMIT, TOKENIZER_LIMIT
-from specplay.json_text import parse_json, read_json
+from specplay.files.inputs import CONFIG_LIMIT, TOKENIZER_LIMIT
+from specplay.files.json_text import parse_json, read_json
 
 HEADER_LIMIT = 100 * 2**20
 """The largest safetensors header the format allows."""

@@ -30,7 +30,7 @@ from specplay.config.capabilities import MLX
 from specplay.drafters import ModelSpec, model_spec
 from specplay.engine.backend_protocol import Detokenizer
 from specplay.errors import ConfigError
-from specplay.json_text import read_json
+from specplay.files.json_text import read_json
 
 TARGET = "target"
 

@@ -12,7 +12,7 @@ import httpx
 
 from specplay.backends.vllm.errors import VllmError
 from specplay.config.urls import redacted
-from specplay.json_text import parse_json
+from specplay.files.json_text import parse_json
 
 CONNECT_RETRIES = 3
 MESSAGE_CHARS = 300

@@ -22,7 +22,7 @@ from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import POLICIES, SamplingParams, SpecSettings
 from specplay.errors import ConfigError, ModelError, error_line
-from specplay.files import OUTPUTS_RECORD
+from specplay.files.outputs import OUTPUTS_RECORD
 from specplay.runner.thread import ModelThread
 from specplay.store import load_session
 from specplay.store.format import SessionError

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specplay.cache import cache_root
 from specplay.errors import ModelError, detail_of
-from specplay.json_text import dump_json, read_json
+from specplay.files.cache_dir import cache_root
+from specplay.files.json_text import dump_json, read_json
 
 FORMAT = 1
 """The layout of converted folders: a folder from another version is converted again."""
@@ -38,7 +38,7 @@ Progress = Callable[[str, int, int], None]
 
 
 def default_cache_dir() -> Path:
-    """The cache's gguf folder (specplay/cache.py says where the cache is)."""
+    """The cache's gguf folder (specplay/files/cache_dir.py says where the cache is)."""
     return cache_root() / "gguf"
 
 

@@ -15,7 +15,7 @@ from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile, RawTensor
 from specplay.backends.mlx.gguf.tensors import GROUP_SIZE, SUPPORTED, convert_tensor
 from specplay.backends.mlx.gguf.tokenizer import tokenizer_files, write_tokenizer
 from specplay.errors import ModelError, detail_of
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 
 Progress = Callable[[str, int, int], None]
 SHARD_BYTES = 2 * 2**30

@@ -20,7 +20,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from specplay.backends.mlx.gguf.pretokenizers import PRE_TOKENIZERS, pre_tokenizer
 from specplay.backends.mlx.gguf.reader import USE_FOLDER, GGUFFile
 from specplay.errors import ModelError
-from specplay.json_text import dump_json
+from specplay.files.json_text import dump_json
 
 SPIECE_SPACE = "\u2581"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.errors import SpecplayError
-from specplay.inputs import CONFIG_LIMIT, read_input
+from specplay.files.inputs import CONFIG_LIMIT, read_input
 
 MAX_DEPTH = 100
 """Arrays and objects inside each other: real files nest a handful deep; Python's parser recurses."""

@@ -22,8 +22,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from specplay.errors import SpecplayError
-from specplay.json_text import dump_json, read_json
-from specplay.store.format import SESSION_START
+from specplay.files.json_text import dump_json, read_json
+
+SESSION_START = b'{"type": "header"'
+"""How every session file begins (the session writer puts the header first, its type first): a
+file that does is never overwritten."""
 
 
 def write_output(path: Path, content: str | bytes, fix: str = "choose another file") -> Path:
