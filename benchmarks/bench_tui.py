@@ -55,7 +55,7 @@ from specplay.engine.stream import EventStream
 from specplay.runner.thread import ModelThread
 from specplay.store import load_session
 from specplay.ui.app import create_app
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from specplay.ui.stats import compare
 
 POLL_S = 0.05

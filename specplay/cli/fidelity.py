@@ -34,8 +34,8 @@ from specplay.config.capabilities import capabilities_of
 from specplay.config.run_config import RunConfig, check
 from specplay.drafters import kind_named
 from specplay.engine.capabilities import check_supported
+from specplay.engine.router import resolve_route
 from specplay.engine.rules import RULE_NAMES, RULES, AcceptanceRule, Mentored
-from specplay.engine.settings import AUTO_ROUTE
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError
 from specplay.fidelity.cells import row_cells
@@ -203,9 +203,7 @@ def fidelity(args: argparse.Namespace) -> int:
         assert spec.prompt is not None
         token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
         generate = engine_generator(source, spec.prompt, token_ids, config.settings, spec.max_tokens)
-        route = (
-            source.route_choice(spec.prompt).drafter if config.settings.route == AUTO_ROUTE else config.settings.route
-        )
+        route = resolve_route(config.settings.route, source.route_choice(spec.prompt).drafter)
         kind = kind_named(route, config.drafters)
         draft_row = kind is None or kind.cannot_write is None  # a draft-only row where the drafter writes alone
         seeds = range(spec.seed, spec.seed + args.samples)

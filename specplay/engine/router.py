@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from specplay.engine.settings import NONE_ROUTE, RESERVED_ROUTES, ROUTE_SETTINGS
+from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, RESERVED_ROUTES, ROUTE_SETTINGS
 from specplay.errors import ConfigError
 
 
@@ -225,6 +225,19 @@ def resolve_route(route: str, auto_choice: str) -> str:
     """The drafter a round uses (or `none`): the pinned one, or the router's choice for this
     request (where `adaptive`, deciding round by round in round_router.py, starts)."""
     return auto_choice if route in ROUTE_SETTINGS else route
+
+
+def describe_route(route: str, choice: RouteChoice | None) -> str:
+    """Where a route setting sends a request, for a status line: auto says which class it saw and
+    how that class reached its drafter (`choice`, None where no router was asked); a pinned route
+    says so."""
+    if route == ADAPTIVE_ROUTE and choice is not None:
+        return f"adaptive: a drafter each round, from what the run measures (first {choice.drafter})"
+    if route == NONE_ROUTE:
+        return "route none: no speculation, each round a target step"
+    if route != AUTO_ROUTE or choice is None:
+        return f"route {route} (pinned)"
+    return choice.describe()
 
 
 def route_map_for(router: Router, drafters: Sequence[str], user_map: Mapping[str, str] | None) -> dict[str, str]:

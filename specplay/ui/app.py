@@ -10,14 +10,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.markup import escape as escape_markup
 from textual.screen import Screen
 from textual.widgets import Select
 
@@ -28,7 +26,6 @@ from specplay.engine.stream import EventStream
 from specplay.errors import SpecplayError
 from specplay.review import export_review, reviews_dir
 from specplay.runner.host import ModelHost, OpenSource
-from specplay.store import SessionError, list_session_files, session_prompt
 from specplay.ui.controller import PlaygroundController
 from specplay.ui.messages import (
     CostsMeasured,
@@ -38,15 +35,14 @@ from specplay.ui.messages import (
     RunEnded,
     TokenTextsArrived,
 )
+from specplay.ui.opened import open_saved
+from specplay.ui.palette import palette_commands
 from specplay.ui.screens.playground import PlaygroundScreen
 from specplay.ui.screenshot import save_screenshot, screenshots_dir
 from specplay.ui.theming import DEFAULT_THEME, load_themes
 from specplay.ui.widgets.controls_panel import ControlsPanel
 from specplay.ui.widgets.inspector import Inspector
 from specplay.ui.widgets.lane_view import LaneView
-
-RECENT_SESSIONS = 10
-"""Sessions the command palette offers to open."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +162,7 @@ class PlaygroundApp(App[None]):
     def on_playground_screen_ready(self) -> None:
         """The screen is up: show the session to open, if any, and load the models."""
         if self.options.open_session is not None:
-            self.playground.open_session(self.options.open_session)
+            open_saved(self.playground, self.options.open_session)
         if self.options.load_on_run and not self.options.autorun:
             self.playground.load_on_run()
         else:
@@ -180,55 +176,7 @@ class PlaygroundApp(App[None]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         # Textual's own screenshot command saves into a downloads folder that may not exist.
         yield from (c for c in super().get_system_commands(screen) if c.title != "Screenshot")
-        folder = screenshots_dir(self.playground.config.sessions_dir)
-        yield SystemCommand("Screenshot", f"Save the screen as SVG (and PNG) in {folder} (f12)", self.action_screenshot)
-        yield SystemCommand("Run", "Generate in every lane (ctrl+r)", self.action_run)
-        yield SystemCommand("Stop", "Stop the lanes at the next round (escape)", self.action_stop)
-        yield SystemCommand("Next theme", "Cycle the specplay themes (ctrl+t)", self.action_next_theme)
-        yield SystemCommand(
-            "Draft-only lane", "Show or hide the drafter-alone lane (f2)", self.action_toggle_draft_lane
-        )
-        yield SystemCommand(
-            "Inspect a token", "Drill into the speculative lane's last token (f3)", self.action_inspect_last
-        )
-        yield SystemCommand("Prompt library", "Pick a prompt from the shipped library (f4)", self.action_pick_prompt)
-        yield SystemCommand(
-            "Measure round costs",
-            "Time the verify pass by rows and each drafter's step here: the lane's stats then say which k would pay",
-            self.playground.measure_costs,
-        )
-        for i, prompt in enumerate(self.main.library):
-            yield SystemCommand(
-                f"Prompt: {prompt.label}", "Put this library prompt in the editor", partial(self.use_prompt, i)
-            )
-        for title, help, action in self.main.query_one(ControlsPanel).choices():
-            yield SystemCommand(f"Set {title}", help, action)
-        if self._session_to_export() is not None:
-            folder = reviews_dir(self.playground.config.sessions_dir)
-            for fmt, what in (("html", "review page"), ("md", "Markdown transcript")):
-                yield SystemCommand(
-                    f"Export a {what}",
-                    f"The last run (or the opened session) as a {what} in {folder}",
-                    partial(self.export_review, fmt),
-                )
-        if self.playground.opened is not None:
-            yield SystemCommand(
-                "Re-run the opened session",
-                "Its prompt, seed and settings, on the loaded models",
-                self.action_rerun_session,
-            )
-        try:
-            recent = list_session_files(self.playground.config.sessions_dir)[-RECENT_SESSIONS:]
-        except SessionError:  # an unreadable folder offers none; saving says why, in the status line
-            recent = []
-        for path in reversed(recent):
-            prompt = one_line(session_prompt(path) or "(unreadable)")
-            snippet = prompt[:48] + ("…" if len(prompt) > 48 else "")
-            yield SystemCommand(
-                escape_markup(f"Open session {path.stem}: {snippet}"),  # the palette reads titles as markup
-                "Show a saved session read-only",
-                partial(self.playground.open_session, path),
-            )
+        yield from palette_commands(self)
 
     def _session_to_export(self) -> Path | None:
         """The session on show: the one opened read-only, else the last run's saved one."""

@@ -12,197 +12,28 @@ else here runs too. No Textual here: this is tested without a terminal.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from enum import Enum
-from functools import partial
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from specplay.config.model_sets import models_line
 from specplay.config.run_config import RunConfig
 from specplay.drafters import kind_named
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.controls import LiveControls
+from specplay.engine.controls import LiveControls, checked_change
 from specplay.engine.costs import RoundCosts
-from specplay.engine.events import DoneEvent, Event, RoundEvent, StartEvent, StepEvent
-from specplay.engine.settings import (
-    ADAPTIVE_ROUTE,
-    AUTO_ROUTE,
-    NONE_ROUTE,
-    RESERVED_ROUTES,
-    ROUTE_SETTINGS,
-    SamplingParams,
-    SpecSettings,
-)
+from specplay.engine.events import Event
+from specplay.engine.router import RouteChoice, describe_route, resolve_route
+from specplay.engine.settings import ROUTE_SETTINGS
 from specplay.engine.stream import EventStream
-from specplay.errors import ConfigError, SpecplayError, error_line
+from specplay.errors import ConfigError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
-from specplay.runner.session_run import open_writer
-from specplay.store import Session, SessionWriter, load_session
-from specplay.store.changes import skipped_changes
-from specplay.ui.stats import LaneTally
-
-
-class RunState(Enum):
-    UNLOADED = "not connected"
-    """Nothing loaded or contacted yet: the first run loads the models (a session opened from vLLM
-    servers reaches none of them until the user asks it to re-run)."""
-    LOADING = "loading"
-    FAILED = "failed"
-    """The models did not load: nothing runs; the status line says why."""
-    READY = "ready"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    """Stop was asked: the lanes end at their next round."""
-    MEASURING = "measuring round costs"
-    """The models time a round's parts (engine/costs.py): no run until they are done."""
-
-    @property
-    def generating(self) -> bool:
-        return self in (RunState.RUNNING, RunState.STOPPING)
-
-
-ALL_LANES = (*LANES, DRAFT_LANE)
-_SAMPLING_FIELDS = frozenset(SamplingParams.__dataclass_fields__)
-
-
-@dataclass(frozen=True, slots=True)
-class LaneItem:
-    """One engine event of one lane, with that lane's own time so far (seconds of its turns) and, for
-    a round, the text of each drafted token."""
-
-    run_id: int
-    lane: str
-    event: Event
-    busy_s: float
-    drafted_text: tuple[str, ...]
-
-
-class View(Protocol):
-    """What the controller asks of the screen."""
-
-    def show_status(self, text: str, error: bool = False) -> None: ...
-
-    def notify_user(self, text: str, error: bool = False) -> None: ...
-
-    def show_loaded(self, drafters: tuple[str, ...], capabilities: Capabilities) -> None:
-        """The routes to offer, and which controls are live."""
-        ...
-
-    def show_load_failed(self) -> None:
-        """Loading ended in an error (the status line holds it)."""
-        ...
-
-    def show_settings(self, settings: SpecSettings, seed: int) -> None:
-        """Set the controls (a reopened session's settings)."""
-        ...
-
-    def show_prompt(self, text: str) -> None: ...
-
-    def current_prompt(self) -> str: ...
-
-    def show_draft_lane(self, shown: bool) -> None: ...
-
-    def clear_lanes(self) -> None: ...
-
-    def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
-        """Take an event into its lane (and the draft tape); shown at the next redraw."""
-        ...
-
-    def redraw(self, full: bool) -> None:
-        """Show what was added; `full`: the whole texts, to scroll back and pick tokens."""
-        ...
-
-    def when_drawn(self, then: Callable[[], None]) -> None:
-        """Call `then` after the screen's next refresh (usually after it has drawn what it was
-        asked to so far)."""
-        ...
-
-
-class Outbox(Protocol):
-    """What the controller tells the UI thread; callable from any thread."""
-
-    def models_loaded(
-        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
-    ) -> None:
-        """Loading ended; to be handed to `PlaygroundController.loaded` on the UI thread."""
-        ...
-
-    def run_ended(self, run_id: int, error: BaseException | None) -> None:
-        """Every lane of a run ended; to be handed to `PlaygroundController.ended`."""
-        ...
-
-    def lane_events_arrived(self) -> None:
-        """Lane events wait in the inbox for a frame."""
-        ...
-
-    def models_waiting(self) -> None:
-        """The models wait at an event boundary for the frame asked for (runner/gate.py)."""
-        ...
-
-    def token_texts_arrived(self) -> None:
-        """Token texts a server was asked for have arrived."""
-        ...
-
-    def costs_measured(self, costs: RoundCosts | None, error: BaseException | None) -> None:
-        """A measurement of round costs ended; to be handed to `PlaygroundController.costs_measured`."""
-        ...
-
-
-class RunReadout(Protocol):
-    """What the screen reads of the playground, and the frame commands it sends."""
-
-    @property
-    def state(self) -> RunState: ...
-
-    @property
-    def lanes(self) -> tuple[str, ...]:
-        """The lanes of the current (or last, or opened) run."""
-        ...
-
-    @property
-    def tallies(self) -> Mapping[str, LaneTally]: ...
-
-    @property
-    def shown_capabilities(self) -> Capabilities:
-        """The loaded source's, or, while a saved session is on show, the source's it ran on."""
-        ...
-
-    @property
-    def capabilities(self) -> Capabilities: ...
-
-    @property
-    def settings(self) -> SpecSettings: ...
-
-    @property
-    def seed(self) -> int: ...
-
-    @property
-    def draft_lane(self) -> bool: ...
-
-    @property
-    def costs(self) -> RoundCosts | None:
-        """What a round's parts cost here, once measured ("Measure round costs")."""
-        ...
-
-    def decode(self, token_id: int) -> str:
-        """A token's text for the views (`<id>` while a server's is on its way)."""
-        ...
-
-    def drain(self) -> bool:
-        """Take the queued lane events into the view; whether there were any."""
-        ...
-
-    def draw_between_turns(self) -> bool:
-        """Ask the models to wait at their next event boundary (a ModelsWaiting message follows,
-        ui/messages.py); False where lanes do not take turns: draw now."""
-        ...
-
-    def release_models(self) -> None:
-        """The frame is drawn: the models go on."""
-        ...
+from specplay.runner.recording import RunRecorder
+from specplay.store import Session
+from specplay.ui.lane_board import ALL_LANES, LaneBoard
+from specplay.ui.opened import opened_items, opened_settings, opened_status
+from specplay.ui.protocols import LaneItem, Outbox, RunState, View
+from specplay.ui.stats import LaneTally, verify_steps
 
 
 class PlaygroundController:
@@ -230,26 +61,26 @@ class PlaygroundController:
         self.draft_lane = draft_lane
         self.lanes: tuple[str, ...] = LANES
         """The lanes of the current (or last) run, in session order."""
-        self.events: dict[str, list[Event]] = {lane: [] for lane in ALL_LANES}
-        """Every event of the current (or last) run, per lane: what the session records."""
-        self.tallies: dict[str, LaneTally] = {lane: LaneTally() for lane in ALL_LANES}
+        self.board = LaneBoard(outbox.lane_events_arrived)
+        """The current (or last) run's events and tallies, per lane, and the queue to the screen."""
         self.opened: Session | None = None
         """The session on show read-only, until the next run."""
         self.last_session: Path | None = None
-        self.inbox: deque[LaneItem] = deque()
-        """Filled by the model thread, drained by the UI in batches."""
-        self._signalled = False
-        """A LaneEventsArrived is on its way and the screen has not taken the batch yet."""
-        self._writer: SessionWriter | None = None
-        self._saving = True
-        """False once this run's session could not be written: no later lane opens another."""
-        self._unsaved: str | None = None
-        """Why this run's session could not be written, said again when the run ends."""
         self._prompt = ""
+        self.recorder: RunRecorder | None = None
+        """The current (or last) run's session, written as its events are shown."""
         self._route_note = ""
         """Where the current run's route sent its prompt, for the status line."""
         self._closing = False
         """Set as the app quits: from then on nothing is drawn (its screen may be gone)."""
+
+    @property
+    def events(self) -> dict[str, list[Event]]:
+        return self.board.events
+
+    @property
+    def tallies(self) -> dict[str, LaneTally]:
+        return self.board.tallies
 
     def attach(self, view: View) -> None:
         self.view = view
@@ -279,8 +110,8 @@ class PlaygroundController:
         self.state = RunState.UNLOADED
         withheld = " (without the API key: the session, not this command line, names them)"
         note = withheld if self.config.vllm.key_withheld else ""
-        shown = f"{opened_title(self.opened)}; " if self.opened is not None else ""
-        faulty = self.opened is not None and opened_faulty(self.opened)
+        title, faulty = opened_status(self.opened) if self.opened is not None else ("", False)
+        shown = f"{title}; " if title else ""
         self.set_status(f"{shown}ctrl+r connects to the servers{note} and runs", error=faulty)
 
     def loaded(
@@ -331,14 +162,7 @@ class PlaygroundController:
             self.set_status(f"round costs not measured: {error_line(error) if error else 'no result'}", error=True)
             return
         self.costs = costs
-        steps = ", ".join(
-            f"{rows} rows {t.ms / costs.target_step_ms.ms:.2f}"
-            for rows, t in costs.verify_ms.items()
-            if rows in (2, 5, 9)
-        )
-        self.set_status(
-            f"round costs measured (verify in target steps: {steps}); a run's stats now say which k would pay"
-        )
+        self.set_status(f"round costs measured ({verify_steps(costs)}); a run's stats now say which k would pay")
         self._view.redraw(full=True)
 
     # --- runs --------------------------------------------------------------------------------
@@ -366,7 +190,17 @@ class PlaygroundController:
             lane: LiveControls(self.settings, self.drafters if lane != "target" else ()) for lane in self.lanes
         }
         self._clear()
-        self._writer, self._saving, self._unsaved, self._prompt = None, True, None, prompt
+        self._prompt = prompt
+        self.recorder = RunRecorder(
+            self.config,
+            prompt=prompt,
+            lanes=self.lanes,
+            identity=self.identity,
+            capabilities=self.capabilities,
+            route_map=self.route_map,
+            token_text=self.host.decode if self.capabilities.local_token_text else None,
+            on_unsaved=lambda why: self.set_status(f"not saving: this run will not be saved: {why}", error=True),
+        )
         request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
         run_id = self.run_id
         self.state = RunState.RUNNING
@@ -378,18 +212,10 @@ class PlaygroundController:
             lambda: self.host.start(
                 request,
                 self.controls,
-                partial(self._arrived, run_id),
+                lambda lane, event, busy_s, drafted: self.board.queue(LaneItem(run_id, lane, event, busy_s, drafted)),
                 lambda error: self.outbox.run_ended(run_id, error),
             )
         )
-
-    def _arrived(self, run_id: int, lane: str, event: Event, busy_s: float, drafted: tuple[str, ...]) -> None:
-        """Model thread: queue the event; tell the screen once until it takes the batch (`drain`
-        clears the flag before it takes, so an event queued meanwhile is either taken or told)."""
-        self.inbox.append(LaneItem(run_id, lane, event, busy_s, drafted))
-        if not self._signalled:
-            self._signalled = True
-            self.outbox.lane_events_arrived()
 
     def draw_between_turns(self) -> bool:
         """Ask the models to wait at their next event boundary, where the outbox's `models_waiting`
@@ -413,66 +239,18 @@ class PlaygroundController:
 
     def drain(self) -> bool:
         """Take every queued item of the current run into the lanes; whether there was any."""
-        self._signalled = False
-        taken = 0
-        while self.inbox:
-            item = self.inbox.popleft()
-            if item.run_id == self.run_id:
-                self._take(item)
-                taken += 1
-        if taken and self._writer is not None:
-            try:
-                self._writer.flush()  # once per batch, not per event: the batch is what a redraw shows
-            except SpecplayError as error:
-                self._drop_writer(error)
-        return taken > 0
+        taken = self.board.take_queued(self.run_id)
+        for item in taken:
+            self._take(item)
+        if taken and self.recorder is not None:
+            self.recorder.flush()
+        return bool(taken)
 
     def _take(self, item: LaneItem, save: bool = True) -> None:
-        event, lane = item.event, item.lane
-        self.events[lane].append(event)
-        if save:
-            self._save(lane, event)
-        self.tallies[lane].add(event, item.busy_s)
-        self._view.add_event(lane, event, item.drafted_text)
-
-    def _save(self, lane: str, event: Event) -> None:
-        """Write an event to this run's session, opening it at the run's first start."""
-        if self._saving and self._writer is None and isinstance(event, StartEvent):
-            self._writer = self._open_writer(event)
-        if self._writer is not None:
-            try:
-                self._writer.write_event(lane, event, flush=False)
-            except SpecplayError as error:  # a full disk: the run goes on, what was written is kept
-                self._drop_writer(error)
-
-    def _open_writer(self, start: StartEvent) -> SessionWriter | None:
-        request = replace(self.config.request, prompt=self._prompt, seed=start.seed, mode="speculative")
-        try:
-            return open_writer(
-                self.config,
-                request,
-                prompt_token_ids=start.prompt_token_ids,
-                lanes=list(self.lanes),
-                identity=self.identity,
-                capabilities=self.capabilities,
-                route_map=self.route_map,
-                token_text=self.host.decode if self.capabilities.local_token_text else None,
-                source="tui",
-                lanes_run_side_by_side=True,
-            )
-        except SpecplayError as error:  # the run goes on unsaved
-            self._not_saving(error)
-            return None
-
-    def _drop_writer(self, error: SpecplayError) -> None:
-        assert self._writer is not None
-        self._writer.close()
-        self._writer = None
-        self._not_saving(error)
-
-    def _not_saving(self, error: SpecplayError) -> None:
-        self._saving, self._unsaved = False, error_line(error)
-        self.set_status(f"not saving: this run will not be saved: {self._unsaved}", error=True)
+        self.board.add(item)
+        if save and self.recorder is not None:
+            self.recorder.record(item.lane, item.event)
+        self._view.add_event(item.lane, item.event, item.drafted_text)
 
     def ended(self, run_id: int, error: BaseException | None) -> None:
         """UI thread: every lane of a run ended."""
@@ -482,28 +260,16 @@ class PlaygroundController:
         self.state = RunState.READY
         self.drain()  # events still queued belong before the end
         self._view.redraw(full=True)
-        saved = ""
-        if self._writer is not None:
-            try:
-                if error is None:
-                    self.last_session = self._writer.finalize()
-                    saved = f"; saved {self.last_session.name}"
-            except SpecplayError as failure:
-                saved = f"; not saved: {error_line(failure)}"
-            self._writer.close()
-            self._writer = None
-        if self._unsaved is not None:
-            saved = f"; NOT saved: {self._unsaved}"
+        path, saved, failed = self.recorder.finish(error) if self.recorder is not None else (None, "", False)
+        self.last_session = path or self.last_session
         if error is not None:
-            self.set_status(f"run failed: {error_line(error)}{saved if self._unsaved else ''}", error=True)
+            self.set_status(f"run failed: {error_line(error)}{saved}", error=True)
         else:
             finish = self.tallies["speculative"].finish_reason or "done"
-            text = f"finished ({finish}) · {self._route_note}{saved}; ctrl+r runs again"
-            self.set_status(text, error=self._unsaved is not None or saved.startswith("; not saved"))
+            self.set_status(f"finished ({finish}) · {self._route_note}{saved}; ctrl+r runs again", error=failed)
 
     def _clear(self) -> None:
-        self.events = {lane: [] for lane in ALL_LANES}
-        self.tallies = {lane: LaneTally() for lane in ALL_LANES}
+        self.board.clear()
         self._view.clear_lanes()
 
     # --- live controls -----------------------------------------------------------------------
@@ -520,15 +286,13 @@ class PlaygroundController:
                 self._view.notify_user("the draft-only lane changes from the next run")
             return
         try:
-            new = self.settings.changed(**{setting: value})
-            if self.drafters:
-                LiveControls(new, self.drafters)  # checks the route
+            change = checked_change(self.settings, self.drafters, **{setting: value})
         except ConfigError as error:
             self._view.notify_user(error_line(error), error=True)
             return
-        if new == self.settings:
+        if change.settings == self.settings:
             return
-        self.settings = new
+        self.settings = change.settings
         if not self.state.generating:
             return
         if not self.capabilities.live_controls:  # a request's settings are the server's from its first token
@@ -537,40 +301,31 @@ class PlaygroundController:
         # The speculative lane takes every change; the target-only lane only sampling changes,
         # so the two lanes keep sampling the same distribution.
         # The draft-only lane takes the route too, so it shows the drafter now serving.
-        lanes = self.lanes if setting in _SAMPLING_FIELDS else ("speculative",)
+        lanes = self.lanes if change.sampling_only else ("speculative",)
         if setting == "route" and DRAFT_LANE in self.lanes:
             if why := self._cannot_write(self._route_for(self._prompt, value)):
                 self._view.notify_user(f"the draft-only lane keeps its drafter: {why}")
             else:
                 lanes += (DRAFT_LANE,)
-        running = [lane for lane in lanes if not self._lane_ended(lane)]
+        running = [lane for lane in lanes if not self.board.ended(lane)]
         if not running:  # the control moved, but no lane it reaches is still generating
             self._view.notify_user("the lanes this change goes to have ended: it applies from the next run")
         for lane in running:
-            self.controls[lane].update(**{setting: value})
+            self.controls[lane].apply(change)
 
-    def _lane_ended(self, lane: str) -> bool:
-        """Whether `lane`'s last event shown is its end (a later change cannot reach it)."""
-        events = self.events.get(lane)
-        return bool(events) and isinstance(events[-1], DoneEvent)
+    def _choice(self, prompt: str, route: str) -> RouteChoice | None:
+        """The router's choice for `prompt` where the route setting asks one (auto, adaptive)."""
+        source = self.host.source
+        return source.route_choice(prompt) if route in ROUTE_SETTINGS and source is not None else None
 
     def _route_line(self, prompt: str) -> str:
-        """Where the speculative lane's route sends this prompt: auto says which class it saw and
-        how that class reached its drafter; a pinned route says so."""
-        source = self.host.source
-        if self.settings.route == ADAPTIVE_ROUTE and source is not None:
-            first = source.route_choice(prompt).drafter
-            return f"adaptive: a drafter each round, from what the run measures (first {first})"
-        if self.settings.route == NONE_ROUTE:
-            return "route none: no speculation, each round a target step"
-        if self.settings.route != AUTO_ROUTE or source is None:
-            return f"route {self.settings.route} (pinned)"
-        return source.route_choice(prompt).describe()
+        """Where the speculative lane's route sends this prompt, for the status line."""
+        return describe_route(self.settings.route, self._choice(prompt, self.settings.route))
 
     def _route_for(self, prompt: str, route: str) -> str:
         """The drafter a route setting picks for `prompt` (adaptive: the one it starts from)."""
-        source = self.host.source
-        return source.route_choice(prompt).drafter if route in ROUTE_SETTINGS and source is not None else route
+        choice = self._choice(prompt, route)
+        return route if choice is None else resolve_route(route, choice.drafter)
 
     def _cannot_write(self, route: str) -> str | None:
         """Why a draft-only lane cannot run on `route` (None: it can)."""
@@ -579,15 +334,11 @@ class PlaygroundController:
 
     # --- saved sessions ----------------------------------------------------------------------
 
-    def open_session(self, path: Path) -> None:
-        """Show a saved session read-only: its prompt, lanes, tape and stats as they were."""
+    def open_session(self, session: Session) -> None:
+        """Show a saved session read-only: its prompt, lanes, tape and stats as they were (the
+        screen reads the file: ui/opened.py)."""
         if self.state.generating:
             self._view.notify_user("stop the run before opening a session", error=True)
-            return
-        try:
-            session = load_session(path)
-        except SpecplayError as error:
-            self.set_status(error_line(error), error=True)
             return
         self.run_id += 1  # anything still queued from an earlier run is dropped
         self.opened = session
@@ -596,30 +347,23 @@ class PlaygroundController:
         self.lanes = tuple(lane for lane in session.header["lanes"] if lane in ALL_LANES)
         if DRAFT_LANE in self.lanes and not self.draft_lane:
             self.change("draft_lane", True)
-        for lane in self.lanes:
-            busy_s = 0.0
-            for event in session.lanes[lane].events if lane in session.lanes else ():
-                busy_s += _event_seconds(event)
-                drafted = tuple(map(self.host.decode, event.drafted)) if isinstance(event, RoundEvent) else ()
-                self._take(LaneItem(self.run_id, lane, event, busy_s, drafted), save=False)
+        for item in opened_items(session, self.lanes, self.run_id, self.host.decode):
+            self._take(item, save=False)
         self._view.redraw(full=True)
         if self.state == RunState.READY:
             self._show_opened_settings(session)
         elif self.state == RunState.UNLOADED:
             self.load_on_run()
         else:
-            self.set_status(f"{opened_title(session)}; loading models to re-run it…", error=opened_faulty(session))
+            title, faulty = opened_status(session)
+            self.set_status(f"{title}; loading models to re-run it…", error=faulty)
 
     def _show_opened_settings(self, session: Session) -> None:
         """Put the session's settings in the controls, so a run re-runs it."""
-        settings = session.main.settings
-        if settings.route not in RESERVED_ROUTES and settings.route not in self.drafters:
-            settings = settings.changed(route=AUTO_ROUTE)
-        self.settings = settings
-        self.seed = int((session.header.get("request") or {}).get("seed", self.seed))
-        self._view.show_settings(settings, self.seed)
-        text = f"{opened_title(session)}; ctrl+r re-runs it with these settings"
-        self.set_status(text, error=opened_faulty(session))
+        self.settings, self.seed = opened_settings(session, self.drafters, self.seed)
+        self._view.show_settings(self.settings, self.seed)
+        title, faulty = opened_status(session)
+        self.set_status(f"{title}; ctrl+r re-runs it with these settings", error=faulty)
 
     def rerun_session(self) -> bool:
         """Put the opened session back in the controls and prompt; False when none is open."""
@@ -644,36 +388,10 @@ class PlaygroundController:
             controls.request_stop()
         try:
             # Events wait for the next frame (up to a second on a busy machine): they are saved too.
-            while self.inbox:
-                item = self.inbox.popleft()
-                if item.run_id == self.run_id:
-                    self._save(item.lane, item.event)
+            for item in self.board.take_queued(self.run_id):
+                if self.recorder is not None:
+                    self.recorder.record(item.lane, item.event)
         finally:
-            if self._writer is not None:
-                self._writer.close()  # incomplete, but every event so far is on disk
-            self._writer, self._saving = None, False
+            if self.recorder is not None:
+                self.recorder.close()  # incomplete, but every event so far is on disk
             self.host.close()
-
-
-def opened_title(session: Session) -> str:
-    """An opened session in the status line: read-only, and the first of its live changes that
-    cannot be applied (a newer specplay's setting, or an edit): shown on the tape, skipped."""
-    complete = "" if session.complete else " (incomplete)"
-    skipped = skipped_changes(session.lanes.values())
-    more = f", and {len(skipped) - 1} more" if len(skipped) > 1 else ""
-    note = f" ({skipped[0]}{more}; a newer specplay wrote it, or the file was edited)" if skipped else ""
-    return f"session {session.id}{complete}, read-only{note}"
-
-
-def opened_faulty(session: Session) -> bool:
-    """Whether an opened session records a live change that cannot be applied."""
-    return bool(skipped_changes(session.lanes.values()))
-
-
-def _event_seconds(event: Event) -> float:
-    """The lane time an event accounts for, as recorded (sessions keep no lane clock)."""
-    if isinstance(event, RoundEvent):
-        return (event.draft_ms + event.verify_ms + event.overhead_ms) / 1000
-    if isinstance(event, StepEvent):
-        return event.step_ms / 1000
-    return 0.0

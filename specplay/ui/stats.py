@@ -223,3 +223,11 @@ def k_advice(comparison: Comparison) -> str | None:
     if best.k == now.k or best.speedup <= now.speedup:
         return f"k {now.k} → {now.speedup:.2f}× predicted from the measured costs: the best k here"
     return f"k {now.k} → {now.speedup:.2f}×; k {best.k} would give {best.speedup:.2f}× (from the measured costs)"
+
+
+def verify_steps(costs: RoundCosts) -> str:
+    """The measured verify pass at a few row counts, in target steps, for the status line."""
+    steps = ", ".join(
+        f"{rows} rows {t.ms / costs.target_step_ms.ms:.2f}" for rows, t in costs.verify_ms.items() if rows in (2, 5, 9)
+    )
+    return f"verify in target steps: {steps}"

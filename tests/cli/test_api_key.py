@@ -18,7 +18,7 @@ from specplay.cli import build_parser, main
 from specplay.cli import tui as tui_command
 from specplay.config.api_key import KEY_WITHHELD
 from specplay.ui.app import create_app
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from tests.support.logging_server import LoggingServer
 from tests.support.session_events import speculative_events, target_events, write_session
 from tests.support.ui_helpers import wait_for

@@ -11,7 +11,7 @@ from specplay.backends.vllm.errors import VllmError
 from specplay.cli import main
 from specplay.display.text import one_line, token_repr, visible
 from specplay.errors import ConfigError, error_line
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from tests.support.session_events import same_as_rounds, speculative_events, target_events, write_session
 from tests.support.tiny_models import TinyModels
 

@@ -228,3 +228,21 @@ def test_every_module_lives_in_a_package_that_says_what_it_is() -> None:
     """Beside the packages only the errors every layer raises and the entry point."""
     loose = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert loose == ["__init__.py", "__main__.py", "errors.py"]
+
+
+FILE_CALLS = {"open", "load_session", "open_writer", "SessionWriter", "read_text", "write_text", "read_bytes"}
+"""What reads or writes a file: the playground's controller calls none of them."""
+
+
+def test_the_playground_controller_is_small_and_touches_no_file() -> None:
+    """It decides what a key or a control does; the runner saves sessions (runner/recording.py)
+    and the screen reads the ones it opens (ui/opened.py)."""
+    controller = PACKAGE / "ui" / "controller.py"
+    assert len(controller.read_text(encoding="utf-8").splitlines()) < 400
+    assert len((PACKAGE / "ui" / "app.py").read_text(encoding="utf-8").splitlines()) <= 300
+    called = set()
+    for node in ast.walk(ast.parse(controller.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    assert not called & FILE_CALLS

@@ -10,7 +10,7 @@ import pytest
 
 from specplay.engine.events import ControlEvent
 from specplay.engine.settings import SpecSettings
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from specplay.ui.widgets.lane_view import LaneView
 from tests.support.scripted import scripted_backend
 from tests.support.session_events import same_as_rounds, speculative_events, target_events, write_session

@@ -12,7 +12,7 @@ from specplay.engine.learned_router import LearnedRouter, fit_router
 from specplay.engine.loop import SpecEngine
 from specplay.engine.router import fallback_for
 from specplay.ui.app import PlaygroundOptions, create_app
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import scripted_backend
 from tests.support.ui_helpers import scripted_config, wait_for

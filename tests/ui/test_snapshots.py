@@ -24,7 +24,7 @@ from specplay.engine.stream import EventStream
 from specplay.errors import ModelError
 from specplay.store import writer
 from specplay.ui.app import PlaygroundApp, create_app
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import SCRIPTED, ScriptedBackend, scripted_backend
 from tests.support.svg_colours import contrast, text_runs

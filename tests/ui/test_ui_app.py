@@ -24,7 +24,7 @@ from specplay.engine.stream import EventStream
 from specplay.errors import ModelError
 from specplay.store import list_session_files, load_session
 from specplay.ui.app import PlaygroundApp, create_app
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from specplay.ui.widgets.inspector import Inspector
 from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.plots import SPARKS, Plots

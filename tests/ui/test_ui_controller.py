@@ -18,7 +18,9 @@ from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import ModelHost
 from specplay.store import list_session_files, load_session
-from specplay.ui.controller import LaneItem, PlaygroundController, RunState
+from specplay.ui.controller import PlaygroundController
+from specplay.ui.opened import open_saved
+from specplay.ui.protocols import LaneItem, RunState
 from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import SCRIPTED, Cost, scripted_backend
@@ -213,7 +215,7 @@ def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tmp
     assert saved is not None
 
     playground, screen = harness.playground, harness.screen
-    playground.open_session(saved)  # while the models still load
+    open_saved(playground, saved)  # while the models still load
     assert playground.opened is not None and screen.prompt == CODE_PROMPT
     assert screen.events["speculative"] == load_session(saved).main.events
     playground.load()
@@ -242,21 +244,21 @@ def frames_between_turns(harness: Harness) -> None:
     held: dict[str, Any] = {}
 
     def draw() -> None:
-        held["made"] = list(playground.inbox)
+        held["made"] = list(playground.board.inbox)
         time.sleep(0.5)  # a slow frame
-        held["made while drawn"] = len(playground.inbox) - len(held["made"])
+        held["made while drawn"] = len(playground.board.inbox) - len(held["made"])
         playground.release_models()
 
     harness.on_waiting = draw
     playground.drain()
-    harness.until(lambda: any(i.lane == "speculative" for i in list(playground.inbox)), "a round", drain=False)
+    harness.until(lambda: any(i.lane == "speculative" for i in list(playground.board.inbox)), "a round", drain=False)
     assert playground.draw_between_turns()
     harness.until(lambda: "made while drawn" in held, "the frame", drain=False)
     assert held["made while drawn"] == 0
     made = len(held["made"])
 
     def later_rounds() -> list[LaneItem]:
-        return [i for i in list(playground.inbox)[made:] if i.lane == "speculative"]
+        return [i for i in list(playground.board.inbox)[made:] if i.lane == "speculative"]
 
     harness.until(lambda: len(later_rounds()) >= 2, "more rounds", drain=False)
     before = [i for i in held["made"] if i.lane == "speculative"]
@@ -273,7 +275,7 @@ def test_quitting_mid_run_saves_what_no_frame_took_yet(harness: Harness, tmp_pat
     playground.load()
     harness.until(lambda: playground.state == RunState.READY, "the models to load")
     playground.run()
-    harness.until(lambda: sum(i.lane == "speculative" for i in list(playground.inbox)) > 3, "rounds", drain=False)
+    harness.until(lambda: sum(i.lane == "speculative" for i in list(playground.board.inbox)) > 3, "rounds", drain=False)
     assert not playground.events["speculative"]  # no frame has taken anything
     playground.close()
     (path,) = list_session_files(tmp_path)
@@ -359,7 +361,7 @@ def test_a_change_that_can_no_longer_apply_says_so(tmp_path: Path) -> None:
         playground.load()
         harness.until(lambda: playground.state == RunState.READY, "the models to load")
         playground.run()
-        speculative_done = lambda: playground._lane_ended("speculative")  # noqa: E731
+        speculative_done = lambda: playground.board.ended("speculative")  # noqa: E731
         harness.until(speculative_done, "the speculative lane to end")
         assert playground.state == RunState.RUNNING  # the target-only lane still generates
         playground.change("k", 2)

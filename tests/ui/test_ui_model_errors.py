@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from tests.support.tiny_models import TinyModels
 from tests.support.ui_helpers import make_app, wait_for
 

@@ -13,7 +13,9 @@ from textual.widgets import Input
 from specplay.cli import main
 from specplay.config.numbers import SEED_MAX
 from specplay.ui.app import PlaygroundApp
-from specplay.ui.controller import PlaygroundController, RunState
+from specplay.ui.controller import PlaygroundController
+from specplay.ui.opened import open_saved
+from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import scripted_backend
 from tests.support.session_events import write_deep_session
@@ -63,7 +65,7 @@ async def test_a_deep_session_in_the_palette_is_unreadable_not_fatal(tmp_path: P
         (entry,) = [t for t in titles if t.startswith("Open session")]
         assert "deep" in entry
         (path,) = tmp_path.glob("*.jsonl")
-        app.playground.open_session(path)
+        open_saved(app.playground, path)
         await pilot.pause()
         assert "nests JSON deeper than" in app.playground.status and "\n" not in app.playground.status
         assert app.playground.state == RunState.READY

@@ -22,9 +22,10 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import DRAFT_LANE
-from specplay.ui.controller import ALL_LANES, RunReadout
 from specplay.ui.frame_budget import FrameBudget
+from specplay.ui.lane_board import ALL_LANES
 from specplay.ui.messages import LaneEventsArrived, ModelsWaiting, TokenTextsArrived
+from specplay.ui.protocols import RunReadout
 from specplay.ui.stats import compare
 from specplay.ui.tokens import legend
 from specplay.ui.widgets.controls_panel import ControlsPanel

@@ -14,7 +14,7 @@ from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.cli import main
 from specplay.engine.events import ControlEvent, Event, RoundEvent
 from specplay.store import load_session
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from tests.support.checks import every
 from tests.support.drafters import early_exit, lookup
 from tests.support.engine_runs import done, rounds, run

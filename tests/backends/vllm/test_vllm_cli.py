@@ -8,7 +8,7 @@ import pytest
 
 from specplay.cli import main
 from specplay.cli.shown import shown_command
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from tests.support.checks import every
 from tests.support.fake_vllm import FakeVllm, Fault
 from tests.support.prompts import CODE_PROMPT

@@ -14,7 +14,7 @@ from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RecolourEvent, RoundEvent, StartEvent, StepEvent
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
-from specplay.ui.controller import RunState
+from specplay.ui.protocols import RunState
 from tests.support.checks import every
 from tests.support.engine_runs import chunk_sources, done, run
 from tests.support.fake_vllm import FakeVllm
