@@ -14,8 +14,7 @@ from specplay.data.library import Prompt
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.request import Request
-from specplay.engine.rules import RuleParams
-from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings
+from specplay.engine.settings import AUTO_ROUTE
 from specplay.engine.stream import EventStream
 
 T = TypeVar("T")
@@ -46,14 +45,7 @@ def execute(
     source: EventStream, plan: BenchPlan, cell: BenchConfig, prompt: Prompt, temperature: float, seed: int
 ) -> dict[str, Any]:
     """One request of `cell`: its metrics, route, end-to-end time and draft lengths."""
-    settings = SpecSettings(
-        k=cell.k,
-        policy=cell.policy,
-        route=cell.route,
-        sampling=SamplingParams(temperature=temperature),
-        rule_params=RuleParams(tv_budget=cell.tv_budget),
-        counterfactual=cell.counterfactual,
-    )
+    settings = cell.settings.changed(temperature=temperature)
     ids = tuple(source.encode(prompt.text, raw=plan.raw))
     request = Request(prompt.text, ids, cell.mode, seed, plan.max_tokens, ignore_eos=True)  # type: ignore[arg-type]
     start = time.perf_counter()

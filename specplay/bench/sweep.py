@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.data.library import Prompt, library_prompts, read_prompts
-from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE
+from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, SpecSettings
 from specplay.errors import ConfigError
 
 
@@ -18,12 +18,17 @@ class BenchConfig:
     group: str
     """baseline, k, policy, tv or route: which sweep the configuration belongs to."""
     mode: str = "speculative"
-    k: int = 4
-    policy: str = "fixed"
-    tv_budget: float = 0.0
-    route: str = AUTO_ROUTE
-    counterfactual: bool = False
-    """Also judge every other drafter each round: the router check, not a speed."""
+    settings: SpecSettings = field(default_factory=SpecSettings)
+    """The live settings it runs with, the user's defaults but what its group varies (the
+    temperature is the sweep's). With counterfactual routes on: the router check, not a speed."""
+
+    @property
+    def k(self) -> int:
+        return self.settings.k
+
+    @property
+    def route(self) -> str:
+        return self.settings.route
 
 
 @dataclass
@@ -60,6 +65,11 @@ class Measurement:
     """Rejections by their correction's rank among the drafter's tokens (engine/width.py)."""
 
 
+def _set(**changes: object) -> SpecSettings:
+    """The default settings with one sweep's change."""
+    return SpecSettings().changed(**changes)
+
+
 def plan(
     drafters: Sequence[str],
     quick: bool,
@@ -75,17 +85,19 @@ def plan(
     check: the routed run with every other drafter judged from the same contexts."""
     configs = [BenchConfig("target-only", "baseline", mode="target")]
     alone = [name for name in drafters if name not in copy_only]
-    configs += [BenchConfig(f"draft-only {name}", "baseline", mode="draft", route=name) for name in alone]
-    configs += [BenchConfig(f"k={k}", "k", k=k) for k in ((2, 4) if quick else (2, 4, 6, 8))]
+    configs += [
+        BenchConfig(f"draft-only {name}", "baseline", mode="draft", settings=_set(route=name)) for name in alone
+    ]
+    configs += [BenchConfig(f"k={k}", "k", settings=_set(k=k)) for k in ((2, 4) if quick else (2, 4, 6, 8))]
     policies = ("cost",) if quick else ("acceptance-rate", "accepted-length", "confidence", "cost")
-    configs += [BenchConfig(policy, "policy", policy=policy) for policy in policies]
+    configs += [BenchConfig(policy, "policy", settings=_set(policy=policy)) for policy in policies]
     budgets = (0.5, 1.0) if quick else (0.5, 0.75, 1.0)  # D=0 is the k=4 row
-    configs += [BenchConfig(f"D={budget:g}", "tv", tv_budget=budget) for budget in budgets]
+    configs += [BenchConfig(f"D={budget:g}", "tv", settings=_set(tv_budget=budget)) for budget in budgets]
     if len(drafters) > 1:
         routes = (*drafters, NONE_ROUTE, AUTO_ROUTE, *((ADAPTIVE_ROUTE,) if round_routes else ()))
-        configs += [BenchConfig(f"route {name}", "route", route=name) for name in routes]
+        configs += [BenchConfig(f"route {name}", "route", settings=_set(route=name)) for name in routes]
         if counterfactual:
-            configs.append(BenchConfig("router check", ROUTER_CHECK, counterfactual=True))
+            configs.append(BenchConfig("router check", ROUTER_CHECK, settings=_set(counterfactual=True)))
     return configs
 
 

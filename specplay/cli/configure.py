@@ -31,7 +31,7 @@ from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.drafters import model_spec
 from specplay.engine.router import CodeProseRouter, check_route_map
 from specplay.engine.rules import RuleParams
-from specplay.engine.settings import AUTO_ROUTE, PolicyParams, SamplingParams, SpecSettings
+from specplay.engine.settings import AUTO_ROUTE, GROUPS, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.files.inputs import PROMPT_LIMIT, read_input_text
 from specplay.routing.evidence import with_route_evidence
@@ -41,13 +41,8 @@ from specplay.store.location import sessions_dir
 from specplay.store.replay import session_config
 
 MODEL_FLAGS = ("backend", "target", "draft", "target_url", "draft_url", "vllm_native", "baseline_url")
-_SPEC_FLAGS = {
-    "k": "k",
-    "policy": "policy",
-    "route": "route",
-    "rule": "rule",
-    "counterfactual": "counterfactual",
-}
+_SPEC_FLAGS = tuple(name for name in SpecSettings.__dataclass_fields__ if name not in GROUPS)
+"""The settings of their own (k, policy, route, rule, counterfactual): each flag is its field's name."""
 _SAMPLING_FLAGS = tuple(SamplingParams.__dataclass_fields__)
 _POLICY_FLAGS = tuple(PolicyParams.__dataclass_fields__)
 _RULE_FLAGS = tuple(RuleParams.__dataclass_fields__)
@@ -180,7 +175,7 @@ def settings_from(flags: Mapping[str, Any], base: SpecSettings) -> SpecSettings:
     sampling = replace(base.sampling, **{name: flags[name] for name in _SAMPLING_FLAGS if name in flags})
     policy = replace(base.policy_params, **{name: flags[name] for name in _POLICY_FLAGS if name in flags})
     rules = replace(base.rule_params, **{name: flags[name] for name in _RULE_FLAGS if name in flags})
-    spec = {field: flags[flag] for flag, field in _SPEC_FLAGS.items() if flag in flags}
+    spec = {name: flags[name] for name in _SPEC_FLAGS if name in flags}
     return replace(base, sampling=sampling, policy_params=policy, rule_params=rules, **spec)
 
 

@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from specplay.config.controls import CONTROL
 from specplay.config.numbers import count_number, seed_number
 from specplay.config.run_config import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
 from specplay.drafters import drafter_syntax
 from specplay.engine.rules import RULE_NAMES, RULES, RuleParams, all_settings
 from specplay.engine.settings import (
-    ADAPTIVE_ROUTE,
-    AUTO_ROUTE,
     MODES,
     NONE_ROUTE,
     POLICIES,
@@ -184,17 +183,18 @@ def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False)
         "--k",
         type=int,
         default=UNSET,
-        help=f"draft length, or the starting one for an adaptive policy (default {settings.k})",
+        help=f"draft length: {CONTROL['k'].words} (default {settings.k})",
     )
-    spec.add_argument("--policy", choices=POLICIES, default=UNSET, help="draft-length policy (default fixed)")
+    spec.add_argument(
+        "--policy", choices=POLICIES, default=UNSET, help=f"{CONTROL['policy'].words} (default {settings.policy})"
+    )
     spec.add_argument(
         "--route",
         default=UNSET,
         metavar="NAME|auto|adaptive|none",
-        help=f"pin a drafter; let the router choose one per request ({AUTO_ROUTE}); choose each round from "
-        f"what the run measures ({ADAPTIVE_ROUTE}); or no speculation ({NONE_ROUTE}: each round a target step)",
+        help=f"{CONTROL['route'].words} (default {settings.route})",
     )
-    rule_help = "acceptance rule: " + ", ".join(f"{name} ({rule.description})" for name, rule in RULES.items())
+    rule_help = f"{CONTROL['rule'].words}; " + ", ".join(f"{name} ({rule.description})" for name, rule in RULES.items())
     rule_help += f"; each keeps what lossless acceptance keeps, and more (default {settings.rule})"
     if rule_list:
         spec.add_argument("--rule", default=UNSET, metavar="RULE[,RULE...]", help=rule_help + "; or all")
@@ -215,15 +215,16 @@ def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False)
         "--counterfactual",
         action="store_true",
         default=UNSET,
-        help="each round, also judge every other drafter's proposal from the same context (never committed; "
-        "its cost is reported apart)",
+        help=f"{CONTROL['counterfactual'].words}; its cost is reported apart",
     )
     sampling = parser.add_argument_group("sampling")
-    sampling.add_argument("--temperature", type=float, default=UNSET, help="0 is greedy")
+    sampling.add_argument("--temperature", type=float, default=UNSET, help=CONTROL["temperature"].words)
     sampling.add_argument("--top-p", type=float, default=UNSET, help=f"(default {SamplingParams().top_p:g}: off)")
     sampling.add_argument("--top-k", type=int, default=UNSET, help=f"(default {SamplingParams().top_k}: off)")
     sampling.add_argument("--min-p", type=float, default=UNSET, help=f"(default {SamplingParams().min_p:g}: off)")
-    sampling.add_argument("--seed", type=int, default=UNSET, help="(default 0)")
+    sampling.add_argument(
+        "--seed", type=int, default=UNSET, help=f"{CONTROL['seed'].words} (default {RequestSpec().seed})"
+    )
     policy = parser.add_argument_group("draft-length policies and router")
     defaults = PolicyParams()
     policy.add_argument("--k-min", type=int, default=UNSET, help=f"(default {defaults.k_min})")

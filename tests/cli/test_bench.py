@@ -13,6 +13,7 @@ from specplay.bench.stats import coefficient_of_variation, median, needs_more_re
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
 from specplay.cli import main
 from specplay.engine.costs import RoundCosts, Timing
+from specplay.engine.settings import SpecSettings
 from specplay.engine.speedup import predict_by_k, predicted_speedup
 from specplay.errors import ConfigError
 from tests.support.checks import every
@@ -35,7 +36,7 @@ def _m(config: str, tokens_per_s: float, **spec: object) -> Measurement:
 def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
     configs = [
         BenchConfig("target-only", "baseline", "target"),
-        BenchConfig("draft-only d", "baseline", "draft", route="d"),
+        BenchConfig("draft-only d", "baseline", "draft", settings=SpecSettings(route="d")),
     ]
     configs.append(BenchConfig("k=4", "k"))
     spec = {"route": "d", "num_spec_steps": 16, "num_draft_tokens": 64, "num_accepted_draft_tokens": 15}
@@ -64,8 +65,8 @@ def test_rows_compute_speedup_and_prediction_from_recorded_results() -> None:
 def test_which_k_sets_the_sweeps_best_k_beside_the_recommended_one() -> None:
     configs = [
         BenchConfig("target-only", "baseline", "target"),
-        BenchConfig("k=2", "k", k=2),
-        BenchConfig("k=4", "k", k=4),
+        BenchConfig("k=2", "k", settings=SpecSettings(k=2)),
+        BenchConfig("k=4", "k", settings=SpecSettings(k=4)),
     ]
     common = {"route": "d", "num_spec_steps": 10, "overhead_ms": 20.0}
     deep = common | {"drafted_per_position": [10, 10, 10, 10], "accepted_per_position": [9, 8, 5, 1]}

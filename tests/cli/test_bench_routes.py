@@ -7,6 +7,7 @@ import pytest
 from specplay.bench.report import build_rows
 from specplay.bench.routes import route_comparison, route_markdown
 from specplay.bench.sweep import BenchConfig, Measurement, plan
+from specplay.engine.settings import SpecSettings
 
 
 def _m(config: str, category: str, tokens_per_s: float) -> Measurement:
@@ -22,7 +23,10 @@ def test_the_plan_routes_each_drafter_then_none_auto_and_adaptive_where_rounds_c
 
 
 def test_auto_and_adaptive_over_the_best_single_drafter_per_category() -> None:
-    configs = [BenchConfig(f"route {name}", "route", route=name) for name in ("a", "b", "auto", "adaptive")]
+    configs = [
+        BenchConfig(f"route {name}", "route", settings=SpecSettings(route=name))
+        for name in ("a", "b", "auto", "adaptive")
+    ]
     speeds = {"code": {"a": 100.0, "b": 50.0, "auto": 90.0, "adaptive": 110.0}, "prose": {"a": 40.0, "b": 80.0}}
     measurements = [_m(f"route {name}", category, tps) for category, by in speeds.items() for name, tps in by.items()]
     rows = build_rows(configs, measurements)

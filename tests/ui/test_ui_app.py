@@ -402,7 +402,7 @@ async def test_the_palette_sets_controls_and_exports_the_run(tmp_path: Path) -> 
             return found.callback
 
         assert not [c for c in app.get_system_commands(app.screen) if c.title.startswith("Export")]  # nothing run yet
-        command("Set k = 6")()
+        command("Set k (draft length) = 6")()
         command("Set route: far")()
         command("Set temperature: 0.7")()
 

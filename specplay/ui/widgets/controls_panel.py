@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from textual.app import ComposeResult
@@ -17,6 +18,7 @@ from textual.message import Message
 from textual.widgets import Input, Label, Select, Static, Switch
 from textual_slider import Slider
 
+from specplay.config.controls import CONTROL, CONTROLS
 from specplay.config.numbers import SEED_MAX, seed_number
 from specplay.engine.rules import KNOB_STEPS, RULE_NAMES, AcceptanceRule
 from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, POLICIES, SpecSettings
@@ -79,22 +81,22 @@ class ControlsPanel(VerticalScroll, can_focus=False):
         s = self._settings
         yield Label(self._k_label(s.k), id="k-label")
         yield Slider(1, K_MAX, value=min(s.k, K_MAX), id="k")
-        yield Label("acceptance rule")
+        yield Label(CONTROL["rule"].label)
         yield Select([(r, r) for r in RULE_NAMES], value=s.rule, allow_blank=False, id="rule")
         rule = s.acceptance_rule
         yield Label(knob_label(rule), id="knob-label")
         yield Slider(0, KNOB_STEPS, value=step_from_knob(rule), id="knob")
-        yield Label("policy")
+        yield Label(CONTROL["policy"].label)
         yield Select([(p, p) for p in POLICIES], value=s.policy, allow_blank=False, id="policy")
-        yield Label("route")
+        yield Label(CONTROL["route"].label)
         yield Select([(s.route, s.route)], value=s.route, allow_blank=False, id="route")
         with Horizontal(classes="switch-row"):
             yield Switch(s.counterfactual, id="counterfactual")
-            yield Label("counterfactual")
+            yield Label(CONTROL["counterfactual"].label)
         yield Static("", id="route-stats")
         with Horizontal(classes="pair"):  # side by side: every control fits at 50 rows, plots below
             with Vertical():
-                yield Label("temperature")
+                yield Label(CONTROL["temperature"].label)
                 yield Select(
                     [(f"{t:g}", t) for t in self._temperatures],
                     value=s.sampling.temperature,
@@ -102,11 +104,15 @@ class ControlsPanel(VerticalScroll, can_focus=False):
                     id="temperature",
                 )
             with Vertical():
-                yield Label("seed (next run)")
+                yield Label(CONTROL["seed"].label)
                 yield Input(str(self._seed), type="integer", max_length=len(str(SEED_MAX)), id="seed")
         with Horizontal(classes="switch-row"):
             yield Switch(False, id="draft-lane")
-            yield Label("draft-only lane")
+            yield Label(CONTROL["draft-lane"].label)
+
+    def on_mount(self) -> None:
+        for control in CONTROLS:  # what each control does, where it stands
+            self.query_one(f"#{control.id}").tooltip = control.words
 
     def set_drafters(self, drafters: Sequence[str], round_routes: bool = True) -> None:
         """The routes to offer: auto, adaptive where drafters can change between rounds (between
@@ -168,7 +174,8 @@ class ControlsPanel(VerticalScroll, can_focus=False):
 
     def choices(self) -> Iterator[tuple[str, str, Callable[[], None]]]:
         """(title, help, action) for the command palette: every value a control offers, set as if
-        the user moved the control (so it reports its change the same way). Fixed controls offer none."""
+        the user moved the control (so it reports its change the same way), titled by the
+        control's label (the palette searches titles). Fixed controls offer none."""
 
         def setter(id: str, value: object) -> Callable[[], None]:
             def set_value() -> None:
@@ -176,29 +183,32 @@ class ControlsPanel(VerticalScroll, can_focus=False):
 
             return set_value
 
-        def offered(id: str) -> bool:
-            return not self.query_one(f"#{id}").disabled
-
-        if offered("k"):
-            what = "Draft length: tokens drafted per round"
-            yield from ((f"k = {k}", what, setter("k", k)) for k in range(1, K_MAX + 1))
-        selects = (
-            ("rule", "Acceptance rule", [(r, r) for r in self._rules]),
-            ("policy", "Draft-length policy", [(p, p) for p in POLICIES]),
-            ("route", "Which drafter proposes", [(r, r) for r in self._routes]),
-            ("temperature", "Sampling temperature", [(f"{t:g}", t) for t in self._temperatures]),
-        )
-        for id, what, options in selects:
-            if offered(id):
-                yield from ((f"{id}: {label}", what, setter(id, value)) for label, value in options)
-        if offered("counterfactual"):
-            switch = self.query_one("#counterfactual", Switch)
-            yield "counterfactual routes on/off", "Judge every drafter's proposal each round", switch.toggle
-        yield "seed (next run)", "Edit the seed the next run starts from", self.query_one("#seed", Input).focus
+        rule = self._settings.acceptance_rule
+        field = rule.knob.setting.field
+        knob_steps = [replace(rule, **{field: rule.slider_value(step)}) for step in range(KNOB_STEPS + 1)]
+        offered: dict[str, list[tuple[str, object]]] = {
+            "k": [(f" = {k}", k) for k in range(1, K_MAX + 1)],
+            "rule": [(f": {r}", r) for r in self._rules],
+            "knob": [(f": {knob_label(at)}", step) for step, at in enumerate(knob_steps)],
+            "policy": [(f": {p}", p) for p in POLICIES],
+            "route": [(f": {r}", r) for r in self._routes],
+            "temperature": [(f": {t:g}", t) for t in self._temperatures],
+        }
+        for control in CONTROLS:
+            widget = self.query_one(f"#{control.id}")
+            if widget.disabled:
+                continue
+            if control.id in offered:
+                for shown, value in offered[control.id]:
+                    yield f"{control.label}{shown}", control.words, setter(control.id, value)
+            elif isinstance(widget, Switch):
+                yield f"{control.label} on/off", control.words, widget.toggle
+            else:
+                yield control.label, control.words, widget.focus
 
     @staticmethod
     def _k_label(k: int) -> str:
-        return f"k (draft length) {k}"
+        return f"{CONTROL['k'].label} {k}"
 
     def _show_knob(self, settings: SpecSettings) -> None:
         rule = settings.acceptance_rule
