@@ -38,6 +38,7 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
             {
                 "route": r.route,
                 "k": r.k,
+                "k_asked": r.k_asked,
                 "drafted": list(r.drafted),
                 "num_accepted": r.num_accepted,
                 "token_index": r.token_index,

@@ -130,8 +130,10 @@ class RoundEvent:
     token_index: int
     """Index, in the generated tokens, of the round's first committed token."""
     route: str
+    """The drafter that served the round (`none`: no speculation), whatever the route setting."""
     k: int
-    """Tokens drafted this round (the policy's proposal, cut by early stop or the token limit)."""
+    """Tokens drafted this round: `k_asked`, cut by the policy's early stop or a proposal that
+    found fewer (prompt lookup)."""
     drafted: tuple[int, ...]
     positions: tuple[DraftPosition, ...]
     num_accepted: int
@@ -150,6 +152,10 @@ class RoundEvent:
     other drafters served (a route switch); 0 when it drafted the round before."""
     catch_up_tokens: int = 0
     """Tokens its cache took in then (0 where the backend keeps no cache of it here)."""
+    k_asked: int | None = None
+    """The draft length asked for: the policy's k, within the tokens left (0 on the none route);
+    None where it is not known (a speculating server's round, a session saved before it was
+    recorded). Beside `k`, it tells a cut round from a short proposal."""
 
 
 @dataclass(frozen=True, slots=True)

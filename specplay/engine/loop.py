@@ -328,6 +328,7 @@ class _Run:
             overhead_ms=1000 * (done_at - stepped_at + start - self.last_end_s),
             bonus_top_target=None,
             counterfactuals=(),
+            k_asked=0,
         )
         self.policy.update(0, 0, RoundTimes(0.0, event.verify_ms, event.overhead_ms))
         self._learn(event, len(generation.tokens), asked=0)
@@ -391,6 +392,7 @@ class _Run:
             counterfactuals=counterfactuals,
             catch_up_ms=1000 * (caught_up_at - start) if caught_up else 0.0,
             catch_up_tokens=caught_up,
+            k_asked=k,
         )
         times = RoundTimes(event.draft_ms - event.catch_up_ms, event.verify_ms, event.overhead_ms)
         self.policy.update(event.k, num_accepted, times)

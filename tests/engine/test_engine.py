@@ -251,3 +251,13 @@ def test_simulated_time_follows_the_work_alone(scripted: ScriptedBackend) -> Non
         assert r.draft_ms == pytest.approx(2.0 * r.k + 0.2 * (pending + r.k - 1))  # drafter: a fifth of that
         assert r.overhead_ms == pytest.approx(0.0, abs=1e-9)
         lagging = r.tokens[-1].source == "bonus"
+
+
+def test_each_round_records_the_k_it_asked_beside_the_k_it_drafted(scripted: ScriptedBackend) -> None:
+    """A proposal shorter than asked (prompt lookup finding a short match, or none) is told apart
+    from a policy that asked for less; the none route asks for nothing."""
+    looked_up = rounds(run(scripted, CODE_PROMPT * 3, route="lookup", k=6, max_tokens=60))
+    assert every(r.k_asked is not None and r.k <= r.k_asked <= 6 for r in looked_up)
+    assert any(r.k < r.k_asked for r in looked_up if r.k_asked is not None)  # short proposals
+    assert every(r.k_asked == min(6, 60 - r.token_index) for r in looked_up)  # fixed k, within the tokens left
+    assert every(r.k_asked == 0 and r.k == 0 for r in rounds(run(scripted, PROSE_PROMPT, route="none", max_tokens=8)))

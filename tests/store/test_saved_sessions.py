@@ -34,6 +34,7 @@ from specplay.engine.settings import SpecSettings
 from specplay.store import LaneRecord, Session, load_session
 from specplay.store.diff import is_lossless_greedy, lossy_from
 from specplay.store.replay import session_config
+from tests.support.checks import every
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "saved_sessions"
 GOLDEN = DATA / "golden"
@@ -360,6 +361,11 @@ def test_the_greedy_lossless_session_reads() -> None:
     check_kept_tokens_match_their_positions(lane)
     verdict = json.loads(printed("diff", str(fixture(GREEDY)), "--json"))
     assert verdict["identical"] and verdict["lossless_greedy"] and verdict["violation"] is None
+
+
+def test_sessions_saved_before_the_asked_k_was_recorded_read_it_as_unknown() -> None:
+    for name in FIXTURES:
+        assert every(r.k_asked is None for lane in read(name).lanes.values() for r in lane.rounds)
 
 
 def test_the_playground_session_reads_with_its_live_changes() -> None:
