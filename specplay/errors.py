@@ -12,10 +12,13 @@ class SpecplayError(Exception):
 class ConfigError(SpecplayError, ValueError):
     """A setting out of range or inconsistent; `field` names the setting so a CLI can name its flag."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, flag: str | None = None) -> None:
         super().__init__(f"{field} {message}")
         self.field = field
         self.detail = message
+        self.flag = flag
+        """The flag that sets it, where the raiser knows it better than its field's name does (a
+        rule's knob: engine/rules.py)."""
 
 
 class ModelError(SpecplayError):
@@ -23,7 +26,6 @@ class ModelError(SpecplayError):
 
 
 _FLAG_OF_FIELD = {
-    "tv_budget": "--tv",
     "draft": "--draft",
     "timeout_s": "--timeout",
     "strategy": "--vllm-strategy",
@@ -46,7 +48,7 @@ def error_line(error: BaseException) -> str:
     """One clear line for any error, safe to print (a server's or a file's text may hold control
     characters): a ConfigError names the flag to change."""
     if isinstance(error, ConfigError):
-        text = f"{flag_of(error.field)} {error.detail}"
+        text = f"{error.flag or flag_of(error.field)} {error.detail}"
     elif isinstance(error, SpecplayError):
         text = str(error)
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.bench.report import Row
+from specplay.engine.rules import Mentored
 from specplay.files.outputs import write_in_folder
 
 
@@ -51,7 +52,10 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
         points = sorted(p for p in points if p[1] is not None)
         if points:
             axis.plot(*zip(*points, strict=True), marker="o", label=f"{category}, T={temperature:g}")
-    axis.set(xlabel="TV budget D", ylabel="draft acceptance rate", title="Acceptance against TV budget", ylim=(0, 1.05))
+    knob = f"{Mentored.knob.label} {Mentored.knob.symbol}"
+    axis.set(
+        xlabel=knob, ylabel="draft acceptance rate", title=f"Acceptance against {Mentored.knob.label}", ylim=(0, 1.05)
+    )
     if axis.get_legend_handles_labels()[0]:  # a sweep too short to time draws no lines
         axis.legend()
     paths.append(_save(figure, out_dir / PLOT_FILES[1], plt))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specplay.data.library import Prompt, library_prompts, read_prompts
+from specplay.engine.rules import Mentored
 from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, SpecSettings
 from specplay.errors import ConfigError
 
@@ -92,7 +93,9 @@ def plan(
     policies = ("cost",) if quick else ("acceptance-rate", "accepted-length", "confidence", "cost")
     configs += [BenchConfig(policy, "policy", settings=_set(policy=policy)) for policy in policies]
     budgets = (0.5, 1.0) if quick else (0.5, 0.75, 1.0)  # D=0 is the k=4 row
-    configs += [BenchConfig(f"D={budget:g}", "tv", settings=_set(tv_budget=budget)) for budget in budgets]
+    configs += [
+        BenchConfig(Mentored(tv_budget=budget).row_label(), "tv", settings=_set(tv_budget=budget)) for budget in budgets
+    ]
     if len(drafters) > 1:
         routes = (*drafters, NONE_ROUTE, AUTO_ROUTE, *((ADAPTIVE_ROUTE,) if round_routes else ()))
         configs += [BenchConfig(f"route {name}", "route", settings=_set(route=name)) for name in routes]

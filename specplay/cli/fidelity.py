@@ -152,7 +152,8 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule]
     if flags.get("mode", "speculative") != "speculative":
         raise ConfigError("mode", "does not apply: fidelity runs target-only, draft-only and speculative rows")
     if flags.get(Mentored.knob.setting.field, 0) != 0:
-        raise ConfigError(Mentored.knob.setting.field, "does not apply: give the TV budgets with --budgets")
+        knob = Mentored.knob.setting
+        raise ConfigError(knob.field, "does not apply: give the TV budgets with --budgets", flag=knob.flag)
     for flag, instead in _SWEPT_FLAGS.items():
         if flag in flags:
             raise ConfigError(flag, f"does not apply: each row has its own value (give them with {instead})")

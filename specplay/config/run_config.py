@@ -160,8 +160,8 @@ def check(config: RunConfig) -> None:
     if config.request.mode == "draft" and cannot_write is not None:
         raise ConfigError("mode", f"draft cannot run on {pinned!r}: {cannot_write}")
     if config.native:
-        if config.settings.rule_params.tv_budget > 0 or config.settings.policy != "fixed":
-            raise ConfigError("vllm_native", f"cannot change the TV budget or policy: {NATIVE_FIXED}")
+        if not config.settings.acceptance_rule.lossless or config.settings.policy != "fixed":
+            raise ConfigError("vllm_native", f"cannot relax the acceptance rule or change the policy: {NATIVE_FIXED}")
         if config.request.mode == "draft":
             raise ConfigError("mode", f"draft cannot run in native mode: {NATIVE_FIXED}")
 

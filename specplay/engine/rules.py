@@ -69,7 +69,7 @@ class Setting:
             ok = value is not None and self.low <= value <= self.high
             wanted = f"must be in [{self.low:g}, {self.high:g}]"
         if not ok:
-            raise ConfigError(self.field, f"{wanted} (got {value})")
+            raise ConfigError(self.field, f"{wanted} (got {value})", flag=self.flag)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specplay.engine.rules import Mentored
 from specplay.errors import SpecplayError
 from specplay.review.columns import Column, Kind, build_columns
 from specplay.review.summary import (
@@ -87,7 +88,7 @@ PROSE_BEFORE_SHARE = 0.25
 
 # Settings that say where or when a run was, not how: never what sets a column apart.
 _NOT_SETTINGS = {"source", "lanes_run_side_by_side"}
-_SHORT = {"tv_budget": "D", "temperature": "T"}
+_SHORT = {Mentored.knob.setting.field: Mentored.knob.symbol, "temperature": "T"}
 
 
 def _short(settings: Sequence[tuple[str, str]]) -> str:

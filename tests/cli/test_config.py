@@ -317,7 +317,7 @@ def test_a_vllm_session_names_its_servers_and_folders_never_its_key(tmp_path: Pa
     ).finalize()
     config = session_config(load_session(path))
     assert config.native and config.drafter_names == ("code", "prose") and config.vllm.baseline_url == "http://gpu:9"
-    with pytest.raises(ConfigError, match="cannot change the TV budget"):
+    with pytest.raises(ConfigError, match="cannot relax the acceptance rule"):
         check(replace(config, settings=SpecSettings(rule_params=RuleParams(tv_budget=0.5))))
 
 

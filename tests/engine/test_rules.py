@@ -198,6 +198,19 @@ def test_no_module_but_the_registry_spells_a_rules_name() -> None:
     assert spelt == {"engine/rules.py"}
 
 
+def test_no_module_but_the_registry_spells_a_knobs_flag_or_symbol() -> None:
+    """The TV budget's `--tv` and D, and every other knob's flag and symbol, are read from the rule
+    (an error names the flag the rule gives, a report the symbol)."""
+    package = Path(specplay.__file__).parent
+    spelt = {s.flag for s in all_settings()} | {rule.knob.symbol for rule in RULES.values()}
+    found = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in spelt:
+                found.add(path.relative_to(package).as_posix())
+    assert found == {"engine/rules.py"}
+
+
 def test_every_layer_offers_every_registered_rule() -> None:
     assert tuple(RULES) == RULE_NAMES and len(RULE_NAMES) >= 4
     assert [f.name for f in fields(RuleParams)] == [s.field for s in all_settings()]  # every setting, once
