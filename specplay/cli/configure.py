@@ -29,7 +29,7 @@ from specplay.config.run_config import (
 )
 from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.drafters import model_spec
-from specplay.engine.router import CodeProseRouter, check_route_map
+from specplay.engine.routers.request import CodeProseRouter, check_route_map
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import AUTO_ROUTE, GROUPS, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError

@@ -14,7 +14,7 @@ from rich.text import Text
 from specplay.display.palette import SOURCE_STYLES
 from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
-from specplay.engine.router import RouteChoice
+from specplay.engine.routers.request import RouteChoice
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.speedup import loss_reason, measured_speedup, round_account
 from specplay.files.json_text import dump_json

@@ -18,7 +18,7 @@ from specplay.drafters import kind_named, kind_of
 from specplay.drafters.model import check_found
 from specplay.drafters.spec import ModelSpec
 from specplay.engine.capabilities import check_supported
-from specplay.engine.router import CodeProseRouter, Router, check_route, check_route_map
+from specplay.engine.routers.request import CodeProseRouter, Router, check_route, check_route_map
 from specplay.engine.settings import RESERVED_ROUTES, Mode, SpecSettings
 from specplay.errors import ConfigError
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from specplay.engine.router import check_route
+from specplay.engine.routers.request import check_route
 from specplay.engine.settings import GROUPS, SamplingParams, SpecSettings
 
 SAMPLING_FIELDS = frozenset(SamplingParams.__dataclass_fields__)

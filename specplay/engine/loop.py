@@ -36,8 +36,7 @@ from specplay.engine.events import (
 from specplay.engine.metrics import Metrics
 from specplay.engine.policies import RoundTimes, make_policy
 from specplay.engine.request import Request
-from specplay.engine.round_router import RoundObservation, RoundRouter, kept_of_proposal
-from specplay.engine.router import (
+from specplay.engine.routers.request import (
     CodeProseRouter,
     Fallback,
     RouteChoice,
@@ -46,6 +45,7 @@ from specplay.engine.router import (
     route_choice,
     route_map_for,
 )
+from specplay.engine.routers.rounds import RoundObservation, RoundRouter, kept_of_proposal
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.stream import Clock
 from specplay.errors import ConfigError, ModelError

@@ -18,7 +18,7 @@ POLICIES: tuple[PolicyName, ...] = ("fixed", "acceptance-rate", "accepted-length
 AUTO_ROUTE = "auto"
 """The route setting that lets the request router pick one drafter for the whole request."""
 ADAPTIVE_ROUTE = "adaptive"
-"""The route setting that picks a drafter for every round from what the run measured (round_router.py)."""
+"""The route setting that picks a drafter for every round from what the run measured (routers/rounds.py)."""
 NONE_ROUTE = "none"
 """No speculation: the speculative lane's rounds draft nothing, so each is one target step through
 the same engine and events. A route like a drafter's (pinned, in a route map, chosen by auto or

@@ -14,7 +14,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event
 from specplay.engine.request import Request
-from specplay.engine.router import RouteChoice
+from specplay.engine.routers.request import RouteChoice
 
 Clock = Callable[[], float]
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specplay.engine.router import CodeProseRouter, Router, defers, route_map_for
+from specplay.engine.routers.request import CodeProseRouter, Router, defers, route_map_for
 from specplay.errors import ConfigError
 from specplay.routing.examples import Example
 from specplay.routing.scores import UNITS, ScoreKind

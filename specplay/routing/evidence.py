@@ -18,7 +18,7 @@ from typing import Any
 
 from specplay.config.run_config import TARGET, RunConfig
 from specplay.drafters import ModelSpec, kind_of
-from specplay.engine.router import CodeProseRouter, route_map_for
+from specplay.engine.routers.request import CodeProseRouter, route_map_for
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, ROUTE_SETTINGS, SpecSettings
 from specplay.errors import SpecplayError
 from specplay.store import list_session_files, load_session

@@ -26,7 +26,7 @@ import numpy as np
 
 from specplay import __version__
 from specplay.config.run_config import RouterSpec
-from specplay.engine.learned_router import FeatureSettings, LearnedRouter
+from specplay.engine.routers.learned import FeatureSettings, LearnedRouter
 from specplay.errors import ConfigError
 from specplay.files.inputs import ROUTER_LIMIT, read_input
 from specplay.files.json_text import JsonError, dump_json, parse_json

@@ -1,5 +1,5 @@
 """Training a learned router on scored sessions: each session's prompt, labelled with its best
-drafter (scores.py; a tie shares the label evenly), fitted by engine/learned_router.py.
+drafter (scores.py; a tie shares the label evenly), fitted by engine/routers/learned.py.
 
 Before the router is fitted to every session, it is cross-validated: the sessions are dealt into
 folds (by turns within each best drafter, in a fixed order), and a router fitted to the other
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from specplay.engine.learned_router import FeatureSettings, FitSettings, LearnedRouter, fit_router
-from specplay.engine.router import CodeProseRouter
+from specplay.engine.routers.learned import FeatureSettings, FitSettings, LearnedRouter, fit_router
+from specplay.engine.routers.request import CodeProseRouter
 from specplay.routing.evaluate import heuristic_pick
 from specplay.routing.examples import Example
 from specplay.routing.scores import UNITS, ScoreKind
@@ -198,7 +198,7 @@ def train(
     fit: FitSettings | None = None,
 ) -> Trained:
     """A router fitted to `examples`' best drafters by `kind` (default feature and fit settings:
-    learned_router.py's), its `min_confidence` chosen by cross-validation (module docstring)."""
+    routers/learned.py's), its `min_confidence` chosen by cross-validation (module docstring)."""
     settings = settings or FeatureSettings()
     fit = fit or FitSettings()
     classes = list(examples[0].drafters)

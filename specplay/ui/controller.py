@@ -23,7 +23,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls, checked_change
 from specplay.engine.costs import RoundCosts
 from specplay.engine.events import Event
-from specplay.engine.router import RouteChoice, describe_route, resolve_route
+from specplay.engine.routers.request import RouteChoice, describe_route, resolve_route
 from specplay.engine.settings import ROUTE_SETTINGS
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, error_line

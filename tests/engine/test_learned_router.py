@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from specplay.engine.learned_router import (
+from specplay.engine.routers.learned import (
     FeatureSettings,
     FitSettings,
     LearnedRouter,
@@ -21,7 +21,7 @@ from specplay.engine.learned_router import (
     ngram_counts,
     softmax,
 )
-from specplay.engine.router import CodeProseRouter, fallback_for, route_choice, route_map_for
+from specplay.engine.routers.request import CodeProseRouter, fallback_for, route_choice, route_map_for
 from tests.support.checks import every
 
 VOCABULARY = {
@@ -103,7 +103,7 @@ def test_ngram_counts_count_every_ngram_of_the_lowercased_head() -> None:
 def test_the_hash_is_the_same_in_every_process() -> None:
     """Python's own string hash changes from process to process; the router's must not."""
     code = (
-        "import sys; from specplay.engine.learned_router import FeatureSettings, ngram_counts; "
+        "import sys; from specplay.engine.routers.learned import FeatureSettings, ngram_counts; "
         "print(ngram_counts('def f(x):\\n    return x', FeatureSettings()).nonzero()[0].tolist())"
     )
 

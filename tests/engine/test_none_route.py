@@ -10,8 +10,8 @@ import pytest
 from specplay.catalog.models import CATALOG
 from specplay.engine.controls import LiveControls
 from specplay.engine.request import Request
-from specplay.engine.round_router import RoundObservation, RoundRouter
-from specplay.engine.router import CodeProseRouter
+from specplay.engine.routers.request import CodeProseRouter
+from specplay.engine.routers.rounds import RoundObservation, RoundRouter
 from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError
 from tests.support.engine_runs import done, rounds, run, sources

@@ -7,7 +7,13 @@ from importlib import resources
 
 import pytest
 
-from specplay.engine.router import CodeProseRouter, check_route, check_route_map, default_route_map, resolve_route
+from specplay.engine.routers.request import (
+    CodeProseRouter,
+    check_route,
+    check_route_map,
+    default_route_map,
+    resolve_route,
+)
 from specplay.errors import ConfigError
 from tests.support.checks import every
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specplay.engine.learned_router import LearnedRouter, fit_router
+from specplay.engine.routers.learned import LearnedRouter, fit_router
 from specplay.errors import ConfigError
 from specplay.routing.router_file import VERSION, load_router, read_router, write_router
 from tests.support.checks import every

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specplay.engine.events import Counterfactual, RoundEvent
-from specplay.engine.router import CodeProseRouter
+from specplay.engine.routers.request import CodeProseRouter
 from specplay.errors import ConfigError
 from specplay.routing.evaluate import evaluate, heuristic_pick
 from specplay.routing.examples import NO_COUNTERFACTUALS, Example, read_examples

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specplay.engine.learned_router import LearnedRouter, fit_router
 from specplay.engine.loop import SpecEngine
-from specplay.engine.router import fallback_for
+from specplay.engine.routers.learned import LearnedRouter, fit_router
+from specplay.engine.routers.request import fallback_for
 from specplay.ui.app import PlaygroundOptions, create_app
 from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT

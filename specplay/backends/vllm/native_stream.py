@@ -53,7 +53,7 @@ from specplay.engine.events import (
 from specplay.engine.loop import check_context
 from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
-from specplay.engine.router import (
+from specplay.engine.routers.request import (
     CodeProseRouter,
     Fallback,
     RouteChoice,

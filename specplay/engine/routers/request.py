@@ -3,7 +3,7 @@
 A `Router` labels a prompt with a class ("code", "prose"...); a route map sends each class to
 a drafter. A pinned route (a drafter's name) bypasses the router. Anything with `classes` and
 `classify` (and a `label` for route choices) can replace the heuristic here: the learned router
-(learned_router.py) does. A learned router says how sure it is of each prompt; below the
+(routers/learned.py) does. A learned router says how sure it is of each prompt; below the
 confidence its training validated, the heuristic decides instead (a `Fallback`), and the route
 choice says which of them chose.
 """
@@ -223,7 +223,7 @@ def check_route(route: str, drafters: Sequence[str]) -> None:
 
 def resolve_route(route: str, auto_choice: str) -> str:
     """The drafter a round uses (or `none`): the pinned one, or the router's choice for this
-    request (where `adaptive`, deciding round by round in round_router.py, starts)."""
+    request (where `adaptive`, deciding round by round in routers/rounds.py, starts)."""
     return auto_choice if route in ROUTE_SETTINGS else route
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from specplay.engine.router import CodeProseRouter
+from specplay.engine.routers.request import CodeProseRouter
 
 _HEURISTIC = CodeProseRouter()
 _INSTRUCTION_END = re.compile(r"\n\s*\n|:\s*\n")
@@ -44,7 +44,7 @@ def copy_request(prompt: str) -> float:
 
 
 def code_score(prompt: str) -> float:
-    """The heuristic router's evidence for code (engine/router.py), its threshold subtracted."""
+    """The heuristic router's evidence for code (engine/routers/request.py), its threshold subtracted."""
     return _HEURISTIC.score(prompt) - _HEURISTIC.threshold
 
 
@@ -135,7 +135,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class LearnedRouter:
-    """A router (engine/router.py's interface) whose classes are the drafters it was trained for."""
+    """A router (engine/routers/request.py's interface) whose classes are the drafters it was trained for."""
 
     classes: tuple[str, ...]
     settings: FeatureSettings
@@ -150,7 +150,7 @@ class LearnedRouter:
     trained_on: Mapping[str, Any] = field(default_factory=dict)
     """What it was fitted to (sessions, labels...), as its file records it."""
     min_confidence: float = 0.0
-    """Below this probability of its class, the heuristic chooses (engine/router.py's Fallback):
+    """Below this probability of its class, the heuristic chooses (engine/routers/request.py's Fallback):
     the threshold cross-validation chose at training (routing/train.py); 0: it always chooses."""
 
     def probabilities(self, prompt: str) -> np.ndarray:
