@@ -73,7 +73,7 @@ def acceptance(backend: MlxBackend, prompts: dict[str, list[str]], args: argpars
                         backend, prompt, "speculative", route, temperature, args.k, args.max_tokens, seed=i
                     ):
                         if isinstance(event, StartEvent):
-                            chosen[event.route or "?"] += 1
+                            chosen[event.drafter or "?"] += 1
                         else:
                             accepted += event.metrics["num_accepted_draft_tokens"]
                             steps += event.metrics["num_spec_steps"]

@@ -54,12 +54,12 @@ def execute(
     first, last = events[0], events[-1]
     assert isinstance(first, StartEvent) and isinstance(last, DoneEvent)
     lengths = [e.k for e in events if isinstance(e, RoundEvent)]
-    result = {"metrics": last.metrics, "route": first.route, "e2e_ms": e2e_ms, "draft_lengths": lengths}
+    result = {"metrics": last.metrics, "route": first.drafter, "e2e_ms": e2e_ms, "draft_lengths": lengths}
     # mlx-lm's rule equals specplay's only when greedy, so only greedy requests are compared.
     comparable = cell.mode == "target" or (cell.group == "k" and cell.route == AUTO_ROUTE)
     if plan.mlx_lm is not None and temperature == 0 and comparable:
         k = cell.k if cell.mode == "speculative" else 0
-        result["mlx_lm_tokens_per_s"] = plan.mlx_lm(ids, plan.max_tokens, first.route, k)
+        result["mlx_lm_tokens_per_s"] = plan.mlx_lm(ids, plan.max_tokens, first.drafter, k)
     return result
 
 

@@ -174,11 +174,11 @@ def _session_acceptance(
         if (fault := next(filter(None, map(round_fault, rounds)), None)) is not None:
             faults.append(f"session {session.id}: {fault}")
             continue
-        if not any(event.route in drafters for event in rounds):
+        if not any(event.drafter in drafters for event in rounds):
             unmatched.append(session)
             continue
         for event in rounds:
-            by_route.setdefault(event.route, []).append(event)
+            by_route.setdefault(event.drafter, []).append(event)
     if not by_route:
         raise ConfigError("sessions", _none_usable(faults, unmatched, drafters))
     for fault in faults:
@@ -208,7 +208,7 @@ def round_fault(event: RoundEvent) -> str | None:
 
 
 def _unmatched(sessions: Sequence[Session], drafters: Sequence[str]) -> str:
-    used = sorted({event.route for session in sessions for event in session.main.rounds})
+    used = sorted({event.drafter for session in sessions for event in session.main.rounds})
     return (
         f"session{'s' if len(sessions) > 1 else ''} {', '.join(s.id for s in sessions)}, drafted with "
         f"{', '.join(used) or 'no drafter'}: none is among this run's drafters ({', '.join(drafters)}); "

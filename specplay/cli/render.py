@@ -19,6 +19,7 @@ from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.speedup import loss_reason, measured_speedup, round_account
 from specplay.files.json_text import dump_json
 from specplay.store import LaneRecord
+from specplay.store.codec import filed
 
 
 def to_json(record: LaneRecord) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
     assert record.start is not None and record.done is not None
     return {
         "mode": record.start.mode,
-        "route": record.start.route,
+        "route": record.start.drafter,
         "seed": record.start.seed,
         "settings": asdict(record.start.settings),
         "prompt_token_ids": list(record.start.prompt_token_ids),
@@ -36,7 +37,7 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
         "finish_reason": record.done.finish_reason,
         "rounds": [
             {
-                "route": r.route,
+                "route": r.drafter,
                 "k": r.k,
                 "k_asked": r.k_asked,
                 "drafted": list(r.drafted),
@@ -50,7 +51,7 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
                 "overhead_ms": r.overhead_ms,
                 "catch_up_ms": r.catch_up_ms,
                 "catch_up_tokens": r.catch_up_tokens,
-                "counterfactuals": [asdict(c) for c in r.counterfactuals],
+                "counterfactuals": [filed(asdict(c)) for c in r.counterfactuals],
             }
             for r in record.rounds
         ],
@@ -127,11 +128,11 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
     m, s = record.done.metrics, record.start.settings
     server = m.get("server")
     parts = [record.start.mode]
-    if record.start.route is not None and s.route != ADAPTIVE_ROUTE:
-        parts.append(f"route {record.start.route}")
+    if record.start.drafter is not None and s.route != ADAPTIVE_ROUTE:
+        parts.append(f"route {record.start.drafter}")
     if server is not None:
         parts.append(f"k {server['k'] if server['k'] is not None else '?'} (server)")
-    elif record.start.mode == "speculative" and record.start.route == NONE_ROUTE and s.route != ADAPTIVE_ROUTE:
+    elif record.start.mode == "speculative" and record.start.drafter == NONE_ROUTE and s.route != ADAPTIVE_ROUTE:
         parts.append("no speculation")  # k, policy and rule judge nothing: every round drafts none
     elif record.start.mode == "speculative":
         parts += [f"k {s.k} {s.policy}", s.acceptance_rule.describe()]
@@ -173,7 +174,7 @@ def run_loss(record: LaneRecord, target_step_ms: float | None) -> str | None:
     m = record.done.metrics
     if record.start.mode != "speculative" or (account := round_account(m, target_step_ms)) is None:
         return None
-    drafter = record.rounds[-1].route if record.rounds else record.start.route
+    drafter = record.rounds[-1].drafter if record.rounds else record.start.drafter
     drafts_per_round = m["num_draft_tokens"] / m["num_spec_steps"] if m["num_spec_steps"] else None
     loss = loss_reason(account, drafter or "the drafter", drafts_per_round, m["draft_acceptance_rate"])
     return None if loss is None else loss.sentence

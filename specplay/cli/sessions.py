@@ -38,7 +38,7 @@ def summarize(session: Session) -> dict[str, Any]:
         "prompt": session.prompt,
         "target": Path(models.get("target", {}).get("source", "?")).name,
         "mode": lane.start.mode if lane.start else None,
-        "route": lane.start.route if lane.start else None,
+        "route": lane.start.drafter if lane.start else None,
         "k": settings.k,
         "policy": settings.policy,
         "tv_budget": settings.rule_params.tv_budget,

@@ -92,7 +92,7 @@ class Counterfactual:
     """What another drafter would have done in a round: its proposal from the same committed
     tokens, judged by the same rule with the same draws, never committed."""
 
-    route: str
+    drafter: str
     drafted: tuple[int, ...]
     num_accepted: int
     """Its accepted length: drafted tokens kept before the first rejection."""
@@ -103,8 +103,9 @@ class Counterfactual:
 @dataclass(frozen=True, slots=True)
 class StartEvent:
     mode: str
-    route: str | None
-    """The drafter serving the request (None in target mode)."""
+    drafter: str | None
+    """The drafter serving the request at its start, whatever the route setting that chose it
+    (`none`: no speculation; None in target mode)."""
     auto_route: str | None
     """The router's choice for this prompt, used whenever the route setting is 'auto'."""
     prompt_token_ids: tuple[int, ...]
@@ -129,7 +130,7 @@ class RoundEvent:
     index: int
     token_index: int
     """Index, in the generated tokens, of the round's first committed token."""
-    route: str
+    drafter: str
     """The drafter that served the round (`none`: no speculation), whatever the route setting."""
     k: int
     """Tokens drafted this round: `k_asked`, cut by the policy's early stop or a proposal that
@@ -163,7 +164,8 @@ class StepEvent:
     """One token of a target-only or draft-only run."""
 
     token_index: int
-    route: str | None
+    drafter: str | None
+    """The drafter writing a draft-only lane (None in target mode)."""
     token: Token
     step_ms: float
 

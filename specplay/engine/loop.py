@@ -172,7 +172,8 @@ class _Run:
         self.draws = Draws(request.seed)
         self.metrics = Metrics(speculative=request.mode == "speculative")
         self.auto_route = engine.route_choice(request.prompt).drafter if request.mode != "target" else None
-        self.route = resolve_route(self.settings.route, self.auto_route) if self.auto_route else None
+        self.drafter = resolve_route(self.settings.route, self.auto_route) if self.auto_route else None
+        """The drafter serving the next round (`none`: no speculation): the route setting resolved."""
         """The drafter of the round to come (under `adaptive`, the last round's until one is chosen)."""
         self.round_router: RoundRouter | None = None
         self.synced: dict[str, int] = {}
@@ -181,16 +182,16 @@ class _Run:
         """Free proposals not judged yet: (drafter, output tokens when it was made, its tokens)."""
         self.plain: Iterator[int] | None = None
         """The target's own tokens while the route is none, pipelined (`_plain_round`)."""
-        if request.mode == "draft" and self.route == NONE_ROUTE:
+        if request.mode == "draft" and self.drafter == NONE_ROUTE:
             raise ConfigError("route", "is none, which drafts nothing: a draft-only run needs a drafter's route")
-        if request.mode == "speculative" and self.route is not None:
+        if request.mode == "speculative" and self.drafter is not None:
             # It learns from every round, so that `adaptive` chosen mid-run starts informed; `none`
             # is one of its choices, for text where every drafter loses.
-            routes = [self.route, *engine.backend.drafters, NONE_ROUTE]
+            routes = [self.drafter, *engine.backend.drafters, NONE_ROUTE]
             # Where the request router sends this prompt to none, its map says the drafters lose
             # on such text: a model drafter is not given a round to find that out again.
             self.round_router = RoundRouter(tuple(dict.fromkeys(routes)), hold_back=self.auto_route == NONE_ROUTE)
-            self.synced[self.route] = len(request.prompt_token_ids)
+            self.synced[self.drafter] = len(request.prompt_token_ids)
         self.policy = make_policy(self.settings.policy, self.settings.k, self.settings.policy_params)
         self.detokenizer = self.backend.detokenizer()
         context = engine.backend.context_length
@@ -211,15 +212,15 @@ class _Run:
 
     def events(self) -> Iterator[Event]:
         self.metrics.start_s = self._now()
-        drafting = self.route if self.route != NONE_ROUTE else None
-        models = {"speculative": (None, drafting), "target": (None,), "draft": (self.route,)}
+        drafting = self.drafter if self.drafter != NONE_ROUTE else None
+        models = {"speculative": (None, drafting), "target": (None,), "draft": (self.drafter,)}
         generation = self.backend.open_generation(self.request.prompt_token_ids, prefill=models[self.request.mode])
         self.last_end_s = self._now()
         if self.request.inspect and self.backend.capabilities.top_n:
             self.top_n = TOP_N
         yield StartEvent(
             mode=self.request.mode,
-            route=self.route,
+            drafter=self.drafter,
             auto_route=self.auto_route,
             prompt_token_ids=self.request.prompt_token_ids,
             seed=self.request.seed,
@@ -248,7 +249,7 @@ class _Run:
         if names & _POLICY_FIELDS:
             self.policy = make_policy(new.policy, new.k, new.policy_params)
         if "route" in names and self.auto_route and new.route != ADAPTIVE_ROUTE:  # adaptive goes on from here
-            self.route = resolve_route(new.route, self.auto_route)
+            self.drafter = resolve_route(new.route, self.auto_route)
         return ControlEvent(token_index=len(self.generated), changes=changes)
 
     def _is_eos(self, token_id: int) -> bool:
@@ -301,7 +302,7 @@ class _Run:
         rounds that choose none are one-row verify passes; its none stretches are often a few
         rounds long, and each switch away from a pipelined stream throws away the step in flight)."""
         settings = self.settings
-        return self.route == NONE_ROUTE and not settings.counterfactual and settings.route != ADAPTIVE_ROUTE
+        return self.drafter == NONE_ROUTE and not settings.counterfactual and settings.route != ADAPTIVE_ROUTE
 
     def _plain_round(self, generation: Generation, index: int) -> tuple[RoundEvent, FinishReason | None]:
         """A round of the none route: the target's next token from its own stream (committed as it
@@ -317,7 +318,7 @@ class _Run:
         event = RoundEvent(
             index=index,
             token_index=token_index,
-            route=NONE_ROUTE,
+            drafter=NONE_ROUTE,
             k=0,
             drafted=(),
             positions=(),
@@ -348,7 +349,7 @@ class _Run:
     #   5. commit the tokens, and every cache rewinds to them.
     # Every draw comes from the engine's seeded stream (RoundDraws), so a seed replays the round.
     def _round(self, generation: Generation, index: int) -> tuple[RoundEvent, FinishReason | None]:
-        assert self.route is not None and self.round_router is not None
+        assert self.drafter is not None and self.round_router is not None
         sampling, start = self.settings.sampling, self._now()
         remaining = self.max_tokens - len(self.generated)
         k = min(self.policy.propose(), remaining)
@@ -358,15 +359,15 @@ class _Run:
         self._close_plain()  # a live change left the none route: the next round drafts from the committed tokens
         caught_up = self._route(generation, k)  # 0
         caught_up_at = self._now()
-        if self.route == NONE_ROUTE or k == 0:  # no speculation: a round that drafts nothing is a target step
+        if self.drafter == NONE_ROUTE or k == 0:  # no speculation: a round that drafts nothing is a target step
             draft = generation.given_draft([])
         else:
-            draft = generation.draft(self.route, k, sampling, draws.draft, keep_drafting)  # 1
+            draft = generation.draft(self.drafter, k, sampling, draws.draft, keep_drafting)  # 1
         drafted_at = self._now()
         counterfactuals = self._counterfactuals(generation, k, draws, keep_drafting, since=drafted_at)
         verified = generation.verify(draft, sampling, self.rule, draws, self.top_n)  # 2
         verified_at = self._now()
-        _check_numbers(verified, self.route)
+        _check_numbers(verified, self.drafter)
         positions, committed = self._judge(verified, draws, remaining)  # 3 and 4
         generation.commit([token_id for token_id, _ in committed])  # 5
 
@@ -377,7 +378,7 @@ class _Run:
         event = RoundEvent(
             index=index,
             token_index=token_index,
-            route=self.route,
+            drafter=self.drafter,
             k=len(verified.drafted),
             drafted=tuple(verified.drafted),
             positions=tuple(positions),
@@ -404,16 +405,16 @@ class _Run:
 
     def _route(self, generation: Generation, k: int) -> int:
         """Step 0: this round's drafter, caught up; returns the tokens its cache took in."""
-        assert self.round_router is not None and self.route is not None
+        assert self.round_router is not None and self.drafter is not None
         if self.settings.route == ADAPTIVE_ROUTE:
             lags = {name: len(generation.tokens) - self.synced.get(name, 0) for name in self.backend.drafters}
             free = {n: proposed for n in self.backend.drafters if (proposed := generation.proposal(n, k)) is not None}
             proposing = {name: len(proposed) for name, proposed in free.items()}
-            self.route = self.round_router.choose(k, self.route, lags, proposing)
+            self.drafter = self.round_router.choose(k, self.drafter, lags, proposing)
             self._hold_proposals(free)
-        if self.route == NONE_ROUTE or k == 0 or self.synced.get(self.route) == len(generation.tokens):
+        if self.drafter == NONE_ROUTE or k == 0 or self.synced.get(self.drafter) == len(generation.tokens):
             return 0  # nothing drafts this round, or the drafter that drafted last round is current
-        return generation.catch_up(self.route)
+        return generation.catch_up(self.drafter)
 
     def _hold_proposals(self, free: Mapping[str, list[int]]) -> None:
         """In a greedy, lossless run, the free proposals of the drafters not routed: judged once
@@ -422,7 +423,7 @@ class _Run:
         if not (self.settings.sampling.greedy and self.rule.lossless) or self.settings.counterfactual:
             return  # sampled, the committed tokens are not the target's argmax; counterfactual: judged anyway
         for name, proposed in free.items():
-            if name != self.route and proposed:  # nothing proposed: no round with it to judge
+            if name != self.drafter and proposed:  # nothing proposed: no round with it to judge
                 self.proposals.append((name, len(self.generated), proposed))
 
     def _judged_proposals(self) -> list[RoundObservation]:
@@ -444,18 +445,18 @@ class _Run:
         round_ms = event.draft_ms - event.catch_up_ms + event.verify_ms + event.overhead_ms
         others = self._judged_proposals()
         for other in event.counterfactuals:  # its own draft and verify, and the round's host work
-            others.append(RoundObservation(other.route, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
-            self.synced[other.route] = committed
+            others.append(RoundObservation(other.drafter, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
+            self.synced[other.drafter] = committed
         # A round that drafted nothing (prompt lookup found nothing to copy) was a target step: it
         # says nothing of its drafter, and under `adaptive` it is known before the round. Under
         # `none` that target step is the choice itself, and what it costs is what `none` is worth.
-        judged = event.k or event.route == NONE_ROUTE
+        judged = event.k or event.drafter == NONE_ROUTE
         verify_ms = event.verify_ms + event.overhead_ms
-        routed = RoundObservation(event.route, event.num_accepted + 1, round_ms, verify_ms) if judged else None
+        routed = RoundObservation(event.drafter, event.num_accepted + 1, round_ms, verify_ms) if judged else None
         self.round_router.observe(routed, others)
-        self.round_router.observe_catch_up(event.route, event.catch_up_tokens, event.catch_up_ms)
+        self.round_router.observe_catch_up(event.drafter, event.catch_up_tokens, event.catch_up_ms)
         if asked:
-            self.synced[event.route] = committed
+            self.synced[event.drafter] = committed
 
     def _judge(
         self, verified: VerifiedDraft, draws: RoundDraws, remaining: int
@@ -537,7 +538,7 @@ class _Run:
         mark = since + self.set_aside_s  # the clock's own reading at `since`
         began = mark
         for drafter in self.backend.drafters:
-            if drafter == self.route:
+            if drafter == self.drafter:
                 continue
             verified = generation.counterfactual(
                 drafter, k=k, sampling=self.settings.sampling, rule=self.rule, draws=draws, keep_drafting=keep_drafting
@@ -546,7 +547,7 @@ class _Run:
             now = self.clock()
             out.append(
                 Counterfactual(
-                    route=drafter,
+                    drafter=drafter,
                     drafted=tuple(verified.drafted),
                     num_accepted=sum(position.kept for position in positions),
                     elapsed_ms=1000 * (now - mark),
@@ -571,7 +572,7 @@ class _Run:
                     return "cancelled"
                 if stream is None:
                     stream = generation.generate(
-                        self.route, self.settings.sampling, self.draws.one, self.request.pipeline
+                        self.drafter, self.settings.sampling, self.draws.one, self.request.pipeline
                     )
                 token_index = len(self.generated)
                 tokens, finish = self._emit([(next(stream), source)])
@@ -580,7 +581,7 @@ class _Run:
                     # From the last step's end, as a round's time is: the yardstick of c and of a
                     # round's cost in target steps must count what the lane's tokens/s counts.
                     step_ms = 1000 * (done_at - self.last_end_s)
-                    step = StepEvent(token_index=token_index, route=self.route, token=tokens[0], step_ms=step_ms)
+                    step = StepEvent(token_index=token_index, drafter=self.drafter, token=tokens[0], step_ms=step_ms)
                     self.last_end_s = done_at
                     self.metrics.add_step(step)
                     self.metrics.add_tokens([source], done_at)

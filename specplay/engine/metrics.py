@@ -108,11 +108,11 @@ class Metrics:
                 self.rejection_ranks[rank_key(position.correction_rank)] += 1
         if event.counterfactuals:
             self.add_counterfactuals(event)
-        served = self.rounds_by_route.setdefault(event.route, [0, 0])
+        served = self.rounds_by_route.setdefault(event.drafter, [0, 0])
         served[0] += 1
         served[1] += event.num_accepted
-        self.route_switches += self.last_route is not None and event.route != self.last_route
-        self.last_route = event.route
+        self.route_switches += self.last_route is not None and event.drafter != self.last_route
+        self.last_route = event.drafter
         self.catch_up_ms += event.catch_up_ms
         self.catch_up_tokens += event.catch_up_tokens
         self.draft_ms += event.draft_ms
@@ -128,7 +128,7 @@ class Metrics:
     def add_counterfactuals(self, event: RoundEvent) -> None:
         self.counterfactual_rounds.append(event.index)
         self.routed_accepted.append(event.num_accepted)
-        accepted = {event.route: event.num_accepted} | {c.route: c.num_accepted for c in event.counterfactuals}
+        accepted = {event.drafter: event.num_accepted} | {c.drafter: c.num_accepted for c in event.counterfactuals}
         for name, length in accepted.items():
             # A drafter first seen now (a route change) has no length for the earlier rounds.
             self.accepted_by_drafter.setdefault(name, [])

@@ -331,7 +331,7 @@ def engine_generator(
             token_ids=done.token_ids,
             finish_reason=done.finish_reason,
             metrics=done.metrics,
-            route=lane.start.route,
+            route=lane.start.drafter,
             lane=lane,
         )
 

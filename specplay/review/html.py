@@ -115,7 +115,7 @@ def token_details(column: Column, index: int, texts: Mapping[int, str]) -> str:
     if where is None:
         return "\n".join(lines)
     round = where.round
-    lines.append(f"round {round.index} · route {round.route} · k {round.k} · accepted {round.num_accepted}")
+    lines.append(f"round {round.index} · route {round.drafter} · k {round.k} · accepted {round.num_accepted}")
     position = where.position
     if position is None:
         lines.append(f"p_target(x) {_num(where.p_target)}")
@@ -267,7 +267,7 @@ def _tape(column: Column) -> str:
             drafts.append(f'<span class="d {position.outcome}">{e(_quote(texts, position.token_id))}</span>')
         committed = "".join(f'<span class="t {t.source}">{e(t.text)}</span>' for t in event.tokens)
         rows.append(
-            f'<tr><td class="num">{event.index}</td><td>{e(event.route)}</td><td class="num">{event.k}</td>'
+            f'<tr><td class="num">{event.index}</td><td>{e(event.drafter)}</td><td class="num">{event.k}</td>'
             f'<td class="drafts">{"".join(drafts) or "nothing drafted"}</td>'
             f'<td class="num">{event.num_accepted}</td><td class="drafts">{committed}</td></tr>'
         )

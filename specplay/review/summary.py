@@ -93,7 +93,7 @@ def settings(session: Session) -> list[tuple[str, str]]:
     if start is None:
         return rows
     end = {name: new for change in session.main.changes for name, _, new in change.changes}
-    named = [("drafter", drafters_text(session.main))] if start.route is not None else []
+    named = [("drafter", drafters_text(session.main))] if start.drafter is not None else []
     named += list(flatten_settings(asdict(start.settings)))
     for name, value in named:
         shown = fmt_setting(value)
@@ -105,12 +105,12 @@ def settings(session: Session) -> list[tuple[str, str]]:
 
 def drafters_text(lane: LaneRecord) -> str:
     """The lane's drafter, or where several served its rounds, each with its count of rounds."""
-    assert lane.start is not None and lane.start.route is not None
+    assert lane.start is not None and lane.start.drafter is not None
     served: dict[str, int] = {}
     for event in lane.rounds:
-        served[event.route] = served.get(event.route, 0) + 1
+        served[event.drafter] = served.get(event.drafter, 0) + 1
     if len(served) < 2:
-        return lane.start.route
+        return lane.start.drafter
     ranked = sorted(served.items(), key=lambda item: -item[1])
     switches = len(lane.route_switches)
     counted = ", ".join(f"{name} {rounds} round{'s' * (rounds != 1)}" for name, rounds in ranked)

@@ -68,7 +68,7 @@ def route_records(config: RunConfig, sessions: Iterable[Session]) -> dict[tuple[
         models = (session.header.get("backend") or {}).get("models") or {}
         start = session.main.start
         speedup = session.measured_speedup
-        if start is None or start.mode != "speculative" or speedup is None or start.route is None:
+        if start is None or start.mode != "speculative" or speedup is None or start.drafter is None:
             continue
         if start.settings.route == ADAPTIVE_ROUTE or session.main.route_switches:
             continue  # its rounds mixed drafters
@@ -76,7 +76,7 @@ def route_records(config: RunConfig, sessions: Iterable[Session]) -> dict[tuple[
             continue
         if not _matches(config.target, models.get(TARGET) or {}):
             continue
-        drafter = next((d for d in config.drafters if d.name == start.route), None)
+        drafter = next((d for d in config.drafters if d.name == start.drafter), None)
         if drafter is None or not _matches(drafter, models.get(drafter.name) or {}):
             continue
         found.setdefault((router.classify(session.prompt), drafter.name), []).append(speedup)

@@ -96,9 +96,9 @@ def session_scores(rounds: Iterable[RoundEvent]) -> SessionScores | None:
     for event in rounds:
         if not event.counterfactuals:
             continue
-        add(event.route, event.num_accepted, event.draft_ms + event.verify_ms + event.overhead_ms)
+        add(event.drafter, event.num_accepted, event.draft_ms + event.verify_ms + event.overhead_ms)
         for other in event.counterfactuals:
-            add(other.route, other.num_accepted, other.elapsed_ms)
+            add(other.drafter, other.num_accepted, other.elapsed_ms)
     if len(counted) < 2:
         return None
     return SessionScores(

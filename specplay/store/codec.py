@@ -66,8 +66,31 @@ def plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+FILED_DRAFTER = "route"
+"""How session files name the drafter a lane started with, a round used or a counterfactual
+judged: the events' `drafter`, filed under the word sessions have always used (one name in the
+code for the drafter, another for the route setting; the files unchanged)."""
+
+
 def event_record(lane: str, event: Event) -> dict[str, Any]:
-    return {"type": "event", "lane": lane, "kind": KINDS[type(event)], "data": plain(event)}
+    data = filed(plain(event))
+    if data.get("counterfactuals"):
+        data["counterfactuals"] = [filed(item) for item in data["counterfactuals"]]
+    return {"type": "event", "lane": lane, "kind": KINDS[type(event)], "data": data}
+
+
+def filed(record: dict[str, Any]) -> dict[str, Any]:
+    """An event's (or a counterfactual's) fields as files and `run --json` name them."""
+    if "drafter" not in record:
+        return record
+    return {(FILED_DRAFTER if key == "drafter" else key): value for key, value in record.items()}
+
+
+def _read_drafter(record: Any) -> Any:
+    """A filed record with its drafter under the events' name."""
+    if isinstance(record, dict) and FILED_DRAFTER in record and "drafter" not in record:
+        return {("drafter" if key == FILED_DRAFTER else key): value for key, value in record.items()}
+    return record
 
 
 _CLASSES = {kind: cls for cls, kind in KINDS.items()}
@@ -157,7 +180,9 @@ def upgrade(kind: str, data: Any) -> Any:
     "budget", and mentored decoding's TV budget sat beside the rule rather than among its knobs."""
     if not isinstance(data, dict):
         return data
-    data = dict(data)
+    data = dict(_read_drafter(data)) if kind in ("start", "round", "step") else dict(data)
+    if kind == "round" and isinstance(counterfactuals := data.get("counterfactuals"), list):
+        data["counterfactuals"] = [_read_drafter(item) for item in counterfactuals]
     if kind == "start" and isinstance(settings := data.get("settings"), dict) and "tv_budget" in settings:
         settings = dict(settings)
         params = settings.get("rule_params")

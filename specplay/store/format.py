@@ -95,9 +95,9 @@ class LaneRecord:
         routing, or a live route change): what a reader of the text is shown."""
         switches, previous = {}, None
         for event in self.rounds:
-            if previous is not None and event.route != previous and event.tokens:
-                switches[event.token_index] = event.route
-            previous = event.route
+            if previous is not None and event.drafter != previous and event.tokens:
+                switches[event.token_index] = event.drafter
+            previous = event.drafter
         return switches
 
     def add(self, event: Event) -> None:

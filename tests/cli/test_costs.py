@@ -69,8 +69,8 @@ def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.Captur
 def test_acceptance_read_from_sessions_per_route(capsys: pytest.CaptureFixture[str]) -> None:
     report = _costs(capsys, "--sessions", str(PLAYGROUND_SESSION))
     session = load_session(PLAYGROUND_SESSION)
-    for route in {r.route for r in session.main.rounds}:
-        rounds = [r for r in session.main.rounds if r.route == route]
+    for route in {r.drafter for r in session.main.rounds}:
+        rounds = [r for r in session.main.rounds if r.drafter == route]
         depth = max(len(r.positions) for r in rounds)
         expected = [
             sum(1 for r in rounds if len(r.positions) > i and r.positions[i].kept)

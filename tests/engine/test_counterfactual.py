@@ -39,7 +39,7 @@ def test_counterfactual_routes_never_change_the_committed_output(
         on = run(scripted, PROSE_PROMPT, counterfactual=True, **common)
         assert output(on) == output(off), (settings, seed)
         assert [(r.drafted, r.positions) for r in rounds(on)] == [(r.drafted, r.positions) for r in rounds(off)]
-        assert every({c.route for c in r.counterfactuals} == {"near", "self", "lookup"} for r in rounds(on))
+        assert every({c.drafter for c in r.counterfactuals} == {"near", "self", "lookup"} for r in rounds(on))
         assert not any(r.counterfactuals for r in rounds(off))
 
 
@@ -49,7 +49,7 @@ def test_an_alternative_identical_to_the_target_accepts_every_position(
 ) -> None:
     events = run(scripted, PROSE_PROMPT, route="far", k=4, temperature=temperature, counterfactual=True, max_tokens=40)
     for event in rounds(events):
-        same = next(c for c in event.counterfactuals if c.route == "self")
+        same = next(c for c in event.counterfactuals if c.drafter == "self")
         assert same.num_accepted == len(same.drafted) == event.k
     metrics = done(events).metrics
     lengths = metrics["counterfactual"]["self"]["accepted_length_per_round"]

@@ -59,7 +59,7 @@ def test_greedy_output_survives_random_live_changes(scripted: ScriptedBackend) -
                 expected_k = min(current["k"], 60 - generated)
                 assert event.k == expected_k or (current["policy"] == "confidence" and event.k < expected_k)
             if changed and current["route"] != "auto":
-                assert event.route == current["route"]
+                assert event.drafter == current["route"]
             changed = set()
             generated += len(event.tokens)
     assert changes >= 5
@@ -71,7 +71,7 @@ def test_fixed_k_change_applies_to_the_next_round(scripted: ScriptedBackend) -> 
             controls.update(k=2, route="far")
 
     events = run(scripted, CODE_PROMPT, k=5, route="near", on_event=shrink)
-    ks = [(r.k, r.route) for r in rounds(events)]
+    ks = [(r.k, r.drafter) for r in rounds(events)]
     assert ks[:3] == [(5, "near")] * 3
     assert len(ks) > 3 and every(k <= 2 and route == "far" for k, route in ks[3:])
     change = next(e for e in events if isinstance(e, ControlEvent))
@@ -131,7 +131,7 @@ def test_the_same_seed_gives_the_same_output(scripted: ScriptedBackend) -> None:
 def test_target_and_draft_modes(scripted: ScriptedBackend, greedy_reference: tuple[int, ...]) -> None:
     target = run(scripted, CODE_PROMPT, mode="target")
     start = target[0]
-    assert isinstance(start, StartEvent) and start.route is None
+    assert isinstance(start, StartEvent) and start.drafter is None
     assert set(sources(target)) == {"target"}
     metrics = done(target).metrics
     assert metrics["num_spec_steps"] is None and metrics["mean_acceptance_length"] is None
@@ -195,7 +195,7 @@ def test_auto_route_uses_the_route_map(scripted: ScriptedBackend) -> None:
     named_first = SpecEngine(scripted, route_map={"code": "near"}).route_choice(CODE_PROMPT)
     assert named_first.describe() == "auto: code prompt → near (the route map)"
     start = run(scripted, CODE_PROMPT, max_tokens=2)[0]
-    assert isinstance(start, StartEvent) and start.auto_route == start.route == "near"
+    assert isinstance(start, StartEvent) and start.auto_route == start.drafter == "near"
 
 
 def test_a_target_only_lane_reports_its_mean_step_the_yardstick_of_predictions(scripted: ScriptedBackend) -> None:

@@ -50,7 +50,7 @@ def test_none_is_target_decoding_through_the_rounds() -> None:
     events = run(backend, PROMPT, route="none", k=4, max_tokens=40)
     target_only = run(backend, PROMPT, mode="target", max_tokens=40)
     assert done(events).token_ids == done(target_only).token_ids
-    assert all(r.route == "none" and r.k == 0 and r.num_accepted == 0 for r in rounds(events))
+    assert all(r.drafter == "none" and r.k == 0 and r.num_accepted == 0 for r in rounds(events))
     assert len(rounds(events)) == 40
     assert set(sources(events)) == {"target"}
     metrics = done(events).metrics
@@ -68,7 +68,7 @@ def test_a_live_change_to_none_and_back_catches_the_drafter_up() -> None:
             controls.update(route="self")
 
     events = run(scripted_backend(), PROMPT, route="self", k=4, max_tokens=60, on_event=change)
-    routed = [r.route for r in rounds(events)]
+    routed = [r.drafter for r in rounds(events)]
     assert routed[:3] == ["self"] * 3 and routed[3:7] == ["none"] * 4 and set(routed[7:]) == {"self"}
     back, last_before = rounds(events)[7], rounds(events)[2]
     # The four tokens the none rounds committed, and, where its last draft was kept whole, the
@@ -106,7 +106,7 @@ def test_adaptive_chooses_none_where_every_drafter_loses() -> None:
     assert max(speeds["far"], speeds["self"]) < 0.95 * target_only, speeds
     assert speeds["adaptive"] >= 0.8 * target_only, (speeds, target_only)
     assert speeds["adaptive"] > max(speeds["far"], speeds["self"])
-    routed = [r.route for r in rounds(run(losing_backend(), PROMPT, route="adaptive", k=4, max_tokens=200))]
+    routed = [r.drafter for r in rounds(run(losing_backend(), PROMPT, route="adaptive", k=4, max_tokens=200))]
     assert routed.count("none") >= 0.8 * len(routed), routed
 
 
@@ -116,7 +116,7 @@ def test_adaptive_keeps_a_drafter_that_pays() -> None:
     target = seeded(TARGET_SEED)
     backend = ScriptedBackend(ScriptedModel("target", target), [ScriptedModel("cheap", target, Cost(2.0, 0.2))])
     events = run(backend, PROMPT, route="adaptive", k=4, max_tokens=100)
-    assert [r.route for r in rounds(events)].count("none") == 0
+    assert [r.drafter for r in rounds(events)].count("none") == 0
 
 
 def test_none_is_priced_at_the_verify_pass_until_it_serves_then_at_its_own_time() -> None:
@@ -177,5 +177,5 @@ def test_adaptive_from_none_stays_near_none_where_every_drafter_loses() -> None:
         return list(engine.generate(request, LiveControls(SpecSettings(k=4, route=route), engine.drafters)))
 
     events, none = generated("adaptive"), generated("none")
-    assert {r.route for r in rounds(events)} == {"none"}
+    assert {r.drafter for r in rounds(events)} == {"none"}
     assert tokens_per_s(events) >= 0.98 * tokens_per_s(none)

@@ -47,7 +47,7 @@ def switching_backend() -> ScriptedBackend:
 
 
 def routes(events: list[Event]) -> list[str]:
-    return [r.route for r in rounds(events)]
+    return [r.drafter for r in rounds(events)]
 
 
 # --- the round router alone ---------------------------------------------------------------------
@@ -240,7 +240,7 @@ def test_catch_up_is_counted_in_the_round_that_pays_it() -> None:
             controls.update(route="two")
 
     events = run(backend, PROMPT, route="one", k=4, max_tokens=40, on_event=switch_after_three)
-    switched = next(r for r in rounds(events) if r.route == "two")
+    switched = next(r for r in rounds(events) if r.drafter == "two")
     context = len(PROMPT) + switched.token_index
     assert switched.catch_up_tokens == context - 1  # every committed token but the last, which drafting feeds
     assert switched.catch_up_ms == pytest.approx(DRAFTER_COST.step_ms + DRAFTER_COST.row_ms * (context - 1))
@@ -267,14 +267,14 @@ def test_adaptive_catch_ups_take_in_what_was_committed_meanwhile() -> None:
     previous = "early"
     for event in rounds(events):
         context = len(PROMPT) + event.token_index
-        if event.route == "none":  # no cache to catch up
+        if event.drafter == "none":  # no cache to catch up
             assert event.catch_up_tokens == 0
             continue
-        expected = 0 if event.route == previous else context - 1 - held.get(event.route, 0)
+        expected = 0 if event.drafter == previous else context - 1 - held.get(event.drafter, 0)
         assert event.catch_up_tokens == expected, event.index
         fully_accepted = event.num_accepted == event.k
-        held[event.route] = context + len(event.tokens) - (2 if fully_accepted else 1)
-        previous = event.route
+        held[event.drafter] = context + len(event.tokens) - (2 if fully_accepted else 1)
+        previous = event.drafter
 
 
 def test_adaptive_is_refused_where_a_server_drafts_by_itself() -> None:
@@ -342,11 +342,11 @@ def test_under_adaptive_greedy_a_free_proposal_is_judged_every_round(monkeypatch
     events = run(backend, prompt, route="adaptive", k=4, max_tokens=80)
     assert len(seen) == len(chosen) == len(rounds(events))
     for (routed, _), (choice, lookup_proposes), event in zip(seen, chosen, rounds(events), strict=True):
-        assert choice == event.route
+        assert choice == event.drafter
         assert choice in ("far", "none") or lookup_proposes > 0  # lookup with nothing to copy is passed over
         # A round that drafted nothing is no drafter's record (but none's, its choice); every other is, timed.
-        assert (routed is None) == (event.k == 0 and event.route != "none")
-        assert routed is None or (routed.drafter == event.route and routed.round_ms is not None)
+        assert (routed is None) == (event.k == 0 and event.drafter != "none")
+        assert routed is None or (routed.drafter == event.drafter and routed.round_ms is not None)
     free = [other for _, others in seen for other in others]
     # Each round lookup did not serve but proposed in is judged once the text reaches the proposal's end.
     proposed_in_far_rounds = sum(choice != "lookup" and n > 0 for choice, n in chosen)

@@ -166,7 +166,7 @@ def round_view(event: RoundEvent) -> dict[str, Any]:
     return {
         "index": event.index,
         "token_index": event.token_index,
-        "route": event.route,
+        "route": event.drafter,
         "k": event.k,
         "drafted": list(event.drafted),
         "num_accepted": event.num_accepted,
@@ -192,7 +192,7 @@ def round_view(event: RoundEvent) -> dict[str, Any]:
             for p in event.positions
         ],
         "bonus_top_target": event.bonus_top_target,
-        "counterfactuals": [[c.route, list(c.drafted), c.num_accepted, c.elapsed_ms] for c in event.counterfactuals],
+        "counterfactuals": [[c.drafter, list(c.drafted), c.num_accepted, c.elapsed_ms] for c in event.counterfactuals],
         "ms": [event.draft_ms, event.verify_ms, event.overhead_ms],
     }
 
@@ -205,7 +205,7 @@ def lane_view(lane: LaneRecord) -> dict[str, Any]:
     return {
         "start": {
             "mode": start.mode,
-            "route": start.route,
+            "route": start.drafter,
             "auto_route": start.auto_route,
             "seed": start.seed,
             "prompt_token_ids": list(start.prompt_token_ids),
@@ -219,7 +219,7 @@ def lane_view(lane: LaneRecord) -> dict[str, Any]:
         "changes": [[c.token_index, [list(change) for change in c.changes]] for c in lane.changes],
         "rounds": [round_view(r) for r in lane.rounds],
         "steps": [
-            [e.token_index, e.route, e.token.token_id, e.step_ms] for e in lane.events if isinstance(e, StepEvent)
+            [e.token_index, e.drafter, e.token.token_id, e.step_ms] for e in lane.events if isinstance(e, StepEvent)
         ],
         "done": {"finish_reason": done.finish_reason, "token_ids": list(done.token_ids), "text": done.text},
         "metrics": metrics,
@@ -308,7 +308,7 @@ def test_the_sampled_mentored_session_reads() -> None:
     assert settings.sampling.temperature == 0.8 and settings.counterfactual and settings.route == "auto"
     assert settings.acceptance_rule.describe() == "mentored D 0.4" and not settings.acceptance_rule.lossless
     assert not is_lossless_greedy(settings)
-    assert (lane.start.mode, lane.start.route, lane.start.seed) == ("speculative", "base", 0)
+    assert (lane.start.mode, lane.start.drafter, lane.start.seed) == ("speculative", "base", 0)
     assert lane.token_ids == SAMPLED_IDS and lane.done is not None and lane.done.finish_reason == "length"
     assert relaxed_indices(lane) == [7, 12, 13, 17, 29]
     assert Counter(lane.sources) == {"accepted": 20, "bonus": 6, RELAXED_SOURCE: 5, "corrected": 1}
@@ -320,7 +320,7 @@ def test_the_sampled_mentored_session_reads() -> None:
         "unreached": 3,
         "rejected": 1,
     }
-    assert [[c.route for c in r.counterfactuals] for r in lane.rounds] == [["prose"]] * 8
+    assert [[c.drafter for c in r.counterfactuals] for r in lane.rounds] == [["prose"]] * 8
     assert set(lane.metrics["counterfactual"]) == {"base", "prose"} and lane.metrics["route_regret"] == 0.0
     assert lane.metrics["tv_spent"] == 6.803577896952629
     # Older than a rejection's rank: its positions and metrics read without one.
@@ -354,7 +354,7 @@ def test_the_greedy_lossless_session_reads() -> None:
     settings = lane.settings
     assert settings.sampling.greedy and tv_budget_of(settings) == 0.0 and settings.k == 3
     assert settings.acceptance_rule.lossless and is_lossless_greedy(settings)
-    assert lane.start is not None and lane.start.route == "base"
+    assert lane.start is not None and lane.start.drafter == "base"
     assert lane.token_ids == GREEDY_IDS == baseline.token_ids  # lossless: the target's own text
     assert RELAXED_SOURCE not in lane.sources
     assert Counter(lane.sources) == {"accepted": 13, "corrected": 9, "bonus": 2}
@@ -414,11 +414,11 @@ def rounds_of(lane: LaneRecord) -> list[tuple[Any, ...]]:
     return [
         (
             r.token_index,
-            r.route,
+            r.drafter,
             r.drafted,
             r.num_accepted,
             [p.outcome for p in r.positions],
-            [(c.route, c.drafted, c.num_accepted) for c in r.counterfactuals],
+            [(c.drafter, c.drafted, c.num_accepted) for c in r.counterfactuals],
         )
         for r in lane.rounds
     ]

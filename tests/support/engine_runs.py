@@ -93,5 +93,5 @@ def assert_caches_hold_the_committed(generation: Generation, event: RoundEvent) 
     lengths = generation.cache_lengths()
     committed = len(generation.tokens)
     assert lengths["target"] == committed - 1
-    assert lengths[event.route] == committed - 1 - (event.tokens[-1].source == "bonus")
+    assert lengths[event.drafter] == committed - 1 - (event.tokens[-1].source == "bonus")
     assert max(lengths.values()) <= committed - 1

@@ -85,7 +85,7 @@ async def test_type_run_stop_and_save(tmp_path: Path) -> None:
         assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the lanes to stop")
         await wait_for(pilot, lambda: prompt.cursor_blink, "the cursor to blink again once the run ended")
-        assert every(r.k == 4 and r.route == "near" for r in spec_rounds(app))
+        assert every(r.k == 4 and r.drafter == "near" for r in spec_rounds(app))
         for lane in ("speculative", "target"):
             final = app.playground.events[lane][-1]
             assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"
@@ -126,8 +126,8 @@ async def test_the_route_select_changes_the_drafter_of_the_next_rounds(tmp_path:
         await wait_for(pilot, lambda: len(after(app.playground.events["speculative"], route_at)) >= 2, "far rounds")
         await stop_run(app, pilot)
         events = app.playground.events["speculative"]
-        assert every(r.route == "near" for r in spec_rounds(app)[:3])
-        assert every(r.route == "far" for r in after(events, route_at))
+        assert every(r.drafter == "near" for r in spec_rounds(app)[:3])
+        assert every(r.drafter == "far" for r in after(events, route_at))
 
 
 async def test_the_knob_moves_the_tv_budget_and_relaxes_acceptance(tmp_path: Path) -> None:
@@ -166,13 +166,13 @@ async def test_adaptive_routing_turns_on_live_and_shows_the_drafters_that_served
         await start_run(app, pilot)
         app.query_one("#route", Select).value = "adaptive"
         await wait_for(pilot, lambda: _control_index(app, "route", "adaptive") is not None, "the route change")
-        await wait_for(pilot, lambda: any(r.route == "far" for r in spec_rounds(app)), "a round drafted by far")
+        await wait_for(pilot, lambda: any(r.drafter == "far" for r in spec_rounds(app)), "a round drafted by far")
         stats = app.query_one("#route-stats", Static)
         await wait_for(pilot, lambda: "switches" in str(stats.render()), "the route stats")
         await stop_run(app, pilot)
         shown = str(stats.render())
         assert "near" in shown and "far" in shown
-        assert every(r.route == "near" for r in spec_rounds(app)[:3])
+        assert every(r.drafter == "near" for r in spec_rounds(app)[:3])
 
 
 async def test_another_rule_takes_the_knob(tmp_path: Path) -> None:

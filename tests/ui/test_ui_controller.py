@@ -391,6 +391,6 @@ def test_route_none_runs_the_speculative_lane_as_target_steps_and_says_so(harnes
     playground.stop()
     harness.until(lambda: playground.state == RunState.READY, "the run to stop")
     rounds = [e for e in playground.events["speculative"] if isinstance(e, RoundEvent)]
-    assert rounds and all(r.route == "none" and r.k == 0 for r in rounds)
+    assert rounds and all(r.drafter == "none" and r.k == 0 for r in rounds)
     assert {t.source for r in rounds for t in r.tokens} == {"target"}
     assert playground.lanes == ("speculative", "target")

@@ -232,7 +232,7 @@ class NativeStream:
             settings = settings.changed(k=server.k)
         yield StartEvent(
             mode="speculative",
-            route=route,
+            drafter=route,
             auto_route=auto_route,
             prompt_token_ids=request.prompt_token_ids,
             seed=request.seed,
@@ -297,7 +297,7 @@ def baseline_events(
     settings = controls.settings
     yield StartEvent(
         mode="target",
-        route=None,
+        drafter=None,
         auto_route=None,
         prompt_token_ids=request.prompt_token_ids,
         seed=request.seed,
@@ -342,7 +342,7 @@ def _chunk_events(
     round = RoundEvent(
         index=metrics.num_spec_steps,
         token_index=token_index,
-        route=route,
+        drafter=route,
         k=drafted,
         drafted=(),
         positions=(),

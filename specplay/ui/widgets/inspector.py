@@ -47,7 +47,7 @@ def describe(pick: Pick, decode: Decode) -> Content:
     if round is None:
         return Content("\n").join(lines)
     asked = f" of {round.k_asked} asked" if round.k_asked is not None and round.k_asked != round.k else ""
-    lines.append(f"round {round.index}  route {round.route}  k={round.k}{asked}  accepted {round.num_accepted}")
+    lines.append(f"round {round.index}  route {round.drafter}  k={round.k}{asked}  accepted {round.num_accepted}")
     position: DraftPosition | None = round.positions[pick.slot] if pick.slot < len(round.positions) else None
     if position is None:  # the bonus: drawn from p_target after the last drafted token
         lines += ["p_target(x) " + _num(_prob(round.bonus_top_target, token.token_id))]

@@ -39,7 +39,7 @@ def rank_mark(position: DraftPosition) -> str:
 
 
 def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
-    parts: list[Content | str] = [Content.styled(f"#{event.index:<4} {event.route} k={event.k:<2} │ ", "dim")]
+    parts: list[Content | str] = [Content.styled(f"#{event.index:<4} {event.drafter} k={event.k:<2} │ ", "dim")]
     for position, text in zip(event.positions, drafted_text, strict=False):
         parts.append(Content.styled(visible(text).replace("\n", "⏎") or "∅", _OUTCOME_STYLES[position.outcome]))
         if mark := rank_mark(position):

@@ -120,16 +120,16 @@ def check_caches(observed: Observed, event: RoundEvent) -> None:
     assert lengths["target"] == committed - 1
     assert set(lengths) == {"target", *observed.drafters}
     assert every(length <= committed - 1 for length in lengths.values())
-    drafter = generation.drafters[event.route]
+    drafter = generation.drafters[event.drafter]
     if isinstance(drafter, ProposerDrafter):
         index = drafter.proposer
         assert isinstance(index, NgramIndex)
-        assert lengths[event.route] == committed - len(event.tokens) - 1  # the round's context, but its last token
+        assert lengths[event.drafter] == committed - len(event.tokens) - 1  # the round's context, but its last token
         fresh = NgramIndex(index.n_min, index.n_max)
         fresh.extend(generation.tokens, index.length)
         assert fresh.last_end == index.last_end
     else:  # the round's drafter lags by one only after a bonus token: it never saw d_k
-        assert lengths[event.route] == committed - 1 - (event.tokens[-1].source == "bonus")
+        assert lengths[event.drafter] == committed - 1 - (event.tokens[-1].source == "bonus")
 
 
 def test_live_k_policy_and_route_changes_across_kinds(
@@ -142,7 +142,7 @@ def test_live_k_policy_and_route_changes_across_kinds(
     def change(event: Event, controls: LiveControls) -> None:
         if isinstance(event, RoundEvent):
             check_caches(observed, event)
-            seen.add(event.route)
+            seen.add(event.drafter)
             if rng.random() < 0.7:
                 route = rng.choice(["near", *ROUTES])
                 controls.update(k=rng.randint(1, 8), policy=rng.choice(POLICIES), route=route)
@@ -169,7 +169,7 @@ def test_route_changes_from_another_thread_reach_each_kind(tiny: TinyModels) -> 
             events = []
             for event in events_from(thread, lambda: engine.generate(request, controls)):
                 events.append(event)
-                if isinstance(event, RoundEvent) and plan and event.route == plan[0][0] and event.index >= 2:
+                if isinstance(event, RoundEvent) and plan and event.drafter == plan[0][0] and event.index >= 2:
                     plan.pop(0)
                     if plan:
                         controls.update(route=plan[0][0], k=plan[0][1])  # from this (the main) thread
@@ -186,7 +186,7 @@ def test_route_changes_from_another_thread_reach_each_kind(tiny: TinyModels) -> 
     output = done(events)
     assert output.finish_reason == "cancelled" and not plan
     assert output.token_ids == reference.token_ids[: len(output.token_ids)]
-    seen = [(r.route, r.k) for r in rounds(events)]
+    seen = [(r.drafter, r.k) for r in rounds(events)]
     assert {route for route, _ in seen} == {"near", "lookup", "exit"}
     assert every(k <= 3 for route, k in seen if route == "exit")
 

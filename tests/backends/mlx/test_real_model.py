@@ -78,7 +78,7 @@ def test_live_k_and_route_changes_stay_lossless(smol: MlxBackend) -> None:
     events = run(smol, STORY_PROMPT, max_tokens=TOKENS, route="exit26", on_event=change, raw=False)
     assert done(events).token_ids == expected
     assert sum(isinstance(e, ControlEvent) for e in events) >= 2
-    assert {r.route for r in rounds(events)} >= {"lookup", "exit8"}
+    assert {r.drafter for r in rounds(events)} >= {"lookup", "exit8"}
 
 
 def test_the_cli_runs_and_replays_the_real_model_by_name(

@@ -58,7 +58,7 @@ def test_route_none_is_the_servers_target_decoding(vllm: VllmBackend, backend: M
     judged (adaptive routing), one completion of the context, not a prompt-logprobs recompute."""
     events = run(vllm, PROMPT, max_tokens=TOKENS, route="none")
     assert done(events).token_ids == mlx_target_only(backend)
-    assert every(r.k == 0 and r.route == "none" for r in rounds(events))
+    assert every(r.k == 0 and r.drafter == "none" for r in rounds(events))
     assert done(events).metrics["vllm"]["verify_strategies"] == {}
     sampled = run(vllm, PROMPT, max_tokens=TOKENS, route="none", temperature=1.0, seed=2)
     assert len(done(sampled).token_ids) == TOKENS and {t.source for r in rounds(sampled) for t in r.tokens} == {
@@ -261,10 +261,10 @@ def test_adaptive_routing_between_a_server_drafter_and_a_local_one(  # type: ign
     mixed.close()
     expected = done(run(backend, PROMPT, mode="target", max_tokens=TOKENS * 2)).token_ids
     assert done(events).token_ids == expected
-    served = [r.route for r in rounds(events)]
+    served = [r.drafter for r in rounds(events)]
     # none serves only where, priced at the verify pass, it might win: timed once, retried, or never.
     assert {"near", "local"} <= set(served) <= {"near", "local", "none"} and served.count("none") <= 2
-    assert every(r.catch_up_tokens == 0 for r in rounds(events) if r.route == "near")
-    first_local = next(r for r in rounds(events) if r.route == "local")
+    assert every(r.catch_up_tokens == 0 for r in rounds(events) if r.drafter == "near")
+    first_local = next(r for r in rounds(events) if r.drafter == "local")
     assert first_local.catch_up_tokens == prompt_tokens + first_local.token_index - 1
     assert done(events).metrics["route_switches"] >= 1

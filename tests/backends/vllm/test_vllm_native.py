@@ -49,7 +49,7 @@ def _events(server_url: str, max_tokens: int, ignore_eos: bool = True) -> list[E
 def test_native_runs_as_engine_events_recoloured_at_the_end(native: FakeVllm, backend: MlxBackend) -> None:
     events = _events(native.url, 16)
     start, first, *rounds, recoloured, finished = events
-    assert isinstance(start, StartEvent) and start.route == "server"
+    assert isinstance(start, StartEvent) and start.drafter == "server"
     assert isinstance(first, StepEvent) and first.token.source == "target"  # prefill: the target alone
     assert every(isinstance(r, RoundEvent) and not r.positions for r in rounds)  # native reports no probabilities
     assert isinstance(recoloured, RecolourEvent) and recoloured.exact
