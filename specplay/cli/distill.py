@@ -84,6 +84,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--storage", choices=["float32", "float16"], default="float32")
+    parser.add_argument(
+        "--keep-worse",
+        action="store_true",
+        help="write the drafter even where training made its held-out KL worse (else nothing is written)",
+    )
     parser.set_defaults(command=distill)
 
 
@@ -183,6 +188,7 @@ def _job(args: argparse.Namespace) -> DistillJob:
         shape_text=shape_text,
         last_layers=args.last_layers,
         storage=args.storage,
+        keep_worse=args.keep_worse,
     )
 
 

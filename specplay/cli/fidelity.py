@@ -32,7 +32,7 @@ from specplay.cli.flags import (
 from specplay.cli.render import make_console, warn
 from specplay.config.capabilities import capabilities_of
 from specplay.config.run_config import RunConfig, check
-from specplay.drafters import kind_named
+from specplay.drafters import cannot_write
 from specplay.engine.capabilities import check_supported
 from specplay.engine.routers.request import resolve_route
 from specplay.engine.rules import RULE_NAMES, RULES, AcceptanceRule, Mentored
@@ -205,8 +205,7 @@ def fidelity(args: argparse.Namespace) -> int:
         token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
         generate = engine_generator(source, spec.prompt, token_ids, config.settings, spec.max_tokens)
         route = resolve_route(config.settings.route, source.route_choice(spec.prompt).drafter)
-        kind = kind_named(route, config.drafters)
-        draft_row = kind is None or kind.cannot_write is None  # a draft-only row where the drafter writes alone
+        draft_row = cannot_write(route, config.drafters) is None  # a draft-only row where the drafter writes alone
         seeds = range(spec.seed, spec.seed + args.samples)
         with _progress() as on_sample:
             report = measure_fidelity(
@@ -306,7 +305,8 @@ _CAPTION = (
     "tok/s: median over samples · mean len: tokens per sample\n"
     "log-lik: per token under the target (temperature 1), ± 1 standard error\n"
     "dist 1, 2: distinct-1, distinct-2 · TV/tok: TV spent per token\n"
-    "sim.: mean normalized Levenshtein similarity to the target-only samples"
+    "sim.: mean normalized Levenshtein similarity to the target-only samples; *: the target-only\n"
+    "samples to each other, the spread of the target alone (near 0 where sampled texts part at once)"
 )
 
 

@@ -32,7 +32,11 @@ from specplay.store.location import check_sessions_folder
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("run", help="run one prompt headless and print the result")
+    parser = subparsers.add_parser(
+        "run",
+        help="run one prompt headless and print the result (the speculative lane; --compare or --save add "
+        "the target-only lane and the speedup)",
+    )
     add_model_flags(parser)  # a --replay session supplies them
     add_backend_flags(parser)
     add_prompt_flags(parser)
@@ -42,8 +46,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_output_flags(output)
     output.add_argument("--samples", type=int, default=1, metavar="N", help="N generations, seeds S..S+N-1")
     output.add_argument("--json", action="store_true", help="one JSON object per sample, one per line")
+    output.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run the target-only lane after it and print the measured speedup (--save does this too)",
+    )
     sessions = parser.add_argument_group("sessions")
-    sessions.add_argument("--save", action="store_true", help="save each sample as a session")
+    sessions.add_argument(
+        "--save", action="store_true", help="save each sample as a session, with its target-only comparison lane"
+    )
     sessions.add_argument(
         "--no-baseline", action="store_true", help="with --save, skip the target-only comparison lane"
     )
@@ -125,7 +136,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
                 request,
                 on_event=printer.take,
                 save=args.save,
-                baseline=not args.no_baseline,
+                baseline=args.compare or (args.save and not args.no_baseline),
                 identity=identity,
                 on_interrupt=_stopping,
             )

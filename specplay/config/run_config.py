@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specplay.config.capabilities import NATIVE_FIXED, capabilities_of
-from specplay.drafters import kind_named, kind_of
+from specplay.drafters import cannot_write, kind_of
 from specplay.drafters.model import check_found
 from specplay.drafters.spec import ModelSpec
 from specplay.engine.capabilities import check_supported
@@ -156,9 +156,8 @@ def check(config: RunConfig) -> None:
     if config.request.mode != "target" and not names:
         raise ConfigError("draft", f"is needed in {config.request.mode} mode: give at least one drafter")
     pinned = config.settings.route
-    cannot_write = kind.cannot_write if (kind := kind_named(pinned, config.drafters)) is not None else None
-    if config.request.mode == "draft" and cannot_write is not None:
-        raise ConfigError("mode", f"draft cannot run on {pinned!r}: {cannot_write}")
+    if config.request.mode == "draft" and (why := cannot_write(pinned, config.drafters)) is not None:
+        raise ConfigError("mode", f"draft cannot run on {pinned!r}: {why}")
     if config.native:
         if not config.settings.acceptance_rule.lossless or config.settings.policy != "fixed":
             raise ConfigError("vllm_native", f"cannot relax the acceptance rule or change the policy: {NATIVE_FIXED}")

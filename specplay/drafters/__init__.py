@@ -40,6 +40,7 @@ __all__ = [
     "ModelSpec",
     "Proposer",
     "Role",
+    "cannot_write",
     "drafter_syntax",
     "kind_named",
     "kind_of",
@@ -70,6 +71,13 @@ def kind_named(name: str, drafters: Iterable[ModelSpec]) -> DrafterKind | None:
     if name == NONE.name:
         return NONE
     return next((kind_of(d) for d in drafters if d.name == name), None)
+
+
+def cannot_write(route: str, drafters: Iterable[ModelSpec]) -> str | None:
+    """Why a draft-only lane cannot run on the drafter a route names, in its kind's words (None:
+    it can, or the route is a setting such as auto)."""
+    kind = kind_named(route, drafters)
+    return kind.cannot_write if kind is not None else None
 
 
 def model_spec(name: str, role: Role, source: str, field: str) -> ModelSpec:

@@ -17,6 +17,7 @@ def row_cells(row: FidelityRow, speed_measured: bool) -> list[str]:
     ll = _number(row.log_likelihood_per_token)
     if row.log_likelihood_se is not None:
         ll += f" ± {row.log_likelihood_se:.2f}"
+    own_spread = row.mode == "target" and row.similarity_to_target is not None
     return [
         row.label,
         _number(row.draft_acceptance_rate),
@@ -26,6 +27,8 @@ def row_cells(row: FidelityRow, speed_measured: bool) -> list[str]:
         _number(row.distinct_1),
         _number(row.distinct_2),
         _number(row.mean_length, 1),
-        _number(row.similarity_to_target),
+        # The target-only row's is between its own samples (each against the others): the spread of
+        # the target alone, which the other rows' similarities are read against; marked so.
+        _number(row.similarity_to_target) + ("*" if own_spread else ""),
         _number(row.tv_spent_per_token, 3),
     ]

@@ -32,9 +32,12 @@ class Group:
     title: str | None
     columns: list[Column]
     reference: Column | None
+    baselines: Mapping[str, LaneRecord] = field(default_factory=dict)
+    """A speculative column's own run's target-only lane, by column key, where that run had one:
+    its speedup divides by it, as `specplay sessions` does, not by the page's reference."""
 
     def summary_rows(self) -> list[list[str]]:
-        return [summary_cells(c, column_numbers(c, self.reference)) for c in self.columns]
+        return [summary_cells(c, column_numbers(c, self.reference, self.baselines.get(c.key))) for c in self.columns]
 
     @property
     def parts_early(self) -> bool:
@@ -83,6 +86,10 @@ class Review:
         return any(group.parts_early for group in self.groups)
 
 
+OWN_BASELINE_NOTE = (
+    "Each run's measured speedup divides by its own target-only lane's tokens/s, as `specplay sessions` "
+    "shows it; the texts line up against the first target-only text."
+)
 PROSE_BEFORE_SHARE = 0.25
 """A review reads as prose by default when a text parts from the reference this early."""
 
@@ -146,6 +153,8 @@ def review_sessions(sessions: Sequence[Session]) -> Review:
             specs.append((f"c{i}", title, _kind(session.main), session.main))
             column_of[f"c{i}"] = session
         notes += _other_baselines(runs, reference_lane)
+        if any(s.baseline is not None and s.baseline is not reference_lane for s in runs):
+            notes.append(OWN_BASELINE_NOTE)
     texts = {s.id: s.token_texts for s in sessions}  # read off every record: once per session
     columns = build_columns(
         [
@@ -164,10 +173,20 @@ def review_sessions(sessions: Sequence[Session]) -> Review:
         models=all_models,
         settings=common,
         column_settings={c.key: own[i] for i, c in enumerate(columns)},
-        groups=[Group(None, columns, reference)],
+        groups=[Group(None, columns, reference, baselines=_own_baselines(columns, column_of))],
         changes={c.key: change_lines(c.lane) for c in columns if c.lane.changes},
         warnings=[INCOMPLETE + ("" if len(sessions) == 1 else f" ({s.id})") for s in sessions if not s.complete],
     )
+
+
+def _own_baselines(columns: Sequence[Column], column_of: Mapping[str, Session]) -> dict[str, LaneRecord]:
+    """Each speculative column's own run's target-only lane, where its session has one."""
+    out = {}
+    for column in columns:
+        session = column_of[column.key]
+        if column.kind == "speculative" and session.baseline is not None and column.lane is session.main:
+            out[column.key] = session.baseline
+    return out
 
 
 def _kind(lane: LaneRecord) -> Kind:

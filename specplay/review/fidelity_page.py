@@ -42,7 +42,7 @@ def sweep_review(
         _HEADERS,
         [row_cells(row, speed_measured) for row in report.rows],
         "log-likelihood under the target at temperature 1; similarity: normalized Levenshtein over token ids, "
-        "mean over the target-only samples",
+        "mean over the target-only samples (*: the target-only samples to each other, the target's own spread)",
     )
     notes = [f"Created {about.get('created', '?')} by specplay {about.get('specplay_version', '?')} (fidelity sweep)."]
     lanes = report.lanes

@@ -142,7 +142,8 @@ def token_details(column: Column, index: int, texts: Mapping[int, str]) -> str:
     return "\n".join(lines)
 
 
-def _token(column: Column, index: int, texts: Mapping[int, str], first: int | None) -> str:
+def _token(column: Column, index: int, texts: Mapping[int, str], first: int | None, cut: int = 0) -> str:
+    """A token's span; `cut`: characters at its end shown at the start of the next row instead."""
     token = column.lane.tokens[index]
     classes = ["t", token.source]
     against = column.divergence
@@ -156,7 +157,14 @@ def _token(column: Column, index: int, texts: Mapping[int, str], first: int | No
         where = column.provenance[index]
         if where is not None and (p := where.p_target) is not None:
             attrs += f' data-p-target="{p:.6g}"'
-    return f"<span{attrs}>{e(token.text)}</span>"
+    return f"<span{attrs}>{e(token.text[: len(token.text) - cut])}</span>"
+
+
+def _indent_after(text: str) -> str:
+    """What follows a token's last line break when it is blank: the next line's indentation. A row
+    ends after a line break, so a token such as "\n    " puts it at the start of the next row."""
+    _, newline, rest = text.rpartition("\n")
+    return rest if newline and rest and not rest.strip() else ""
 
 
 def _gap(column: Column, at: int, first: int | None) -> str:
@@ -191,12 +199,17 @@ def _route_switch(column: Column, at: int) -> str:
 def _cell(column: Column, start: int, end: int, texts: Mapping[int, str], last: bool) -> str:
     against = column.divergence
     first = against.diff.first_divergence if against is not None else None
-    parts = []
+    tokens = column.lane.tokens
+    # Code keeps its indentation: a row's leading blanks, carried by the line break ending the row
+    # before, open this row (a token's text split at its last line break, both halves kept).
+    carried = _indent_after(tokens[start - 1].text) if 0 < start <= len(tokens) else ""
+    parts = [f'<span class="indent">{e(carried)}</span>'] if carried else []
     for index in range(start, end):
         parts.append(_change(column, index) or _route_switch(column, index))
         if against is not None and index in against.gaps:
             parts.append(_gap(column, index, first))
-        parts.append(_token(column, index, texts, first))
+        cut = len(_indent_after(tokens[index].text)) if index == end - 1 and not last else 0
+        parts.append(_token(column, index, texts, first, cut))
     if last:
         parts.append(_change(column, end))
         if against is not None and end in against.gaps:
@@ -326,7 +339,11 @@ def to_html(review: Review) -> str:
     if len(review.groups) == 1:
         body.append("<h2>Summary</h2>")
         body.append(_table(SUMMARY_HEADERS, review.groups[0].summary_rows(), cls="summary"))
-    body += [_extra_table(t) for t in review.tables]
+    body += [_extra_table(t) for t in review.tables]  # a sweep's numbers (fidelity pages)
+    body.append(f'<div class="bar">{theme_switch}</div>')
+    # One group's summary comes first on the page; a sweep's seeds each have their own. The texts
+    # follow it, so a reader meets them on the first screen; what ran them comes after.
+    body += [_group(review, group, view_switch, summary=len(review.groups) > 1) for group in review.groups]
     models = "".join(f"<tr><td>{e(n)}</td><td>{e(s)}</td><td>{e(d)}</td></tr>" for n, s, d in review.models)
     body += [
         "<h2>Models and settings</h2>",
@@ -334,9 +351,6 @@ def to_html(review: Review) -> str:
     ]
     settings = " · ".join(f"<code>{e(name)}</code> {e(value)}" for name, value in review.settings)
     body.append(f'<p class="settings">{settings}</p>')
-    body.append(f'<div class="bar">{theme_switch}</div>')
-    # One group's summary comes first on the page; a sweep's seeds each have their own.
-    body += [_group(review, group, view_switch, summary=len(review.groups) > 1) for group in review.groups]
     body.append('<div id="pinned" hidden><pre></pre><small>Esc to close</small></div>')
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

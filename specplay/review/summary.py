@@ -196,8 +196,9 @@ class ColumnNumbers:
     first_divergence: int | None
 
 
-def column_numbers(column: Column, reference: Column | None) -> ColumnNumbers:
-    """Speedups are against the reference's tokens/s and mean step, where both were speeds."""
+def column_numbers(column: Column, reference: Column | None, baseline: LaneRecord | None = None) -> ColumnNumbers:
+    """Speedups are against the column's own run's target-only lane (`baseline`) where it has one,
+    as the session itself records its speedup, else the reference's; where both were speeds."""
     metrics = column.lane.metrics
     speculative = column.kind == "speculative"
     speed = column.wall_time_is_speed
@@ -206,10 +207,10 @@ def column_numbers(column: Column, reference: Column | None) -> ColumnNumbers:
     measured = None
     predicted = None
     if speculative:
-        if speed and ref_speed:
-            assert reference is not None
-            measured = measured_speedup(tokens_per_s, reference.lane.metrics.get("tokens_per_s"))
-            predicted = predict(metrics, target_step_ms(reference.lane)).speedup
+        if speed and (baseline is not None or ref_speed):
+            against = baseline if baseline is not None else reference.lane  # type: ignore[union-attr]
+            measured = measured_speedup(tokens_per_s, against.metrics.get("tokens_per_s"))
+            predicted = predict(metrics, target_step_ms(against)).speedup
         elif not speed:  # remote: modelled on the speculative lane's own verify calls
             predicted = predict_modelled(metrics).speedup
     against = column.divergence

@@ -92,13 +92,13 @@ def run_sample(
     on_interrupt: Callable[[], None] = lambda: None,
     about: Mapping[str, object] | None = None,
 ) -> SampleRun:
-    """The requested lane, then, when saving a speculative run with `baseline`, its target-only
+    """The requested lane, then, for a speculative run with `baseline`, its target-only
     comparison, on this thread. Ctrl-C asks the run to stop at its next round and keeps what it
     made (saved as incomplete), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt
     at once (the session stays, incomplete). `identity` is the source's description, asked once
     per run; `about` adds to a saved session's request record (a prompt's category and name)."""
     lanes = [request.mode]
-    if save and baseline and request.mode == "speculative" and source.capabilities.baseline:
+    if baseline and request.mode == "speculative" and source.capabilities.baseline:
         lanes.append("target")
     writer = None
     if save:

@@ -22,6 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from specplay.errors import SpecplayError
 from specplay.files.json_text import dump_json
 from specplay.files.outputs import OUT_FIX, claim_outputs, refuse_link, write_in_folder
 from specplay.train.data import Windows, token_stream
@@ -43,6 +44,8 @@ class DistillConfig:
     last_layers: int | None = None
     """Tune only the last N transformer layers (plus the final norm and output head)."""
     storage: str = "float32"
+    keep_worse: bool = False
+    """Write the drafter even where training left its held-out KL above where it started."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,11 @@ class DistillResult:
     held_out_kl_before: float
     held_out_kl_after: float
     trained_tokens: int
+
+    @property
+    def worse(self) -> bool:
+        """Training left the drafter further from the target on held-out text."""
+        return self.held_out_kl_after > self.held_out_kl_before
 
 
 def freeze_all_but_last(model: nn.Module, last_layers: int) -> None:
@@ -180,6 +188,13 @@ def distill(
     draft.unfreeze()
     kl_after = mean_kl(draft, target, held_windows)
     on_status(f"held-out KL(target || draft) after: {kl_after:.4f}")
+    if kl_after > kl_before and not config.keep_worse:
+        # The drafter started from is the better one: nothing replaces it (the work folder stays).
+        raise SpecplayError(
+            f"training made the drafter worse on held-out text (KL(target || draft) {kl_before:.4f} -> "
+            f"{kl_after:.4f}), so nothing was written to {out}; the drafter you started from is the better one. "
+            "Train on more prompts or with a lower --lr, or give --keep-worse to write it anyway"
+        )
 
     trained_tokens = config.train.steps * config.train.batch_size * seq_len
     result = DistillResult(config.train.steps, kl_before, kl_after, trained_tokens)

@@ -49,6 +49,8 @@ class DistillJob:
     """The shape as the user wrote it (provenance)."""
     last_layers: int | None = None
     storage: Literal["float32", "float16"] = "float32"
+    keep_worse: bool = False
+    """Write a drafter whose held-out KL training made worse (else nothing is written)."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,13 @@ def _drafter(job: DistillJob, loaded: Loaded, on_progress: OnProgress, on_status
     if job.last_layers is not None and job.last_layers > len(draft.layers):
         raise ConfigError("last_layers", f"is {job.last_layers} but the drafter has {len(draft.layers)} layers")
     on_status(f"distilling {described} on {job.target}'s distributions over {len(loaded.prompts)} prompts")
-    config = DistillConfig(train=job.train, rollouts=job.rollouts, last_layers=job.last_layers, storage=job.storage)
+    config = DistillConfig(
+        train=job.train,
+        rollouts=job.rollouts,
+        last_layers=job.last_layers,
+        storage=job.storage,
+        keep_worse=job.keep_worse,
+    )
     provenance = {"target": job.target, "data": str(job.data), "draft": job.draft or job.shape_text}
     result = distill(
         loaded.target_model,
@@ -122,8 +130,9 @@ def _drafter(job: DistillJob, loaded: Loaded, on_progress: OnProgress, on_status
         on_status=on_status,
         provenance=provenance,
     )
+    worse = " (worse than where it started: written as --keep-worse asks)" if result.worse else ""
     return (
-        f"held-out KL(target || draft) {result.held_out_kl_before:.4f} -> {result.held_out_kl_after:.4f}; "
+        f"held-out KL(target || draft) {result.held_out_kl_before:.4f} -> {result.held_out_kl_after:.4f}{worse}; "
         f"drafter written to {job.out} (use it as --draft NAME={job.out})"
     )
 

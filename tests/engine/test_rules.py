@@ -186,29 +186,28 @@ def test_out_of_range_knobs_are_refused_naming_the_knob() -> None:
 # The registry: every layer reads the rules from it, so adding one touches engine/rules.py alone.
 
 
+def _modules_spelling(words: set[str]) -> set[str]:
+    """The modules of specplay/ that write one of `words` as a string literal."""
+    package = Path(specplay.__file__).parent
+    found = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in words:
+                found.add(path.relative_to(package).as_posix())
+    return found
+
+
 def test_no_module_but_the_registry_spells_a_rules_name() -> None:
     """A rule's name as a string literal elsewhere would be a comparison or a table that a new
     rule would have to be added to."""
-    package = Path(specplay.__file__).parent
-    spelt = set()
-    for path in package.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and node.value in RULE_NAMES:
-                spelt.add(path.relative_to(package).as_posix())
-    assert spelt == {"engine/rules.py"}
+    assert _modules_spelling(set(RULE_NAMES)) == {"engine/rules.py"}
 
 
 def test_no_module_but_the_registry_spells_a_knobs_flag_or_symbol() -> None:
     """The TV budget's `--tv` and D, and every other knob's flag and symbol, are read from the rule
     (an error names the flag the rule gives, a report the symbol)."""
-    package = Path(specplay.__file__).parent
     spelt = {s.flag for s in all_settings()} | {rule.knob.symbol for rule in RULES.values()}
-    found = set()
-    for path in package.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and node.value in spelt:
-                found.add(path.relative_to(package).as_posix())
-    assert found == {"engine/rules.py"}
+    assert _modules_spelling(spelt) == {"engine/rules.py"}
 
 
 def test_every_layer_offers_every_registered_rule() -> None:

@@ -25,6 +25,7 @@ from specplay.cli import main
 from specplay.cli.fidelity import fidelity_table
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.fidelity.cells import row_cells
 from specplay.fidelity.measure import (
     DRAFT_ROW,
     TARGET_ROW,
@@ -105,6 +106,9 @@ def test_report_rows(report: FidelityReport) -> None:
         assert 0 <= row.similarity_to_target < 1  # type: ignore[operator]
         speculative = row.mode == "speculative"
         assert (row.draft_acceptance_rate is not None) == speculative == (row.tv_spent_per_token is not None)
+    # The target-only row's similarity is its samples' to one another: marked, and said so below the table.
+    sims = {row.label: row_cells(row, speed_measured=True)[8] for row in report.rows}
+    assert sims[TARGET_ROW].endswith("*") and not any(v.endswith("*") for k, v in sims.items() if k != TARGET_ROW)
     lossless, full = report.row("D=0"), report.row("D=1")
     assert lossless.tv_spent_per_token == 0.0
     assert full.draft_acceptance_rate == 1.0 and full.tv_spent_per_token > 0.3  # type: ignore[operator]

@@ -3,6 +3,8 @@ numbers, sweeps of several sessions, and what `specplay export` refuses."""
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,42 @@ def test_several_sessions_line_up_against_the_first_target_only_text(tmp_path: P
     assert ("tv_budget", "0.5") in review.column_settings["c2"] and ("tv_budget", "0") not in review.settings
     # the third run's own target-only text is not the reference's: a reader is told
     assert any(sessions[2].id in note and "differs from the reference from token 0" in note for note in review.notes)
+
+
+def test_each_runs_speedup_divides_by_its_own_target_only_lane(tmp_path: Path) -> None:
+    """On a page of several sessions a run's speedup is the one its session records (and `specplay
+    sessions` lists), not one against another run's target-only lane; the page says so."""
+    paths = [
+        write_session(
+            tmp_path, {"speculative": speculative_events(tv_budget=0.0), "target": target_events(same_as_rounds())}
+        ),
+        write_session(
+            tmp_path, {"speculative": speculative_events(tv_budget=1.0), "target": target_events([(1, "x")] * 9)}
+        ),
+    ]
+    sessions = [load_session(p) for p in paths]
+    review = review_sessions(sessions)
+    (group,) = review.groups
+    for column, session in zip(group.columns[1:], sessions, strict=True):
+        shown = column_numbers(column, group.reference, group.baselines.get(column.key)).measured_speedup
+        assert shown == pytest.approx(session.measured_speedup)
+    assert any("its own target-only lane" in note for note in review.notes)
+
+
+def test_code_keeps_its_indentation_row_by_row() -> None:
+    """Rows start after line breaks; a token holding a line break and the next line's indentation
+    ("\\n    ") opens the next row with that indentation, so each row of code reads as its line."""
+    fixture = Path(__file__).resolve().parents[1] / "data" / "saved_sessions" / "run-greedy-lossless.jsonl"
+    session = load_session(fixture)
+    page = to_html(review_sessions([session]))
+    text = session.main.text
+    lines = set(text.split("\n"))
+    cells = re.findall(r'<div class="cell" data-col="c1"[^>]*>(.*?)</div>', page, re.S)
+    shown = [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in cells]
+    assert "".join(shown) == text  # nothing lost or doubled
+    indented = [cell for cell in shown[1:] if cell.startswith(" ")]
+    assert indented and all(cell.split("\n")[0] in lines for cell in indented), indented
+    assert any(cell.startswith("        ") for cell in indented)  # an eight-space line keeps its eight
 
 
 def test_export_refuses_what_it_cannot_line_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

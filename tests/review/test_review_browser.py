@@ -185,6 +185,20 @@ def test_one_session_page(
     assert len(colours) == 3
 
 
+def test_the_texts_start_on_the_first_screen(browser, sweep: list[Path], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """At 1400x1000 a reader meets the texts without scrolling: the prompt, the summary and the
+    first rows above the fold, what ran them below."""
+    page = _export(sweep[:1], tmp_path / "one.html")
+    browser.set_window_size(1400, 1000)
+    try:
+        browser.get(page.as_uri())
+        fold = browser.execute_script("return window.innerHeight")
+        first_cell = browser.execute_script("return document.querySelector('.grid .cell').getBoundingClientRect().top")
+        assert first_cell < fold - 60, (first_cell, fold)  # a row's worth of text shows, at least
+    finally:
+        browser.set_window_size(1400, 1100)
+
+
 def test_a_sweep_page_has_a_column_per_session(browser, sweep: list[Path], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     page = _export(sweep, tmp_path / "sweep.html")
     browser.get(page.as_uri())
@@ -243,7 +257,10 @@ def test_an_early_parting_sampled_run_reads_as_prose(browser, tmp_path: Path) ->
         column = browser.find_element("css selector", f'.col[data-col="{key}"]')
         tokens = column.find_elements("css selector", ".t")
         assert [int(t.get_attribute("data-i")) for t in tokens] == list(range(len(lane.tokens)))
-        assert "".join(t.get_attribute("textContent") for t in tokens) == "".join(lane.texts)
+        # the text whole: a line's indentation that a token carried after its line break opens
+        # the next row (.indent), where the reader sees it
+        pieces = column.find_elements("css selector", ".t, .indent")
+        assert "".join(p.get_attribute("textContent") for p in pieces) == "".join(lane.texts)
         assert _largest_gap(browser, column) < 0.6
     browser.find_element("css selector", "label[for='view-aligned']").click()
     for key in ("c0", "c1"):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from specplay.cli import main
+from specplay.errors import SpecplayError
 from specplay.train.distill import DistillConfig, distill, load_or_make_rollouts, mean_kl
 from specplay.train.models import load_folder
 from specplay.train.prompts import read_prompts
@@ -47,8 +48,10 @@ def eos(tiny: TinyModels) -> int:
 
 
 def small_config(steps: int, **extra: object) -> DistillConfig:
+    """A few quick steps, written whatever they did to the held-out KL (the tests that use it are
+    about the mechanics; one test holds what training achieves, another the refusal)."""
     train = TrainConfig(steps=steps, batch_size=4, seq_len=24, learning_rate=3e-3, warmup_steps=2, checkpoint_every=2)
-    return DistillConfig(train=train, rollouts=RolloutConfig(tokens=24), **extra)
+    return DistillConfig(train=train, rollouts=RolloutConfig(tokens=24), **({"keep_worse": True} | extra))
 
 
 def test_batched_rollouts_match_one_at_a_time_greedy(tiny: TinyModels) -> None:
@@ -74,6 +77,22 @@ def test_a_few_distillation_steps_lower_the_held_out_kl(tiny: TinyModels, tmp_pa
     assert (tmp_path / "d" / "tokenizer.json").read_bytes() == (tiny.far / "tokenizer.json").read_bytes()
     held = np.stack([np.array(encode(tiny, PROMPTS)[0][:9])])
     assert mean_kl(reloaded, target, held) == pytest.approx(mean_kl(draft, target, held), rel=1e-4)
+
+
+def test_a_drafter_training_made_worse_is_not_written_unless_asked(tiny: TinyModels, tmp_path: Path) -> None:
+    """A near copy of the target trained at far too high a rate ends further from it: the drafter
+    started from stays the better one, and nothing replaces it unless --keep-worse says so."""
+    target, _ = load_folder(tiny.target)
+    prompts = encode(tiny, PROMPTS * 4)
+    harsh = TrainConfig(steps=6, batch_size=4, seq_len=24, learning_rate=1.0, warmup_steps=0, checkpoint_every=2)
+    draft, config = load_folder(tiny.near)
+    with pytest.raises(SpecplayError, match=r"training made the drafter worse .* nothing was written") as caught:
+        distill(target, draft, config, tiny.near, prompts, eos(tiny), tmp_path / "d", DistillConfig(train=harsh))
+    assert "--keep-worse" in str(caught.value) and not (tmp_path / "d" / "model.safetensors").exists()
+    draft, config = load_folder(tiny.near)
+    kept = DistillConfig(train=harsh, keep_worse=True)
+    result = distill(target, draft, config, tiny.near, prompts, eos(tiny), tmp_path / "w", kept)
+    assert result.worse and (tmp_path / "w" / "model.safetensors").exists()
 
 
 def test_last_layers_leaves_the_other_layers_untouched(tiny: TinyModels, tmp_path: Path) -> None:
@@ -206,6 +225,7 @@ def test_cli_distills_from_saved_sessions_and_the_result_drafts(
         "16",
         "--rollout-tokens",
         "16",
+        "--keep-worse",
     )
     assert code == 0, err
     assert "held-out KL" in stdout and (out / "distill.json").is_file()
@@ -322,7 +342,7 @@ def test_distill_from_scratch_and_an_exit_head_through_the_cli(
     data = tmp_path / "prompts.txt"
     data.write_text("\n\n".join(["def parse(path):", "The module provides", "class Reader:", "It returns"] * 3))
     common = ["--target", str(tiny.target), "--data", str(data), "--steps", "6", "--batch-size", "2"]
-    common += ["--seq-len", "16", "--rollout-tokens", "24"]
+    common += ["--seq-len", "16", "--rollout-tokens", "24", "--keep-worse"]
     new = tmp_path / "new"
     assert main(["distill", *common, "--new-drafter", "layers=1,width=64", "--out", str(new)]) == 0
     model, config = load_folder(new)

@@ -15,7 +15,7 @@ from specplay.errors import SpecplayError
 from specplay.files.outputs import OUTPUTS_RECORD, check_outputs, claim_outputs
 from tests.support.tiny_models import TinyModels
 
-FAST = ["--steps", "3", "--batch-size", "2", "--seq-len", "16", "--rollout-tokens", "16"]
+FAST = ["--steps", "3", "--batch-size", "2", "--seq-len", "16", "--rollout-tokens", "16", "--keep-worse"]
 
 
 def _data(tmp_path: Path) -> Path:

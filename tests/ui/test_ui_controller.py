@@ -34,6 +34,7 @@ class Screen:
         self.prompt = prompt
         self.calls: list[tuple[str, Any]] = []
         self.events: dict[str, list[Event]] = {}
+        self.draft_note = ""
 
     def show_status(self, text: str, error: bool = False) -> None:
         self.calls.append(("status", (text, error)))
@@ -56,8 +57,9 @@ class Screen:
     def current_prompt(self) -> str:
         return self.prompt
 
-    def show_draft_lane(self, shown: bool) -> None:
+    def show_draft_lane(self, shown: bool, note: str = "") -> None:
         self.calls.append(("draft_lane", shown))
+        self.draft_note = note  # what the lane says in place of its text
 
     def clear_lanes(self) -> None:
         self.events = {}
@@ -394,3 +396,44 @@ def test_route_none_runs_the_speculative_lane_as_target_steps_and_says_so(harnes
     assert rounds and all(r.drafter == "none" and r.k == 0 for r in rounds)
     assert {t.source for r in rounds for t in r.tokens} == {"target"}
     assert playground.lanes == ("speculative", "target")
+
+
+def test_the_status_line_follows_a_route_changed_mid_run(tmp_path: Path) -> None:
+    """It said where auto sent the prompt; after the route control moves it says the new route,
+    not the old choice."""
+    harness = Harness(tmp_path, wall_ms=2.0, raw=True, max_tokens=120, ignore_eos=True)
+    playground, screen = harness.playground, harness.screen
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == RunState.READY, "the models to load")
+        playground.run()
+        assert screen.said("status")[-1][0].startswith("generating") and "auto:" in screen.said("status")[-1][0]
+        harness.until(lambda: len(screen.events.get("speculative", [])) > 3, "rounds")
+        playground.change("route", "far")
+        now = screen.said("status")[-1][0]
+        assert "route far (pinned)" in now and "auto:" not in now
+        # The draft-only lane turned on mid-run says in the lane why it is empty.
+        playground.change("draft_lane", True)
+        assert screen.draft_note.startswith("the draft-only lane runs from the next run")
+        harness.until(lambda: playground.state == RunState.READY, "the run to end", timeout_s=60)
+        assert "route far (pinned)" in playground.status and playground.status.startswith("finished")
+    finally:
+        playground.close()
+
+
+def test_the_first_token_time_shown_while_running_is_the_one_the_run_ends_with(tmp_path: Path) -> None:
+    """One definition: the time to the first token, shown as soon as it is known, does not jump
+    when the run ends and the engine's own number replaces the lane's."""
+    harness = Harness(tmp_path, wall_ms=2.0, raw=True, max_tokens=40, ignore_eos=True)
+    playground = harness.playground
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == RunState.READY, "the models to load")
+        playground.run()
+        harness.until(lambda: playground.tallies["speculative"].tokens > 0, "the first tokens")
+        live = playground.tallies["speculative"].time_to_first_token_s
+        harness.until(lambda: playground.state == RunState.READY, "the run to end", timeout_s=60)
+        final = playground.tallies["speculative"].time_to_first_token_s
+        assert live is not None and final is not None and live == pytest.approx(final, rel=0.02, abs=0.002)
+    finally:
+        playground.close()

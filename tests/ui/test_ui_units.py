@@ -106,6 +106,18 @@ def test_a_lane_shows_the_speed_and_first_token_time_its_run_records() -> None:
     assert lane.tokens_per_s == 9.5 and lane.time_to_first_token_s == pytest.approx(0.88)
 
 
+def test_the_first_token_time_counts_the_prefill_before_the_start_event() -> None:
+    """The engine starts its clock before the prefill and says it started after it: the lane's
+    first-token time counts from the lane's start, as the run's end records it."""
+    from specplay.engine.events import StartEvent
+    from specplay.engine.settings import SpecSettings
+
+    lane = LaneTally()
+    lane.add(StartEvent("target", None, None, (1,), 0, SpecSettings()), busy_s=0.8)  # after a 0.8 s prefill
+    lane.add(StepEvent(0, None, Token(1, "a", "target"), step_ms=100.0), busy_s=0.9)
+    assert lane.time_to_first_token_s == pytest.approx(0.9)  # not 0.1
+
+
 def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
     spec = LaneTally()
     bounded = tuple(

@@ -131,8 +131,11 @@ class PlaygroundScreen(Screen[None]):
         shown = self.query_one("#prompt", TextArea).text
         return self._prompt if shown == visible(self._prompt) else shown
 
-    def show_draft_lane(self, shown: bool) -> None:
-        self.query_one(f"#{DRAFT_LANE}").display = shown
+    def show_draft_lane(self, shown: bool, note: str = "") -> None:
+        lane = self.query_one(f"#{DRAFT_LANE}", LaneView)
+        lane.display = shown
+        if note:
+            lane.show_note(note)
         switch = self.query_one("#draft-lane")
         if switch.value != shown:  # type: ignore[attr-defined]
             switch.value = shown  # type: ignore[attr-defined]

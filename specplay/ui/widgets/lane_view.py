@@ -106,6 +106,10 @@ class LaneView(Vertical, can_focus=True):
         self._show_tail(Content(""))
         self.set_stats(Content(""))
 
+    def show_note(self, text: str) -> None:
+        """A line in place of the text, until a run fills the lane (why it is empty)."""
+        self._show_tail(Content.styled(text, "dim italic"))
+
     def add(self, event: Event) -> None:
         """Take an event; the text shows it at the next `flush`."""
         if isinstance(event, RoundEvent):

@@ -43,8 +43,8 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
         first,
         f"draft acceptance rate {_num(tally.draft_acceptance_rate, '.2f')}"
         f"  mean acceptance length {_num(tally.mean_acceptance_length, '.2f')}"
-        f"  TV spent {tally.tv_spent:.2f}  {tally.rule}",
-        f"{speed} (α {_num(p.alpha, '.2f')}, k {_num(p.mean_k, '.1f')}"
+        f"  TV {_num(tally.tv_spent_per_position, '.2f')} a position  {tally.rule}",
+        f"{speed} (per-token acceptance α {_num(p.alpha, '.2f')}, k {_num(p.mean_k, '.1f')}"
         f", c {_num(p.cost_ratio, '.2f')}{' per verify call' if remote else ''})",
     ]
     if remote:

@@ -29,6 +29,10 @@ MAX_ROUNDS = 200
 """Older rounds scroll away: the tape shows the recent behaviour, the session keeps every round."""
 
 
+KEY = f"²…{f'{RANK_TOP_N + 1}+'.translate(_SUPERSCRIPT)}: rank of the correction among the drafter's picks"
+"""The tape's marks, said on its border: what a learner would otherwise look up in the docs."""
+
+
 def rank_mark(position: DraftPosition) -> str:
     """A rejection's correction rank as a superscript: "²" its drafter's second choice, "⁵⁺"
     outside the drafter's top RANK_TOP_N; "" where not known (engine/width.py)."""
@@ -62,7 +66,8 @@ class DraftTape(VerticalScroll):
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.border_title = "draft tape"
+        self.border_title = "draft tape  (∅: a token with no text of its own)"
+        self.border_subtitle = KEY
         self._rounds: deque[tuple[RoundEvent, tuple[str, ...]]] = deque(maxlen=MAX_ROUNDS)
         self._lines: deque[Content] = deque(maxlen=MAX_ROUNDS)
 
