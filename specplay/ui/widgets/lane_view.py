@@ -168,7 +168,10 @@ class LaneView(Vertical, can_focus=True):
         text.styles.height = "auto"
         text.update(Content.assemble(*parts))
         if self.selected is None:
-            self.query_one(".lane-scroll", VerticalScroll).scroll_end(animate=False, immediate=False)
+            # After the refresh that lays the whole text out: scrolled before it, the view stops
+            # short of the last line by what the new height added.
+            scroll = self.query_one(".lane-scroll", VerticalScroll)
+            self.call_after_refresh(scroll.scroll_end, animate=False, immediate=False)
 
     def _tail_start(self, chars: int) -> int:
         total = 0
