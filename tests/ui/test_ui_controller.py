@@ -3,9 +3,10 @@ live changes go, frames between the models' turns, sessions."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -354,15 +355,24 @@ def test_a_full_disk_mid_run_stops_saving_not_the_run(
     assert not load_session(path).complete  # what was written before the disk filled is kept
 
 
+@contextlib.contextmanager
+def running(tmp_path: Path, max_tokens: int) -> Iterator[Harness]:
+    """A harness whose models have loaded and whose run has started; closed after."""
+    harness = Harness(tmp_path, wall_ms=2.0, raw=True, max_tokens=max_tokens, ignore_eos=True)
+    try:
+        harness.playground.load()
+        harness.until(lambda: harness.playground.state == RunState.READY, "the models to load")
+        harness.playground.run()
+        yield harness
+    finally:
+        harness.playground.close()
+
+
 def test_a_change_that_can_no_longer_apply_says_so(tmp_path: Path) -> None:
     """The speculative lane ends first (fewer target passes); a k change then reaches no lane that
     still generates, and the user is told rather than shown a slider that did nothing."""
-    harness = Harness(tmp_path, wall_ms=2.0, raw=True, max_tokens=120, ignore_eos=True)
-    playground, screen = harness.playground, harness.screen
-    try:
-        playground.load()
-        harness.until(lambda: playground.state == RunState.READY, "the models to load")
-        playground.run()
+    with running(tmp_path, max_tokens=120) as harness:
+        playground, screen = harness.playground, harness.screen
         speculative_done = lambda: playground.board.ended("speculative")  # noqa: E731
         harness.until(speculative_done, "the speculative lane to end")
         assert playground.state == RunState.RUNNING  # the target-only lane still generates
@@ -374,8 +384,6 @@ def test_a_change_that_can_no_longer_apply_says_so(tmp_path: Path) -> None:
         playground.change("temperature", 0.5)  # the target-only lane still takes sampling changes
         assert screen.said("notify")[-1][0].startswith("the lanes this change goes to have ended")
         assert len(screen.said("notify")) == 1
-    finally:
-        playground.close()
 
 
 def test_route_none_runs_the_speculative_lane_as_target_steps_and_says_so(harness: Harness) -> None:
@@ -401,12 +409,8 @@ def test_route_none_runs_the_speculative_lane_as_target_steps_and_says_so(harnes
 def test_the_status_line_follows_a_route_changed_mid_run(tmp_path: Path) -> None:
     """It said where auto sent the prompt; after the route control moves it says the new route,
     not the old choice."""
-    harness = Harness(tmp_path, wall_ms=2.0, raw=True, max_tokens=120, ignore_eos=True)
-    playground, screen = harness.playground, harness.screen
-    try:
-        playground.load()
-        harness.until(lambda: playground.state == RunState.READY, "the models to load")
-        playground.run()
+    with running(tmp_path, max_tokens=120) as harness:
+        playground, screen = harness.playground, harness.screen
         assert screen.said("status")[-1][0].startswith("generating") and "auto:" in screen.said("status")[-1][0]
         harness.until(lambda: len(screen.events.get("speculative", [])) > 3, "rounds")
         playground.change("route", "far")
@@ -417,23 +421,15 @@ def test_the_status_line_follows_a_route_changed_mid_run(tmp_path: Path) -> None
         assert screen.draft_note.startswith("the draft-only lane runs from the next run")
         harness.until(lambda: playground.state == RunState.READY, "the run to end", timeout_s=60)
         assert "route far (pinned)" in playground.status and playground.status.startswith("finished")
-    finally:
-        playground.close()
 
 
 def test_the_first_token_time_shown_while_running_is_the_one_the_run_ends_with(tmp_path: Path) -> None:
     """One definition: the time to the first token, shown as soon as it is known, does not jump
     when the run ends and the engine's own number replaces the lane's."""
-    harness = Harness(tmp_path, wall_ms=2.0, raw=True, max_tokens=40, ignore_eos=True)
-    playground = harness.playground
-    try:
-        playground.load()
-        harness.until(lambda: playground.state == RunState.READY, "the models to load")
-        playground.run()
+    with running(tmp_path, max_tokens=40) as harness:
+        playground = harness.playground
         harness.until(lambda: playground.tallies["speculative"].tokens > 0, "the first tokens")
         live = playground.tallies["speculative"].time_to_first_token_s
         harness.until(lambda: playground.state == RunState.READY, "the run to end", timeout_s=60)
         final = playground.tallies["speculative"].time_to_first_token_s
         assert live is not None and final is not None and live == pytest.approx(final, rel=0.02, abs=0.002)
-    finally:
-        playground.close()
