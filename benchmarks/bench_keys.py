@@ -30,6 +30,7 @@ from textual import events
 from textual.widgets import TextArea
 
 from specplay.cli.configure import run_config
+from specplay.data.library import library_prompts
 from specplay.ui.app import PlaygroundApp, create_app
 from specplay.ui.protocols import RunState
 
@@ -77,7 +78,11 @@ def _line(name: str, values: list[float]) -> str:
 async def measure(args: argparse.Namespace) -> None:
     flags = {"target": args.target} if args.target else {}
     config = run_config(flags)
-    config = replace(config, request=replace(config.request, max_tokens=args.max_tokens, ignore_eos=True))
+    # The playground's first prompt, as `specplay` opens with it (a run needs one).
+    prompt = library_prompts()[0].text
+    config = replace(
+        config, request=replace(config.request, prompt=prompt, max_tokens=args.max_tokens, ignore_eos=True)
+    )
     app = create_app(config)
     async with app.run_test(size=(160, 50)) as pilot:
         while app.playground.state != RunState.READY:
@@ -86,8 +91,8 @@ async def measure(args: argparse.Namespace) -> None:
         await pilot.pause(1.0)
         idle_before = await _type(app, args.keys)
         app.action_run()
-        while app.playground.state != RunState.RUNNING:
-            await asyncio.sleep(0.01)
+        if app.playground.state != RunState.RUNNING:
+            raise SystemExit(f"bench_keys: the run did not start: {app.playground.status}")
         await asyncio.sleep(1.0)  # the run under way: prefill done, lanes taking turns
         running = await _type(app, args.keys)
         still = app.playground.state.generating
