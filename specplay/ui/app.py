@@ -178,7 +178,7 @@ class PlaygroundApp(App[None]):
         yield from (c for c in super().get_system_commands(screen) if c.title != "Screenshot")
         yield from palette_commands(self)
 
-    def _session_to_export(self) -> Path | None:
+    def session_to_export(self) -> Path | None:
         """The session on show: the one opened read-only, else the last run's saved one."""
         opened = self.playground.opened
         return opened.path if opened is not None else self.playground.last_session
@@ -186,7 +186,7 @@ class PlaygroundApp(App[None]):
     @work(thread=True, group="export")
     def export_review(self, fmt: str) -> None:
         # Off the UI thread: a long session's page takes a moment to build.
-        path = self._session_to_export()
+        path = self.session_to_export()
         if path is None:
             return
         try:

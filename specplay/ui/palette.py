@@ -45,7 +45,7 @@ def palette_commands(app: PlaygroundApp) -> Iterable[SystemCommand]:
         )
     for title, help, action in app.main.query_one(ControlsPanel).choices():
         yield SystemCommand(f"Set {title}", help, action)
-    if app._session_to_export() is not None:
+    if app.session_to_export() is not None:
         folder = reviews_dir(app.playground.config.sessions_dir)
         for fmt, what in (("html", "review page"), ("md", "Markdown transcript")):
             yield SystemCommand(
