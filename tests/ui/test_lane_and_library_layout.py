@@ -1,5 +1,5 @@
 """What a learner met in the layout: the prompt library's list as wide as its descriptions, and a
-lane that shows its last line when the run ends."""
+lane that shows its last line when the run ends, its numbers explained where they stand."""
 
 from __future__ import annotations
 
@@ -45,3 +45,9 @@ async def test_a_finished_lane_shows_its_last_line(tmp_path: Path) -> None:
             longer += scroll.max_scroll_y > 0  # the text is longer than the view
             assert scroll.scroll_y == scroll.max_scroll_y, (lane, scroll.scroll_y, scroll.max_scroll_y)
         assert longer
+        # Every number the stats show says what it is where it stands: their tooltip names each.
+        stats = app.query_one("#speculative", LaneView).query_one(".lane-stats")
+        shown = str(stats.render())
+        for name in ("tokens/s", "first token", "draft acceptance rate", "mean acceptance length", "a position"):
+            assert name in shown and name in str(stats.tooltip), name
+        assert "per-token acceptance α" in shown and "per-token acceptance α" in str(stats.tooltip)

@@ -25,6 +25,7 @@ from textual.widgets import Static
 
 from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, StepEvent, Token, TokenSource
 from specplay.ui.tokens import marker_content, token_content
+from specplay.ui.widgets.stats_view import STATS_KEY
 from specplay.ui.widgets.steady import show_in_view, steady_update
 
 MIN_TAIL_CHARS = 400
@@ -89,7 +90,9 @@ class LaneView(Vertical, can_focus=True):
         # The lane is the tab stop (when its tokens can be picked), not its scroll area: the wheel scrolls.
         with VerticalScroll(classes="lane-scroll", can_focus=False):
             yield Static("", classes="lane-text")
-        yield Static("", classes="lane-stats")
+        stats = Static("", classes="lane-stats")
+        stats.tooltip = STATS_KEY
+        yield stats
 
     @property
     def text(self) -> str:

@@ -7,6 +7,22 @@ from textual.content import Content
 from specplay.engine.speedup import loss_reason
 from specplay.ui.stats import Comparison, LaneTally, k_advice
 
+STATS_KEY = "\n".join(
+    (
+        "tokens/s: tokens after the first delivery over the time since it, on the lane's own clock",
+        "first token: from the lane's start, its prefill included, to its first token",
+        "draft acceptance rate: accepted over drafted tokens (positions after a rejection count as drafted)",
+        "mean acceptance length: tokens a round commits, its accepted drafts and the one it ends with",
+        "TV a position: how far, in total variation, the rule moved a judged position's output from the "
+        "target, on average (the TV budget D bounds each one; 0 is lossless)",
+        "speedup measured: this lane's tokens/s over the target-only lane's; predicted: Leviathan's formula",
+        "per-token acceptance α: accepted over judged positions; k: drafted a round; c: a draft step's cost "
+        "in target steps",
+        "a round: its draft, verify and host time in target steps, against the tokens it commits",
+    )
+)
+"""What each number of a lane's stats is, where it stands (the stats' tooltip; docs/playground.md)."""
+
 
 def _num(value: float | None, spec: str, unit: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{unit}"
