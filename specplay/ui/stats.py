@@ -36,7 +36,7 @@ class LaneTally:
     tokens: int = 0
     busy_s: float = 0.0
     """The lane's own time (its LaneClock): its turns on the model thread, prefill included."""
-    spec: Metrics = field(default_factory=lambda: Metrics(speculative=True))
+    counters: Metrics = field(default_factory=lambda: Metrics(speculative=True))
     """The engine's own counters (acceptance, TV spent, draft time; tokens on the lane's clock)."""
     finish_reason: str | None = None
     samples: list[tuple[float, int]] = field(default_factory=list)
@@ -61,30 +61,30 @@ class LaneTally:
             # The lane's clock starts at 0 with the lane, before its prefill, as the engine's own
             # start does (its StartEvent comes after the prefill): one time to the first token,
             # the same while the lane runs and in its session.
-            self.spec.start_s = 0.0
+            self.counters.start_s = 0.0
         elif isinstance(event, ControlEvent) and self.settings is not None:
             # A reopened session's changes may hold what these settings do not take: those are skipped.
             self._settle(settings_after(self.settings, event).settings)
         elif isinstance(event, RoundEvent):
             self.last_round = event
             self.tokens += len(event.tokens)
-            self.spec.add_round(event)
+            self.counters.add_round(event)
             bounds = [p.error_bound for p in event.positions if p.outcome != "unreached"]
             if any(bound is not None for bound in bounds):
                 self.error_bound_total = (self.error_bound_total or 0.0) + sum(b or 0.0 for b in bounds)
         elif isinstance(event, StepEvent):
             self.tokens += 1
-            self.spec.add_step(event)
+            self.counters.add_step(event)
         elif isinstance(event, DoneEvent):
             self.finish_reason = event.finish_reason
             self.final_metrics = event.metrics
         # Counterfactual routes' time is not the lane's own: it leaves the lane's tokens/s alone.
-        self.busy_s = busy_s - self.spec.counterfactual_ms / 1000
+        self.busy_s = busy_s - self.counters.counterfactual_ms / 1000
         sources = _sources(event)
         if sources:
             # Timed on the lane's clock as the engine times its own metrics: the speed shown while
             # the lane runs is the one its session records.
-            self.spec.add_tokens(sources, self.busy_s)
+            self.counters.add_tokens(sources, self.busy_s)
             self.samples.append((self.busy_s, self.tokens))
 
     def _settle(self, settings: SpecSettings) -> None:
@@ -102,7 +102,7 @@ class LaneTally:
     def acceptance_per_position(self) -> list[float]:
         """From the rounds' judged positions; where the rounds carry none (vLLM's native mode), what
         the run's end reported (the server's per-position counters)."""
-        own = self.spec.acceptance_per_position()
+        own = self.counters.acceptance_per_position()
         return own or list(self.final_metrics.get("acceptance_per_position") or [])
 
     @property
@@ -112,7 +112,7 @@ class LaneTally:
         the lane's clock before."""
         if "tokens_per_s" in self.final_metrics:
             return self.final_metrics["tokens_per_s"]
-        return self.spec.tokens_per_s
+        return self.counters.tokens_per_s
 
     @property
     def time_to_first_token_s(self) -> float | None:
@@ -120,39 +120,39 @@ class LaneTally:
         from tokens/s, as the engine records it."""
         if (recorded := self.final_metrics.get("time_to_first_token_ms")) is not None:
             return recorded / 1000
-        if self.spec.first_token_s is None or self.spec.start_s is None:
+        if self.counters.first_token_s is None or self.counters.start_s is None:
             return None
-        return self.spec.first_token_s - self.spec.start_s
+        return self.counters.first_token_s - self.counters.start_s
 
     @property
     def rounds(self) -> int:
-        return self.spec.num_spec_steps
+        return self.counters.num_spec_steps
 
     @property
     def drafted(self) -> int:
-        return self.spec.num_draft_tokens
+        return self.counters.num_draft_tokens
 
     @property
     def accepted(self) -> int:
-        return self.spec.num_accepted_draft_tokens
+        return self.counters.num_accepted_draft_tokens
 
     @property
     def judged(self) -> int:
-        return self.spec.num_judged_draft_tokens
+        return self.counters.num_judged_draft_tokens
 
     @property
     def draft_ms(self) -> float:
-        return self.spec.draft_ms
+        return self.counters.draft_ms
 
     @property
     def tv_spent(self) -> float:
-        return self.spec.tv_spent
+        return self.counters.tv_spent
 
     @property
     def tv_spent_per_position(self) -> float | None:
         """The TV the rule spent, on average, at a judged position: what D bounds at each one."""
-        judged = self.spec.num_judged_draft_tokens
-        return self.spec.tv_spent / judged if judged else None
+        judged = self.counters.num_judged_draft_tokens
+        return self.counters.tv_spent / judged if judged else None
 
     @property
     def draft_acceptance_rate(self) -> float | None:
@@ -169,7 +169,7 @@ class LaneTally:
     @property
     def mean_step_ms(self) -> float | None:
         """A target-only step after the first token's, as the engine's yardstick counts it."""
-        return mean_step_ms(self.spec.step_ms, self.spec.num_steps)
+        return mean_step_ms(self.counters.step_ms, self.counters.num_steps)
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts 
     """`target`: the target-only lane run beside it, when its wall time is a speed; None models the
     prediction from the speculative lane's own times alone (remote servers). With `costs`, each k's
     predicted speedup from the lane's acceptance by position and the drafter in use."""
-    metrics = speculative.spec.to_dict()
+    metrics = speculative.counters.to_dict()
     if target is None:
         return Comparison(None, predict_modelled(metrics))
     speedup = measured_speedup(speculative.tokens_per_s, target.tokens_per_s)

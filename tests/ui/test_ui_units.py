@@ -137,7 +137,7 @@ def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
     # `specplay run --json` models the same speedup from the lane's metrics as the playground does
     from specplay.backends.vllm.report import inspection_report
 
-    report = inspection_report(spec.spec.to_dict() | {"vllm": {"approximate": True}})
+    report = inspection_report(spec.counters.to_dict() | {"vllm": {"approximate": True}})
     assert report["cost_ratio"] == pytest.approx(p.cost_ratio)
     assert report["modelled_speedup"] == pytest.approx(p.speedup)
 

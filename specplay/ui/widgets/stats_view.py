@@ -85,13 +85,13 @@ def route_stats(tally: LaneTally) -> str:
     (adaptive routing, or a live change); with counterfactual routes on, each drafter's mean
     acceptance length on this text so far, best first, and the route regret."""
     lines = []
-    served = tally.spec.routes()["rounds_by_route"] or {}
+    served = tally.counters.routes()["rounds_by_route"] or {}
     if len(served) > 1:
         ranked = sorted(served.items(), key=lambda item: -item[1]["rounds"])
         lines.append("rounds " + " ".join(f"{name} {entry['rounds']}" for name, entry in ranked))
-        catch_up = f", catch-up {tally.spec.catch_up_ms:.0f} ms" if tally.spec.catch_up_ms else ""
-        lines.append(f"{tally.spec.route_switches} switches{catch_up}")
-    record = tally.spec.counterfactual()
+        catch_up = f", catch-up {tally.counters.catch_up_ms:.0f} ms" if tally.counters.catch_up_ms else ""
+        lines.append(f"{tally.counters.route_switches} switches{catch_up}")
+    record = tally.counters.counterfactual()
     if record["counterfactual"] is not None:
         ranked = sorted(record["counterfactual"].items(), key=lambda item: -item[1]["mean_acceptance_length"])
         rounds = len(record["counterfactual_rounds"])
