@@ -16,6 +16,7 @@ from specplay.cli.configure import path_flag
 from specplay.cli.render import make_console, warn
 from specplay.config.model_sets import named_set
 from specplay.drafters import model_spec
+from specplay.drafters.early_exit import HEAD_MLP_LIMIT
 from specplay.errors import ConfigError, SpecplayError
 from specplay.files.outputs import OUT_FIX, check_outputs
 
@@ -35,7 +36,7 @@ OUT_FILES = (
 """What distill writes in --out, known before the target loads (its tokenizer's other files are
 checked when they are known)."""
 SHAPE_KEYS = {"new_drafter": ("layers", "width", "heads"), "exit_head": ("layers", "mlp")}
-SHAPE_LIMITS = {"layers": 256, "width": 16384, "heads": 256, "mlp": 65536}
+SHAPE_LIMITS = {"layers": 256, "width": 16384, "heads": 256, "mlp": HEAD_MLP_LIMIT}
 """The largest of each dimension specplay builds: a drafter is small, and MLX crashes rather than
 failing on a shape too large to allocate."""
 

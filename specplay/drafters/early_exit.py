@@ -11,6 +11,10 @@ from specplay.drafters.kind import DrafterKind, absolute, options
 from specplay.drafters.spec import ModelSpec, Role
 from specplay.errors import ConfigError
 
+HEAD_MLP_LIMIT = 65536
+"""The widest hidden layer a trained exit head may have (`specplay distill --exit-head
+layers=L,mlp=N` accepts no more, and a head's file claiming more is refused)."""
+
 
 class EarlyExitKind(DrafterKind):
     """The target's first `layers` layers (checked against the target when it loads)."""

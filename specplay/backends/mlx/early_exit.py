@@ -21,6 +21,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.models.base import create_attention_mask
 
+from specplay.drafters.early_exit import HEAD_MLP_LIMIT
 from specplay.errors import ModelError, SpecplayError, detail_of
 from specplay.files.json_text import dump_json, read_json
 
@@ -209,7 +210,6 @@ def head_identity(folder: Path) -> dict[str, Any]:
 HEAD_VERSION = 1
 LAYER_LIMIT = 4096  # far beyond any model's layers: a larger number is damage, not a deep model
 HIDDEN_LIMIT = 1 << 20
-MLP_LIMIT = 65536  # what `specplay distill --exit-head layers=L,mlp=N` accepts
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 DISTILL_HEAD = "`specplay distill --exit-head`"
 RETRAIN_HEAD = f"train the head again with {DISTILL_HEAD}"
@@ -257,7 +257,7 @@ def head_config(record: Mapping[str, Any]) -> HeadConfig:
     return HeadConfig(
         layers=_bounded(record, "layers", 1, LAYER_LIMIT),
         hidden_size=_bounded(record, "hidden_size", 1, HIDDEN_LIMIT),
-        mlp_size=_bounded(record, "mlp_size", 0, MLP_LIMIT, default=0),
+        mlp_size=_bounded(record, "mlp_size", 0, HEAD_MLP_LIMIT, default=0),
         weights_sha256=_sha256(record, "weights_sha256", "its weights_sha256"),
         target_sha256=_sha256(target or {}, "weights_sha256", "its target's weights_sha256"),
     )
