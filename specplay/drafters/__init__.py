@@ -26,7 +26,7 @@ from specplay.drafters.kind import DrafterKind, Form, Proposer
 from specplay.drafters.model import MODEL
 from specplay.drafters.none import NONE
 from specplay.drafters.prompt_lookup import PROMPT_LOOKUP
-from specplay.drafters.spec import LOCAL_FORMATS, SERVER, ModelSpec, Role
+from specplay.drafters.spec import ModelSpec, Role
 from specplay.errors import ConfigError
 
 __all__ = [
@@ -60,7 +60,7 @@ def drafter_syntax() -> str:
 
 def kind_of(spec: ModelSpec) -> DrafterKind:
     """The kind of a configured model (a target is a model)."""
-    if spec.kind in LOCAL_FORMATS or spec.kind == SERVER:
+    if spec.local or spec.on_server:  # a model, wherever its weights are
         return MODEL
     return KINDS[spec.kind]
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from specplay.cli import build_parser
-from specplay.config.controls import CONTROL, CONTROLS
+from specplay.config.controls import CONTROLS
+from specplay.engine.controls import checked_change
+from specplay.engine.settings import SpecSettings
 from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import scripted_backend
@@ -42,9 +44,11 @@ def test_a_controls_flag_says_what_the_control_says(control: object) -> None:
     assert control.words in " ".join(action.help.split())  # type: ignore[attr-defined]
 
 
-def test_a_change_reaches_the_lanes_its_control_says() -> None:
-    assert CONTROL["temperature"].reach == "every lane"  # target-only and speculative sample alike
-    assert {CONTROL[id].reach for id in ("k", "rule", "knob", "policy", "route", "counterfactual")} == {
-        "speculative lane"
-    }
-    assert CONTROL["seed"].reach == CONTROL["draft-lane"].reach == "next run"
+def test_a_change_reaches_the_lanes_its_setting_says() -> None:
+    """Sampling goes to every lane, so target-only and speculative sample the same distribution;
+    the rest to the speculative lane (the playground's controller reads this off the change)."""
+    settings = SpecSettings()
+    assert checked_change(settings, (), temperature=0.7).sampling_only
+    others = {"k": 2, "rule": "typical", "tv_budget": 0.3, "policy": "cost", "counterfactual": True}
+    assert not any(checked_change(settings, (), **{name: value}).sampling_only for name, value in others.items())
+    assert not checked_change(settings, ("near",), route="near").sampling_only
