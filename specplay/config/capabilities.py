@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 NATIVE_FIXED = "k, drafter and acceptance rule are fixed by the server's --speculative-config (a restart changes them)"
 
-MLX = Capabilities(top_n=True, scoring=True, counterfactual=True)
+MLX = Capabilities(top_n=True, scoring=True, counterfactual=True, trees=True)
 
 TOP_K_RULES = tuple(name for name, rule in RULES.items() if not rule.full_distributions)
 """The rules a backend that knows only each distribution's top-K can judge: a bracket of d is enough."""

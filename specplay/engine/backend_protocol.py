@@ -11,6 +11,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams
+from specplay.engine.tree import TreeShape
 
 
 class Detokenizer(Protocol):
@@ -61,6 +62,26 @@ class VerifiedDraft:
     None under mentored decoding, whose theta * d the engine computes (also from a top-K bracket)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifiedTree:
+    """Host copy of a verified draft tree (engine/tree.py): per node what judging and the views
+    read, per row the token that ends a round there."""
+
+    drafted: list[int]
+    parents: list[int]
+    p_target: list[float]
+    """p_target(x) at the node's parent row, before any sibling was judged (one-hot greedy)."""
+    p_draft: list[float]
+    """p_draft(x) there, likewise (1 greedy: the drafter's own top tokens)."""
+    tv_distance: list[float]
+    """TV(p_target, p_draft) at the node's parent row."""
+    accept_probability: list[float]
+    """The probability of keeping the node once its earlier siblings lost (1 or 0 greedy)."""
+    row_tokens: list[int]
+    """Per row (the root, then each node): the correction drawn from the residual left after all
+    of its children lost, or, for a leaf, its bonus (the argmax greedy)."""
+
+
 class Generation(Protocol):
     """One sequence being generated: its committed tokens and the model caches behind them.
     (The playground's lanes and a session's lanes are columns of a run; each runs one of these.)"""
@@ -94,6 +115,18 @@ class Generation(Protocol):
         (only the rules the capabilities list); corrections and bonus drawn with `draws`. With
         `top_n` > 0 (only where the capabilities say `top_n`), also report each distribution's
         top_n tokens."""
+        ...
+
+    def draft_tree(self, drafter: str, shape: TreeShape, sampling: SamplingParams, uniforms: Sequence[float]) -> Any:
+        """Draft a tree within `shape` after `tokens` (tree.py's shape and children; node i drawn
+        with uniforms[i]); a drafter that proposes a single chain (prompt lookup) drafts that
+        chain. Only where the capabilities say `trees`."""
+        ...
+
+    def verify_tree(self, draft: Any, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
+        """Score every node of the tree in one target pass (each attends to the context and its
+        ancestors), with tree.py's lossless judging numbers; `commit` then keeps the cache entries
+        of the committed path."""
         ...
 
     def counterfactual(

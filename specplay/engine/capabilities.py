@@ -44,6 +44,8 @@ class Capabilities:
     """It can judge other drafters' proposals from a lane's context without committing them."""
     round_routes: bool = True
     """It can change drafters between rounds (`--route adaptive`); a speculating server drafts by itself."""
+    trees: bool = False
+    """It can draft trees and verify one in a pass (`--width`, `--tree`: tree.py)."""
 
     @property
     def baseline(self) -> bool:
@@ -69,7 +71,23 @@ def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
         raise ConfigError("counterfactual", "routes run on the MLX backend only: turn them off")
     if settings.route == NONE_ROUTE and capabilities.server_judges:
         raise ConfigError("route", f"none (no speculation) cannot run on a speculating server: {capabilities.fixed_by}")
+    if settings.drafts_trees:
+        _check_trees(settings, capabilities)
     if settings.route == ADAPTIVE_ROUTE and not capabilities.round_routes:
         raise ConfigError(
             "route", f"adaptive picks a drafter every round, which cannot happen here: {capabilities.fixed_by}"
+        )
+
+
+def _check_trees(settings: SpecSettings, capabilities: Capabilities) -> None:
+    if not capabilities.trees:
+        why = capabilities.fixed_by or "this backend verifies a chain of drafts only"
+        raise ConfigError("width", f"draft trees cannot run here: {why}; use width 1 (a chain), or the MLX backend")
+    rule = settings.acceptance_rule
+    if not rule.lossless:
+        knob = rule.knob
+        raise ConfigError(
+            "width",
+            f"draft trees are judged losslessly only, and {rule.name} {knob.symbol} {rule.value:g} relaxes "
+            f"acceptance: set {knob.label} to {knob.lossless:g}, or use width 1 (a chain)",
         )

@@ -153,6 +153,9 @@ class RoundEvent:
     other drafters served (a route switch); 0 when it drafted the round before."""
     catch_up_tokens: int = 0
     """Tokens its cache took in then (0 where the backend keeps no cache of it here)."""
+    parents: tuple[int, ...] | None = None
+    """A tree round's parent list (engine/tree.py): `drafted` and `positions` are then its nodes,
+    breadth first, and `k` their count; None for a chain."""
     k_asked: int | None = None
     """The draft length asked for: the policy's k, within the tokens left (0 on the none route);
     None where it is not known (a speculating server's round, a session saved before it was

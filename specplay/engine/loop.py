@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from specplay.engine.accept import Verdict, judge
-from specplay.engine.backend_protocol import Backend, Generation, VerifiedDraft
+from specplay.engine.backend_protocol import Backend, Generation, VerifiedDraft, VerifiedTree
 from specplay.engine.capabilities import check_supported
 from specplay.engine.controls import LiveControls, settings_diff
 from specplay.engine.draws import Draws, RoundDraws
@@ -48,6 +48,7 @@ from specplay.engine.routers.request import (
 from specplay.engine.routers.rounds import RoundObservation, RoundRouter, kept_of_proposal
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.stream import Clock
+from specplay.engine.tree import depths, judge_tree, tree_shape
 from specplay.errors import ConfigError, ModelError
 
 _POLICY_FIELDS = {
@@ -149,7 +150,7 @@ def _rank(verified: VerifiedDraft, i: int) -> int | None:
     return None if rank is None else int(rank)
 
 
-def _check_numbers(verified: VerifiedDraft, route: str) -> None:
+def _check_numbers(verified: VerifiedDraft | VerifiedTree, route: str) -> None:
     """A model whose probabilities are not numbers (NaN weights, an overflow) ends the run in one
     line rather than judging with them."""
     for name, values in (("p_target", verified.p_target), ("p_draft", verified.p_draft)):
@@ -347,28 +348,44 @@ class _Run:
     #   4. at the first rejection a correction is drawn from the residual; if all k are kept,
     #      a bonus token is drawn from the target after them;
     #   5. commit the tokens, and every cache rewinds to them.
+    # With a tree (`--width`, `--tree`) steps 1 to 4 draft, verify and judge one (tree.py).
     # Every draw comes from the engine's seeded stream (RoundDraws), so a seed replays the round.
     def _round(self, generation: Generation, index: int) -> tuple[RoundEvent, FinishReason | None]:
         assert self.drafter is not None and self.round_router is not None
         sampling, start = self.settings.sampling, self._now()
         remaining = self.max_tokens - len(self.generated)
         k = min(self.policy.propose(), remaining)
-        draws = RoundDraws.take(self.draws, k)
+        shape = tree_shape(self.settings.width, self.settings.tree_nodes, k) if self.settings.drafts_trees else None
+        draws = RoundDraws.take(self.draws, k if shape is None else shape.nodes)
         keep_drafting = self.policy.keep_drafting if self.policy.stops_early else None
 
         self._close_plain()  # a live change left the none route: the next round drafts from the committed tokens
         caught_up = self._route(generation, k)  # 0
         caught_up_at = self._now()
-        if self.drafter == NONE_ROUTE or k == 0:  # no speculation: a round that drafts nothing is a target step
-            draft = generation.given_draft([])
+        parents: tuple[int, ...] | None = None
+        counterfactuals: tuple[Counterfactual, ...] = ()
+        bonus_top = None
+        if self.drafter != NONE_ROUTE and k > 0 and shape is not None:  # a tree: tree.py's round
+            tree = generation.draft_tree(self.drafter, shape, sampling, draws.draft)  # 1
+            drafted_at = self._now()
+            verified_tree = generation.verify_tree(tree, sampling, draws)  # 2
+            verified_at = self._now()
+            drafted = tuple(verified_tree.drafted)
+            parents = tuple(verified_tree.parents)
+            positions, committed = self._judge_tree(verified_tree, draws, remaining)  # 3 and 4
         else:
-            draft = generation.draft(self.drafter, k, sampling, draws.draft, keep_drafting)  # 1
-        drafted_at = self._now()
-        counterfactuals = self._counterfactuals(generation, k, draws, keep_drafting, since=drafted_at)
-        verified = generation.verify(draft, sampling, self.rule, draws, self.top_n)  # 2
-        verified_at = self._now()
-        _check_numbers(verified, self.drafter)
-        positions, committed = self._judge(verified, draws, remaining)  # 3 and 4
+            if self.drafter == NONE_ROUTE or k == 0:  # no speculation: a round that drafts nothing is a target step
+                draft = generation.given_draft([])
+            else:
+                draft = generation.draft(self.drafter, k, sampling, draws.draft, keep_drafting)  # 1
+            drafted_at = self._now()
+            counterfactuals = self._counterfactuals(generation, k, draws, keep_drafting, since=drafted_at)
+            verified = generation.verify(draft, sampling, self.rule, draws, self.top_n)  # 2
+            verified_at = self._now()
+            _check_numbers(verified, self.drafter)
+            drafted = tuple(verified.drafted)
+            positions, committed = self._judge(verified, draws, remaining)  # 3 and 4
+            bonus_top = _top(verified.top_target, len(verified.drafted))
         generation.commit([token_id for token_id, _ in committed])  # 5
 
         token_index = len(self.generated)
@@ -379,8 +396,8 @@ class _Run:
             index=index,
             token_index=token_index,
             drafter=self.drafter,
-            k=len(verified.drafted),
-            drafted=tuple(verified.drafted),
+            k=len(drafted),
+            drafted=drafted,
             positions=tuple(positions),
             num_accepted=num_accepted,
             tokens=tuple(tokens),
@@ -389,19 +406,53 @@ class _Run:
             # Everything else since the last round: judging, commit, events, the live controls,
             # and whatever the consumer did between rounds.
             overhead_ms=1000 * (done_at - verified_at + start - self.last_end_s),
-            bonus_top_target=_top(verified.top_target, len(verified.drafted)),
+            bonus_top_target=bonus_top,
             counterfactuals=counterfactuals,
             catch_up_ms=1000 * (caught_up_at - start) if caught_up else 0.0,
             catch_up_tokens=caught_up,
+            parents=parents,
             k_asked=k,
         )
         times = RoundTimes(event.draft_ms - event.catch_up_ms, event.verify_ms, event.overhead_ms)
-        self.policy.update(event.k, num_accepted, times)
+        # A tree's draft length, for the policy, is its depth: the most it could have kept.
+        self.policy.update(event.k if parents is None else max(depths(parents), default=0), num_accepted, times)
         self._learn(event, len(generation.tokens), asked=k)
         self.metrics.add_round(event)
         self.metrics.add_tokens([t.source for t in tokens], done_at)
         self.last_end_s = done_at
         return event, finish
+
+    def _judge_tree(
+        self, verified: VerifiedTree, draws: RoundDraws, remaining: int
+    ) -> tuple[list[DraftPosition], list[tuple[int, TokenSource]]]:
+        """Steps 3 and 4 for a tree (tree.py): the walk from the root, each node recorded as a
+        position (its parent row's numbers), the siblings tried and lost as rejected."""
+        _check_numbers(verified, self.drafter or "")
+        greedy = self.settings.sampling.greedy
+        verdict = judge_tree(
+            verified.parents,
+            verified.drafted,
+            accept_probability=verified.accept_probability,
+            uniforms=draws.accept,
+            row_tokens=verified.row_tokens,
+            limit=remaining,
+            stops=self._is_eos,
+        )
+        positions = [
+            DraftPosition(
+                token_id=token_id,
+                p_target=verified.p_target[i],
+                p_draft=verified.p_draft[i],
+                uniform=draws.accept[i],
+                tv_distance=verified.tv_distance[i],
+                theta=0.0,
+                outcome=verdict.outcomes[i],
+                accept_probability=None if greedy else verified.accept_probability[i],
+                tv_spent=0.0,
+            )
+            for i, token_id in enumerate(verified.drafted)
+        ]
+        return positions, list(verdict.committed)
 
     def _route(self, generation: Generation, k: int) -> int:
         """Step 0: this round's drafter, caught up; returns the tokens its cache took in."""

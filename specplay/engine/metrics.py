@@ -8,6 +8,7 @@ from typing import Any
 
 from specplay.engine.events import RoundEvent, StepEvent, TokenSource
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, mean_step_ms
+from specplay.engine.tree import depths
 from specplay.engine.width import empty_histogram, rank_key, second_branch_share
 
 
@@ -92,13 +93,13 @@ class Metrics:
         self.num_spec_steps += 1
         self.num_draft_tokens += event.k
         self.num_accepted_draft_tokens += event.num_accepted
-        for i, position in enumerate(event.positions):
+        for i, kept in enumerate(_per_position(event)):
             if i == len(self.drafted_per_position):
                 self.drafted_per_position.append(0)
                 self.accepted_per_position.append(0)
             self.drafted_per_position[i] += 1
-            if position.kept:
-                self.accepted_per_position[i] += 1
+            self.accepted_per_position[i] += kept
+        for position in event.positions:
             # Each judged position emitted a token distributed as the rule's pi, position.spent from
             # the target in TV; unreached positions emitted nothing.
             if position.outcome != "unreached":
@@ -225,3 +226,12 @@ class Metrics:
             "catch_up_ms": self.catch_up_ms,
             "catch_up_tokens": self.catch_up_tokens,
         }
+
+
+def _per_position(event: RoundEvent) -> list[bool]:
+    """Whether each drafted position was kept; a tree's positions are its depths, kept where the
+    accepted path reaches them."""
+    if event.parents is None:
+        return [position.kept for position in event.positions]
+    levels = depths(event.parents)
+    return [event.num_accepted >= depth for depth in range(1, max(levels, default=0) + 1)]

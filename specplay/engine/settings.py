@@ -28,6 +28,10 @@ ROUTE_SETTINGS = (AUTO_ROUTE, ADAPTIVE_ROUTE)
 RESERVED_ROUTES = (*ROUTE_SETTINGS, NONE_ROUTE)
 """Routes that are not a drafter's name (no drafter may take one)."""
 K_LIMIT = 64  # beyond this a draft is never worth its cost, and a typo is likelier than intent
+WIDTH_LIMIT = 8
+"""Children of a tree's node at most: past it a sibling's chance is too small to pay for its row."""
+NODES_LIMIT = K_LIMIT
+"""Nodes of a draft tree at most, as a chain's k."""
 
 
 def _check(ok: bool, name: str, message: str) -> None:
@@ -106,9 +110,19 @@ class SpecSettings:
     rule_params: RuleParams = field(default_factory=RuleParams)
     counterfactual: bool = False
     """Each round, also judge every other drafter's proposal from the same context (never committed)."""
+    width: int = 1
+    """Draft trees (tree.py): the children a level of the tree adds at most; 1 drafts a chain."""
+    tree_nodes: int = 0
+    """A tree's nodes at most (the verify pass's rows but one); 0: width x k."""
 
     def __post_init__(self) -> None:
         _check(1 <= self.k <= K_LIMIT, "k", f"must be between 1 and {K_LIMIT} (got {self.k})")
+        _check(1 <= self.width <= WIDTH_LIMIT, "width", f"must be between 1 and {WIDTH_LIMIT} (got {self.width})")
+        _check(
+            0 <= self.tree_nodes <= NODES_LIMIT,
+            "tree",
+            f"must be between 1 and {NODES_LIMIT} nodes, or 0 for width x k (got {self.tree_nodes})",
+        )
         _check(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)} (got {self.policy!r})")
         _check(bool(self.route), "route", "must name a drafter, or be 'auto', 'adaptive' or 'none'")
         _check(self.rule in RULES, "rule", f"must be one of {', '.join(RULES)} (got {self.rule!r})")
@@ -116,6 +130,11 @@ class SpecSettings:
     @property
     def acceptance_rule(self) -> AcceptanceRule:
         return make_rule(self.rule, self.rule_params)
+
+    @property
+    def drafts_trees(self) -> bool:
+        """Rounds draft trees (a node budget alone drafts a tree of width 1: a chain, judged as a tree)."""
+        return self.width > 1 or self.tree_nodes > 0
 
     def changed(self, **changes: object) -> SpecSettings:
         """A copy with `changes`; the fields of sampling, policy_params and rule_params

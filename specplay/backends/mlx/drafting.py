@@ -21,9 +21,11 @@ from mlx_lm.models.cache import trim_prompt_cache
 from specplay.backends.mlx.early_exit import EarlyExitModel, LayerSplit, check_layers, head_identity, load_exit_head
 from specplay.backends.mlx.kernels import draw_kernel
 from specplay.backends.mlx.loading import LoadedModel, folder_identity, load_model, rewindable_cache
+from specplay.backends.mlx.trees import MlxTree, Segments, TreePass, chain_tree, grow_tree, tree_pass
 from specplay.drafters import DrafterKind, Form, ModelSpec, Proposer, kind_of
 from specplay.engine.sampling import one_hot, softmax
 from specplay.engine.settings import SamplingParams
+from specplay.engine.tree import TreeShape
 from specplay.engine.width import LOGITS, correction_ranks
 
 PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
@@ -46,9 +48,18 @@ def fit_vocab(logits: mx.array, vocab_size: int) -> mx.array:
 class ModelCache:
     """A model, its KV cache, and how many of the generation's tokens the cache holds."""
 
-    def __init__(self, name: str, model: Any, cache: list[Any], vocab_size: int) -> None:
+    def __init__(self, name: str, model: Any, cache: list[Any], vocab_size: int, tree: TreePass | None = None) -> None:
         self.name, self.model, self.cache, self.vocab_size = name, model, cache, vocab_size
         self.length = 0
+        self.tree_pass = tree
+        """Its pass over a draft tree (trees.py); None where its family cannot take one."""
+
+    def forward_tree(self, token_ids: mx.array, mask: mx.array, segments: Segments) -> mx.array:
+        """`forward` over rows masked by `mask`, each block of `segments` at its own position (trees.py)."""
+        assert self.tree_pass is not None, "only a model with a tree pass is given a tree"
+        logits = self.tree_pass(token_ids, self.cache, mask, segments)
+        self.length += token_ids.shape[0]
+        return fit_vocab(logits, self.vocab_size)
 
     def forward(self, token_ids: mx.array) -> mx.array:
         """Logits [len(token_ids), vocab] for the positions after each token; caches them."""
@@ -154,6 +165,17 @@ class Drafter(Protocol):
     ) -> MlxDraft:
         """Up to k tokens to follow `tokens` (the committed ones)."""
 
+    def draft_tree(
+        self,
+        tokens: Sequence[int],
+        shape: TreeShape,
+        *,
+        sampling: SamplingParams,
+        drawn: Sequence[float],
+        compiled: bool,
+    ) -> MlxTree:
+        """A tree within `shape` to follow `tokens` (engine/tree.py), or its chain where it cannot grow one."""
+
     def trim_to(self, length: int) -> None:
         """Forget what it holds past `length` tokens."""
 
@@ -217,6 +239,20 @@ class CacheDrafter:
             return MlxDraft(out, None, model.vocab_size, scores=stacked)
         return MlxDraft(out, stacked, model.vocab_size)
 
+    def draft_tree(
+        self,
+        tokens: Sequence[int],
+        shape: TreeShape,
+        *,
+        sampling: SamplingParams,
+        drawn: Sequence[float],
+        compiled: bool,
+    ) -> MlxTree:
+        if self.cache.tree_pass is not None:
+            return grow_tree(self.cache, tokens, shape, sampling, drawn)
+        chain = self.draft(tokens, shape.depth, sampling=sampling, drawn=drawn, keep_drafting=None, compiled=compiled)
+        return chain_tree(chain.tokens.tolist(), chain.rows, self.cache.vocab_size)
+
     def trim_to(self, length: int) -> None:
         self.cache.trim_to(length)
 
@@ -267,6 +303,18 @@ class ProposerDrafter:
                     break
         return certain_draft(proposal, self.vocab_size)
 
+    def draft_tree(
+        self,
+        tokens: Sequence[int],
+        shape: TreeShape,
+        *,
+        sampling: SamplingParams,
+        drawn: Sequence[float],
+        compiled: bool,
+    ) -> MlxTree:
+        """Its one proposal, as a chain: certain, one-hot rows."""
+        return chain_tree(self.proposer.propose(tokens, shape.depth), None, self.vocab_size)
+
     def trim_to(self, length: int) -> None:
         """Nothing to rewind: a proposal is never taken in."""
 
@@ -315,7 +363,8 @@ class LoadedModelDrafter:
     loaded: LoadedModel
 
     def open(self, vocab_size: int) -> Drafter:
-        return CacheDrafter(ModelCache(self.name, self.loaded.model, rewindable_cache(self.loaded), vocab_size))
+        tree = tree_pass(self.loaded.model, f"drafter {self.name!r}")
+        return CacheDrafter(ModelCache(self.name, self.loaded.model, rewindable_cache(self.loaded), vocab_size, tree))
 
     def record(self) -> dict[str, Any]:
         return {"kind": self.kind.name, **folder_identity(self.loaded)}
@@ -340,7 +389,8 @@ class LoadedEarlyExit:
 
     def open(self, vocab_size: int) -> Drafter:
         cache = rewindable_cache(self.target)[: self.layers]
-        return CacheDrafter(ModelCache(self.name, self.model, cache, vocab_size))
+        tree = tree_pass(self.model.split, f"drafter {self.name!r}", self.model.head, self.layers)
+        return CacheDrafter(ModelCache(self.name, self.model, cache, vocab_size, tree))
 
     def record(self) -> dict[str, Any]:
         return self.kind.record(self.spec) | {

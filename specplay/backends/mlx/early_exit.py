@@ -56,10 +56,17 @@ class LayerSplit:
     def embed(self, inputs: mx.array) -> mx.array:
         return self.inner.embed_tokens(inputs)
 
-    def run(self, h: mx.array, start: int, stop: int, cache: list[Any] | None = None) -> mx.array:
-        """Layers start..stop-1 on hidden states h [batch, tokens, hidden], with their caches if given."""
+    def run(
+        self, h: mx.array, start: int, stop: int, cache: list[Any] | None = None, mask: mx.array | None = None
+    ) -> mx.array:
+        """Layers start..stop-1 on hidden states h [batch, tokens, hidden], with their caches if
+        given; `mask`: one for every layer (a draft tree's), else the model's own."""
         layers = self.layers[start:stop]
         caches = cache if cache is not None else [None] * len(layers)
+        if mask is not None:
+            for layer, layer_cache in zip(layers, caches, strict=True):
+                h = layer(h, mask, layer_cache)
+            return h
         # As the model builds them: one mask for full-attention layers and one for sliding-window
         # layers, from a cache of that kind (all of a sequence's caches hold as many tokens).
         masks: dict[bool, Any] = {}

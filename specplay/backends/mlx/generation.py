@@ -24,12 +24,14 @@ from specplay.backends.mlx.drafting import (
     uniforms,
 )
 from specplay.backends.mlx.drafting import draw as draw_token
+from specplay.backends.mlx.trees import MlxTree, judged_numbers, keep_path, verify_pass
 from specplay.engine.accept import inverse_cdf_sample
-from specplay.engine.backend_protocol import VerifiedDraft
+from specplay.engine.backend_protocol import VerifiedDraft, VerifiedTree
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
+from specplay.engine.tree import TreeShape, kept_path
 from specplay.engine.verify_rows import top_n as top_tokens
 from specplay.errors import ConfigError, ModelError
 
@@ -149,6 +151,8 @@ class MlxGeneration:
         """The sampling and acceptance math runs compiled (kernels.py says where that pays)."""
         self.tokens = list(prompt_token_ids)
         self._cleared_at = 0
+        self._tree: tuple[int, MlxTree] | None = None
+        """The last verified tree, until its commit: where its nodes' cache entries start, and it."""
 
     def prefill(self, name: str | None, clear: bool = True) -> int:
         """Bring the target's (None) or a drafter's cache to all committed tokens but the last, and
@@ -193,6 +197,20 @@ class MlxGeneration:
             draft, logits, sampling=sampling, rule=rule, draws=draws, top_n=top_n, compiled=self.compiled
         )
 
+    def draft_tree(
+        self, drafter: str, shape: TreeShape, sampling: SamplingParams, uniforms: Sequence[float]
+    ) -> MlxTree:
+        if self.target.tree_pass is None:  # the target verifies chains only: the drafter drafts one
+            shape = replace(shape, width=1, nodes=shape.depth)
+        return self.drafters[drafter].draft_tree(
+            self.tokens, shape, sampling=sampling, drawn=uniforms, compiled=self.compiled
+        )
+
+    def verify_tree(self, draft: MlxTree, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
+        logits, start = verify_pass(self.target, self.tokens, draft)
+        self._tree = (start, draft)
+        return judged_numbers(draft, logits, sampling, draws)
+
     def counterfactual(
         self,
         drafter: str,
@@ -214,6 +232,10 @@ class MlxGeneration:
         return verified
 
     def commit(self, tokens: Sequence[int]) -> None:
+        if self._tree is not None:  # after a tree: its kept path's cache entries follow the context
+            start, tree = self._tree
+            keep_path(self.target, start, len(tree.tokens), kept_path(tree.parents, tree.tokens, tokens))
+            self._tree = None
         self.tokens.extend(tokens)
         self.target.trim_to(len(self.tokens) - 1)
         for drafter in self.drafters.values():

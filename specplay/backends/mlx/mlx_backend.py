@@ -26,6 +26,7 @@ from specplay.backends.mlx.loading import (
     rewindable_cache,
     vocab_table,
 )
+from specplay.backends.mlx.trees import tree_pass
 from specplay.config.capabilities import MLX
 from specplay.drafters import ModelSpec, model_spec
 from specplay.engine.backend_protocol import Detokenizer
@@ -82,7 +83,8 @@ class MlxBackend:
         self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)
     ) -> MlxGeneration:
         """Fresh caches; `prefill` names the models (None: the target) to bring up to the prompt now."""
-        target = ModelCache(TARGET, self.target.model, rewindable_cache(self.target), self.vocab_size)
+        tree = tree_pass(self.target.model, "the target")
+        target = ModelCache(TARGET, self.target.model, rewindable_cache(self.target), self.vocab_size, tree)
         drafters = {name: loaded.open(self.vocab_size) for name, loaded in self.loaded.items()}
         generation = MlxGeneration(target, drafters, prompt_token_ids, self.compiled)
         for name in prefill:

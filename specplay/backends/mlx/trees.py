@@ -1,0 +1,285 @@
+"""Draft trees on MLX (engine/tree.py's rules): a drafter grows a tree level by level, and the
+target scores all of its nodes in one forward pass.
+
+A tree pass lays the nodes out flat after the cache's tokens. Each node attends to the context
+and to its ancestors (a boolean mask, where a chain has the causal one) and is rotated at its own
+position, context length + depth - 1, so siblings share one. mlx-lm's attention takes a mask
+but rotates tokens at consecutive positions from the cache's offset, so for the length of a pass
+each layer's rotary embedding is swapped for one that rotates a breadth-first level at a time
+(the nodes of a level are contiguous and share their position). That needs a model split into
+its layers (early_exit.LayerSplit: the llama family); another family drafts and verifies chains.
+
+After the round only the kept path's cache entries are moved to follow the context, as a chain's
+accepted prefix would be there, and the rest are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models.cache import KVCache, trim_prompt_cache
+
+from specplay.backends.mlx.early_exit import ExitHead, LayerSplit
+from specplay.engine.accept import inverse_cdf_sample, tv_distance
+from specplay.engine.backend_protocol import VerifiedTree
+from specplay.engine.draws import RoundDraws
+from specplay.engine.sampling import one_hot, sampling_probs, softmax
+from specplay.engine.settings import SamplingParams
+from specplay.engine.tree import ROOT, TreeShape, children, depths, draw_siblings, level_counts, sees, sibling_step
+from specplay.errors import ModelError
+
+Segments = list[tuple[int, int, bool]]
+"""Consecutive blocks of a pass's rows as (count, position, shared): a chain's block is rotated at
+consecutive positions from `position`, a level's (shared) all at `position`."""
+
+
+class _LevelRope(nn.Module):
+    """A layer's rotary embedding applied block by block, each block of rows at its own position."""
+
+    def __init__(self, rope: Any, segments: Segments) -> None:
+        super().__init__()
+        object.__setattr__(self, "_rope", rope)
+        object.__setattr__(self, "_segments", segments)
+
+    def __call__(self, x: mx.array, offset: int = 0) -> mx.array:
+        parts, start = [], 0
+        for count, position, shared in self._segments:
+            block = x[..., start : start + count, :]
+            if shared:  # each row alone along the sequence axis, so all are rotated at `position`
+                parts.append(self._rope(block[..., None, :], offset=position)[..., 0, :])
+            else:
+                parts.append(self._rope(block, offset=position))
+            start += count
+        return mx.concatenate(parts, axis=-2)
+
+
+@contextmanager
+def _positions(layers: Sequence[nn.Module], segments: Segments) -> Iterator[None]:
+    attentions = [layer.self_attn for layer in layers]
+    ropes = [attention["rope"] for attention in attentions]
+    try:
+        for attention, rope in zip(attentions, ropes, strict=True):
+            attention["rope"] = _LevelRope(rope, segments)
+        yield
+    finally:
+        for attention, rope in zip(attentions, ropes, strict=True):
+            attention["rope"] = rope
+
+
+@dataclass(frozen=True)
+class TreePass:
+    """A model's forward pass over a tree: its first `layers` layers, an exit head if any, its
+    own norm and output head."""
+
+    split: LayerSplit
+    layers: int
+    head: ExitHead | None = None
+
+    def __call__(self, inputs: mx.array, cache: list[Any], mask: mx.array, segments: Segments) -> mx.array:
+        """Logits [rows, vocab] for `inputs`, rows masked by `mask` [rows, cache + rows]."""
+        with _positions(self.split.layers[: self.layers], segments):
+            h = self.split.run(self.split.embed(inputs[None]), 0, self.layers, cache, mask=mask)
+        if self.head is not None:
+            h = self.head(h)
+        return self.split.logits(h)[0]
+
+
+def tree_pass(model: Any, label: str, head: ExitHead | None = None, layers: int | None = None) -> TreePass | None:
+    """`model`'s tree pass (`model` an mlx-lm model or a LayerSplit), or None where its family's
+    attention cannot take a tree mask and per-token positions (it then drafts chains)."""
+    try:
+        split = model if isinstance(model, LayerSplit) else LayerSplit(model, label)
+    except ModelError:
+        return None
+    usable = split.sliding_window is None and all(hasattr(layer.self_attn, "rope") for layer in split.layers)
+    return TreePass(split, len(split.layers) if layers is None else layers, head) if usable else None
+
+
+def _cache_mask(
+    parents: Sequence[int], rows: range, before: int, pending: int = 0, tree_start: int | None = None
+) -> mx.array:
+    """The mask of a pass over `pending` chain tokens then tree nodes `rows`: all see the `before`
+    tokens already cached; chain tokens see each other causally; a node sees every chain token,
+    itself and its ancestors (cached from `tree_start` in node order)."""
+    tree_start = before + pending if tree_start is None else tree_start
+    width = tree_start + rows.stop
+    mask = np.zeros((pending + len(rows), width), dtype=bool)
+    mask[:, :before] = True
+    for r in range(pending):
+        mask[r, before : before + r + 1] = True
+    seen = sees(parents[: rows.stop])
+    for r, node in enumerate(rows):
+        mask[pending + r, before : before + pending] = True
+        mask[pending + r, tree_start : tree_start + rows.stop] = seen[node]
+    return mx.array(mask)
+
+
+@dataclass
+class MlxTree:
+    """A drafted tree on its way to verification."""
+
+    tokens: list[int]
+    parents: list[int]
+    p_draft: mx.array | None
+    """[nodes + 1, vocab]: the drafter's distribution at each row (zero at rows never expanded);
+    None at temperature 0, where judging reads the target's argmax alone."""
+
+
+def chain_tree(tokens: Sequence[int], p_draft: mx.array | None, vocab_size: int) -> MlxTree:
+    """A chain as a tree of width 1. `p_draft` [k, vocab]: the drafter's rows at its positions
+    (None: a proposer's, certain, so one-hot)."""
+    tokens = list(tokens)
+    parents = list(range(-1, len(tokens) - 1))
+    if p_draft is None:
+        p_draft = one_hot(mx.array(tokens, dtype=mx.int32), vocab_size, mx) if tokens else None
+    rows = None
+    if p_draft is not None:
+        rows = mx.concatenate([p_draft, mx.zeros((1, vocab_size), dtype=p_draft.dtype)])
+    return MlxTree(tokens, parents, rows)
+
+
+def grow_tree(
+    cache: Any, tokens: Sequence[int], shape: TreeShape, sampling: SamplingParams, drawn: Sequence[float]
+) -> MlxTree:
+    """tree.py's shape from a drafter with a KV cache and a tree pass (`cache`: its ModelCache), a pass per level.
+    The nodes' cache entries are dropped when done; the kept path is taken in as pending tokens
+    next round, as a catch-up is."""
+    logits = cache.forward(cache.pending(tokens))[-1:]
+    base = cache.length
+    parents: list[int] = []
+    drafted: list[int] = []
+    rows: list[mx.array] = []
+    level, confidence, depth = [ROOT], [1.0], 0
+    while depth < shape.depth and len(drafted) < shape.nodes:
+        belief = softmax(logits, mx) if sampling.greedy else sampling_probs(logits, sampling, mx)
+        rows.append(belief)
+        width = min(shape.width, belief.shape[-1])
+        top = mx.sort(belief, axis=-1)[:, ::-1][:, :width]
+        values = (mx.array(confidence)[:, None] * top).tolist()
+        counts = level_counts(values, min(shape.width, shape.nodes - len(drafted)))
+        if not any(counts):
+            break
+        first = len(drafted)
+        if sampling.greedy:
+            picks = mx.argsort(-logits, axis=-1)[:, : max(counts)]
+        else:
+            slots = np.zeros((max(counts), len(level)), dtype=np.float32)
+            index = first
+            for row, count in enumerate(counts):
+                slots[:count, row] = drawn[index : index + count]
+                index += count
+            picks = mx.stack(draw_siblings(belief, [mx.array(u) for u in slots], mx), axis=-1)
+        kept = mx.take_along_axis(belief, picks, axis=-1)
+        mx.eval(picks, kept)
+        picked, probability = picks.tolist(), kept.tolist()
+        next_confidence = []
+        for row, count in enumerate(counts):
+            for j in range(count):
+                parents.append(level[row])
+                drafted.append(picked[row][j])
+                next_confidence.append(confidence[row] * probability[row][j])
+        level, confidence, depth = list(range(first, len(drafted))), next_confidence, depth + 1
+        if depth < shape.depth and len(drafted) < shape.nodes:
+            fed = range(first, len(drafted))
+            mask = _cache_mask(parents, fed, before=base, tree_start=base)
+            inputs = mx.array(drafted[first:], dtype=mx.int32)
+            logits = cache.forward_tree(inputs, mask, [(len(fed), base - 1 + depth, True)])
+    cache.trim_to(base)
+    if sampling.greedy:
+        return MlxTree(drafted, parents, None)
+    vocab = rows[0].shape[-1]
+    unexpanded = len(drafted) + 1 - sum(r.shape[0] for r in rows)
+    return MlxTree(drafted, parents, mx.concatenate([*rows, mx.zeros((unexpanded, vocab), dtype=rows[0].dtype)]))
+
+
+def verify_pass(cache: Any, tokens: Sequence[int], draft: MlxTree) -> tuple[mx.array, int]:
+    """The target's logits at every row of `draft` [nodes + 1, vocab], from one pass over the
+    pending tokens and the nodes; returns them and where the nodes' cache entries start."""
+    pending = cache.pending(tokens)
+    before, count = cache.length, pending.shape[0]
+    if not draft.tokens or cache.tree_pass is None:  # a chain (all a target without tree passes gets): the causal pass
+        inputs = mx.concatenate([pending, mx.array(draft.tokens, dtype=mx.int32)]) if draft.tokens else pending
+        return cache.forward(inputs)[-(len(draft.tokens) + 1) :], before + count
+    levels = depths(draft.parents)
+    segments = [(count, before, False)] + [
+        (levels.count(d), before + count - 1 + d, True) for d in range(1, max(levels) + 1)
+    ]
+    mask = _cache_mask(draft.parents, range(len(draft.tokens)), before=before, pending=count)
+    inputs = mx.concatenate([pending, mx.array(draft.tokens, dtype=mx.int32)])
+    return cache.forward_tree(inputs, mask, segments)[-(len(draft.tokens) + 1) :], before + count
+
+
+def judged_numbers(draft: MlxTree, logits: mx.array, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
+    """tree.py's judging numbers from the target's rows, in one transfer to the host."""
+    n = len(draft.tokens)
+    parent_rows = [p + 1 for p in draft.parents]
+    if sampling.greedy:
+        argmax = mx.argmax(logits, axis=-1).tolist()
+        hits = [float(token == argmax[row]) for token, row in zip(draft.tokens, parent_rows, strict=True)]
+        return VerifiedTree(
+            drafted=draft.tokens,
+            parents=draft.parents,
+            p_target=hits,
+            p_draft=[1.0] * n,
+            tv_distance=[1.0 - h for h in hits],
+            accept_probability=hits,
+            row_tokens=argmax,
+        )
+    assert draft.p_draft is not None, "a sampled tree keeps the drafter's rows"
+    p_target = p_first = sampling_probs(logits, sampling, mx)
+    p_draft = q_first = draft.p_draft
+    rows = children(draft.parents)
+    accepts = []
+    for j in range(max(len(r) for r in rows)):  # the j-th sibling of every row at once
+        has = mx.array([j < len(r) for r in rows])
+        tokens = mx.array([draft.tokens[r[j]] if j < len(r) else 0 for r in rows], dtype=mx.int32)
+        accept, p_next, q_next = sibling_step(p_target, p_draft, tokens, mx)
+        accepts.append(accept)
+        p_target = mx.where(has[:, None], p_next, p_target)
+        p_draft = mx.where(has[:, None], q_next, p_draft)
+    u = mx.array(np.asarray([*draws.residual, draws.bonus][: n + 1], dtype=np.float32))
+    row_tokens = inverse_cdf_sample(p_target, u, mx)
+    parent_index = mx.array(parent_rows)
+    node_tokens = mx.array(draft.tokens)[:, None]
+    p_x = mx.take_along_axis(p_first[parent_index], node_tokens, axis=-1)[:, 0]
+    q_x = mx.take_along_axis(q_first[parent_index], node_tokens, axis=-1)[:, 0]
+    tv = tv_distance(p_first, q_first)[parent_index]
+    accept_rows = mx.stack(accepts)
+    mx.eval(row_tokens, p_x, q_x, tv, accept_rows)  # the round's one transfer to the host
+    table = accept_rows.tolist()
+    accept = [0.0] * n
+    for row, nodes in enumerate(rows):
+        for j, node in enumerate(nodes):
+            accept[node] = table[j][row]
+    return VerifiedTree(
+        drafted=draft.tokens,
+        parents=draft.parents,
+        p_target=p_x.tolist(),
+        p_draft=q_x.tolist(),
+        tv_distance=tv.tolist(),
+        accept_probability=accept,
+        row_tokens=row_tokens.tolist(),
+    )
+
+
+def keep_path(cache: Any, start: int, nodes: int, path: Sequence[int]) -> None:
+    """After a tree pass whose `nodes` entries start at `start`: move the kept path's entries to
+    follow the context and drop the rest."""
+    if list(path) != list(range(len(path))):  # a chain's kept prefix is already in place
+        source = mx.array([start + node for node in path], dtype=mx.int32)
+        for layer in cache.cache:
+            if not isinstance(layer, KVCache):
+                raise AssertionError("tree passes run on plain KV caches only")
+            end = start + len(path)
+            layer.keys[..., start:end, :] = mx.take(layer.keys, source, axis=2)
+            layer.values[..., start:end, :] = mx.take(layer.values, source, axis=2)
+    dropped = cache.length - (start + len(path))
+    if dropped > 0:
+        trim_prompt_cache(cache.cache, dropped)
+        cache.length -= dropped
