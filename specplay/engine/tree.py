@@ -58,9 +58,10 @@ class TreeShape:
 
 
 def tree_shape(width: int, nodes: int, k: int) -> TreeShape:
-    """The shape of a round whose policy asked for k: `nodes` 0 means width x k."""
-    budget = nodes or width * k
-    return TreeShape(width=width, nodes=budget, depth=min(k, budget))
+    """The shape of a round whose policy asked for k: `nodes` 0 means width x k (a level adds
+    at most `width` nodes, so a tree of depth k has no more)."""
+    depth = min(k, nodes or k)
+    return TreeShape(width=width, nodes=min(nodes or width * k, width * depth), depth=depth)
 
 
 def depths(parents: Sequence[int]) -> list[int]:

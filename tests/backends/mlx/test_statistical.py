@@ -16,7 +16,7 @@ from specplay.engine.accept import residual_distribution, rule_output_distributi
 from specplay.engine.rules import RuleParams, mentored_distribution, mentored_theta
 from specplay.engine.settings import SpecSettings
 from tests.support.distributions import follows
-from tests.support.engine_runs import done, run
+from tests.support.engine_runs import done, rounds, run
 from tests.support.prompts import PROSE_PROMPT
 
 SAMPLES = 2500
@@ -28,10 +28,11 @@ def next_token_probs(model, prefixes: list[list[int]]) -> np.ndarray:
     return np.array(mx.softmax(logits, axis=-1)).astype(np.float64)
 
 
-def sample_tokens(backend: MlxBackend, position: int, **settings) -> np.ndarray:
+def sample_tokens(backend: MlxBackend, position: int, k: int = 1, **settings) -> np.ndarray:
     counts = np.zeros(backend.vocab_size)
     for seed in range(SAMPLES):
-        tokens = done(run(backend, PROSE_PROMPT, temperature=1.0, seed=seed, max_tokens=position + 1, k=1, **settings))
+        request = {"temperature": 1.0, "seed": seed, "max_tokens": position + 1, "k": k}
+        tokens = done(run(backend, PROSE_PROMPT, **request, **settings))
         counts[tokens.token_ids[position]] += 1
     return counts
 
@@ -91,3 +92,34 @@ def test_relaxed_rules_output_follows_their_pi(backend: MlxBackend, prompt_ids: 
     first = sample_tokens(backend, 0, route="far", **settings)
     assert follows(first, pi)
     assert not follows(first, p_target)
+
+
+def test_sampled_trees_output_follows_the_target(backend: MlxBackend, prompt_ids: list[int]) -> None:
+    """Width 3, two levels (six nodes): the first token is judged among the root's siblings, the
+    second among a kept child's or in the next round; both follow the target exactly."""
+    target, drafter = backend.models["target"].model, backend.models["far"].model
+    p_target = next_token_probs(target, [prompt_ids])[0]
+    p_draft = next_token_probs(drafter, [prompt_ids])[0]
+    tree = {"route": "far", "width": 3}
+    first = sample_tokens(backend, 0, **tree, k=2)
+    assert follows(first, p_target)
+    assert not follows(first, p_draft)
+    after_each = next_token_probs(target, [[*prompt_ids, t] for t in range(backend.vocab_size)])
+    second = sample_tokens(backend, 1, **tree, k=2)
+    assert follows(second, p_target @ after_each)
+
+
+def test_siblings_keep_more_at_the_root_than_one_child(backend: MlxBackend, prompt_ids: list[int]) -> None:
+    """A chain keeps its first token with probability sum min(p_target, p_draft); three siblings
+    judged in turn keep one more often (each rejection leaves the next a residual to match)."""
+    p_target = next_token_probs(backend.models["target"].model, [prompt_ids])[0]
+    p_draft = next_token_probs(backend.models["far"].model, [prompt_ids])[0]
+    chain = float(np.minimum(p_target, p_draft).sum())
+    kept = [
+        rounds(run(backend, PROSE_PROMPT, temperature=1.0, seed=seed, max_tokens=2, k=1, route="far", width=3))[
+            0
+        ].num_accepted
+        for seed in range(SAMPLES)
+    ]
+    error = np.sqrt(chain * (1 - chain) / SAMPLES)
+    assert np.mean(kept) > chain + 4.5 * error, (np.mean(kept), chain)

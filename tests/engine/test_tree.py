@@ -1,0 +1,155 @@
+"""Draft trees' rules (engine/tree.py): the exact output distribution of judging siblings, the
+shape of a level, the walk down a judged tree, and the refusals where trees cannot run."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from specplay.engine.accept import lossless_acceptance, residual_distribution
+from specplay.engine.capabilities import Capabilities, check_supported
+from specplay.engine.settings import SpecSettings
+from specplay.engine.tree import (
+    ROOT,
+    children,
+    depths,
+    draw_siblings,
+    judge_tree,
+    kept_path,
+    level_counts,
+    sees,
+    sibling_step,
+    tree_shape,
+)
+from specplay.errors import ConfigError
+from tests.support.distributions import random_pairs
+
+
+def row_output(p_target: np.ndarray, p_draft: np.ndarray, siblings: int, remove_drawn: bool = True) -> np.ndarray:
+    """The exact distribution of the token a row emits when `siblings` children are drawn
+    without replacement from p_draft and judged in order (tree.py), summed over every ordered
+    draw. `remove_drawn` False judges them as if each were drawn from the whole p_draft: the
+    negative control."""
+    out = np.zeros_like(p_target)
+    vocab = len(p_target)
+    for drawn in itertools.permutations(range(vocab), siblings):
+        chance, q_left = 1.0, p_draft.copy()
+        for x in drawn:  # the chance of drawing this ordered sequence
+            chance *= q_left[x] / q_left.sum() if q_left.sum() > 0 else 0.0
+            q_left[x] = 0.0
+        if chance == 0:
+            continue
+        reach, p_now, q_now = 1.0, p_target.copy(), p_draft.copy()
+        for x in drawn:
+            accept, p_next, q_next = sibling_step(p_now[None], q_now[None], np.array([x]), np)
+            out[x] += chance * reach * float(accept[0])
+            reach *= 1 - float(accept[0])
+            p_now = p_next[0]
+            q_now = q_next[0] if remove_drawn else residual_distribution(q_now, np.zeros_like(q_now), np)
+        out += chance * reach * p_now
+    return out
+
+
+@pytest.mark.parametrize("siblings", [1, 2, 3])
+def test_judging_siblings_emits_exactly_p_target(siblings: int) -> None:
+    for p_target, p_draft in random_pairs(12, vocab=5, seed=siblings):
+        if np.count_nonzero(p_draft) < siblings:
+            continue
+        np.testing.assert_allclose(row_output(p_target, p_draft, siblings), p_target, atol=1e-12)
+
+
+def test_judging_siblings_as_if_drawn_with_replacement_is_not_exact() -> None:
+    """The control: keeping each sibling's p_draft whole after a rejection biases the output."""
+    worst = max(
+        np.abs(row_output(p_target, p_draft, 3, remove_drawn=False) - p_target).max()
+        for p_target, p_draft in random_pairs(12, vocab=5, seed=3)
+        if np.count_nonzero(p_draft) >= 3
+    )
+    assert worst > 0.01
+
+
+def test_the_first_sibling_is_judged_as_a_chain_is() -> None:
+    for p_target, p_draft in random_pairs(6, vocab=7):
+        x = int(np.argmax(p_draft))
+        accept, p_next, _ = sibling_step(p_target[None], p_draft[None], np.array([x]), np)
+        assert accept[0] == lossless_acceptance(p_target[x], p_draft[x], np)
+        np.testing.assert_allclose(p_next[0], residual_distribution(p_target, p_draft, np))
+
+
+def test_siblings_are_drawn_without_replacement() -> None:
+    q = np.array([[0.5, 0.3, 0.2, 0.0]])
+    drawn = draw_siblings(q, [np.array([0.1]), np.array([0.1]), np.array([0.1])], np)
+    assert sorted(int(d[0]) for d in drawn) == [0, 1, 2]  # three distinct tokens, never the one with no mass
+
+
+def test_a_level_gives_its_children_to_the_most_confident_slots() -> None:
+    # Two nodes, path confidence times their top-3 probabilities: node 0 is sure, node 1 is not.
+    slots = [[0.9 * 0.95, 0.9 * 0.03, 0.9 * 0.01], [0.3 * 0.4, 0.3 * 0.35, 0.3 * 0.2]]
+    assert level_counts(slots, 3) == [1, 2]
+    assert level_counts(slots, 1) == [1, 0]
+    assert level_counts([[0.5, 0.0, 0.0]], 3) == [1]  # a slot with no probability is never filled
+
+
+def test_the_layout() -> None:
+    parents = [ROOT, ROOT, 0, 0, 1, 2]
+    assert depths(parents) == [1, 1, 2, 2, 2, 3]
+    assert children(parents) == [[0, 1], [2, 3], [4], [5], [], [], []]
+    assert sees(parents)[5] == [True, False, True, False, False, True]
+    assert tree_shape(2, 0, 4).nodes == 8 and tree_shape(2, 3, 4).depth == 3
+
+
+def test_the_walk_keeps_the_first_sibling_under_its_probability() -> None:
+    #        root
+    #       /    \
+    #   0:"a"   1:"b"
+    #   /   \       \
+    # 2:"c" 3:"d"   4:"e"
+    parents, drafted = [ROOT, ROOT, 0, 0, 1], [10, 11, 12, 13, 14]
+    row_tokens = [90, 91, 92, 93, 94, 95]
+    verdict = judge_tree(
+        parents,
+        drafted,
+        accept_probability=[0.0, 1.0, 1.0, 1.0, 1.0],
+        uniforms=[0.5] * 5,
+        row_tokens=row_tokens,
+        limit=10,
+        stops=lambda token: False,
+    )
+    # 0 loses, 1 is kept, its only child 4 is kept, and 4 is a leaf: its row's token is a bonus.
+    assert verdict.outcomes == ("rejected", "accepted", "unreached", "unreached", "accepted")
+    assert verdict.path == (1, 4)
+    assert verdict.committed == ((11, "accepted"), (14, "accepted"), (95, "bonus"))
+    assert kept_path(parents, drafted, [11, 14, 95]) == [1, 4]
+
+    lost = judge_tree(
+        parents,
+        drafted,
+        accept_probability=[1.0, 1.0, 0.2, 0.1, 1.0],
+        uniforms=[0.5] * 5,
+        row_tokens=row_tokens,
+        limit=10,
+        stops=lambda token: False,
+    )
+    assert lost.committed == ((10, "accepted"), (91, "corrected"))  # both children of 0 lost: its row (1) corrects
+    assert lost.outcomes == ("accepted", "unreached", "rejected", "rejected", "unreached")
+    assert kept_path(parents, drafted, [10, 91]) == [0]
+
+    limited = judge_tree(
+        parents, drafted, accept_probability=[1.0] * 5, uniforms=[0.5] * 5, row_tokens=row_tokens, limit=1, stops=bool
+    )
+    assert limited.committed == ((10, "accepted"),)
+
+
+def test_trees_are_refused_where_they_cannot_run() -> None:
+    tree = SpecSettings(width=2)
+    with pytest.raises(ConfigError, match="draft trees cannot run here"):
+        check_supported(tree, Capabilities())
+    check_supported(tree, Capabilities(trees=True))
+    relaxed = tree.changed(tv_budget=0.2)
+    with pytest.raises(ConfigError, match="judged losslessly only") as refused:
+        check_supported(relaxed, Capabilities(trees=True))
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match="width"):
+        SpecSettings(width=9)
