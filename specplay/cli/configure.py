@@ -31,7 +31,7 @@ from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.drafters import model_spec
 from specplay.engine.routers.request import CodeProseRouter, check_route_map
 from specplay.engine.rules import RuleParams
-from specplay.engine.settings import AUTO_ROUTE, GROUPS, PolicyParams, SamplingParams, SpecSettings
+from specplay.engine.settings import AUTO_ROUTE, GROUPS, TREE_WIDTH, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.files.inputs import PROMPT_LIMIT, read_input_text
 from specplay.routing.evidence import with_route_evidence
@@ -176,6 +176,8 @@ def settings_from(flags: Mapping[str, Any], base: SpecSettings) -> SpecSettings:
     policy = replace(base.policy_params, **{name: flags[name] for name in _POLICY_FLAGS if name in flags})
     rules = replace(base.rule_params, **{name: flags[name] for name in _RULE_FLAGS if name in flags})
     spec = {name: flags[name] for name in _SPEC_FLAGS if name in flags}
+    if "tree_nodes" in spec and "width" not in spec and base.width == 1:  # `--tree N` alone asks for a tree
+        spec["width"] = TREE_WIDTH
     return replace(base, sampling=sampling, policy_params=policy, rule_params=rules, **spec)
 
 

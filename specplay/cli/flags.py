@@ -189,6 +189,21 @@ def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False)
         "--policy", choices=POLICIES, default=UNSET, help=f"{CONTROL['policy'].words} (default {settings.policy})"
     )
     spec.add_argument(
+        "--width",
+        type=int,
+        default=UNSET,
+        metavar="B",
+        help=f"{CONTROL['width'].words} (default {settings.width}; 2 with --tree); k is the tree's depth",
+    )
+    spec.add_argument(
+        "--tree",
+        dest="tree_nodes",
+        type=int,
+        default=UNSET,
+        metavar="N",
+        help="draft a tree of N nodes at most, the verify pass's rows but one (default: width x k)",
+    )
+    spec.add_argument(
         "--route",
         default=UNSET,
         metavar="NAME|auto|adaptive|none",

@@ -52,6 +52,13 @@ CONTROLS = (
         flag="--policy",
     ),
     Control(
+        id="width",
+        label="tree width",
+        words="draft trees: the most children a level of the draft tree adds, each a drafter's next guess "
+        "where it is unsure; 1 drafts a chain",
+        flag="--width",
+    ),
+    Control(
         id="route",
         label="route",
         words=f"which drafter proposes: one pinned, {AUTO_ROUTE} (a router per request), {ADAPTIVE_ROUTE} (each "

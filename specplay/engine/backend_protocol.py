@@ -11,7 +11,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams
-from specplay.engine.tree import TreeShape
+from specplay.engine.tree import TreeShape, VerifiedTree
 
 
 class Detokenizer(Protocol):
@@ -60,26 +60,6 @@ class VerifiedDraft:
     tv_spent: list[float] | None = None
     """TV(pi, p_target) at each drafted position under the rule asked, from the full distributions;
     None under mentored decoding, whose theta * d the engine computes (also from a top-K bracket)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VerifiedTree:
-    """Host copy of a verified draft tree (engine/tree.py): per node what judging and the views
-    read, per row the token that ends a round there."""
-
-    drafted: list[int]
-    parents: list[int]
-    p_target: list[float]
-    """p_target(x) at the node's parent row, before any sibling was judged (one-hot greedy)."""
-    p_draft: list[float]
-    """p_draft(x) there, likewise (1 greedy: the drafter's own top tokens)."""
-    tv_distance: list[float]
-    """TV(p_target, p_draft) at the node's parent row."""
-    accept_probability: list[float]
-    """The probability of keeping the node once its earlier siblings lost (1 or 0 greedy)."""
-    row_tokens: list[int]
-    """Per row (the root, then each node): the correction drawn from the residual left after all
-    of its children lost, or, for a leaf, its bonus (the argmax greedy)."""
 
 
 class Generation(Protocol):

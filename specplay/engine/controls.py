@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from specplay.engine.capabilities import Capabilities, check_supported
 from specplay.engine.routers.request import check_route
 from specplay.engine.settings import GROUPS, SamplingParams, SpecSettings
 
@@ -30,6 +31,12 @@ class SettingsChange:
 
     def applied_to(self, settings: SpecSettings) -> SpecSettings:
         return settings.changed(**self.values)
+
+    def supported_by(self, capabilities: Capabilities) -> SettingsChange:
+        """Itself, once its settings are ones the backend can run (a ConfigError says why not:
+        a tree under a relaxed rule)."""
+        check_supported(self.settings, capabilities)
+        return self
 
 
 def checked_change(settings: SpecSettings, drafters: Sequence[str], **values: Any) -> SettingsChange:

@@ -20,6 +20,7 @@ import numpy as np
 
 from specplay.engine.accept import inverse_cdf_sample, lossless_accept_probability, residual_distribution, tv_distance
 from specplay.engine.draws import Draws, RoundDraws
+from specplay.engine.tree import ROOT, TreeShape, level_counts, tree_shape
 
 if TYPE_CHECKING:
     from specplay.engine.rules import AcceptanceRule
@@ -90,6 +91,111 @@ def reference_speculative(
         for token in committed:
             if token in eos_ids:
                 return out
+            out.append(token)
+            if len(out) == max_tokens:
+                return out
+
+
+def reference_grown_tree(
+    belief: Probs, context: Sequence[int], shape: TreeShape, uniforms: Sequence[float], greedy: bool
+) -> tuple[list[int], list[int], list[np.ndarray]]:
+    """A draft tree by tree.py's shape rule, level by level, each row recomputed from its whole
+    path: (parents, tokens, the drafter's rows at the rows it expanded, in row order). `belief`
+    orders and weighs children: the drafter's sampling distribution, or at temperature 0 its
+    temperature-1 softmax (whose order is its logits')."""
+    parents: list[int] = []
+    drafted: list[int] = []
+    rows: list[np.ndarray] = []
+
+    def path(node: int) -> list[int]:
+        out = []
+        while node != ROOT:
+            out.append(drafted[node])
+            node = parents[node]
+        return out[::-1]
+
+    level, confidence = [ROOT], [1.0]
+    for _ in range(shape.depth):
+        if len(drafted) >= shape.nodes:
+            break
+        level_rows = [_row(belief, [*context, *path(node)]) for node in level]
+        rows += level_rows
+        values = [c * np.sort(row)[::-1][: shape.width] for c, row in zip(confidence, level_rows, strict=True)]
+        counts = level_counts(values, min(shape.width, shape.nodes - len(drafted)))
+        first, next_confidence = len(drafted), []
+        for node, c, row, count in zip(level, confidence, level_rows, counts, strict=True):
+            if greedy:
+                picks = [int(t) for t in np.argsort(-row, kind="stable")[:count]]
+            else:
+                left, picks = row.copy(), []
+                for u in uniforms[len(drafted) : len(drafted) + count]:  # without replacement
+                    picks.append(_sample(left / left.sum(), u))
+                    left[picks[-1]] = 0.0
+            for token in picks:
+                parents.append(node)
+                drafted.append(token)
+                next_confidence.append(c * float(row[token]))
+        level, confidence = list(range(first, len(drafted))), next_confidence
+    return parents, drafted, rows
+
+
+def reference_tree_speculative(
+    target_probs: Probs,
+    draft_belief: Probs,
+    prompt_ids: Sequence[int],
+    *,
+    width: int,
+    nodes: int,
+    k: int,
+    max_tokens: int,
+    seed: int,
+    greedy: bool,
+) -> list[int]:
+    """The token ids the engine commits drafting trees (tree.py): each round's tree grown as above,
+    each row's target distribution recomputed from its path, and judged row by row from the root:
+    greedy, a child kept iff it is the target's argmax; sampled, kept with probability
+    min(1, p_target(x) / p_draft(x)), p_target becoming the residual and p_draft losing x after
+    each rejection. `target_probs` gives the sampling distribution (one-hot at temperature 0)."""
+    stream, out = Draws(seed), []
+    while True:
+        remaining = max_tokens - len(out)
+        shape = tree_shape(width, nodes, min(k, remaining))
+        draws = RoundDraws.take(stream, shape.nodes)
+        context = [*prompt_ids, *out]
+        parents, drafted, rows = reference_grown_tree(draft_belief, context, shape, draws.draft, greedy)
+        row_uniforms = [*draws.residual, draws.bonus]
+        committed: list[int] = []
+        row, path = 0, []
+        p_draft_rows = [*rows, *[None] * (len(drafted) + 1 - len(rows))]
+        while True:
+            p_target = _row(target_probs, [*context, *path])
+            p_draft = p_draft_rows[row]
+            kept = None
+            for node in [n for n, parent in enumerate(parents) if parent + 1 == row]:
+                x = drafted[node]
+                if greedy:
+                    if x == int(np.argmax(p_target)):
+                        kept = node
+                        break
+                    continue
+                assert p_draft is not None
+                if draws.accept[node] < lossless(p_target, p_draft, x):
+                    kept = node
+                    break
+                p_target = residual_distribution(p_target, p_draft, np)
+                p_draft = p_draft.copy()
+                p_draft[x] = 0.0
+                p_draft = p_draft / p_draft.sum() if p_draft.sum() > 0 else p_draft
+            if kept is None:
+                end = int(np.argmax(p_target)) if greedy else _sample(p_target, row_uniforms[row])
+                committed.append(end)
+                break
+            committed.append(drafted[kept])
+            path.append(drafted[kept])
+            if len(committed) == remaining:
+                break
+            row = kept + 1
+        for token in committed:
             out.append(token)
             if len(out) == max_tokens:
                 return out

@@ -30,6 +30,8 @@ RESERVED_ROUTES = (*ROUTE_SETTINGS, NONE_ROUTE)
 K_LIMIT = 64  # beyond this a draft is never worth its cost, and a typo is likelier than intent
 WIDTH_LIMIT = 8
 """Children of a tree's node at most: past it a sibling's chance is too small to pay for its row."""
+TREE_WIDTH = 2
+"""The width `--tree N` drafts at when no width is given."""
 NODES_LIMIT = K_LIMIT
 """Nodes of a draft tree at most, as a chain's k."""
 

@@ -38,8 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specplay.engine.accept import Array, inverse_cdf_sample, lossless_acceptance, residual_distribution
-from specplay.engine.events import Outcome, TokenSource
+from specplay.engine.accept import Array, inverse_cdf_sample, lossless_acceptance, residual_distribution, tv_distance
+from specplay.engine.events import KEPT, DraftPosition, Outcome, RoundEvent, TokenSource
 
 ROOT = -1
 """The parent of a node drafted right after the last committed token."""
@@ -154,6 +154,91 @@ def sibling_step(p_target: Array, p_draft: Array, tokens: Array, xp: Any) -> tup
     return accept, residual_distribution(p_target, p_draft, xp), without(p_draft, tokens, xp)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifiedTree:
+    """Host copy of a verified draft tree (engine/tree.py): per node what judging and the views
+    read, per row the token that ends a round there."""
+
+    drafted: list[int]
+    parents: list[int]
+    p_target: list[float]
+    """p_target(x) at the node's parent row, before any sibling was judged (one-hot greedy)."""
+    p_draft: list[float]
+    """p_draft(x) there, likewise (1 greedy: the drafter's own top tokens)."""
+    tv_distance: list[float]
+    """TV(p_target, p_draft) at the node's parent row."""
+    accept_probability: list[float]
+    """The probability of keeping the node once its earlier siblings lost (1 or 0 greedy)."""
+    row_tokens: list[int]
+    """Per row (the root, then each node): the correction drawn from the residual left after all
+    of its children lost, or, for a leaf, its bonus (the argmax greedy)."""
+
+
+def greedy_numbers(parents: Sequence[int], drafted: Sequence[int], argmax: Sequence[int]) -> VerifiedTree:
+    """Greedy judging's numbers from the target's argmax at each row: a node is kept iff it is
+    its parent row's argmax (both distributions one-hot), and every row ends with its argmax."""
+    hits = [float(token == argmax[parent + 1]) for token, parent in zip(drafted, parents, strict=True)]
+    return VerifiedTree(
+        drafted=list(drafted),
+        parents=list(parents),
+        p_target=hits,
+        p_draft=[1.0] * len(drafted),
+        tv_distance=[1.0 - hit for hit in hits],
+        accept_probability=hits,
+        row_tokens=list(argmax),
+    )
+
+
+def sampled_numbers(
+    p_target: Array, p_draft: Array, *, parents: Sequence[int], drafted: Sequence[int], uniforms: Array, xp: Any
+) -> dict[str, Array]:
+    """Sampled judging's numbers from the rows [nodes + 1, vocab] of both models (p_draft zero at
+    rows never expanded), as arrays: per node `p_target_x`, `p_draft_x` and `tv` at its parent row
+    and `accept` (its probability once its earlier siblings lost: `accept[j]` holds each row's
+    j-th child's); per row `row_tokens`, drawn with `uniforms` from what its children left."""
+    rows = children(parents)
+    parent_rows = xp.array([parent + 1 for parent in parents])
+    nodes = xp.array(list(drafted))[:, None]
+    out = {
+        "p_target_x": xp.take_along_axis(p_target[parent_rows], nodes, axis=-1)[:, 0],
+        "p_draft_x": xp.take_along_axis(p_draft[parent_rows], nodes, axis=-1)[:, 0],
+        "tv": tv_distance(p_target, p_draft)[parent_rows],
+    }
+    accepts = []
+    for j in range(max(len(r) for r in rows)):  # the j-th sibling of every row at once
+        has = xp.array([j < len(r) for r in rows])[:, None]
+        tokens = xp.array([drafted[r[j]] if j < len(r) else 0 for r in rows])
+        accept, p_next, q_next = sibling_step(p_target, p_draft, tokens, xp)
+        accepts.append(accept)
+        p_target = xp.where(has, p_next, p_target)
+        p_draft = xp.where(has, q_next, p_draft)
+    out["accept"] = xp.stack(accepts)
+    out["row_tokens"] = inverse_cdf_sample(p_target, uniforms, xp)
+    return out
+
+
+def sampled_tree(parents: Sequence[int], drafted: Sequence[int], host: dict[str, list[Any]]) -> VerifiedTree:
+    """A VerifiedTree from `sampled_numbers`' arrays on the host (as lists)."""
+    accept = [0.0] * len(drafted)
+    for row, nodes in enumerate(children(parents)):
+        for j, node in enumerate(nodes):
+            accept[node] = host["accept"][j][row]
+    return VerifiedTree(
+        drafted=list(drafted),
+        parents=list(parents),
+        p_target=host["p_target_x"],
+        p_draft=host["p_draft_x"],
+        tv_distance=host["tv"],
+        accept_probability=accept,
+        row_tokens=host["row_tokens"],
+    )
+
+
+def row_uniforms(residual: Sequence[float], bonus: float, nodes: int) -> list[float]:
+    """Row r's uniform: residual[r], the bonus's after the last (tree.py's draws)."""
+    return [*residual, bonus][: nodes + 1]
+
+
 @dataclass(frozen=True, slots=True)
 class TreeVerdict:
     """The walk down a judged tree."""
@@ -203,3 +288,27 @@ def judge_tree(
             break
         row = kept + 1
     return TreeVerdict(outcomes=tuple(outcomes), path=tuple(path), committed=tuple(committed))
+
+
+def kept_nodes(event: RoundEvent) -> list[int]:
+    """A round's kept positions in order: a chain's prefix, a tree's path (breadth first, so by depth)."""
+    return [i for i, position in enumerate(event.positions) if position.outcome in KEPT]
+
+
+def judged_at(event: RoundEvent, slot: int) -> DraftPosition | None:
+    """The drafted position the round's slot-th committed token was judged at: a chain's position
+    `slot`; in a tree the kept node at that depth, and for the token after them (a correction) the
+    first of the last row's children that lost; None for a bonus."""
+    if event.parents is None:
+        return event.positions[slot] if slot < len(event.positions) else None
+    path = kept_nodes(event)
+    if slot < len(path):
+        return event.positions[path[slot]]
+    row = path[-1] if path else ROOT
+    lost = [n for n in siblings_under(event.parents, row) if event.positions[n].outcome == "rejected"]
+    return event.positions[lost[0]] if lost else None
+
+
+def siblings_under(parents: Sequence[int], parent: int) -> list[int]:
+    """The children of `parent` (ROOT: the root's), in drafting order."""
+    return [node for node, p in enumerate(parents) if p == parent]

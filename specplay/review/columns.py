@@ -12,6 +12,7 @@ from typing import Literal
 
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent
 from specplay.engine.speedup import mean_step_ms
+from specplay.engine.tree import judged_at
 from specplay.store.diff import TokenDiff, token_diff
 from specplay.store.format import LaneRecord
 
@@ -26,11 +27,11 @@ class Provenance:
 
     round: RoundEvent
     slot: int
-    """Its index within the round's tokens: slot i < len(positions) is drafted position i."""
+    """Its index within the round's tokens (engine/tree.judged_at: where it was judged)."""
 
     @property
     def position(self) -> DraftPosition | None:
-        return self.round.positions[self.slot] if self.slot < len(self.round.positions) else None
+        return judged_at(self.round, self.slot)
 
     @property
     def p_target(self) -> float | None:

@@ -18,6 +18,7 @@ from specplay.display.palette import SOURCE_WHY
 from specplay.display.text import change_label, setting_text, switch_label, token_repr, visible
 from specplay.display.themes import builtin_theme_files, read_theme
 from specplay.engine.events import Candidate
+from specplay.engine.tree import depths
 from specplay.review.build import Group, Review, Table
 from specplay.review.charts import acceptance_chart, speed_chart
 from specplay.review.columns import Column, Provenance
@@ -276,11 +277,15 @@ def _tape(column: Column) -> str:
     rows = []
     for event in column.lane.rounds:
         drafts = []
-        for position in event.positions:
+        levels = depths(event.parents) if event.parents is not None else None
+        for node, position in enumerate(event.positions):
+            if levels is not None and (node == 0 or levels[node] != levels[node - 1]):
+                drafts.append(f'<span class="level">depth {levels[node]}:</span>')  # a tree, level by level
             drafts.append(f'<span class="d {position.outcome}">{e(_quote(texts, position.token_id))}</span>')
         committed = "".join(f'<span class="t {t.source}">{e(t.text)}</span>' for t in event.tokens)
+        k = f"{event.k} (tree)" if levels is not None else str(event.k)
         rows.append(
-            f'<tr><td class="num">{event.index}</td><td>{e(event.drafter)}</td><td class="num">{event.k}</td>'
+            f'<tr><td class="num">{event.index}</td><td>{e(event.drafter)}</td><td class="num">{k}</td>'
             f'<td class="drafts">{"".join(drafts) or "nothing drafted"}</td>'
             f'<td class="num">{event.num_accepted}</td><td class="drafts">{committed}</td></tr>'
         )

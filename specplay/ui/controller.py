@@ -290,7 +290,7 @@ class PlaygroundController:
                 self._view.notify_user("the draft-only lane changes from the next run")
             return
         try:
-            change = checked_change(self.settings, self.drafters, **{setting: value})
+            change = checked_change(self.settings, self.drafters, **{setting: value}).supported_by(self.capabilities)
         except ConfigError as error:
             self._view.notify_user(error_line(error), error=True)
             return

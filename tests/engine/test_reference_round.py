@@ -16,7 +16,7 @@ from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
 from tests.support.engine_runs import rounds, run
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
-from tests.support.reference import ModelProbs, rule_settings
+from tests.support.reference import ModelProbs, compare_tree, rule_settings
 from tests.support.reference import compare as reference_compare
 from tests.support.scripted import EOS, ScriptedBackend, ScriptedModel, seeded
 
@@ -85,3 +85,23 @@ def test_token_limit_and_eos_end_the_run_as_in_the_engine(scripted: ScriptedBack
             ending, CODE_PROMPT, route, k=4, temperature=temperature, eos_ids=frozenset({EOS}), max_tokens=300
         )
         assert EOS not in ids and len(ids) < 300
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+@pytest.mark.parametrize("width", [1, 2, 4])
+@pytest.mark.parametrize("route", ["near", "far"])
+def test_trees_equal_the_reference(scripted: ScriptedBackend, route: str, width: int, temperature: float) -> None:
+    for prompt in PROMPTS.values():
+        for seed in range(4 if temperature else 1):
+            for k, nodes in ((3, 0), (5, 7)):
+                compare_tree(
+                    scripted,
+                    model_probs(scripted),
+                    prompt,
+                    route,
+                    width=width,
+                    nodes=nodes,
+                    k=k,
+                    temperature=temperature,
+                    seed=seed,
+                )

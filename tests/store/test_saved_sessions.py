@@ -169,6 +169,7 @@ def round_view(event: RoundEvent) -> dict[str, Any]:
         "route": event.drafter,
         "k": event.k,
         "drafted": list(event.drafted),
+        "parents": event.parents,
         "num_accepted": event.num_accepted,
         "tokens": [[t.token_id, t.text, as_filed(t.source)] for t in event.tokens],
         "positions": [

@@ -28,9 +28,20 @@ from specplay.engine.backend_protocol import VerifiedDraft
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.draws import RoundDraws
 from specplay.engine.loop import SpecEngine
+from specplay.engine.reference_round import reference_grown_tree
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import sampling_probs, softmax
 from specplay.engine.settings import SamplingParams
+from specplay.engine.tree import (
+    ROOT,
+    TreeShape,
+    VerifiedTree,
+    depths,
+    greedy_numbers,
+    row_uniforms,
+    sampled_numbers,
+    sampled_tree,
+)
 from specplay.engine.verify_rows import verify_rows
 from specplay.errors import ConfigError
 
@@ -38,7 +49,7 @@ EOS = 256
 VOCAB = 257
 TEXT_BYTES = tuple(b" etaoinshrdlucmfwypvbgk.,\n")
 """The bytes a scripted model writes (others get no mass): output reads as letters and spaces."""
-SCRIPTED = Capabilities(top_n=True, scoring=True, counterfactual=True)
+SCRIPTED = Capabilities(top_n=True, scoring=True, counterfactual=True, trees=True)
 """What the MLX backend can do, which this one does too."""
 
 Logits = Callable[[Sequence[int]], np.ndarray]
@@ -142,6 +153,22 @@ class ScriptedDraft:
     """[k, VOCAB]: a greedy drafter's logits, which corrections are ranked in (its rows are one-hot)."""
     ranked: bool = False
     """Whether corrections have a rank: not for prompt lookup, which has no second choice."""
+
+
+@dataclass
+class ScriptedTree:
+    parents: list[int]
+    tokens: list[int]
+    rows: np.ndarray
+    """[nodes + 1, VOCAB]: the drafter's distribution at each row (zero where never expanded)."""
+
+    def path(self, row: int) -> list[int]:
+        """The tokens from the root to row `row` (0: the root's, none)."""
+        out, node = [], row - 1
+        while node != ROOT:
+            out.append(self.tokens[node])
+            node = self.parents[node]
+        return out[::-1]
 
 
 class ScriptedGeneration:
@@ -262,6 +289,44 @@ class ScriptedGeneration:
             top_target=_ranked(p_target, top_n) if top_n else None,
             top_draft=_ranked(draft.rows, top_n) if top_n else None,
         )
+
+    def draft_tree(
+        self, drafter: str, shape: TreeShape, sampling: SamplingParams, uniforms: Sequence[float]
+    ) -> ScriptedTree:
+        """The reference's tree (engine/reference_round.py), a drafter forward per level; prompt
+        lookup's proposal as a chain."""
+        if drafter in self.lookups:
+            proposal = self.lookups[drafter].propose(self.tokens, shape.depth)
+            rows = np.zeros((len(proposal) + 1, VOCAB))
+            rows[np.arange(len(proposal)), proposal] = 1.0
+            return ScriptedTree(list(range(-1, len(proposal) - 1)), proposal, rows)
+        committed = len(self.tokens)
+        self._forward(drafter, committed - self.lengths[drafter])
+        model = self.backend.models[drafter]
+
+        def belief(context: Sequence[int]) -> np.ndarray:
+            if sampling.greedy:  # children in its logits' order, weighed by its softmax
+                return softmax(model.logits(context).astype(np.float64), np)
+            return self._probs(drafter, context, sampling)
+
+        parents, drafted, rows = reference_grown_tree(belief, self.tokens, shape, uniforms, sampling.greedy)
+        fed = depths(parents)[: len(rows) - 1]  # the nodes it expanded: every level's but the last
+        for level in sorted(set(fed)):
+            self._forward(drafter, fed.count(level))
+        self._trim(committed, (drafter,))
+        table = np.zeros((len(drafted) + 1, VOCAB))
+        table[: len(rows)] = rows
+        return ScriptedTree(parents, drafted, table)
+
+    def verify_tree(self, draft: ScriptedTree, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
+        n = len(draft.tokens)
+        self._forward("target", len(self.tokens) - self.lengths["target"] + n)
+        rows = np.array([self._probs("target", [*self.tokens, *draft.path(row)], sampling) for row in range(n + 1)])
+        if sampling.greedy:
+            return greedy_numbers(draft.parents, draft.tokens, rows.argmax(axis=-1).tolist())
+        uniforms = np.array(row_uniforms(draws.residual, draws.bonus, n))
+        out = sampled_numbers(rows, draft.rows, parents=draft.parents, drafted=draft.tokens, uniforms=uniforms, xp=np)
+        return sampled_tree(draft.parents, draft.tokens, {name: value.tolist() for name, value in out.items()})
 
     def counterfactual(
         self,

@@ -21,6 +21,7 @@ from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.engine.speedup import predict_by_k, recommended_k
 from specplay.engine.stream import EventStream
+from specplay.engine.tree import is_chain
 from specplay.errors import ModelError
 from specplay.store import list_session_files, load_session
 from specplay.ui.app import PlaygroundApp, create_app
@@ -143,6 +144,29 @@ async def test_the_knob_moves_the_tv_budget_and_relaxes_acceptance(tmp_path: Pat
         before, relaxed = spec_rounds(app)[:3], after(app.playground.events["speculative"], tv_at)
         assert every(p.theta == 0 for r in before for p in r.positions if p.tv_distance > 0)
         assert every(p.theta > 0 for r in relaxed for p in r.positions if p.tv_distance > 0)
+
+
+async def test_the_width_select_turns_the_next_rounds_into_trees_drawn_on_the_tape(tmp_path: Path) -> None:
+    app = live_app(tmp_path)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await start_run(app, pilot)
+        app.query_one("#width", Select).value = 3
+        await wait_for(pilot, lambda: _control_index(app, "width", 3) is not None, "the width change")
+        width_at = _control_index(app, "width", 3)
+        assert width_at is not None
+        await wait_for(pilot, lambda: len(after(app.playground.events["speculative"], width_at)) >= 3, "tree rounds")
+        # With a tree on, a relaxed rule is refused in one line and the settings stay lossless.
+        app.query_one("#knob", Slider).value = 10
+        await pilot.pause()
+        assert app.playground.settings.rule_params.tv_budget == 0
+        await stop_run(app, pilot)
+        events = app.playground.events["speculative"]
+        assert every(r.parents is None for r in spec_rounds(app)[:3])
+        trees = after(events, width_at)
+        assert every(r.parents is not None for r in trees) and any(not is_chain(r.parents or ()) for r in trees)
+        tape = str(app.query_one(DraftTape).query_one(Static).render())
+        assert "tree" in tape and "depth" in tape  # the kept path, and the levels that lost below it
+        assert any("draft trees are judged losslessly only" in n.message for n in app._notifications)
 
 
 async def test_counterfactual_routes_turn_on_live_and_show_the_regret(tmp_path: Path) -> None:
@@ -355,7 +379,18 @@ async def test_tab_goes_from_the_prompt_to_the_controls_and_they_fit_at_180_by_5
     )
     async with app.run_test(size=(180, 50)) as pilot:
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
-        controls = ["k", "rule", "knob", "policy", "route", "counterfactual", "temperature", "seed", "draft-lane"]
+        controls = [
+            "k",
+            "rule",
+            "knob",
+            "policy",
+            "width",
+            "route",
+            "counterfactual",
+            "temperature",
+            "seed",
+            "draft-lane",
+        ]
         expected = ["prompt", "library", *controls, "speculative", "tape"]
 
         def focus_chain() -> list[str | None]:

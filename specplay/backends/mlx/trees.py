@@ -26,12 +26,22 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, trim_prompt_cache
 
 from specplay.backends.mlx.early_exit import ExitHead, LayerSplit
-from specplay.engine.accept import inverse_cdf_sample, tv_distance
-from specplay.engine.backend_protocol import VerifiedTree
 from specplay.engine.draws import RoundDraws
 from specplay.engine.sampling import one_hot, sampling_probs, softmax
 from specplay.engine.settings import SamplingParams
-from specplay.engine.tree import ROOT, TreeShape, children, depths, draw_siblings, level_counts, sees, sibling_step
+from specplay.engine.tree import (
+    ROOT,
+    TreeShape,
+    VerifiedTree,
+    depths,
+    draw_siblings,
+    greedy_numbers,
+    level_counts,
+    row_uniforms,
+    sampled_numbers,
+    sampled_tree,
+    sees,
+)
 from specplay.errors import ModelError
 
 Segments = list[tuple[int, int, bool]]
@@ -217,55 +227,20 @@ def verify_pass(cache: Any, tokens: Sequence[int], draft: MlxTree) -> tuple[mx.a
 
 def judged_numbers(draft: MlxTree, logits: mx.array, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
     """tree.py's judging numbers from the target's rows, in one transfer to the host."""
-    n = len(draft.tokens)
-    parent_rows = [p + 1 for p in draft.parents]
     if sampling.greedy:
-        argmax = mx.argmax(logits, axis=-1).tolist()
-        hits = [float(token == argmax[row]) for token, row in zip(draft.tokens, parent_rows, strict=True)]
-        return VerifiedTree(
-            drafted=draft.tokens,
-            parents=draft.parents,
-            p_target=hits,
-            p_draft=[1.0] * n,
-            tv_distance=[1.0 - h for h in hits],
-            accept_probability=hits,
-            row_tokens=argmax,
-        )
+        return greedy_numbers(draft.parents, draft.tokens, mx.argmax(logits, axis=-1).tolist())
     assert draft.p_draft is not None, "a sampled tree keeps the drafter's rows"
-    p_target = p_first = sampling_probs(logits, sampling, mx)
-    p_draft = q_first = draft.p_draft
-    rows = children(draft.parents)
-    accepts = []
-    for j in range(max(len(r) for r in rows)):  # the j-th sibling of every row at once
-        has = mx.array([j < len(r) for r in rows])
-        tokens = mx.array([draft.tokens[r[j]] if j < len(r) else 0 for r in rows], dtype=mx.int32)
-        accept, p_next, q_next = sibling_step(p_target, p_draft, tokens, mx)
-        accepts.append(accept)
-        p_target = mx.where(has[:, None], p_next, p_target)
-        p_draft = mx.where(has[:, None], q_next, p_draft)
-    u = mx.array(np.asarray([*draws.residual, draws.bonus][: n + 1], dtype=np.float32))
-    row_tokens = inverse_cdf_sample(p_target, u, mx)
-    parent_index = mx.array(parent_rows)
-    node_tokens = mx.array(draft.tokens)[:, None]
-    p_x = mx.take_along_axis(p_first[parent_index], node_tokens, axis=-1)[:, 0]
-    q_x = mx.take_along_axis(q_first[parent_index], node_tokens, axis=-1)[:, 0]
-    tv = tv_distance(p_first, q_first)[parent_index]
-    accept_rows = mx.stack(accepts)
-    mx.eval(row_tokens, p_x, q_x, tv, accept_rows)  # the round's one transfer to the host
-    table = accept_rows.tolist()
-    accept = [0.0] * n
-    for row, nodes in enumerate(rows):
-        for j, node in enumerate(nodes):
-            accept[node] = table[j][row]
-    return VerifiedTree(
-        drafted=draft.tokens,
+    uniforms = row_uniforms(draws.residual, draws.bonus, len(draft.tokens))
+    out = sampled_numbers(
+        sampling_probs(logits, sampling, mx),
+        draft.p_draft,
         parents=draft.parents,
-        p_target=p_x.tolist(),
-        p_draft=q_x.tolist(),
-        tv_distance=tv.tolist(),
-        accept_probability=accept,
-        row_tokens=row_tokens.tolist(),
+        drafted=draft.tokens,
+        uniforms=mx.array(np.asarray(uniforms, dtype=np.float32)),
+        xp=mx,
     )
+    mx.eval(out)  # the round's one transfer to the host
+    return sampled_tree(draft.parents, draft.tokens, {name: value.tolist() for name, value in out.items()})
 
 
 def keep_path(cache: Any, start: int, nodes: int, path: Sequence[int]) -> None:

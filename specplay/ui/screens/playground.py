@@ -113,7 +113,7 @@ class PlaygroundScreen(Screen[None]):
         self.query_one("#lanes").loading = False
         panel = self.query_one(ControlsPanel)
         panel.set_drafters(drafters, capabilities.round_routes)
-        panel.limit_to(capabilities.rules, capabilities.counterfactual and len(drafters) > 1)
+        panel.limit_to(capabilities.rules, capabilities.counterfactual and len(drafters) > 1, capabilities.trees)
         if not capabilities.live_controls:
             panel.fix_speculation(capabilities.fixed_by or "fixed by the backend", routes=len(drafters) > 1)
         self._show_no_baseline()

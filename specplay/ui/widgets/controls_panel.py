@@ -24,6 +24,8 @@ from specplay.engine.rules import KNOB_STEPS, RULE_NAMES, AcceptanceRule
 from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, POLICIES, SpecSettings
 
 K_MAX = 16
+WIDTHS = tuple(range(1, 5))
+"""The tree widths the panel offers (`--width` goes to WIDTH_LIMIT): past 4 a sibling rarely pays its row."""
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
 
 
@@ -86,8 +88,13 @@ class ControlsPanel(VerticalScroll, can_focus=False):
         rule = s.acceptance_rule
         yield Label(knob_label(rule), id="knob-label")
         yield Slider(0, KNOB_STEPS, value=step_from_knob(rule), id="knob")
-        yield Label(CONTROL["policy"].label)
-        yield Select([(p, p) for p in POLICIES], value=s.policy, allow_blank=False, id="policy")
+        with Horizontal(classes="pair"):
+            with Vertical():
+                yield Label(CONTROL["policy"].label)
+                yield Select([(p, p) for p in POLICIES], value=s.policy, allow_blank=False, id="policy")
+            with Vertical():
+                yield Label(CONTROL["width"].label)
+                yield Select([(_width(w), w) for w in WIDTHS], value=s.width, allow_blank=False, id="width")
         yield Label(CONTROL["route"].label)
         yield Select([(s.route, s.route)], value=s.route, allow_blank=False, id="route")
         with Horizontal(classes="switch-row"):
@@ -126,8 +133,8 @@ class ControlsPanel(VerticalScroll, can_focus=False):
             route.set_options([(name, name) for name in names])
             route.value = current if current in names else AUTO_ROUTE
 
-    def limit_to(self, rules: Sequence[str], counterfactual: bool) -> None:
-        """Offer only the rules the backend can judge, and counterfactual routes where it can run them."""
+    def limit_to(self, rules: Sequence[str], counterfactual: bool, trees: bool) -> None:
+        """Offer only the rules the backend can judge, counterfactual routes and trees where it can run them."""
         select = self.query_one("#rule", Select)
         self._rules = list(rules)
         if self._settings.rule in rules:
@@ -136,6 +143,10 @@ class ControlsPanel(VerticalScroll, can_focus=False):
                 select.value = self._settings.rule
         else:  # the rule shown cannot run here: the first that can takes its place, as a change
             select.set_options([(r, r) for r in rules])
+        if not trees:
+            width = self.query_one("#width", Select)
+            width.disabled = True
+            width.tooltip = "this backend verifies chains only: draft trees run on MLX"
         switch = self.query_one("#counterfactual", Switch)
         switch.disabled = not counterfactual
         if not counterfactual:
@@ -149,7 +160,8 @@ class ControlsPanel(VerticalScroll, can_focus=False):
     def fix_speculation(self, why: str, routes: bool) -> None:
         """Native mode: each server fixes k, the rule, the policy and its drafter; their
         controls stay visible, read-only, with the reason. `routes`: several servers to route to."""
-        for id in ("k", "rule", "knob", "policy", "counterfactual", "draft-lane", *(() if routes else ("route",))):
+        fixed = ("k", "rule", "knob", "policy", "width", "counterfactual", "draft-lane")
+        for id in (*fixed, *(() if routes else ("route",))):
             self.query_one(f"#{id}").disabled = True
         self.query_one("#k", Slider).tooltip = why
         self.border_subtitle = "k, D: each server's own" if routes else "k, D, route: fixed by the server"
@@ -162,6 +174,7 @@ class ControlsPanel(VerticalScroll, can_focus=False):
         self._show_knob(settings)
         self.query_one("#counterfactual", Switch).value = settings.counterfactual
         self.query_one("#policy", Select).value = settings.policy
+        self.query_one("#width", Select).value = settings.width
         if settings.route in self._routes:
             self.query_one("#route", Select).value = settings.route
         temperature = self.query_one("#temperature", Select)
@@ -191,6 +204,7 @@ class ControlsPanel(VerticalScroll, can_focus=False):
             "rule": [(f": {r}", r) for r in self._rules],
             "knob": [(f": {knob_label(at)}", step) for step, at in enumerate(knob_steps)],
             "policy": [(f": {p}", p) for p in POLICIES],
+            "width": [(f": {_width(w)}", w) for w in WIDTHS],
             "route": [(f": {r}", r) for r in self._routes],
             "temperature": [(f": {t:g}", t) for t in self._temperatures],
         }
@@ -255,3 +269,7 @@ class ControlsPanel(VerticalScroll, can_focus=False):
                 return
             event.input.set_class(False, "-invalid")
             self.post_message(self.Changed("seed", seed))
+
+
+def _width(width: int) -> str:
+    return f"{width} (chain)" if width == 1 else str(width)

@@ -9,7 +9,8 @@ from textual.widgets import Static
 
 from specplay.display.palette import SOURCE_WHY
 from specplay.display.text import token_repr
-from specplay.engine.events import Candidate, DraftPosition
+from specplay.engine.events import Candidate, DraftPosition, RoundEvent
+from specplay.engine.tree import ROOT, judged_at, siblings_under
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.lane_view import Pick
 
@@ -47,8 +48,9 @@ def describe(pick: Pick, decode: Decode) -> Content:
     if round is None:
         return Content("\n").join(lines)
     asked = f" of {round.k_asked} asked" if round.k_asked is not None and round.k_asked != round.k else ""
-    lines.append(f"round {round.index}  route {round.drafter}  k={round.k}{asked}  accepted {round.num_accepted}")
-    position: DraftPosition | None = round.positions[pick.slot] if pick.slot < len(round.positions) else None
+    drafted = f"tree of {round.k}" if round.parents is not None else f"k={round.k}{asked}"
+    lines.append(f"round {round.index}  route {round.drafter}  {drafted}  accepted {round.num_accepted}")
+    position = judged_at(round, pick.slot)
     if position is None:  # the bonus: drawn from p_target after the last drafted token
         lines += ["p_target(x) " + _num(_prob(round.bonus_top_target, token.token_id))]
         lines += _tops(round.bonus_top_target, None, decode)
@@ -71,8 +73,23 @@ def describe(pick: Pick, decode: Decode) -> Content:
         lines.append(f"the rule keeps x with probability {_num(position.accept_probability)}{spent}")
     if position.error_bound is not None:
         lines.append(f"approximate: this token's distribution within TV {_num(position.error_bound)} of the rule's")
+    if round.parents is not None:
+        lines += _siblings(round, position, decode)
     lines += _tops(position.top_target, position.top_draft, decode)
     return Content("\n").join(lines)
+
+
+def _siblings(round: RoundEvent, position: DraftPosition, decode: Decode) -> list[str]:
+    """A tree node's siblings, tried in this order: each one's p_target and p_draft where they
+    branched, and its fate."""
+    node = round.positions.index(position)
+    parent = round.parents[node] if round.parents is not None else ROOT
+    lines = [f"{'siblings (tried in turn)':<24}{'p_target':>9}{'p_draft':>9}  outcome"]
+    for sibling in siblings_under(round.parents or (), parent):
+        at = round.positions[sibling]
+        mark = "→ " if sibling == node else "  "
+        lines.append(f"{mark}{_quote(decode(at.token_id)):<22}{at.p_target:>9.3f}{at.p_draft:>9.3f}  {at.outcome}")
+    return lines
 
 
 def _prob(top: Sequence[Candidate] | None, token_id: int) -> float | None:

@@ -1,5 +1,6 @@
 """The draft tape: per round, the drafted tokens with rejected ones struck through, with k and route;
-a rejected token carries, as a superscript, the correction's rank among the drafter's tokens."""
+a rejected token carries, as a superscript, the correction's rank among the drafter's tokens. A
+draft tree's round shows its kept path on its first line and the siblings that lost below it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from textual.widgets import Static
 
 from specplay.display.text import visible
 from specplay.engine.events import DraftPosition, RoundEvent
+from specplay.engine.tree import ROOT, depths, kept_nodes, siblings_under
 from specplay.engine.width import OTHER, RANK_TOP_N, rank_key
 from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
@@ -42,20 +44,64 @@ def rank_mark(position: DraftPosition) -> str:
     return (f"{RANK_TOP_N + 1}+" if key == OTHER else key).translate(_SUPERSCRIPT)
 
 
+def _shown(text: str) -> str:
+    return visible(text).replace("\n", "⏎") or "∅"
+
+
 def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
+    """A chain's round on one line; a tree's on one line per level (`tree_lines`)."""
+    if event.parents is not None:
+        return tree_lines(event, drafted_text)
     parts: list[Content | str] = [Content.styled(f"#{event.index:<4} {event.drafter} k={event.k:<2} │ ", "dim")]
     for position, text in zip(event.positions, drafted_text, strict=False):
-        parts.append(Content.styled(visible(text).replace("\n", "⏎") or "∅", _OUTCOME_STYLES[position.outcome]))
-        if mark := rank_mark(position):
-            parts.append(Content.styled(mark, "$spec-corrected"))
-        parts.append(" ")
+        parts += _drafted(position, text)
     if not event.positions:  # route none, or prompt lookup found no match: the round was one target step
         parts.append(Content.styled("nothing drafted ", "dim"))
-    ends = ("corrected", "bonus", "target")  # the round's own token: after a rejection, all kept, or no draft
+    return Content.assemble(*parts, *_round_end(event))
+
+
+def tree_lines(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
+    """A tree's round: first its kept path, then the last row's children that lost to the token
+    after it; below, level by level, every other node (struck where judged and lost, dim where
+    never reached)."""
+    parents = event.parents or ()
+    head = f"#{event.index:<4} {event.drafter} tree {event.k:<2} │ "
+    path = kept_nodes(event)
+    last = siblings_under(parents, path[-1] if path else ROOT)
+    first: list[Content | str] = [Content.styled(head, "dim")]
+    for node in path + [n for n in last if event.positions[n].outcome == "rejected"]:
+        first += _drafted(event.positions[node], _text(drafted_text, node))
+    lines = [Content.assemble(*first, *_round_end(event))]
+    shown = {*path, *last}
+    levels = depths(parents)
+    for depth in range(1, max(levels, default=0) + 1):
+        others = [n for n, d in enumerate(levels) if d == depth and n not in shown]
+        if others:
+            line: list[Content | str] = [Content.styled(f"{f'└ depth {depth}':>{len(head) - 2}} │ ", "dim")]
+            for node in others:
+                line += _drafted(event.positions[node], _text(drafted_text, node))
+            lines.append(Content.assemble(*line))
+    return Content("\n").join(lines)
+
+
+def _text(texts: tuple[str, ...], node: int) -> str:
+    return texts[node] if node < len(texts) else ""
+
+
+def _drafted(position: DraftPosition, text: str) -> list[Content | str]:
+    parts: list[Content | str] = [Content.styled(_shown(text), _OUTCOME_STYLES[position.outcome])]
+    if mark := rank_mark(position):
+        parts.append(Content.styled(mark, "$spec-corrected"))
+    return [*parts, " "]
+
+
+def _round_end(event: RoundEvent) -> list[Content | str]:
+    """The round's own token: after a rejection, all kept, or no draft."""
+    ends = ("corrected", "bonus", "target")
     last = event.tokens[-1] if event.tokens and event.tokens[-1].source in ends else None
-    if last is not None:
-        parts += ["→ ", Content.styled(visible(last.text).replace("\n", "⏎") or "∅", source_style(last.source))]
-    return Content.assemble(*parts)
+    if last is None:
+        return []
+    return ["→ ", Content.styled(_shown(last.text), source_style(last.source))]
 
 
 class DraftTape(VerticalScroll):
