@@ -23,6 +23,7 @@ from specplay.cli.render import warn
 from specplay.config.run_config import check_models
 from specplay.engine.costs import (
     REPEATS,
+    TREE_WIDTHS,
     DrafterPrediction,
     RoundCosts,
     RoundsMeasured,
@@ -34,6 +35,7 @@ from specplay.engine.costs import (
 from specplay.engine.events import RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import K_LIMIT, PolicyParams
+from specplay.engine.speedup import TreePrediction
 from specplay.errors import ConfigError
 from specplay.files.json_text import dump_json
 from specplay.runner.thread import ModelThread
@@ -241,6 +243,11 @@ def _report(
             prediction = predict_drafter(measured, name, rounds, k_max)
             predicted.append(prediction)
         best = prediction.best
+        trees = []
+        if rounds is not None:
+            curve = measured.verify_curve_ms()
+            trees = rounds.predict_trees(prediction.by_k, TREE_WIDTHS, curve, alone.ms, target_ms, call_alone_ms)
+        best_tree = max(trees, key=lambda t: (t.speedup, -t.nodes), default=None)
         drafters[name] = {
             "draft_step_ms": step_ms,
             "draft_call_ms": call_ms,
@@ -256,6 +263,8 @@ def _report(
             "recommended_k": best.k if best is not None else None,
             "recommended_speedup": best.speedup if best is not None else None,
             "recommended_speedup_range": list(prediction.speedup_range(best.k) or ()) if best is not None else None,
+            "trees": [_tree(t) for t in trees],
+            "recommended_tree": _tree(best_tree) if best_tree is not None else None,
         }
     reason = disturbance(measured, predicted)
     return {
@@ -268,6 +277,20 @@ def _report(
         "drafters": drafters,
         "disturbed": reason is not None,
         "disturbed_reason": reason,
+    }
+
+
+def _tree(tree: TreePrediction) -> dict[str, Any]:
+    """A tree's prediction beside the chain of as many nodes, as `--json` names it."""
+    return {
+        "width": tree.width,
+        "nodes": tree.nodes,
+        "depth": tree.depth,
+        "expected_tokens": tree.expected_tokens,
+        "round_ms": tree.round_ms,
+        "speedup": tree.speedup,
+        "chain_speedup": tree.chain.speedup,
+        "vs_chain": tree.vs_chain,
     }
 
 
@@ -299,6 +322,12 @@ def _lines(report: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  k {p['k']:>2}  {p['expected_tokens']:.2f} tokens per round in {p['round_ms']:.1f} ms  "
                 f"→ {p['speedup']:.2f}×  (breaks even at acceptance {p['break_even_acceptance']:.2f}){mark}"
+            )
+        if tree := drafter["recommended_tree"]:
+            lines.append(
+                f"  best tree: width {tree['width']}, {tree['nodes']} nodes ({tree['depth']} deep), "
+                f"{tree['expected_tokens']:.2f} tokens per round → {tree['speedup']:.2f}×, {tree['vs_chain']:.2f}× the "
+                f"chain of {tree['nodes']} (`--width {tree['width']} --tree {tree['nodes']}`)"
             )
     if report["disturbed"]:
         lines.append("")

@@ -31,7 +31,8 @@ from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
-from specplay.engine.speedup import KPrediction, predict_by_k, recommended_k
+from specplay.engine.speedup import KPrediction, TreePrediction, predict_by_k, predict_tree, recommended_k
+from specplay.engine.width import held_by_width
 from specplay.errors import ConfigError
 
 MAX_ROWS = PolicyParams().k_max + 1
@@ -47,6 +48,8 @@ is said to have changed speed while measuring."""
 CLEARLY_SLOWER = 0.1
 """A k predicted this much slower than the recommended one is clearly worse: where the passes'
 spread cannot tell the two apart, the choice of k is noise."""
+TREE_WIDTHS = (2, 3, 4)
+"""The tree widths `costs` predicts beside each chain."""
 DRAFT_STEPS = 4
 """Tokens drafted by the longer of the two timed drafts (the other drafts one): their difference is
 the time per drafted token, the rest of a one-token draft the call's own (`RoundCosts.draft_call_ms`)."""
@@ -123,6 +126,8 @@ class RoundsMeasured:
     """Their drafting time per round (`draft_costs` takes it apart)."""
     mean_drafted: float
     """Tokens drafted per round."""
+    rank_histogram: dict[str, int] = field(default_factory=dict)
+    """Where the target's token stood among the drafter's at each rejection (engine/width.py)."""
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any]) -> RoundsMeasured:
@@ -137,6 +142,7 @@ class RoundsMeasured:
             host_ms=(metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0,
             draft_round_ms=(metrics.get("draft_ms") or 0.0) / rounds if rounds else 0.0,
             mean_drafted=drafted / rounds if rounds else 0.0,
+            rank_histogram=dict(metrics.get("rejection_rank_histogram") or {}),
         )
 
     @classmethod
@@ -191,6 +197,40 @@ class RoundsMeasured:
             drafted_share=self.drafted_share,
             draft_call_ms=call_ms,
         )
+
+    def predict_trees(
+        self,
+        chains: Sequence[KPrediction],
+        widths: Sequence[int],
+        verify_ms: Mapping[int, float],
+        draft_step_ms: float,
+        target_step_ms: float,
+        draft_call_ms: float = 0.0,
+    ) -> list[TreePrediction]:
+        """`speedup.predict_tree` beside each of `chains` (a chain of k drafts), at each width, from
+        these rounds' acceptance and the ranks of their corrections; none where no correction was
+        ranked (a proposer has no second choice: it drafts chains)."""
+        step_ms, call_ms = self.draft_costs(draft_step_ms, draft_call_ms)
+        out = []
+        for width in widths:
+            held = held_by_width(self.rank_histogram, width)
+            for chain in chains:
+                if held is None or chain.k < width:
+                    continue
+                tree = predict_tree(
+                    chain,
+                    self.kept_share,
+                    held,
+                    width=width,
+                    verify_ms=verify_ms,
+                    draft_step_ms=step_ms,
+                    target_step_ms=target_step_ms,
+                    host_ms=self.host_ms,
+                    draft_call_ms=call_ms,
+                )
+                if tree is not None:
+                    out.append(tree)
+        return out
 
 
 def measure_costs(

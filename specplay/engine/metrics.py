@@ -49,6 +49,8 @@ class Metrics:
         self.tokens_by_source: Counter[TokenSource] = Counter()
         self.tv_spent = 0.0
         self.rejection_ranks = empty_histogram()
+        self.num_tree_rounds = 0
+        """Rounds that drafted a tree (engine/tree.py); their k counts nodes."""
         """Rejections whose correction's rank is known, by rank (width.py)."""
         self.counterfactual_rounds: list[int] = []
         self.accepted_by_drafter: dict[str, list[int]] = {}
@@ -91,6 +93,7 @@ class Metrics:
         if self.num_tokens and event.tokens:
             self.timed.add(event)
         self.num_spec_steps += 1
+        self.num_tree_rounds += event.parents is not None
         self.num_draft_tokens += event.k
         self.num_accepted_draft_tokens += event.num_accepted
         for i, kept in enumerate(_per_position(event)):
@@ -200,6 +203,7 @@ class Metrics:
                 "num_accepted_per_position": list(self.accepted_per_position) if spec else None,
                 "tv_spent": self.tv_spent if spec else None,
                 "rejection_rank_histogram": dict(self.rejection_ranks) if spec else None,
+                "num_tree_rounds": self.num_tree_rounds if spec else None,
                 "second_branch_share": second_branch_share(self.rejection_ranks) if spec else None,
                 "draft_ms": self.draft_ms if spec else None,
                 "verify_ms": self.verify_ms if spec else None,

@@ -90,7 +90,17 @@ def predict(metrics: Mapping[str, Any], target_step_ms: float | None) -> Predict
     # A step of 0 ms or a time below 0 is no measurement (a damaged or edited session): no c.
     if target_step_ms is not None and target_step_ms > 0 and drafted > 0 and draft_ms >= 0:
         c = draft_ms / drafted / target_step_ms
-    if a is None or not 0 <= a <= 1 or mean_k is None or mean_k <= 0 or c is None or target_step_ms is None:
+    # Leviathan's formula is a chain's: a tree's nodes are no draft length, its α no chain's.
+    chains = not metrics.get("num_tree_rounds")
+    if (
+        a is None
+        or not 0 <= a <= 1
+        or mean_k is None
+        or mean_k <= 0
+        or c is None
+        or target_step_ms is None
+        or not chains
+    ):
         return Prediction(alpha=a, mean_k=mean_k, cost_ratio=c, speedup=None)
     speedup = predicted_speedup(a, mean_k, c)
     verify = (metrics.get("verify_ms") or 0.0) / rounds / target_step_ms
@@ -270,6 +280,66 @@ def predict_by_k(
         steps = cost_ms / target_step_ms
         out.append(KPrediction(k, tokens, cost_ms, tokens / steps, break_even_alpha(k, steps)))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class TreePrediction:
+    """What a draft tree is expected to give beside the chain of as many nodes (the same verify rows)."""
+
+    width: int
+    nodes: int
+    depth: int
+    expected_tokens: float
+    round_ms: float
+    speedup: float
+    chain: KPrediction
+    """The chain of `nodes` drafts: a verify pass over as many rows."""
+
+    @property
+    def vs_chain(self) -> float:
+        return self.speedup / self.chain.speedup if self.chain.speedup > 0 else 0.0
+
+
+def tree_reach(kept_share: Sequence[float], held: float, depth: int) -> list[float]:
+    """P(a tree's kept path reaches depth i), i = 1..depth, from a chain's measurement: at each
+    depth the chain's own chance of keeping its token there (its reach's ratio to the depth
+    before), and after a rejection the chance `held` that the target's token was among the
+    siblings (`width.held_by_width`, from the ranks of the chain's corrections). It assumes the
+    kept node's children are the drafter's top tokens there (tree.py grows them where it is least sure)."""
+    chain = reach_by_position(kept_share, depth)
+    out, before, reach = [], 1.0, 1.0
+    for at in chain:
+        kept = at / before if before > 0 else 0.0
+        before = at
+        reach *= kept + (1 - kept) * held
+        out.append(reach)
+    return out
+
+
+def predict_tree(
+    chain: KPrediction,
+    kept_share: Sequence[float],
+    held: float,
+    *,
+    width: int,
+    verify_ms: Mapping[int, float],
+    draft_step_ms: float,
+    target_step_ms: float,
+    host_ms: float = 0.0,
+    draft_call_ms: float = 0.0,
+) -> TreePrediction | None:
+    """A tree of `chain.k` nodes, `width` a level (tree.py's shape): its expected tokens by
+    `tree_reach`, and a round of one drafter pass per level (a level's rows cost as one step),
+    a verify pass over as many rows as the chain's and the same host work. None where that
+    pass was not measured."""
+    nodes = chain.k
+    depth = -(-nodes // width)
+    verify = monotone(verify_ms).get(nodes + 1)
+    if verify is None or target_step_ms <= 0:
+        return None
+    tokens = 1 + sum(tree_reach(kept_share, held, depth))
+    cost_ms = draft_call_ms + depth * draft_step_ms + verify + host_ms
+    return TreePrediction(width, nodes, depth, tokens, cost_ms, tokens / (cost_ms / target_step_ms), chain)
 
 
 def recommended_k(predictions: Sequence[KPrediction]) -> KPrediction | None:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from specplay.config.capabilities import capabilities_of
 from specplay.config.model_sets import models_line
 from specplay.config.run_config import RunConfig
 from specplay.drafters import cannot_write
@@ -53,7 +54,7 @@ class PlaygroundController:
         self.status = ""
         self.drafters: tuple[str, ...] = ()
         self.identity: dict[str, Any] = {}
-        self.capabilities = Capabilities()
+        self.capabilities = capabilities_of(config)  # what the backend asked for says, until it loads
         self.route_map: dict[str, str] = {}
         """Router class to drafter, as the source resolved it at load (saved in sessions)."""
         self.costs: RoundCosts | None = None
@@ -140,8 +141,7 @@ class PlaygroundController:
     # --- round costs -------------------------------------------------------------------------
 
     def measure_costs(self) -> None:
-        """Time the verify pass row count by row count, a target step and each drafter's step at
-        the prompt's length, between runs; the speculative lane's stats then recommend a k."""
+        """Time the verify pass by row count, a target step and each drafter's step, between runs (for k)."""
         prompt = self._view.current_prompt()
         if self.state != RunState.READY:
             self._view.notify_user(f"cannot measure round costs while {self.state.value}", error=True)

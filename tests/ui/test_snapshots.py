@@ -70,6 +70,20 @@ def test_lanes_tape_and_drill_down(snap_compare, tmp_path: Path, theme: str) -> 
     assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, drill))
 
 
+@pytest.mark.parametrize("theme", THEMES)
+def test_a_tree_round_and_a_nodes_siblings(snap_compare, tmp_path: Path, theme: str) -> None:  # type: ignore[no-untyped-def]
+    """Draft trees of width 3: the tape's kept paths with the levels that lost below them, and the
+    drill-down of a kept node listing its siblings."""
+    settings = replace(SAMPLED, width=3, rule_params=RuleParams())
+    app = autorun(scripted_backend(drafters=("near", "far")), tmp_path, theme=theme, settings=settings)
+
+    async def drill(pilot: Pilot[None]) -> None:
+        app.query_one("#speculative").focus()
+        await pilot.press("home")  # the first token: a kept node of the first round's tree
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, drill))
+
+
 def test_counterfactual_routes_and_another_rules_knob(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Lenience on the knob, and every drafter judged each round beside the route."""
     settings = replace(SAMPLED, rule="lenience", rule_params=RuleParams(lenience=4.0), counterfactual=True)

@@ -84,11 +84,11 @@ def _siblings(round: RoundEvent, position: DraftPosition, decode: Decode) -> lis
     branched, and its fate."""
     node = round.positions.index(position)
     parent = round.parents[node] if round.parents is not None else ROOT
-    lines = [f"{'siblings (tried in turn)':<24}{'p_target':>9}{'p_draft':>9}  outcome"]
+    lines = [f"{'siblings, in turn':<18}p_target p_draft"]
     for sibling in siblings_under(round.parents or (), parent):
         at = round.positions[sibling]
         mark = "→ " if sibling == node else "  "
-        lines.append(f"{mark}{_quote(decode(at.token_id)):<22}{at.p_target:>9.3f}{at.p_draft:>9.3f}  {at.outcome}")
+        lines.append(f"{mark}{_quote(decode(at.token_id)):<16}{at.p_target:>8.3f}{at.p_draft:>8.3f} {at.outcome}")
     return lines
 
 

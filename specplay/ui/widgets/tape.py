@@ -77,7 +77,7 @@ def tree_lines(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
     for depth in range(1, max(levels, default=0) + 1):
         others = [n for n, d in enumerate(levels) if d == depth and n not in shown]
         if others:
-            line: list[Content | str] = [Content.styled(f"{f'└ depth {depth}':>{len(head) - 2}} │ ", "dim")]
+            line: list[Content | str] = [Content.styled(f"└ depth {depth}".ljust(len(head) - 3) + " │ ", "dim")]
             for node in others:
                 line += _drafted(event.positions[node], _text(drafted_text, node))
             lines.append(Content.assemble(*line))
