@@ -21,7 +21,7 @@ from mlx_lm.models.cache import trim_prompt_cache
 from specplay.backends.mlx.early_exit import EarlyExitModel, LayerSplit, check_layers, head_identity, load_exit_head
 from specplay.backends.mlx.kernels import draw_kernel
 from specplay.backends.mlx.loading import LoadedModel, folder_identity, load_model, rewindable_cache
-from specplay.backends.mlx.trees import MlxTree, Segments, TreePass, chain_tree, grow_tree, tree_pass
+from specplay.backends.mlx.trees import MlxTree, TreePass, chain_tree, grow_tree, tree_pass
 from specplay.drafters import DrafterKind, Form, ModelSpec, Proposer, kind_of
 from specplay.engine.sampling import one_hot, softmax
 from specplay.engine.settings import SamplingParams
@@ -54,10 +54,10 @@ class ModelCache:
         self.tree_pass = tree
         """Its pass over a draft tree (trees.py); None where its family cannot take one."""
 
-    def forward_tree(self, token_ids: mx.array, mask: mx.array, segments: Segments) -> mx.array:
-        """`forward` over rows masked by `mask`, each block of `segments` at its own position (trees.py)."""
+    def forward_tree(self, token_ids: mx.array, mask: mx.array, positions: Sequence[int]) -> mx.array:
+        """`forward` over rows masked by `mask`, each at its own position (trees.py)."""
         assert self.tree_pass is not None, "only a model with a tree pass is given a tree"
-        logits = self.tree_pass(token_ids, self.cache, mask, segments)
+        logits = self.tree_pass(token_ids, self.cache, mask, positions)
         self.length += token_ids.shape[0]
         return fit_vocab(logits, self.vocab_size)
 
@@ -248,8 +248,9 @@ class CacheDrafter:
         drawn: Sequence[float],
         compiled: bool,
     ) -> MlxTree:
-        if self.cache.tree_pass is not None:
+        if self.cache.tree_pass is not None and shape.width > 1:
             return grow_tree(self.cache, tokens, shape, sampling, drawn)
+        # A tree of width 1 is a chain (tree.py): drafted as one, a token per forward pass.
         chain = self.draft(tokens, shape.depth, sampling=sampling, drawn=drawn, keep_drafting=None, compiled=compiled)
         return chain_tree(chain.tokens.tolist(), chain.rows, self.cache.vocab_size)
 

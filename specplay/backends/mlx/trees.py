@@ -5,9 +5,9 @@ A tree pass lays the nodes out flat after the cache's tokens. Each node attends 
 and to its ancestors (a boolean mask, where a chain has the causal one) and is rotated at its own
 position, context length + depth - 1, so siblings share one. mlx-lm's attention takes a mask
 but rotates tokens at consecutive positions from the cache's offset, so for the length of a pass
-each layer's rotary embedding is swapped for one that rotates a breadth-first level at a time
-(the nodes of a level are contiguous and share their position). That needs a model split into
-its layers (early_exit.LayerSplit: the llama family); another family drafts and verifies chains.
+each layer's rotary embedding is swapped for one that rotates each row at its own position.
+That needs a model split into its layers (early_exit.LayerSplit: the llama family); another
+family drafts and verifies chains.
 
 After the round only the kept path's cache entries are moved to follow the context, as a chain's
 accepted prefix would be there, and the rest are dropped.
@@ -36,6 +36,7 @@ from specplay.engine.tree import (
     depths,
     draw_siblings,
     greedy_numbers,
+    is_chain,
     level_counts,
     row_uniforms,
     sampled_numbers,
@@ -44,38 +45,28 @@ from specplay.engine.tree import (
 )
 from specplay.errors import ModelError
 
-Segments = list[tuple[int, int, bool]]
-"""Consecutive blocks of a pass's rows as (count, position, shared): a chain's block is rotated at
-consecutive positions from `position`, a level's (shared) all at `position`."""
 
+class _RowRope(nn.Module):
+    """A layer's rotary embedding with a position per row: the rows go along the batch axis, which
+    takes one offset each (a pass holds one sequence)."""
 
-class _LevelRope(nn.Module):
-    """A layer's rotary embedding applied block by block, each block of rows at its own position."""
-
-    def __init__(self, rope: Any, segments: Segments) -> None:
+    def __init__(self, rope: Any, positions: mx.array) -> None:
         super().__init__()
         object.__setattr__(self, "_rope", rope)
-        object.__setattr__(self, "_segments", segments)
+        object.__setattr__(self, "_positions", positions)
 
     def __call__(self, x: mx.array, offset: int = 0) -> mx.array:
-        parts, start = [], 0
-        for count, position, shared in self._segments:
-            block = x[..., start : start + count, :]
-            if shared:  # each row alone along the sequence axis, so all are rotated at `position`
-                parts.append(self._rope(block[..., None, :], offset=position)[..., 0, :])
-            else:
-                parts.append(self._rope(block, offset=position))
-            start += count
-        return mx.concatenate(parts, axis=-2)
+        rows = x.transpose(2, 1, 0, 3)  # [batch 1, heads, rows, dims] -> [rows, heads, 1, dims]
+        return self._rope(rows, offset=self._positions).transpose(2, 1, 0, 3)
 
 
 @contextmanager
-def _positions(layers: Sequence[nn.Module], segments: Segments) -> Iterator[None]:
+def _positions(layers: Sequence[nn.Module], positions: mx.array) -> Iterator[None]:
     attentions = [layer.self_attn for layer in layers]
     ropes = [attention["rope"] for attention in attentions]
     try:
         for attention, rope in zip(attentions, ropes, strict=True):
-            attention["rope"] = _LevelRope(rope, segments)
+            attention["rope"] = _RowRope(rope, positions)
         yield
     finally:
         for attention, rope in zip(attentions, ropes, strict=True):
@@ -91,9 +82,10 @@ class TreePass:
     layers: int
     head: ExitHead | None = None
 
-    def __call__(self, inputs: mx.array, cache: list[Any], mask: mx.array, segments: Segments) -> mx.array:
-        """Logits [rows, vocab] for `inputs`, rows masked by `mask` [rows, cache + rows]."""
-        with _positions(self.split.layers[: self.layers], segments):
+    def __call__(self, inputs: mx.array, cache: list[Any], mask: mx.array, positions: Sequence[int]) -> mx.array:
+        """Logits [rows, vocab] for `inputs`, rows masked by `mask` [rows, cache + rows], each
+        rotated at its own position."""
+        with _positions(self.split.layers[: self.layers], mx.array(list(positions))):
             h = self.split.run(self.split.embed(inputs[None]), 0, self.layers, cache, mask=mask)
         if self.head is not None:
             h = self.head(h)
@@ -170,14 +162,16 @@ def grow_tree(
         belief = softmax(logits, mx) if sampling.greedy else sampling_probs(logits, sampling, mx)
         rows.append(belief)
         width = min(shape.width, belief.shape[-1])
-        top = mx.sort(belief, axis=-1)[:, ::-1][:, :width]
+        top = mx.sort(mx.topk(belief, width, axis=-1), axis=-1)[:, ::-1]
         values = (mx.array(confidence)[:, None] * top).tolist()
         counts = level_counts(values, min(shape.width, shape.nodes - len(drafted)))
         if not any(counts):
             break
         first = len(drafted)
-        if sampling.greedy:
-            picks = mx.argsort(-logits, axis=-1)[:, : max(counts)]
+        if sampling.greedy:  # the most likely first: the largest few found, then ordered
+            few = mx.argpartition(-logits, kth=width - 1, axis=-1)[:, :width]
+            order = mx.argsort(-mx.take_along_axis(logits, few, axis=-1), axis=-1)
+            picks = mx.take_along_axis(few, order, axis=-1)[:, : max(counts)]
         else:
             slots = np.zeros((max(counts), len(level)), dtype=np.float32)
             index = first
@@ -199,7 +193,7 @@ def grow_tree(
             fed = range(first, len(drafted))
             mask = _cache_mask(parents, fed, before=base, tree_start=base)
             inputs = mx.array(drafted[first:], dtype=mx.int32)
-            logits = cache.forward_tree(inputs, mask, [(len(fed), base - 1 + depth, True)])
+            logits = cache.forward_tree(inputs, mask, [base - 1 + depth] * len(fed))
     cache.trim_to(base)
     if sampling.greedy:
         return MlxTree(drafted, parents, None)
@@ -213,16 +207,13 @@ def verify_pass(cache: Any, tokens: Sequence[int], draft: MlxTree) -> tuple[mx.a
     pending tokens and the nodes; returns them and where the nodes' cache entries start."""
     pending = cache.pending(tokens)
     before, count = cache.length, pending.shape[0]
-    if not draft.tokens or cache.tree_pass is None:  # a chain (all a target without tree passes gets): the causal pass
+    if not draft.tokens or cache.tree_pass is None or is_chain(draft.parents):  # a chain: the causal pass
         inputs = mx.concatenate([pending, mx.array(draft.tokens, dtype=mx.int32)]) if draft.tokens else pending
         return cache.forward(inputs)[-(len(draft.tokens) + 1) :], before + count
-    levels = depths(draft.parents)
-    segments = [(count, before, False)] + [
-        (levels.count(d), before + count - 1 + d, True) for d in range(1, max(levels) + 1)
-    ]
+    positions = [*range(before, before + count), *(before + count - 1 + d for d in depths(draft.parents))]
     mask = _cache_mask(draft.parents, range(len(draft.tokens)), before=before, pending=count)
     inputs = mx.concatenate([pending, mx.array(draft.tokens, dtype=mx.int32)])
-    return cache.forward_tree(inputs, mask, segments)[-(len(draft.tokens) + 1) :], before + count
+    return cache.forward_tree(inputs, mask, positions)[-(len(draft.tokens) + 1) :], before + count
 
 
 def judged_numbers(draft: MlxTree, logits: mx.array, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
