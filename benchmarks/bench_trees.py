@@ -1,7 +1,7 @@
 """Draft trees against the chain of as many nodes (the same verify rows), measured side by side,
 beside an A/A control (the chain against itself) and beside what `specplay costs` predicts of
-the ratio from the chain's own measurement (its acceptance by position and the ranks of its
-corrections, engine/speedup.predict_tree).
+the ratio (engine/speedup.predict_tree: each shape's acceptance from short runs of it, its costs
+from the verify curve and the drafter's times).
 
     python -m benchmarks.bench_trees                                      # the demo models, drafter base
     python -m benchmarks.bench_trees --target smollm2 --drafter exit --prompts rewrite-pathlib,lighthouse
@@ -27,7 +27,7 @@ from specplay.cli import build_parser
 from specplay.cli.configure import given, run_config
 from specplay.data.library import library_prompts
 from specplay.engine.controls import LiveControls
-from specplay.engine.costs import measure_costs, measure_rounds
+from specplay.engine.costs import RoundsMeasured, measure_costs, measure_rounds
 from specplay.engine.events import DoneEvent, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
@@ -75,33 +75,30 @@ def main() -> None:
         for settings in runs.values():  # warm up every shape on every prompt
             run_once(engine, p.text, ids[p.name], settings, 16)
         costs = measure_costs(engine, ids[p.name], chain[nodes[0]].sampling, chain[nodes[0]].acceptance_rule)
-        measured = measure_rounds(
-            engine,
-            ids[p.name],
-            chain[max(nodes)],
-            args.drafter,
-            k=max(nodes),
-            max_tokens=args.max_tokens,
-            ignore_eos=True,
-            target_step_ms=costs.target_step_ms.ms,
+        curve, step_ms = costs.verify_curve_ms(), costs.target_step_ms.ms
+
+        def rounds_of(settings: SpecSettings, k: int, width: int = 1) -> RoundsMeasured:
+            return measure_rounds(
+                engine,
+                ids[p.name],
+                settings,
+                args.drafter,
+                k=k,
+                max_tokens=args.max_tokens,
+                ignore_eos=True,
+                target_step_ms=step_ms,
+                width=width,
+            )
+
+        by_k = rounds_of(chain[max(nodes)], max(nodes)).predict(
+            curve, costs.draft_step_ms[args.drafter].ms, step_ms, max(nodes), draft_call_ms=costs.call_ms(args.drafter)
         )
-        by_k = measured.predict(
-            costs.verify_curve_ms(),
-            costs.draft_step_ms[args.drafter].ms,
-            costs.target_step_ms.ms,
-            max(nodes),
-            draft_call_ms=costs.call_ms(args.drafter),
-        )
-        at = [k for k in by_k if k.k in nodes]
-        for tree in measured.predict_trees(
-            at,
-            widths,
-            costs.verify_curve_ms(),
-            costs.draft_step_ms[args.drafter].ms,
-            costs.target_step_ms.ms,
-            costs.call_ms(args.drafter),
-        ):
-            predicted[(p.name, tree.width, tree.nodes)] = tree.vs_chain
+        for n in nodes:
+            chain_n = next(k for k in by_k if k.k == n)
+            for w in widths:
+                tree = rounds_of(trees[(w, n)], n, w).predict_tree(chain_n, w, curve, step_ms)
+                if tree is not None:
+                    predicted[(p.name, w, n)] = tree.vs_chain
 
     speed: dict[tuple[str, object], list[float]] = {}
     tokens: dict[tuple[str, object], list[float]] = {}

@@ -21,6 +21,7 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import warn
 from specplay.config.run_config import check_models
+from specplay.drafters import kind_of
 from specplay.engine.costs import (
     REPEATS,
     TREE_WIDTHS,
@@ -154,9 +155,31 @@ def costs(args: argparse.Namespace) -> int:
             }
         else:
             acceptance = from_sessions
+        trees = {}
+        for name, spec in ((d.name, d) for d in config.drafters):
+            best = predict_drafter(measured, name, acceptance[name], k_limit).best if name in acceptance else None
+            if from_sessions is not None or best is None or not kind_of(spec).grows_trees:
+                continue  # where a drafter grows trees, they are measured as its chains are
+            trees[name] = {
+                width: thread.call(
+                    lambda name=name, width=width, nodes=tree_nodes(best.k, width): measure_rounds(
+                        source,
+                        prompt_ids,
+                        settings,
+                        name,
+                        k=nodes,
+                        max_tokens=args.acceptance_tokens,
+                        seed=config.request.seed,
+                        target_step_ms=measured.target_step_ms.ms,
+                        width=width,
+                    )
+                )
+                for width in TREE_WIDTHS
+                if tree_nodes(best.k, width) <= k_limit
+            }
     finally:
         thread.close()
-    report = _report(measured, acceptance, k_limit, len(prompt_ids))
+    report = _report(measured, acceptance, k_limit, len(prompt_ids), trees)
     print(dump_json(report) if args.json else "\n".join(_lines(report)))
     return 0
 
@@ -225,7 +248,11 @@ def _none_usable(faults: Sequence[str], unmatched: Sequence[Session], drafters: 
 
 
 def _report(
-    measured: RoundCosts, rounds_by_drafter: dict[str, RoundsMeasured], k_max: int, prompt_tokens: int
+    measured: RoundCosts,
+    rounds_by_drafter: dict[str, RoundsMeasured],
+    k_max: int,
+    prompt_tokens: int,
+    tree_rounds: dict[str, dict[int, RoundsMeasured]],
 ) -> dict[str, Any]:
     """The `--json` object; its names are what other tools read."""
     target_ms = measured.target_step_ms.ms
@@ -243,10 +270,14 @@ def _report(
             prediction = predict_drafter(measured, name, rounds, k_max)
             predicted.append(prediction)
         best = prediction.best
-        trees = []
-        if rounds is not None:
-            curve = measured.verify_curve_ms()
-            trees = rounds.predict_trees(prediction.by_k, TREE_WIDTHS, curve, alone.ms, target_ms, call_alone_ms)
+        chains = {p.k: p for p in prediction.by_k}
+        trees = [
+            tree
+            for width, measured_tree in tree_rounds.get(name, {}).items()
+            if best is not None
+            and (chain := chains.get(tree_nodes(best.k, width))) is not None
+            and (tree := measured_tree.predict_tree(chain, width, measured.verify_curve_ms(), target_ms)) is not None
+        ]
         best_tree = max(trees, key=lambda t: (t.speedup, -t.nodes), default=None)
         drafters[name] = {
             "draft_step_ms": step_ms,
@@ -278,6 +309,12 @@ def _report(
         "disturbed": reason is not None,
         "disturbed_reason": reason,
     }
+
+
+def tree_nodes(k: int, width: int) -> int:
+    """The nodes of the tree `costs` measures beside the chain recommended at k: as many as that
+    chain drafts, and two levels at least (a shorter chain's rows hold no tree worth the name)."""
+    return max(k, 2 * width)
 
 
 def _tree(tree: TreePrediction) -> dict[str, Any]:
@@ -323,11 +360,13 @@ def _lines(report: dict[str, Any]) -> list[str]:
                 f"  k {p['k']:>2}  {p['expected_tokens']:.2f} tokens per round in {p['round_ms']:.1f} ms  "
                 f"→ {p['speedup']:.2f}×  (breaks even at acceptance {p['break_even_acceptance']:.2f}){mark}"
             )
-        if tree := drafter["recommended_tree"]:
+        for tree in drafter["trees"]:
+            beats = drafter["recommended_speedup"] is not None and tree["speedup"] > drafter["recommended_speedup"]
+            mark = "  <- faster than the recommended k" if tree == drafter["recommended_tree"] and beats else ""
             lines.append(
-                f"  best tree: width {tree['width']}, {tree['nodes']} nodes ({tree['depth']} deep), "
-                f"{tree['expected_tokens']:.2f} tokens per round → {tree['speedup']:.2f}×, {tree['vs_chain']:.2f}× the "
-                f"chain of {tree['nodes']} (`--width {tree['width']} --tree {tree['nodes']}`)"
+                f"  tree of {tree['nodes']}, width {tree['width']}: {tree['expected_tokens']:.2f} tokens per round in "
+                f"{tree['round_ms']:.1f} ms → {tree['speedup']:.2f}×, {tree['vs_chain']:.2f}× the chain of "
+                f"{tree['nodes']} (`--width {tree['width']} --tree {tree['nodes']}`){mark}"
             )
     if report["disturbed"]:
         lines.append("")

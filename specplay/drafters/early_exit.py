@@ -23,6 +23,7 @@ class EarlyExitKind(DrafterKind):
     syntax = "early-exit:layers=L[,head=DIR]"
     summary = "the target's first L layers, optionally with a trained head"
     form = "target-layers"
+    grows_trees = True
 
     def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelSpec:
         params = options(given, field, self.name) if given is not None else {}

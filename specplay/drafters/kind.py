@@ -48,6 +48,8 @@ class DrafterKind:
     """The backends that run it."""
     cannot_write: ClassVar[str | None] = None
     """Why a draft-only lane cannot run on it (None: it writes alone, as a small model does)."""
+    grows_trees: ClassVar[bool] = False
+    """It can draft a tree (engine/tree.py) where a backend verifies one; else its rounds draft chains."""
     record_kinds: ClassVar[tuple[str, ...]] = ()
     """The `kind` values of session records this kind reads back (its name besides)."""
 

@@ -20,6 +20,7 @@ class ModelKind(DrafterKind):
     syntax = "FOLDER | HF_ID | FILE.gguf | FETCHED_NAME"
     summary = "another model (a small one of the target's family)"
     form = "model"
+    grows_trees = True
     backends = ("mlx", "vllm")
     record_kinds = ("gguf",)
     """A model converted from a GGUF file records its kind as gguf."""

@@ -32,7 +32,6 @@ from specplay.engine.request import Request
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
 from specplay.engine.speedup import KPrediction, TreePrediction, predict_by_k, predict_tree, recommended_k
-from specplay.engine.width import held_by_width
 from specplay.errors import ConfigError
 
 MAX_ROWS = PolicyParams().k_max + 1
@@ -126,8 +125,6 @@ class RoundsMeasured:
     """Their drafting time per round (`draft_costs` takes it apart)."""
     mean_drafted: float
     """Tokens drafted per round."""
-    rank_histogram: dict[str, int] = field(default_factory=dict)
-    """Where the target's token stood among the drafter's at each rejection (engine/width.py)."""
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any]) -> RoundsMeasured:
@@ -142,7 +139,6 @@ class RoundsMeasured:
             host_ms=(metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0,
             draft_round_ms=(metrics.get("draft_ms") or 0.0) / rounds if rounds else 0.0,
             mean_drafted=drafted / rounds if rounds else 0.0,
-            rank_histogram=dict(metrics.get("rejection_rank_histogram") or {}),
         )
 
     @classmethod
@@ -198,39 +194,20 @@ class RoundsMeasured:
             draft_call_ms=call_ms,
         )
 
-    def predict_trees(
-        self,
-        chains: Sequence[KPrediction],
-        widths: Sequence[int],
-        verify_ms: Mapping[int, float],
-        draft_step_ms: float,
-        target_step_ms: float,
-        draft_call_ms: float = 0.0,
-    ) -> list[TreePrediction]:
-        """`speedup.predict_tree` beside each of `chains` (a chain of k drafts), at each width, from
-        these rounds' acceptance and the ranks of their corrections; none where no correction was
-        ranked (a proposer has no second choice: it drafts chains)."""
-        step_ms, call_ms = self.draft_costs(draft_step_ms, draft_call_ms)
-        out = []
-        for width in widths:
-            held = held_by_width(self.rank_histogram, width)
-            for chain in chains:
-                if held is None or chain.k < width:
-                    continue
-                tree = predict_tree(
-                    chain,
-                    self.kept_share,
-                    held,
-                    width=width,
-                    verify_ms=verify_ms,
-                    draft_step_ms=step_ms,
-                    target_step_ms=target_step_ms,
-                    host_ms=self.host_ms,
-                    draft_call_ms=call_ms,
-                )
-                if tree is not None:
-                    out.append(tree)
-        return out
+    def predict_tree(
+        self, chain: KPrediction, width: int, verify_ms: Mapping[int, float], target_step_ms: float
+    ) -> TreePrediction | None:
+        """`speedup.predict_tree` from these rounds, measured drafting trees of `width` and as many
+        nodes as `chain` drafts (`measure_rounds` with a width)."""
+        return predict_tree(
+            chain,
+            width=width,
+            kept_share=self.kept_share,
+            draft_round_ms=self.draft_round_ms,
+            host_ms=self.host_ms,
+            verify_ms=verify_ms,
+            target_step_ms=target_step_ms,
+        )
 
 
 def measure_costs(
@@ -387,13 +364,16 @@ def measure_rounds(
     ignore_eos: bool = False,
     target_step_ms: float | None = None,
     pipeline: bool = True,
+    width: int = 1,
 ) -> RoundsMeasured:
     """Acceptance by position and the rounds' times on a short run of the prompt at a fixed k,
-    routed to `drafter`. With `target_step_ms` (`RoundCosts.target_step_ms`), its times are taken
-    over the target step of short target-only runs before and after it and put back in ms at that
-    step, as each pass of `measure_costs` is: a run in a slow phase of the machine would otherwise
-    charge every round a slow drafter and host."""
-    routed = settings.changed(k=k, policy="fixed", route=drafter, counterfactual=False)
+    routed to `drafter` (with a `width` above 1: trees of k nodes, their acceptance by depth). With
+    `target_step_ms` (`RoundCosts.target_step_ms`), its times are taken over the target step of
+    short target-only runs before and after it and put back in ms at that step, as each pass of
+    `measure_costs` is: a run in a slow phase of the machine would otherwise charge every round a
+    slow drafter and host."""
+    tree = {"width": width, "tree_nodes": k} if width > 1 else {"width": 1, "tree_nodes": 0}
+    routed = settings.changed(k=k, policy="fixed", route=drafter, counterfactual=False, **tree)
     request = Request("", tuple(prompt_token_ids), "speculative", seed, max_tokens, ignore_eos=ignore_eos)
     sampling = settings.sampling
     before = _target_steps_ms(engine, prompt_token_ids, sampling, pipeline=pipeline) if target_step_ms else []

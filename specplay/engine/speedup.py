@@ -300,45 +300,28 @@ class TreePrediction:
         return self.speedup / self.chain.speedup if self.chain.speedup > 0 else 0.0
 
 
-def tree_reach(kept_share: Sequence[float], held: float, depth: int) -> list[float]:
-    """P(a tree's kept path reaches depth i), i = 1..depth, from a chain's measurement: at each
-    depth the chain's own chance of keeping its token there (its reach's ratio to the depth
-    before), and after a rejection the chance `held` that the target's token was among the
-    siblings (`width.held_by_width`, from the ranks of the chain's corrections). It assumes the
-    kept node's children are the drafter's top tokens there (tree.py grows them where it is least sure)."""
-    chain = reach_by_position(kept_share, depth)
-    out, before, reach = [], 1.0, 1.0
-    for at in chain:
-        kept = at / before if before > 0 else 0.0
-        before = at
-        reach *= kept + (1 - kept) * held
-        out.append(reach)
-    return out
-
-
 def predict_tree(
     chain: KPrediction,
-    kept_share: Sequence[float],
-    held: float,
     *,
     width: int,
+    kept_share: Sequence[float],
+    draft_round_ms: float,
+    host_ms: float,
     verify_ms: Mapping[int, float],
-    draft_step_ms: float,
     target_step_ms: float,
-    host_ms: float = 0.0,
-    draft_call_ms: float = 0.0,
 ) -> TreePrediction | None:
-    """A tree of `chain.k` nodes, `width` a level (tree.py's shape): its expected tokens by
-    `tree_reach`, and a round of one drafter pass per level (a level's rows cost as one step),
-    a verify pass over as many rows as the chain's and the same host work. None where that
-    pass was not measured."""
+    """A tree of `chain.k` nodes, `width` a level (tree.py's shape), from its own rounds measured
+    at that shape: `kept_share[i]`, the share of rounds whose kept path reached depth i + 1, gives
+    its tokens per round (1 + their sum, as a chain's `expected_tokens`), and a round costs its
+    drafting and host work as measured and a verify pass over as many rows as the chain's. None
+    where that pass was not measured."""
     nodes = chain.k
-    depth = -(-nodes // width)
     verify = monotone(verify_ms).get(nodes + 1)
     if verify is None or target_step_ms <= 0:
         return None
-    tokens = 1 + sum(tree_reach(kept_share, held, depth))
-    cost_ms = draft_call_ms + depth * draft_step_ms + verify + host_ms
+    tokens = 1 + sum(kept_share)
+    cost_ms = draft_round_ms + verify + host_ms
+    depth = -(-nodes // width)
     return TreePrediction(width, nodes, depth, tokens, cost_ms, tokens / (cost_ms / target_step_ms), chain)
 
 

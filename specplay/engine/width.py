@@ -80,14 +80,6 @@ def second_branch_share(histogram: dict[str, int]) -> float | None:
     return saved / total if total else None
 
 
-def held_by_width(histogram: dict[str, int], width: int) -> float | None:
-    """The share of ranked rejections whose correction a tree of `width` children at that position
-    (the drafter's `width` most likely tokens) would have held: rank at most `width`."""
-    total = sum(histogram.values())
-    held = sum(count for key, count in histogram.items() if key != OTHER and int(key) <= width)
-    return held / total if total else None
-
-
 def histogram_of(ranks: Iterable[int | None]) -> dict[str, int]:
     """Ranks of rejections (None: unknown, not counted) as the metrics' histogram."""
     out = empty_histogram()
