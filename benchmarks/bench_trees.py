@@ -45,6 +45,23 @@ def run_once(
     return float(done.metrics["tokens_per_s"]), sum(len(r.tokens) for r in rounds) / len(rounds)
 
 
+def rounds_of(
+    engine: SpecEngine, ids: Sequence[int], settings: SpecSettings, args: argparse.Namespace, step_ms: float
+) -> RoundsMeasured:
+    """What `costs` measures of a shape: its rounds on the prompt (a tree: `settings`' width, k nodes)."""
+    return measure_rounds(
+        engine,
+        ids,
+        settings,
+        args.drafter,
+        k=settings.k,
+        max_tokens=args.max_tokens,
+        ignore_eos=True,
+        target_step_ms=step_ms,
+        width=settings.width,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="demo")
@@ -77,26 +94,14 @@ def main() -> None:
         costs = measure_costs(engine, ids[p.name], chain[nodes[0]].sampling, chain[nodes[0]].acceptance_rule)
         curve, step_ms = costs.verify_curve_ms(), costs.target_step_ms.ms
 
-        def rounds_of(settings: SpecSettings, k: int, width: int = 1) -> RoundsMeasured:
-            return measure_rounds(
-                engine,
-                ids[p.name],
-                settings,
-                args.drafter,
-                k=k,
-                max_tokens=args.max_tokens,
-                ignore_eos=True,
-                target_step_ms=step_ms,
-                width=width,
-            )
-
-        by_k = rounds_of(chain[max(nodes)], max(nodes)).predict(
+        by_k = rounds_of(engine, ids[p.name], chain[max(nodes)], args, step_ms).predict(
             curve, costs.draft_step_ms[args.drafter].ms, step_ms, max(nodes), draft_call_ms=costs.call_ms(args.drafter)
         )
         for n in nodes:
             chain_n = next(k for k in by_k if k.k == n)
             for w in widths:
-                tree = rounds_of(trees[(w, n)], n, w).predict_tree(chain_n, w, curve, step_ms)
+                measured = rounds_of(engine, ids[p.name], trees[(w, n)], args, step_ms)
+                tree = measured.predict_tree(chain_n, w, curve, step_ms)
                 if tree is not None:
                     predicted[(p.name, w, n)] = tree.vs_chain
 
@@ -120,9 +125,8 @@ def main() -> None:
 
     print(f"# draft trees against the chain of as many nodes ({platform.machine()}, {args.target}, {args.drafter})\n")
     print(f"greedy, {args.max_tokens} tokens, {args.repeats} repeats; decode tokens/s, medians\n")
-    print(
-        "| prompt | nodes | chain tok/s (tokens a round) | width | tree tok/s (tokens a round) | tree / chain | predicted |"
-    )
+    print("| prompt | nodes | chain tok/s (tokens a round) | width | tree tok/s (tokens a round) ", end="")
+    print("| tree / chain | predicted |")
     print("|---|---|---|---|---|---|---|")
     errors = []
     for p in prompts:

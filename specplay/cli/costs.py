@@ -155,14 +155,17 @@ def costs(args: argparse.Namespace) -> int:
             }
         else:
             acceptance = from_sessions
-        trees = {}
+        trees: dict[str, dict[int, RoundsMeasured]] = {}
         for name, spec in ((d.name, d) for d in config.drafters):
             best = predict_drafter(measured, name, acceptance[name], k_limit).best if name in acceptance else None
             if from_sessions is not None or best is None or not kind_of(spec).grows_trees:
                 continue  # where a drafter grows trees, they are measured as its chains are
-            trees[name] = {
-                width: thread.call(
-                    lambda name=name, width=width, nodes=tree_nodes(best.k, width): measure_rounds(
+            for width in TREE_WIDTHS:
+                nodes = tree_nodes(best.k, width)
+                if nodes > k_limit:
+                    continue
+                trees.setdefault(name, {})[width] = thread.call(
+                    lambda name=name, width=width, nodes=nodes: measure_rounds(
                         source,
                         prompt_ids,
                         settings,
@@ -174,9 +177,6 @@ def costs(args: argparse.Namespace) -> int:
                         width=width,
                     )
                 )
-                for width in TREE_WIDTHS
-                if tree_nodes(best.k, width) <= k_limit
-            }
     finally:
         thread.close()
     report = _report(measured, acceptance, k_limit, len(prompt_ids), trees)
