@@ -17,7 +17,7 @@ from specplay.errors import ConfigError
 class BenchConfig:
     label: str
     group: str
-    """baseline, k, policy, tv or route: which sweep the configuration belongs to."""
+    """baseline, k, policy, width, tv or route: which sweep the configuration belongs to."""
     mode: str = "speculative"
     settings: SpecSettings = field(default_factory=SpecSettings)
     """The live settings it runs with, the user's defaults but what its group varies (the
@@ -77,9 +77,11 @@ def plan(
     copy_only: Sequence[str] = (),
     counterfactual: bool = False,
     round_routes: bool = True,
+    trees: bool = False,
 ) -> list[BenchConfig]:
-    """Target-only, draft-only, fixed k, each adaptive policy (quick: the cost policy alone), TV
-    budgets and routes. Drafters in `copy_only` (prompt lookup) cannot write alone: they get no
+    """Target-only, draft-only, fixed k, each adaptive policy (quick: the cost policy alone), draft
+    trees where the backend verifies them (`trees`: each beside the fixed k of as many nodes, the
+    same verify rows), TV budgets and routes. Drafters in `copy_only` (prompt lookup) cannot write alone: they get no
     draft-only row. With several drafters: each pinned, no speculation (none), the request
     router's choice (auto) and, where the backend can change drafters between rounds
     (`round_routes`), per-round routing (adaptive); and where it can (`counterfactual`), a router
@@ -92,6 +94,12 @@ def plan(
     configs += [BenchConfig(f"k={k}", "k", settings=_set(k=k)) for k in ((2, 4) if quick else (2, 4, 6, 8))]
     policies = ("cost",) if quick else ("acceptance-rate", "accepted-length", "confidence", "cost")
     configs += [BenchConfig(policy, "policy", settings=_set(policy=policy)) for policy in policies]
+    if trees:
+        shapes = ((2, 4),) if quick else ((2, 4), (2, 8), (3, 8))  # (width, nodes): beside k=4 and k=8
+        configs += [
+            BenchConfig(f"width {w}, {n} nodes", WIDTH_GROUP, settings=_set(k=n, width=w, tree_nodes=n))
+            for w, n in shapes
+        ]
     budgets = (0.5, 1.0) if quick else (0.5, 0.75, 1.0)  # D=0 is the k=4 row
     configs += [
         BenchConfig(Mentored(tv_budget=budget).row_label(), "tv", settings=_set(tv_budget=budget)) for budget in budgets
@@ -104,6 +112,8 @@ def plan(
     return configs
 
 
+WIDTH_GROUP = "width"
+"""The group of draft trees (engine/tree.py), each a label's width and node budget."""
 ROUTER_CHECK = "router"
 """The group of the router check: it measures which drafter accepts most, not a speed."""
 

@@ -45,7 +45,9 @@ REPORT_FILES = ("report.md", "results.json", "results.csv", *PLOT_FILES)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("bench", help="sweep k, policies, TV budgets, temperatures and routes over prompts")
+    parser = subparsers.add_parser(
+        "bench", help="sweep k, policies, tree widths, TV budgets, temperatures and routes over prompts"
+    )
     add_model_flags(parser)
     add_backend_flags(parser)
     add_router_flag(parser)
@@ -53,7 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"a small sweep (k 2 and 4, the cost policy, D 0.5 and 1, temperature 0, one prompt per category, 32 "
+        help=f"a small sweep (k 2 and 4, the cost policy, a tree of width 2 beside k 4, D 0.5 and 1, temperature 0, "
+        "one prompt per category, 32 "
         f"tokens), on the demo models unless --target or --draft name others: {QUICK_TIME}",
     )
     parser.add_argument("--out", default=None, help="report folder (default: bench-<time> in the sessions folder)")
@@ -116,6 +119,7 @@ def bench(args: argparse.Namespace) -> int:
         copy_only,
         counterfactual=capabilities.counterfactual,
         round_routes=capabilities.round_routes,
+        trees=capabilities.trees,
     )
 
     def time_mlx_lm(ids: tuple[int, ...], max_tokens: int, drafter: str | None, k: int) -> float | None:

@@ -41,6 +41,7 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
                 "k": r.k,
                 "k_asked": r.k_asked,
                 "drafted": list(r.drafted),
+                "parents": list(r.parents) if r.parents is not None else None,
                 "num_accepted": r.num_accepted,
                 "token_index": r.token_index,
                 "tokens": [t.token_id for t in r.tokens],

@@ -83,6 +83,10 @@ def _check_trees(settings: SpecSettings, capabilities: Capabilities) -> None:
     if not capabilities.trees:
         why = capabilities.fixed_by or "this backend verifies a chain of drafts only"
         raise ConfigError("width", f"draft trees cannot run here: {why}; use width 1 (a chain), or the MLX backend")
+    if settings.counterfactual:
+        raise ConfigError(
+            "counterfactual", "routes judge other drafters' chains beside a chain: turn them off, or use width 1"
+        )
     rule = settings.acceptance_rule
     if not rule.lossless:
         knob = rule.knob

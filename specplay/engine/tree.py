@@ -43,6 +43,9 @@ from specplay.engine.events import KEPT, DraftPosition, Outcome, RoundEvent, Tok
 
 ROOT = -1
 """The parent of a node drafted right after the last committed token."""
+CHAINS_ONLY = "trees_drafted_as_chains"
+"""A backend's account key (`Generation.account`): the models asked for trees that drafted
+chains, each with why, as {model name: reason}."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from specplay.cli import main
+from specplay.store import list_session_files, load_session
 from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.tiny_models import TinyModels
@@ -218,3 +219,44 @@ def test_compare_runs_the_target_only_lane_and_prints_the_speedup_without_saving
     (result,) = [json.loads(line) for line in out.splitlines()]
     assert len(result["baseline"]["token_ids"]) == 16 and "session" not in result
     assert not list(tmp_path.iterdir())  # type: ignore[attr-defined]  # nothing saved
+
+
+def test_trees_run_save_read_and_review(
+    tiny: TinyModels, capsys: pytest.CaptureFixture[str], tmp_path: os.PathLike[str]
+) -> None:
+    """`--tree N` drafts trees (width 2 when no width is given): `--json` gives each round's parent
+    list, the saved session reads them back, and the review page shows the tree rounds level by level."""
+    args = [*models(tiny), "--route", "far", "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "24", "--ignore-eos"]
+    code, out, _ = run_cli(capsys, *args, "--tree", "6", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["settings"]["width"] == 2 and result["settings"]["tree_nodes"] == 6
+    trees = [r["parents"] for r in result["rounds"]]
+    assert trees and every(p is not None and len(p) <= 6 for p in trees)
+    assert any(p != list(range(-1, len(p) - 1)) for p in trees)  # some round branched
+
+    code, _, _ = run_cli(capsys, *args, "--width", "3", "--save", "--sessions-dir", str(tmp_path))
+    assert code == 0
+    (path,) = list_session_files(tmp_path)
+    rounds = load_session(path).main.rounds
+    assert rounds and every(r.parents is not None for r in rounds)
+    assert main(["export", str(path), "--format", "html"]) == 0
+    page = capsys.readouterr().out
+    assert "depth 1:" in page and "(tree)" in page
+
+
+def test_trees_are_refused_in_one_line_under_a_relaxed_rule(
+    tiny: TinyModels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(capsys, *models(tiny), "--prompt", "hi", "--width", "2", "--tv", "0.3")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "judged losslessly only" in err
+
+
+def test_trees_are_refused_in_one_line_on_a_vllm_server(capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked from the capabilities before any request: no server need be there."""
+    code, out, err = run_cli(
+        capsys, "--backend", "vllm", "--target-url", "http://127.0.0.1:9", "--prompt", "hi", "--width", "2"
+    )
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "draft trees cannot run here" in err

@@ -153,3 +153,5 @@ def test_trees_are_refused_where_they_cannot_run() -> None:
     assert "\n" not in str(refused.value)
     with pytest.raises(ConfigError, match="width"):
         SpecSettings(width=9)
+    with pytest.raises(ConfigError, match="counterfactual"):
+        check_supported(tree.changed(counterfactual=True), Capabilities(trees=True, counterfactual=True))

@@ -21,7 +21,7 @@ from mlx_lm.models.cache import trim_prompt_cache
 from specplay.backends.mlx.early_exit import EarlyExitModel, LayerSplit, check_layers, head_identity, load_exit_head
 from specplay.backends.mlx.kernels import draw_kernel
 from specplay.backends.mlx.loading import LoadedModel, folder_identity, load_model, rewindable_cache
-from specplay.backends.mlx.trees import MlxTree, TreePass, chain_tree, grow_tree, tree_pass
+from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, TreePass, chain_tree, grow_tree, tree_pass
 from specplay.drafters import DrafterKind, Form, ModelSpec, Proposer, kind_of
 from specplay.engine.sampling import one_hot, softmax
 from specplay.engine.settings import SamplingParams
@@ -143,6 +143,9 @@ class Drafter(Protocol):
     """The cache a draft-only lane decodes with; None where the drafter cannot write alone."""
     cannot_write: str | None
     """Why it cannot (its kind's words), where it cannot."""
+    grows_trees: bool
+    """It drafts trees where asked (else its trees are chains: `chains_because` says why)."""
+    chains_because: str
 
     @property
     def length(self) -> int: ...
@@ -189,6 +192,8 @@ class CacheDrafter:
     def __init__(self, cache: ModelCache) -> None:
         self.name, self.cache, self.writer = cache.name, cache, cache
         self.cannot_write = None
+        self.grows_trees = cache.tree_pass is not None
+        self.chains_because = NO_TREE_PASS
 
     @property
     def length(self) -> int:
@@ -267,6 +272,8 @@ class ProposerDrafter:
     tokens, so a rejection has nothing to rewind."""
 
     writer = None
+    grows_trees = False
+    chains_because = "it proposes one continuation, drafted as a chain"
 
     def __init__(self, name: str, proposer: Proposer, vocab_size: int, cannot_write: str) -> None:
         self.name, self.proposer, self.vocab_size = name, proposer, vocab_size

@@ -24,14 +24,14 @@ from specplay.backends.mlx.drafting import (
     uniforms,
 )
 from specplay.backends.mlx.drafting import draw as draw_token
-from specplay.backends.mlx.trees import MlxTree, judged_numbers, keep_path, verify_pass
+from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, judged_numbers, keep_path, verify_pass
 from specplay.engine.accept import inverse_cdf_sample
 from specplay.engine.backend_protocol import VerifiedDraft, VerifiedTree
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
-from specplay.engine.tree import TreeShape, kept_path
+from specplay.engine.tree import CHAINS_ONLY, TreeShape, kept_path
 from specplay.engine.verify_rows import top_n as top_tokens
 from specplay.errors import ConfigError, ModelError
 
@@ -151,6 +151,8 @@ class MlxGeneration:
         """The sampling and acceptance math runs compiled (kernels.py says where that pays)."""
         self.tokens = list(prompt_token_ids)
         self._cleared_at = 0
+        self._chains_only: dict[str, str] = {}
+        """Models asked for trees that drafted chains, and why (`account`)."""
         self._tree: tuple[int, MlxTree] | None = None
         """The last verified tree, until its commit: where its nodes' cache entries start, and it."""
 
@@ -201,7 +203,10 @@ class MlxGeneration:
         self, drafter: str, shape: TreeShape, sampling: SamplingParams, uniforms: Sequence[float]
     ) -> MlxTree:
         if self.target.tree_pass is None:  # the target verifies chains only: the drafter drafts one
+            self._chains_only["target"] = NO_TREE_PASS
             shape = replace(shape, width=1, nodes=shape.depth)
+        elif shape.width > 1 and not self.drafters[drafter].grows_trees:
+            self._chains_only[drafter] = self.drafters[drafter].chains_because
         return self.drafters[drafter].draft_tree(
             self.tokens, shape, sampling=sampling, drawn=uniforms, compiled=self.compiled
         )
@@ -306,4 +311,6 @@ class MlxGeneration:
         return {self.target.name: self.target.offset()} | {name: d.held() for name, d in self.drafters.items()}
 
     def account(self) -> dict[str, Any]:
-        return {}  # every number of a round is exact and in its events
+        """Every number of a round is exact and in its events; where trees were asked of a model
+        that cannot take a tree pass, which drafted chains and why."""
+        return {"mlx": {CHAINS_ONLY: dict(self._chains_only)}} if self._chains_only else {}

@@ -45,6 +45,11 @@ from specplay.engine.tree import (
 )
 from specplay.errors import ModelError
 
+NO_TREE_PASS = (
+    "its model family cannot take a tree mask and a position per token (trees need the llama family: llama, "
+    "mistral, qwen2, qwen3), so its rounds draft chains"
+)
+
 
 class _RowRope(nn.Module):
     """A layer's rotary embedding with a position per row: the rows go along the batch axis, which

@@ -67,6 +67,24 @@ def test_greedy_speculation_equals_greedy_target_only_with_every_drafter_kind(sm
     assert rounds(events)
 
 
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+def test_greedy_trees_equal_greedy_target_only(smol: MlxBackend, width: int) -> None:
+    """Early exits grow trees on the real model's own layers (their tree passes share the
+    target's modules); widths 1-4, node budgets up to 16; the target's cache holds the committed
+    tokens after every round."""
+    observed = Observed(smol)
+    for prompt in (EDIT_PROMPT, STORY_PROMPT):
+        expected = done(run(smol, prompt, mode="target", max_tokens=TOKENS, raw=False)).token_ids
+        for route, k, nodes in (("exit26", 4, 0), ("exit8", 6, 16), ("lookup", 4, 8)):
+            events = run(
+                observed, prompt, max_tokens=TOKENS, route=route, k=k, width=width, tree_nodes=nodes, raw=False
+            )
+            assert done(events).token_ids == expected, (prompt[:10], route, width, nodes)
+            assert every(r.parents is not None for r in rounds(events) if r.k)
+            generation = observed.generations[-1]
+            assert generation.cache_lengths()["target"] == len(generation.tokens) - 1
+
+
 def test_live_k_and_route_changes_stay_lossless(smol: MlxBackend) -> None:
     expected = done(run(smol, STORY_PROMPT, mode="target", max_tokens=TOKENS, raw=False)).token_ids
     chooser = random.Random(7)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
-from specplay.backends.mlx.trees import MlxTree, verify_pass
+from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, verify_pass
 from specplay.engine.events import Event, RoundEvent
-from specplay.engine.tree import ROOT, is_chain
+from specplay.engine.tree import CHAINS_ONLY, ROOT, is_chain
 from tests.support.drafters import early_exit, lookup
 from tests.support.engine_runs import done, rounds, run
 from tests.support.observed import Observed
@@ -104,3 +104,20 @@ def test_early_exit_grows_trees_and_lookup_drafts_its_chain(tiny: TinyModels) ->
         assert done(events).token_ids == expected, route
         shapes = [r.parents for r in rounds(events) if r.k]
         assert any(not is_chain(p or ()) for p in shapes) == (route == "exit")
+
+
+@pytest.mark.parametrize("missing", ["drafter", "target"])
+def test_a_model_that_cannot_take_a_tree_pass_drafts_chains_and_says_why(
+    backend: MlxBackend, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    """As a model of another family would (its attention takes no tree mask): lossless chains,
+    and the run's account names the model and why."""
+    from specplay.backends.mlx import drafting, mlx_backend
+
+    monkeypatch.setattr(drafting if missing == "drafter" else mlx_backend, "tree_pass", lambda *args: None)
+    expected = done(run(backend, CODE_PROMPT, mode="target", max_tokens=32)).token_ids
+    events = run(backend, CODE_PROMPT, route="far", k=4, width=3, max_tokens=32)
+    assert done(events).token_ids == expected
+    assert all(is_chain(r.parents or ()) for r in rounds(events))
+    name = "far" if missing == "drafter" else "target"
+    assert done(events).metrics["mlx"] == {CHAINS_ONLY: {name: NO_TREE_PASS}}
