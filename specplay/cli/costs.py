@@ -155,8 +155,9 @@ def costs(args: argparse.Namespace) -> int:
             }
         else:
             acceptance = from_sessions
-        trees: dict[str, dict[int, RoundsMeasured]] = {}
-        for name, spec in ((d.name, d) for d in config.drafters):
+        trees: dict[str, list[TreeRounds]] = {}
+        for spec in config.drafters:
+            name = spec.name
             best = predict_drafter(measured, name, acceptance[name], k_limit).best if name in acceptance else None
             if from_sessions is not None or best is None or not kind_of(spec).grows_trees:
                 continue  # where a drafter grows trees, they are measured as its chains are
@@ -164,7 +165,7 @@ def costs(args: argparse.Namespace) -> int:
                 nodes = tree_nodes(best.k, width)
                 if nodes > k_limit:
                     continue
-                trees.setdefault(name, {})[width] = thread.call(
+                measured_tree = thread.call(
                     lambda name=name, width=width, nodes=nodes: measure_rounds(
                         source,
                         prompt_ids,
@@ -177,6 +178,7 @@ def costs(args: argparse.Namespace) -> int:
                         width=width,
                     )
                 )
+                trees.setdefault(name, []).append((width, nodes, measured_tree))
     finally:
         thread.close()
     report = _report(measured, acceptance, k_limit, len(prompt_ids), trees)
@@ -252,7 +254,7 @@ def _report(
     rounds_by_drafter: dict[str, RoundsMeasured],
     k_max: int,
     prompt_tokens: int,
-    tree_rounds: dict[str, dict[int, RoundsMeasured]],
+    tree_rounds: dict[str, list[TreeRounds]] | None = None,
 ) -> dict[str, Any]:
     """The `--json` object; its names are what other tools read."""
     target_ms = measured.target_step_ms.ms
@@ -273,9 +275,8 @@ def _report(
         chains = {p.k: p for p in prediction.by_k}
         trees = [
             tree
-            for width, measured_tree in tree_rounds.get(name, {}).items()
-            if best is not None
-            and (chain := chains.get(tree_nodes(best.k, width))) is not None
+            for width, nodes, measured_tree in (tree_rounds or {}).get(name, [])
+            if (chain := chains.get(nodes)) is not None
             and (tree := measured_tree.predict_tree(chain, width, measured.verify_curve_ms(), target_ms)) is not None
         ]
         best_tree = max(trees, key=lambda t: (t.speedup, -t.nodes), default=None)
@@ -309,6 +310,10 @@ def _report(
         "disturbed": reason is not None,
         "disturbed_reason": reason,
     }
+
+
+TreeRounds = tuple[int, int, RoundsMeasured]
+"""A drafter's trees as measured: (width, nodes, their rounds)."""
 
 
 def tree_nodes(k: int, width: int) -> int:

@@ -136,8 +136,12 @@ def test_a_disturbed_measurement_ends_the_text_with_a_warning_and_says_so_in_jso
     settings = SpecSettings()
     costs = measure_costs(engine, prompt, SamplingParams(), settings.acceptance_rule, max_rows=9)
     rounds = {d: measure_rounds(engine, prompt, settings, d, k=8, max_tokens=64) for d in backend.drafters}
-    report = _report(costs, rounds, 8, len(prompt))
+    trees = {"near": [(2, 8, measure_rounds(engine, prompt, settings, "near", k=8, max_tokens=64, width=2))]}
+    report = _report(costs, rounds, 8, len(prompt), trees)
     lines = _lines(report)
+    (tree,) = report["drafters"]["near"]["trees"]
+    assert (tree["width"], tree["nodes"], tree["depth"]) == (2, 8, 4) and report["drafters"]["lookup"]["trees"] == []
+    assert any(line.strip().startswith("tree of 8, width 2:") for line in lines)
     assert json.loads(json.dumps(report))["disturbed"] is bool(jitter)
     if jitter:
         assert "busy" in report["disturbed_reason"]

@@ -177,6 +177,30 @@ def test_the_prediction_matches_the_engines_own_run_at_every_k(drafter: str) -> 
         assert predictions[-1].speedup == pytest.approx(metrics["tokens_per_s"] / target, rel=0.03), k
 
 
+@pytest.mark.parametrize("width", [2, 3])
+def test_a_trees_prediction_matches_the_engines_own_tree_run(width: int) -> None:
+    """On the scripted clock, a tree run's speedup over target-only is what its own acceptance by
+    depth, its drafting and host time and the verify curve at its rows predict, and so is its
+    ratio to the chain of as many nodes."""
+    cost = Cost(step_ms=10.0, row_ms=1.0)
+    backend = scripted_backend(cost, drafters=("near",))
+    prompt = backend.encode(CODE_PROMPT, raw=True)
+    costs = measure_costs(scripted_engine(backend), prompt, GREEDY, LOSSLESS, max_rows=9, repeats=2)
+    verify, step = {rows: t.ms for rows, t in costs.verify_ms.items()}, costs.target_step_ms.ms
+    target = done(run(backend, CODE_PROMPT, mode="target", max_tokens=200)).metrics["tokens_per_s"]
+    for nodes in (4, 8):
+        chain_run = done(run(backend, CODE_PROMPT, k=nodes, route="near", max_tokens=200)).metrics
+        tree_events = run(backend, CODE_PROMPT, k=nodes, route="near", width=width, tree_nodes=nodes, max_tokens=200)
+        tree_run = done(tree_events).metrics
+        assert tree_run["num_tree_rounds"] == len(rounds(tree_events))
+        chain = RoundsMeasured.of(chain_run).predict(verify, costs.draft_step_ms["near"].ms, step, nodes)[-1]
+        tree = RoundsMeasured.of(tree_run).predict_tree(chain, width, verify, step)
+        assert tree is not None and (tree.nodes, tree.depth) == (nodes, -(-nodes // width))
+        assert tree.speedup == pytest.approx(tree_run["tokens_per_s"] / target, rel=0.03), nodes
+        measured = tree_run["tokens_per_s"] / chain_run["tokens_per_s"]
+        assert tree.vs_chain == pytest.approx(measured, rel=0.05), nodes
+
+
 def test_a_drafters_rounds_read_alike_from_metrics_and_from_the_rounds() -> None:
     backend = scripted_backend(drafters=("near", "lookup"))
     for drafter in ("near", "lookup"):
