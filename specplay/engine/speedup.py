@@ -322,7 +322,10 @@ def predict_tree(
     tokens = 1 + sum(kept_share)
     cost_ms = draft_round_ms + verify + host_ms
     depth = -(-nodes // width)
-    return TreePrediction(width, nodes, depth, tokens, cost_ms, tokens / (cost_ms / target_step_ms), chain)
+    speedup = tokens / (cost_ms / target_step_ms)
+    return TreePrediction(
+        width=width, nodes=nodes, depth=depth, expected_tokens=tokens, round_ms=cost_ms, speedup=speedup, chain=chain
+    )
 
 
 def recommended_k(predictions: Sequence[KPrediction]) -> KPrediction | None:

@@ -88,15 +88,15 @@ class ControlsPanel(VerticalScroll, can_focus=False):
         rule = s.acceptance_rule
         yield Label(knob_label(rule), id="knob-label")
         yield Slider(0, KNOB_STEPS, value=step_from_knob(rule), id="knob")
+        yield Label(CONTROL["policy"].label)
+        yield Select([(p, p) for p in POLICIES], value=s.policy, allow_blank=False, id="policy")
         with Horizontal(classes="pair"):
             with Vertical():
-                yield Label(CONTROL["policy"].label)
-                yield Select([(p, p) for p in POLICIES], value=s.policy, allow_blank=False, id="policy")
+                yield Label(CONTROL["route"].label)
+                yield Select([(s.route, s.route)], value=s.route, allow_blank=False, id="route")
             with Vertical():
                 yield Label(CONTROL["width"].label)
                 yield Select([(_width(w), w) for w in WIDTHS], value=s.width, allow_blank=False, id="width")
-        yield Label(CONTROL["route"].label)
-        yield Select([(s.route, s.route)], value=s.route, allow_blank=False, id="route")
         with Horizontal(classes="switch-row"):
             yield Switch(s.counterfactual, id="counterfactual")
             yield Label(CONTROL["counterfactual"].label)
@@ -272,4 +272,4 @@ class ControlsPanel(VerticalScroll, can_focus=False):
 
 
 def _width(width: int) -> str:
-    return f"{width} (chain)" if width == 1 else str(width)
+    return "chain" if width == 1 else str(width)
