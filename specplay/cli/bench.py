@@ -198,7 +198,7 @@ def bench(args: argparse.Namespace) -> int:
     return 130 if stopped else 0
 
 
-QUICK_TIME = "about a minute on a 2-core x86-64 CPU (63 s, measured 2026-12-05)"
+QUICK_TIME = "about a minute on a 2-core x86-64 CPU (72 s with a draft tree added, measured 2026-12-06)"
 PLAIN_EVERY_S = 5.0
 """Where stderr is not a terminal, a progress line at most this often (and at the first request)."""
 
