@@ -20,6 +20,7 @@ from specplay.cli.flags import (
     add_sessions_dir_flag,
 )
 from specplay.cli.render import warn
+from specplay.config.capabilities import capabilities_of
 from specplay.config.run_config import check_models
 from specplay.drafters import kind_of
 from specplay.engine.costs import (
@@ -159,7 +160,8 @@ def costs(args: argparse.Namespace) -> int:
         for spec in config.drafters:
             name = spec.name
             best = predict_drafter(measured, name, acceptance[name], k_limit).best if name in acceptance else None
-            if from_sessions is not None or best is None or not kind_of(spec).grows_trees:
+            grows = kind_of(spec).grows_trees and capabilities_of(config).trees
+            if from_sessions is not None or best is None or not grows:
                 continue  # where a drafter grows trees, they are measured as its chains are
             for width in TREE_WIDTHS:
                 nodes = tree_nodes(best.k, width)

@@ -163,5 +163,11 @@ class SessionWriter:
 
 
 def session_jsonl(records: list[dict[str, Any]]) -> str:
-    """A session's records as its raw event log, one per line, header first."""
-    return "".join(record_line(record) + "\n" for record in records)
+    """A session's records as its raw event log, one per line, header first; a record holding a
+    number JSON cannot write (a damaged file's 1e999 reads as infinity) is refused in one line."""
+    try:
+        return "".join(record_line(record) + "\n" for record in records)
+    except ValueError:
+        raise SessionError(
+            "the session holds a number that is not finite; it cannot be exported as JSON Lines"
+        ) from None
