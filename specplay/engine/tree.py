@@ -314,4 +314,10 @@ def judged_at(event: RoundEvent, slot: int) -> DraftPosition | None:
 
 def siblings_under(parents: Sequence[int], parent: int) -> list[int]:
     """The children of `parent` (ROOT: the root's), in drafting order."""
-    return [node for node, p in enumerate(parents) if p == parent]
+    return children(parents)[parent + 1]
+
+
+def is_layout(parents: Sequence[int], nodes: int) -> bool:
+    """Whether `parents` lays out a tree of `nodes` nodes as this file says: one parent each,
+    drawn before its child (ROOT or an earlier node)."""
+    return len(parents) == nodes and all(ROOT <= parent < node for node, parent in enumerate(parents))

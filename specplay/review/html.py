@@ -272,20 +272,12 @@ def _legend() -> str:
     return f"<span>{items}{marks}</span>"
 
 
-def _levels(parents: Sequence[int] | None, nodes: int) -> list[int] | None:
-    """A tree round's depth per node; None for a chain, or for a parent list that does not match
-    its positions (a damaged file: the round is shown as a chain)."""
-    if parents is None or len(parents) != nodes or any(not -1 <= p < i for i, p in enumerate(parents)):
-        return None
-    return depths(parents)
-
-
 def _tape(column: Column) -> str:
     texts = column.texts
     rows = []
     for event in column.lane.rounds:
         drafts = []
-        levels = _levels(event.parents, len(event.positions))
+        levels = depths(event.parents) if event.parents is not None else None
         for node, position in enumerate(event.positions):
             if levels is not None and (node == 0 or levels[node] != levels[node - 1]):
                 drafts.append(f'<span class="level">depth {levels[node]}:</span>')  # a tree, level by level

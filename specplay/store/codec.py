@@ -29,6 +29,7 @@ from specplay.engine.events import (
     StartEvent,
     StepEvent,
 )
+from specplay.engine.tree import is_layout
 from specplay.store.schema import SchemaError, build
 
 SCHEMA_VERSION = 1
@@ -215,6 +216,8 @@ def decode_event(kind: str, data: Any, where: str = "event") -> Event | None:
     event = build(cls, upgrade(kind, data), f"{where} ({kind})")
     if isinstance(event, DoneEvent):
         build(MetricsRecord, event.metrics, f"{where} (done).metrics")
+    if isinstance(event, RoundEvent) and event.parents is not None and not is_layout(event.parents, event.k):
+        raise SchemaError(f"{where} (round).parents is no tree of its {event.k} drafted nodes")
     return event
 
 

@@ -253,7 +253,7 @@ class CacheDrafter:
         drawn: Sequence[float],
         compiled: bool,
     ) -> MlxTree:
-        if self.cache.tree_pass is not None and shape.width > 1:
+        if self.grows_trees and shape.width > 1:
             return grow_tree(self.cache, tokens, shape, sampling, drawn)
         # A tree of width 1 is a chain (tree.py): drafted as one, a token per forward pass.
         chain = self.draft(tokens, shape.depth, sampling=sampling, drawn=drawn, keep_drafting=None, compiled=compiled)

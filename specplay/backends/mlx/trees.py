@@ -165,7 +165,8 @@ def grow_tree(
     level, confidence, depth = [ROOT], [1.0], 0
     while depth < shape.depth and len(drafted) < shape.nodes:
         belief = softmax(logits, mx) if sampling.greedy else sampling_probs(logits, sampling, mx)
-        rows.append(belief)
+        if not sampling.greedy:  # greedy judging reads the target's argmax alone
+            rows.append(belief)
         width = min(shape.width, belief.shape[-1])
         top = mx.sort(mx.topk(belief, width, axis=-1), axis=-1)[:, ::-1]
         values = (mx.array(confidence)[:, None] * top).tolist()
