@@ -21,7 +21,7 @@ import random
 import statistics
 from collections.abc import Sequence
 
-import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
+from specplay.backends.mlx import blas  # (OpenBLAS before mlx.core)
 
 # isort: split
 from specplay.backends import open_stream
@@ -120,7 +120,7 @@ def main() -> None:
         f"{call_ms:.2f} ms a draft; host {measured_run.host_ms:.2f} ms a round; "
         f"acceptance by position {' '.join(f'{a:.2f}' for a in per_position)}; rounds drafting at least i "
         f"{' '.join(f'{a:.2f}' for a in measured_run.drafted_share)}; {args.max_tokens} tokens, greedy, "
-        f"{args.repeats} repeats, costs over {args.costs_repeats} passes\n"
+        f"{args.repeats} repeats, costs over {args.costs_repeats} passes; OpenBLAS threads {blas.THREADS_CHOSEN}\n"
     )
     print(
         "| k | verify (target steps) | predicted | over the passes | measured (median) | measured range "

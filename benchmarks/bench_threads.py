@@ -143,7 +143,10 @@ def main() -> int:
     args = parser.parse_args()
     print(f"OpenBLAS: {blas.OPENBLAS_PATH or 'none (threads do not apply)'}; CPUs: {blas.default_threads()}")
     small = blas.SMALL_MODEL_PARAMETERS / 1e6
-    print(f"specplay's rule: one thread below {small:.0f}M target parameters, else one per CPU")
+    print(
+        f"specplay's rule: one thread below {small:.0f}M target parameters, else one per CPU that other "
+        "processes leave free"
+    )
     with tempfile.TemporaryDirectory() as scratch:
         root = args.root or Path(scratch)
         empty_cache = Path(scratch) / "empty-cache"

@@ -126,6 +126,8 @@ def costs(args: argparse.Namespace) -> int:
     try:
         source = thread.call(lambda: open_stream(config))
         assert isinstance(source, SpecEngine)  # not native: checked above
+        # Every time below holds at this thread count, which the load at start-up may have lowered.
+        blas_threads = thread.call(source.describe).get("blas_threads")
         prompt_ids = thread.call(lambda: source.encode(config.request.prompt or "", config.request.raw))
         settings = config.settings
         measured = thread.call(
@@ -183,7 +185,7 @@ def costs(args: argparse.Namespace) -> int:
                 trees.setdefault(name, []).append((width, nodes, measured_tree))
     finally:
         thread.close()
-    report = _report(measured, acceptance, k_limit, len(prompt_ids), trees)
+    report = _report(measured, acceptance, k_limit, len(prompt_ids), trees) | {"blas_threads": blas_threads}
     print(dump_json(report) if args.json else "\n".join(_lines(report)))
     return 0
 
@@ -343,6 +345,7 @@ def _lines(report: dict[str, Any]) -> list[str]:
     http = " (each time includes an HTTP round trip)" if report["includes_http"] else ""
     lines = [
         f"costs at the prompt's {report['prompt_tokens']} tokens{http}; medians, spread in brackets",
+        *([f"OpenBLAS threads {report['blas_threads']}"] if report.get("blas_threads") else []),
         f"target step {target_ms:.2f} ms (±{report['target_step_spread_ms']:.2f})",
         "verify pass by rows, in ms and in target steps:",
     ]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from specplay.backends.mlx import blas
 from specplay.cli import main
 from specplay.cli.costs import _lines, _report
 from specplay.engine.costs import measure_costs, measure_rounds
@@ -35,6 +36,7 @@ def _costs(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.CaptureFixture[str]) -> None:
     report = _costs(capsys, "--acceptance-tokens", "24")
     assert report["target_step_ms"] > 0 and report["includes_http"] is False
+    assert report["blas_threads"] == blas.THREADS_CHOSEN  # the count every time here was measured at
     assert [row["rows"] for row in report["verify_ms"]] == list(range(1, 10))
     assert every(row["ms"] > 0 and row["spread_ms"] >= 0 for row in report["verify_ms"])
     assert set(report["drafters"]) == {"base", "prose"}

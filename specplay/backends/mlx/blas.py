@@ -10,15 +10,18 @@ instructions the CPU lacks and crash the process.
 OpenBLAS reads its thread count from the environment once, as it loads. Unless the user has set
 one, specplay asks for default_threads() while loading it (and leaves the environment as it found
 it, so programs that specplay starts keep their own defaults), then, once the target is loaded,
-sets the count its size calls for (`fit_threads`); THREADS_CHOSEN says what happened.
+sets the count its size and the CPUs other processes leave free call for (`fit_threads`);
+THREADS_CHOSEN says what happened.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -53,13 +56,58 @@ whose wake-ups and spinning take CPU time from MLX's and Python's threads while 
 products this small saves nothing; on the demo models (16M) and SmolLM2 (135M) two threads win by
 a fifth or more. Where between the two the second thread starts to pay is not resolved:
 benchmarks/bench_threads.py walks random targets of 0.9M to 8M parameters, and on the VM it ran
-on, its A/A control spread wider than the effect. One thread also wins while other work holds
-the CPUs: set OPENBLAS_NUM_THREADS=1 there."""
+on, its A/A control spread wider than the effect.
+
+Fewer threads also win while other work holds CPUs (`busy_elsewhere_cpus`): with one of two CPUs
+kept busy by another process, the demo models ran 2.5x faster speculatively and 1.5x faster
+target-only with one thread than with two, whose products wait for the thread that shares the
+busy CPU (benchmarks/RESULTS.md, 2026-12-06)."""
 
 
-def threads_for(target_parameters: int) -> int:
-    """The OpenBLAS thread count for a target of this many parameters (SMALL_MODEL_PARAMETERS)."""
-    return 1 if target_parameters < SMALL_MODEL_PARAMETERS else default_threads()
+def threads_for(target_parameters: int, busy_elsewhere: float = 0.0) -> int:
+    """The OpenBLAS thread count for a target of this many parameters (SMALL_MODEL_PARAMETERS), on
+    a machine where other processes keep `busy_elsewhere` CPUs' worth busy: a CPU counts as taken
+    when more than half of it is, and OpenBLAS gets the rest (at least one)."""
+    if target_parameters < SMALL_MODEL_PARAMETERS:
+        return 1
+    taken = math.floor(busy_elsewhere + 0.5)
+    return max(1, default_threads() - taken)
+
+
+LOOK_S = 0.2
+"""How long specplay watches the CPUs before choosing a thread count: 20 scheduler ticks a CPU at
+Linux's usual 100 Hz, enough to see a process that holds a whole CPU."""
+
+
+def _cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
+    """(busy, total) scheduler ticks so far over `cpus`, from /proc/stat; None where unreadable."""
+    busy = total = 0
+    try:
+        with open("/proc/stat") as stat:
+            for line in stat:
+                name, *fields = line.split()
+                if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cpus:
+                    continue
+                # user nice system idle iowait irq softirq steal: guest time is inside user already
+                ticks = [int(f) for f in fields[:8]]
+                busy += ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]
+                total += sum(ticks)
+    except (OSError, ValueError):
+        return None
+    return (busy, total) if total else None
+
+
+def busy_elsewhere_cpus(look_s: float = LOOK_S) -> float:
+    """CPUs' worth of time that other processes used over the next `look_s` seconds, among the
+    CPUs this process may use: their busy time less this process's own. 0 where /proc is absent."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    before, mine_before, start = _cpu_ticks(cpus), time.process_time(), time.perf_counter()
+    time.sleep(look_s)
+    after, mine, elapsed_s = _cpu_ticks(cpus), time.process_time() - mine_before, time.perf_counter() - start
+    if before is None or after is None or after[1] <= before[1]:
+        return 0.0
+    busy_share = (after[0] - before[0]) / (after[1] - before[1])
+    return max(0.0, busy_share * len(cpus) - mine / elapsed_s)
 
 
 THREADS_CHOSEN = "not applied: no OpenBLAS loaded"
@@ -129,17 +177,21 @@ def _describe_threads(threads: int, user: str | None, default: int) -> str:
 
 
 def fit_threads(target_parameters: int) -> None:
-    """Give OpenBLAS the thread count a target of this size runs fastest with, unless the user set
-    one (their setting wins) or OpenBLAS was loaded before specplay could ask (it keeps its own)."""
+    """Give OpenBLAS the thread count a target of this size runs fastest with on the CPUs other work
+    leaves free, unless the user set one (their setting wins) or OpenBLAS was loaded before
+    specplay could ask (it keeps its own)."""
     global THREADS_CHOSEN
     if OPENBLAS_PATH is None or not _THREADS_ARE_OURS:
         return
-    library = ctypes.CDLL(OPENBLAS_PATH)
-    threads = threads_for(target_parameters)
-    library.openblas_set_num_threads(threads)
     size = f"{target_parameters / 1e6:.1f}M"
-    if threads == 1:
+    busy = 0.0 if target_parameters < SMALL_MODEL_PARAMETERS else busy_elsewhere_cpus()
+    threads = threads_for(target_parameters, busy)
+    library = ctypes.CDLL(OPENBLAS_PATH)
+    library.openblas_set_num_threads(threads)
+    if target_parameters < SMALL_MODEL_PARAMETERS:
         why = f"a {size}-parameter target, too small to share its products"
+    elif threads < default_threads():
+        why = f"other processes kept {busy:.1f} of {default_threads()} CPUs busy as the {size}-parameter target loaded"
     else:
         why = f"one per CPU for a {size}-parameter target"
     threads = library.openblas_get_num_threads()
