@@ -10,7 +10,8 @@ target-only run between two others: the noise floor of every ratio here).
 
 Greedy, the code prompt below (raw, no chat template), fixed-k policy, ignore EOS. The costs are
 measured as `specplay costs` measures them (`--costs-repeats` passes), and the run that measures
-acceptance is taken over the target step beside it, as `specplay costs` takes it.
+acceptance (and, with a second at k 1, the drafter's cost in rounds) is taken over the target step
+beside it, as `specplay costs` takes it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from specplay.backends import open_stream
 from specplay.cli import build_parser
 from specplay.cli.configure import given, run_config
 from specplay.engine.controls import LiveControls
-from specplay.engine.costs import REPEATS, disturbance, measure_costs, measure_rounds, predict_drafter
+from specplay.engine.costs import REPEATS, disturbance, measure_costs, measure_drafter, predict_drafter
 from specplay.engine.events import DoneEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
@@ -87,7 +88,7 @@ def main() -> None:
         engine, ids, settings.sampling, settings.acceptance_rule, max_rows=args.k_max + 1, repeats=args.costs_repeats
     )
     target_ms = costs.target_step_ms.ms
-    measured_run = measure_rounds(
+    measured_run = measure_drafter(
         engine,
         ids,
         settings,

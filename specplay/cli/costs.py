@@ -31,6 +31,7 @@ from specplay.engine.costs import (
     RoundsMeasured,
     disturbance,
     measure_costs,
+    measure_drafter,
     measure_rounds,
     predict_drafter,
 )
@@ -143,7 +144,7 @@ def costs(args: argparse.Namespace) -> int:
         if from_sessions is None:
             acceptance = {
                 d: thread.call(
-                    lambda d=d: measure_rounds(
+                    lambda d=d: measure_drafter(
                         source,
                         prompt_ids,
                         settings,
@@ -269,8 +270,10 @@ def _report(
         call_alone_ms = measured.call_ms(name)
         # The drafter's times as its own rounds paid them where they drafted, else as timed alone.
         step_ms, call_ms, host_ms = alone.ms, call_alone_ms, None
+        costs_from = "alone"
         prediction = DrafterPrediction([], [])
         if rounds is not None:
+            costs_from = "rounds" if rounds.draft_line_ms is not None else "rounds_and_alone"
             step_ms, call_ms = rounds.draft_costs(alone.ms, call_alone_ms)
             host_ms = rounds.host_ms
             prediction = predict_drafter(measured, name, rounds, k_max)
@@ -287,6 +290,7 @@ def _report(
         drafters[name] = {
             "draft_step_ms": step_ms,
             "draft_call_ms": call_ms,
+            "draft_costs_from": costs_from,
             "draft_step_alone_ms": alone.ms,
             "draft_step_alone_spread_ms": alone.spread_ms,
             "draft_call_alone_ms": call_alone_ms,
@@ -340,6 +344,14 @@ def _tree(tree: TreePrediction) -> dict[str, Any]:
     }
 
 
+COSTS_FROM = {
+    "rounds": "as its rounds paid them, drafting the longest k and 1",
+    "rounds_and_alone": "its rounds' drafting, the step timed alone",
+    "alone": "timed alone",
+}
+"""`draft_costs_from` in words: where the drafter's times that the prediction uses came from."""
+
+
 def _lines(report: dict[str, Any]) -> list[str]:
     target_ms = report["target_step_ms"]
     http = " (each time includes an HTTP round trip)" if report["includes_http"] else ""
@@ -357,8 +369,8 @@ def _lines(report: dict[str, Any]) -> list[str]:
         acceptance = drafter["acceptance_per_position"] or []
         lines.append("")
         lines.append(
-            f"drafter {name}: step {drafter['draft_step_ms']:.2f} ms and {drafter['draft_call_ms']:.2f} ms a draft, "
-            f"c {drafter['c']:.3f}; "
+            f"drafter {name}: step {drafter['draft_step_ms']:.2f} ms and {drafter['draft_call_ms']:.2f} ms a draft "
+            f"({COSTS_FROM[drafter['draft_costs_from']]}), c {drafter['c']:.3f}; "
             f"acceptance by position {' '.join(f'{a:.2f}' for a in acceptance) or '(none measured)'}"
         )
         for p in drafter["predicted_speedup_by_k"]:

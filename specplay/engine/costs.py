@@ -49,6 +49,9 @@ CLEARLY_SLOWER = 0.1
 spread cannot tell the two apart, the choice of k is noise."""
 TREE_WIDTHS = (2, 3, 4)
 """The tree widths `costs` predicts beside each chain."""
+SHORT_DRAFT = 1
+"""The draft length of the second, shorter run that measures a drafter's rounds: with the first's
+(the longest k predicted) it draws the drafter's cost as rounds pay it (`with_short_rounds`)."""
 DRAFT_STEPS = 4
 """Tokens drafted by the longer of the two timed drafts (the other drafts one): their difference is
 the time per drafted token, the rest of a one-token draft the call's own (`RoundCosts.draft_call_ms`)."""
@@ -125,6 +128,10 @@ class RoundsMeasured:
     """Their drafting time per round (`draft_costs` takes it apart)."""
     mean_drafted: float
     """Tokens drafted per round."""
+    draft_line_ms: tuple[float, float] | None = None
+    """(per drafted token, per round): the drafter's time as real rounds paid it, drawn through
+    these rounds and shorter ones (`with_short_rounds`); None: `draft_costs` takes these rounds'
+    drafting apart with the step timed alone."""
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any]) -> RoundsMeasured:
@@ -153,7 +160,31 @@ class RoundsMeasured:
     def scaled(self, factor: float) -> RoundsMeasured:
         """These rounds' times taken `factor` times (to the target step measured elsewhere, from
         the one measured beside them)."""
-        return replace(self, host_ms=self.host_ms * factor, draft_round_ms=self.draft_round_ms * factor)
+        line = self.draft_line_ms
+        return replace(
+            self,
+            host_ms=self.host_ms * factor,
+            draft_round_ms=self.draft_round_ms * factor,
+            draft_line_ms=(line[0] * factor, line[1] * factor) if line is not None else None,
+        )
+
+    def with_short_rounds(self, short: RoundsMeasured) -> RoundsMeasured:
+        """These rounds with the drafter's cost drawn as a line through their drafting time per
+        round and that of `short`, rounds of the same prompt drafting fewer tokens: its slope is
+        the time per drafted token, its intercept the time per round. Unchanged where the two
+        drafted less than a token apart (prompt lookup finding little to copy) or the line falls.
+
+        Why not the step timed alone: loaded, a drafted token cost the demo drafter 0.62 ms in a
+        draft from the prompt's cache and 1.0-1.2 ms in real rounds, after each verify pass; the
+        rest, counted as the fixed part of a round, charged a short draft in full."""
+        spread = self.mean_drafted - short.mean_drafted
+        if spread < 1.0:
+            return self
+        step_ms = (self.draft_round_ms - short.draft_round_ms) / spread
+        if step_ms <= 0:
+            return self
+        call_ms = max(0.0, short.draft_round_ms - step_ms * short.mean_drafted)
+        return replace(self, draft_line_ms=(step_ms, call_ms))
 
     def asked(self, k: int) -> RoundsMeasured:
         """These rounds as asked for k drafts each: positions no round reached were drafted by
@@ -166,7 +197,10 @@ class RoundsMeasured:
         step as timed alone (the difference of two draft lengths, which nothing else in a round
         touches) and the rest of a round's drafting its fixed part, whatever a real round adds
         to a draft call alone (the tokens committed since, work the last round left pending).
-        The times given where the rounds drafted nothing."""
+        The times given where the rounds drafted nothing; the rounds' own line where
+        `with_short_rounds` drew one."""
+        if self.draft_line_ms is not None:
+            return self.draft_line_ms
         if self.mean_drafted <= 0:
             return draft_step_ms, draft_call_ms
         step = min(draft_step_ms, self.draft_round_ms / self.mean_drafted)
@@ -385,6 +419,41 @@ def measure_rounds(
         after = _target_steps_ms(engine, prompt_token_ids, sampling, pipeline=pipeline)
         rounds = rounds.scaled(target_step_ms / statistics.median([*before, *after]))
     return rounds.asked(k)
+
+
+def measure_drafter(
+    engine: SpecEngine,
+    prompt_token_ids: Sequence[int],
+    settings: SpecSettings,
+    drafter: str,
+    *,
+    k: int,
+    max_tokens: int,
+    seed: int = 0,
+    ignore_eos: bool = False,
+    target_step_ms: float | None = None,
+) -> RoundsMeasured:
+    """A drafter's chain rounds for a prediction: `measure_rounds` at k (acceptance by position,
+    host work), and at SHORT_DRAFT over half as many tokens, which draws its cost per drafted token
+    and per round as the rounds paid them (`RoundsMeasured.with_short_rounds`)."""
+
+    def rounds_at(draft: int, tokens: int) -> RoundsMeasured:
+        return measure_rounds(
+            engine,
+            prompt_token_ids,
+            settings,
+            drafter,
+            k=draft,
+            max_tokens=tokens,
+            seed=seed,
+            ignore_eos=ignore_eos,
+            target_step_ms=target_step_ms,
+        )
+
+    rounds = rounds_at(k, max_tokens)
+    if k <= SHORT_DRAFT:
+        return rounds
+    return rounds.with_short_rounds(rounds_at(SHORT_DRAFT, max(2, max_tokens // 2)))
 
 
 # --- a drafter's prediction, and whether the measurement can choose a k --------------------------

@@ -53,6 +53,7 @@ def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.Captur
         # the numbers are speedup.py's from the measured numbers, and the recommendation is their best
         host_ms = drafter["host_ms_per_round"]
         assert host_ms >= 0
+        assert drafter["draft_costs_from"] == "rounds"  # its rounds at k 8 and at 1 drew its cost
         kept, drafted = drafter["kept_share_per_position"], drafter["drafted_share_per_position"]
         assert drafted == pytest.approx([1.0] * len(drafted))  # a model drafter drafts k every round
         assert kept == pytest.approx(acceptance)  # so its kept share is its acceptance by position
@@ -80,6 +81,7 @@ def test_acceptance_read_from_sessions_per_route(capsys: pytest.CaptureFixture[s
             for i in range(depth)
         ]
         assert report["drafters"][route]["acceptance_per_position"] == pytest.approx(expected)
+        assert report["drafters"][route]["draft_costs_from"] == "rounds_and_alone"  # one draft length a session
 
 
 @pytest.mark.parametrize(

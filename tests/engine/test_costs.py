@@ -11,6 +11,7 @@ from specplay.engine.costs import (
     RoundsMeasured,
     disturbance,
     measure_costs,
+    measure_drafter,
     measure_rounds,
     predict_drafter,
 )
@@ -115,6 +116,56 @@ def test_a_runs_drafting_time_taken_apart_with_the_call_measured_alone() -> None
     by_k = {p.k: p for p in rounds.predict(verify, 2.0, 10.0, 8, draft_call_ms=0.5)}
     assert by_k[4].round_ms == pytest.approx(2.0 + 4 * 2.0 + 10.0)
     assert by_k[1].round_ms == pytest.approx(2.0 + 1 * 2.0 + 10.0)
+
+
+def shares(round_ms: float, drafted: float) -> RoundsMeasured:
+    """Rounds that kept every drafted token, drafting `drafted` a round in `round_ms` ms."""
+    ones = [1.0] * 8
+    return RoundsMeasured(
+        acceptance_per_position=ones,
+        drafted_share=ones,
+        kept_share=ones,
+        host_ms=0.0,
+        draft_round_ms=round_ms,
+        mean_drafted=drafted,
+    )
+
+
+def test_rounds_of_two_draft_lengths_draw_the_drafters_cost_as_rounds_paid_it() -> None:
+    """Rounds drafting 8 tokens in 12 ms and rounds drafting 1 in 3 ms: 9/7 ms a drafted token
+    and 3 - 9/7 ms a round, whatever was timed alone; so a predicted round of 1 draft costs what
+    the short rounds paid, where the step timed alone (0.5 ms) would have charged it 12 - 8 x 0.5
+    ms. Drafts less than a token apart, or a line that falls, draw none."""
+    line = shares(12.0, 8.0).with_short_rounds(shares(3.0, 1.0))
+    step_ms, call_ms = 9 / 7, 3 - 9 / 7
+    assert line.draft_costs(draft_step_ms=0.5, draft_call_ms=0.1) == pytest.approx((step_ms, call_ms))
+    assert line.scaled(2.0).draft_costs(draft_step_ms=0.5) == pytest.approx((2 * step_ms, 2 * call_ms))
+    verify = {rows: 10.0 for rows in range(1, 10)}
+    by_k = {p.k: p for p in line.predict(verify, 0.5, 10.0, 8, draft_call_ms=0.1)}
+    assert by_k[1].round_ms == pytest.approx(3.0 + 10.0) and by_k[8].round_ms == pytest.approx(12.0 + 10.0)
+    alone = {p.k: p for p in shares(12.0, 8.0).predict(verify, 0.5, 10.0, 8, draft_call_ms=0.1)}
+    assert alone[1].round_ms == pytest.approx(12.0 - 8 * 0.5 + 0.5 + 10.0)
+    assert shares(12.0, 8.0).with_short_rounds(shares(11.0, 7.5)).draft_line_ms is None
+    assert shares(2.0, 8.0).with_short_rounds(shares(3.0, 1.0)).draft_line_ms is None
+
+
+@pytest.mark.parametrize("drafter", ["near", "far"])
+def test_a_drafters_line_from_its_rounds_is_its_models_cost(drafter: str) -> None:
+    """On the scripted clock a drafter's forward of one row costs a fifth of the target's step and
+    row (2 + 0.2 ms): the line through its rounds at k 8 and at 1 (`measure_drafter`) finds that
+    per drafted token, and little besides per round."""
+    backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("near", "far"))
+    prompt = backend.encode(CODE_PROMPT, raw=True)
+    measured = measure_drafter(scripted_engine(backend), prompt, SpecSettings(), drafter, k=8, max_tokens=96)
+    assert measured.draft_line_ms is not None
+    step_ms, call_ms = measured.draft_line_ms
+    assert step_ms == pytest.approx(2.2, rel=0.02) and 0 <= call_ms < 0.5
+    assert (
+        measured.acceptance_per_position
+        == measure_rounds(  # acceptance: from the rounds at k 8
+            scripted_engine(backend), prompt, SpecSettings(), drafter, k=8, max_tokens=96
+        ).acceptance_per_position
+    )
 
 
 def test_a_dip_in_the_verify_curve_is_pooled_with_its_neighbours() -> None:
