@@ -25,7 +25,7 @@ from specplay.config.run_config import RunConfig, check
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE
-from specplay.engine.tree import CHAINS_ONLY
+from specplay.engine.tree import drafted_as_chains
 from specplay.errors import ConfigError
 from specplay.runner.session_run import SampleRun, run_sample
 from specplay.store import find_session, load_session
@@ -182,7 +182,7 @@ def _finish(console: Console, result: SampleRun, speed_measured: bool, server_ju
         sys.stdout.flush()
         console.print()
     console.print(summary(result.main, result.baseline, speed_measured), style="dim")
-    for model, why in (result.main.metrics.get("mlx") or {}).get(CHAINS_ONLY, {}).items():
+    for model, why in drafted_as_chains(result.main.metrics).items():
         console.print(f"{model} drafted chains, not trees: {why}", style="dim")
     if "vllm" in result.main.metrics:  # inspection through vLLM servers: their account of the run
         from specplay.backends.vllm.report import inspection_report, report_line

@@ -48,6 +48,16 @@ CHAINS_ONLY = "trees_drafted_as_chains"
 chains, each with why, as {model name: reason}."""
 
 
+def drafted_as_chains(metrics: dict[str, Any]) -> dict[str, str]:
+    """{model: why} for the models of a run that drafted chains where trees were asked, read from
+    its metrics, where each backend's account sits under the backend's name."""
+    found: dict[str, str] = {}
+    for account in metrics.values():
+        if isinstance(account, dict) and isinstance(account.get(CHAINS_ONLY), dict):
+            found |= account[CHAINS_ONLY]
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class TreeShape:
     """How large a round's tree may grow."""

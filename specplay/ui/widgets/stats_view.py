@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.content import Content
 
 from specplay.engine.speedup import loss_reason
+from specplay.engine.tree import drafted_as_chains
 from specplay.ui.stats import Comparison, LaneTally, k_advice
 
 STATS_KEY = "\n".join(
@@ -65,6 +66,10 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
     ]
     if tally.last_round is not None and tally.last_round.parents is not None:  # Leviathan's formula is a chain's
         lines[-1] = f"{speed} (draft trees, {_num(p.mean_k, '.1f')} nodes a round: the formula is a chain's)"
+    # Trees asked of a model that drafts chains: why, once the run's account says (at its end)
+    lines += [
+        f"{model} drafted chains, not trees: {why}" for model, why in drafted_as_chains(tally.final_metrics).items()
+    ]
     if remote:
         lines.append(_exactness(tally))
     elif (a := comparison.account) is not None:

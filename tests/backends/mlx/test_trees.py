@@ -13,7 +13,9 @@ import pytest
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, verify_pass
 from specplay.engine.events import Event, RoundEvent
-from specplay.engine.tree import CHAINS_ONLY, ROOT, is_chain
+from specplay.engine.tree import CHAINS_ONLY, ROOT, drafted_as_chains, is_chain
+from specplay.ui.stats import LaneTally, compare
+from specplay.ui.widgets.stats_view import speculative_stats
 from tests.support.drafters import early_exit, lookup
 from tests.support.engine_runs import done, rounds, run
 from tests.support.observed import Observed
@@ -121,3 +123,10 @@ def test_a_model_that_cannot_take_a_tree_pass_drafts_chains_and_says_why(
     assert all(is_chain(r.parents or ()) for r in rounds(events))
     name = "far" if missing == "drafter" else "target"
     assert done(events).metrics["mlx"] == {CHAINS_ONLY: {name: NO_TREE_PASS}}
+    assert drafted_as_chains(done(events).metrics) == {name: NO_TREE_PASS}
+    # the playground's lane says so too, once the run's account arrives
+    lane = LaneTally()
+    for busy_s, event in enumerate(events):
+        lane.add(event, busy_s=float(busy_s))
+    lines = str(speculative_stats(lane, compare(lane, None))).splitlines()
+    assert f"{name} drafted chains, not trees: {NO_TREE_PASS}" in lines
