@@ -34,7 +34,7 @@ from specplay.engine.events import (
     TokenSource,
 )
 from specplay.engine.metrics import Metrics
-from specplay.engine.policies import RoundTimes, make_policy
+from specplay.engine.policies import DraftLengthPolicy, RoundTimes, make_policy
 from specplay.engine.request import Request
 from specplay.engine.routers.request import (
     CodeProseRouter,
@@ -46,7 +46,7 @@ from specplay.engine.routers.request import (
     route_map_for,
 )
 from specplay.engine.routers.rounds import RoundObservation, RoundRouter, kept_of_proposal
-from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, SpecSettings
 from specplay.engine.stream import Clock
 from specplay.engine.tree import depths, judge_tree, tree_shape
 from specplay.errors import ConfigError, ModelError
@@ -60,6 +60,8 @@ _POLICY_FIELDS = {
     "high_acceptance",
     "ema_alpha",
     "confidence_threshold",
+    "width",  # a tree verifies more rows than its depth: `cost` learns the new shape afresh
+    "tree_nodes",
 }
 _STREAM_FIELDS = {"route", "temperature", "top_p", "top_k", "min_p"}
 TOP_N = 5
@@ -193,7 +195,7 @@ class _Run:
             # on such text: a model drafter is not given a round to find that out again.
             self.round_router = RoundRouter(tuple(dict.fromkeys(routes)), hold_back=self.auto_route == NONE_ROUTE)
             self.synced[self.drafter] = len(request.prompt_token_ids)
-        self.policy = make_policy(self.settings.policy, self.settings.k, self.settings.policy_params)
+        self.policy = self._policy(self.settings)
         self.detokenizer = self.backend.detokenizer()
         context = engine.backend.context_length
         room = context - len(request.prompt_token_ids) if context is not None else request.max_tokens
@@ -248,10 +250,16 @@ class _Run:
         names = {name for name, _, _ in changes}
         check_supported(new, self.backend.capabilities)
         if names & _POLICY_FIELDS:
-            self.policy = make_policy(new.policy, new.k, new.policy_params)
+            self.policy = self._policy(new)
         if "route" in names and self.auto_route and new.route != ADAPTIVE_ROUTE:  # adaptive goes on from here
             self.drafter = resolve_route(new.route, self.auto_route)
         return ControlEvent(token_index=len(self.generated), changes=changes)
+
+    @staticmethod
+    def _policy(settings: SpecSettings) -> DraftLengthPolicy:
+        return make_policy(
+            settings.policy, settings.k, settings.policy_params, width=settings.width, tree_nodes=settings.tree_nodes
+        )
 
     def _is_eos(self, token_id: int) -> bool:
         return token_id in self.backend.eos_token_ids and not self.request.ignore_eos
@@ -413,7 +421,12 @@ class _Run:
             parents=parents,
             k_asked=k,
         )
-        times = RoundTimes(event.draft_ms - event.catch_up_ms, event.verify_ms, event.overhead_ms)
+        times = RoundTimes(
+            event.draft_ms - event.catch_up_ms,
+            event.verify_ms,
+            event.overhead_ms,
+            verify_rows=None if parents is None else len(parents) + 1,
+        )
         # A tree's draft length, for the policy, is its depth: the most it could have kept.
         self.policy.update(event.k if parents is None else max(depths(parents), default=0), num_accepted, times)
         self._learn(event, len(generation.tokens), asked=k)

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from specplay.engine.settings import PolicyName, PolicyParams
 from specplay.engine.speedup import predict_by_k
+from specplay.engine.tree import verify_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,8 @@ class RoundTimes:
     verify_ms: float
     host_ms: float
     """Everything else since the last round: judging, commit, events."""
+    verify_rows: int | None = None
+    """The rows the verify pass scored (a tree's nodes + 1); None: a chain's, its drafts + 1."""
 
 
 class DraftLengthPolicy(Protocol):
@@ -196,15 +199,20 @@ class CostAware(Fixed):
 
     It drafts k, then k_max, first: two points of each line, from which k = 0 and 1 are
     predicted too; then, while it drafts, every PROBE_EVERY rounds the k on either side of its
-    choice, in turn, so a k it does not use stays measured."""
+    choice, in turn, so a k it does not use stays measured.
+
+    With draft trees (`width`, `tree_nodes`) k is the tree's depth: acceptance and drafting are
+    counted by depth (a tree grows a level a pass), and a round of depth k is charged the verify
+    pass over its tree's rows (`tree.verify_rows`), not k + 1."""
 
     DISCOUNT = 0.95
     PROBE_EVERY = 4
     PRIOR_ROUNDS = 1.0
     PRIOR_ACCEPTANCE = 0.6
 
-    def __init__(self, k: int, params: PolicyParams) -> None:
+    def __init__(self, k: int, params: PolicyParams, *, width: int = 1, tree_nodes: int = 0) -> None:
         self.params = params
+        self.width, self.tree_nodes = width, tree_nodes
         self.k = min(k, params.k_max)
         self.probes = list(dict.fromkeys([self.k, params.k_max]))
         self.rounds = 0
@@ -234,7 +242,8 @@ class CostAware(Fixed):
                 counts.append(0.0)
             for i in range(n):
                 counts[i] += 1.0
-        entry = self.verify.setdefault(num_drafted + 1, [0.0, 0.0])
+        rows = times.verify_rows if times.verify_rows is not None else num_drafted + 1
+        entry = self.verify.setdefault(rows, [0.0, 0.0])
         entry[0] += 1.0
         entry[1] += times.verify_ms
         if num_drafted:
@@ -277,8 +286,12 @@ class CostAware(Fixed):
         for rows, ms in means.items():  # each row count alike, however often it ran
             rows_line.add(rows, ms)
         intercept, slope = rows_line.fit() or (0.0, 0.0)
-        line = {rows: intercept + max(slope, 0.0) * rows for rows in range(1, k_max + 2)}
-        verify_ms = line | means  # measured where measured, the line elsewhere
+
+        def verify_at(rows: int) -> float:  # measured where measured, the line elsewhere
+            return means[rows] if rows in means else intercept + max(slope, 0.0) * rows
+
+        # best_k reads a round of k drafts at k + 1 rows: there, the pass this round shape makes
+        verify_ms = {k + 1: verify_at(verify_rows(self.width, self.tree_nodes, k)) for k in range(k_max + 1)}
         call_ms, step_ms = self.draft.fit() or (0.0, 0.0)
         call_ms, step_ms = max(call_ms, 0.0), max(step_ms, 0.0)
         host_ms = self.host[1] / self.host[0] if self.host[0] else 0.0
@@ -308,12 +321,17 @@ def _at(counts: Sequence[float], i: int) -> float:
     return counts[i] if i < len(counts) else 0.0
 
 
-def make_policy(name: PolicyName, k: int, params: PolicyParams) -> DraftLengthPolicy:
+def make_policy(
+    name: PolicyName, k: int, params: PolicyParams, *, width: int = 1, tree_nodes: int = 0
+) -> DraftLengthPolicy:
+    """The policy `name` starting at k. `width` and `tree_nodes`: the rounds' tree settings, which
+    set the rows a round verifies; of the policies, only `cost` weighs rows."""
+    if name == "cost":
+        return CostAware(k, params, width=width, tree_nodes=tree_nodes)
     classes: dict[str, type[Fixed]] = {
         "fixed": Fixed,
         "acceptance-rate": AcceptanceRate,
         "accepted-length": AcceptedLength,
         "confidence": Confidence,
-        "cost": CostAware,
     }
     return classes[name](k, params)

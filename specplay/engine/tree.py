@@ -77,6 +77,14 @@ def tree_shape(width: int, nodes: int, k: int) -> TreeShape:
     return TreeShape(width=width, nodes=min(nodes or width * k, width * depth), depth=depth)
 
 
+def verify_rows(width: int, nodes: int, k: int) -> int:
+    """The rows the verify pass of a round asked for k scores: the root's and one a node (k + 1
+    for a chain; a round asked for 0 drafts nothing and scores one)."""
+    if width <= 1 and nodes <= 0:
+        return k + 1
+    return tree_shape(width, nodes, k).nodes + 1
+
+
 def depths(parents: Sequence[int]) -> list[int]:
     """Each node's depth, 1 for a child of the root (parents come before their children)."""
     out: list[int] = []

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from specplay.engine.policies import RoundTimes, best_k, make_policy
 from specplay.engine.settings import PolicyParams, SpecSettings
+from specplay.engine.tree import verify_rows
 from specplay.errors import ConfigError
 
 PARAMS = PolicyParams()
@@ -121,6 +124,31 @@ def test_cost_policy_stops_speculating_where_drafting_is_too_dear() -> None:
     settled = chosen[4:]
     assert settled.count(0) >= 0.8 * len(settled), chosen
     assert set(settled) <= {0, 1}
+
+
+def test_cost_policy_charges_a_tree_the_rows_it_verifies() -> None:
+    """Trees of width 2 (a round of depth k verifies 2k + 1 rows), the verify pass over r rows
+    10 + 10 r ms, drafting 1 + 3k ms (a level a pass), 1 ms of host work, three tokens kept a
+    round. Depth k >= 1 costs 1 + 3k + 10 + 10 (2k + 1) + 1 = 22 + 23k ms for 1 + min(k, 3)
+    tokens: k 1 0.044, 2 0.044, 3 0.044 tokens per ms, all below k = 0's 1 / 21 = 0.048: no
+    speculation. Charged a chain's k + 1 rows instead, as a policy that knew no trees would be,
+    k 3 costs 22 + 13 x 3 = 61 ms for 4 tokens (0.066) and wins."""
+
+    def settled(width: int) -> list[int]:
+        policy = make_policy("cost", 4, PolicyParams(k_max=8), width=width)
+        chosen = []
+        for _ in range(60):
+            k = policy.propose()
+            chosen.append(k)
+            rows = verify_rows(2, 0, k)  # the rounds draft trees of width 2 whatever the policy knows
+            times = RoundTimes(draft_ms=1.0 + 3 * k if k else 0.0, verify_ms=10 + 10 * rows, host_ms=1.0)
+            policy.update(k, min(k, 3), replace(times, verify_rows=rows))
+        return chosen[4:]
+
+    trees = settled(width=2)
+    assert trees.count(0) >= 0.8 * len(trees), trees
+    chains = settled(width=1)  # the negative control: the same rounds read as chains
+    assert chains.count(3) >= 0.6 * len(chains), chains
 
 
 def test_best_k_by_hand() -> None:
