@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from specplay.engine.backend_protocol import Generation
@@ -437,23 +438,20 @@ def measure_drafter(
     host work), and at SHORT_DRAFT over half as many tokens, which draws its cost per drafted token
     and per round as the rounds paid them (`RoundsMeasured.with_short_rounds`)."""
 
-    def rounds_at(draft: int, tokens: int) -> RoundsMeasured:
-        return measure_rounds(
-            engine,
-            prompt_token_ids,
-            settings,
-            drafter,
-            k=draft,
-            max_tokens=tokens,
-            seed=seed,
-            ignore_eos=ignore_eos,
-            target_step_ms=target_step_ms,
-        )
-
-    rounds = rounds_at(k, max_tokens)
+    rounds_at = partial(
+        measure_rounds,
+        engine,
+        prompt_token_ids,
+        settings,
+        drafter,
+        seed=seed,
+        ignore_eos=ignore_eos,
+        target_step_ms=target_step_ms,
+    )
+    rounds = rounds_at(k=k, max_tokens=max_tokens)
     if k <= SHORT_DRAFT:
         return rounds
-    return rounds.with_short_rounds(rounds_at(SHORT_DRAFT, max(2, max_tokens // 2)))
+    return rounds.with_short_rounds(rounds_at(k=SHORT_DRAFT, max_tokens=max(2, max_tokens // 2)))
 
 
 # --- a drafter's prediction, and whether the measurement can choose a k --------------------------
