@@ -278,7 +278,12 @@ def _about(args, config, identity, prompts, temperatures, max_tokens, measuremen
 
         from specplay.backends.mlx import blas
 
-        about |= {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__, "blas": blas.OPENBLAS_PATH or "platform default"}
+        about |= {
+            "mlx": mx.__version__,
+            "mlx_lm": mlx_lm.__version__,
+            "blas": blas.OPENBLAS_PATH or "platform default",
+            "blas threads": blas.THREADS_CHOSEN,  # every speed here depends on it, and load at start-up lowers it
+        }
     return about | {
         "command": shown_command(["specplay", *args.argv], "$SPECPLAY_API_KEY"),
         "prompts": ", ".join(f"{p.category}/{p.name}" for p in prompts),

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specplay.backends.mlx import blas
 from specplay.bench.execute import BenchPlan, execute
 from specplay.bench.sweep import BenchConfig
 from specplay.data.library import Prompt
@@ -73,4 +74,6 @@ def test_a_bench_stopped_part_way_reports_what_it_measured(tiny: TinyModels, tmp
     results = json.loads((out / "results.json").read_text())
     assert results["measurements"] and "stopped part-way" in results["about"]["measured"]
     assert results["about"]["prompt format"] == "the model's chat template, where it has one"
+    if sys.platform == "linux" and blas.OPENBLAS_PATH is not None:  # a tiny target: one thread, and why
+        assert "too small to share its products" in results["about"]["blas threads"]
     assert "stopped part-way" in (out / "report.md").read_text()
