@@ -200,9 +200,10 @@ class PlaygroundApp(App[None]):
         """Textual's screenshot, saved beside the sessions (the arguments of Textual's own action are ignored)."""
         self._save_screenshot(self.export_screenshot(), datetime.now())
 
-    @work(thread=True, exclusive=True, group="screenshot")
+    @work(thread=True, group="screenshot")
     def _save_screenshot(self, svg: str, now: datetime) -> None:
-        # Off the UI thread: converting to PNG takes a moment.
+        # Off the UI thread: converting to PNG takes a moment. Not exclusive: a second key press
+        # before the first worker starts would cancel it, and its screenshot would be lost.
         try:
             svg_path, png = save_screenshot(svg, screenshots_dir(self.playground.config.sessions_dir), now)
         except SpecplayError as error:

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -28,6 +29,11 @@ def screenshots_dir(sessions_dir: Path) -> Path:
     return sessions_dir / "screenshots"
 
 
+_NAMING = threading.Lock()
+"""Held from choosing a free name to writing it: two screenshots in one second (f12 twice) would
+otherwise both take the same name, and the second would replace the first."""
+
+
 def save_screenshot(svg: str, directory: Path, now: datetime) -> tuple[Path, Path | None]:
     """The SVG written atomically, and a PNG beside it when a converter is at hand (None if not)."""
     fix = "free some space or make the sessions folder writable (--sessions-dir)"
@@ -35,7 +41,10 @@ def save_screenshot(svg: str, directory: Path, now: datetime) -> tuple[Path, Pat
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecplayError(f"cannot save a screenshot in {directory}: {exc.strerror or exc}; {fix}") from None
-    svg_path = write_output(free_path(directory, f"specplay_{now.strftime('%Y-%m-%dT%H-%M-%S')}", ".svg"), svg, fix=fix)
+    with _NAMING:
+        svg_path = write_output(
+            free_path(directory, f"specplay_{now.strftime('%Y-%m-%dT%H-%M-%S')}", ".svg"), svg, fix=fix
+        )
     return svg_path, to_png(svg_path)
 
 

@@ -283,6 +283,33 @@ def test_a_screenshots_leading_spaces_become_an_offset_for_rsvg() -> None:
     assert '<text x="0" textLength="12.2">│</text>' in shifted  # a run without leading spaces stays
 
 
+def test_screenshots_saved_at_once_in_one_second_keep_each_its_own_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """f12 pressed over and over: every screenshot's worker saves at the same second, at once; each
+    SVG keeps a name of its own and its own content (no PNGs here: the naming is what is tested)."""
+    from datetime import datetime
+    from threading import Barrier, Thread
+
+    from specplay.ui import screenshot
+
+    monkeypatch.setattr(screenshot, "to_png", lambda svg_path: None)
+    now, count = datetime(2026, 12, 6, 3, 40, 0), 8
+    start = Barrier(count)
+
+    def save(i: int) -> None:
+        start.wait()
+        screenshot.save_screenshot(f"<svg>{i}</svg>", tmp_path, now)
+
+    threads = [Thread(target=save, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    saved = sorted(path.read_text() for path in tmp_path.glob("specplay_2026-12-06T03-40-00*.svg"))
+    assert saved == sorted(f"<svg>{i}</svg>" for i in range(count))
+
+
 def test_the_tape_marks_a_rejection_with_its_corrections_rank() -> None:
     from specplay.ui.widgets.tape import round_line
 
