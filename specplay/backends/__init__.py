@@ -84,6 +84,16 @@ def thread_cleanup(config: RunConfig) -> Callable[[], None] | None:
     return release_thread
 
 
+def blas_threads(config: RunConfig) -> str | None:
+    """OpenBLAS's thread count and who chose it, where MLX runs models here on OpenBLAS (None
+    elsewhere); after the target has loaded, which fits the count."""
+    if not config.local_models:
+        return None
+    from specplay.backends.mlx import blas
+
+    return blas.THREADS_CHOSEN if blas.OPENBLAS_PATH else None
+
+
 def blas_warning(config: RunConfig) -> str | None:
     """The slow-BLAS warning, when MLX will run models here."""
     if not config.local_models:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from specplay.backends import blas_warning, open_stream, thread_cleanup
+from specplay.backends import blas_threads, blas_warning, open_stream, thread_cleanup
 from specplay.cli.configure import given, run_config
 from specplay.cli.diff import open_session
 from specplay.cli.flags import (
@@ -127,8 +127,6 @@ def costs(args: argparse.Namespace) -> int:
     try:
         source = thread.call(lambda: open_stream(config))
         assert isinstance(source, SpecEngine)  # not native: checked above
-        # Every time below holds at this thread count, which the load at start-up may have lowered.
-        blas_threads = thread.call(source.describe).get("blas_threads")
         prompt_ids = thread.call(lambda: source.encode(config.request.prompt or "", config.request.raw))
         settings = config.settings
         measured = thread.call(
@@ -186,7 +184,8 @@ def costs(args: argparse.Namespace) -> int:
                 trees.setdefault(name, []).append((width, nodes, measured_tree))
     finally:
         thread.close()
-    report = _report(measured, acceptance, k_limit, len(prompt_ids), trees) | {"blas_threads": blas_threads}
+    # Every time measured holds at this thread count, which the load at start-up may have lowered.
+    report = _report(measured, acceptance, k_limit, len(prompt_ids), trees) | {"blas_threads": blas_threads(config)}
     print(dump_json(report) if args.json else "\n".join(_lines(report)))
     return 0
 

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -326,12 +326,11 @@ def make_policy(
 ) -> DraftLengthPolicy:
     """The policy `name` starting at k. `width` and `tree_nodes`: the rounds' tree settings, which
     set the rows a round verifies; of the policies, only `cost` weighs rows."""
-    if name == "cost":
-        return CostAware(k, params, width=width, tree_nodes=tree_nodes)
-    classes: dict[str, type[Fixed]] = {
-        "fixed": Fixed,
-        "acceptance-rate": AcceptanceRate,
-        "accepted-length": AcceptedLength,
-        "confidence": Confidence,
+    policies: dict[str, Callable[[], DraftLengthPolicy]] = {
+        "fixed": lambda: Fixed(k, params),
+        "acceptance-rate": lambda: AcceptanceRate(k, params),
+        "accepted-length": lambda: AcceptedLength(k, params),
+        "confidence": lambda: Confidence(k, params),
+        "cost": lambda: CostAware(k, params, width=width, tree_nodes=tree_nodes),
     }
-    return classes[name](k, params)
+    return policies[name]()

@@ -79,9 +79,7 @@ def tree_shape(width: int, nodes: int, k: int) -> TreeShape:
 
 def verify_rows(width: int, nodes: int, k: int) -> int:
     """The rows the verify pass of a round asked for k scores: the root's and one a node (k + 1
-    for a chain; a round asked for 0 drafts nothing and scores one)."""
-    if width <= 1 and nodes <= 0:
-        return k + 1
+    for a chain, the tree of width 1; a round asked for 0 drafts nothing and scores one)."""
     return tree_shape(width, nodes, k).nodes + 1
 
 
