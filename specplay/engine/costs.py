@@ -176,8 +176,9 @@ class RoundsMeasured:
         drafted less than a token apart (prompt lookup finding little to copy) or the line falls.
 
         Why not the step timed alone: loaded, a drafted token cost the demo drafter 0.62 ms in a
-        draft from the prompt's cache and 1.0-1.2 ms in real rounds, after each verify pass; the
-        rest, counted as the fixed part of a round, charged a short draft in full."""
+        draft from the prompt's cache and 1.02-1.04 ms by this line through real rounds, after
+        each verify pass (benchmarks/bench_costs.py); counted as the fixed part of a round, the
+        difference charged a short draft in full."""
         spread = self.mean_drafted - short.mean_drafted
         if spread < 1.0:
             return self
