@@ -12,6 +12,10 @@ Greedy, the code prompt below (raw, no chat template), fixed-k policy, ignore EO
 measured as `specplay costs` measures them (`--costs-repeats` passes), and the run that measures
 acceptance (and, with a second at k 1, the drafter's cost in rounds) is taken over the target step
 beside it, as `specplay costs` takes it.
+
+The last two columns are the playground's prediction, which has a lane's rounds at one k only
+(here the run at K): its drafting split with the drafter's step timed alone (before "Measure round
+costs" measured rounds at two k), and with the step the line through the two runs gives (after).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import platform
 import random
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 
 from specplay.backends.mlx import blas  # (OpenBLAS before mlx.core)
 
@@ -103,6 +108,16 @@ def main() -> None:
     draft_ms, call_ms = measured_run.draft_costs(alone_ms, alone_call_ms)  # what the prediction uses
     prediction = predict_drafter(costs, args.route, measured_run, args.k_max)
     predicted = {p.k: p for p in prediction.by_k}
+    # The playground's: a lane's rounds at one k, a drafted token priced alone or by the line.
+    one_k = replace(measured_run, draft_line_ms=None)
+    verify = costs.verify_curve_ms()
+    in_rounds_ms = measured_run.draft_line_ms[0] if measured_run.draft_line_ms else alone_ms
+    lane = {
+        way: {
+            p.k: p.speedup for p in one_k.predict(verify, step_ms, target_ms, args.k_max, draft_call_ms=alone_call_ms)
+        }
+        for way, step_ms in (("alone", alone_ms), ("in rounds", in_rounds_ms))
+    }
     reason = disturbance(costs, [prediction])
 
     ks = list(range(1, args.k_max + 1))
@@ -125,10 +140,9 @@ def main() -> None:
     )
     print(
         "| k | verify (target steps) | predicted | over the passes | measured (median) | measured range "
-        "| predicted / measured |"
+        "| predicted / measured | one k, step alone / measured | one k, step in rounds / measured |"
     )
-    print("|---|---|---|---|---|---|---|")
-    verify = costs.verify_curve_ms()
+    print("|---|---|---|---|---|---|---|---|---|")
     for k in sorted(measured):
         m = statistics.median(measured[k])
         p = predicted[k].speedup
@@ -136,7 +150,8 @@ def main() -> None:
         steps = verify[k + 1] / target_ms
         print(
             f"| {k} | {steps:.2f} | {p:.2f}× | {low:.2f}–{high:.2f} | {m:.2f}× | "
-            f"{min(measured[k]):.2f}–{max(measured[k]):.2f} | {p / m:.2f} |"
+            f"{min(measured[k]):.2f}–{max(measured[k]):.2f} | {p / m:.2f} | {lane['alone'][k] / m:.2f} | "
+            f"{lane['in rounds'][k] / m:.2f} |"
         )
     best_measured = max(measured, key=lambda k: statistics.median(measured[k]))
     best = prediction.best
@@ -148,7 +163,8 @@ def main() -> None:
         f"measured k {best_measured} ({statistics.median(measured[best_measured]):.2f}×); the recommended k's "
         f"measured speedup is {at_best:.3f} of the best's. A/A control (a target-only run over the two beside "
         f"it): median {statistics.median(control):.3f}, range {min(control):.3f}–{max(control):.3f}. "
-        f"{'disturbed: ' + reason if reason else 'not disturbed'}"
+        f"{'disturbed: ' + reason if reason else 'not disturbed'}. One k: the drafter's step {alone_ms:.2f} ms "
+        f"alone, {in_rounds_ms:.2f} ms in rounds."
     )
 
 

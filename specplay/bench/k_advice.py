@@ -1,6 +1,6 @@
 """Which k: per category and temperature, the k the bench's fixed-k sweep measured fastest, beside
 the k that the prediction of `specplay costs` recommends (engine/speedup.py) from the round costs
-measured at the bench's start and the sweep's own acceptance by position and host work."""
+measured at the bench's end and the sweep's own acceptance by position, drafting and host work."""
 
 from __future__ import annotations
 
@@ -49,29 +49,23 @@ def k_advice(
         if cell_costs is None or not k_rows:
             continue
         longest = max(k_rows, key=lambda r: k_of[r.config])
-        runs = [
-            m for m in measurements if (m.category, m.temperature, m.config) == (category, temperature, longest.config)
-        ]
-        targets = [
-            m.mean_step_ms
-            for m in measurements
-            if (m.category, m.temperature, m.config) == (category, temperature, "target-only") and m.mean_step_ms
-        ]
+        shortest = min(k_rows, key=lambda r: k_of[r.config])
+        cell = [m for m in measurements if (m.category, m.temperature) == (category, temperature)]
+        runs = [m for m in cell if m.config == longest.config]
+        targets = [m.mean_step_ms for m in cell if m.config == "target-only" and m.mean_step_ms]
         route = Counter(m.route for m in runs if m.route).most_common(1)
         target_step_ms = median(targets) or cell_costs.target_step_ms.ms
         if not route or route[0][0] not in cell_costs.draft_step_ms:
             continue
-        summed: dict[str, object] = {name: sum(getattr(m, name) for m in runs) for name in _SUMMED}
-        if not summed["num_spec_steps"]:
+        if not sum(m.num_spec_steps for m in runs):
             continue
-        for name, field in (
-            ("num_drafted_per_position", "drafted_per_position"),
-            ("num_accepted_per_position", "accepted_per_position"),
-        ):
-            width = max(len(getattr(m, field)) for m in runs)
-            summed[name] = [sum(getattr(m, field)[i] for m in runs if i < len(getattr(m, field))) for i in range(width)]
-        measured_here = {"acceptance_per_position": longest.acceptance_per_position}
-        rounds = RoundsMeasured.of(summed | measured_here).asked(k_of[longest.config])
+        rounds = _summed(runs, longest.acceptance_per_position).asked(k_of[longest.config])
+        if k_of[shortest.config] < k_of[longest.config]:
+            # The drafter's cost per drafted token and per round as the sweep's rounds paid them:
+            # the line through its longest and shortest k (the step timed alone can understate it).
+            rounds = rounds.with_short_rounds(
+                _summed([m for m in cell if m.config == shortest.config], shortest.acceptance_per_position)
+            )
         verify = {n: t.ms for n, t in cell_costs.verify_ms.items()}
         k_max = min(k_of[longest.config], max(verify) - 1)
         drafter = route[0][0]
@@ -95,14 +89,27 @@ def k_advice(
     return out
 
 
+def _summed(runs: Sequence[Measurement], acceptance_per_position: list[float]) -> RoundsMeasured:
+    """The rounds of several requests as one run's (`acceptance_per_position`: the row's)."""
+    summed: dict[str, object] = {name: sum(getattr(m, name) for m in runs) for name in _SUMMED}
+    for name, field in (
+        ("num_drafted_per_position", "drafted_per_position"),
+        ("num_accepted_per_position", "accepted_per_position"),
+    ):
+        width = max((len(getattr(m, field)) for m in runs), default=0)
+        summed[name] = [sum(getattr(m, field)[i] for m in runs if i < len(getattr(m, field))) for i in range(width)]
+    return RoundsMeasured.of(summed | {"acceptance_per_position": acceptance_per_position})
+
+
 def k_advice_markdown(advice: Sequence[KAdvice]) -> list[str]:
     lines = [
         "",
         "## Which k",
         "",
         "The k the fixed-k sweep measured fastest, beside the k `specplay costs` recommends: its prediction",
-        "from the round costs measured at the start (the verify pass by rows, each drafter's step) and this",
-        "sweep's acceptance by position (its longest k), target step and host work per round.",
+        "from the verify pass by rows, measured at the end, and this sweep's acceptance by position (its longest",
+        "k), target step and host work per round, a drafted token priced by the line through its shortest and",
+        "longest k.",
         "",
     ]
     columns = ["category", "temperature", "drafter", "measured best k", "its speedup", "recommended k"]

@@ -93,10 +93,18 @@ class RoundCosts:
     target_runs_ms: tuple[float, ...] = ()
     """The target step of each short target-only run between passes (their median step): how much
     the machine's speed drifted while measuring."""
+    draft_step_in_rounds_ms: dict[str, float] = field(default_factory=dict)
+    """Each drafter's time per drafted token as real rounds of the prompt paid it, where measured
+    (`measure_drafting`): on a loaded machine it can be half again the step timed alone."""
 
     def call_ms(self, drafter: str) -> float:
         """`drafter`'s time per draft call (0 where it was not measured apart)."""
         return self.draft_call_ms[drafter].ms if drafter in self.draft_call_ms else 0.0
+
+    def step_for_rounds_ms(self, drafter: str) -> float:
+        """`drafter`'s time per drafted token for a prediction from rounds (`RoundsMeasured.predict`):
+        as real rounds paid it where measured, else as timed alone."""
+        return self.draft_step_in_rounds_ms.get(drafter, self.draft_step_ms[drafter].ms)
 
     def cost_ratio(self, drafter: str) -> float:
         """c: a drafted token's time over a target step's."""
@@ -410,7 +418,9 @@ def measure_rounds(
     slow drafter and host."""
     tree = {"width": width, "tree_nodes": k} if width > 1 else {"width": 1, "tree_nodes": 0}
     routed = settings.changed(k=k, policy="fixed", route=drafter, counterfactual=False, **tree)
-    request = Request("", tuple(prompt_token_ids), "speculative", seed, max_tokens, ignore_eos=ignore_eos)
+    request = Request(
+        "", tuple(prompt_token_ids), "speculative", seed, max_tokens, ignore_eos=ignore_eos, pipeline=pipeline
+    )
     sampling = settings.sampling
     before = _target_steps_ms(engine, prompt_token_ids, sampling, pipeline=pipeline) if target_step_ms else []
     events = engine.generate(request, LiveControls(routed, engine.drafters))
@@ -434,6 +444,7 @@ def measure_drafter(
     seed: int = 0,
     ignore_eos: bool = False,
     target_step_ms: float | None = None,
+    pipeline: bool = True,
 ) -> RoundsMeasured:
     """A drafter's chain rounds for a prediction: `measure_rounds` at k (acceptance by position,
     host work), and at SHORT_DRAFT over half as many tokens, which draws its cost per drafted token
@@ -448,11 +459,41 @@ def measure_drafter(
         seed=seed,
         ignore_eos=ignore_eos,
         target_step_ms=target_step_ms,
+        pipeline=pipeline,
     )
     rounds = rounds_at(k=k, max_tokens=max_tokens)
     if k <= SHORT_DRAFT:
         return rounds
     return rounds.with_short_rounds(rounds_at(k=SHORT_DRAFT, max_tokens=max(2, max_tokens // 2)))
+
+
+def measure_drafting(
+    engine: SpecEngine,
+    prompt_token_ids: Sequence[int],
+    settings: SpecSettings,
+    *,
+    k: int,
+    max_tokens: int,
+    target_step_ms: float,
+    pipeline: bool = True,
+) -> dict[str, float]:
+    """Each drafter's time per drafted token as real rounds of the prompt paid it: the slope of
+    `measure_drafter`'s line, for `RoundCosts.draft_step_in_rounds_ms`. A drafter whose rounds drew
+    no line (prompt lookup finding little to copy) is left out."""
+    lines = {
+        drafter: measure_drafter(
+            engine,
+            prompt_token_ids,
+            settings,
+            drafter,
+            k=k,
+            max_tokens=max_tokens,
+            target_step_ms=target_step_ms,
+            pipeline=pipeline,
+        ).draft_line_ms
+        for drafter in engine.drafters
+    }
+    return {drafter: line[0] for drafter, line in lines.items() if line is not None}
 
 
 # --- a drafter's prediction, and whether the measurement can choose a k --------------------------

@@ -14,12 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 from specplay.backends import open_stream, thread_cleanup
 from specplay.config.run_config import RequestSpec, RunConfig
 from specplay.engine.controls import LiveControls
-from specplay.engine.costs import RoundCosts, measure_costs
+from specplay.engine.costs import RoundCosts, measure_costs, measure_drafting
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
@@ -35,6 +36,9 @@ LANES = ("speculative", "target")
 CLOSE_WAIT_S = 5.0
 """Quitting waits this long for the model thread (a run stops at its next round); one stuck on a
 server's reply is left behind, so the playground never hangs on its way out."""
+DRAFTING_TOKENS = 48
+"""Tokens of the run at the longest k that measures each drafter's rounds for "Measure round
+costs" (the run at k 1 takes half as many)."""
 DRAFT_LANE = "draft"
 """The optional third lane: the routed drafter alone."""
 
@@ -164,7 +168,19 @@ class ModelHost:
             ids = source.encode(spec.prompt, raw=spec.raw)
             rule = settings.acceptance_rule
             # The playground's lanes take turns and do not pipeline: the target step is timed alike.
-            return measure_costs(source, ids, settings.sampling, rule, max_rows=max_rows, pipeline=False)
+            costs = measure_costs(source, ids, settings.sampling, rule, max_rows=max_rows, pipeline=False)
+            # A lane's rounds are all of one k: the line through rounds at two k, drawn here, says
+            # what a drafted token costs in them, which the step timed alone can understate.
+            in_rounds = measure_drafting(
+                source,
+                ids,
+                settings,
+                k=max_rows - 1,
+                max_tokens=DRAFTING_TOKENS,
+                target_step_ms=costs.target_step_ms.ms,
+                pipeline=False,
+            )
+            return replace(costs, draft_step_in_rounds_ms=in_rounds)
 
         def finished(future: Future[RoundCosts]) -> None:
             error = future.exception()

@@ -141,7 +141,7 @@ class PlaygroundController:
     # --- round costs -------------------------------------------------------------------------
 
     def measure_costs(self) -> None:
-        """Time the verify pass by row count, a target step and each drafter's step, between runs (for k)."""
+        """Time the verify pass by row count, a target step and each drafter, between runs (for k)."""
         prompt = self._view.current_prompt()
         if self.state != RunState.READY:
             self._view.notify_user(f"cannot measure round costs while {self.state.value}", error=True)
@@ -152,7 +152,7 @@ class PlaygroundController:
         rows = max(self.settings.policy_params.k_max, self.settings.k) + 1
         self.state = RunState.MEASURING
         self.set_status(
-            f"measuring round costs: the verify pass over 1..{rows} rows, a target step, each drafter's step…"
+            f"measuring round costs: the verify pass over 1..{rows} rows, a target step, each drafter's rounds…"
         )
         request = replace(self.config.request, prompt=prompt)
         self.host.measure_costs(request, self.settings, rows, self.outbox.costs_measured)

@@ -36,7 +36,7 @@ def palette_commands(app: PlaygroundApp) -> Iterable[SystemCommand]:
     yield SystemCommand("Prompt library", "Pick a prompt from the shipped library (f4)", app.action_pick_prompt)
     yield SystemCommand(
         "Measure round costs",
-        "Time the verify pass by rows and each drafter's step here: the lane's stats then say which k would pay",
+        "Time the verify pass by rows and each drafter's rounds here: the lane's stats then say which k would pay",
         app.playground.measure_costs,
     )
     for i, prompt in enumerate(app.main.library):

@@ -199,11 +199,11 @@ def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts 
     if costs is None or last is None or last.drafter not in costs.draft_step_ms:
         return comparison
     verify = {rows: t.ms for rows, t in costs.verify_ms.items()}
-    # The target step, the drafter's step and the host's work per round as this run measured
-    # them where it has; the verify curve from the costs.
+    # The target step, the drafter's time per round and the host's work per round as this run
+    # measured them; the verify curve and a drafted token's cost in rounds from the costs.
     rounds = RoundsMeasured.of(metrics)
     target_step_ms = target.mean_step_ms or costs.target_step_ms.ms
-    step_ms, call_ms = costs.draft_step_ms[last.drafter].ms, costs.call_ms(last.drafter)
+    step_ms, call_ms = costs.step_for_rounds_ms(last.drafter), costs.call_ms(last.drafter)
     by_k = rounds.predict(verify, step_ms, target_step_ms, k_max=max(verify) - 1, draft_call_ms=call_ms)
     settings, mean_k = speculative.settings, comparison.prediction.mean_k
     # The k set, under a fixed policy (the last rounds may be cut short to fit max_tokens); an

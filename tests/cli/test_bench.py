@@ -84,6 +84,33 @@ def test_which_k_sets_the_sweeps_best_k_beside_the_recommended_one() -> None:
     assert advice.route == "d" and "## Which k" in "\n".join(k_advice_markdown([advice]))
 
 
+def test_which_k_prices_a_drafted_token_by_the_line_through_the_sweeps_rounds() -> None:
+    """Rounds at k 1 spend 3 ms drafting and at k 4 9 ms: 2 ms a drafted token and 1 ms a round,
+    though the step timed alone said 1 ms. The prediction takes the line; without the k 1 row it
+    can only split k 4's drafting with the step timed alone (1 ms a token, 5 ms a round)."""
+    configs = [BenchConfig("target-only", "baseline", "target")]
+    configs += [BenchConfig(f"k={k}", "k", settings=SpecSettings(k=k)) for k in (1, 4)]
+    common = {"route": "d", "num_spec_steps": 10, "overhead_ms": 20.0}
+    short = common | {"num_draft_tokens": 10, "draft_ms": 30.0, "drafted_per_position": [10]}
+    deep = common | {"num_draft_tokens": 40, "draft_ms": 90.0, "drafted_per_position": [10, 10, 10, 10]}
+    measurements = [_m("target-only", 100.0, mean_step_ms=10.0)]
+    measurements += [_m("k=1", 140.0, **short, accepted_per_position=[9])]
+    measurements += [_m("k=4", 150.0, **deep, accepted_per_position=[9, 8, 5, 1])]
+    rows = build_rows(configs, measurements)
+    verify = {n: Timing(10.0 + n, 0.0) for n in range(1, 6)}
+    costs = RoundCosts(Timing(10.0, 0.0), verify, {"d": Timing(1.0, 0.0)})
+    kept, curve = [0.9, 0.8, 0.5, 0.1], {n: 10.0 + n for n in range(1, 6)}
+
+    def best(step_ms: float, call_ms: float) -> float:
+        return max(p.speedup for p in predict_by_k(kept, curve, step_ms, 10.0, 4, host_ms=2.0, draft_call_ms=call_ms))
+
+    (advice,) = k_advice(configs, rows, measurements, {0.0: costs})
+    assert advice.predicted_speedup == pytest.approx(best(2.0, 1.0))
+    no_short = [m for m in measurements if m.config != "k=1"]
+    (alone,) = k_advice(configs, build_rows(configs, no_short), no_short, {0.0: costs})
+    assert alone.predicted_speedup == pytest.approx(best(1.0, 5.0)) != pytest.approx(best(2.0, 1.0))
+
+
 def test_a_drafter_that_never_drafted_has_no_acceptance_rate() -> None:
     """Prompt lookup on a prompt whose n-grams never recur: every round is a plain target step."""
     configs = [BenchConfig("target-only", "baseline", "target"), BenchConfig("k=4", "k")]

@@ -4,6 +4,8 @@ forward pass over n rows costs step + n x row, so every measured time has an exa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from specplay.engine.costs import (
@@ -12,6 +14,7 @@ from specplay.engine.costs import (
     disturbance,
     measure_costs,
     measure_drafter,
+    measure_drafting,
     measure_rounds,
     predict_drafter,
 )
@@ -166,6 +169,24 @@ def test_a_drafters_line_from_its_rounds_is_its_models_cost(drafter: str) -> Non
             scripted_engine(backend), prompt, SpecSettings(), drafter, k=8, max_tokens=96
         ).acceptance_per_position
     )
+
+
+def test_each_drafters_cost_in_rounds_is_its_lines_slope_and_a_prediction_takes_it() -> None:
+    """`measure_drafting` (the playground's "Measure round costs"): each model drafter's time per
+    drafted token in real rounds (2.2 ms on the scripted clock); prompt lookup, whose drafting
+    takes no time there, draws no line and keeps the step timed alone."""
+    backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("near", "lookup"))
+    engine = scripted_engine(backend)
+    prompt = backend.encode(CODE_PROMPT, raw=True)
+    costs = measure_costs(engine, prompt, GREEDY, LOSSLESS, max_rows=9, repeats=1, pipeline=False)
+    settings = SpecSettings()
+    in_rounds = measure_drafting(
+        engine, prompt, settings, k=8, max_tokens=48, target_step_ms=costs.target_step_ms.ms, pipeline=False
+    )
+    assert in_rounds.keys() == {"near"} and in_rounds["near"] == pytest.approx(2.2, rel=0.02)
+    measured = replace(costs, draft_step_in_rounds_ms={"near": 3.0})
+    assert measured.step_for_rounds_ms("near") == 3.0
+    assert measured.step_for_rounds_ms("lookup") == costs.draft_step_ms["lookup"].ms == 0
 
 
 def test_a_dip_in_the_verify_curve_is_pooled_with_its_neighbours() -> None:
