@@ -471,15 +471,17 @@ def measure_drafting(
     engine: SpecEngine,
     prompt_token_ids: Sequence[int],
     settings: SpecSettings,
+    drafters: Iterable[str],
     *,
     k: int,
     max_tokens: int,
     target_step_ms: float,
     pipeline: bool = True,
 ) -> dict[str, float]:
-    """Each drafter's time per drafted token as real rounds of the prompt paid it: the slope of
-    `measure_drafter`'s line, for `RoundCosts.draft_step_in_rounds_ms`. A drafter whose rounds drew
-    no line (prompt lookup finding little to copy) is left out."""
+    """Each of `drafters`' time per drafted token as real rounds of the prompt paid it: the slope of
+    `measure_drafter`'s line through rounds at k and at SHORT_DRAFT, for
+    `RoundCosts.draft_step_in_rounds_ms`. Names that are no drafter (the route none) and drafters
+    whose rounds drew no line (prompt lookup finding little to copy) are left out."""
     lines = {
         drafter: measure_drafter(
             engine,
@@ -491,7 +493,8 @@ def measure_drafting(
             target_step_ms=target_step_ms,
             pipeline=pipeline,
         ).draft_line_ms
-        for drafter in engine.drafters
+        for drafter in dict.fromkeys(drafters)
+        if drafter in engine.drafters
     }
     return {drafter: line[0] for drafter, line in lines.items() if line is not None}
 

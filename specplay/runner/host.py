@@ -20,7 +20,7 @@ from typing import Any
 from specplay.backends import open_stream, thread_cleanup
 from specplay.config.run_config import RequestSpec, RunConfig
 from specplay.engine.controls import LiveControls
-from specplay.engine.costs import RoundCosts, measure_costs, measure_drafting
+from specplay.engine.costs import SHORT_DRAFT, RoundCosts, measure_costs, measure_drafting
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
@@ -36,9 +36,10 @@ LANES = ("speculative", "target")
 CLOSE_WAIT_S = 5.0
 """Quitting waits this long for the model thread (a run stops at its next round); one stuck on a
 server's reply is left behind, so the playground never hangs on its way out."""
-DRAFTING_TOKENS = 48
-"""Tokens of the run at the longest k that measures each drafter's rounds for "Measure round
-costs" (the run at k 1 takes half as many)."""
+DRAFTING_TOKENS = 32
+"""Tokens of the run at the lane's k that measures the routed drafter's rounds for "Measure round
+costs" (the run at k 1 takes half as many): SmolLM2's early exit at k 4, a slow drafter seldom
+kept, took 9.4 s over both, beside 13.6 s for the rest of the measurement."""
 DRAFT_LANE = "draft"
 """The optional third lane: the routed drafter alone."""
 
@@ -155,10 +156,12 @@ class ModelHost:
         spec: RequestSpec,
         settings: SpecSettings,
         max_rows: int,
+        route: str,
         done: Callable[[RoundCosts | None, BaseException | None], None],
     ) -> None:
-        """Time what a round costs at the prompt's length, on the model thread (between runs);
-        `done` is called there with the costs or the error."""
+        """Time what a round costs at the prompt's length, on the model thread (between runs), and
+        the rounds of `route` where it is a drafter; `done` is called there with the costs or the
+        error."""
 
         def measure() -> RoundCosts:
             source = self.source
@@ -175,7 +178,8 @@ class ModelHost:
                 source,
                 ids,
                 settings,
-                k=max_rows - 1,
+                [route],
+                k=max(settings.k, SHORT_DRAFT + 1),
                 max_tokens=DRAFTING_TOKENS,
                 target_step_ms=costs.target_step_ms.ms,
                 pipeline=False,

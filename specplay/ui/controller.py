@@ -141,7 +141,7 @@ class PlaygroundController:
     # --- round costs -------------------------------------------------------------------------
 
     def measure_costs(self) -> None:
-        """Time the verify pass by row count, a target step and each drafter, between runs (for k)."""
+        """Time the verify pass by rows, a target step and the drafters between runs (for k)."""
         prompt = self._view.current_prompt()
         if self.state != RunState.READY:
             self._view.notify_user(f"cannot measure round costs while {self.state.value}", error=True)
@@ -150,12 +150,11 @@ class PlaygroundController:
             self.set_status("type a prompt first: costs are measured at its length", error=True)
             return
         rows = max(self.settings.policy_params.k_max, self.settings.k) + 1
+        route = self._route_for(prompt, self.settings.route)  # its rounds are measured too
         self.state = RunState.MEASURING
-        self.set_status(
-            f"measuring round costs: the verify pass over 1..{rows} rows, a target step, each drafter's rounds…"
-        )
+        self.set_status(f"measuring round costs: the verify pass over 1..{rows} rows, a target step, {route}'s rounds…")
         request = replace(self.config.request, prompt=prompt)
-        self.host.measure_costs(request, self.settings, rows, self.outbox.costs_measured)
+        self.host.measure_costs(request, self.settings, rows, route, self.outbox.costs_measured)
 
     def costs_measured(self, costs: RoundCosts | None, error: BaseException | None) -> None:
         """UI thread: the measurement ended."""

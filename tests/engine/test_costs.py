@@ -172,16 +172,24 @@ def test_a_drafters_line_from_its_rounds_is_its_models_cost(drafter: str) -> Non
 
 
 def test_each_drafters_cost_in_rounds_is_its_lines_slope_and_a_prediction_takes_it() -> None:
-    """`measure_drafting` (the playground's "Measure round costs"): each model drafter's time per
+    """`measure_drafting` (the playground's "Measure round costs"): a model drafter's time per
     drafted token in real rounds (2.2 ms on the scripted clock); prompt lookup, whose drafting
-    takes no time there, draws no line and keeps the step timed alone."""
+    takes no time there, draws no line and keeps the step timed alone; the route none, no drafter,
+    is passed over."""
     backend = scripted_backend(Cost(step_ms=10.0, row_ms=1.0), drafters=("near", "lookup"))
     engine = scripted_engine(backend)
     prompt = backend.encode(CODE_PROMPT, raw=True)
     costs = measure_costs(engine, prompt, GREEDY, LOSSLESS, max_rows=9, repeats=1, pipeline=False)
     settings = SpecSettings()
     in_rounds = measure_drafting(
-        engine, prompt, settings, k=8, max_tokens=48, target_step_ms=costs.target_step_ms.ms, pipeline=False
+        engine,
+        prompt,
+        settings,
+        ["near", "lookup", "none"],
+        k=8,
+        max_tokens=48,
+        target_step_ms=costs.target_step_ms.ms,
+        pipeline=False,
     )
     assert in_rounds.keys() == {"near"} and in_rounds["near"] == pytest.approx(2.2, rel=0.02)
     measured = replace(costs, draft_step_in_rounds_ms={"near": 3.0})
