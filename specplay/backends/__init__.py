@@ -94,6 +94,16 @@ def blas_threads(config: RunConfig) -> str | None:
     return blas.THREADS_CHOSEN if blas.OPENBLAS_PATH else None
 
 
+def refit_blas_threads(config: RunConfig, moment: str) -> None:
+    """Where MLX runs models here, fit OpenBLAS's thread count to the CPUs other work leaves free
+    now (`moment`: when, as `blas_threads` will say); call on the model thread, between runs."""
+    if not config.local_models:
+        return
+    from specplay.backends.mlx import blas
+
+    blas.refit_threads(moment)
+
+
 def blas_warning(config: RunConfig) -> str | None:
     """The slow-BLAS warning, when MLX will run models here."""
     if not config.local_models:

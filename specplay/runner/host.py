@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
-from specplay.backends import open_stream, thread_cleanup
+from specplay.backends import open_stream, refit_blas_threads, thread_cleanup
 from specplay.config.run_config import RequestSpec, RunConfig
 from specplay.engine.controls import LiveControls
 from specplay.engine.costs import SHORT_DRAFT, RoundCosts, measure_costs, measure_drafting
@@ -68,6 +69,8 @@ class ModelHost:
         self._clock = clock
         self._open = open_source or open_stream
         self._cleanup = thread_cleanup(config) if open_source is None else None
+        # Between runs other work may start or stop: the thread count is fitted again before each.
+        self._refit = partial(refit_blas_threads, config) if open_source is None else None
         self.thread = ModelThread(on_exit=self._release)
         self.on_decoded: Callable[[], None] | None = None
         """Called from a background thread when a server's token text arrives (see `decode`)."""
@@ -123,6 +126,8 @@ class ModelHost:
         def run() -> None:
             source = self.source
             assert source is not None and spec.prompt is not None
+            if self._refit is not None:  # before the first event: the session records the count
+                self._refit("as the run started")
             token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
             lanes: dict[str, tuple[LaneClock, Iterator[Event]]] = {}
             for lane in controls:
@@ -168,6 +173,8 @@ class ModelHost:
             if not isinstance(source, SpecEngine):  # a speculating server runs its own rounds
                 raise ConfigError("costs", "cannot be measured here: the server runs the rounds itself")
             assert spec.prompt is not None
+            if self._refit is not None:
+                self._refit("as the measurement started")
             ids = source.encode(spec.prompt, raw=spec.raw)
             rule = settings.acceptance_rule
             # The playground's lanes take turns and do not pipeline: the target step is timed alike.

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from specplay.backends import blas_threads
 from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event, StartEvent
@@ -90,13 +91,16 @@ class RunRecorder:
 
     def _open(self, start: StartEvent) -> SessionWriter | None:
         request = replace(self.config.request, prompt=self.prompt, seed=start.seed, mode="speculative")
+        identity, threads = self.identity, blas_threads(self.config)
+        if "blas_threads" in identity and threads is not None:  # as the host fitted it for this run
+            identity = identity | {"blas_threads": threads}
         try:
             return open_writer(
                 self.config,
                 request,
                 prompt_token_ids=start.prompt_token_ids,
                 lanes=list(self.lanes),
-                identity=self.identity,
+                identity=identity,
                 capabilities=self.capabilities,
                 route_map=self.route_map,
                 token_text=self.token_text,

@@ -10,8 +10,8 @@ instructions the CPU lacks and crash the process.
 OpenBLAS reads its thread count from the environment once, as it loads. Unless the user has set
 one, specplay asks for default_threads() while loading it (and leaves the environment as it found
 it, so programs that specplay starts keep their own defaults), then, once the target is loaded,
-sets the count its size and the CPUs other processes leave free call for (`fit_threads`);
-THREADS_CHOSEN says what happened.
+sets the count its size and the CPUs other processes leave free call for (`fit_threads`), and
+again before each of a playground's runs (`refit_threads`); THREADS_CHOSEN says what happened.
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ THREADS_CHOSEN = "not applied: no OpenBLAS loaded"
 """One line on OpenBLAS's thread count and who chose it, for benchmark headers and sessions."""
 _THREADS_ARE_OURS = False
 """Whether specplay set the count (no user setting, and OpenBLAS loaded as specplay asked)."""
+_FITTED_TO: int | None = None
+"""The parameter count of the target the count was last fitted to (`refit_threads`)."""
 
 
 def _candidates() -> list[str]:
@@ -176,13 +178,14 @@ def _describe_threads(threads: int, user: str | None, default: int) -> str:
     return f"{threads} (OpenBLAS's own: it was loaded before specplay asked for {default})"
 
 
-def fit_threads(target_parameters: int) -> None:
+def fit_threads(target_parameters: int, moment: str = "as the target loaded") -> None:
     """Give OpenBLAS the thread count a target of this size runs fastest with on the CPUs other work
-    leaves free, unless the user set one (their setting wins) or OpenBLAS was loaded before
-    specplay could ask (it keeps its own)."""
-    global THREADS_CHOSEN
+    leaves free now (`moment` says when, for THREADS_CHOSEN), unless the user set one (their
+    setting wins) or OpenBLAS was loaded before specplay could ask (it keeps its own)."""
+    global THREADS_CHOSEN, _FITTED_TO
     if OPENBLAS_PATH is None or not _THREADS_ARE_OURS:
         return
+    _FITTED_TO = target_parameters
     size = f"{target_parameters / 1e6:.1f}M"
     busy = 0.0 if target_parameters < SMALL_MODEL_PARAMETERS else busy_elsewhere_cpus()
     threads = threads_for(target_parameters, busy)
@@ -191,11 +194,18 @@ def fit_threads(target_parameters: int) -> None:
     if target_parameters < SMALL_MODEL_PARAMETERS:
         why = f"a {size}-parameter target, too small to share its products"
     elif threads < default_threads():
-        why = f"other processes kept {busy:.1f} of {default_threads()} CPUs busy as the {size}-parameter target loaded"
+        why = f"other processes kept {busy:.1f} of {default_threads()} CPUs busy {moment}, a {size}-parameter target"
     else:
         why = f"one per CPU for a {size}-parameter target"
     threads = library.openblas_get_num_threads()
     THREADS_CHOSEN = f"{threads} (specplay's choice: {why}; OPENBLAS_NUM_THREADS overrides it)"
+
+
+def refit_threads(moment: str) -> None:
+    """`fit_threads` again for the target last fitted, to the load on the machine now: a playground
+    left open keeps its models while other work starts and stops (`moment`: when, in words)."""
+    if _FITTED_TO is not None:
+        fit_threads(_FITTED_TO, moment)
 
 
 def slow_blas_warning() -> str | None:

@@ -6,15 +6,13 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from specplay.backends.mlx import blas
+from tests.support.busy import busy_cpu
 from tests.support.checks import every
 from tests.support.tiny_models import TinyModels
 
@@ -77,18 +75,6 @@ def test_a_cpu_counts_as_taken_when_other_work_holds_more_than_half_of_it() -> N
     assert blas.threads_for(1_000_000, busy_elsewhere=0.0) == 1  # small targets: one, whatever the load
 
 
-@contextmanager
-def busy_cpu() -> Iterator[None]:
-    """Another process spinning on a CPU for the block."""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.5)  # let it start
-        yield
-    finally:
-        spinner.kill()
-        spinner.wait()
-
-
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads /proc/stat")
 def test_a_process_spinning_elsewhere_is_seen_as_one_busy_cpu() -> None:
     with busy_cpu():
@@ -104,6 +90,39 @@ def test_a_busy_cpu_takes_a_thread_from_a_large_target_and_the_line_says_why(tin
     count, chosen = seen["50000000"]
     assert count <= blas.default_threads() - 1 and "other processes kept" in chosen, chosen  # more, if CI is busy too
     assert seen["1000000"][0] == 1  # a small target's count does not depend on the load
+
+
+REFIT = """
+import ctypes, json, subprocess, sys, time
+from specplay.backends.mlx import blas
+get = ctypes.CDLL(blas.OPENBLAS_PATH).openblas_get_num_threads
+seen = {}
+blas.refit_threads("as the run started")  # nothing fitted yet: nothing to refit
+seen["unfitted"] = [get(), blas.THREADS_CHOSEN]
+blas.fit_threads(50_000_000)
+seen["loaded"] = [get(), blas.THREADS_CHOSEN]
+spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+time.sleep(0.5)
+blas.refit_threads("as the run started")
+seen["busy"] = [get(), blas.THREADS_CHOSEN]
+spinner.kill()
+spinner.wait()
+print(json.dumps(seen))
+"""
+
+
+@needs_openblas
+@pytest.mark.skipif(blas.default_threads() < 2, reason="a busy CPU can take a thread only where there are two")
+def test_a_refit_follows_load_that_started_after_the_target_loaded() -> None:
+    """`refit_threads` (a playground's next run): load that began after loading takes a thread off
+    the count, and the line says when it was seen."""
+    env = {k: v for k, v in os.environ.items() if k not in blas.THREAD_VARIABLES}
+    done = subprocess.run([sys.executable, "-c", REFIT], env=env, capture_output=True, text=True, check=True)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["unfitted"][0] == blas.default_threads() and "specplay's default" in seen["unfitted"][1]
+    count, chosen = seen["busy"]
+    assert count <= blas.default_threads() - 1 and "busy as the run started" in chosen, chosen
+    assert count <= seen["loaded"][0]
 
 
 @needs_openblas
