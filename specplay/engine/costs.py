@@ -171,15 +171,13 @@ class RoundsMeasured:
 
     @classmethod
     def of_recorded(cls, rounds: Sequence[RoundEvent]) -> RoundsMeasured:
-        """From recorded rounds (sessions'), pooled; where LINE_ROUNDS or more chain rounds drafted at
-        each of two k (sessions at different k, an adaptive policy), with the drafter's cost drawn as
-        the line through the rounds at the longest of those k and the shortest (`with_short_rounds`;
-        a tree round drafts its nodes at another cost a node, so none is an end of the line)."""
+        """From recorded rounds (sessions'), pooled; where LINE_ROUNDS or more of them drafted at each
+        of two k (sessions at different k, an adaptive policy), with the drafter's cost drawn as the
+        line through the rounds at the longest of those k and the shortest (`with_short_rounds`)."""
         pooled = cls.of_rounds(rounds)
         by_k: dict[int, list[RoundEvent]] = {}
         for event in rounds:
-            if event.parents is None:
-                by_k.setdefault(event.k, []).append(event)
+            by_k.setdefault(event.k, []).append(event)
         ks = [k for k, at_k in by_k.items() if k >= 1 and len(at_k) >= LINE_ROUNDS]
         if len(ks) < 2:
             return pooled
