@@ -193,8 +193,7 @@ def costs(args: argparse.Namespace) -> int:
 def _session_acceptance(
     names: Sequence[str], args: argparse.Namespace, drafters: Sequence[str]
 ) -> dict[str, RoundsMeasured]:
-    """Per route, acceptance by position, host work per round and, where they drafted at two k, the
-    drafter's cost line over the sessions' rounds (`RoundsMeasured.of_recorded`). A
+    """Per route, acceptance by position and host work per round over the sessions' rounds. A
     session with a time or count no round can have is left out, in a line naming it and the field;
     those that drafted with none of this run's drafters are named in one line."""
     by_route: dict[str, list[RoundEvent]] = {}
@@ -217,7 +216,7 @@ def _session_acceptance(
         warn(f"leaving out {fault}")
     if unmatched:
         warn(f"leaving out {_unmatched(unmatched, drafters)}")
-    return {route: RoundsMeasured.of_recorded(rounds) for route, rounds in by_route.items()}
+    return {route: RoundsMeasured.of_rounds(rounds) for route, rounds in by_route.items()}
 
 
 def round_fault(event: RoundEvent) -> str | None:
@@ -345,7 +344,7 @@ def _tree(tree: TreePrediction) -> dict[str, Any]:
 
 
 COSTS_FROM = {
-    "rounds": "as its rounds paid them, the line through two draft lengths",
+    "rounds": "as its rounds paid them, drafting the longest k and 1",
     "rounds_and_alone": "its rounds' drafting, the step timed alone",
     "alone": "timed alone",
 }

@@ -53,9 +53,6 @@ TREE_WIDTHS = (2, 3, 4)
 SHORT_DRAFT = 1
 """The draft length of the second, shorter run that measures a drafter's rounds: with the first's
 (the longest k predicted) it draws the drafter's cost as rounds pay it (`with_short_rounds`)."""
-LINE_ROUNDS = 4
-"""Recorded rounds at a draft length, at least, for them to be one end of a drafter's cost line
-(`RoundsMeasured.of_recorded`)."""
 DRAFT_STEPS = 4
 """Tokens drafted by the longer of the two timed drafts (the other drafts one): their difference is
 the time per drafted token, the rest of a one-token draft the call's own (`RoundCosts.draft_call_ms`)."""
@@ -168,21 +165,6 @@ class RoundsMeasured:
         for event in rounds:
             metrics.add_round(event)
         return cls.of(metrics.to_dict())
-
-    @classmethod
-    def of_recorded(cls, rounds: Sequence[RoundEvent]) -> RoundsMeasured:
-        """From recorded rounds (sessions'), pooled; where LINE_ROUNDS or more of them drafted at each
-        of two k (sessions at different k, an adaptive policy), with the drafter's cost drawn as the
-        line through the rounds at the longest of those k and the shortest (`with_short_rounds`)."""
-        pooled = cls.of_rounds(rounds)
-        by_k: dict[int, list[RoundEvent]] = {}
-        for event in rounds:
-            by_k.setdefault(event.k, []).append(event)
-        ks = [k for k, at_k in by_k.items() if k >= 1 and len(at_k) >= LINE_ROUNDS]
-        if len(ks) < 2:
-            return pooled
-        line = cls.of_rounds(by_k[max(ks)]).with_short_rounds(cls.of_rounds(by_k[min(ks)])).draft_line_ms
-        return replace(pooled, draft_line_ms=line)
 
     def scaled(self, factor: float) -> RoundsMeasured:
         """These rounds' times taken `factor` times (to the target step measured elsewhere, from
