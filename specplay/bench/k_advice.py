@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from specplay.bench.report import Row, cell
-from specplay.bench.stats import median
+from specplay.bench.stats import median, summed_by_position
 from specplay.bench.sweep import BenchConfig, Measurement
 from specplay.engine.costs import RoundCosts, RoundsMeasured
 from specplay.engine.speedup import recommended_k
@@ -60,12 +60,11 @@ def k_advice(
         if not sum(m.num_spec_steps for m in runs):
             continue
         rounds = _summed(runs, longest.acceptance_per_position).asked(k_of[longest.config])
-        if k_of[shortest.config] < k_of[longest.config]:
+        short_runs = [m for m in cell if m.config == shortest.config]
+        if k_of[shortest.config] < k_of[longest.config] and sum(m.num_spec_steps for m in short_runs):
             # The drafter's cost per drafted token and per round as the sweep's rounds paid them:
             # the line through its longest and shortest k (the step timed alone can understate it).
-            rounds = rounds.with_short_rounds(
-                _summed([m for m in cell if m.config == shortest.config], shortest.acceptance_per_position)
-            )
+            rounds = rounds.with_short_rounds(_summed(short_runs, shortest.acceptance_per_position))
         verify = {n: t.ms for n, t in cell_costs.verify_ms.items()}
         k_max = min(k_of[longest.config], max(verify) - 1)
         drafter = route[0][0]
@@ -92,12 +91,8 @@ def k_advice(
 def _summed(runs: Sequence[Measurement], acceptance_per_position: list[float]) -> RoundsMeasured:
     """The rounds of several requests as one run's (`acceptance_per_position`: the row's)."""
     summed: dict[str, object] = {name: sum(getattr(m, name) for m in runs) for name in _SUMMED}
-    for name, field in (
-        ("num_drafted_per_position", "drafted_per_position"),
-        ("num_accepted_per_position", "accepted_per_position"),
-    ):
-        width = max((len(getattr(m, field)) for m in runs), default=0)
-        summed[name] = [sum(getattr(m, field)[i] for m in runs if i < len(getattr(m, field))) for i in range(width)]
+    summed["num_drafted_per_position"] = summed_by_position([m.drafted_per_position for m in runs])
+    summed["num_accepted_per_position"] = summed_by_position([m.accepted_per_position for m in runs])
     return RoundsMeasured.of(summed | {"acceptance_per_position": acceptance_per_position})
 
 

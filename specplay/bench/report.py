@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specplay.bench.stats import median
+from specplay.bench.stats import median, summed_by_position
 from specplay.bench.sweep import ROUTER_CHECK, BenchConfig, Measurement
 from specplay.engine.speedup import (
     draft_acceptance_rate,
@@ -77,13 +77,8 @@ def _spec_row(row: Row, runs: Sequence[Measurement], target_step_ms: float | Non
     row.draft_acceptance_rate = draft_acceptance_rate(accepted, drafted)  # None: no round drafted
     row.mean_acceptance_length = mean_acceptance_length(accepted, steps)
     row.rounds_per_request = steps / len(runs)
-    width = max(len(m.drafted_per_position) for m in runs)
-    per_drafted = [
-        sum(m.drafted_per_position[i] for m in runs if i < len(m.drafted_per_position)) for i in range(width)
-    ]
-    per_accepted = [
-        sum(m.accepted_per_position[i] for m in runs if i < len(m.accepted_per_position)) for i in range(width)
-    ]
+    per_drafted = summed_by_position([m.drafted_per_position for m in runs])
+    per_accepted = summed_by_position([m.accepted_per_position for m in runs])
     # Drafted counts never rise with the position (position i is drafted only after i - 1), so
     # leaving out the zeros trims the tail and keeps every index.
     row.acceptance_per_position = [a / d for a, d in zip(per_accepted, per_drafted, strict=True) if d]

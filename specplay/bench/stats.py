@@ -30,3 +30,10 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
         return values[0], values[0], values[0]
     q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return q1, q2, q3
+
+
+def summed_by_position(counts: Sequence[Sequence[int]]) -> list[int]:
+    """Several requests' counts by draft position, summed position by position (a request that
+    drafted less counts nothing beyond its length)."""
+    width = max((len(c) for c in counts), default=0)
+    return [sum(c[i] for c in counts if i < len(c)) for i in range(width)]

@@ -52,7 +52,8 @@ TREE_WIDTHS = (2, 3, 4)
 """The tree widths `costs` predicts beside each chain."""
 SHORT_DRAFT = 1
 """The draft length of the second, shorter run that measures a drafter's rounds: with the first's
-(the longest k predicted) it draws the drafter's cost as rounds pay it (`with_short_rounds`)."""
+(`costs`: the longest k predicted; the playground: the lane's k) it draws the drafter's cost as
+rounds pay it (`with_short_rounds`)."""
 DRAFT_STEPS = 4
 """Tokens drafted by the longer of the two timed drafts (the other drafts one): their difference is
 the time per drafted token, the rest of a one-token draft the call's own (`RoundCosts.draft_call_ms`)."""
@@ -104,7 +105,9 @@ class RoundCosts:
     def step_for_rounds_ms(self, drafter: str) -> float:
         """`drafter`'s time per drafted token for a prediction from rounds (`RoundsMeasured.predict`):
         as real rounds paid it where measured, else as timed alone."""
-        return self.draft_step_in_rounds_ms.get(drafter, self.draft_step_ms[drafter].ms)
+        if drafter in self.draft_step_in_rounds_ms:
+            return self.draft_step_in_rounds_ms[drafter]
+        return self.draft_step_ms[drafter].ms
 
     def cost_ratio(self, drafter: str) -> float:
         """c: a drafted token's time over a target step's."""
@@ -204,11 +207,11 @@ class RoundsMeasured:
 
     def draft_costs(self, draft_step_ms: float, draft_call_ms: float = 0.0) -> tuple[float, float]:
         """(per drafted token, per round) in ms: these rounds' drafting time taken apart, the
-        step as timed alone (the difference of two draft lengths, which nothing else in a round
-        touches) and the rest of a round's drafting its fixed part, whatever a real round adds
-        to a draft call alone (the tokens committed since, work the last round left pending).
-        The times given where the rounds drafted nothing; the rounds' own line where
-        `with_short_rounds` drew one."""
+        step given (timed alone, as the difference of two draft lengths, or as real rounds paid it:
+        `RoundCosts.step_for_rounds_ms`) and the rest of a round's drafting its fixed part,
+        whatever a real round adds to a draft call (the tokens committed since, work the last
+        round left pending). The times given where the rounds drafted nothing; the rounds' own
+        line where `with_short_rounds` drew one."""
         if self.draft_line_ms is not None:
             return self.draft_line_ms
         if self.mean_drafted <= 0:
@@ -225,7 +228,8 @@ class RoundsMeasured:
         draft_call_ms: float = 0.0,
     ) -> list[KPrediction]:
         """`speedup.predict_by_k` from these rounds: what each k would give on their text.
-        `draft_step_ms` and `draft_call_ms`: the drafter's times as measured alone (`draft_costs`)."""
+        `draft_step_ms` and `draft_call_ms`: the drafter's times measured apart from these rounds
+        (`draft_costs`)."""
         step_ms, call_ms = self.draft_costs(draft_step_ms, draft_call_ms)
         return predict_by_k(
             self.kept_share,

@@ -39,8 +39,8 @@ CLOSE_WAIT_S = 5.0
 server's reply is left behind, so the playground never hangs on its way out."""
 DRAFTING_TOKENS = 32
 """Tokens of the run at the lane's k that measures the routed drafter's rounds for "Measure round
-costs" (the run at k 1 takes half as many): SmolLM2's early exit at k 4, a slow drafter seldom
-kept, took 9.4 s over both, beside 13.6 s for the rest of the measurement."""
+costs", or four rounds' worth at a k above 7 (the run at k 1 takes half as many): SmolLM2's early
+exit at k 4, a slow drafter seldom kept, took 9.4 s over both, beside 13.6 s for the rest."""
 DRAFT_LANE = "draft"
 """The optional third lane: the routed drafter alone."""
 
@@ -187,7 +187,7 @@ class ModelHost:
                 settings,
                 [route],
                 k=max(settings.k, SHORT_DRAFT + 1),
-                max_tokens=DRAFTING_TOKENS,
+                max_tokens=max(DRAFTING_TOKENS, 4 * (settings.k + 1)),  # rounds near the end are left out
                 target_step_ms=costs.target_step_ms.ms,
                 pipeline=False,
             )

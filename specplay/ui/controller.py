@@ -152,7 +152,7 @@ class PlaygroundController:
         rows = max(self.settings.policy_params.k_max, self.settings.k) + 1
         route = self._route_for(prompt, self.settings.route)  # its rounds are measured too
         self.state = RunState.MEASURING
-        self.set_status(f"measuring round costs: the verify pass over 1..{rows} rows, a target step, {route}'s rounds…")
+        self.set_status(f"measuring round costs: the verify pass over 1..{rows} rows, a target step, the drafters…")
         request = replace(self.config.request, prompt=prompt)
         self.host.measure_costs(request, self.settings, rows, route, self.outbox.costs_measured)
 

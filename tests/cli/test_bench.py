@@ -109,6 +109,10 @@ def test_which_k_prices_a_drafted_token_by_the_line_through_the_sweeps_rounds() 
     no_short = [m for m in measurements if m.config != "k=1"]
     (alone,) = k_advice(configs, build_rows(configs, no_short), no_short, {0.0: costs})
     assert alone.predicted_speedup == pytest.approx(best(1.0, 5.0)) != pytest.approx(best(2.0, 1.0))
+    # a k 1 row whose requests ran no round (a drafter that never drafted) draws no line either
+    idle = [*no_short, _m("k=1", 100.0, route="d")]
+    (idle_advice,) = k_advice(configs, build_rows(configs, idle), idle, {0.0: costs})
+    assert idle_advice.predicted_speedup == pytest.approx(best(1.0, 5.0))
 
 
 def test_a_drafter_that_never_drafted_has_no_acceptance_rate() -> None:

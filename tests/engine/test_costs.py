@@ -171,7 +171,7 @@ def test_a_drafters_line_from_its_rounds_is_its_models_cost(drafter: str) -> Non
     )
 
 
-def test_each_drafters_cost_in_rounds_is_its_lines_slope_and_a_prediction_takes_it() -> None:
+def test_a_drafters_cost_in_rounds_is_its_lines_slope_and_the_costs_price_a_token_by_it() -> None:
     """`measure_drafting` (the playground's "Measure round costs"): a model drafter's time per
     drafted token in real rounds (2.2 ms on the scripted clock); prompt lookup, whose drafting
     takes no time there, draws no line and keeps the step timed alone; the route none, no drafter,

@@ -7,6 +7,8 @@ started by a small launcher process, and the launcher reports its only child's p
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,14 +24,21 @@ sys.exit(done.returncode)
 
 
 def run_with_peak_mib(argv: list[str], timeout_s: float) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run argv to its end; its result (text) and its peak resident memory in MiB."""
+    """Run argv to its end; its result (text) and its peak resident memory in MiB. Past
+    `timeout_s`, the launcher and the command are killed together and TimeoutExpired raised."""
     with tempfile.TemporaryDirectory() as folder:
         peak_file = Path(folder) / "peak_kib"
-        done = subprocess.run(
-            [sys.executable, "-c", _LAUNCHER, str(peak_file), *argv],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
+        command = [sys.executable, "-c", _LAUNCHER, str(peak_file), *argv]
+        with subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        ) as launched:
+            try:
+                out, err = launched.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(launched.pid, signal.SIGKILL)  # the command too, not the launcher alone
+                launched.communicate()
+                raise
+        done = subprocess.CompletedProcess(command, launched.returncode, out, err)
+        if not peak_file.exists():
+            raise AssertionError(f"the launcher read no peak (exit {done.returncode}): {err[-2000:]}")
         return done, int(peak_file.read_text()) / 1024

@@ -122,7 +122,6 @@ def test_a_refit_follows_load_that_started_after_the_target_loaded() -> None:
     assert seen["unfitted"][0] == blas.default_threads() and "specplay's default" in seen["unfitted"][1]
     count, chosen = seen["busy"]
     assert count <= blas.default_threads() - 1 and "busy as the run started" in chosen, chosen
-    assert count <= seen["loaded"][0]
 
 
 @needs_openblas
