@@ -39,8 +39,8 @@ CLOSE_WAIT_S = 5.0
 server's reply is left behind, so the playground never hangs on its way out."""
 DRAFTING_TOKENS = 32
 """Tokens of the run at the lane's k that measures the routed drafter's rounds for "Measure round
-costs", or four rounds' worth at a k above 7 (the run at k 1 takes half as many): SmolLM2's early
-exit at k 4, a slow drafter seldom kept, took 9.4 s over both, beside 13.6 s for the rest."""
+costs", or four rounds' worth at a k above 7 (the run at k 1 takes half as many): few, since a slow
+drafter that is seldom kept (SmolLM2's early exit) spends a round of k drafts on about one token."""
 DRAFT_LANE = "draft"
 """The optional third lane: the routed drafter alone."""
 
