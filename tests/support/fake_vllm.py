@@ -109,10 +109,14 @@ class FakeVllm:
         native_k: int = 2,
         spec_metrics: str | None = "detailed",
         max_model_len: int = 4096,
+        stop_token_ids: frozenset[int] = frozenset(),
     ) -> None:
         self.served_name, self.max_logprobs, self.logprobs_mode = served_name, max_logprobs, logprobs_mode
         self.api_key, self.native_k, self.spec_metrics = api_key, native_k, spec_metrics if native_draft else None
         self.max_model_len = max_model_len
+        self.stop_token_ids = stop_token_ids
+        """What the model's generation_config.json lists past its EOS: vLLM adds them to every
+        request's stop_token_ids unless it ignores EOS, and names the one it stopped on in stop_reason."""
         self.fault: Fault | None = None
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.headers: list[dict[str, str]] = []
@@ -162,14 +166,15 @@ class FakeVllm:
         )
         max_tokens = int(body.get("max_tokens") or 16)
         ignore_eos = bool(body.get("ignore_eos", False))
-        stop_ids = set(body.get("stop_token_ids") or [])
+        stop_ids = set(body.get("stop_token_ids") or []) | (set() if ignore_eos else set(self.stop_token_ids))
+        allowed = body.get("allowed_token_ids") or None
         cache = self._cache()
         logits = np.array(cache.forward(mx.array(prompt)).astype(mx.float32))
         prompt_rows = _log_softmax(logits[:-1].astype(np.float64))
         results = []
         for seed in seeds:
             cache.trim_to(len(prompt))
-            sample = self._sample(cache, logits[-1:], sampling, max_tokens, ignore_eos, stop_ids, seed)
+            sample = self._sample(cache, logits[-1:], sampling, max_tokens, ignore_eos, stop_ids, seed, allowed)
             results.append(sample | {"prompt_rows": prompt_rows})
         return results
 
@@ -182,13 +187,19 @@ class FakeVllm:
         ignore_eos: bool,
         stop_ids: set[int],
         seed: int | None,
+        allowed: list[int] | None = None,
     ) -> dict[str, Any]:
-        """One sample after the cached prompt, whose last logits are `row`."""
+        """One sample after the cached prompt, whose last logits are `row`; only `allowed` ids
+        when given (vLLM's allowed_token_ids masks the logits before sampling)."""
         rng = np.random.default_rng(seed)
         out_ids: list[int] = []
         sample_rows: list[tuple[np.ndarray, int]] = []
         finish, stop_reason = "length", None
         for _ in range(max_tokens):
+            if allowed:
+                masked = np.full_like(row, -np.inf)
+                masked[:, allowed] = row[:, allowed]
+                row = masked
             if sampling.greedy:
                 token = int(np.argmax(row[0]))
                 listed = _log_softmax(row[0].astype(np.float64))

@@ -88,6 +88,8 @@ class Choice:
     prompt_logprobs: list[dict[int, tuple[float, int]] | None] | None
     """Per prompt token: token id -> (logprob, rank); entry 0 is None."""
     finish_reason: str | None
+    stop_reason: Any = None
+    """The stop token or string the reply ended on; None when it ended on the model's EOS."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +195,9 @@ def parse_choices(
         top = _top(logprobs.get("top_logprobs") if logprobs else None, where, limit)
         prompt = _prompt_logprobs(choice.get("prompt_logprobs"), where, limit)
         finish = choice.get("finish_reason")
-        choices.append(Choice(token_ids, top, prompt, finish if isinstance(finish, str) else None))
+        choices.append(
+            Choice(token_ids, top, prompt, finish if isinstance(finish, str) else None, choice.get("stop_reason"))
+        )
     return choices
 
 

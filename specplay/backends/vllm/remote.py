@@ -19,6 +19,14 @@ from specplay.backends.vllm.protocol import (
 from specplay.engine.settings import SamplingParams
 
 
+def ended_on_eos(finish_reason: str | None, stop_reason: Any, token_ids: Sequence[int]) -> set[int]:
+    """The EOS id a reply ended on, if any: vLLM says "stop" with no stop_reason only for the
+    model's EOS; a stop token or string (its generation config's extras too) is named in stop_reason."""
+    if finish_reason == "stop" and stop_reason is None and token_ids:
+        return {int(token_ids[-1])}
+    return set()
+
+
 @dataclass
 class RemoteModel:
     client: VllmClient
@@ -65,13 +73,16 @@ class RemoteModel:
         reply = self.client.post_json("/v1/completions", body)
         choices = parse_choices(reply, self.where, num_choices, need_logprobs, self.token_limit)
         for choice in choices:
-            self.learn_eos(choice.finish_reason, choice.token_ids, max_tokens)
+            self.eos_token_ids |= ended_on_eos(choice.finish_reason, choice.stop_reason, choice.token_ids)
         return choices
 
-    def learn_eos(self, finish_reason: str | None, token_ids: Sequence[int], max_tokens: int | None) -> None:
-        """A reply that stopped by itself ("stop", no stop string) ended on an EOS token."""
-        if finish_reason == "stop" and token_ids:
-            self.eos_token_ids.add(int(token_ids[-1]))
+    def ask_ends_text(self, token_id: int) -> bool:
+        """Whether this model's text ends at `token_id`, on its server's word: one greedy token
+        restricted to it (vLLM's allowed_token_ids), learned from the reply like any other."""
+        if token_id not in self.eos_token_ids and 0 <= token_id < self.token_limit:
+            probe = SamplingParams(0.0)
+            self.complete([token_id], 1, probe, None, need_logprobs=False, allowed_token_ids=[token_id])
+        return token_id in self.eos_token_ids
 
     def stream(
         self, prompt: Sequence[int], max_tokens: int, sampling: SamplingParams, seed: int | None
@@ -92,8 +103,8 @@ class RemoteModel:
             for event in events:
                 for choice in stream_choices(event, self.where, self.token_limit):
                     token_ids = choice.token_ids or []
-                    if choice.finish_reason == "stop" and choice.stop_reason is None and token_ids:
-                        self.eos_token_ids.add(token_ids[-1])  # known before the engine sees it
+                    # known before the engine sees it
+                    self.eos_token_ids |= ended_on_eos(choice.finish_reason, choice.stop_reason, token_ids)
                     yield from token_ids
         finally:
             events.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from specplay.backends.vllm.client import VllmClient
@@ -17,9 +17,18 @@ from specplay.config.urls import server_root
 from specplay.engine.backend_protocol import Detokenizer
 
 TARGET = "target"
+MAX_EOS_QUESTIONS = 64
+"""A drafter server may stop on any token it likes: the target is asked about this many at most
+(a real model has a few EOS ids)."""
 
 if TYPE_CHECKING:  # local drafters run on MLX, loaded only when a configuration has one
     from specplay.backends.vllm.local import LocalDrafter
+
+
+def drafters_eos(remote: Iterable[RemoteModel], local: Iterable[LocalDrafter]) -> set[int]:
+    """The EOS ids the drafters know: those their servers stopped on, their local tokenizers'."""
+    served = {token_id for model in remote for token_id in model.eos_token_ids}
+    return served | {int(token_id) for drafter in local for token_id in drafter.loaded.tokenizer.eos_token_ids}
 
 
 class VllmBackend:
@@ -43,13 +52,19 @@ class VllmBackend:
         self.context_length = target.max_model_len
         self._tokenizer = next(iter(local.values())).loaded.tokenizer if local else None
         self.tokenizer: Any = self._tokenizer or RemoteTokenizer(target.client, target.model)
-        self._static_eos = frozenset(self._tokenizer.eos_token_ids) if self._tokenizer is not None else frozenset()
+        self._asked: set[int] = set()
+        """Drafters' EOS ids the target has been asked about."""
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        """The local tokenizer's EOS ids, and those the servers showed by stopping on them."""
-        learned = set(self.target.eos_token_ids).union(*(m.eos_token_ids for m in self.remote.values()))
-        return self._static_eos | frozenset(learned)
+        """The EOS ids the target showed by stopping on them. Only the target ends its text: a
+        drafter's EOS (its tokenizer's, or one its server stopped on) ends its own draft and is a
+        guess at the target's, asked of the target once, never taken on the drafter's word."""
+        unasked = sorted(drafters_eos(self.remote.values(), self.local.values()) - self._asked)
+        for token_id in unasked[: max(0, MAX_EOS_QUESTIONS - len(self._asked))]:
+            self._asked.add(token_id)
+            self.target.ask_ends_text(token_id)
+        return frozenset(self.target.eos_token_ids)
 
     def describe(self) -> dict[str, Any]:
         """Backend and model identity for session files: addresses and versions, never the API key."""
