@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from specplay.config.controls import CONTROL
+from specplay.config.controls import CONTROLS, Flag, FlagGroup
 from specplay.config.numbers import count_number, seed_number
 from specplay.config.run_config import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
 from specplay.drafters import drafter_syntax
-from specplay.engine.rules import RULE_NAMES, RULES, RuleParams, all_settings
-from specplay.engine.settings import (
-    MODES,
-    NONE_ROUTE,
-    POLICIES,
-    PolicyParams,
-    SamplingParams,
-    SpecSettings,
-)
+from specplay.engine.rules import RULES, RuleParams, all_settings
+from specplay.engine.settings import MODES, NONE_ROUTE, SpecSettings, flattened
 
 UNSET = argparse.SUPPRESS
 API_KEY_ENV = "SPECPLAY_API_KEY"
@@ -174,101 +168,127 @@ def add_output_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
     )
 
 
-def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False) -> None:
-    """`rule_list`: --rule takes several rules, comma-separated (a sweep runs each)."""
-    settings = SpecSettings()
-    spec = parser.add_argument_group("speculative decoding (live in the playground)")
-    spec.add_argument("--mode", choices=MODES, default=UNSET, help="speculative (the default), target or draft")
-    spec.add_argument(
-        "--k",
+SETTING_FLAGS = (
+    Flag(
+        name="--tree",
+        setting="tree_nodes",
+        group="decoding",
         type=int,
-        default=UNSET,
-        help=f"draft length: {CONTROL['k'].words} (default {settings.k})",
-    )
-    spec.add_argument(
-        "--policy", choices=POLICIES, default=UNSET, help=f"{CONTROL['policy'].words} (default {settings.policy})"
-    )
-    spec.add_argument(
-        "--width",
-        type=int,
-        default=UNSET,
-        metavar="B",
-        help=f"{CONTROL['width'].words} (default {settings.width}; 2 with --tree); k is the tree's depth",
-    )
-    spec.add_argument(
-        "--tree",
-        dest="tree_nodes",
-        type=int,
-        default=UNSET,
         metavar="N",
         help="draft a tree of N nodes at most, the verify pass's rows but one (default: width x k)",
-    )
-    spec.add_argument(
-        "--route",
-        default=UNSET,
-        metavar="NAME|auto|adaptive|none",
-        help=f"{CONTROL['route'].words} (default {settings.route})",
-    )
-    rule_help = f"{CONTROL['rule'].words}; " + ", ".join(f"{name} ({rule.description})" for name, rule in RULES.items())
-    rule_help += f"; each keeps what lossless acceptance keeps, and more (default {settings.rule})"
-    if rule_list:
-        spec.add_argument("--rule", default=UNSET, metavar="RULE[,RULE...]", help=rule_help + "; or all")
-    else:
-        spec.add_argument("--rule", choices=RULE_NAMES, default=UNSET, help=rule_help)
+    ),
+    Flag(name="--top-p", setting="top_p", group="sampling", type=float, help="(default {default:g}: off)"),
+    Flag(name="--top-k", setting="top_k", group="sampling", type=int, help="(default {default}: off)"),
+    Flag(name="--min-p", setting="min_p", group="sampling", type=float, help="(default {default:g}: off)"),
+    Flag(name="--k-min", setting="k_min", group="policy", type=int, help="(default {default})"),
+    Flag(name="--k-max", setting="k_max", group="policy", type=int, help="(default {default})"),
+    Flag(
+        name="--low-acceptance",
+        setting="low_acceptance",
+        group="policy",
+        type=float,
+        help="acceptance-rate: k-1 below (default {default:g})",
+    ),
+    Flag(
+        name="--high-acceptance",
+        setting="high_acceptance",
+        group="policy",
+        type=float,
+        help="acceptance-rate: k+1 above (default {default:g})",
+    ),
+    Flag(
+        name="--ema-alpha",
+        setting="ema_alpha",
+        group="policy",
+        type=float,
+        help="accepted-length: EMA weight (default {default:g})",
+    ),
+    Flag(
+        name="--confidence-threshold",
+        setting="confidence_threshold",
+        group="policy",
+        type=float,
+        help="confidence: stop drafting when the estimated chance of a rejection exceeds this (default {default:g})",
+    ),
+)
+"""The flags of settings that no control sets; a control's own flag (config/controls.py) takes the
+place of its setting's here, so a control added for one of these settings keeps its flag."""
+
+_GROUP_TITLES: dict[FlagGroup, str] = {
+    "decoding": "speculative decoding (live in the playground)",
+    "sampling": "sampling",
+    "policy": "draft-length policies and router",
+}
+
+
+def rule_flags() -> list[Flag]:
+    """Each acceptance rule's settings (the knob control's), from the rules' registry."""
     defaults = RuleParams()
+    flags = []
     for setting in all_settings():
-        default = getattr(defaults, setting.field)
-        spec.add_argument(
-            setting.flag,
-            dest=setting.field,
-            type=float,
-            default=UNSET,
-            metavar=setting.metavar,
-            help=setting.help if default is None else f"{setting.help} (default {default:g})",
+        text = setting.help.replace("{", "{{").replace("}", "}}")  # a literal, in a format string
+        if getattr(defaults, setting.field) is not None:
+            text += " (default {default:g})"
+        flags.append(
+            Flag(
+                name=setting.flag,
+                setting=setting.field,
+                group="decoding",
+                type=float,
+                metavar=setting.metavar,
+                help=text,
+            )
         )
-    spec.add_argument(
-        "--counterfactual",
-        action="store_true",
-        default=UNSET,
-        help=f"{CONTROL['counterfactual'].words}; its cost is reported apart",
+    return flags
+
+
+def setting_flags() -> list[tuple[Flag, str]]:
+    """Every setting's flag with its control's words ("" for a plain flag), section by section
+    and within one in the order of the settings (engine/settings.flattened), the playground's
+    own (seed) after them: the order --help lists them in."""
+    controlled = [
+        (control.flag if control.flag.setting else replace(control.flag, setting=control.setting), control.words)
+        for control in CONTROLS.values()
+        if control.flag is not None
+    ]
+    claimed = {flag.setting for flag, _ in controlled}
+    plain = [(flag, "") for flag in (*SETTING_FLAGS, *rule_flags()) if flag.setting not in claimed]
+    sections = list(_GROUP_TITLES)
+    order = {name: i for i, name in enumerate(flattened(SpecSettings()))}
+    return sorted(
+        [*controlled, *plain],
+        key=lambda pair: (sections.index(pair[0].group), order.get(pair[0].setting or "", len(order))),
     )
-    sampling = parser.add_argument_group("sampling")
-    sampling.add_argument("--temperature", type=float, default=UNSET, help=CONTROL["temperature"].words)
-    sampling.add_argument("--top-p", type=float, default=UNSET, help=f"(default {SamplingParams().top_p:g}: off)")
-    sampling.add_argument("--top-k", type=int, default=UNSET, help=f"(default {SamplingParams().top_k}: off)")
-    sampling.add_argument("--min-p", type=float, default=UNSET, help=f"(default {SamplingParams().min_p:g}: off)")
-    sampling.add_argument(
-        "--seed", type=int, default=UNSET, help=f"{CONTROL['seed'].words} (default {RequestSpec().seed})"
+
+
+def add_decoding_flags(parser: argparse.ArgumentParser, rule_list: bool = False) -> None:
+    """`rule_list`: --rule takes several rules, comma-separated (a sweep runs each)."""
+    groups = {key: parser.add_argument_group(title) for key, title in _GROUP_TITLES.items()}
+    groups["decoding"].add_argument(
+        "--mode", choices=MODES, default=UNSET, help="speculative (the default), target or draft"
     )
-    policy = parser.add_argument_group("draft-length policies and router")
-    defaults = PolicyParams()
-    policy.add_argument("--k-min", type=int, default=UNSET, help=f"(default {defaults.k_min})")
-    policy.add_argument("--k-max", type=int, default=UNSET, help=f"(default {defaults.k_max})")
-    policy.add_argument(
-        "--low-acceptance",
-        type=float,
-        default=UNSET,
-        help=f"acceptance-rate: k-1 below (default {defaults.low_acceptance:g})",
-    )
-    policy.add_argument(
-        "--high-acceptance",
-        type=float,
-        default=UNSET,
-        help=f"acceptance-rate: k+1 above (default {defaults.high_acceptance:g})",
-    )
-    policy.add_argument(
-        "--ema-alpha",
-        type=float,
-        default=UNSET,
-        help=f"accepted-length: EMA weight (default {defaults.ema_alpha:g})",
-    )
-    policy.add_argument(
-        "--confidence-threshold",
-        type=float,
-        default=UNSET,
-        help="confidence: stop drafting when the estimated chance of a rejection exceeds this "
-        f"(default {defaults.confidence_threshold:g})",
-    )
+    defaults = flattened(SpecSettings())
+    rules = ", ".join(f"{name} ({rule.description})" for name, rule in RULES.items())
+    for flag, words in setting_flags():
+        assert flag.setting is not None
+        if rule_list and flag.setting == "rule":
+            flag = replace(flag, choices=None, metavar="RULE[,RULE...]", help=flag.help + "; or all")
+        default = flag.default() if flag.default is not None else defaults[flag.setting]
+        text = flag.help.format(words=words, default=default, rules=rules)
+        group = groups[flag.group]
+        if flag.switch:
+            group.add_argument(flag.name, dest=flag.setting, action="store_true", default=UNSET, help=text)
+        else:
+            group.add_argument(
+                flag.name,
+                dest=flag.setting,
+                type=flag.type,
+                choices=flag.choices,
+                metavar=flag.metavar,
+                default=UNSET,
+                help=text,
+            )
+    policy = groups["policy"]
     policy.add_argument(
         "--route-map",
         metavar="CLASS=NAME",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from specplay.engine.capabilities import Capabilities, check_supported
 from specplay.engine.routers.request import check_route
-from specplay.engine.settings import GROUPS, SamplingParams, SpecSettings
+from specplay.engine.settings import SamplingParams, SpecSettings, flattened
 
 SAMPLING_FIELDS = frozenset(SamplingParams.__dataclass_fields__)
 
@@ -87,16 +87,5 @@ class LiveControls:
 
 def settings_diff(old: SpecSettings, new: SpecSettings) -> tuple[tuple[str, Any, Any], ...]:
     """(name, old, new) for each changed setting, the groups' fields (sampling...) flattened."""
-
-    def flat(settings: SpecSettings) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(settings):
-            value = getattr(settings, f.name)
-            if f.name in GROUPS:
-                out.update({g.name: getattr(value, g.name) for g in fields(value)})
-            else:
-                out[f.name] = value
-        return out
-
-    before, after = flat(old), flat(new)
+    before, after = flattened(old), flattened(new)
     return tuple((name, before[name], after[name]) for name in before if before[name] != after[name])

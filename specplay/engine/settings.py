@@ -1,10 +1,17 @@
-"""The settings of one generation. Frozen values: a live change replaces the whole object."""
+"""The settings of one generation. Frozen values: a live change replaces the whole object.
+
+Each setting declares how a change reaches a generation already running (`Live`, in its field's
+metadata), and the engine reads POLICY_FIELDS and STREAM_FIELDS from those declarations: a setting
+that declares none stops this module from importing, so a new one cannot be forgotten silently.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import Field, dataclass, field, fields, replace
+from enum import Enum
+from typing import Any, Literal
 
 from specplay.engine.rules import MENTORED, RULES, AcceptanceRule, RuleParams, make_rule
 from specplay.errors import ConfigError
@@ -36,6 +43,23 @@ NODES_LIMIT = K_LIMIT
 """Nodes of a draft tree at most, as a chain's k."""
 
 
+class Live(Enum):
+    """How a live change to a setting re-applies in a generation already running (engine/loop.py)."""
+
+    POLICY = "rebuilds the draft-length policy, which starts again from k"
+    STREAM = "closes the pipelined step stream: the token in flight was drawn under the old value"
+    READ = "read each round as it is: the next round uses the new value"
+
+
+LIVE = "live"
+"""The key of a setting's declaration in its dataclass field's metadata."""
+
+
+def live(how: Live) -> Mapping[str, Live]:
+    """A field's metadata declaring how a change to it re-applies: `field(default=..., metadata=live(...))`."""
+    return {LIVE: how}
+
+
 def _check(ok: bool, name: str, message: str) -> None:
     if not ok:
         raise ConfigError(name, message)
@@ -45,13 +69,13 @@ def _check(ok: bool, name: str, message: str) -> None:
 class SamplingParams:
     """How logits become a distribution; applied identically to target and drafter."""
 
-    temperature: float = 0.0
+    temperature: float = field(default=0.0, metadata=live(Live.STREAM))
     """0 means greedy: every distribution is one-hot at its argmax."""
-    top_p: float = 1.0
+    top_p: float = field(default=1.0, metadata=live(Live.STREAM))
     """Keep the most probable tokens whose mass reaches top_p; 1 turns it off."""
-    top_k: int = 0
+    top_k: int = field(default=0, metadata=live(Live.STREAM))
     """Keep the k most probable tokens; 0 turns it off."""
-    min_p: float = 0.0
+    min_p: float = field(default=0.0, metadata=live(Live.STREAM))
     """Drop tokens below min_p times the top probability; 0 turns it off."""
 
     def __post_init__(self) -> None:
@@ -70,15 +94,15 @@ class SamplingParams:
 class PolicyParams:
     """Bounds and thresholds of the adaptive draft-length policies."""
 
-    k_min: int = 1
-    k_max: int = 8
-    low_acceptance: float = 0.4
+    k_min: int = field(default=1, metadata=live(Live.POLICY))
+    k_max: int = field(default=8, metadata=live(Live.POLICY))
+    low_acceptance: float = field(default=0.4, metadata=live(Live.POLICY))
     """acceptance-rate: k - 1 when a round's accepted/proposed is below this."""
-    high_acceptance: float = 0.8
+    high_acceptance: float = field(default=0.8, metadata=live(Live.POLICY))
     """acceptance-rate: k + 1 when a round's accepted/proposed is above this."""
-    ema_alpha: float = 0.2
+    ema_alpha: float = field(default=0.2, metadata=live(Live.POLICY))
     """accepted-length: weight of the newest round in the moving average."""
-    confidence_threshold: float = 0.5
+    confidence_threshold: float = field(default=0.5, metadata=live(Live.POLICY))
     """confidence: stop drafting once the estimated chance of a rejection exceeds this."""
 
     def __post_init__(self) -> None:
@@ -102,19 +126,25 @@ class PolicyParams:
 class SpecSettings:
     """Everything a user may change while a generation runs."""
 
-    k: int = 4
-    policy: PolicyName = "fixed"
-    route: str = AUTO_ROUTE
+    k: int = field(default=4, metadata=live(Live.POLICY))
+    policy: PolicyName = field(default="fixed", metadata=live(Live.POLICY))
+    route: str = field(default=AUTO_ROUTE, metadata=live(Live.STREAM))
+    """A drafter's name or a route setting; the run also resolves a new route to a drafter by name."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    """A group: each of its fields declares its own re-application."""
     policy_params: PolicyParams = field(default_factory=PolicyParams)
-    rule: str = MENTORED.name
+    """A group: each of its fields declares its own re-application."""
+    rule: str = field(default=MENTORED.name, metadata=live(Live.READ))
     """The acceptance rule (rules.RULES); every rule's settings are in rule_params."""
-    rule_params: RuleParams = field(default_factory=RuleParams)
-    counterfactual: bool = False
+    rule_params: RuleParams = field(default_factory=RuleParams, metadata=live(Live.READ))
+    """A group declared as a whole: the run makes its rule anew from the settings at every change,
+    so every rule's setting (rules.py's, none of them declared there) is read as it is."""
+    counterfactual: bool = field(default=False, metadata=live(Live.READ))
     """Each round, also judge every other drafter's proposal from the same context (never committed)."""
-    width: int = 1
-    """Draft trees (tree.py): the children a level of the tree adds at most; 1 drafts a chain."""
-    tree_nodes: int = 0
+    width: int = field(default=1, metadata=live(Live.POLICY))
+    """Draft trees (tree.py): the children a level of the tree adds at most; 1 drafts a chain.
+    It rebuilds the policy: a tree verifies more rows than its depth, and `cost` learns the new shape afresh."""
+    tree_nodes: int = field(default=0, metadata=live(Live.POLICY))
     """A tree's nodes at most (the verify pass's rows but one); 0: width x k."""
 
     def __post_init__(self) -> None:
@@ -151,3 +181,47 @@ class SpecSettings:
 
 GROUPS = ("sampling", "policy_params", "rule_params")
 """SpecSettings' fields that group settings of their own (flattened in control events)."""
+
+
+def flattened(settings: SpecSettings) -> dict[str, Any]:
+    """Every setting by its name, the groups' fields (temperature, k_max...) by their own, in field order."""
+    out: dict[str, Any] = {}
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if f.name in GROUPS:
+            out.update({g.name: getattr(value, g.name) for g in fields(value)})
+        else:
+            out[f.name] = value
+    return out
+
+
+def live_declarations(settings: SpecSettings) -> dict[str, Live]:
+    """How each flattened setting of `settings` re-applies live, from its declaration (a group's
+    own declaration covers those of its fields that declare none). A setting without one raises
+    TypeError naming it: a change to it would otherwise be taken and silently never applied."""
+
+    def declared(f: Field[Any], fallback: Live | None, where: str) -> Live:
+        how = f.metadata.get(LIVE, fallback)
+        if not isinstance(how, Live):
+            raise TypeError(f"{where}.{f.name} declares no live re-application: give it metadata=live(Live...)")
+        return how
+
+    out: dict[str, Live] = {}
+    for f in fields(settings):
+        if f.name in GROUPS:
+            group = getattr(settings, f.name)
+            found = {g.name: declared(g, f.metadata.get(LIVE), type(group).__name__) for g in fields(group)}
+        else:
+            found = {f.name: declared(f, None, type(settings).__name__)}
+        if clash := found.keys() & out.keys():  # flattened names are how a change names a setting
+            raise TypeError(f"two settings flatten to the same name: {', '.join(sorted(clash))}")
+        out.update(found)
+    return out
+
+
+LIVE_SETTINGS = live_declarations(SpecSettings())
+"""Every flattened setting and how a live change to it re-applies."""
+POLICY_FIELDS = frozenset(name for name, how in LIVE_SETTINGS.items() if how is Live.POLICY)
+"""Settings whose change rebuilds the run's draft-length policy."""
+STREAM_FIELDS = frozenset(name for name, how in LIVE_SETTINGS.items() if how is Live.STREAM)
+"""Settings whose change closes the pipelined step stream, so the next token is drawn under it."""

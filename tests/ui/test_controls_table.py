@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specplay.cli import build_parser
-from specplay.config.controls import CONTROLS
+from specplay.config.controls import CONTROLS, Control
 from specplay.engine.controls import checked_change
 from specplay.engine.settings import SpecSettings
 from specplay.ui.protocols import RunState
@@ -20,7 +20,7 @@ async def test_every_control_is_in_the_panel_and_the_palette_by_its_words(tmp_pa
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
         commands = list(app.get_system_commands(app.screen))
-        for control in CONTROLS:
+        for control in CONTROLS.values():
             assert app.query_one(f"#{control.id}").tooltip == control.words, control.id
             mine = [c for c in commands if c.title.startswith((f"Set {control.label}", control.label))]
             assert mine and all(c.help == control.words for c in mine), control.id
@@ -37,11 +37,13 @@ async def test_every_control_is_in_the_panel_and_the_palette_by_its_words(tmp_pa
         )
 
 
-@pytest.mark.parametrize("control", [c for c in CONTROLS if c.flag is not None], ids=lambda c: c.id)
-def test_a_controls_flag_says_what_the_control_says(control: object) -> None:
+@pytest.mark.parametrize("control", [c for c in CONTROLS.values() if c.flag is not None], ids=lambda c: c.id)
+def test_a_controls_flag_says_what_the_control_says(control: Control) -> None:
+    assert control.flag is not None
     run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
-    (action,) = [a for a in run._actions if control.flag in a.option_strings]  # type: ignore[attr-defined]
-    assert control.words in " ".join(action.help.split())  # type: ignore[attr-defined]
+    (action,) = [a for a in run._actions if control.flag.name in a.option_strings]
+    assert action.dest == control.setting
+    assert action.help is not None and control.words in " ".join(action.help.split())
 
 
 def test_a_change_reaches_the_lanes_its_setting_says() -> None:

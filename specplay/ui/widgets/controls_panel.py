@@ -2,7 +2,8 @@
 routes), temperature, seed.
 
 The panel only reports changes (ControlsPanel.Changed); the app decides which lane's LiveControls
-they go to. Seed is not live: it seeds the next run.
+they go to. Seed is not live: it seeds the next run. The layout below places the controls it knows;
+any other control of the table (config/controls.py) gets a widget below them, built from its row.
 """
 
 from __future__ import annotations
@@ -18,15 +19,20 @@ from textual.message import Message
 from textual.widgets import Input, Label, Select, Static, Switch
 from textual_slider import Slider
 
-from specplay.config.controls import CONTROL, CONTROLS
+from specplay.config.controls import CONTROLS, Control
 from specplay.config.numbers import SEED_MAX, seed_number
+from specplay.engine.controls import SAMPLING_FIELDS
 from specplay.engine.rules import KNOB_STEPS, RULE_NAMES, AcceptanceRule
-from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, POLICIES, SpecSettings
+from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, POLICIES, SpecSettings, flattened
 
 K_MAX = 16
 WIDTHS = tuple(range(1, 5))
 """The tree widths the panel offers (`--width` goes to WIDTH_LIMIT): past 4 a sibling rarely pays its row."""
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
+PLACED = frozenset(
+    {"k", "rule", "knob", "policy", "route", "width", "counterfactual", "temperature", "seed", "draft-lane"}
+)
+"""The controls `compose` lays out itself; the table's others get a widget of their own below them."""
 
 
 def step_from_knob(rule: AcceptanceRule) -> int:
@@ -78,32 +84,34 @@ class ControlsPanel(VerticalScroll, can_focus=False):
         self._routes = [settings.route]
         self._rules = list(RULE_NAMES)
         self._temperatures = sorted({*TEMPERATURES, settings.sampling.temperature})
+        self._own_values: dict[str, list[object]] = {}
+        """What each control without a place in the layout offers (its row's values, and the value it had)."""
 
     def compose(self) -> ComposeResult:
         s = self._settings
         yield Label(self._k_label(s.k), id="k-label")
         yield Slider(1, K_MAX, value=min(s.k, K_MAX), id="k")
-        yield Label(CONTROL["rule"].label)
+        yield Label(CONTROLS["rule"].label)
         yield Select([(r, r) for r in RULE_NAMES], value=s.rule, allow_blank=False, id="rule")
         rule = s.acceptance_rule
         yield Label(knob_label(rule), id="knob-label")
         yield Slider(0, KNOB_STEPS, value=step_from_knob(rule), id="knob")
-        yield Label(CONTROL["policy"].label)
+        yield Label(CONTROLS["policy"].label)
         yield Select([(p, p) for p in POLICIES], value=s.policy, allow_blank=False, id="policy")
         with Horizontal(classes="pair"):
             with Vertical():
-                yield Label(CONTROL["route"].label)
+                yield Label(CONTROLS["route"].label)
                 yield Select([(s.route, s.route)], value=s.route, allow_blank=False, id="route")
             with Vertical():
-                yield Label(CONTROL["width"].label)
+                yield Label(CONTROLS["width"].label)
                 yield Select([(_width(w), w) for w in WIDTHS], value=s.width, allow_blank=False, id="width")
         with Horizontal(classes="switch-row"):
             yield Switch(s.counterfactual, id="counterfactual")
-            yield Label(CONTROL["counterfactual"].label)
+            yield Label(CONTROLS["counterfactual"].label)
         yield Static("", id="route-stats")
         with Horizontal(classes="pair"):  # side by side: every control fits at 50 rows, plots below
             with Vertical():
-                yield Label(CONTROL["temperature"].label)
+                yield Label(CONTROLS["temperature"].label)
                 yield Select(
                     [(f"{t:g}", t) for t in self._temperatures],
                     value=s.sampling.temperature,
@@ -111,14 +119,29 @@ class ControlsPanel(VerticalScroll, can_focus=False):
                     id="temperature",
                 )
             with Vertical():
-                yield Label(CONTROL["seed"].label)
+                yield Label(CONTROLS["seed"].label)
                 yield Input(str(self._seed), type="integer", max_length=len(str(SEED_MAX)), id="seed")
         with Horizontal(classes="switch-row"):
             yield Switch(False, id="draft-lane")
-            yield Label(CONTROL["draft-lane"].label)
+            yield Label(CONTROLS["draft-lane"].label)
+        for control in CONTROLS.values():
+            if control.id not in PLACED:
+                yield from self._own_widget(control, flattened(s)[control.setting])
+
+    def _own_widget(self, control: Control, value: object) -> ComposeResult:
+        """A control the layout does not place: a switch for a bool setting, else a choice of its values."""
+        if isinstance(value, bool):
+            with Horizontal(classes="switch-row"):
+                yield Switch(value, id=control.id)
+                yield Label(control.label)
+            return
+        self._own_values[control.id] = [*control.values, *(() if value in control.values else (value,))]
+        yield Label(control.label)
+        options = [(_shown(v), v) for v in self._own_values[control.id]]
+        yield Select(options, value=value, allow_blank=False, id=control.id)
 
     def on_mount(self) -> None:
-        for control in CONTROLS:  # what each control does, where it stands
+        for control in CONTROLS.values():  # what each control does, where it stands
             self.query_one(f"#{control.id}").tooltip = control.words
 
     def set_drafters(self, drafters: Sequence[str], round_routes: bool = True) -> None:
@@ -160,9 +183,11 @@ class ControlsPanel(VerticalScroll, can_focus=False):
     def fix_speculation(self, why: str, routes: bool) -> None:
         """Native mode: each server fixes k, the rule, the policy and its drafter; their
         controls stay visible, read-only, with the reason. `routes`: several servers to route to."""
-        fixed = ("k", "rule", "knob", "policy", "width", "counterfactual", "draft-lane")
-        for id in (*fixed, *(() if routes else ("route",))):
-            self.query_one(f"#{id}").disabled = True
+        # Both lanes' requests still carry the sampling, and the seed is the next run's: the rest is the servers'.
+        kept = {*SAMPLING_FIELDS, "seed", *(("route",) if routes else ())}
+        for control in CONTROLS.values():
+            if control.setting not in kept:
+                self.query_one(f"#{control.id}").disabled = True
         self.query_one("#k", Slider).tooltip = why
         self.border_subtitle = "k, D: each server's own" if routes else "k, D, route: fixed by the server"
 
@@ -184,6 +209,15 @@ class ControlsPanel(VerticalScroll, can_focus=False):
             temperature.set_options([(f"{v:g}", v) for v in self._temperatures])
         temperature.value = t
         self.query_one("#seed", Input).value = str(seed)
+        values = flattened(settings)
+        for control in CONTROLS.values():
+            if control.id in PLACED:
+                continue
+            value, widget = values[control.setting], self.query_one(f"#{control.id}")
+            if isinstance(widget, Select) and value not in self._own_values[control.id]:
+                self._own_values[control.id].append(value)
+                widget.set_options([(_shown(v), v) for v in self._own_values[control.id]])
+            widget.value = value  # type: ignore[attr-defined]
 
     def choices(self) -> Iterator[tuple[str, str, Callable[[], None]]]:
         """(title, help, action) for the command palette: every value a control offers, set as if
@@ -207,8 +241,8 @@ class ControlsPanel(VerticalScroll, can_focus=False):
             "width": [(f": {_width(w)}", w) for w in WIDTHS],
             "route": [(f": {r}", r) for r in self._routes],
             "temperature": [(f": {t:g}", t) for t in self._temperatures],
-        }
-        for control in CONTROLS:
+        } | {id: [(f": {_shown(v)}", v) for v in values] for id, values in self._own_values.items()}
+        for control in CONTROLS.values():
             widget = self.query_one(f"#{control.id}")
             if widget.disabled:
                 continue
@@ -222,7 +256,7 @@ class ControlsPanel(VerticalScroll, can_focus=False):
 
     @staticmethod
     def _k_label(k: int) -> str:
-        return f"{CONTROL['k'].label} {k}"
+        return f"{CONTROLS['k'].label} {k}"
 
     def _show_knob(self, settings: SpecSettings) -> None:
         rule = settings.acceptance_rule
@@ -251,12 +285,12 @@ class ControlsPanel(VerticalScroll, can_focus=False):
         if event.select.id == "rule":  # the slider now moves this rule's knob, from its current value
             self._settings = self._settings.changed(rule=event.value)
             self._show_knob(self._settings)
-        self.post_message(self.Changed(event.select.id, event.value))
+        self.post_message(self.Changed(CONTROLS[event.select.id].setting, event.value))
 
     def on_switch_changed(self, event: Switch.Changed) -> None:
         event.stop()
-        setting = "counterfactual" if event.switch.id == "counterfactual" else "draft_lane"
-        self.post_message(self.Changed(setting, event.value))
+        if event.switch.id in CONTROLS:
+            self.post_message(self.Changed(CONTROLS[event.switch.id].setting, event.value))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
@@ -273,3 +307,7 @@ class ControlsPanel(VerticalScroll, can_focus=False):
 
 def _width(width: int) -> str:
     return "chain" if width == 1 else str(width)
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
