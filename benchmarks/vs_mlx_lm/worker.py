@@ -46,6 +46,7 @@ from specplay.backends.mlx import blas
 from specplay.engine.accept import greedy_accept
 from specplay.engine.draws import RoundDraws
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length
+from specplay.engine.tree import tree_shape
 
 if TYPE_CHECKING:
     from specplay.engine.loop import SpecEngine
@@ -221,12 +222,12 @@ def bare_backend(
         stream.close()
     else:
         while len(made) < n:
-            draft = generation.draft(DRAFTER, min(args.k, n - len(made)), sampling, [], None)
+            draft = generation.draft(DRAFTER, tree_shape(1, 0, min(args.k, n - len(made))), sampling, [], None)
             verified = generation.verify(draft, sampling, rule, no_draws)
             kept = 0
             while kept < len(verified.drafted) and greedy_accept(verified.drafted[kept], verified.target_argmax[kept]):
                 kept += 1
-            last = verified.corrections[kept] if kept < len(verified.drafted) else verified.bonus
+            last = verified.row_tokens[kept]  # the correction, or after every drafted token the bonus
             committed = [*verified.drafted[:kept], last][: n - len(made)]
             generation.commit(committed)
             made += committed

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specplay.config.run_config import RunConfig
-from specplay.engine.routers.request import fallback_for
+from specplay.engine.routers.request import fallback_for, routing_for
 from specplay.engine.stream import EventStream
 
 Progress = Callable[[str, int, int], None]
@@ -25,6 +25,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         if config.router is not None
         else None
     )
+    routing = routing_for(config.drafter_names, router, config.route_map, config.route_notes, fallback)
     for model in config.local_models:
         if model.kind == "gguf":
             from specplay.backends.mlx.gguf import converted_folder
@@ -35,9 +36,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         from specplay.engine.loop import SpecEngine
 
         backend = load_mlx_backend(config.target.location, [(m.name, m) for m in config.drafters])
-        return SpecEngine(
-            backend, router=router, route_map=config.route_map, route_notes=config.route_notes, fallback=fallback
-        )
+        return SpecEngine(backend, routing)
     options = config.vllm
     local = [(m.name, m.location) for m in config.drafters if m.local]
     servers = [(m.name, m.location) for m in config.drafters if m.on_server]
@@ -51,9 +50,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
             options.api_key,
             options.timeout_s,
             route=config.drafter_names[0],
-            router=router,
-            route_map=config.route_map,
-            fallback=fallback,
+            routing=routing,
             auth=dict(options.logins),
         )
     from specplay.backends.vllm import connect_vllm_backend
@@ -70,9 +67,7 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         exact_correction=options.exact_correction,
         auth=dict(options.logins),
     )
-    return SpecEngine(
-        backend, router=router, route_map=config.route_map, route_notes=config.route_notes, fallback=fallback
-    )
+    return SpecEngine(backend, routing)
 
 
 def thread_cleanup(config: RunConfig) -> Callable[[], None] | None:

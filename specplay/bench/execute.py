@@ -53,7 +53,7 @@ def execute(
     e2e_ms = 1000 * (time.perf_counter() - start)
     first, last = events[0], events[-1]
     assert isinstance(first, StartEvent) and isinstance(last, DoneEvent)
-    lengths = [e.k for e in events if isinstance(e, RoundEvent)]
+    lengths = [e.depth for e in events if isinstance(e, RoundEvent)]
     result = {"metrics": last.metrics, "route": first.drafter, "e2e_ms": e2e_ms, "draft_lengths": lengths}
     # mlx-lm's rule equals specplay's only when greedy, so only greedy requests are compared.
     comparable = cell.mode == "target" or (cell.group == "k" and cell.route == AUTO_ROUTE)

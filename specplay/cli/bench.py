@@ -175,7 +175,7 @@ def bench(args: argparse.Namespace) -> int:
         if stopped:
             about["measured"] = f"{len(measurements)} of {planned[0]} requests: stopped part-way, a partial report"
         remote = not source.capabilities.wall_time_is_speed
-        router = router_report(measurements, dict(source.route_map))
+        router = router_report(measurements, dict(source.routing.route_map))
         thread.call(source.close)
     finally:
         thread.close()

@@ -231,10 +231,10 @@ def round_fault(event: RoundEvent) -> str | None:
     for name, value in times.items():
         if not 0 <= value <= ROUND_MS_MAX:  # NaN fails both
             return f"round {event.index}'s {name} is {value:g} ms, not a round's time (0 ms to an hour)"
-    if not 0 <= event.k <= K_LIMIT:
-        return f"round {event.index}'s k is {event.k}, not a number of drafts (0 to {K_LIMIT})"
-    if not 0 <= event.num_accepted <= event.k:
-        return f"round {event.index}'s num_accepted is {event.num_accepted}, not 0 to its k {event.k}"
+    if not 0 <= event.nodes <= K_LIMIT:
+        return f"round {event.index} drafted {event.nodes} nodes, not a number of drafts (0 to {K_LIMIT})"
+    if not 0 <= event.num_accepted <= event.depth:
+        return f"round {event.index}'s num_accepted is {event.num_accepted}, not 0 to its depth {event.depth}"
     return None
 
 

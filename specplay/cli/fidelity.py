@@ -204,7 +204,7 @@ def fidelity(args: argparse.Namespace) -> int:
         assert spec.prompt is not None
         token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
         generate = engine_generator(source, spec.prompt, token_ids, config.settings, spec.max_tokens)
-        route = resolve_route(config.settings.route, source.route_choice(spec.prompt).drafter)
+        route = resolve_route(config.settings.route, source.routing.choice(spec.prompt).drafter)
         draft_row = cannot_write(route, config.drafters) is None  # a draft-only row where the drafter writes alone
         seeds = range(spec.seed, spec.seed + args.samples)
         with _progress() as on_sample:
@@ -235,7 +235,7 @@ def fidelity(args: argparse.Namespace) -> int:
         "max_tokens": spec.max_tokens,
         # Each speculative row has its own rule and knob.
         "settings": _recorded_settings(config, rules),
-        "route_map": source.route_map,
+        "route_map": source.routing.route_map,
         "backend": identity,
     }
     content = about | report.to_dict()

@@ -38,10 +38,11 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
         "rounds": [
             {
                 "route": r.drafter,
-                "k": r.k,
+                "nodes": r.nodes,
+                "depth": r.depth,
                 "k_asked": r.k_asked,
                 "drafted": list(r.drafted),
-                "parents": list(r.parents) if r.parents is not None else None,
+                "parents": list(r.parents),
                 "num_accepted": r.num_accepted,
                 "token_index": r.token_index,
                 "tokens": [t.token_id for t in r.tokens],

@@ -111,7 +111,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
         console = make_console()
         caps = source.capabilities
         routed = spec.mode != "target" and config.settings.route == AUTO_ROUTE
-        choice = source.route_choice(spec.prompt) if routed else None
+        choice = source.routing.choice(spec.prompt) if routed else None
         if not args.json:
             if spec.mode == "speculative":
                 console.print(legend(marks=colourless(console)), style="dim")

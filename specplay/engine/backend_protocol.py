@@ -4,14 +4,13 @@ a backend runs the models, keeps their caches, and reports the numbers acceptanc
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams
-from specplay.engine.tree import TreeShape, VerifiedTree
+from specplay.engine.tree import TreeShape, VerifiedDraft
 
 
 class Detokenizer(Protocol):
@@ -25,43 +24,6 @@ class Detokenizer(Protocol):
     def last_segment(self) -> str: ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VerifiedDraft:
-    """Host copy of a verified round: per drafted position i, what the rules need."""
-
-    drafted: list[int]
-    p_target: list[float]
-    """p_target(x_i) after sampling settings."""
-    p_draft: list[float]
-    tv_distance: list[float]
-    target_argmax: list[int]
-    corrections: Sequence[int]
-    """A draw from the residual at each position; only the first rejection's is used."""
-    correction_rank: Sequence[int | None] | None = None
-    """Each correction's rank among the drafter's tokens at its position (width.py's rule; read
-    only at the first rejection, so it may be computed lazily); None where the drafter's
-    distribution is not known."""
-    bonus: int
-    """A draw from the target's distribution after the last drafted token."""
-    tv_lower: list[float] | None = None
-    """When a backend knows only the top-K of a distribution: the lower end of each position's
-    TV bracket; `tv_distance` then holds the upper end, so theta = min(1, D / d) keeps the budget."""
-    error_bound: list[float] | None = None
-    """When only the top-K is known: a bound, in TV, on how far each position's emitted token's
-    distribution may be from the rule's (None: exact)."""
-    top_target: list[list[tuple[int, float]]] | None = None
-    """Asked for with verify(top_n=n): the n most likely (token_id, p) of p_target at each of the
-    k + 1 positions (the last is where the bonus is drawn), most likely first."""
-    top_draft: list[list[tuple[int, float]]] | None = None
-    """Likewise for p_draft at the k drafted positions."""
-    rule_stats: dict[str, list[float]] = field(default_factory=dict)
-    """What the rule asked reads beyond d at each drafted position, by name (its `statistics`:
-    H(p_target) for typical acceptance, both maxima for cascades)."""
-    tv_spent: list[float] | None = None
-    """TV(pi, p_target) at each drafted position under the rule asked, from the full distributions;
-    None under mentored decoding, whose theta * d the engine computes (also from a top-K bracket)."""
-
-
 class Generation(Protocol):
     """One sequence being generated: its committed tokens and the model caches behind them.
     (The playground's lanes and a session's lanes are columns of a run; each runs one of these.)"""
@@ -72,18 +34,21 @@ class Generation(Protocol):
     def draft(
         self,
         drafter: str,
-        k: int,
+        shape: TreeShape,
         sampling: SamplingParams,
         uniforms: Sequence[float],
         keep_drafting: Callable[[Sequence[float]], bool] | None,
     ) -> Any:
-        """Draft up to k tokens after `tokens`, drawing token i with uniforms[i]. When given,
-        `keep_drafting(confidences)` is asked after each token, confidences being the drafter's
-        probabilities of its own tokens so far. Returns once the drafted tokens exist."""
+        """Draft a tree within `shape` after `tokens` (tree.py's shape and children; node i drawn
+        with uniforms[i]); width 1 is a chain of up to `shape.depth` tokens. A drafter that proposes
+        a single chain (prompt lookup) drafts that chain at any width. When given,
+        `keep_drafting(confidences)` is asked after each token of a chain, confidences being the
+        drafter's probabilities of its own tokens so far. Wider than 1 only where the capabilities
+        say `trees`. Returns once the drafted tokens exist."""
         ...
 
     def given_draft(self, tokens: Sequence[int]) -> Any:
-        """A draft of exactly `tokens`, certain as prompt lookup's (one-hot at every temperature),
+        """A chain of exactly `tokens`, certain as prompt lookup's (one-hot at every temperature),
         for `verify`: empty for a round that drafts nothing (the `none` route, k = 0), any tokens
         to time the verify pass over that many rows whatever the drafters can draft."""
         ...
@@ -91,29 +56,18 @@ class Generation(Protocol):
     def verify(
         self, draft: Any, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0
     ) -> VerifiedDraft:
-        """Score every drafted position with the target in one forward pass, with what `rule` reads
-        (only the rules the capabilities list); corrections and bonus drawn with `draws`. With
-        `top_n` > 0 (only where the capabilities say `top_n`), also report each distribution's
-        top_n tokens."""
-        ...
-
-    def draft_tree(self, drafter: str, shape: TreeShape, sampling: SamplingParams, uniforms: Sequence[float]) -> Any:
-        """Draft a tree within `shape` after `tokens` (tree.py's shape and children; node i drawn
-        with uniforms[i]); a drafter that proposes a single chain (prompt lookup) drafts that
-        chain. Only where the capabilities say `trees`."""
-        ...
-
-    def verify_tree(self, draft: Any, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
-        """Score every node of the tree in one target pass (each attends to the context and its
-        ancestors), with tree.py's lossless judging numbers; `commit` then keeps the cache entries
-        of the committed path."""
+        """Score every node of the draft in one target pass (each attends to the context and its
+        ancestors; a chain's pass is the causal one), with what `rule` reads (only the rules the
+        capabilities list) and, where a node has siblings, tree.py's lossless numbers; row tokens
+        drawn with `draws`. With `top_n` > 0 (only where the capabilities say `top_n`), also
+        report each distribution's top_n tokens. `commit` then keeps the kept path's cache entries."""
         ...
 
     def counterfactual(
         self,
         drafter: str,
         *,
-        k: int,
+        shape: TreeShape,
         sampling: SamplingParams,
         rule: AcceptanceRule,
         draws: RoundDraws,

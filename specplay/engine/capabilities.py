@@ -71,7 +71,7 @@ def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
         raise ConfigError("counterfactual", "routes run on the MLX backend only: turn them off")
     if settings.route == NONE_ROUTE and capabilities.server_judges:
         raise ConfigError("route", f"none (no speculation) cannot run on a speculating server: {capabilities.fixed_by}")
-    if settings.drafts_trees:
+    if settings.width > 1:
         _check_trees(settings, capabilities)
     if settings.route == ADAPTIVE_ROUTE and not capabilities.round_routes:
         raise ConfigError(
@@ -89,9 +89,11 @@ def _check_trees(settings: SpecSettings, capabilities: Capabilities) -> None:
         )
     rule = settings.acceptance_rule
     if not rule.lossless:
+        # Siblings are judged by recursive rejection sampling, which no relaxed rule extends.
         knob = rule.knob
+        lossless = f"set {knob.label} to {knob.lossless:g}" if knob.lossless is not None else "use the lossless rule"
         raise ConfigError(
             "width",
-            f"draft trees are judged losslessly only, and {rule.name} {knob.symbol} {rule.value:g} relaxes "
-            f"acceptance: set {knob.label} to {knob.lossless:g}, or use width 1 (a chain)",
+            f"a tree's siblings are judged losslessly only, and {rule.name} {knob.symbol} {rule.value:g} relaxes "
+            f"acceptance: {lossless}, or use width 1 (a chain)",
         )

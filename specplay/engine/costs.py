@@ -33,6 +33,7 @@ from specplay.engine.request import Request
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
 from specplay.engine.speedup import KPrediction, TreePrediction, predict_by_k, predict_tree, recommended_k
+from specplay.engine.tree import tree_shape
 from specplay.errors import ConfigError
 
 MAX_ROWS = PolicyParams().k_max + 1
@@ -390,7 +391,7 @@ def _draft_ms(
 
     def timed(k: int) -> float:
         start = clock()
-        generation.draft(drafter, k, sampling, draws.take(k), None)
+        generation.draft(drafter, tree_shape(1, 0, k), sampling, draws.take(k), None)
         elapsed_ms = 1000 * (clock() - start)
         generation.commit([])  # nothing kept: every cache back to the prompt
         return elapsed_ms

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specplay.engine.layout import depths
 from specplay.engine.settings import SpecSettings
 
 TokenSource = Literal["accepted", "relaxed", "corrected", "bonus", "target", "draft"]
@@ -132,11 +133,14 @@ class RoundEvent:
     """Index, in the generated tokens, of the round's first committed token."""
     drafter: str
     """The drafter that served the round (`none`: no speculation), whatever the route setting."""
-    k: int
-    """Tokens drafted this round: `k_asked`, cut by the policy's early stop or a proposal that
-    found fewer (prompt lookup)."""
     drafted: tuple[int, ...]
+    """The round's draft, a tree's nodes breadth first (a chain's tokens in order); empty where
+    the tokens are not known (a speculating server's round)."""
+    parents: tuple[int, ...]
+    """Each drafted node's parent (engine/layout.py): -1, 0, 1, ... for a chain. The draft's shape,
+    known even where its tokens are not."""
     positions: tuple[DraftPosition, ...]
+    """What the verifier knew and decided at each drafted node."""
     num_accepted: int
     tokens: tuple[Token, ...]
     draft_ms: float
@@ -153,13 +157,21 @@ class RoundEvent:
     other drafters served (a route switch); 0 when it drafted the round before."""
     catch_up_tokens: int = 0
     """Tokens its cache took in then (0 where the backend keeps no cache of it here)."""
-    parents: tuple[int, ...] | None = None
-    """A tree round's parent list (engine/tree.py): `drafted` and `positions` are then its nodes,
-    breadth first, and `k` their count; None for a chain."""
     k_asked: int | None = None
     """The draft length asked for: the policy's k, within the tokens left (0 on the none route);
     None where it is not known (a speculating server's round, a session saved before it was
-    recorded). Beside `k`, it tells a cut round from a short proposal."""
+    recorded). Beside `depth`, it tells a cut round from a short proposal."""
+
+    @property
+    def nodes(self) -> int:
+        """Tokens drafted this round (a tree's nodes); the verify pass scored one row more."""
+        return len(self.parents)
+
+    @property
+    def depth(self) -> int:
+        """The draft's longest path, the draft length: at most `k_asked`, less where the policy
+        stopped early or a proposal found fewer (prompt lookup)."""
+        return max(depths(self.parents), default=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,3 +207,9 @@ class RecolourEvent:
 
 
 Event = StartEvent | ControlEvent | RoundEvent | StepEvent | RecolourEvent | DoneEvent
+
+
+def draft_size(event: RoundEvent) -> str:
+    """A round's draft in words, as every view says it: "k 4" for a draft whose nodes are its
+    depth (a chain), "depth 3, 6 nodes" where some had siblings."""
+    return f"k {event.depth}" if event.nodes == event.depth else f"depth {event.depth}, {event.nodes} nodes"

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specplay.engine.events import RoundEvent, StepEvent, TokenSource
+from specplay.engine.layout import is_chain
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, mean_step_ms
-from specplay.engine.tree import depths
 from specplay.engine.width import empty_histogram, rank_key, second_branch_share
 
 
@@ -50,7 +50,7 @@ class Metrics:
         self.tv_spent = 0.0
         self.rejection_ranks = empty_histogram()
         self.num_tree_rounds = 0
-        """Rounds that drafted a tree (engine/tree.py); their k counts nodes."""
+        """Rounds whose draft branched (a node with siblings, engine/tree.py): no chain's α holds there."""
         """Rejections whose correction's rank is known, by rank (width.py)."""
         self.counterfactual_rounds: list[int] = []
         self.accepted_by_drafter: dict[str, list[int]] = {}
@@ -93,8 +93,8 @@ class Metrics:
         if self.num_tokens and event.tokens:
             self.timed.add(event)
         self.num_spec_steps += 1
-        self.num_tree_rounds += event.parents is not None
-        self.num_draft_tokens += event.k
+        self.num_tree_rounds += not is_chain(event.parents)
+        self.num_draft_tokens += event.nodes
         self.num_accepted_draft_tokens += event.num_accepted
         for i, kept in enumerate(_per_position(event)):
             if i == len(self.drafted_per_position):
@@ -233,9 +233,5 @@ class Metrics:
 
 
 def _per_position(event: RoundEvent) -> list[bool]:
-    """Whether each drafted position was kept; a tree's positions are its depths, kept where the
-    accepted path reaches them."""
-    if event.parents is None:
-        return [position.kept for position in event.positions]
-    levels = depths(event.parents)
-    return [event.num_accepted >= depth for depth in range(1, max(levels, default=0) + 1)]
+    """Whether the round's kept path reached each depth of its draft (a chain's positions)."""
+    return [event.num_accepted >= depth for depth in range(1, event.depth + 1)]

@@ -1,11 +1,13 @@
 """The engine's speculative round in plain numpy: the oracle the tests hold the engine to.
 
-Speculative sampling (Leviathan et al. 2023), one round of k drafted tokens:
-  1. draft x_i ~ p_draft(. | context, x_<i) for i < k;
-  2. keep x_i iff u_i < a(x_i), left to right (lossless: a(x) = min(1, p_target(x) / p_draft(x)));
+Speculative sampling (Leviathan et al. 2023), one round, a chain of k drafted tokens being the
+tree of width 1 (tree.py):
+  1. draft x_i ~ p_draft(. | context, x_<i) for i < k (a tree: by tree.py's shape, level by level);
+  2. keep x_i iff u_i < a(x_i), from the root (lossless: a(x) = min(1, p_target(x) / p_draft(x));
+     siblings by recursive rejection sampling);
   3. at the first rejection draw the correction from norm(max(p_target - p_draft, 0)), else,
-     with all k kept, a bonus token from p_target after them.
-Every draw is the engine's: a round of k takes its 3k + 1 uniforms from `Draws(seed)` as
+     with all kept, a bonus token from p_target after them.
+Every draw is the engine's: a round of N nodes takes its 3N + 1 uniforms from `Draws(seed)` as
 `RoundDraws`, each token drawn by inverse CDF. At
 temperature 0 the distributions are one-hot, which makes every draw the argmax. No caches, no
 backend, no events: each model's distribution is recomputed from the whole sequence.
@@ -20,7 +22,8 @@ import numpy as np
 
 from specplay.engine.accept import inverse_cdf_sample, lossless_accept_probability, residual_distribution, tv_distance
 from specplay.engine.draws import Draws, RoundDraws
-from specplay.engine.tree import ROOT, TreeShape, level_counts, tree_shape
+from specplay.engine.layout import ROOT
+from specplay.engine.tree import TreeShape, level_counts, tree_shape
 
 if TYPE_CHECKING:
     from specplay.engine.rules import AcceptanceRule
@@ -53,47 +56,6 @@ def _sample(probs: np.ndarray, uniform: float) -> int:
 
 def _row(probs: Probs, ids: Sequence[int]) -> np.ndarray:
     return np.asarray(probs(ids), dtype=np.float64)
-
-
-def reference_speculative(
-    target_probs: Probs,
-    draft_probs: Probs,
-    prompt_ids: Sequence[int],
-    *,
-    k: int,
-    max_tokens: int,
-    seed: int,
-    eos_ids: frozenset[int] = frozenset(),
-    accept: Accept = lossless,
-) -> list[int]:
-    """The token ids the engine commits with a fixed k: up to max_tokens, an EOS ending the run unoutput."""
-    stream, out = Draws(seed), []
-    while True:
-        remaining = max_tokens - len(out)
-        draws = RoundDraws.take(stream, min(k, remaining))  # the engine never drafts past the token limit
-        context = [*prompt_ids, *out]
-        drafted: list[int] = []
-        rows: list[np.ndarray] = []
-        for u in draws.draft:  # 1. draft
-            rows.append(_row(draft_probs, [*context, *drafted]))
-            drafted.append(_sample(rows[-1], u))
-        committed: list[int] = []
-        for i, x in enumerate(drafted):  # 2 and 3: the target's row at each position, judged left to right
-            p_target, p_draft = _row(target_probs, [*context, *drafted[:i]]), rows[i]
-            if draws.accept[i] >= accept(p_target, p_draft, x):  # rejected: the correction instead
-                committed.append(_sample(residual_distribution(p_target, p_draft, np), draws.residual[i]))
-                break
-            committed.append(x)
-            if x in eos_ids or len(committed) == remaining:
-                break
-        else:  # all kept: the bonus
-            committed.append(_sample(_row(target_probs, [*context, *drafted]), draws.bonus))
-        for token in committed:
-            if token in eos_ids:
-                return out
-            out.append(token)
-            if len(out) == max_tokens:
-                return out
 
 
 def reference_grown_tree(
@@ -139,30 +101,36 @@ def reference_grown_tree(
     return parents, drafted, rows
 
 
-def reference_tree_speculative(
+def reference_speculative(
     target_probs: Probs,
-    draft_belief: Probs,
+    draft_probs: Probs,
     prompt_ids: Sequence[int],
     *,
-    width: int,
-    nodes: int,
     k: int,
     max_tokens: int,
     seed: int,
-    greedy: bool,
+    width: int = 1,
+    nodes: int = 0,
+    greedy: bool = False,
+    eos_ids: frozenset[int] = frozenset(),
+    accept: Accept = lossless,
 ) -> list[int]:
-    """The token ids the engine commits drafting trees (tree.py): each round's tree grown as above,
-    each row's target distribution recomputed from its path, and judged row by row from the root:
-    greedy, a child kept iff it is the target's argmax; sampled, kept with probability
-    min(1, p_target(x) / p_draft(x)), p_target becoming the residual and p_draft losing x after
-    each rejection. `target_probs` gives the sampling distribution (one-hot at temperature 0)."""
+    """The token ids the engine commits with a fixed k, up to max_tokens, an EOS ending the run
+    unoutput. Each round's draft is grown as above (width 1: a chain of k), each row's target
+    distribution recomputed from its path, and judged row by row from the root: a row's only
+    child is kept iff u < `accept` (the rule's a(x)); among siblings, `greedy` keeps the target's
+    argmax, else each is kept with probability min(1, p_target(x) / p_draft(x)), p_target becoming
+    the residual and p_draft losing x after each rejection. Where no child is kept, the row's
+    token is drawn from what is left. `target_probs` gives the sampling distribution (one-hot at
+    temperature 0); `draft_probs` the drafter's (at temperature 0 for trees, its temperature-1
+    softmax, which orders and weighs the children)."""
     stream, out = Draws(seed), []
     while True:
         remaining = max_tokens - len(out)
-        shape = tree_shape(width, nodes, min(k, remaining))
+        shape = tree_shape(width, nodes, min(k, remaining))  # the engine never drafts past the token limit
         draws = RoundDraws.take(stream, shape.nodes)
         context = [*prompt_ids, *out]
-        parents, drafted, rows = reference_grown_tree(draft_belief, context, shape, draws.draft, greedy)
+        parents, drafted, rows = reference_grown_tree(draft_probs, context, shape, draws.draft, greedy)
         row_uniforms = [*draws.residual, draws.bonus]
         committed: list[int] = []
         row, path = 0, []
@@ -170,16 +138,18 @@ def reference_tree_speculative(
         while True:
             p_target = _row(target_probs, [*context, *path])
             p_draft = p_draft_rows[row]
+            siblings = [n for n, parent in enumerate(parents) if parent + 1 == row]
             kept = None
-            for node in [n for n, parent in enumerate(parents) if parent + 1 == row]:
+            for node in siblings:
                 x = drafted[node]
-                if greedy:
+                assert p_draft is not None
+                if greedy and len(siblings) > 1:
                     if x == int(np.argmax(p_target)):
                         kept = node
                         break
                     continue
-                assert p_draft is not None
-                if draws.accept[node] < lossless(p_target, p_draft, x):
+                a = accept(p_target, p_draft, x) if len(siblings) == 1 else lossless(p_target, p_draft, x)
+                if draws.accept[node] < a:
                     kept = node
                     break
                 p_target = residual_distribution(p_target, p_draft, np)
@@ -187,15 +157,18 @@ def reference_tree_speculative(
                 p_draft[x] = 0.0
                 p_draft = p_draft / p_draft.sum() if p_draft.sum() > 0 else p_draft
             if kept is None:
-                end = int(np.argmax(p_target)) if greedy else _sample(p_target, row_uniforms[row])
+                greedy_end = greedy and len(siblings) > 1
+                end = int(np.argmax(p_target)) if greedy_end else _sample(p_target, row_uniforms[row])
                 committed.append(end)
                 break
             committed.append(drafted[kept])
             path.append(drafted[kept])
-            if len(committed) == remaining:
+            if drafted[kept] in eos_ids or len(committed) == remaining:
                 break
             row = kept + 1
         for token in committed:
+            if token in eos_ids:
+                return out
             out.append(token)
             if len(out) == max_tokens:
                 return out

@@ -14,7 +14,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event
 from specplay.engine.request import Request
-from specplay.engine.routers.request import RouteChoice
+from specplay.engine.routers.request import Routing
 
 Clock = Callable[[], float]
 
@@ -23,12 +23,9 @@ class EventStream(Protocol):
     capabilities: Capabilities
     drafters: tuple[str, ...]
     """The routes: drafters, or speculating servers."""
-    route_map: dict[str, str]
-    """Router class to route, as resolved at load (sessions record it)."""
-
-    def route_choice(self, prompt: str) -> RouteChoice:
-        """The route the router picks for this prompt (`--route auto`), and why."""
-        ...
+    routing: Routing
+    """How `--route auto` picks a route for a prompt, and why; its route map (router class to
+    route, as resolved at load) is what sessions record."""
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         """Prompt to token ids: through the chat template when there is one, unless `raw`."""

@@ -25,7 +25,9 @@ Judging (lossless). From the root, the children of the current row are tried in 
   token emitted at every row is distributed exactly as p_target (tests/engine/test_tree.py
   enumerates it).
 A kept child becomes the current row; a kept leaf ends the round with a bonus drawn from its
-row. Relaxed rules are not defined over siblings here: trees judge losslessly only.
+row. A row with a single child (every row of a chain) is judged by the run's acceptance rule
+(rules.py), which may relax it; relaxed rules are not defined over siblings, so a run whose
+trees have them (width > 1) judges losslessly only, and a relaxed rule there is refused.
 
 Draws. A tree of N nodes takes a chain's 3N + 1 uniforms (`RoundDraws.take(draws, N)`): node i
 is drawn with draft[i] and judged with accept[i]; row r's correction or bonus is drawn with
@@ -35,14 +37,20 @@ is drawn with draft[i] and judged with accept[i]; row r's correction or bonus is
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, overload
 
-from specplay.engine.accept import Array, inverse_cdf_sample, lossless_acceptance, residual_distribution, tv_distance
-from specplay.engine.events import KEPT, DraftPosition, Outcome, RoundEvent, TokenSource
+from specplay.engine.accept import (
+    Array,
+    Verdict,
+    inverse_cdf_sample,
+    lossless_acceptance,
+    residual_distribution,
+    tv_distance,
+)
+from specplay.engine.events import KEPT, DraftPosition, RoundEvent, TokenSource
+from specplay.engine.layout import ROOT, chain, children, siblings_under
 
-ROOT = -1
-"""The parent of a node drafted right after the last committed token."""
 CHAINS_ONLY = "trees_drafted_as_chains"
 """A backend's account key (`Generation.account`): the models asked for trees that drafted
 chains, each with why, as {model name: reason}."""
@@ -81,26 +89,6 @@ def verify_rows(width: int, nodes: int, k: int) -> int:
     """The rows the verify pass of a round asked for k scores: the root's and one a node (k + 1
     for a chain, the tree of width 1; a round asked for 0 drafts nothing and scores one)."""
     return tree_shape(width, nodes, k).nodes + 1
-
-
-def depths(parents: Sequence[int]) -> list[int]:
-    """Each node's depth, 1 for a child of the root (parents come before their children)."""
-    out: list[int] = []
-    for parent in parents:
-        out.append(1 if parent == ROOT else out[parent] + 1)
-    return out
-
-
-def children(parents: Sequence[int]) -> list[list[int]]:
-    """The children of each row in drafting order: row 0 the root, row i + 1 node i."""
-    rows: list[list[int]] = [[] for _ in range(len(parents) + 1)]
-    for node, parent in enumerate(parents):
-        rows[parent + 1].append(node)
-    return rows
-
-
-def is_chain(parents: Sequence[int]) -> bool:
-    return all(parent == node - 1 for node, parent in enumerate(parents))
 
 
 def kept_path(parents: Sequence[int], drafted: Sequence[int], committed: Sequence[int]) -> list[int]:
@@ -173,38 +161,103 @@ def sibling_step(p_target: Array, p_draft: Array, tokens: Array, xp: Any) -> tup
     return accept, residual_distribution(p_target, p_draft, xp), without(p_draft, tokens, xp)
 
 
+class RowTokens(Sequence[int]):
+    """A chain's row tokens, its corrections then its bonus, without drawing a correction before it
+    is read (a backend may draw them lazily: only the first rejection's is used)."""
+
+    def __init__(self, corrections: Sequence[int], bonus: int) -> None:
+        self.corrections, self.bonus = corrections, bonus
+
+    def __len__(self) -> int:
+        return len(self.corrections) + 1
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable contents: unhashable, as a list
+
+    @overload
+    def __getitem__(self, row: int) -> int: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, row: int | slice) -> int | Sequence[int]:
+        if isinstance(row, slice):
+            return [self[r] for r in range(len(self))[row]]
+        if row < 0:
+            row += len(self)
+        return self.bonus if row == len(self.corrections) else self.corrections[row]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class VerifiedTree:
-    """Host copy of a verified draft tree (engine/tree.py): per node what judging and the views
-    read, per row the token that ends a round there."""
+class VerifiedDraft:
+    """Host copy of a verified draft, a tree laid out as this file says (a chain's parents are
+    -1, 0, 1, ...): per node what judging and the views read, at the node's parent row; per row
+    the token that ends a round there."""
 
     drafted: list[int]
     parents: list[int]
     p_target: list[float]
-    """p_target(x) at the node's parent row, before any sibling was judged (one-hot greedy)."""
+    """p_target(x) at the node's parent row, after sampling settings, before any sibling was
+    judged (one-hot at temperature 0)."""
     p_draft: list[float]
-    """p_draft(x) there, likewise (1 greedy: the drafter's own top tokens)."""
+    """p_draft(x) there, likewise."""
     tv_distance: list[float]
-    """TV(p_target, p_draft) at the node's parent row."""
-    accept_probability: list[float]
-    """The probability of keeping the node once its earlier siblings lost (1 or 0 greedy)."""
-    row_tokens: list[int]
+    """d = TV(p_target, p_draft) at the node's parent row."""
+    target_argmax: list[int]
+    """The target's most likely token at the node's parent row (what greedy judging keeps)."""
+    row_tokens: Sequence[int]
     """Per row (the root, then each node): the correction drawn from the residual left after all
-    of its children lost, or, for a leaf, its bonus (the argmax greedy)."""
+    of its children lost, or where it has none, the bonus drawn from p_target (the argmax greedy).
+    Only the row that ends the round is read, so a backend may draw them lazily."""
+    sibling_accept: list[float] | None = None
+    """Per node, the probability of keeping it once its earlier siblings lost (recursive rejection
+    sampling, above); None for a draft in which no node has a sibling (a chain)."""
+    correction_rank: Sequence[int | None] | None = None
+    """Per row with children, its correction's rank among the drafter's tokens there (width.py's
+    rule; read only at the first rejection, so it may be computed lazily); None where the
+    drafter's distribution is not known."""
+    tv_lower: list[float] | None = None
+    """When a backend knows only the top-K of a distribution: the lower end of each node's TV
+    bracket; `tv_distance` then holds the upper end, so theta = min(1, D / d) keeps the budget."""
+    error_bound: list[float] | None = None
+    """When only the top-K is known: a bound, in TV, on how far each node's emitted token's
+    distribution may be from the rule's (None: exact)."""
+    top_target: list[list[tuple[int, float]]] | None = None
+    """Asked for with verify(top_n=n): the n most likely (token_id, p) of p_target at each row,
+    most likely first."""
+    top_draft: list[list[tuple[int, float]]] | None = None
+    """Likewise for p_draft at each node's parent row, by node."""
+    rule_stats: dict[str, list[float]] = field(default_factory=dict)
+    """What the rule asked reads beyond d at each node, by name (its `statistics`: H(p_target) for
+    typical acceptance, both maxima for cascades)."""
+    tv_spent: list[float] | None = None
+    """TV(pi, p_target) at each node under the rule asked, from the full distributions; None under
+    mentored decoding, whose theta * d the engine computes (also from a top-K bracket)."""
 
 
-def greedy_numbers(parents: Sequence[int], drafted: Sequence[int], argmax: Sequence[int]) -> VerifiedTree:
+def chain_verified(*, corrections: Sequence[int], bonus: int, **numbers: Any) -> VerifiedDraft:
+    """A verified chain from a backend that verifies chains: its corrections and bonus become
+    its row tokens."""
+    parents = list(chain(len(numbers["drafted"])))
+    return VerifiedDraft(parents=parents, row_tokens=RowTokens(corrections, bonus), **numbers)
+
+
+def greedy_numbers(parents: Sequence[int], drafted: Sequence[int], argmax: Sequence[int]) -> VerifiedDraft:
     """Greedy judging's numbers from the target's argmax at each row: a node is kept iff it is
     its parent row's argmax (both distributions one-hot), and every row ends with its argmax."""
-    hits = [float(token == argmax[parent + 1]) for token, parent in zip(drafted, parents, strict=True)]
-    return VerifiedTree(
+    at_parent = [argmax[parent + 1] for parent in parents]
+    hits = [float(token == best) for token, best in zip(drafted, at_parent, strict=True)]
+    return VerifiedDraft(
         drafted=list(drafted),
         parents=list(parents),
         p_target=hits,
         p_draft=[1.0] * len(drafted),
         tv_distance=[1.0 - hit for hit in hits],
-        accept_probability=hits,
+        target_argmax=at_parent,
         row_tokens=list(argmax),
+        sibling_accept=hits,
     )
 
 
@@ -212,9 +265,9 @@ def sampled_numbers(
     p_target: Array, p_draft: Array, *, parents: Sequence[int], drafted: Sequence[int], uniforms: Array, xp: Any
 ) -> dict[str, Array]:
     """Sampled judging's numbers from the rows [nodes + 1, vocab] of both models (p_draft zero at
-    rows never expanded), as arrays: per node `p_target_x`, `p_draft_x` and `tv` at its parent row
-    and `accept` (its probability once its earlier siblings lost: `accept[j]` holds each row's
-    j-th child's); per row `row_tokens`, drawn with `uniforms` from what its children left."""
+    rows never expanded), as arrays: per node `p_target_x`, `p_draft_x`, `tv` and `argmax` at its
+    parent row and `accept` (its probability once its earlier siblings lost: `accept[j]` holds each
+    row's j-th child's); per row `row_tokens`, drawn with `uniforms` from what its children left."""
     rows = children(parents)
     parent_rows = xp.array([parent + 1 for parent in parents])
     nodes = xp.array(list(drafted))[:, None]
@@ -222,6 +275,7 @@ def sampled_numbers(
         "p_target_x": xp.take_along_axis(p_target[parent_rows], nodes, axis=-1)[:, 0],
         "p_draft_x": xp.take_along_axis(p_draft[parent_rows], nodes, axis=-1)[:, 0],
         "tv": tv_distance(p_target, p_draft)[parent_rows],
+        "argmax": xp.argmax(p_target, axis=-1)[parent_rows],
     }
     accepts = []
     for j in range(max(len(r) for r in rows)):  # the j-th sibling of every row at once
@@ -236,20 +290,21 @@ def sampled_numbers(
     return out
 
 
-def sampled_tree(parents: Sequence[int], drafted: Sequence[int], host: dict[str, list[Any]]) -> VerifiedTree:
-    """A VerifiedTree from `sampled_numbers`' arrays on the host (as lists)."""
+def sampled_tree(parents: Sequence[int], drafted: Sequence[int], host: dict[str, list[Any]]) -> VerifiedDraft:
+    """A VerifiedDraft from `sampled_numbers`' arrays on the host (as lists)."""
     accept = [0.0] * len(drafted)
     for row, nodes in enumerate(children(parents)):
         for j, node in enumerate(nodes):
             accept[node] = host["accept"][j][row]
-    return VerifiedTree(
+    return VerifiedDraft(
         drafted=list(drafted),
         parents=list(parents),
         p_target=host["p_target_x"],
         p_draft=host["p_draft_x"],
         tv_distance=host["tv"],
-        accept_probability=accept,
+        target_argmax=host["argmax"],
         row_tokens=host["row_tokens"],
+        sibling_accept=accept,
     )
 
 
@@ -258,82 +313,73 @@ def row_uniforms(residual: Sequence[float], bonus: float, nodes: int) -> list[fl
     return [*residual, bonus][: nodes + 1]
 
 
-@dataclass(frozen=True, slots=True)
-class TreeVerdict:
-    """The walk down a judged tree."""
+def sibling_verdict(probability: float, uniform: float, greedy: bool) -> Verdict:
+    """A node judged among siblings (above): kept iff u < its probability once its earlier siblings
+    lost, which is 1 or 0 greedy. Lossless, so nothing is relaxed and no TV is spent."""
+    return Verdict(
+        accepted=uniform < probability, relaxed=False, theta=0.0, probability=None if greedy else probability
+    )
 
-    outcomes: tuple[Outcome, ...]
-    """Per node: accepted (on the kept path), rejected (tried and lost) or unreached."""
-    path: tuple[int, ...]
-    """The kept nodes, root to leaf."""
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """A judged draft, walked from the root."""
+
+    verdicts: tuple[Verdict | None, ...]
+    """Per node: its verdict, None where the walk never reached it."""
     committed: tuple[tuple[int, TokenSource], ...]
     """The round's tokens: the kept path, then the correction or bonus (unless an EOS or the
     token limit ended it)."""
 
 
-def judge_tree(
+def walk(
     parents: Sequence[int],
     drafted: Sequence[int],
     *,
-    accept_probability: Sequence[float],
-    uniforms: Sequence[float],
+    judge_node: Callable[[int, bool], Verdict],
     row_tokens: Sequence[int],
     limit: int,
     stops: Callable[[int], bool],
-) -> TreeVerdict:
-    """Walk from the root: at each row keep the first child whose uniform is below its acceptance
-    probability (1 or 0 greedy); with none kept, the row's token (correction, or bonus at a leaf)
-    ends the round. `row_tokens[r]` is row r's residual draw after all its children lost, or its
-    bonus; `stops(token)`: an EOS that ends the output; at most `limit` tokens."""
+) -> Walk:
+    """From the root: at each row its children are judged in order (`judge_node(node, has_siblings)`)
+    until one is kept, which becomes the current row; where none is, the row's token (correction,
+    bonus at a leaf, the target's own token where nothing was drafted) ends the round. `stops(token)`:
+    an EOS that ends the output; at most `limit` tokens."""
     rows = children(parents)
-    outcomes: list[Outcome] = ["unreached"] * len(drafted)
-    path: list[int] = []
+    verdicts: list[Verdict | None] = [None] * len(drafted)
     committed: list[tuple[int, TokenSource]] = []
     row = 0
     while True:
         kept = None
         for node in rows[row]:
-            if uniforms[node] < accept_probability[node]:
-                outcomes[node], kept = "accepted", node
+            verdict = verdicts[node] = judge_node(node, len(rows[row]) > 1)
+            if verdict.accepted:
+                kept = node
                 break
-            outcomes[node] = "rejected"
         if kept is None:
             source: TokenSource = "corrected" if rows[row] else ("bonus" if row else "target")
             committed.append((row_tokens[row], source))
             break
-        path.append(kept)
-        committed.append((drafted[kept], "accepted"))
+        verdict = verdicts[kept]
+        committed.append((drafted[kept], "relaxed" if verdict is not None and verdict.relaxed else "accepted"))
         if stops(drafted[kept]) or len(committed) == limit:
             break
         row = kept + 1
-    return TreeVerdict(outcomes=tuple(outcomes), path=tuple(path), committed=tuple(committed))
+    return Walk(verdicts=tuple(verdicts), committed=tuple(committed))
 
 
 def kept_nodes(event: RoundEvent) -> list[int]:
-    """A round's kept positions in order: a chain's prefix, a tree's path (breadth first, so by depth)."""
+    """A round's kept nodes in order: its path from the root (breadth first, so by depth)."""
     return [i for i, position in enumerate(event.positions) if position.outcome in KEPT]
 
 
 def judged_at(event: RoundEvent, slot: int) -> DraftPosition | None:
-    """The drafted position the round's slot-th committed token was judged at: a chain's position
-    `slot`; in a tree the kept node at that depth, and for the token after them (a correction) the
-    first of the last row's children that lost; None for a bonus."""
-    if event.parents is None:
-        return event.positions[slot] if slot < len(event.positions) else None
+    """The drafted position the round's slot-th committed token was judged at: the kept node at
+    that depth, and for the token after them (a correction) the first of the last row's children
+    that lost; None for a bonus."""
     path = kept_nodes(event)
     if slot < len(path):
         return event.positions[path[slot]]
     row = path[-1] if path else ROOT
     lost = [n for n in siblings_under(event.parents, row) if event.positions[n].outcome == "rejected"]
     return event.positions[lost[0]] if lost else None
-
-
-def siblings_under(parents: Sequence[int], parent: int) -> list[int]:
-    """The children of `parent` (ROOT: the root's), in drafting order."""
-    return children(parents)[parent + 1]
-
-
-def is_layout(parents: Sequence[int], nodes: int) -> bool:
-    """Whether `parents` lays out a tree of `nodes` nodes as this file says: one parent each,
-    drawn before its child (ROOT or an earlier node)."""
-    return len(parents) == nodes and all(ROOT <= parent < node for node, parent in enumerate(parents))

@@ -17,8 +17,8 @@ from importlib.resources import files
 from specplay.display.palette import SOURCE_WHY
 from specplay.display.text import change_label, setting_text, switch_label, token_repr, visible
 from specplay.display.themes import builtin_theme_files, read_theme
-from specplay.engine.events import Candidate
-from specplay.engine.tree import depths
+from specplay.engine.events import Candidate, draft_size
+from specplay.engine.layout import depths
 from specplay.review.build import Group, Review, Table
 from specplay.review.charts import acceptance_chart, speed_chart
 from specplay.review.columns import Column, Provenance
@@ -116,7 +116,7 @@ def token_details(column: Column, index: int, texts: Mapping[int, str]) -> str:
     if where is None:
         return "\n".join(lines)
     round = where.round
-    lines.append(f"round {round.index} · route {round.drafter} · k {round.k} · accepted {round.num_accepted}")
+    lines.append(f"round {round.index} · route {round.drafter} · {draft_size(round)} · accepted {round.num_accepted}")
     position = where.position
     if position is None:
         lines.append(f"p_target(x) {_num(where.p_target)}")
@@ -277,19 +277,18 @@ def _tape(column: Column) -> str:
     rows = []
     for event in column.lane.rounds:
         drafts = []
-        levels = depths(event.parents) if event.parents is not None else None
+        levels = depths(event.parents)
         for node, position in enumerate(event.positions):
-            if levels is not None and (node == 0 or levels[node] != levels[node - 1]):
-                drafts.append(f'<span class="level">depth {levels[node]}:</span>')  # a tree, level by level
+            if levels.count(levels[node]) > 1 and (node == 0 or levels[node] != levels[node - 1]):
+                drafts.append(f'<span class="level">depth {levels[node]}:</span>')  # a level of alternatives
             drafts.append(f'<span class="d {position.outcome}">{e(_quote(texts, position.token_id))}</span>')
         committed = "".join(f'<span class="t {t.source}">{e(t.text)}</span>' for t in event.tokens)
-        k = f"{event.k} (tree)" if levels is not None else str(event.k)
         rows.append(
-            f'<tr><td class="num">{event.index}</td><td>{e(event.drafter)}</td><td class="num">{k}</td>'
+            f'<tr><td class="num">{event.index}</td><td>{e(event.drafter)}</td><td class="num">{draft_size(event)}</td>'
             f'<td class="drafts">{"".join(drafts) or "nothing drafted"}</td>'
             f'<td class="num">{event.num_accepted}</td><td class="drafts">{committed}</td></tr>'
         )
-    head = "<tr><th>round</th><th>route</th><th>k</th><th>drafted (rejected struck)</th><th>accepted</th>"
+    head = "<tr><th>round</th><th>route</th><th>draft</th><th>drafted (rejected struck)</th><th>accepted</th>"
     head += "<th>committed</th></tr>"
     return (
         f'<details class="tape" data-col="{e(column.key)}"><summary>Draft tape of {e(column.title)}: '

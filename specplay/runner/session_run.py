@@ -111,7 +111,7 @@ def run_sample(
             lanes=lanes,
             identity=identity or {},
             capabilities=source.capabilities,
-            route_map=source.route_map,
+            route_map=source.routing.route_map,
             token_text=local_token_text(source),
             **(about or {}),
         )

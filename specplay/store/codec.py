@@ -29,7 +29,8 @@ from specplay.engine.events import (
     StartEvent,
     StepEvent,
 )
-from specplay.engine.tree import is_layout
+from specplay.engine.layout import chain, is_layout
+from specplay.engine.settings import NODES_LIMIT
 from specplay.store.schema import SchemaError, build
 
 SCHEMA_VERSION = 1
@@ -77,6 +78,8 @@ def event_record(lane: str, event: Event) -> dict[str, Any]:
     data = filed(plain(event))
     if data.get("counterfactuals"):
         data["counterfactuals"] = [filed(item) for item in data["counterfactuals"]]
+    if isinstance(event, RoundEvent):  # the draft's size by name, for readers of the file (derived: not read back)
+        data |= {"nodes": event.nodes, "depth": event.depth}
     return {"type": "event", "lane": lane, "kind": KINDS[type(event)], "data": data}
 
 
@@ -184,6 +187,8 @@ def upgrade(kind: str, data: Any) -> Any:
     data = dict(_read_drafter(data)) if kind in ("start", "round", "step") else dict(data)
     if kind == "round" and isinstance(counterfactuals := data.get("counterfactuals"), list):
         data["counterfactuals"] = [_read_drafter(item) for item in counterfactuals]
+    if kind == "round":
+        data = _with_layout(data)
     if kind == "start" and isinstance(settings := data.get("settings"), dict) and "tv_budget" in settings:
         settings = dict(settings)
         params = settings.get("rule_params")
@@ -207,6 +212,36 @@ def upgrade(kind: str, data: Any) -> Any:
     return data
 
 
+def _with_layout(data: dict[str, Any]) -> dict[str, Any]:
+    """A round record with its draft's layout: sessions written before every round was a tree
+    (parents null, `k` the drafted count) read as chains. `nodes` and `depth` are written for
+    readers of the file and derived again here."""
+    data = {key: value for key, value in data.items() if key not in ("nodes", "depth")}
+    k = data.pop("k", None)
+    if data.get("parents") is None:
+        drafted = data.get("drafted")
+        known = isinstance(k, int) and not isinstance(k, bool)
+        count = k if known else len(drafted) if isinstance(drafted, list) else 0
+        data["parents"] = list(chain(min(max(count, 0), NODES_LIMIT + 1)))  # a larger count is refused below
+    return data
+
+
+def _check_round(event: RoundEvent, where: str) -> None:
+    """A round's draft as a run can make it: a layout within the node limit, each drafted node
+    (where the tokens are known) with its position."""
+    nodes = len(event.parents)
+    if nodes > NODES_LIMIT:
+        raise SchemaError(f"{where} (round).parents holds {nodes} nodes, more than a round drafts ({NODES_LIMIT})")
+    if not is_layout(event.parents, nodes):
+        raise SchemaError(f"{where} (round).parents is no tree: each parent is -1 or an earlier node")
+    if event.drafted and len(event.drafted) != nodes:
+        raise SchemaError(f"{where} (round).drafted holds {len(event.drafted)} tokens for {nodes} nodes")
+    if len(event.positions) not in (0, len(event.drafted)):
+        raise SchemaError(f"{where} (round).positions holds {len(event.positions)} for {len(event.drafted)} drafted")
+    if not 0 <= event.num_accepted <= event.depth:
+        raise SchemaError(f"{where} (round).num_accepted is {event.num_accepted}, not 0 to its depth {event.depth}")
+
+
 def decode_event(kind: str, data: Any, where: str = "event") -> Event | None:
     """One event record's data as the engine emitted it (None for a kind this specplay does not
     know); a SchemaError names the field when the data does not have the event's shape."""
@@ -216,8 +251,8 @@ def decode_event(kind: str, data: Any, where: str = "event") -> Event | None:
     event = build(cls, upgrade(kind, data), f"{where} ({kind})")
     if isinstance(event, DoneEvent):
         build(MetricsRecord, event.metrics, f"{where} (done).metrics")
-    if isinstance(event, RoundEvent) and event.parents is not None and not is_layout(event.parents, event.k):
-        raise SchemaError(f"{where} (round).parents is no tree of its {event.k} drafted nodes")
+    if isinstance(event, RoundEvent):
+        _check_round(event, where)
     return event
 
 

@@ -128,7 +128,7 @@ class PlaygroundController:
             return
         assert source is not None
         self.drafters, self.identity, self.capabilities = source.drafters, identity, source.capabilities
-        self.route_map = dict(source.route_map)
+        self.route_map = dict(source.routing.route_map)
         self._view.show_loaded(self.drafters, self.capabilities)
         self.state = RunState.READY
         if self.opened is None:
@@ -321,7 +321,7 @@ class PlaygroundController:
     def _choice(self, prompt: str, route: str) -> RouteChoice | None:
         """The router's choice for `prompt` where the route setting asks one (auto, adaptive)."""
         source = self.host.source
-        return source.route_choice(prompt) if route in ROUTE_SETTINGS and source is not None else None
+        return source.routing.choice(prompt) if route in ROUTE_SETTINGS and source is not None else None
 
     def _say_route(self, prompt: str) -> None:
         """The status line while a run goes: where the speculative lane's route sends this prompt."""

@@ -29,6 +29,7 @@ from specplay.engine.events import (
     StepEvent,
     Token,
 )
+from specplay.engine.layout import chain
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
@@ -197,9 +198,21 @@ def test_events_and_the_request_record_round_trip_through_the_codec() -> None:
     ruled = DraftPosition(1, 0.5, 0.4, 0.1, 0.2, 0.0, "relaxed", accept_probability=1.0, tv_spent=0.05)
     relaxed = settings.changed(rule="typical", typical_epsilon=0.2, typical_delta=0.7, counterfactual=True)
     for event in (
-        RoundEvent(0, 0, "near", 1, (1,), (position,), 1, tokens, 2.0, 3.0, 1.0, top),
+        RoundEvent(0, 0, "near", (1,), chain(1), (position,), 1, tokens, 2.0, 3.0, 1.0, top),
         RoundEvent(
-            1, 2, "near", 1, (1,), (ruled,), 1, tokens, 2.0, 3.0, 1.0, None, (Counterfactual("far", (4, 5), 1, 2.5),)
+            1,
+            2,
+            "near",
+            (1,),
+            chain(1),
+            (ruled,),
+            1,
+            tokens,
+            2.0,
+            3.0,
+            1.0,
+            None,
+            (Counterfactual("far", (4, 5), 1, 2.5),),
         ),
         StartEvent("speculative", "near", "far", (1, 2), 4, settings),
         StartEvent("speculative", "near", "far", (1, 2), 4, relaxed),

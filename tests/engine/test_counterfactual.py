@@ -50,10 +50,10 @@ def test_an_alternative_identical_to_the_target_accepts_every_position(
     events = run(scripted, PROSE_PROMPT, route="far", k=4, temperature=temperature, counterfactual=True, max_tokens=40)
     for event in rounds(events):
         same = next(c for c in event.counterfactuals if c.drafter == "self")
-        assert same.num_accepted == len(same.drafted) == event.k
+        assert same.num_accepted == len(same.drafted) == event.nodes
     metrics = done(events).metrics
     lengths = metrics["counterfactual"]["self"]["accepted_length_per_round"]
-    assert lengths == [r.k for r in rounds(events)]
+    assert lengths == [r.nodes for r in rounds(events)]
     routed = metrics["counterfactual"]["far"]
     assert routed["accepted_length_per_round"] == [r.num_accepted for r in rounds(events)]
     assert routed["mean_acceptance_length"] == pytest.approx(metrics["mean_acceptance_length"])

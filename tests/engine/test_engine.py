@@ -9,6 +9,7 @@ import pytest
 from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StartEvent, StepEvent
 from specplay.engine.loop import SpecEngine
+from specplay.engine.routers.request import routing_for
 from specplay.engine.settings import POLICIES
 from specplay.engine.speedup import round_account
 from tests.support.checks import every
@@ -57,7 +58,7 @@ def test_greedy_output_survives_random_live_changes(scripted: ScriptedBackend) -
             # a new k or policy restarts the policy from k (prompt lookup may find fewer)
             if changed & {"k", "policy"} and current["route"] != "lookup":
                 expected_k = min(current["k"], 60 - generated)
-                assert event.k == expected_k or (current["policy"] == "confidence" and event.k < expected_k)
+                assert event.nodes == expected_k or (current["policy"] == "confidence" and event.nodes < expected_k)
             if changed and current["route"] != "auto":
                 assert event.drafter == current["route"]
             changed = set()
@@ -71,7 +72,7 @@ def test_fixed_k_change_applies_to_the_next_round(scripted: ScriptedBackend) -> 
             controls.update(k=2, route="far")
 
     events = run(scripted, CODE_PROMPT, k=5, route="near", on_event=shrink)
-    ks = [(r.k, r.drafter) for r in rounds(events)]
+    ks = [(r.nodes, r.drafter) for r in rounds(events)]
     assert ks[:3] == [(5, "near")] * 3
     assert len(ks) > 3 and every(k <= 2 and route == "far" for k, route in ks[3:])
     change = next(e for e in events if isinstance(e, ControlEvent))
@@ -115,7 +116,7 @@ def test_eos_ends_the_run_and_is_not_output() -> None:
 
 def test_rounds_draft_no_more_than_the_tokens_still_needed(scripted: ScriptedBackend) -> None:
     events = run(scripted, CODE_PROMPT, k=4, route="self", max_tokens=7)
-    assert [r.k for r in rounds(events)] == [4, 2]
+    assert [r.nodes for r in rounds(events)] == [4, 2]
     assert [t.source for t in rounds(events)[1].tokens] == ["accepted", "accepted"]
     assert done(events).finish_reason == "length" and len(done(events).token_ids) == 7
 
@@ -146,7 +147,7 @@ def test_full_budget_accepts_every_draft_token(scripted: ScriptedBackend) -> Non
     for temperature in (0.0, 1.0):
         events = run(scripted, CODE_PROMPT, route="far", tv_budget=1.0, temperature=temperature)
         assert set(sources(events)) <= {"accepted", "relaxed", "bonus"}
-        assert rounds(events) and every(r.num_accepted == r.k for r in rounds(events))
+        assert rounds(events) and every(r.num_accepted == r.nodes for r in rounds(events))
         assert "relaxed" in sources(events)
 
 
@@ -164,7 +165,7 @@ def test_round_events_explain_each_decision(scripted: ScriptedBackend) -> None:
     judged = rounds(run(scripted, PROSE_PROMPT, route="near", temperature=1.0, tv_budget=0.2, k=6))
     assert any(p.outcome == "rejected" for r in judged for p in r.positions)
     for r in judged:
-        assert len(r.positions) == r.k == len(r.drafted)
+        assert len(r.positions) == r.nodes == len(r.drafted)
         outcomes = [p.outcome for p in r.positions]
         if "rejected" in outcomes:
             first = outcomes.index("rejected")
@@ -179,20 +180,24 @@ def test_round_events_explain_each_decision(scripted: ScriptedBackend) -> None:
 def test_confidence_policy_stops_drafts_early(scripted: ScriptedBackend, greedy_reference: tuple[int, ...]) -> None:
     events = run(scripted, CODE_PROMPT, route="far", k=6, policy="confidence")
     assert done(events).token_ids == greedy_reference
-    assert min(r.k for r in rounds(events)) < 6
+    assert min(r.nodes for r in rounds(events)) < 6
 
 
 def test_auto_route_uses_the_route_map(scripted: ScriptedBackend) -> None:
-    engine = SpecEngine(scripted, route_map={"code": "far"})  # prose keeps its default, the first drafter
-    assert engine.route_choice(CODE_PROMPT).drafter == "far" and engine.route_choice(PROSE_PROMPT).drafter == "near"
+    engine = SpecEngine(
+        scripted, routing_for(scripted.drafters, route_map={"code": "far"})
+    )  # prose keeps its default, the first drafter
+    assert engine.routing.choice(CODE_PROMPT).drafter == "far" and engine.routing.choice(PROSE_PROMPT).drafter == "near"
     # auto never falls back silently: the choice says which class it saw and how it got there
-    code, prose = engine.route_choice(CODE_PROMPT), engine.route_choice(PROSE_PROMPT)
+    code, prose = engine.routing.choice(CODE_PROMPT), engine.routing.choice(PROSE_PROMPT)
     assert code.describe() == "auto: code prompt → far (the route map)"
     assert prose.describe() == (
         "auto: prose prompt → near (the first drafter: none is named prose, and no --route-map prose=NAME)"
     )
     # a map that names the first drafter is still the map (SmolLM2's: code to lookup, its first)
-    named_first = SpecEngine(scripted, route_map={"code": "near"}).route_choice(CODE_PROMPT)
+    named_first = SpecEngine(scripted, routing_for(scripted.drafters, route_map={"code": "near"})).routing.choice(
+        CODE_PROMPT
+    )
     assert named_first.describe() == "auto: code prompt → near (the route map)"
     start = run(scripted, CODE_PROMPT, max_tokens=2)[0]
     assert isinstance(start, StartEvent) and start.auto_route == start.drafter == "near"
@@ -247,8 +252,8 @@ def test_simulated_time_follows_the_work_alone(scripted: ScriptedBackend) -> Non
     lagging = False
     for r in judged:
         pending = 2 if lagging else 1
-        assert r.verify_ms == pytest.approx(10.0 + 1.0 * (1 + r.k))  # target: 10 ms a pass, 1 ms a row
-        assert r.draft_ms == pytest.approx(2.0 * r.k + 0.2 * (pending + r.k - 1))  # drafter: a fifth of that
+        assert r.verify_ms == pytest.approx(10.0 + 1.0 * (1 + r.nodes))  # target: 10 ms a pass, 1 ms a row
+        assert r.draft_ms == pytest.approx(2.0 * r.nodes + 0.2 * (pending + r.nodes - 1))  # drafter: a fifth of that
         assert r.overhead_ms == pytest.approx(0.0, abs=1e-9)
         lagging = r.tokens[-1].source == "bonus"
 
@@ -257,7 +262,9 @@ def test_each_round_records_the_k_it_asked_beside_the_k_it_drafted(scripted: Scr
     """A proposal shorter than asked (prompt lookup finding a short match, or none) is told apart
     from a policy that asked for less; the none route asks for nothing."""
     looked_up = rounds(run(scripted, CODE_PROMPT * 3, route="lookup", k=6, max_tokens=60))
-    assert every(r.k_asked is not None and r.k <= r.k_asked <= 6 for r in looked_up)
-    assert any(r.k < r.k_asked for r in looked_up if r.k_asked is not None)  # short proposals
+    assert every(r.k_asked is not None and r.nodes <= r.k_asked <= 6 for r in looked_up)
+    assert any(r.nodes < r.k_asked for r in looked_up if r.k_asked is not None)  # short proposals
     assert every(r.k_asked == min(6, 60 - r.token_index) for r in looked_up)  # fixed k, within the tokens left
-    assert every(r.k_asked == 0 and r.k == 0 for r in rounds(run(scripted, PROSE_PROMPT, route="none", max_tokens=8)))
+    assert every(
+        r.k_asked == 0 and r.nodes == 0 for r in rounds(run(scripted, PROSE_PROMPT, route="none", max_tokens=8))
+    )

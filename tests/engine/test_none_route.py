@@ -50,7 +50,7 @@ def test_none_is_target_decoding_through_the_rounds() -> None:
     events = run(backend, PROMPT, route="none", k=4, max_tokens=40)
     target_only = run(backend, PROMPT, mode="target", max_tokens=40)
     assert done(events).token_ids == done(target_only).token_ids
-    assert all(r.drafter == "none" and r.k == 0 and r.num_accepted == 0 for r in rounds(events))
+    assert all(r.drafter == "none" and r.nodes == 0 and r.num_accepted == 0 for r in rounds(events))
     assert len(rounds(events)) == 40
     assert set(sources(events)) == {"target"}
     metrics = done(events).metrics
@@ -73,20 +73,20 @@ def test_a_live_change_to_none_and_back_catches_the_drafter_up() -> None:
     back, last_before = rounds(events)[7], rounds(events)[2]
     # The four tokens the none rounds committed, and, where its last draft was kept whole, the
     # last drafted token, which it never took in.
-    assert back.catch_up_tokens == 4 + (last_before.num_accepted == last_before.k)
+    assert back.catch_up_tokens == 4 + (last_before.num_accepted == last_before.nodes)
     assert done(events).token_ids == done(run(scripted_backend(), PROMPT, mode="target", max_tokens=60)).token_ids
 
 
 def test_a_route_map_sends_a_class_to_none_and_auto_says_why() -> None:
-    engine = scripted_engine(route_map={"prose": "none"}, route_notes={"prose": "far measured 0.40× here"})
+    engine = scripted_engine(route_map={"prose": "none"}, notes={"prose": "far measured 0.40× here"})
     assert CodeProseRouter().classify(PROMPT) == "prose"
-    choice = engine.route_choice(PROMPT)
+    choice = engine.routing.choice(PROMPT)
     assert choice.drafter == "none"
     assert choice.describe() == "auto: prose prompt → none (the route map: far measured 0.40× here)"
-    assert engine.route_choice("def f(x):\n    return x + 1\n").drafter != "none"
+    assert engine.routing.choice("def f(x):\n    return x + 1\n").drafter != "none"
     events = run(engine.backend, PROMPT, route="auto", k=4, max_tokens=20)
     # run() builds its own engine without the map; the engine above is what routes
-    assert engine.route_choice(PROMPT).drafter == "none"
+    assert engine.routing.choice(PROMPT).drafter == "none"
     assert rounds(events)
 
 
@@ -170,7 +170,7 @@ def test_adaptive_from_none_stays_near_none_where_every_drafter_loses() -> None:
     """The losing drafters behind a route map that sends prose to none: adaptive starts at none,
     never tries the drafters, and keeps target-only speed (within 2%)."""
     engine = scripted_engine(losing_backend(), route_map={"prose": "none"})
-    assert engine.route_choice(PROMPT).drafter == "none"
+    assert engine.routing.choice(PROMPT).drafter == "none"
 
     def generated(route: str) -> list:
         request = Request(PROMPT, tuple(engine.encode(PROMPT, raw=True)), "speculative", 0, 200, ignore_eos=True)

@@ -16,7 +16,7 @@ from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
 from tests.support.engine_runs import rounds, run
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
-from tests.support.reference import ModelProbs, compare_tree, rule_settings
+from tests.support.reference import ModelProbs, rule_settings
 from tests.support.reference import compare as reference_compare
 from tests.support.scripted import EOS, ScriptedBackend, ScriptedModel, seeded
 
@@ -94,7 +94,7 @@ def test_trees_equal_the_reference(scripted: ScriptedBackend, route: str, width:
     for prompt in PROMPTS.values():
         for seed in range(4 if temperature else 1):
             for k, nodes in ((3, 0), (5, 7)):
-                compare_tree(
+                reference_compare(
                     scripted,
                     model_probs(scripted),
                     prompt,

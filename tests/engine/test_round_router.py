@@ -224,7 +224,7 @@ def test_with_full_information_adaptive_routes_every_round_to_the_best_drafter()
     assert routes(adaptive)[:1] == ["bad"]  # the request router's pick: the first drafter
     assert set(routes(adaptive)[1:]) == {"good"}
     assert done(adaptive).token_ids == done(pinned).token_ids
-    assert all(r.num_accepted == r.k for r in rounds(adaptive)[1:])  # the target itself: every draft kept
+    assert all(r.num_accepted == r.nodes for r in rounds(adaptive)[1:])  # the target itself: every draft kept
     # The best drafter in hindsight is the one the counterfactual account ranks first.
     by_drafter = done(adaptive).metrics["counterfactual"]
     assert max(by_drafter, key=lambda name: by_drafter[name]["mean_acceptance_length"]) == "good"
@@ -272,7 +272,7 @@ def test_adaptive_catch_ups_take_in_what_was_committed_meanwhile() -> None:
             continue
         expected = 0 if event.drafter == previous else context - 1 - held.get(event.drafter, 0)
         assert event.catch_up_tokens == expected, event.index
-        fully_accepted = event.num_accepted == event.k
+        fully_accepted = event.num_accepted == event.nodes
         held[event.drafter] = context + len(event.tokens) - (2 if fully_accepted else 1)
         previous = event.drafter
 
@@ -345,7 +345,7 @@ def test_under_adaptive_greedy_a_free_proposal_is_judged_every_round(monkeypatch
         assert choice == event.drafter
         assert choice in ("far", "none") or lookup_proposes > 0  # lookup with nothing to copy is passed over
         # A round that drafted nothing is no drafter's record (but none's, its choice); every other is, timed.
-        assert (routed is None) == (event.k == 0 and event.drafter != "none")
+        assert (routed is None) == (event.nodes == 0 and event.drafter != "none")
         assert routed is None or (routed.drafter == event.drafter and routed.round_ms is not None)
     free = [other for _, others in seen for other in others]
     # Each round lookup did not serve but proposed in is judged once the text reaches the proposal's end.

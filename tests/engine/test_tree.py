@@ -8,20 +8,20 @@ import itertools
 import numpy as np
 import pytest
 
-from specplay.engine.accept import lossless_acceptance, residual_distribution
+from specplay.engine.accept import Verdict, lossless_acceptance, residual_distribution
 from specplay.engine.capabilities import Capabilities, check_supported
+from specplay.engine.layout import ROOT, children, depths
 from specplay.engine.settings import SpecSettings
 from specplay.engine.tree import (
-    ROOT,
-    children,
-    depths,
+    Walk,
     draw_siblings,
-    judge_tree,
     kept_path,
     level_counts,
     sees,
     sibling_step,
+    sibling_verdict,
     tree_shape,
+    walk,
 )
 from specplay.errors import ConfigError
 from tests.support.distributions import random_pairs
@@ -108,38 +108,28 @@ def test_the_walk_keeps_the_first_sibling_under_its_probability() -> None:
     # 2:"c" 3:"d"   4:"e"
     parents, drafted = [ROOT, ROOT, 0, 0, 1], [10, 11, 12, 13, 14]
     row_tokens = [90, 91, 92, 93, 94, 95]
-    verdict = judge_tree(
-        parents,
-        drafted,
-        accept_probability=[0.0, 1.0, 1.0, 1.0, 1.0],
-        uniforms=[0.5] * 5,
-        row_tokens=row_tokens,
-        limit=10,
-        stops=lambda token: False,
-    )
+
+    def walked(accept: list[float], limit: int = 10) -> Walk:
+        def judge_node(node: int, has_siblings: bool) -> Verdict:
+            return sibling_verdict(accept[node], 0.5, greedy=False)
+
+        return walk(parents, drafted, judge_node=judge_node, row_tokens=row_tokens, limit=limit, stops=lambda t: False)
+
+    def outcomes(walk: Walk) -> tuple[str | None, ...]:
+        return tuple(None if v is None else "accepted" if v.accepted else "rejected" for v in walk.verdicts)
+
+    verdict = walked([0.0, 1.0, 1.0, 1.0, 1.0])
     # 0 loses, 1 is kept, its only child 4 is kept, and 4 is a leaf: its row's token is a bonus.
-    assert verdict.outcomes == ("rejected", "accepted", "unreached", "unreached", "accepted")
-    assert verdict.path == (1, 4)
+    assert outcomes(verdict) == ("rejected", "accepted", None, None, "accepted")
     assert verdict.committed == ((11, "accepted"), (14, "accepted"), (95, "bonus"))
     assert kept_path(parents, drafted, [11, 14, 95]) == [1, 4]
 
-    lost = judge_tree(
-        parents,
-        drafted,
-        accept_probability=[1.0, 1.0, 0.2, 0.1, 1.0],
-        uniforms=[0.5] * 5,
-        row_tokens=row_tokens,
-        limit=10,
-        stops=lambda token: False,
-    )
+    lost = walked([1.0, 1.0, 0.2, 0.1, 1.0])
     assert lost.committed == ((10, "accepted"), (91, "corrected"))  # both children of 0 lost: its row (1) corrects
-    assert lost.outcomes == ("accepted", "unreached", "rejected", "rejected", "unreached")
+    assert outcomes(lost) == ("accepted", None, "rejected", "rejected", None)
     assert kept_path(parents, drafted, [10, 91]) == [0]
 
-    limited = judge_tree(
-        parents, drafted, accept_probability=[1.0] * 5, uniforms=[0.5] * 5, row_tokens=row_tokens, limit=1, stops=bool
-    )
-    assert limited.committed == ((10, "accepted"),)
+    assert walked([1.0] * 5, limit=1).committed == ((10, "accepted"),)
 
 
 def test_trees_are_refused_where_they_cannot_run() -> None:
@@ -151,6 +141,12 @@ def test_trees_are_refused_where_they_cannot_run() -> None:
     with pytest.raises(ConfigError, match="judged losslessly only") as refused:
         check_supported(relaxed, Capabilities(trees=True))
     assert "\n" not in str(refused.value)
+    # Typical acceptance has no lossless value of its knob: refused in one line all the same.
+    with pytest.raises(ConfigError, match="use the lossless rule") as typical:
+        check_supported(tree.changed(rule="typical"), Capabilities(trees=True))
+    assert "\n" not in str(typical.value)
+    # A chain under a node budget judges by any rule: width 1 is no tree to refuse.
+    check_supported(SpecSettings(width=1, tree_nodes=6).changed(tv_budget=0.2), Capabilities(trees=True))
     with pytest.raises(ConfigError, match="width"):
         SpecSettings(width=9)
     with pytest.raises(ConfigError, match="counterfactual"):

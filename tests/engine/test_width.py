@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from specplay.engine.events import DraftPosition, RoundEvent
+from specplay.engine.layout import chain
 from specplay.engine.metrics import Metrics
 from specplay.engine.rules import MENTORED
 from specplay.engine.sampling import softmax
@@ -62,7 +63,7 @@ def test_a_rank_no_engine_gives_counts_as_other() -> None:
     # Only a damaged session file holds one; the playground's tally of an opened session reads it.
     metrics = Metrics(speculative=True)
     positions = tuple(DraftPosition(1, 0.1, 0.9, 0.5, 0.8, 0.0, "rejected", correction_rank=r) for r in (0, -3, 10**9))
-    metrics.add_round(RoundEvent(0, 0, "d", 3, (1, 1, 1), positions, 0, (), 1.0, 1.0, 0.0))
+    metrics.add_round(RoundEvent(0, 0, "d", (1, 1, 1), chain(3), positions, 0, (), 1.0, 1.0, 0.0))
     assert metrics.to_dict()["rejection_rank_histogram"] == {"1": 0, "2": 0, "3": 0, "4": 0, OTHER: 3}
 
 

@@ -156,7 +156,7 @@ def test_one_session_page(
 
     shown = WebDriverWait(browser, 10).until(hover_text)
     assert f"p_target(x) {round_.positions[0].p_target:.3f}" in shown
-    assert f"round 0 · route near · k {round_.k}" in shown
+    assert f"round 0 · route near · k {round_.nodes}" in shown
     token.click()
     pinned = browser.find_element("css selector", "#pinned")
     assert pinned.is_displayed() and f"p_target(x) {round_.positions[0].p_target:.3f}" in pinned.text

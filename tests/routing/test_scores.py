@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from specplay.engine.events import Counterfactual, RoundEvent
+from specplay.engine.layout import chain
 from specplay.engine.routers.request import CodeProseRouter
 from specplay.errors import ConfigError
 from specplay.routing.evaluate import evaluate, heuristic_pick
@@ -23,7 +24,7 @@ SAVED = Path(__file__).resolve().parents[1] / "data" / "saved_sessions"
 
 def _round(index: int, accepted: int, ms: tuple[float, ...], others: dict[str, tuple[int, float]]) -> RoundEvent:
     counterfactuals = tuple(Counterfactual(name, (1, 2, 3), n, elapsed) for name, (n, elapsed) in others.items())
-    return RoundEvent(index, 0, "a", 3, (1, 2, 3), (), accepted, (), *ms, counterfactuals=counterfactuals)
+    return RoundEvent(index, 0, "a", (1, 2, 3), chain(3), (), accepted, (), *ms, counterfactuals=counterfactuals)
 
 
 def test_scores_of_hand_made_rounds() -> None:

@@ -93,7 +93,7 @@ def test_a_run_fits_the_thread_count_to_load_that_began_after_loading_and_its_se
             lanes=("speculative",),
             identity=described,
             capabilities=source.capabilities,
-            route_map=source.route_map,
+            route_map=source.routing.route_map,
             token_text=None,
             on_unsaved=lambda why: None,
         )

@@ -39,8 +39,8 @@ def test_changes_and_stop_from_another_thread(tiny: TinyModels) -> None:
     change = next(i for i, e in enumerate(events) if isinstance(e, ControlEvent))
     before = [e for e in events[:change] if isinstance(e, RoundEvent)]
     after = [e for e in events[change:] if isinstance(e, RoundEvent)]
-    assert before and every(r.k == 5 and r.drafter == "near" for r in before)
-    assert after and every(r.k == 2 and r.drafter == "far" for r in after)
+    assert before and every(r.nodes == 5 and r.drafter == "near" for r in before)
+    assert after and every(r.nodes == 2 and r.drafter == "far" for r in after)
     assert events[change].token_index == sum(len(r.tokens) for r in before)
     final = events[-1]
     assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"

@@ -167,9 +167,9 @@ def round_view(event: RoundEvent) -> dict[str, Any]:
         "index": event.index,
         "token_index": event.token_index,
         "route": event.drafter,
-        "k": event.k,
+        "nodes": event.nodes,
         "drafted": list(event.drafted),
-        "parents": event.parents,
+        "parents": list(event.parents),
         "num_accepted": event.num_accepted,
         "tokens": [[t.token_id, t.text, as_filed(t.source)] for t in event.tokens],
         "positions": [

@@ -90,7 +90,11 @@ DAMAGE = {
     "start data as a list": (_start_as_list, "record 2 (start) is a list, not an object"),
     "a list for a token id": (_token_id_list, "record 3 (round).tokens[0].token_id is a list, not a whole number"),
     "a NaN time": (_set("round", "draft_ms", float("nan")), "draft_ms is nan, not a finite number"),
-    "a k as text": (_set("round", "k", "4"), "record 3 (round).k is '4', not a whole number"),
+    "a k as text": (_set("round", "k_asked", "4"), "record 3 (round).k_asked is '4', not a whole number"),
+    # A round's layout, its drafted tokens and its positions agree, within what a run can draft.
+    "parents for fewer nodes": (_set("round", "parents", [-1]), "(round).drafted holds"),
+    "parents that are no tree": (_set("round", "parents", [3, 0]), "(round).parents is no tree"),
+    "a draft past the node limit": (_set("round", "parents", [-1] * 20_000), "more than a round drafts (64)"),
     "settings out of range": (
         lambda records: next(r for r in records if r.get("kind") == "start")["data"]["settings"].update(k=0),
         "k must be between 1 and 64",

@@ -240,7 +240,7 @@ class FakeVllm:
                 if isinstance(event, RoundEvent):
                     steps.append([t.token_id for t in event.tokens])
                     accepted.append(event.num_accepted)
-                    drafted.append(event.k)
+                    drafted.append(event.nodes)
         return {"steps": steps, "accepted": accepted, "drafted": drafted}
 
     # --- HTTP ------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from specplay.engine.reference_round import (
     Probs,
     lossless,
     reference_speculative,
-    reference_tree_speculative,
     rule_acceptance,
 )
 from specplay.engine.rules import AcceptanceRule, RuleParams
@@ -32,54 +31,16 @@ def compare(
     route: str,
     *,
     k: int,
+    width: int = 1,
+    nodes: int = 0,
     temperature: float = 0.0,
     seed: int = 0,
     rule: AcceptanceRule | None = None,
     max_tokens: int = 40,
     eos_ids: frozenset[int] = frozenset(),
 ) -> tuple[int, ...]:
-    """Engine and reference on one request; asserts they commit the same ids and returns them."""
-    events = run(
-        backend,
-        prompt,
-        route=route,
-        k=k,
-        temperature=temperature,
-        seed=seed,
-        max_tokens=max_tokens,
-        ignore_eos=not eos_ids,
-        **rule_settings(rule),
-    )
-    expected = reference_speculative(
-        probs("target", temperature),
-        probs(route, temperature),
-        backend.encode(prompt, raw=True),
-        k=k,
-        max_tokens=max_tokens,
-        seed=seed,
-        eos_ids=eos_ids,
-        accept=lossless if rule is None else rule_acceptance(rule),
-    )
-    engine = done(events).token_ids
-    assert list(engine) == expected, (prompt[:10], route, k, temperature, seed, rule)
-    assert every(r.k <= k for r in rounds(events))
-    return engine
-
-
-def compare_tree(
-    backend: Backend,
-    probs: ModelProbs,
-    prompt: str,
-    route: str,
-    *,
-    width: int,
-    nodes: int = 0,
-    k: int = 4,
-    temperature: float = 0.0,
-    seed: int = 0,
-    max_tokens: int = 40,
-) -> tuple[int, ...]:
-    """Engine and reference drafting trees on one request; asserts they commit the same ids."""
+    """Engine and reference on one request, drafting chains (width 1) or trees; asserts they
+    commit the same ids and returns them."""
     events = run(
         backend,
         prompt,
@@ -90,18 +51,25 @@ def compare_tree(
         temperature=temperature,
         seed=seed,
         max_tokens=max_tokens,
+        ignore_eos=not eos_ids,
+        **rule_settings(rule),
     )
-    expected = reference_tree_speculative(
+    # Greedy, a tree's drafter orders and weighs its children by its softmax; a chain's takes its argmax.
+    belief = probs(route, temperature or 1.0) if width > 1 else probs(route, temperature)
+    expected = reference_speculative(
         probs("target", temperature),
-        probs(route, temperature or 1.0),  # at temperature 0 the drafter's softmax orders and weighs children
+        belief,
         backend.encode(prompt, raw=True),
+        k=k,
         width=width,
         nodes=nodes,
-        k=k,
         max_tokens=max_tokens,
         seed=seed,
         greedy=temperature == 0,
+        eos_ids=eos_ids,
+        accept=lossless if rule is None else rule_acceptance(rule),
     )
     engine = done(events).token_ids
-    assert list(engine) == expected, (prompt[:10], route, width, nodes, temperature, seed)
+    assert list(engine) == expected, (prompt[:10], route, k, width, nodes, temperature, seed, rule)
+    assert every(r.depth <= k for r in rounds(events))
     return engine

@@ -24,19 +24,19 @@ import numpy as np
 
 from specplay.drafters.prompt_lookup import NgramIndex
 from specplay.engine.accept import inverse_cdf_sample
-from specplay.engine.backend_protocol import VerifiedDraft
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.draws import RoundDraws
+from specplay.engine.layout import ROOT, depths
 from specplay.engine.loop import SpecEngine
 from specplay.engine.reference_round import reference_grown_tree
+from specplay.engine.routers.request import routing_for
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import sampling_probs, softmax
 from specplay.engine.settings import SamplingParams
 from specplay.engine.tree import (
-    ROOT,
     TreeShape,
-    VerifiedTree,
-    depths,
+    VerifiedDraft,
+    chain_verified,
     greedy_numbers,
     row_uniforms,
     sampled_numbers,
@@ -216,11 +216,16 @@ class ScriptedGeneration:
     def draft(
         self,
         drafter: str,
-        k: int,
+        shape: TreeShape,
         sampling: SamplingParams,
         uniforms: Sequence[float],
         keep_drafting: Callable[[Sequence[float]], bool] | None,
-    ) -> ScriptedDraft:
+    ) -> ScriptedDraft | ScriptedTree:
+        """As the MLX backend: a model drafter grows a tree where the width asks for one, else drafts
+        a chain (verified by the causal pass, with every rule's numbers); prompt lookup, a chain."""
+        if shape.width > 1 and drafter not in self.lookups:
+            return self._grow_tree(drafter, shape, sampling, uniforms)
+        k = shape.depth
         if drafter in self.lookups:
             proposal = self.lookups[drafter].propose(self.tokens, k)
             if keep_drafting is not None:
@@ -253,8 +258,15 @@ class ScriptedGeneration:
         return ScriptedDraft(drafted, np.array(rows).reshape(shape), logits, ranked=True)
 
     def verify(
-        self, draft: ScriptedDraft, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0
+        self,
+        draft: ScriptedDraft | ScriptedTree,
+        sampling: SamplingParams,
+        rule: AcceptanceRule,
+        draws: RoundDraws,
+        top_n: int = 0,
     ) -> VerifiedDraft:
+        if isinstance(draft, ScriptedTree):
+            return self._verify_tree(draft, sampling, draws)
         k = len(draft.tokens)
         self._forward("target", len(self.tokens) - self.lengths["target"] + k)
         p_target = np.array([self._probs("target", [*self.tokens, *draft.tokens[:i]], sampling) for i in range(k + 1)])
@@ -262,7 +274,7 @@ class ScriptedGeneration:
         if k == 0:  # the round is one target step
             bonus = int(inverse_cdf_sample(p_target, uniforms, np)[0])
             tops = _ranked(p_target, top_n) if top_n else None
-            return VerifiedDraft(
+            return chain_verified(
                 drafted=[],
                 p_target=[],
                 p_draft=[],
@@ -275,7 +287,7 @@ class ScriptedGeneration:
             )
         tokens = np.array(draft.tokens)
         out = verify_rows(p_target, tokens, draft.rows, uniforms, rule=rule, n=0, xp=np, logits=draft.logits)
-        return VerifiedDraft(
+        return chain_verified(
             drafted=list(draft.tokens),
             p_target=out["p_target_x"].tolist(),
             p_draft=out["p_draft_x"].tolist(),
@@ -290,16 +302,10 @@ class ScriptedGeneration:
             top_draft=_ranked(draft.rows, top_n) if top_n else None,
         )
 
-    def draft_tree(
+    def _grow_tree(
         self, drafter: str, shape: TreeShape, sampling: SamplingParams, uniforms: Sequence[float]
     ) -> ScriptedTree:
-        """The reference's tree (engine/reference_round.py), a drafter forward per level; prompt
-        lookup's proposal as a chain."""
-        if drafter in self.lookups:
-            proposal = self.lookups[drafter].propose(self.tokens, shape.depth)
-            rows = np.zeros((len(proposal) + 1, VOCAB))
-            rows[np.arange(len(proposal)), proposal] = 1.0
-            return ScriptedTree(list(range(-1, len(proposal) - 1)), proposal, rows)
+        """The reference's tree (engine/reference_round.py), a drafter forward per level."""
         committed = len(self.tokens)
         self._forward(drafter, committed - self.lengths[drafter])
         model = self.backend.models[drafter]
@@ -318,7 +324,7 @@ class ScriptedGeneration:
         table[: len(rows)] = rows
         return ScriptedTree(parents, drafted, table)
 
-    def verify_tree(self, draft: ScriptedTree, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
+    def _verify_tree(self, draft: ScriptedTree, sampling: SamplingParams, draws: RoundDraws) -> VerifiedDraft:
         n = len(draft.tokens)
         self._forward("target", len(self.tokens) - self.lengths["target"] + n)
         rows = np.array([self._probs("target", [*self.tokens, *draft.path(row)], sampling) for row in range(n + 1)])
@@ -332,14 +338,14 @@ class ScriptedGeneration:
         self,
         drafter: str,
         *,
-        k: int,
+        shape: TreeShape,
         sampling: SamplingParams,
         rule: AcceptanceRule,
         draws: RoundDraws,
         keep_drafting: Callable[[Sequence[float]], bool] | None,
     ) -> VerifiedDraft:
         committed = len(self.tokens) - 1
-        verified = self.verify(self.draft(drafter, k, sampling, draws.draft, keep_drafting), sampling, rule, draws)
+        verified = self.verify(self.draft(drafter, shape, sampling, draws.draft, keep_drafting), sampling, rule, draws)
         self._trim(committed, ("target", drafter))
         return verified
 
@@ -460,7 +466,7 @@ def scripted_backend(
     )
 
 
-def scripted_engine(backend: ScriptedBackend | None = None, **engine: Any) -> SpecEngine:
-    """The engine over a scripted backend, timed by its simulated clock."""
+def scripted_engine(backend: ScriptedBackend | None = None, **routing: Any) -> SpecEngine:
+    """The engine over a scripted backend, timed by its simulated clock; `routing`: `routing_for`'s."""
     backend = backend or scripted_backend()
-    return SpecEngine(backend, clock=backend.clock, **engine)
+    return SpecEngine(backend, routing_for(backend.drafters, **routing), clock=backend.clock)

@@ -16,6 +16,7 @@ from specplay.engine.events import (
     StepEvent,
     Token,
 )
+from specplay.engine.layout import chain
 from specplay.engine.metrics import Metrics
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
@@ -74,8 +75,8 @@ def speculative_events(
             index,
             len(tokens),
             routes[index] if index < len(routes) else "near",
-            len(drafted),
             tuple(t.token_id for t in drafted),
+            chain(len(drafted)),
             tuple(_position(t) for t in drafted),
             accepted,
             tuple(round_tokens),

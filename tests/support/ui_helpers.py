@@ -14,6 +14,7 @@ from specplay.config.run_config import RequestSpec, RunConfig, VllmOptions
 from specplay.drafters import ModelSpec
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import SpecEngine
+from specplay.engine.routers.request import routing_for
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import OpenSource
 from specplay.ui.app import PlaygroundApp, PlaygroundOptions, create_app
@@ -61,7 +62,9 @@ def scripted_config(
 
 def scripted_source(backend: ScriptedBackend) -> OpenSource:
     """Opens the engine over `backend`, timed by its simulated clock, with the configuration's route map."""
-    return lambda config: SpecEngine(backend, clock=backend.clock, route_map=config.route_map)
+    return lambda config: SpecEngine(
+        backend, routing_for(backend.drafters, route_map=config.route_map), clock=backend.clock
+    )
 
 
 def scripted_app(backend: ScriptedBackend, sessions: Path, **kwargs: Any) -> PlaygroundApp:

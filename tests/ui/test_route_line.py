@@ -10,7 +10,7 @@ import numpy as np
 
 from specplay.engine.loop import SpecEngine
 from specplay.engine.routers.learned import LearnedRouter, fit_router
-from specplay.engine.routers.request import fallback_for
+from specplay.engine.routers.request import fallback_for, routing_for
 from specplay.ui.app import PlaygroundOptions, create_app
 from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT
@@ -33,7 +33,7 @@ async def _finished_status(tmp_path: Path, router: LearnedRouter) -> str:
     fallback = fallback_for(router, DRAFTERS, {"code": "near"}, {"code": "near measured 1.4× on code here"})
 
     def open_source(_: object) -> SpecEngine:
-        return SpecEngine(backend, clock=backend.clock, router=router, fallback=fallback)
+        return SpecEngine(backend, routing_for(backend.drafters, router, fallback=fallback), clock=backend.clock)
 
     app = create_app(config, PlaygroundOptions(), backend.clock, open_source)
     async with app.run_test(size=(160, 45)) as pilot:

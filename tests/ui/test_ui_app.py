@@ -18,11 +18,11 @@ from textual_slider import Slider
 from specplay.config.run_config import RunConfig
 from specplay.display.text import visible
 from specplay.engine.events import ControlEvent, DoneEvent, StepEvent
+from specplay.engine.layout import is_chain
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.engine.speedup import predict_by_k, recommended_k
 from specplay.engine.stream import EventStream
-from specplay.engine.tree import is_chain
 from specplay.errors import ModelError
 from specplay.store import list_session_files, load_session
 from specplay.ui.app import PlaygroundApp, create_app
@@ -87,7 +87,7 @@ async def test_type_run_stop_and_save(tmp_path: Path) -> None:
         assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the lanes to stop")
         await wait_for(pilot, lambda: prompt.cursor_blink, "the cursor to blink again once the run ended")
-        assert every(r.k == 4 and r.drafter == "near" for r in spec_rounds(app))
+        assert every(r.nodes == 4 and r.drafter == "near" for r in spec_rounds(app))
         for lane in ("speculative", "target"):
             final = app.playground.events[lane][-1]
             assert isinstance(final, DoneEvent) and final.finish_reason == "cancelled"
@@ -109,7 +109,7 @@ async def test_the_k_slider_changes_the_next_rounds_and_marks_the_stream(tmp_pat
         await wait_for(pilot, lambda: len(after(app.playground.events["speculative"], k_at)) >= 3, "rounds at k=2")
         await stop_run(app, pilot)
         events = app.playground.events["speculative"]
-        assert every(r.k == 4 for r in spec_rounds(app)[:3]) and every(r.k == 2 for r in after(events, k_at))
+        assert every(r.nodes == 4 for r in spec_rounds(app)[:3]) and every(r.nodes == 2 for r in after(events, k_at))
         change = events[k_at]
         assert isinstance(change, ControlEvent) and ("k", 4, 2) in change.changes
         assert "⟨k=2⟩" in app.query_one("#speculative", LaneView).text  # the marker in the stream

@@ -68,7 +68,7 @@ class Screen:
     def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
         self.events.setdefault(lane, []).append(event)
         if isinstance(event, RoundEvent):
-            assert len(drafted_text) == event.k  # the tape gets each drafted token's text
+            assert len(drafted_text) == event.nodes  # the tape gets each drafted token's text
 
     def redraw(self, full: bool) -> None:
         self.calls.append(("redraw", full))
@@ -401,7 +401,7 @@ def test_route_none_runs_the_speculative_lane_as_target_steps_and_says_so(harnes
     playground.stop()
     harness.until(lambda: playground.state == RunState.READY, "the run to stop")
     rounds = [e for e in playground.events["speculative"] if isinstance(e, RoundEvent)]
-    assert rounds and all(r.drafter == "none" and r.k == 0 for r in rounds)
+    assert rounds and all(r.drafter == "none" and r.nodes == 0 for r in rounds)
     assert {t.source for r in rounds for t in r.tokens} == {"target"}
     assert playground.lanes == ("speculative", "target")
 

@@ -16,6 +16,7 @@ from textual.widgets import Static
 from specplay.cli import main
 from specplay.display.themes import builtin_theme_files, themes_dir
 from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
+from specplay.engine.layout import chain
 from specplay.engine.rules import KNOB_STEPS, RULES, Cascade, Lenience, Mentored, Typical
 from specplay.engine.speedup import predicted_speedup
 from specplay.ui.stats import LaneTally, compare
@@ -30,7 +31,9 @@ def _round(outcomes: list[str], draft_ms: float = 4.0) -> RoundEvent:
     accepted = sum(o == "accepted" for o in outcomes)
     last = "corrected" if "rejected" in outcomes else "bonus"
     tokens = (*(Token(1, "a", "accepted") for _ in range(accepted)), Token(2, "b", last))
-    return RoundEvent(0, 0, "near", len(outcomes), (1,) * len(outcomes), positions, accepted, tokens, draft_ms, 1, 0)
+    return RoundEvent(
+        0, 0, "near", (1,) * len(outcomes), chain(len(outcomes)), positions, accepted, tokens, draft_ms, 1, 0
+    )
 
 
 def test_predicted_speedup_matches_leviathan() -> None:
@@ -69,7 +72,7 @@ def test_the_rounds_account_is_the_measured_speedup_taken_apart() -> None:
 
     def timed_round(tokens: int, draft_ms: float, verify_ms: float, host_ms: float) -> RoundEvent:
         made = tuple(Token(1, "a", "accepted") for _ in range(tokens))
-        return RoundEvent(0, 0, "near", 4, (1,) * 4, (), tokens - 1, made, draft_ms, verify_ms, host_ms)
+        return RoundEvent(0, 0, "near", (1,) * 4, chain(4), (), tokens - 1, made, draft_ms, verify_ms, host_ms)
 
     spec, target = LaneTally(), LaneTally()
     busy_s = 0.0
@@ -125,7 +128,7 @@ def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
         for outcome, bound in (("accepted", 0.01), ("rejected", 0.02), ("unreached", 0.5))
     )
     tokens = (Token(1, "a", "accepted"), Token(2, "b", "corrected"))
-    spec.add(RoundEvent(0, 0, "near", 3, (1, 1, 1), bounded, 1, tokens, 6.0, 12.0, 0), busy_s=1.0)
+    spec.add(RoundEvent(0, 0, "near", (1, 1, 1), chain(3), bounded, 1, tokens, 6.0, 12.0, 0), busy_s=1.0)
     spec.add(_round(["accepted", "accepted"], draft_ms=4.0), busy_s=2.0)  # verify_ms 1
     assert spec.error_bound_total == pytest.approx(0.03)  # unreached positions emitted nothing
     comparison = compare(spec, None)

@@ -21,7 +21,7 @@ from mlx_lm.models.cache import trim_prompt_cache
 from specplay.backends.mlx.early_exit import EarlyExitModel, LayerSplit, check_layers, head_identity, load_exit_head
 from specplay.backends.mlx.kernels import draw_kernel
 from specplay.backends.mlx.loading import LoadedModel, folder_identity, load_model, rewindable_cache
-from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, TreePass, chain_tree, grow_tree, tree_pass
+from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, TreePass, grow_tree, tree_pass
 from specplay.drafters import DrafterKind, Form, ModelSpec, Proposer, kind_of
 from specplay.engine.sampling import one_hot, softmax
 from specplay.engine.settings import SamplingParams
@@ -159,25 +159,16 @@ class Drafter(Protocol):
     def draft(
         self,
         tokens: Sequence[int],
-        k: int,
+        shape: TreeShape,
         *,
         sampling: SamplingParams,
         drawn: Sequence[float],
         keep_drafting: KeepDrafting | None,
         compiled: bool,
-    ) -> MlxDraft:
-        """Up to k tokens to follow `tokens` (the committed ones)."""
-
-    def draft_tree(
-        self,
-        tokens: Sequence[int],
-        shape: TreeShape,
-        *,
-        sampling: SamplingParams,
-        drawn: Sequence[float],
-        compiled: bool,
-    ) -> MlxTree:
-        """A tree within `shape` to follow `tokens` (engine/tree.py), or its chain where it cannot grow one."""
+    ) -> MlxDraft | MlxTree:
+        """A draft within `shape` to follow `tokens` (the committed ones): at width 1 a chain of up
+        to `shape.depth` tokens (MlxDraft, verified by the causal pass); wider, a tree
+        (engine/tree.py), or its chain where it cannot grow one."""
 
     def trim_to(self, length: int) -> None:
         """Forget what it holds past `length` tokens."""
@@ -208,6 +199,22 @@ class CacheDrafter:
     def draft(
         self,
         tokens: Sequence[int],
+        shape: TreeShape,
+        *,
+        sampling: SamplingParams,
+        drawn: Sequence[float],
+        keep_drafting: KeepDrafting | None,
+        compiled: bool,
+    ) -> MlxDraft | MlxTree:
+        if self.grows_trees and shape.width > 1:
+            return grow_tree(self.cache, tokens, shape, sampling, drawn)
+        return self._chain(
+            tokens, shape.depth, sampling=sampling, drawn=drawn, keep_drafting=keep_drafting, compiled=compiled
+        )
+
+    def _chain(
+        self,
+        tokens: Sequence[int],
         k: int,
         *,
         sampling: SamplingParams,
@@ -215,6 +222,7 @@ class CacheDrafter:
         keep_drafting: KeepDrafting | None,
         compiled: bool,
     ) -> MlxDraft:
+        """A chain of up to k tokens, a token per forward pass."""
         model = self.cache
         u = None if sampling.greedy else uniforms(drawn)  # the argmax needs no draw
         inputs = model.pending(tokens)
@@ -243,21 +251,6 @@ class CacheDrafter:
         if sampling.greedy:
             return MlxDraft(out, None, model.vocab_size, scores=stacked)
         return MlxDraft(out, stacked, model.vocab_size)
-
-    def draft_tree(
-        self,
-        tokens: Sequence[int],
-        shape: TreeShape,
-        *,
-        sampling: SamplingParams,
-        drawn: Sequence[float],
-        compiled: bool,
-    ) -> MlxTree:
-        if self.grows_trees and shape.width > 1:
-            return grow_tree(self.cache, tokens, shape, sampling, drawn)
-        # A tree of width 1 is a chain (tree.py): drafted as one, a token per forward pass.
-        chain = self.draft(tokens, shape.depth, sampling=sampling, drawn=drawn, keep_drafting=None, compiled=compiled)
-        return chain_tree(chain.tokens.tolist(), chain.rows, self.cache.vocab_size)
 
     def trim_to(self, length: int) -> None:
         self.cache.trim_to(length)
@@ -294,14 +287,15 @@ class ProposerDrafter:
     def draft(
         self,
         tokens: Sequence[int],
-        k: int,
+        shape: TreeShape,
         *,
         sampling: SamplingParams,
         drawn: Sequence[float],
         keep_drafting: KeepDrafting | None,
         compiled: bool,
     ) -> MlxDraft:
-        proposal = self.proposer.propose(tokens, k)
+        """Its one proposal, at any width a chain: certain, one-hot rows."""
+        proposal = self.proposer.propose(tokens, shape.depth)
         if keep_drafting is not None:
             # Its confidence in each of its tokens is 1, so a policy that stops early never does
             # here; asked anyway so a policy sees every kind alike.
@@ -310,18 +304,6 @@ class ProposerDrafter:
                     proposal = proposal[:count]
                     break
         return certain_draft(proposal, self.vocab_size)
-
-    def draft_tree(
-        self,
-        tokens: Sequence[int],
-        shape: TreeShape,
-        *,
-        sampling: SamplingParams,
-        drawn: Sequence[float],
-        compiled: bool,
-    ) -> MlxTree:
-        """Its one proposal, as a chain: certain, one-hot rows."""
-        return chain_tree(self.proposer.propose(tokens, shape.depth), None, self.vocab_size)
 
     def trim_to(self, length: int) -> None:
         """Nothing to rewind: a proposal is never taken in."""

@@ -26,12 +26,11 @@ from specplay.backends.mlx.drafting import (
 from specplay.backends.mlx.drafting import draw as draw_token
 from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, judged_numbers, keep_path, verify_pass
 from specplay.engine.accept import inverse_cdf_sample
-from specplay.engine.backend_protocol import VerifiedDraft, VerifiedTree
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import sampling_probs
 from specplay.engine.settings import SamplingParams
-from specplay.engine.tree import CHAINS_ONLY, TreeShape, kept_path
+from specplay.engine.tree import CHAINS_ONLY, TreeShape, VerifiedDraft, chain_verified, kept_path
 from specplay.engine.verify_rows import top_n as top_tokens
 from specplay.errors import ConfigError, ModelError
 
@@ -59,7 +58,7 @@ def _verify_argmax(draft: MlxDraft, logits: mx.array, top_n: int = 0) -> Verifie
     ids = mx.concatenate(parts).tolist()  # the round's one transfer to the host
     tokens, argmax, ranks = ids[:k], ids[k : 2 * k + 1], ids[2 * k + 1 :]
     hits = [float(x == a) for x, a in zip(tokens, argmax, strict=False)]
-    verified = VerifiedDraft(
+    verified = chain_verified(
         drafted=tokens,
         p_target=hits,
         p_draft=[1.0] * k,
@@ -94,7 +93,7 @@ def _verify_distributions(
         bonus = inverse_cdf_sample(p_target, u, mx)
         tops = top_tokens(p_target, n, mx) if n else ()
         mx.eval(bonus, *tops)
-        verified = VerifiedDraft(
+        verified = chain_verified(
             drafted=[],
             p_target=[],
             p_draft=[],
@@ -117,7 +116,7 @@ def _verify_distributions(
     if n:
         tops["top_target"] = _ranked(host.pop("top_target_ids"), host.pop("top_target_p"))
         tops["top_draft"] = _ranked(host.pop("top_draft_ids"), host.pop("top_draft_p"))
-    return VerifiedDraft(
+    return chain_verified(
         drafted=host["drafted"],
         p_target=host["p_target_x"],
         p_draft=host["p_draft_x"],
@@ -175,21 +174,36 @@ class MlxGeneration:
     def draft(
         self,
         drafter: str,
-        k: int,
+        shape: TreeShape,
         sampling: SamplingParams,
         uniforms: Sequence[float],
         keep_drafting: KeepDrafting | None,
-    ) -> MlxDraft:
+    ) -> MlxDraft | MlxTree:
+        if shape.width > 1 and self.target.tree_pass is None:  # the target verifies chains only
+            self._chains_only["target"] = NO_TREE_PASS
+            shape = replace(shape, width=1, nodes=shape.depth)
+        elif shape.width > 1 and not self.drafters[drafter].grows_trees:
+            self._chains_only[drafter] = self.drafters[drafter].chains_because
         return self.drafters[drafter].draft(
-            self.tokens, k, sampling=sampling, drawn=uniforms, keep_drafting=keep_drafting, compiled=self.compiled
+            self.tokens, shape, sampling=sampling, drawn=uniforms, keep_drafting=keep_drafting, compiled=self.compiled
         )
 
     def given_draft(self, tokens: Sequence[int]) -> MlxDraft:
         return certain_draft(tokens, self.target.vocab_size)
 
     def verify(
-        self, draft: MlxDraft, sampling: SamplingParams, rule: AcceptanceRule, draws: RoundDraws, top_n: int = 0
+        self,
+        draft: MlxDraft | MlxTree,
+        sampling: SamplingParams,
+        rule: AcceptanceRule,
+        draws: RoundDraws,
+        top_n: int = 0,
     ) -> VerifiedDraft:
+        if isinstance(draft, MlxTree):  # a grown tree: the tree pass (trees.py), judged losslessly
+            logits, start = verify_pass(self.target, self.tokens, draft)
+            self._tree = (start, draft)
+            return judged_numbers(draft, logits, sampling, draws)
+        # A chain: the causal pass, and every rule's numbers.
         k = draft.tokens.shape[0]
         inputs = mx.concatenate([self.target.pending(self.tokens), draft.tokens.astype(mx.int32)])
         logits = self.target.forward(inputs)[-(k + 1) :]
@@ -199,28 +213,11 @@ class MlxGeneration:
             draft, logits, sampling=sampling, rule=rule, draws=draws, top_n=top_n, compiled=self.compiled
         )
 
-    def draft_tree(
-        self, drafter: str, shape: TreeShape, sampling: SamplingParams, uniforms: Sequence[float]
-    ) -> MlxTree:
-        if self.target.tree_pass is None:  # the target verifies chains only: the drafter drafts one
-            self._chains_only["target"] = NO_TREE_PASS
-            shape = replace(shape, width=1, nodes=shape.depth)
-        elif shape.width > 1 and not self.drafters[drafter].grows_trees:
-            self._chains_only[drafter] = self.drafters[drafter].chains_because
-        return self.drafters[drafter].draft_tree(
-            self.tokens, shape, sampling=sampling, drawn=uniforms, compiled=self.compiled
-        )
-
-    def verify_tree(self, draft: MlxTree, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
-        logits, start = verify_pass(self.target, self.tokens, draft)
-        self._tree = (start, draft)
-        return judged_numbers(draft, logits, sampling, draws)
-
     def counterfactual(
         self,
         drafter: str,
         *,
-        k: int,
+        shape: TreeShape,
         sampling: SamplingParams,
         rule: AcceptanceRule,
         draws: RoundDraws,
@@ -230,7 +227,7 @@ class MlxGeneration:
         sequence per cache, so it cannot share the routed proposal's pass); then the target's and
         that drafter's caches go back to the committed tokens."""
         committed = len(self.tokens) - 1
-        draft = self.draft(drafter, k, sampling, draws.draft, keep_drafting)
+        draft = self.draft(drafter, shape, sampling, draws.draft, keep_drafting)
         verified = self.verify(draft, sampling, rule, draws)
         self.target.trim_to(committed)
         self.drafters[drafter].trim_to(committed)

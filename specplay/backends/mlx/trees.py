@@ -27,16 +27,14 @@ from mlx_lm.models.cache import KVCache, trim_prompt_cache
 
 from specplay.backends.mlx.early_exit import ExitHead, LayerSplit
 from specplay.engine.draws import RoundDraws
-from specplay.engine.sampling import one_hot, sampling_probs, softmax
+from specplay.engine.layout import ROOT, depths, is_chain
+from specplay.engine.sampling import sampling_probs, softmax
 from specplay.engine.settings import SamplingParams
 from specplay.engine.tree import (
-    ROOT,
     TreeShape,
-    VerifiedTree,
-    depths,
+    VerifiedDraft,
     draw_siblings,
     greedy_numbers,
-    is_chain,
     level_counts,
     row_uniforms,
     sampled_numbers,
@@ -138,19 +136,6 @@ class MlxTree:
     None at temperature 0, where judging reads the target's argmax alone."""
 
 
-def chain_tree(tokens: Sequence[int], p_draft: mx.array | None, vocab_size: int) -> MlxTree:
-    """A chain as a tree of width 1. `p_draft` [k, vocab]: the drafter's rows at its positions
-    (None: a proposer's, certain, so one-hot)."""
-    tokens = list(tokens)
-    parents = list(range(-1, len(tokens) - 1))
-    if p_draft is None:
-        p_draft = one_hot(mx.array(tokens, dtype=mx.int32), vocab_size, mx) if tokens else None
-    rows = None
-    if p_draft is not None:
-        rows = mx.concatenate([p_draft, mx.zeros((1, vocab_size), dtype=p_draft.dtype)])
-    return MlxTree(tokens, parents, rows)
-
-
 def grow_tree(
     cache: Any, tokens: Sequence[int], shape: TreeShape, sampling: SamplingParams, drawn: Sequence[float]
 ) -> MlxTree:
@@ -222,7 +207,7 @@ def verify_pass(cache: Any, tokens: Sequence[int], draft: MlxTree) -> tuple[mx.a
     return cache.forward_tree(inputs, mask, positions)[-(len(draft.tokens) + 1) :], before + count
 
 
-def judged_numbers(draft: MlxTree, logits: mx.array, sampling: SamplingParams, draws: RoundDraws) -> VerifiedTree:
+def judged_numbers(draft: MlxTree, logits: mx.array, sampling: SamplingParams, draws: RoundDraws) -> VerifiedDraft:
     """tree.py's judging numbers from the target's rows, in one transfer to the host."""
     if sampling.greedy:
         return greedy_numbers(draft.parents, draft.tokens, mx.argmax(logits, axis=-1).tolist())

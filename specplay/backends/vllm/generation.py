@@ -56,10 +56,10 @@ from specplay.backends.vllm.topk import (
     tv_bracket,
 )
 from specplay.config.run_config import Strategy
-from specplay.engine.backend_protocol import VerifiedDraft
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams
+from specplay.engine.tree import TreeShape, VerifiedDraft, chain_verified
 from specplay.engine.width import listed_rank
 from specplay.errors import ConfigError
 
@@ -187,11 +187,14 @@ class VllmGeneration:
     def draft(
         self,
         drafter: str,
-        k: int,
+        shape: TreeShape,
         sampling: SamplingParams,
         uniforms: Sequence[float],
         keep_drafting: Callable[[Sequence[float]], bool] | None,
     ) -> VllmDraft:
+        """A chain of up to `shape.depth` tokens: a server verifies chains only (its capabilities
+        say no trees)."""
+        k = shape.depth
         if drafter in self.local:
             from specplay.backends.vllm.local import MAX_LISTED  # loaded with the local drafter
 
@@ -253,7 +256,7 @@ class VllmGeneration:
         if draft.ranked is None:
             return verified
         return replace(
-            verified, correction_rank=CorrectionRanks(verified.corrections, draft.ranked, draft.listed_at_least)
+            verified, correction_rank=CorrectionRanks(verified.row_tokens, draft.ranked, draft.listed_at_least)
         )
 
     def _verify_prompt_logprobs(
@@ -316,7 +319,7 @@ class VllmGeneration:
         # Temperature 0: both distributions one-hot. Exact.
         argmax = [t.argmax for t in targets]
         hits = [float(x == a) for x, a in zip(drafted, argmax, strict=True)]
-        return VerifiedDraft(
+        return chain_verified(
             drafted=list(drafted),
             p_target=hits,
             p_draft=[1.0] * len(drafted),
@@ -377,7 +380,7 @@ class VllmGeneration:
         else:
             corrections = [draw() for draw in draws]  # each top-K draw costs nothing: drawn eagerly
         argmax = [t.argmax for t in targets]
-        return VerifiedDraft(
+        return chain_verified(
             drafted=list(draft.tokens),
             p_target=p_target,
             p_draft=p_draft,
@@ -468,7 +471,7 @@ class VllmGeneration:
         self,
         drafter: str,
         *,
-        k: int,
+        shape: TreeShape,
         sampling: SamplingParams,
         rule: AcceptanceRule,
         draws: RoundDraws,

@@ -50,18 +50,11 @@ from specplay.engine.events import (
     Token,
     TokenSource,
 )
+from specplay.engine.layout import chain
 from specplay.engine.loop import check_context
 from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
-from specplay.engine.routers.request import (
-    CodeProseRouter,
-    Fallback,
-    RouteChoice,
-    Router,
-    resolve_route,
-    route_choice,
-    route_map_for,
-)
+from specplay.engine.routers.request import Routing, resolve_route, routing_for
 from specplay.engine.settings import K_LIMIT, SpecSettings
 from specplay.engine.stream import Clock
 from specplay.errors import ConfigError
@@ -153,26 +146,17 @@ class NativeStream:
         self,
         servers: dict[str, NativeServer],
         baseline: VllmBackend | None = None,
-        router: Router | None = None,
-        route_map: Mapping[str, str] | None = None,
+        routing: Routing | None = None,
         clock: Clock = time.perf_counter,
-        fallback: Fallback | None = None,
     ) -> None:
         self.servers, self.baseline = servers, baseline
         self.drafters = tuple(servers)
         self.capabilities = vllm_native(baseline is not None)
-        self.router = router or CodeProseRouter()
-        self.route_map = route_map_for(self.router, self.drafters, route_map)
-        self.named_routes = dict(route_map or {})
-        """The classes the run's configuration mapped; the others go by `route_map_for`'s default."""
-        self.fallback = fallback
+        self.routing = routing or routing_for(self.drafters)
         self.clock = clock
         first = next(iter(servers.values()))
         self.tokenizer = RemoteTokenizer(first.client, first.model)
         self._encoder = VllmBackend(RemoteModel(first.client, first.model), remote={}, local={})
-
-    def route_choice(self, prompt: str) -> RouteChoice:
-        return route_choice(self.router, self.route_map, self.named_routes, prompt, fallback=self.fallback)
 
     def encode(self, prompt: str, raw: bool) -> list[int]:
         return self._encoder.encode(prompt, raw)
@@ -215,7 +199,7 @@ class NativeStream:
         if request.mode == "target":
             assert self.baseline is not None
             return baseline_events(self.baseline, self.tokenizer, request, controls, clock)
-        return self._speculative(request, controls, clock, self.route_choice(request.prompt).drafter)
+        return self._speculative(request, controls, clock, self.routing.choice(request.prompt).drafter)
 
     def _speculative(self, request: Request, controls: LiveControls, clock: Clock, auto_route: str) -> Iterator[Event]:
         """One native request as engine events, on the server the route setting picks (`auto_route`
@@ -343,8 +327,8 @@ def _chunk_events(
         index=metrics.num_spec_steps,
         token_index=token_index,
         drafter=route,
-        k=drafted,
-        drafted=(),
+        drafted=(),  # the server's drafts are its own: only how many, and that they were a chain
+        parents=chain(drafted),
         positions=(),
         num_accepted=num_accepted,
         tokens=tuple(tokens),
@@ -390,14 +374,12 @@ def connect_native(
     api_key: str | None = None,
     timeout_s: float = 60.0,
     route: str = NATIVE_ROUTE,
-    route_map: Mapping[str, str] | None = None,
     auth: Mapping[str, tuple[str, str]] | None = None,
-    router: Router | None = None,
-    fallback: Fallback | None = None,
+    routing: Routing | None = None,
 ) -> NativeStream:
     """Connect to a speculating server (routed to as `route`), to `more` (name, URL) speculating
     servers of the same target, and, when given, to a plain server of it; all must tokenize alike.
-    `route_map` sends `router`'s classes (default: the heuristic's) to servers."""
+    `routing` chooses among the servers (default: the heuristic's, over their names)."""
     urls = [(route, server_root(target_url)), *((name, server_root(url, "draft_url")) for name, url in more)]
     logins = dict(auth or {})
     with contextlib.ExitStack() as opened:  # a refusal closes the connections made before it
@@ -419,4 +401,4 @@ def connect_native(
             ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
         check_same_tokens(ids)
         opened.pop_all()  # connected: the source closes them
-    return NativeStream(servers, baseline, router=router, route_map=route_map, fallback=fallback)
+    return NativeStream(servers, baseline, routing=routing)

@@ -150,7 +150,7 @@ class LearnedRouter:
     trained_on: Mapping[str, Any] = field(default_factory=dict)
     """What it was fitted to (sessions, labels...), as its file records it."""
     min_confidence: float = 0.0
-    """Below this probability of its class, the heuristic chooses (engine/routers/request.py's Fallback):
+    """Below this probability of its class, the heuristic chooses (engine/routers/request.py's fallback routing):
     the threshold cross-validation chose at training (routing/train.py); 0: it always chooses."""
 
     def probabilities(self, prompt: str) -> np.ndarray:

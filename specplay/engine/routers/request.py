@@ -4,14 +4,14 @@ A `Router` labels a prompt with a class ("code", "prose"...); a route map sends 
 a drafter. A pinned route (a drafter's name) bypasses the router. Anything with `classes` and
 `classify` (and a `label` for route choices) can replace the heuristic here: the learned router
 (routers/learned.py) does. A learned router says how sure it is of each prompt; below the
-confidence its training validated, the heuristic decides instead (a `Fallback`), and the route
+confidence its training validated, the heuristic decides instead (a fallback `Routing`), and the route
 choice says which of them chose.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, RESERVED_ROUTES, ROUTE_SETTINGS
@@ -143,14 +143,36 @@ class RouteChoice:
 
 
 @dataclass(frozen=True, slots=True)
-class Fallback:
-    """Who decides where a learned router is unsure: the heuristic, through its own route map
-    (the model set's, say prose → none), resolved by `route_map_for`."""
+class Routing:
+    """How a request's drafter is chosen, built once for a run (`routing_for`) and read by whatever
+    streams its events (the engine, a speculating server's stream): the router, its route map
+    resolved over the drafters, and where a learned router is unsure, the heuristic's own."""
 
     router: Router
     route_map: Mapping[str, str]
+    """Router class to drafter, resolved (`route_map_for`): what sessions record."""
     named: Mapping[str, str]
-    notes: Mapping[str, str]
+    """The classes the configuration mapped; the others go by `route_map_for`'s default."""
+    notes: Mapping[str, str] = field(default_factory=dict)
+    """Why the map sends a class where it does, where the configuration says."""
+    fallback: Routing | None = None
+    """Who chooses where a learned router is unsure (the heuristic and its map)."""
+
+    def choice(self, prompt: str) -> RouteChoice:
+        return route_choice(self.router, self.route_map, self.named, prompt, notes=self.notes, fallback=self.fallback)
+
+
+def routing_for(
+    drafters: Sequence[str],
+    router: Router | None = None,
+    route_map: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
+    fallback: Routing | None = None,
+) -> Routing:
+    """The routing of a run over `drafters` (the heuristic where no router is given)."""
+    router = router or CodeProseRouter()
+    resolved = route_map_for(router, drafters, route_map)
+    return Routing(router, resolved, dict(route_map or {}), dict(notes or {}), fallback)
 
 
 def route_choice(
@@ -159,7 +181,7 @@ def route_choice(
     named: Mapping[str, str],
     prompt: str,
     notes: Mapping[str, str] | None = None,
-    fallback: Fallback | None = None,
+    fallback: Routing | None = None,
 ) -> RouteChoice:
     """The router's class for `prompt` and the drafter `route_map` (resolved: `route_map_for`)
     sends it to, with the reason; `named`: the classes the user or the model set mapped; `notes`:
@@ -167,7 +189,7 @@ def route_choice(
     `fallback`: who chooses where the router is less sure than its `min_confidence`."""
     confidence = router.confidence(prompt)
     if fallback is not None and defers(router, confidence):
-        choice = route_choice(fallback.router, fallback.route_map, fallback.named, prompt, fallback.notes)
+        choice = fallback.choice(prompt)
         unsure = f"{router.label} is {confidence:.0%} sure, below its {router.min_confidence:.0%}"
         return replace(choice, confidence=confidence, deferred=unsure)
     prompt_class = router.classify(prompt)
@@ -193,13 +215,12 @@ def defers(router: Router, confidence: float | None) -> bool:
 
 def fallback_for(
     router: Router | None, drafters: Sequence[str], route_map: Mapping[str, str], notes: Mapping[str, str]
-) -> Fallback | None:
+) -> Routing | None:
     """The heuristic behind a trained router (None for the heuristic itself), with its route map
     (`route_map`: the classes the configuration named) and the map's notes."""
     if router is None or router.label is None or not drafters:
         return None
-    heuristic = CodeProseRouter()
-    return Fallback(heuristic, route_map_for(heuristic, drafters, route_map), dict(route_map), dict(notes))
+    return routing_for(drafters, CodeProseRouter(), route_map, notes)
 
 
 def check_route_map(route_map: Mapping[str, str], classes: Sequence[str], drafters: Sequence[str]) -> None:

@@ -9,8 +9,9 @@ from textual.widgets import Static
 
 from specplay.display.palette import SOURCE_WHY
 from specplay.display.text import token_repr
-from specplay.engine.events import Candidate, DraftPosition, RoundEvent
-from specplay.engine.tree import ROOT, judged_at, siblings_under
+from specplay.engine.events import Candidate, DraftPosition, RoundEvent, draft_size
+from specplay.engine.layout import siblings_under
+from specplay.engine.tree import judged_at
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.lane_view import Pick
 
@@ -47,8 +48,8 @@ def describe(pick: Pick, decode: Decode) -> Content:
     lines: list[Content | str] = [head]
     if round is None:
         return Content("\n").join(lines)
-    asked = f" of {round.k_asked} asked" if round.k_asked is not None and round.k_asked != round.k else ""
-    drafted = f"tree of {round.k}" if round.parents is not None else f"k={round.k}{asked}"
+    asked = f" of {round.k_asked} asked" if round.k_asked is not None and round.k_asked != round.depth else ""
+    drafted = f"k={round.depth}{asked}" if round.nodes == round.depth else f"{draft_size(round)}{asked}"
     lines.append(f"round {round.index}  route {round.drafter}  {drafted}  accepted {round.num_accepted}")
     position = judged_at(round, pick.slot)
     if position is None:  # the bonus: drawn from p_target after the last drafted token
@@ -73,19 +74,20 @@ def describe(pick: Pick, decode: Decode) -> Content:
         lines.append(f"the rule keeps x with probability {_num(position.accept_probability)}{spent}")
     if position.error_bound is not None:
         lines.append(f"approximate: this token's distribution within TV {_num(position.error_bound)} of the rule's")
-    if round.parents is not None:
-        lines += _siblings(round, position, decode)
+    lines += _siblings(round, position, decode)
     lines += _tops(position.top_target, position.top_draft, decode)
     return Content("\n").join(lines)
 
 
 def _siblings(round: RoundEvent, position: DraftPosition, decode: Decode) -> list[str]:
-    """A tree node's siblings, tried in this order: each one's p_target and p_draft where they
-    branched, and its fate."""
+    """A node's siblings, where it has any, tried in this order: each one's p_target and p_draft
+    where they branched, and its fate."""
     node = round.positions.index(position)
-    parent = round.parents[node] if round.parents is not None else ROOT
+    siblings = siblings_under(round.parents, round.parents[node])
+    if len(siblings) < 2:
+        return []
     lines = [f"{'siblings, in turn':<18}p_target p_draft"]
-    for sibling in siblings_under(round.parents or (), parent):
+    for sibling in siblings:
         at = round.positions[sibling]
         mark = "→ " if sibling == node else "  "
         lines.append(f"{mark}{_quote(decode(at.token_id)):<16}{at.p_target:>8.3f}{at.p_draft:>8.3f} {at.outcome}")

@@ -64,7 +64,7 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
         f"{speed} (per-token acceptance α {_num(p.alpha, '.2f')}, k {_num(p.mean_k, '.1f')}"
         f", c {_num(p.cost_ratio, '.2f')}{' per verify call' if remote else ''})",
     ]
-    if tally.last_round is not None and tally.last_round.parents is not None:  # Leviathan's formula is a chain's
+    if tally.counters.num_tree_rounds:  # Leviathan's formula is a chain's: a draft that branched is none
         lines[-1] = f"{speed} (draft trees, {_num(p.mean_k, '.1f')} nodes a round: the formula is a chain's)"
     # Trees asked of a model that drafts chains: why, once the run's account says (at its end)
     lines += [

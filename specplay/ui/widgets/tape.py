@@ -14,7 +14,8 @@ from textual.widgets import Static
 
 from specplay.display.text import visible
 from specplay.engine.events import DraftPosition, RoundEvent
-from specplay.engine.tree import ROOT, depths, kept_nodes, siblings_under
+from specplay.engine.layout import children, depths
+from specplay.engine.tree import kept_nodes
 from specplay.engine.width import OTHER, RANK_TOP_N, rank_key
 from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
@@ -49,38 +50,31 @@ def _shown(text: str) -> str:
 
 
 def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
-    """A chain's round on one line; a tree's on one line per level (`tree_lines`)."""
-    if event.parents is not None:
-        return tree_lines(event, drafted_text)
-    parts: list[Content | str] = [Content.styled(f"#{event.index:<4} {event.drafter} k={event.k:<2} │ ", "dim")]
-    for position, text in zip(event.positions, drafted_text, strict=False):
-        parts += _drafted(position, text)
-    if not event.positions:  # route none, or prompt lookup found no match: the round was one target step
-        parts.append(Content.styled("nothing drafted ", "dim"))
-    return Content.assemble(*parts, *_round_end(event))
-
-
-def tree_lines(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
-    """A tree's round: first its kept path, then the last row's children that lost to the token
-    after it; below, level by level, every other node (struck where judged and lost, dim where
-    never reached)."""
-    parents = event.parents or ()
-    head = f"#{event.index:<4} {event.drafter} tree {event.k:<2} │ "
-    path = kept_nodes(event)
-    last = siblings_under(parents, path[-1] if path else ROOT)
+    """A round on its main line: the kept path, then where judging stopped, the first child that
+    lost and the first children below it (a chain's whole draft: kept, struck, dim where never
+    reached); below, level by level, every other node of a draft that branched."""
+    rows = children(event.parents)
+    line = kept_nodes(event)
+    row = line[-1] + 1 if line else 0
+    while rows[row]:
+        line.append(rows[row][0])
+        row = rows[row][0] + 1
+    size = f"k={event.depth:<2}" if event.nodes == event.depth else f"tree {event.nodes:<2}"
+    head = f"#{event.index:<4} {event.drafter} {size} │ "
     first: list[Content | str] = [Content.styled(head, "dim")]
-    for node in path + [n for n in last if event.positions[n].outcome == "rejected"]:
+    for node in line[: len(event.positions)]:
         first += _drafted(event.positions[node], _text(drafted_text, node))
+    if not event.positions:  # route none, or prompt lookup found no match: the round was one target step
+        first.append(Content.styled("nothing drafted ", "dim"))
     lines = [Content.assemble(*first, *_round_end(event))]
-    shown = {*path, *last}
-    levels = depths(parents)
-    for depth in range(1, max(levels, default=0) + 1):
-        others = [n for n, d in enumerate(levels) if d == depth and n not in shown]
+    levels = depths(event.parents)
+    for depth in range(1, event.depth + 1):
+        others = [n for n, d in enumerate(levels) if d == depth and n not in line and n < len(event.positions)]
         if others:
-            line: list[Content | str] = [Content.styled(f"└ depth {depth}".ljust(len(head) - 3) + " │ ", "dim")]
+            below: list[Content | str] = [Content.styled(f"└ depth {depth}".ljust(len(head) - 3) + " │ ", "dim")]
             for node in others:
-                line += _drafted(event.positions[node], _text(drafted_text, node))
-            lines.append(Content.assemble(*line))
+                below += _drafted(event.positions[node], _text(drafted_text, node))
+            lines.append(Content.assemble(*below))
     return Content("\n").join(lines)
 
 

@@ -107,7 +107,7 @@ def test_greedy_output_equals_target_only_for_every_kind(
                 assert done(events).token_ids == references[prompt], (prompt, route, k)
                 if route.startswith("lookup"):
                     accepted_by_lookup += done(events).metrics["num_accepted_draft_tokens"]
-                    empty_rounds += sum(r.k == 0 for r in rounds(events))
+                    empty_rounds += sum(r.nodes == 0 for r in rounds(events))
     assert accepted_by_lookup > 50 and empty_rounds > 50  # it proposes, it is accepted, and it sometimes has nothing
 
 
@@ -186,7 +186,7 @@ def test_route_changes_from_another_thread_reach_each_kind(tiny: TinyModels) -> 
     output = done(events)
     assert output.finish_reason == "cancelled" and not plan
     assert output.token_ids == reference.token_ids[: len(output.token_ids)]
-    seen = [(r.drafter, r.k) for r in rounds(events)]
+    seen = [(r.drafter, r.nodes) for r in rounds(events)]
     assert {route for route, _ in seen} == {"near", "lookup", "exit"}
     assert every(k <= 3 for route, k in seen if route == "exit")
 
@@ -195,7 +195,7 @@ def test_a_round_that_drafts_nothing_is_one_target_step(kinds: MlxBackend, tmp_p
     for temperature in (0.0, 1.0):
         events = run(kinds, CODE_PROMPT, route="lookup", k=4, temperature=temperature, max_tokens=60)
         all_rounds = rounds(events)
-        empty = [r for r in all_rounds if r.k == 0]
+        empty = [r for r in all_rounds if r.nodes == 0]
         assert empty and len(empty) < len(all_rounds)
         for r in empty:
             assert r.drafted == () and r.positions == () and r.num_accepted == 0
@@ -205,7 +205,7 @@ def test_a_round_that_drafts_nothing_is_one_target_step(kinds: MlxBackend, tmp_p
         # A round is a target pass whether or not it drafted: the mean acceptance length stays
         # tokens per target pass, and per-position acceptance counts only rounds that drafted.
         assert metrics["num_spec_steps"] == len(all_rounds)
-        assert metrics["num_draft_tokens"] == sum(r.k for r in all_rounds)
+        assert metrics["num_draft_tokens"] == sum(r.nodes for r in all_rounds)
         accepted = metrics["num_accepted_draft_tokens"]
         assert metrics["mean_acceptance_length"] == pytest.approx(1 + accepted / len(all_rounds))
         assert metrics["num_drafted_per_position"][0] == len(all_rounds) - len(empty)
@@ -236,7 +236,7 @@ def test_policies_take_rounds_with_nothing_drafted(kinds: MlxBackend, references
     for policy in POLICIES:
         events = run(kinds, CODE_PROMPT, route="lookup5", policy=policy, max_tokens=60)
         assert done(events).token_ids == references[CODE_PROMPT]
-        assert any(r.k == 0 for r in rounds(events))
+        assert any(r.nodes == 0 for r in rounds(events))
 
 
 def test_sampled_prompt_lookup_is_judged_on_the_targets_own_probability(tiny: TinyModels, kinds: MlxBackend) -> None:

@@ -19,7 +19,7 @@ from specplay.engine.settings import SamplingParams
 from tests.support.engine_runs import rounds, run
 from tests.support.observed import Observed
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
-from tests.support.reference import ModelProbs, compare_tree
+from tests.support.reference import ModelProbs
 from tests.support.reference import compare as reference_compare
 
 TOKENS = 24
@@ -107,7 +107,7 @@ def test_greedy_output_is_mlx_lms(backend: MlxBackend, prompt: str) -> None:
 def test_trees_equal_the_reference(backend: MlxBackend, width: int, temperature: float) -> None:
     for prompt in PROMPTS.values():
         for seed in range(3 if temperature else 1):
-            compare_tree(
+            compare(
                 backend,
                 model_probs(backend),
                 prompt,
@@ -118,4 +118,6 @@ def test_trees_equal_the_reference(backend: MlxBackend, width: int, temperature:
                 seed=seed,
                 max_tokens=TOKENS,
             )
-    compare_tree(backend, model_probs(backend), CODE_PROMPT, "near", width=width, nodes=5, k=4, temperature=temperature)
+    reference_compare(
+        backend, model_probs(backend), CODE_PROMPT, "near", width=width, nodes=5, k=4, temperature=temperature
+    )

@@ -13,7 +13,8 @@ import pytest
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, verify_pass
 from specplay.engine.events import Event, RoundEvent
-from specplay.engine.tree import CHAINS_ONLY, ROOT, drafted_as_chains, is_chain
+from specplay.engine.layout import ROOT, is_chain
+from specplay.engine.tree import CHAINS_ONLY, drafted_as_chains
 from specplay.ui.stats import LaneTally, compare
 from specplay.ui.widgets.stats_view import speculative_stats
 from tests.support.drafters import early_exit, lookup
@@ -80,11 +81,11 @@ def test_greedy_trees_equal_greedy_target_only(
                 on_event=lambda event, _: check_caches(observed, event, None),
             )
             assert done(events).token_ids == expected, (prompt[:8], k, nodes)
-            trees = [r for r in rounds(events) if r.parents is not None]
-            assert bool(trees) == (width > 1 or nodes > 0)  # width 1 and no budget: the chain's own round
-            assert all(r.k <= (nodes or width * k) for r in trees)
+            trees = [r for r in rounds(events) if r.nodes]  # every round's draft is a tree; a chain's of width 1
+            assert trees
+            assert all(r.nodes <= (nodes or width * k) for r in trees)
             assert all(sum(p.kept for p in r.positions) == r.num_accepted for r in trees)
-            branched += sum(not is_chain(r.parents or ()) for r in trees)
+            branched += sum(not is_chain(r.parents) for r in trees)
     assert (branched > 0) == (width > 1)  # wider trees do branch; a width of 1 stays a chain
 
 
@@ -104,7 +105,7 @@ def test_early_exit_grows_trees_and_lookup_drafts_its_chain(tiny: TinyModels) ->
     for route in ("exit", "lookup"):
         events = run(backend, CODE_PROMPT, route=route, k=4, width=3, max_tokens=40)
         assert done(events).token_ids == expected, route
-        shapes = [r.parents for r in rounds(events) if r.k]
+        shapes = [r.parents for r in rounds(events) if r.nodes]
         assert any(not is_chain(p or ()) for p in shapes) == (route == "exit")
 
 

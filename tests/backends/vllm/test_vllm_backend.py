@@ -58,7 +58,7 @@ def test_route_none_is_the_servers_target_decoding(vllm: VllmBackend, backend: M
     judged (adaptive routing), one completion of the context, not a prompt-logprobs recompute."""
     events = run(vllm, PROMPT, max_tokens=TOKENS, route="none")
     assert done(events).token_ids == mlx_target_only(backend)
-    assert every(r.k == 0 and r.drafter == "none" for r in rounds(events))
+    assert every(r.nodes == 0 and r.drafter == "none" for r in rounds(events))
     assert done(events).metrics["vllm"]["verify_strategies"] == {}
     sampled = run(vllm, PROMPT, max_tokens=TOKENS, route="none", temperature=1.0, seed=2)
     assert len(done(sampled).token_ids) == TOKENS and {t.source for r in rounds(sampled) for t in r.tokens} == {
