@@ -107,7 +107,7 @@ def test_greedy_output_is_mlx_lms(backend: MlxBackend, prompt: str) -> None:
 def test_trees_equal_the_reference(backend: MlxBackend, width: int, temperature: float) -> None:
     for prompt in PROMPTS.values():
         for seed in range(3 if temperature else 1):
-            compare(
+            reference_compare(
                 backend,
                 model_probs(backend),
                 prompt,
