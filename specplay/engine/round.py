@@ -17,7 +17,7 @@ verifies, judges and times, and knows nothing of routing or policies.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specplay.engine.accept import Verdict, judge
 from specplay.engine.backend_protocol import Generation
@@ -25,7 +25,7 @@ from specplay.engine.draws import RoundDraws
 from specplay.engine.events import Candidate, Counterfactual, DraftPosition, Outcome, TokenSource
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import NONE_ROUTE, SamplingParams
-from specplay.engine.tree import TreeShape, VerifiedDraft, kept_path, sibling_verdict, walk
+from specplay.engine.tree import TreeShape, VerifiedDraft, Walk, sibling_verdict, walk
 from specplay.errors import ModelError
 
 Clock = Callable[[], float]
@@ -84,13 +84,16 @@ def run_round(generation: Generation, ask: RoundAsk, now: Clock) -> RoundResult:
     verified = generation.verify(draft, ask.sampling, ask.rule, ask.draws, ask.top_n)  # 2
     verified_at = now() - set_aside_s
     check_numbers(verified, ask.drafter)
-    positions, committed = judge_draft(verified, ask)  # 3 and 4
+    positions, walked = judge_draft(verified, ask)  # 3 and 4
+    # The top where a bonus is drawn, after the kept leaf; a round that ended otherwise shows its
+    # last row (a chain's: after its last drafted token).
+    bonus_row = walked.row if walked.committed[-1][1] == "bonus" else len(verified.drafted)
     return RoundResult(
         drafted=tuple(verified.drafted),
         parents=tuple(verified.parents),
         positions=positions,
-        committed=committed,
-        bonus_top_target=_top(verified.top_target, _bonus_row(verified, committed)),
+        committed=walked.committed,
+        bonus_top_target=_top(verified.top_target, bonus_row),
         counterfactuals=counterfactuals,
         drafted_at=drafted_at,
         verified_at=verified_at,
@@ -98,9 +101,7 @@ def run_round(generation: Generation, ask: RoundAsk, now: Clock) -> RoundResult:
     )
 
 
-def judge_draft(
-    verified: VerifiedDraft, ask: RoundAsk
-) -> tuple[tuple[DraftPosition, ...], tuple[tuple[int, TokenSource], ...]]:
+def judge_draft(verified: VerifiedDraft, ask: RoundAsk) -> tuple[tuple[DraftPosition, ...], Walk]:
     """Steps 3 and 4: the walk from the root (tree.py), each node judged by the rule where it has no
     siblings and losslessly among them; every node recorded as a position."""
     greedy = ask.sampling.greedy
@@ -132,7 +133,7 @@ def judge_draft(
     positions = tuple(
         _position(verified, node, uniforms[node], verdict, ask.rule) for node, verdict in enumerate(walked.verdicts)
     )
-    return positions, walked.committed
+    return positions, walked
 
 
 def _position(
@@ -164,15 +165,6 @@ def _position(
         tv_spent=spent,
         correction_rank=None if rank is None else int(rank),
     )
-
-
-def _bonus_row(verified: VerifiedDraft, committed: Sequence[tuple[int, TokenSource]]) -> int:
-    """The row where the round's bonus is drawn, after its kept leaf; for a round that ended
-    otherwise, its last row (a chain's: after its last drafted token)."""
-    if committed[-1][1] != "bonus":
-        return len(verified.drafted)
-    path = kept_path(verified.parents, verified.drafted, [token for token, _ in committed[:-1]])
-    return path[-1] + 1 if path else 0
 
 
 def _stats(verified: VerifiedDraft, node: int) -> dict[str, float]:
@@ -216,21 +208,9 @@ def _counterfactuals(generation: Generation, ask: RoundAsk, now: Clock) -> tuple
             keep_drafting=ask.keep_drafting,
         )
         # Never committed: only its accepted length counts, judged as far as the draft goes.
-        positions, _ = judge_draft(verified, _within(ask, ask.shape.depth))
+        positions, _ = judge_draft(verified, replace(ask, limit=ask.shape.depth))
         at = now()
         kept = sum(position.kept for position in positions)
         out.append(Counterfactual(drafter, tuple(verified.drafted), kept, 1000 * (at - mark)))
         mark = at
     return tuple(out), mark - began
-
-
-def _within(ask: RoundAsk, limit: int) -> RoundAsk:
-    return RoundAsk(
-        drafter=ask.drafter,
-        shape=ask.shape,
-        sampling=ask.sampling,
-        rule=ask.rule,
-        draws=ask.draws,
-        limit=limit,
-        stops=ask.stops,
-    )

@@ -163,11 +163,6 @@ class SpecSettings:
     def acceptance_rule(self) -> AcceptanceRule:
         return make_rule(self.rule, self.rule_params)
 
-    @property
-    def drafts_trees(self) -> bool:
-        """Rounds draft trees (a node budget alone drafts a tree of width 1: a chain, judged as a tree)."""
-        return self.width > 1 or self.tree_nodes > 0
-
     def changed(self, **changes: object) -> SpecSettings:
         """A copy with `changes`; the fields of sampling, policy_params and rule_params
         (temperature, k_max, lenience...) may be given directly."""

@@ -330,6 +330,8 @@ class Walk:
     committed: tuple[tuple[int, TokenSource], ...]
     """The round's tokens: the kept path, then the correction or bonus (unless an EOS or the
     token limit ended it)."""
+    row: int
+    """The row the walk ended at: after the kept path (where its correction or bonus was drawn)."""
 
 
 def walk(
@@ -365,7 +367,7 @@ def walk(
         if stops(drafted[kept]) or len(committed) == limit:
             break
         row = kept + 1
-    return Walk(verdicts=tuple(verdicts), committed=tuple(committed))
+    return Walk(verdicts=tuple(verdicts), committed=tuple(committed), row=row)
 
 
 def kept_nodes(event: RoundEvent) -> list[int]:
