@@ -151,12 +151,12 @@ def test_a_drafter_with_nan_weights_ends_the_run_in_one_line(
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), -0.01, 1.01])
 def test_a_probability_that_is_no_number_in_0_1_ends_the_round(bad: float) -> None:
-    from specplay.engine.backend_protocol import VerifiedDraft
-    from specplay.engine.loop import _check_numbers
+    from specplay.engine.round import check_numbers
+    from specplay.engine.tree import VerifiedDraft, chain_verified
     from specplay.errors import ModelError
 
     def verified(p_target: list[float], p_draft: list[float]) -> VerifiedDraft:
-        return VerifiedDraft(
+        return chain_verified(
             drafted=[5, 6, 7],
             p_target=p_target,
             p_draft=p_draft,
@@ -166,15 +166,15 @@ def test_a_probability_that_is_no_number_in_0_1_ends_the_round(bad: float) -> No
             bonus=8,
         )
 
-    _check_numbers(verified([0.0, 0.5, 1.0], [1.0, 0.25, 0.0]), "near")
-    nothing = VerifiedDraft(
+    check_numbers(verified([0.0, 0.5, 1.0], [1.0, 0.25, 0.0]), "near")
+    nothing = chain_verified(
         drafted=[], p_target=[], p_draft=[], tv_distance=[], target_argmax=[], corrections=[], bonus=8
     )
-    _check_numbers(nothing, "near")  # nothing drafted
+    check_numbers(nothing, "near")  # nothing drafted
     for position in range(3):
         values = [0.5, 0.5, 0.5]
         values[position] = bad
         with pytest.raises(ModelError, match="the target gave probabilities"):
-            _check_numbers(verified(values, [0.5] * 3), "near")
+            check_numbers(verified(values, [0.5] * 3), "near")
         with pytest.raises(ModelError, match="drafter 'near' gave probabilities"):
-            _check_numbers(verified([0.5] * 3, values), "near")
+            check_numbers(verified([0.5] * 3, values), "near")
