@@ -34,8 +34,8 @@ from specplay.cli import build_parser
 from specplay.cli.configure import given, run_config
 from specplay.config.demo import DEMO_DIR
 from specplay.data.library import library_prompts, read_prompts
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, SpecSettings

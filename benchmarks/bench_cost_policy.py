@@ -25,8 +25,8 @@ from specplay.backends import open_stream
 from specplay.cli import build_parser
 from specplay.cli.configure import given, run_config
 from specplay.data.library import library_prompts
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import NONE_ROUTE, SpecSettings

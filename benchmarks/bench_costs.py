@@ -33,9 +33,9 @@ from specplay.backends.mlx import blas  # (OpenBLAS before mlx.core)
 from specplay.backends import open_stream
 from specplay.cli import build_parser
 from specplay.cli.configure import given, run_config
-from specplay.engine.controls import LiveControls
 from specplay.engine.costs import REPEATS, disturbance, measure_costs, measure_drafter, predict_drafter
 from specplay.engine.events import DoneEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings

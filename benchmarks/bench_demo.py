@@ -24,8 +24,8 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 # isort: split
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.config.demo import DEMO_DRAFTERS, demo_model_paths
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, StartEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE, SamplingParams, SpecSettings

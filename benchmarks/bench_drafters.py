@@ -28,8 +28,8 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.config.demo import demo_model_paths
 from specplay.drafters import model_spec
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, StepEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings

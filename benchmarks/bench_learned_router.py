@@ -40,8 +40,8 @@ from specplay.cli.configure import given, run_config
 from specplay.config.demo import demo_model_paths
 from specplay.data.library import Prompt, library_prompts, read_prompts
 from specplay.engine.request import Request
-from specplay.routing.examples import read_examples
-from specplay.routing.scores import SCORE_KINDS, UNITS
+from specplay.router_training.examples import read_examples
+from specplay.router_training.scores import SCORE_KINDS, UNITS
 from specplay.runner.session_run import run_sample
 from specplay.store import list_session_files, load_session
 

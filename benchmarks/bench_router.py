@@ -27,7 +27,7 @@ from importlib import resources
 from pydoc_data.topics import topics
 
 from specplay.bench.sweep import load_prompts
-from specplay.engine.routers.request import CodeProseRouter
+from specplay.engine.routers.routing import CodeProseRouter
 
 MIN_CHARS, MAX_CHARS = 60, 2000
 PROMPT_CHARS = 2048  # what the router reads of a prompt

@@ -26,9 +26,9 @@ from specplay.backends import open_stream
 from specplay.cli import build_parser
 from specplay.cli.configure import given, run_config
 from specplay.data.library import library_prompts
-from specplay.engine.controls import LiveControls
 from specplay.engine.costs import RoundsMeasured, measure_costs, measure_rounds
 from specplay.engine.events import DoneEvent, RoundEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings

@@ -48,8 +48,8 @@ from specplay.cli.configure import replay_base, run_config
 from specplay.config.run_config import RunConfig
 from specplay.data.library import library_prompts
 from specplay.drafters import kind_of
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.stream import EventStream
 from specplay.runner.thread import ModelThread

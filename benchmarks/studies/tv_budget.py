@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from specplay.backends import open_stream, thread_cleanup
-from specplay.config.run_config import TARGET, RequestSpec, RunConfig
+from specplay.config.run_config import TARGET, RequestConfig, RunConfig
 from specplay.drafters import model_spec
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, StartEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.fidelity.measure import mean_and_se
@@ -73,7 +73,7 @@ def main() -> int:
     config = RunConfig(
         target=model_spec(TARGET, "target", args.target, "target"),
         drafters=tuple(model_spec(name, "drafter", source, "draft") for name, source, _ in named),
-        request=RequestSpec(max_tokens=args.max_tokens, ignore_eos=True),
+        request=RequestConfig(max_tokens=args.max_tokens, ignore_eos=True),
         settings=SpecSettings(sampling=SamplingParams(args.temperature)),
         sessions_dir=args.out / "sessions",
     )

@@ -25,8 +25,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.sample_utils import make_sampler
 
 from specplay.backends.mlx import MlxBackend, blas, load_mlx_backend
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StepEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import Mode, SamplingParams, SpecSettings

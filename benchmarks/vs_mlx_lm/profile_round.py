@@ -41,8 +41,8 @@ from mlx_lm.sample_utils import make_sampler
 
 from specplay.backends.mlx import MlxBackend, blas, generation, load_mlx_backend
 from specplay.engine import loop, metrics
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StepEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings
 

@@ -145,8 +145,8 @@ def specplay_side(args: argparse.Namespace) -> Side:
     from specplay.backends import open_stream
     from specplay.cli import build_parser
     from specplay.cli.run import configure
-    from specplay.engine.controls import LiveControls
     from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
+    from specplay.engine.live_controls import LiveControls
     from specplay.engine.loop import SpecEngine
     from specplay.engine.request import Request
     from specplay.runner.session_run import run_sample

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specplay.config.run_config import RunConfig
-from specplay.engine.routers.request import fallback_for, routing_for
+from specplay.engine.routers.routing import fallback_for, routing_for
 from specplay.engine.stream import EventStream
 
 Progress = Callable[[str, int, int], None]

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 from specplay.bench.stats import needs_more_repeats
 from specplay.bench.sweep import BenchConfig, Measurement, measure
 from specplay.data.library import Prompt
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE
 from specplay.engine.stream import EventStream

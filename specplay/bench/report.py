@@ -11,6 +11,7 @@ from typing import Any
 
 from specplay.bench.stats import median, summed_by_position
 from specplay.bench.sweep import ROUTER_CHECK, BenchConfig, Measurement
+from specplay.engine.correction_rank import empty_histogram, second_branch_share
 from specplay.engine.speedup import (
     draft_acceptance_rate,
     mean_acceptance_length,
@@ -18,7 +19,6 @@ from specplay.engine.speedup import (
     predict,
     predict_modelled,
 )
-from specplay.engine.width import empty_histogram, second_branch_share
 from specplay.files.json_text import dump_json
 
 
@@ -48,7 +48,7 @@ class Row:
     vs_mlx_lm: float | None = None
     """Decode tokens/s over mlx-lm's own generation of the same requests (--compare-mlx-lm)."""
     second_branch_share: float | None = None
-    """The share of rejections whose correction a second branch would have held (engine/width.py)."""
+    """The share of rejections whose correction a second branch would have held (engine/correction_rank.py)."""
     acceptance_per_position: list[float] = field(default_factory=list)
     rejection_rank_histogram: dict[str, int] | None = None
     """Rejections by their correction's rank among the drafter's tokens, summed over requests."""

@@ -63,7 +63,7 @@ class Measurement:
     counterfactual: dict[str, float] | None = None
     """The router check: each drafter's mean acceptance length on this request."""
     rejection_rank_histogram: dict[str, int] | None = None
-    """Rejections by their correction's rank among the drafter's tokens (engine/width.py)."""
+    """Rejections by their correction's rank among the drafter's tokens (engine/correction_rank.py)."""
 
 
 def _set(**changes: object) -> SpecSettings:

@@ -20,8 +20,8 @@ from specplay.config.model_sets import ModelSet, default_set, named_set
 from specplay.config.run_config import (
     TARGET,
     BackendKind,
-    ModelSpec,
-    RouterSpec,
+    ModelConfig,
+    RouterConfig,
     RunConfig,
     VllmOptions,
     check_router,
@@ -29,13 +29,13 @@ from specplay.config.run_config import (
 )
 from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.drafters import model_spec
-from specplay.engine.routers.request import CodeProseRouter, check_route_map
+from specplay.engine.routers.routing import CodeProseRouter, check_route_map
 from specplay.engine.rules import RuleParams
 from specplay.engine.settings import AUTO_ROUTE, GROUPS, TREE_WIDTH, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.files.inputs import PROMPT_LIMIT, read_input_text
-from specplay.routing.evidence import with_route_evidence
-from specplay.routing.router_file import read_router
+from specplay.router_training.evidence import with_route_evidence
+from specplay.router_training.router_file import read_router
 from specplay.store.format import Session
 from specplay.store.location import sessions_dir
 from specplay.store.replay import session_config
@@ -130,14 +130,14 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
 
 
 def with_recorded_routes(config: RunConfig, flags: Mapping[str, Any]) -> RunConfig:
-    """A new run's route map after the sessions recorded here (routing/evidence.py): a class
+    """A new run's route map after the sessions recorded here (router_training/evidence.py): a class
     whose drafter measured below target-only speed goes to none, unless this command line's
     --route-map names the class."""
     named = {cls for cls, _ in pairs(flags.get("route_map", []), "route_map", "CLASS=NAME")}
     return with_route_evidence(config, named)
 
 
-def router_from(flags: Mapping[str, Any]) -> RouterSpec | None:
+def router_from(flags: Mapping[str, Any]) -> RouterConfig | None:
     """--router FILE, read and checked now, before any model loads (whether it fits the run's
     drafters: check_router)."""
     if "router" not in flags:
@@ -191,13 +191,13 @@ def model_set_for(flags: Mapping[str, Any]) -> ModelSet | None:
     return named_set(flags["target"])
 
 
-def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple[ModelSpec, ...], VllmOptions]:
+def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelConfig, tuple[ModelConfig, ...], VllmOptions]:
     """(backend, target, drafters, vLLM options) from the model flags; none at all: the default
     model set (model_sets.py)."""
     backend: BackendKind = flags.get("backend", "mlx")
     local = tuple(model_spec(name, "drafter", source, "draft") for name, source in named_drafters(flags))
     remote = tuple(
-        ModelSpec(name or f"draft{i + 1}", "drafter", "server", url)
+        ModelConfig(name or f"draft{i + 1}", "drafter", "server", url)
         for i, (name, url) in enumerate(named_url(value) for value in flags.get("draft_url", []))
     )
     native = bool(flags.get("vllm_native"))
@@ -209,9 +209,9 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple
     elif "target_url" in flags and (backend == "mlx" or "target" not in flags):
         if native:  # speculating servers are routed to by name, as drafters are
             route, root = named_url(flags["target_url"], "target_url")
-            target = ModelSpec(TARGET, "target", "server", root, {"route": route} if route else {})
+            target = ModelConfig(TARGET, "target", "server", root, {"route": route} if route else {})
         else:
-            target = ModelSpec(TARGET, "target", "server", server_root(flags["target_url"]))
+            target = ModelConfig(TARGET, "target", "server", server_root(flags["target_url"]))
     elif "target" in flags:
         target = named_target(flags["target"])
     elif backend == "vllm":
@@ -226,7 +226,7 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelSpec, tuple
     return backend, target, (*remote, *local), VllmOptions(native=native, baseline_url=baseline, logins=logins)
 
 
-def named_target(source: str) -> ModelSpec:
+def named_target(source: str) -> ModelConfig:
     """--target MODEL with drafters of the user's own: a model set's name means its target."""
     named = named_set(source)
     return named.target if named is not None else model_spec(TARGET, "target", source, "target")

@@ -34,7 +34,7 @@ from specplay.config.capabilities import capabilities_of
 from specplay.config.run_config import RunConfig, check
 from specplay.drafters import cannot_write
 from specplay.engine.capabilities import check_supported
-from specplay.engine.routers.request import resolve_route
+from specplay.engine.routers.routing import resolve_route
 from specplay.engine.rules import RULE_NAMES, RULES, AcceptanceRule, Mentored
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError

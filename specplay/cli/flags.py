@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from specplay.config.controls import CONTROLS, Flag, FlagGroup
 from specplay.config.numbers import count_number, seed_number
-from specplay.config.run_config import BACKENDS, STRATEGIES, RequestSpec, VllmOptions
+from specplay.config.run_config import BACKENDS, STRATEGIES, RequestConfig, VllmOptions
 from specplay.drafters import drafter_syntax
 from specplay.engine.rules import RULES, RuleParams, all_settings
 from specplay.engine.settings import MODES, NONE_ROUTE, SpecSettings, flattened
@@ -159,7 +159,7 @@ def add_raw_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
 
 
 def add_output_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    request = RequestSpec()
+    request = RequestConfig()
     parser.add_argument(
         "--max-tokens", type=int, default=UNSET, help=f"tokens to generate at most (default {request.max_tokens})"
     )

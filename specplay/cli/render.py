@@ -11,10 +11,10 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from specplay.display.palette import SOURCE_STYLES
+from specplay.display.source_styles import SOURCE_STYLES
 from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
-from specplay.engine.routers.request import RouteChoice
+from specplay.engine.routers.routing import RouteChoice
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
 from specplay.engine.speedup import loss_reason, measured_speedup, round_account
 from specplay.files.json_text import dump_json
@@ -183,7 +183,7 @@ def run_loss(record: LaneRecord, target_step_ms: float | None) -> str | None:
 
 
 def width_line(metrics: dict[str, Any]) -> str:
-    """Where the target's token stood among the drafter's at rejections (engine/width.py)."""
+    """Where the target's token stood among the drafter's at rejections (engine/correction_rank.py)."""
     ranks = " ".join(f"{rank}:{count}" for rank, count in metrics["rejection_rank_histogram"].items())
     return f"rejection ranks {ranks}; a second branch saves {100 * metrics['second_branch_share']:.0f}%"
 

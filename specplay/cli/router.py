@@ -13,11 +13,11 @@ from typing import Any
 from specplay.cli.configure import path_flag
 from specplay.cli.flags import Parser
 from specplay.files.json_text import dump_json
-from specplay.routing.evaluate import evaluate, report
-from specplay.routing.examples import read_examples, score_kind
-from specplay.routing.router_file import load_router, write_router
-from specplay.routing.scores import SCORE_KINDS, UNITS
-from specplay.routing.train import Trained, prompt_hash, train
+from specplay.router_training.evaluate import evaluate, report
+from specplay.router_training.examples import read_examples, score_kind
+from specplay.router_training.router_file import load_router, write_router
+from specplay.router_training.scores import SCORE_KINDS, UNITS
+from specplay.router_training.train import Trained, prompt_hash, train
 
 SCORE_HELP = (
     "speed: the drafter's tokens per second of its own rounds; acceptance: its mean acceptance length "

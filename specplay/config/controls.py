@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from specplay.config.run_config import RequestSpec
+from specplay.config.run_config import RequestConfig
 from specplay.engine.rules import RULE_NAMES
 from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, POLICIES
 
@@ -143,7 +143,7 @@ CONTROLS: dict[str, Control] = {
             id="seed",
             label="seed (next run)",
             words="the seed the next run starts from",
-            flag=Flag(name="--seed", group="sampling", type=int, default=lambda: RequestSpec().seed),
+            flag=Flag(name="--seed", group="sampling", type=int, default=lambda: RequestConfig().seed),
         ),
         Control(
             id="draft-lane",

@@ -16,7 +16,7 @@ from typing import Any
 from specplay.catalog.models import CATALOG, CatalogModel, cached_path, is_fetched
 from specplay.config.demo import DEMO_DIR, demo_model_paths
 from specplay.config.run_config import TARGET, RunConfig
-from specplay.drafters import MODEL, ModelSpec, model_spec
+from specplay.drafters import MODEL, ModelConfig, model_spec
 from specplay.engine.settings import NONE_ROUTE
 
 DEMO = "demo"
@@ -28,8 +28,8 @@ class ModelSet:
     """A target with the drafters and routes it opens with."""
 
     name: str
-    target: ModelSpec
-    drafters: tuple[ModelSpec, ...]
+    target: ModelConfig
+    drafters: tuple[ModelConfig, ...]
     route_map: Mapping[str, str] = field(default_factory=dict)
     """Router class to drafter; empty: each class to the drafter of its name, else the first."""
     route_notes: Mapping[str, str] = field(default_factory=dict)
@@ -38,8 +38,8 @@ class ModelSet:
 
 def demo_set() -> ModelSet:
     target, drafters = demo_model_paths()
-    specs = tuple(ModelSpec(name, "drafter", "mlx", str(path)) for name, path in drafters.items())
-    return ModelSet(DEMO, ModelSpec(TARGET, "target", "mlx", str(target)), specs)
+    specs = tuple(ModelConfig(name, "drafter", "mlx", str(path)) for name, path in drafters.items())
+    return ModelSet(DEMO, ModelConfig(TARGET, "target", "mlx", str(target)), specs)
 
 
 def catalog_set(model: CatalogModel, field_name: str = "target") -> ModelSet:
@@ -87,7 +87,7 @@ def models_line(config: RunConfig, identity: Mapping[str, Any], route_map: Mappi
     return f"{target}, drafters {drafters}" if drafters else target
 
 
-def _target(spec: ModelSpec) -> str:
+def _target(spec: ModelConfig) -> str:
     for model in CATALOG.values():
         if spec.location == str(cached_path(model)):
             return model.short_title

@@ -16,9 +16,9 @@ from typing import Any, Literal
 from specplay.config.capabilities import NATIVE_FIXED, capabilities_of
 from specplay.drafters import cannot_write, kind_of
 from specplay.drafters.model import check_found
-from specplay.drafters.spec import ModelSpec
+from specplay.drafters.model_config import ModelConfig
 from specplay.engine.capabilities import check_supported
-from specplay.engine.routers.request import CodeProseRouter, Router, check_route, check_route_map
+from specplay.engine.routers.routing import CodeProseRouter, Router, check_route, check_route_map
 from specplay.engine.settings import RESERVED_ROUTES, Mode, SpecSettings
 from specplay.errors import ConfigError
 
@@ -50,7 +50,7 @@ class VllmOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestSpec:
+class RequestConfig:
     """What one generation asks for, as the user gave it (the engine's Request holds token ids)."""
 
     prompt: str | None = None
@@ -70,14 +70,14 @@ class RequestSpec:
 
 
 def prompt_format(raw: bool) -> str:
-    """The words for how a prompt became tokens (`RequestSpec.prompt_format`; sessions record `raw`)."""
+    """The words for how a prompt became tokens (`RequestConfig.prompt_format`; sessions record `raw`)."""
     return "raw (as written: --raw)" if raw else "the model's chat template, where it has one"
 
 
 @dataclass(frozen=True, slots=True)
-class RouterSpec:
+class RouterConfig:
     """A learned router file (`--router FILE`, written by `specplay router train`), read at the
-    command's edge (routing/router_file.py): what `--route auto` asks instead of the heuristic."""
+    command's edge (router_training/router_file.py): what `--route auto` asks instead of the heuristic."""
 
     path: Path
     sha256: str
@@ -97,11 +97,11 @@ class RouterSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunConfig:
-    target: ModelSpec
-    drafters: tuple[ModelSpec, ...]
+    target: ModelConfig
+    drafters: tuple[ModelConfig, ...]
     backend: BackendKind = "mlx"
     vllm: VllmOptions = field(default_factory=VllmOptions)
-    request: RequestSpec = field(default_factory=RequestSpec)
+    request: RequestConfig = field(default_factory=RequestConfig)
     settings: SpecSettings = field(default_factory=SpecSettings)
     """The live settings a run starts with."""
     route_map: Mapping[str, str] = field(default_factory=dict)
@@ -109,7 +109,7 @@ class RunConfig:
     route_notes: Mapping[str, str] = field(default_factory=dict)
     """Why the map sends a class where it does, where the model set or the recorded sessions say
     ("exit measured 0.34× here"): what `--route auto` says with its choice."""
-    router: RouterSpec | None = None
+    router: RouterConfig | None = None
     """The learned router `--route auto` uses; None: the heuristic (CodeProseRouter)."""
     sessions_dir: Path = Path("sessions")
 
@@ -119,7 +119,7 @@ class RunConfig:
         names = tuple(d.name for d in self.drafters)
         return (self.target.params.get("route", NATIVE_ROUTE), *names) if self.vllm.native else names
 
-    def drafter(self, name: str) -> ModelSpec:
+    def drafter(self, name: str) -> ModelConfig:
         """The drafter (or, in native mode, the speculating server) a route names."""
         if self.native and name == self.drafter_names[0]:
             return self.target
@@ -130,7 +130,7 @@ class RunConfig:
         return self.backend == "vllm" and self.vllm.native
 
     @property
-    def local_models(self) -> tuple[ModelSpec, ...]:
+    def local_models(self) -> tuple[ModelConfig, ...]:
         """The models whose weights this machine loads (with MLX)."""
         return tuple(m for m in (self.target, *self.drafters) if m.local)
 
@@ -186,7 +186,7 @@ def check_router(config: RunConfig) -> None:
         )
 
 
-def _check_found(models: tuple[ModelSpec, ...]) -> None:
+def _check_found(models: tuple[ModelConfig, ...]) -> None:
     """Local models are where their specs say, in the order given, before anything loads."""
     for model in models:
         check_found("target" if model.role == "target" else "draft", model.kind, model.location)

@@ -24,9 +24,9 @@ from typing import Any
 from specplay.drafters.early_exit import EARLY_EXIT
 from specplay.drafters.kind import DrafterKind, Form, Proposer
 from specplay.drafters.model import MODEL
+from specplay.drafters.model_config import ModelConfig, Role
 from specplay.drafters.none import NONE
 from specplay.drafters.prompt_lookup import PROMPT_LOOKUP
-from specplay.drafters.spec import ModelSpec, Role
 from specplay.errors import ConfigError
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
     "PROMPT_LOOKUP",
     "DrafterKind",
     "Form",
-    "ModelSpec",
+    "ModelConfig",
     "Proposer",
     "Role",
     "cannot_write",
@@ -58,14 +58,14 @@ def drafter_syntax() -> str:
     return ", ".join(written[:-1]) + (" or " if len(written) > 1 else "") + written[-1]
 
 
-def kind_of(spec: ModelSpec) -> DrafterKind:
+def kind_of(spec: ModelConfig) -> DrafterKind:
     """The kind of a configured model (a target is a model)."""
     if spec.local or spec.on_server:  # a model, wherever its weights are
         return MODEL
     return KINDS[spec.kind]
 
 
-def kind_named(name: str, drafters: Iterable[ModelSpec]) -> DrafterKind | None:
+def kind_named(name: str, drafters: Iterable[ModelConfig]) -> DrafterKind | None:
     """The kind of the drafter a route names (`none` included); None for a route setting (auto,
     adaptive) or an unknown name."""
     if name == NONE.name:
@@ -73,14 +73,14 @@ def kind_named(name: str, drafters: Iterable[ModelSpec]) -> DrafterKind | None:
     return next((kind_of(d) for d in drafters if d.name == name), None)
 
 
-def cannot_write(route: str, drafters: Iterable[ModelSpec]) -> str | None:
+def cannot_write(route: str, drafters: Iterable[ModelConfig]) -> str | None:
     """Why a draft-only lane cannot run on the drafter a route names, in its kind's words (None:
     it can, or the route is a setting such as auto)."""
     kind = kind_named(route, drafters)
     return kind.cannot_write if kind is not None else None
 
 
-def model_spec(name: str, role: Role, source: str, field: str) -> ModelSpec:
+def model_spec(name: str, role: Role, source: str, field: str) -> ModelConfig:
     """The spec of one `--target` / `--draft` value; `field` names the flag for errors."""
     word, sep, given = source.partition(":")
     kind = KINDS.get(word)
@@ -91,7 +91,7 @@ def model_spec(name: str, role: Role, source: str, field: str) -> ModelSpec:
     return kind.parse(name, role, given if sep else None, field)
 
 
-def replay_model(name: str, role: Role, record: Mapping[str, Any]) -> ModelSpec:
+def replay_model(name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
     """A model this machine ran, from what its session recorded; records from before drafter kinds
     existed are models, named by their folder. A kind this specplay does not know is a ConfigError."""
     name_of_kind = record.get("kind", MODEL.name)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specplay.drafters.kind import DrafterKind, absolute, options
-from specplay.drafters.spec import ModelSpec, Role
+from specplay.drafters.model_config import ModelConfig, Role
 from specplay.errors import ConfigError
 
 HEAD_MLP_LIMIT = 65536
@@ -25,7 +25,7 @@ class EarlyExitKind(DrafterKind):
     form = "target-layers"
     grows_trees = True
 
-    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelSpec:
+    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelConfig:
         params = options(given, field, self.name) if given is not None else {}
         if set(params) - {"layers", "head"} or "layers" not in params:
             raise ConfigError(field, "early-exit takes layers=L and optionally head=DIR (e.g. early-exit:layers=8)")
@@ -38,18 +38,18 @@ class EarlyExitKind(DrafterKind):
                 field, f"early-exit:layers={params['layers']} must be a whole number of layers, 1 or more"
             )
         head = absolute(params["head"]) if "head" in params else None
-        return ModelSpec(name, role, self.name, "", {"layers": layers, "head": head})
+        return ModelConfig(name, role, self.name, "", {"layers": layers, "head": head})
 
-    def describe(self, spec: ModelSpec) -> str:
+    def describe(self, spec: ModelConfig) -> str:
         head = spec.params.get("head")
         return f"early exit after layer {spec.params['layers']} of the target" + (f", exit head {head}" if head else "")
 
-    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelSpec:
+    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
         head = record.get("head")
         path = head.get("path") if isinstance(head, Mapping) else head  # the head's identity, or its path
-        return ModelSpec(name, role, self.name, "", {"layers": int(record["layers"]), "head": path})
+        return ModelConfig(name, role, self.name, "", {"layers": int(record["layers"]), "head": path})
 
-    def check_backend(self, spec: ModelSpec, backend: str) -> None:
+    def check_backend(self, spec: ModelConfig, backend: str) -> None:
         if backend != "mlx":
             raise ConfigError("draft", f"{spec.name!r} drafts with the target's own layers: it needs --backend mlx")
 

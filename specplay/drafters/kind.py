@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
-from specplay.drafters.spec import ModelSpec, Role
+from specplay.drafters.model_config import ModelConfig, Role
 from specplay.errors import ConfigError
 
 Form = Literal["model", "target-layers", "proposer", "none"]
@@ -53,32 +53,32 @@ class DrafterKind:
     record_kinds: ClassVar[tuple[str, ...]] = ()
     """The `kind` values of session records this kind reads back (its name besides)."""
 
-    def parse(self, name: str, role: Role, options: str | None, field: str) -> ModelSpec:
+    def parse(self, name: str, role: Role, options: str | None, field: str) -> ModelConfig:
         """The spec of a source written `name[:options]`; a ConfigError names `field`."""
         raise NotImplementedError
 
-    def describe(self, spec: ModelSpec) -> str:
+    def describe(self, spec: ModelConfig) -> str:
         """One line for views, help and exports."""
         raise NotImplementedError
 
-    def record(self, spec: ModelSpec) -> dict[str, Any]:
+    def record(self, spec: ModelConfig) -> dict[str, Any]:
         """What a session records of a drafter of this kind (JSON values; `kind` first)."""
         return {"kind": self.name, **spec.params}
 
-    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelSpec:
+    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
         """The spec a session's record describes (KeyError, TypeError, ValueError when damaged)."""
         raise NotImplementedError
 
-    def matches(self, spec: ModelSpec, record: Mapping[str, Any]) -> bool:
+    def matches(self, spec: ModelConfig, record: Mapping[str, Any]) -> bool:
         """A session's model record is this spec's drafter: the same kind and settings."""
         same = record.get("kind") == self.name
         return same and all(record.get(key) == value for key, value in spec.params.items() if key in record)
 
-    def proposer(self, spec: ModelSpec) -> Proposer:
+    def proposer(self, spec: ModelConfig) -> Proposer:
         """A fresh proposer for one generation (form `proposer` only)."""
         raise NotImplementedError(f"{self.name} is not a proposer")
 
-    def check_backend(self, spec: ModelSpec, backend: str) -> None:
+    def check_backend(self, spec: ModelConfig, backend: str) -> None:
         """Refuse, in one line, a backend that cannot run it."""
         if backend not in self.backends:
             raise ConfigError(

@@ -9,7 +9,7 @@ from typing import Any
 
 from specplay.catalog.models import CATALOG, cached_path
 from specplay.drafters.kind import DrafterKind, absolute
-from specplay.drafters.spec import SERVER, ModelSpec, Role
+from specplay.drafters.model_config import SERVER, ModelConfig, Role
 from specplay.errors import ConfigError
 
 
@@ -25,10 +25,10 @@ class ModelKind(DrafterKind):
     record_kinds = ("gguf",)
     """A model converted from a GGUF file records its kind as gguf."""
 
-    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelSpec:
+    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelConfig:
         source = given or ""
         if source.lower().endswith(".gguf"):
-            return ModelSpec(name, role, "gguf", absolute(source))
+            return ModelConfig(name, role, "gguf", absolute(source))
         if source in CATALOG and not Path(source).exists():
             model = CATALOG[source]
             path = cached_path(model)
@@ -37,25 +37,25 @@ class ModelKind(DrafterKind):
                     field,
                     f"{source} is not downloaded yet: `specplay fetch {source}` gets it ({model.size / 1e6:.0f} MB)",
                 )
-            return ModelSpec(name, role, "gguf", str(path))
+            return ModelConfig(name, role, "gguf", str(path))
         local = Path(source).expanduser()
-        return ModelSpec(name, role, "mlx", absolute(source) if local.exists() else source)  # else a Hugging Face id
+        return ModelConfig(name, role, "mlx", absolute(source) if local.exists() else source)  # else a Hugging Face id
 
-    def describe(self, spec: ModelSpec) -> str:
+    def describe(self, spec: ModelConfig) -> str:
         return spec.location
 
-    def record(self, spec: ModelSpec) -> dict[str, Any]:
+    def record(self, spec: ModelConfig) -> dict[str, Any]:
         return {"kind": self.name, "source": spec.location}
 
-    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelSpec:
+    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
         if record.get("kind") == "gguf":
-            return ModelSpec(name, role, "gguf", record["source"])
-        return ModelSpec(name, role, "mlx", record["path"])
+            return ModelConfig(name, role, "gguf", record["source"])
+        return ModelConfig(name, role, "mlx", record["path"])
 
-    def matches(self, spec: ModelSpec, record: Mapping[str, Any]) -> bool:
+    def matches(self, spec: ModelConfig, record: Mapping[str, Any]) -> bool:
         return spec.location in (record.get("source"), record.get("path"))
 
-    def check_backend(self, spec: ModelSpec, backend: str) -> None:
+    def check_backend(self, spec: ModelConfig, backend: str) -> None:
         if backend == "mlx" and spec.kind == SERVER:
             raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
 

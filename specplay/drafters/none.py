@@ -5,7 +5,7 @@ drafter is predicted to lose); never given with --draft."""
 from __future__ import annotations
 
 from specplay.drafters.kind import DrafterKind
-from specplay.drafters.spec import ModelSpec, Role
+from specplay.drafters.model_config import ModelConfig, Role
 from specplay.engine.settings import NONE_ROUTE
 from specplay.errors import ConfigError
 
@@ -20,10 +20,10 @@ class NoDrafterKind(DrafterKind):
     backends = ("mlx", "vllm")
     cannot_write = "the route is none, which drafts nothing"
 
-    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelSpec:
+    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelConfig:
         raise ConfigError(field, f"{NONE_ROUTE} is a route, not a drafter: pick it with --route {NONE_ROUTE}")
 
-    def describe(self, spec: ModelSpec) -> str:
+    def describe(self, spec: ModelConfig) -> str:
         return self.summary
 
 

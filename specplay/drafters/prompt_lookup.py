@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specplay.drafters.kind import DrafterKind, options
-from specplay.drafters.spec import ModelSpec, Role
+from specplay.drafters.model_config import ModelConfig, Role
 from specplay.errors import ConfigError
 
 LOOKUP_N = (2, 4)
@@ -33,13 +33,13 @@ class PromptLookupKind(DrafterKind):
     form = "proposer"
     cannot_write = "prompt lookup only copies, it cannot write alone"
 
-    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelSpec:
+    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelConfig:
         params = options(given, field, self.name) if given is not None else {}
         unknown = set(params) - {"n"}
         if unknown:
             raise ConfigError(field, f"prompt-lookup takes n=MIN-MAX, not {', '.join(sorted(unknown))}")
         if "n" not in params:
-            return ModelSpec(name, role, self.name, "", {"n_min": LOOKUP_N[0], "n_max": LOOKUP_N[1]})
+            return ModelConfig(name, role, self.name, "", {"n_min": LOOKUP_N[0], "n_max": LOOKUP_N[1]})
         low, sep, high = params["n"].partition("-")
         try:
             n_min, n_max = int(low), int(high if sep else low)
@@ -49,15 +49,15 @@ class PromptLookupKind(DrafterKind):
             raise ConfigError(
                 field, f"prompt-lookup:n={params['n']} needs n=MIN-MAX with 1 <= MIN <= MAX <= {LOOKUP_N_MAX}"
             )
-        return ModelSpec(name, role, self.name, "", {"n_min": n_min, "n_max": n_max})
+        return ModelConfig(name, role, self.name, "", {"n_min": n_min, "n_max": n_max})
 
-    def describe(self, spec: ModelSpec) -> str:
+    def describe(self, spec: ModelConfig) -> str:
         return f"prompt lookup, n {spec.params['n_min']}..{spec.params['n_max']}"
 
-    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelSpec:
-        return ModelSpec(name, role, self.name, "", {"n_min": int(record["n_min"]), "n_max": int(record["n_max"])})
+    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
+        return ModelConfig(name, role, self.name, "", {"n_min": int(record["n_min"]), "n_max": int(record["n_max"])})
 
-    def proposer(self, spec: ModelSpec) -> NgramIndex:
+    def proposer(self, spec: ModelConfig) -> NgramIndex:
         return NgramIndex(spec.params["n_min"], spec.params["n_max"])
 
 

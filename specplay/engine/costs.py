@@ -24,9 +24,9 @@ from functools import partial
 from typing import Any
 
 from specplay.engine.backend_protocol import Generation
-from specplay.engine.controls import LiveControls
 from specplay.engine.draws import Draws, RoundDraws
 from specplay.engine.events import RoundEvent, StepEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import Clock, SpecEngine
 from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request

@@ -18,7 +18,6 @@ from typing import Any
 
 from specplay.engine.backend_protocol import Backend, Generation
 from specplay.engine.capabilities import check_supported
-from specplay.engine.controls import LiveControls, settings_diff
 from specplay.engine.draws import Draws, RoundDraws
 from specplay.engine.events import (
     ControlEvent,
@@ -28,17 +27,18 @@ from specplay.engine.events import (
     RoundEvent,
     StartEvent,
     StepEvent,
-    Token,
     TokenSource,
 )
+from specplay.engine.live_controls import LiveControls, settings_diff
 from specplay.engine.metrics import Metrics
-from specplay.engine.policies import DraftLengthPolicy, RoundTimes, make_policy
+from specplay.engine.output import Output
+from specplay.engine.policies import RoundTimes, settings_policy
 from specplay.engine.request import Request
 from specplay.engine.round import RoundAsk, run_round
 from specplay.engine.routers.drafter_books import DrafterBooks
-from specplay.engine.routers.request import Routing, resolve_route, routing_for
 from specplay.engine.routers.rounds import RoundRouter
-from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, POLICY_FIELDS, STREAM_FIELDS, SpecSettings
+from specplay.engine.routers.routing import Routing, resolve_route, routing_for
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, POLICY_FIELDS, STREAM_FIELDS
 from specplay.engine.stream import Clock
 from specplay.engine.tree import tree_shape
 from specplay.errors import ConfigError
@@ -119,14 +119,15 @@ class _Run:
             routes = tuple(dict.fromkeys([self.drafter, *engine.backend.drafters, NONE_ROUTE]))
             router = RoundRouter(routes, hold_back=self.auto_route == NONE_ROUTE)
             self.books = DrafterBooks(router, engine.backend.drafters, self.drafter, len(request.prompt_token_ids))
-        self.policy = self._policy(self.settings)
-        self.detokenizer = self.backend.detokenizer()
+        self.policy = settings_policy(self.settings)
         context = engine.backend.context_length
         room = context - len(request.prompt_token_ids) if context is not None else request.max_tokens
-        self.max_tokens = min(request.max_tokens, room)
-        """The request's limit, or less where the target's context ends first (finish: length)."""
-        self.generated: list[int] = []
-        self.text_parts: list[str] = []
+        self.output = Output(
+            self.backend.detokenizer(),
+            self.backend.eos_token_ids,
+            ignore_eos=request.ignore_eos,
+            max_tokens=min(request.max_tokens, room),
+        )
         self.top_n = 0
         self.set_aside_s = 0.0
         """Time spent on counterfactual routes, taken off the lane's clock: not the lane's own work."""
@@ -155,12 +156,9 @@ class _Run:
         )
         run = self._rounds(generation) if self.request.mode == "speculative" else self._steps(generation)
         finish = yield from run
-        self.detokenizer.finalize()
-        self.text_parts.append(self.detokenizer.last_segment)
+        text = self.output.text()
         metrics = self.metrics.to_dict() | generation.account()
-        yield DoneEvent(
-            finish_reason=finish, token_ids=tuple(self.generated), text="".join(self.text_parts), metrics=metrics
-        )
+        yield DoneEvent(finish_reason=finish, token_ids=tuple(self.output.token_ids), text=text, metrics=metrics)
 
     def _take_controls(self) -> ControlEvent | None:
         """Adopt settings changed since the last round; say which, at which token."""
@@ -174,34 +172,10 @@ class _Run:
         names = {name for name, _, _ in changes}
         check_supported(new, self.backend.capabilities)
         if names & POLICY_FIELDS:
-            self.policy = self._policy(new)
+            self.policy = settings_policy(new)
         if "route" in names and self.auto_route and new.route != ADAPTIVE_ROUTE:  # adaptive goes on from here
             self.drafter = resolve_route(new.route, self.auto_route)
-        return ControlEvent(token_index=len(self.generated), changes=changes)
-
-    @staticmethod
-    def _policy(settings: SpecSettings) -> DraftLengthPolicy:
-        return make_policy(
-            settings.policy, settings.k, settings.policy_params, width=settings.width, tree_nodes=settings.tree_nodes
-        )
-
-    def _is_eos(self, token_id: int) -> bool:
-        return token_id in self.backend.eos_token_ids and not self.request.ignore_eos
-
-    def _emit(self, committed: Sequence[tuple[int, TokenSource]]) -> tuple[list[Token], FinishReason | None]:
-        """Detokenize committed tokens, stopping at EOS (which is not output) or the token limit."""
-        out: list[Token] = []
-        for token_id, source in committed:
-            if self._is_eos(token_id):
-                return out, "stop"
-            self.detokenizer.add_token(token_id)
-            text = self.detokenizer.last_segment
-            self.text_parts.append(text)
-            self.generated.append(token_id)
-            out.append(Token(token_id=token_id, text=text, source=source))
-            if len(self.generated) == self.max_tokens:
-                return out, "length"
-        return out, None
+        return ControlEvent(token_index=len(self.output), changes=changes)
 
     def _rounds(self, generation: Generation) -> Generator[Event, None, FinishReason]:
         try:
@@ -245,8 +219,8 @@ class _Run:
             self.plain = generation.generate(None, self.settings.sampling, self.draws.one, self.request.pipeline)
         token_id = next(self.plain)
         stepped_at = self._now()
-        token_index = len(self.generated)
-        tokens, finish = self._emit([(token_id, "target")])
+        token_index = len(self.output)
+        tokens, finish = self.output.add([(token_id, "target")])
         done_at = self._now()
         event = RoundEvent(
             index=index,
@@ -260,8 +234,6 @@ class _Run:
             draft_ms=0.0,
             verify_ms=1000 * (stepped_at - start),
             overhead_ms=1000 * (done_at - stepped_at + start - self.last_end_s),
-            bonus_top_target=None,
-            counterfactuals=(),
             k_asked=0,
         )
         self._account(event, generation, done_at, asked=0)
@@ -271,13 +243,13 @@ class _Run:
         """One speculative round (round.py), its drafter chosen and caught up first (step 0)."""
         assert self.drafter is not None and self.books is not None
         settings, start = self.settings, self._now()
-        remaining = self.max_tokens - len(self.generated)
+        remaining = self.output.remaining
         k = min(self.policy.propose(), remaining)
         shape = tree_shape(settings.width, settings.tree_nodes, k)
         self._close_plain()  # a live change left the none route: the next round drafts from the committed tokens
         if settings.route == ADAPTIVE_ROUTE:
             hold_free = settings.sampling.greedy and self.rule.lossless and not settings.counterfactual
-            self.drafter = self.books.choose(generation, k, self.drafter, len(self.generated), hold_free)
+            self.drafter = self.books.choose(generation, k, self.drafter, len(self.output), hold_free)
         caught_up = self.books.catch_up(generation, self.drafter, k)  # 0
         caught_up_at = self._now()
         ask = RoundAsk(
@@ -287,7 +259,7 @@ class _Run:
             rule=self.rule,
             draws=RoundDraws.take(self.draws, shape.nodes),
             limit=remaining,
-            stops=self._is_eos,
+            stops=self.output.is_eos,
             keep_drafting=self.policy.keep_drafting if self.policy.stops_early else None,
             top_n=self.top_n,
             compare_with=tuple(d for d in self.backend.drafters if d != self.drafter)
@@ -297,8 +269,8 @@ class _Run:
         result = run_round(generation, ask, self._now)  # 1 to 4
         self.set_aside_s += result.set_aside_s
         generation.commit([token_id for token_id, _ in result.committed])  # 5
-        token_index = len(self.generated)
-        tokens, finish = self._emit(result.committed)
+        token_index = len(self.output)
+        tokens, finish = self.output.add(result.committed)
         done_at = self._now()
         event = RoundEvent(
             index=index,
@@ -328,7 +300,7 @@ class _Run:
         assert self.books is not None
         times = RoundTimes(event.draft_ms - event.catch_up_ms, event.verify_ms, event.overhead_ms, event.nodes + 1)
         self.policy.update(event.depth, event.num_accepted, times)
-        self.books.learn(event, len(generation.tokens), self.generated, asked)
+        self.books.learn(event, len(generation.tokens), self.output.token_ids, asked)
         self.metrics.add_round(event)
         self.metrics.add_tokens([t.source for t in event.tokens], done_at)
         self.last_end_s = done_at
@@ -350,8 +322,8 @@ class _Run:
                     stream = generation.generate(
                         self.drafter, self.settings.sampling, self.draws.one, self.request.pipeline
                     )
-                token_index = len(self.generated)
-                tokens, finish = self._emit([(next(stream), source)])
+                token_index = len(self.output)
+                tokens, finish = self.output.add([(next(stream), source)])
                 done_at = self._now()
                 if tokens:
                     # From the last step's end, as a round's time is: the yardstick of c and of a

@@ -6,10 +6,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specplay.engine.correction_rank import empty_histogram, rank_key, second_branch_share
 from specplay.engine.events import RoundEvent, StepEvent, TokenSource
 from specplay.engine.layout import is_chain
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, mean_step_ms
-from specplay.engine.width import empty_histogram, rank_key, second_branch_share
 
 
 @dataclass

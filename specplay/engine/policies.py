@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from specplay.engine.settings import PolicyName, PolicyParams
+from specplay.engine.settings import PolicyName, PolicyParams, SpecSettings
 from specplay.engine.speedup import predict_by_k
 from specplay.engine.tree import verify_rows
 
@@ -334,3 +334,10 @@ def make_policy(
         "cost": lambda: CostAware(k, params, width=width, tree_nodes=tree_nodes),
     }
     return policies[name]()
+
+
+def settings_policy(settings: SpecSettings) -> DraftLengthPolicy:
+    """The policy the settings name, at their k and tree settings."""
+    return make_policy(
+        settings.policy, settings.k, settings.policy_params, width=settings.width, tree_nodes=settings.tree_nodes
+    )

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
-from specplay.engine.routers.request import Routing
+from specplay.engine.routers.routing import Routing
 
 Clock = Callable[[], float]
 

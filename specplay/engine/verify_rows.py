@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from specplay.engine.accept import Array, inverse_cdf_sample, residual_distribution, tv_distance
+from specplay.engine.correction_rank import LOGITS, correction_ranks
 from specplay.engine.rules import AcceptanceRule
-from specplay.engine.width import LOGITS, correction_ranks
 
 Arrays = dict[str, Any]
 

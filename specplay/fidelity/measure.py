@@ -19,7 +19,7 @@ from typing import Any
 
 from rapidfuzz.distance import Levenshtein
 
-from specplay.engine.controls import LiveControls
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.rules import RULES, AcceptanceRule, Mentored, RuleParams, make_rule
 from specplay.engine.settings import Mode, SpecSettings

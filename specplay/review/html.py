@@ -14,7 +14,7 @@ import html
 from collections.abc import Mapping, Sequence
 from importlib.resources import files
 
-from specplay.display.palette import SOURCE_WHY
+from specplay.display.source_styles import SOURCE_WHY
 from specplay.display.text import change_label, setting_text, switch_label, token_repr, visible
 from specplay.display.themes import builtin_theme_files, read_theme
 from specplay.engine.events import Candidate, draft_size

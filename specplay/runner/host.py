@@ -19,10 +19,10 @@ from functools import partial
 from typing import Any
 
 from specplay.backends import open_stream, refit_blas_threads, thread_cleanup
-from specplay.config.run_config import RequestSpec, RunConfig
-from specplay.engine.controls import LiveControls
+from specplay.config.run_config import RequestConfig, RunConfig
 from specplay.engine.costs import SHORT_DRAFT, RoundCosts, measure_costs, measure_drafting
 from specplay.engine.events import Event, RoundEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
@@ -113,7 +113,7 @@ class ModelHost:
 
     def start(
         self,
-        spec: RequestSpec,
+        spec: RequestConfig,
         controls: Mapping[str, LiveControls],
         on_event: OnEvent,
         on_end: Callable[[BaseException | None], None],
@@ -158,7 +158,7 @@ class ModelHost:
 
     def measure_costs(
         self,
-        spec: RequestSpec,
+        spec: RequestConfig,
         settings: SpecSettings,
         max_rows: int,
         route: str,

@@ -18,10 +18,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specplay.config.run_config import RequestSpec, RunConfig
+from specplay.config.run_config import RequestConfig, RunConfig
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.stream import EventStream
 from specplay.store import LaneRecord, SessionWriter
@@ -46,7 +46,7 @@ class SampleRun:
 
 def open_writer(
     config: RunConfig,
-    request: RequestSpec,
+    request: RequestConfig,
     *,
     prompt_token_ids: Sequence[int],
     lanes: list[str],

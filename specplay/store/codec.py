@@ -18,7 +18,7 @@ from typing import Any
 from specplay import __version__
 from specplay.config.capabilities import MLX, VLLM_INSPECTION, vllm_native
 from specplay.config.numbers import COUNT_MAX, SEED_MAX
-from specplay.config.run_config import RequestSpec
+from specplay.config.run_config import RequestConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
     ControlEvent,
@@ -129,7 +129,7 @@ class CounterfactualRecord:
 
 
 @dataclass(frozen=True)
-class RouteRecord:
+class RouteShareRecord:
     """One drafter's share of a run's rounds (engine/metrics.py)."""
 
     rounds: int
@@ -159,7 +159,7 @@ class MetricsRecord:
     draft_ms: float | None = None
     verify_ms: float | None = None
     overhead_ms: float | None = None
-    rounds_by_route: dict[str, RouteRecord] | None = None
+    rounds_by_route: dict[str, RouteShareRecord] | None = None
     route_switches: int | None = None
     catch_up_ms: float | None = None
     catch_up_tokens: int | None = None
@@ -271,7 +271,7 @@ def capabilities_from_header(header: Mapping[str, Any]) -> Capabilities:
     return vllm_native(baseline=True) if backend.get("mode") == "native" else VLLM_INSPECTION
 
 
-def request_record(request: RequestSpec, route_map: Mapping[str, str], **about: Any) -> dict[str, Any]:
+def request_record(request: RequestConfig, route_map: Mapping[str, str], **about: Any) -> dict[str, Any]:
     """What a session records of its request (the prompt is in the header); `about` adds where it
     ran (the playground marks its lanes as run side by side)."""
     return {
@@ -285,8 +285,8 @@ def request_record(request: RequestSpec, route_map: Mapping[str, str], **about: 
     }
 
 
-def request_from_record(record: Mapping[str, Any], prompt: str) -> RequestSpec:
-    request = replace(build(RequestSpec, {**record, "prompt": prompt}, "header.request"), prompt=prompt)
+def request_from_record(record: Mapping[str, Any], prompt: str) -> RequestConfig:
+    request = replace(build(RequestConfig, {**record, "prompt": prompt}, "header.request"), prompt=prompt)
     for name, limit in (("seed", SEED_MAX), ("max_tokens", COUNT_MAX)):  # the bounds the flags have
         if abs(getattr(request, name)) > limit:
             raise SchemaError(f"header.request.{name} is larger than {limit}")

@@ -7,12 +7,12 @@ from typing import Any
 
 from specplay.config.run_config import TARGET, BackendKind, RunConfig, VllmOptions
 from specplay.config.urls import server_root
-from specplay.drafters import ModelSpec, Role, replay_model
+from specplay.drafters import ModelConfig, Role, replay_model
 from specplay.errors import ConfigError
 from specplay.store.codec import request_from_record
 from specplay.store.format import Session, SessionError
 
-Models = tuple[BackendKind, ModelSpec, tuple[ModelSpec, ...], VllmOptions]
+Models = tuple[BackendKind, ModelConfig, tuple[ModelConfig, ...], VllmOptions]
 
 
 def session_config(session: Session, models: Models | None = None) -> RunConfig:
@@ -43,7 +43,7 @@ def session_config(session: Session, models: Models | None = None) -> RunConfig:
     )
 
 
-def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...], VllmOptions]:
+def _models(backend: Mapping[str, Any]) -> tuple[ModelConfig, tuple[ModelConfig, ...], VllmOptions]:
     models = dict(backend["models"])
     target = models.pop(TARGET)
     if backend.get("backend") != "vllm":
@@ -52,14 +52,14 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
     if backend.get("mode") == "native":  # speculating servers are routed to by name, as drafters are
         params = {"route": target["route"]} if "route" in target else {}
         baseline = backend.get("baseline")
-        servers = tuple(ModelSpec(name, "drafter", "server", server_root(m["source"])) for name, m in models.items())
+        servers = tuple(ModelConfig(name, "drafter", "server", server_root(m["source"])) for name, m in models.items())
         options = VllmOptions(native=True, baseline_url=server_root(baseline["source"]) if baseline else None)
-        return ModelSpec(TARGET, "target", "server", server_root(target["source"]), params), servers, options
+        return ModelConfig(TARGET, "target", "server", server_root(target["source"]), params), servers, options
     # A drafter on this machine's MLX (mixed mode) has a folder; one on a server, an address.
     drafters = tuple(
         local_model(name, "drafter", m)
         if m.get("backend") == "mlx"
-        else ModelSpec(name, "drafter", "server", server_root(m["source"]))
+        else ModelConfig(name, "drafter", "server", server_root(m["source"]))
         for name, m in models.items()
     )
     options = VllmOptions(
@@ -67,10 +67,10 @@ def _models(backend: Mapping[str, Any]) -> tuple[ModelSpec, tuple[ModelSpec, ...
         strategy=backend.get("verify_strategy", "auto"),
         exact_correction=bool(backend.get("exact_correction")),
     )
-    return ModelSpec(TARGET, "target", "server", server_root(target["source"])), drafters, options
+    return ModelConfig(TARGET, "target", "server", server_root(target["source"])), drafters, options
 
 
-def local_model(name: str, role: Role, model: Mapping[str, Any]) -> ModelSpec:
+def local_model(name: str, role: Role, model: Mapping[str, Any]) -> ModelConfig:
     """A model this machine ran, from its identity: a folder (saved absolute), the GGUF file it was
     converted from, or a drafter made from no model or from the target, with its parameters (its
     kind reads the record back)."""

@@ -26,6 +26,7 @@ from specplay.engine.stream import EventStream
 from specplay.errors import SpecplayError
 from specplay.review import export_review, reviews_dir
 from specplay.runner.host import ModelHost, OpenSource
+from specplay.ui.command_palette import palette_commands
 from specplay.ui.controller import PlaygroundController
 from specplay.ui.messages import (
     CostsMeasured,
@@ -36,7 +37,6 @@ from specplay.ui.messages import (
     TokenTextsArrived,
 )
 from specplay.ui.opened import open_saved
-from specplay.ui.palette import palette_commands
 from specplay.ui.screens.playground import PlaygroundScreen
 from specplay.ui.screenshot import save_screenshot, screenshots_dir
 from specplay.ui.theming import DEFAULT_THEME, load_themes

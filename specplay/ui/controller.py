@@ -21,10 +21,10 @@ from specplay.config.model_sets import models_line
 from specplay.config.run_config import RunConfig
 from specplay.drafters import cannot_write
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.controls import LiveControls, checked_change
 from specplay.engine.costs import RoundCosts
 from specplay.engine.events import Event
-from specplay.engine.routers.request import RouteChoice, describe_route, resolve_route
+from specplay.engine.live_controls import LiveControls, checked_change
+from specplay.engine.routers.routing import RouteChoice, describe_route, resolve_route
 from specplay.engine.settings import ROUTE_SETTINGS
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, error_line

@@ -16,8 +16,8 @@ from specplay.cli import run as run_command
 from specplay.cli import tui as tui_command
 from specplay.cli.configure import given, run_config
 from specplay.config.demo import DEMO_DIR, demo_model_paths
-from specplay.config.run_config import RequestSpec, RunConfig, VllmOptions, check
-from specplay.drafters import ModelSpec
+from specplay.config.run_config import RequestConfig, RunConfig, VllmOptions, check
+from specplay.drafters import ModelConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
     ControlEvent,
@@ -60,9 +60,12 @@ def test_flags_become_a_typed_configuration(tmp_path: Path) -> None:
         "--seed", "9", "--max-tokens", "12", "--ignore-eos", "--sessions-dir", str(tmp_path),
     )  # fmt: skip
     config = run_config(given(args))
-    assert config.target == ModelSpec("target", "target", "mlx", f"{m}/t")
-    assert config.drafters == (ModelSpec("a", "drafter", "mlx", f"{m}/a"), ModelSpec("b", "drafter", "mlx", f"{m}/b"))
-    assert config.request == RequestSpec("hi", True, "speculative", 9, 12, True)
+    assert config.target == ModelConfig("target", "target", "mlx", f"{m}/t")
+    assert config.drafters == (
+        ModelConfig("a", "drafter", "mlx", f"{m}/a"),
+        ModelConfig("b", "drafter", "mlx", f"{m}/b"),
+    )
+    assert config.request == RequestConfig("hi", True, "speculative", 9, 12, True)
     sampling = SamplingParams(temperature=0.5, top_k=7)
     assert config.settings == SpecSettings(
         k=3, sampling=sampling, policy_params=PolicyParams(k_max=6), rule_params=RuleParams(tv_budget=0.25)
@@ -76,7 +79,7 @@ def test_no_model_flags_means_the_demo_models_and_defaults(monkeypatch: pytest.M
     config = run_config(given(parsed("run", "--prompt", "x")))  # the test run's cache holds no SmolLM2
     target, drafters = demo_model_paths()
     assert config.target.location == str(target) and [d.name for d in config.drafters] == list(drafters)
-    assert config.settings == SpecSettings() and config.request == RequestSpec("x")
+    assert config.settings == SpecSettings() and config.request == RequestConfig("x")
     assert config.sessions_dir == Path("/elsewhere") and config.backend == "mlx"
     assert config.route_map == {}  # each class to the drafter of its name: base is first, prose is named
 
@@ -99,11 +102,11 @@ def test_no_model_flags_open_on_smollm2_once_it_is_fetched(tmp_path: Path, monke
     (tmp_path / "models" / CATALOG["smollm2"].file_name).unlink()
     (tmp_path / "models").rmdir()
     path = fetched_smollm2(tmp_path)
-    lookup = ModelSpec("lookup", "drafter", "prompt-lookup", "", {"n_min": 2, "n_max": 4})
-    exit_ = ModelSpec("exit", "drafter", "early-exit", "", {"layers": 26, "head": None})
+    lookup = ModelConfig("lookup", "drafter", "prompt-lookup", "", {"n_min": 2, "n_max": 4})
+    exit_ = ModelConfig("exit", "drafter", "early-exit", "", {"layers": 26, "head": None})
     for argv in ((), ("--target", "smollm2")):  # by default, or by name without --draft
         config = run_config(given(parsed("run", *argv, "--prompt", "x")))
-        assert config.target == ModelSpec("target", "target", "gguf", str(path))
+        assert config.target == ModelConfig("target", "target", "gguf", str(path))
         assert config.drafters == (lookup, exit_)
         assert config.route_map == {"code": "lookup", "prose": "none"}  # exit loses on prose: no speculation
         assert "exit measured" in config.route_notes["prose"]
@@ -128,10 +131,10 @@ def test_vllm_flags_and_the_api_key_stay_out_of_reprs(monkeypatch: pytest.Monkey
     monkeypatch.setenv("SPECPLAY_API_KEY", "s3cret")
     urls = ("--backend", "vllm", "--target-url", "http://gpu:8000/v1", "--draft-url", "http://gpu:8001")
     config = run_config(given(parsed("run", *urls, "--draft", "p=/m/p", "--vllm-strategy", "prefixes")))
-    assert config.target == ModelSpec("target", "target", "server", "http://gpu:8000")
+    assert config.target == ModelConfig("target", "target", "server", "http://gpu:8000")
     assert config.drafters == (
-        ModelSpec("draft1", "drafter", "server", "http://gpu:8001"),
-        ModelSpec("p", "drafter", "mlx", "/m/p"),
+        ModelConfig("draft1", "drafter", "server", "http://gpu:8001"),
+        ModelConfig("p", "drafter", "mlx", "/m/p"),
     )
     assert config.vllm.strategy == "prefixes" and config.vllm.api_key == "s3cret"
     assert "s3cret" not in repr(config)
@@ -227,7 +230,7 @@ def test_events_and_the_request_record_round_trip_through_the_codec() -> None:
         StepEvent(0, None, tokens[0], 1.5),
     ):
         assert plain(event) == asdict(event)
-    request = RequestSpec("hi", True, "target", 3, 17, True)
+    request = RequestConfig("hi", True, "target", 3, 17, True)
     record = json.loads(json.dumps(request_record(request, {"code": "a"}, source="tui")))
     assert request_from_record(record, "hi") == request and record["route_map"] == {"code": "a"}
 
@@ -296,7 +299,7 @@ def test_a_vllm_session_names_its_servers_and_folders_never_its_key(tmp_path: Pa
         "code": {"source": "http://gpu:8001", "path": "http://gpu:8001"},
         "prose": {"backend": "mlx", "path": "/m/prose"},
     }
-    request = request_record(RequestSpec("hi", seed=3), {})
+    request = request_record(RequestConfig("hi", seed=3), {})
     path = SessionWriter(
         tmp_path,
         prompt="hi",
@@ -308,14 +311,14 @@ def test_a_vllm_session_names_its_servers_and_folders_never_its_key(tmp_path: Pa
     ).finalize()
     config = session_config(load_session(path))
     assert config == RunConfig(
-        target=ModelSpec("target", "target", "server", "http://gpu:8000"),
+        target=ModelConfig("target", "target", "server", "http://gpu:8000"),
         drafters=(
-            ModelSpec("code", "drafter", "server", "http://gpu:8001"),
-            ModelSpec("prose", "drafter", "mlx", "/m/prose"),
+            ModelConfig("code", "drafter", "server", "http://gpu:8001"),
+            ModelConfig("prose", "drafter", "mlx", "/m/prose"),
         ),
         backend="vllm",
         vllm=VllmOptions(top_logprobs=8, strategy="prefixes", exact_correction=True),
-        request=RequestSpec("hi", seed=3),
+        request=RequestConfig("hi", seed=3),
     )
     native = {"backend": "vllm", "mode": "native", "baseline": {"source": "http://gpu:9"}}
     native["models"] = {"target": {"source": "http://gpu:1", "route": "code"}, "prose": {"source": "http://gpu:2"}}
@@ -385,7 +388,7 @@ def test_targets_made_of_drafter_kinds_and_unfetched_models_are_refused(
     fetched.parent.mkdir()
     fetched.write_bytes(b"")
     config = run_config(given(parsed("run", "--target", "smollm2", "--prompt", "x")))
-    assert config.target == ModelSpec("target", "target", "gguf", str(fetched))
+    assert config.target == ModelConfig("target", "target", "gguf", str(fetched))
     urls = ["--backend", "vllm", "--target-url", "http://g:1", "--prompt", "x"]
     assert main(["run", *urls, "--draft", "e=early-exit:layers=2"]) == 2
     assert "drafts with the target's own layers: it needs --backend mlx" in capsys.readouterr().err

@@ -13,9 +13,9 @@ import pytest
 from specplay.cli import main
 from specplay.config.demo import demo_model_paths
 from specplay.engine.routers.learned import fit_router
-from specplay.engine.routers.request import CodeProseRouter
-from specplay.routing.router_file import load_router, write_router
-from specplay.routing.scores import session_scores
+from specplay.engine.routers.routing import CodeProseRouter
+from specplay.router_training.router_file import load_router, write_router
+from specplay.router_training.scores import session_scores
 from specplay.store import list_session_files, load_session
 from tests.support.checks import every
 

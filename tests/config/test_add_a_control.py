@@ -18,8 +18,8 @@ from textual.widgets import Select
 from specplay.cli import build_parser
 from specplay.cli.run import configure
 from specplay.config.controls import CONTROLS, Control, Flag
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, Event, RoundEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.settings import (
     LIVE_SETTINGS,
     POLICY_FIELDS,

@@ -17,7 +17,7 @@ import pytest
 
 import specplay
 from specplay.cli import main
-from specplay.drafters import KINDS, MODEL, DrafterKind, ModelSpec, Role, drafter_syntax, kind_of, model_spec
+from specplay.drafters import KINDS, MODEL, DrafterKind, ModelConfig, Role, drafter_syntax, kind_of, model_spec
 from specplay.errors import ConfigError
 from specplay.store import load_session
 from specplay.store.replay import local_model
@@ -49,18 +49,18 @@ class RepeatLastKind(DrafterKind):
     form = "proposer"
     cannot_write = "repeat-last only repeats, it cannot write alone"
 
-    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelSpec:
+    def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelConfig:
         if given is not None:
             raise ConfigError(field, "repeat-last takes no options")
-        return ModelSpec(name, role, self.name, "")
+        return ModelConfig(name, role, self.name, "")
 
-    def describe(self, spec: ModelSpec) -> str:
+    def describe(self, spec: ModelConfig) -> str:
         return "repeats the last token"
 
-    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelSpec:
-        return ModelSpec(name, role, self.name, "")
+    def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
+        return ModelConfig(name, role, self.name, "")
 
-    def proposer(self, spec: ModelSpec) -> RepeatLast:
+    def proposer(self, spec: ModelConfig) -> RepeatLast:
         return RepeatLast()
 
 

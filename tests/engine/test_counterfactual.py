@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from specplay.engine.accept import lossless_accept_probability
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.rules import RuleParams
 from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run, sources

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StartEvent, StepEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
-from specplay.engine.routers.request import routing_for
+from specplay.engine.routers.routing import routing_for
 from specplay.engine.settings import POLICIES
 from specplay.engine.speedup import round_account
 from tests.support.checks import every

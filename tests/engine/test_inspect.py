@@ -6,8 +6,8 @@ from dataclasses import asdict
 
 import pytest
 
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import RoundEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import TOP_N, SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings

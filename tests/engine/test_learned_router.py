@@ -21,7 +21,7 @@ from specplay.engine.routers.learned import (
     ngram_counts,
     softmax,
 )
-from specplay.engine.routers.request import CodeProseRouter, fallback_for, route_choice, route_map_for
+from specplay.engine.routers.routing import CodeProseRouter, fallback_for, route_choice, route_map_for
 from tests.support.checks import every
 
 VOCABULARY = {

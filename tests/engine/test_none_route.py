@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from specplay.catalog.models import CATALOG
-from specplay.engine.controls import LiveControls
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
-from specplay.engine.routers.request import CodeProseRouter
 from specplay.engine.routers.rounds import RoundObservation, RoundRouter
+from specplay.engine.routers.routing import CodeProseRouter
 from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError
 from tests.support.engine_runs import done, rounds, run, sources

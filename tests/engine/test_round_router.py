@@ -11,8 +11,8 @@ import pytest
 
 from specplay.config.capabilities import vllm_native
 from specplay.engine.capabilities import check_supported
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.routers.rounds import RoundObservation, RoundRouter, kept_of_proposal
 from specplay.engine.settings import SpecSettings
 from specplay.errors import ConfigError

@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from specplay.engine.routers.request import (
+from specplay.engine.routers.routing import (
     CodeProseRouter,
     check_route,
     check_route_map,

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from specplay.backends.mlx import MlxBackend
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings

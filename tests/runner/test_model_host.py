@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from specplay.backends.mlx import blas
-from specplay.engine.controls import LiveControls
+from specplay.engine.live_controls import LiveControls
 from specplay.runner.host import ModelHost
 from specplay.runner.recording import RunRecorder
 from specplay.store import load_session

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from specplay.backends.mlx import load_mlx_backend, release_thread
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import ControlEvent, DoneEvent, RoundEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings

@@ -27,8 +27,8 @@ import pytest
 from specplay.backends import open_stream
 from specplay.cli import main
 from specplay.config.demo import DEMO_DIR
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import RoundEvent, StartEvent, StepEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
 from specplay.store import LaneRecord, Session, load_session

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specplay.cli import main
-from specplay.engine.width import histogram_of
+from specplay.engine.correction_rank import histogram_of
 from specplay.store import SCHEMA_VERSION, SessionError, load_session
 from tests.support.prompts import CODE_PROMPT
 from tests.support.tiny_models import TinyModels

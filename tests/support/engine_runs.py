@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from specplay.engine.backend_protocol import Backend, Generation
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import SamplingParams, SpecSettings

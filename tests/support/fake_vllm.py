@@ -36,8 +36,8 @@ from specplay.backends.mlx import load_mlx_backend, release_thread
 from specplay.backends.mlx.generation import ModelCache
 from specplay.backends.mlx.loading import rewindable_cache
 from specplay.engine.accept import inverse_cdf_sample
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import RoundEvent, StepEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.sampling import sampling_probs

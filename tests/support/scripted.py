@@ -29,7 +29,7 @@ from specplay.engine.draws import RoundDraws
 from specplay.engine.layout import ROOT, depths
 from specplay.engine.loop import SpecEngine
 from specplay.engine.reference_round import reference_grown_tree
-from specplay.engine.routers.request import routing_for
+from specplay.engine.routers.routing import routing_for
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import sampling_probs, softmax
 from specplay.engine.settings import SamplingParams

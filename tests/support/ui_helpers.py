@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from textual.pilot import Pilot
 
-from specplay.config.run_config import RequestSpec, RunConfig, VllmOptions
-from specplay.drafters import ModelSpec
+from specplay.config.run_config import RequestConfig, RunConfig, VllmOptions
+from specplay.drafters import ModelConfig
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import SpecEngine
-from specplay.engine.routers.request import routing_for
+from specplay.engine.routers.routing import routing_for
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import OpenSource
 from specplay.ui.app import PlaygroundApp, PlaygroundOptions, create_app
@@ -29,13 +29,16 @@ _OPTIONS = set(PlaygroundOptions.__dataclass_fields__)
 def mlx_config(
     tiny: TinyModels, sessions: Path, settings: SpecSettings | None = None, target: Path | None = None, **request: Any
 ) -> RunConfig:
-    """Target, near and far on MLX; `request` holds RequestSpec fields."""
-    drafters = (ModelSpec("near", "drafter", "mlx", str(tiny.near)), ModelSpec("far", "drafter", "mlx", str(tiny.far)))
-    target_spec = ModelSpec("target", "target", "mlx", str(target or tiny.target))
+    """Target, near and far on MLX; `request` holds RequestConfig fields."""
+    drafters = (
+        ModelConfig("near", "drafter", "mlx", str(tiny.near)),
+        ModelConfig("far", "drafter", "mlx", str(tiny.far)),
+    )
+    target_spec = ModelConfig("target", "target", "mlx", str(target or tiny.target))
     return RunConfig(
         target=target_spec,
         drafters=drafters,
-        request=RequestSpec(**request),
+        request=RequestConfig(**request),
         settings=settings or SpecSettings(),
         sessions_dir=sessions,
     )
@@ -46,15 +49,15 @@ def scripted_config(
 ) -> RunConfig:
     """A configuration naming the scripted backend's drafters (opened by `scripted_source`)."""
     drafters = tuple(
-        ModelSpec(name, "drafter", "prompt-lookup", "", {"n_min": n_min, "n_max": n_max})
+        ModelConfig(name, "drafter", "prompt-lookup", "", {"n_min": n_min, "n_max": n_max})
         if (n_min, n_max) != (0, 0)
-        else ModelSpec(name, "drafter", "mlx", f"scripted:{name}")
+        else ModelConfig(name, "drafter", "mlx", f"scripted:{name}")
         for name, (n_min, n_max) in ((d, backend.lookups.get(d, (0, 0))) for d in backend.drafters)
     )
     return RunConfig(
-        target=ModelSpec("target", "target", "mlx", "scripted:target"),
+        target=ModelConfig("target", "target", "mlx", "scripted:target"),
         drafters=drafters,
-        request=RequestSpec(**request),
+        request=RequestConfig(**request),
         settings=settings or SpecSettings(),
         sessions_dir=sessions,
     )
@@ -85,11 +88,11 @@ def server_config(
 ) -> RunConfig:
     """A target and drafters on (fake) vLLM servers."""
     return RunConfig(
-        target=ModelSpec("target", "target", "server", target_url),
-        drafters=tuple(ModelSpec(name, "drafter", "server", url) for name, url in drafters.items()),
+        target=ModelConfig("target", "target", "server", target_url),
+        drafters=tuple(ModelConfig(name, "drafter", "server", url) for name, url in drafters.items()),
         backend="vllm",
         vllm=vllm or VllmOptions(),
-        request=RequestSpec(**request),
+        request=RequestConfig(**request),
         settings=settings or SpecSettings(),
         sessions_dir=sessions,
     )

@@ -7,7 +7,7 @@ import pytest
 
 from specplay.cli import build_parser
 from specplay.config.controls import CONTROLS, Control
-from specplay.engine.controls import checked_change
+from specplay.engine.live_controls import checked_change
 from specplay.engine.settings import SpecSettings
 from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT

@@ -10,7 +10,7 @@ import numpy as np
 
 from specplay.engine.loop import SpecEngine
 from specplay.engine.routers.learned import LearnedRouter, fit_router
-from specplay.engine.routers.request import fallback_for, routing_for
+from specplay.engine.routers.routing import fallback_for, routing_for
 from specplay.ui.app import PlaygroundOptions, create_app
 from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT

@@ -22,11 +22,11 @@ from specplay.backends.mlx.early_exit import EarlyExitModel, LayerSplit, check_l
 from specplay.backends.mlx.kernels import draw_kernel
 from specplay.backends.mlx.loading import LoadedModel, folder_identity, load_model, rewindable_cache
 from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, TreePass, grow_tree, tree_pass
-from specplay.drafters import DrafterKind, Form, ModelSpec, Proposer, kind_of
+from specplay.drafters import DrafterKind, Form, ModelConfig, Proposer, kind_of
+from specplay.engine.correction_rank import LOGITS, correction_ranks
 from specplay.engine.sampling import one_hot, softmax
 from specplay.engine.settings import SamplingParams
 from specplay.engine.tree import TreeShape
-from specplay.engine.width import LOGITS, correction_ranks
 
 PREFILL_CHUNK = 512  # tokens per forward when a cache catches up on a long stretch
 KeepDrafting = Callable[[Sequence[float]], bool]
@@ -317,7 +317,7 @@ class LoadedDrafter(Protocol):
 
     name: str
     kind: DrafterKind
-    spec: ModelSpec
+    spec: ModelConfig
 
     def open(self, vocab_size: int) -> Drafter:
         """A fresh drafter for one generation."""
@@ -333,7 +333,7 @@ class LoadedProposer:
 
     name: str
     kind: DrafterKind
-    spec: ModelSpec
+    spec: ModelConfig
 
     def open(self, vocab_size: int) -> Drafter:
         why = self.kind.cannot_write or "it proposes only from what the text repeats"
@@ -349,7 +349,7 @@ class LoadedModelDrafter:
 
     name: str
     kind: DrafterKind
-    spec: ModelSpec
+    spec: ModelConfig
     loaded: LoadedModel
 
     def open(self, vocab_size: int) -> Drafter:
@@ -367,7 +367,7 @@ class LoadedEarlyExit:
 
     name: str
     kind: DrafterKind
-    spec: ModelSpec
+    spec: ModelConfig
     model: EarlyExitModel
     target: LoadedModel
     head: dict[str, Any] | None = None
@@ -391,11 +391,11 @@ class LoadedEarlyExit:
         }
 
 
-def _load_model(name: str, kind: DrafterKind, spec: ModelSpec, target: LoadedModel) -> LoadedDrafter:
+def _load_model(name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel) -> LoadedDrafter:
     return LoadedModelDrafter(name, kind, spec, load_model(name, spec.location))
 
 
-def _load_early_exit(name: str, kind: DrafterKind, spec: ModelSpec, target: LoadedModel) -> LoadedDrafter:
+def _load_early_exit(name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel) -> LoadedDrafter:
     """Built over `target`'s own modules: its layer count checked, a head loaded and checked."""
     layers = int(spec.params["layers"])
     split = LayerSplit(target.model, f"early-exit drafter {name!r}: the target ({target.source})")
@@ -409,11 +409,11 @@ def _load_early_exit(name: str, kind: DrafterKind, spec: ModelSpec, target: Load
     return LoadedEarlyExit(name=name, kind=kind, spec=spec, model=model, target=target, head=identity)
 
 
-def _load_proposer(name: str, kind: DrafterKind, spec: ModelSpec, target: LoadedModel) -> LoadedDrafter:
+def _load_proposer(name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel) -> LoadedDrafter:
     return LoadedProposer(name, kind, spec)
 
 
-LOADERS: dict[Form, Callable[[str, DrafterKind, ModelSpec, LoadedModel], LoadedDrafter]] = {
+LOADERS: dict[Form, Callable[[str, DrafterKind, ModelConfig, LoadedModel], LoadedDrafter]] = {
     "model": _load_model,
     "target-layers": _load_early_exit,
     "proposer": _load_proposer,
@@ -421,7 +421,7 @@ LOADERS: dict[Form, Callable[[str, DrafterKind, ModelSpec, LoadedModel], LoadedD
 """How MLX loads each drafter form (a kind of form `none` is never loaded: it drafts nothing)."""
 
 
-def load_drafter(name: str, spec: ModelSpec, *, target: LoadedModel) -> LoadedDrafter:
+def load_drafter(name: str, spec: ModelConfig, *, target: LoadedModel) -> LoadedDrafter:
     """What one drafter needs at run time, by its kind's form; call on the MLX thread."""
     kind = kind_of(spec)
     return LOADERS[kind.form](name, kind, spec, target)

@@ -28,7 +28,7 @@ from specplay.backends.mlx.loading import (
 )
 from specplay.backends.mlx.trees import tree_pass
 from specplay.config.capabilities import MLX
-from specplay.drafters import ModelSpec, model_spec
+from specplay.drafters import ModelConfig, model_spec
 from specplay.engine.backend_protocol import Detokenizer
 from specplay.errors import ConfigError
 from specplay.files.json_text import read_json
@@ -118,7 +118,7 @@ def context_length(loaded: LoadedModel) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def load_mlx_backend(target: str, drafters: Sequence[tuple[str, ModelSpec | str]] = ()) -> MlxBackend:
+def load_mlx_backend(target: str, drafters: Sequence[tuple[str, ModelConfig | str]] = ()) -> MlxBackend:
     """Load `target` and each (name, drafter) pair, a drafter being a spec of any kind
     (specplay.drafters) or a folder or Hugging Face id; call on the MLX thread."""
     names = [name for name, _ in drafters]

@@ -56,11 +56,11 @@ from specplay.backends.vllm.topk import (
     tv_bracket,
 )
 from specplay.config.run_config import Strategy
+from specplay.engine.correction_rank import listed_rank
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams
 from specplay.engine.tree import TreeShape, VerifiedDraft, chain_verified
-from specplay.engine.width import listed_rank
 from specplay.errors import ConfigError
 
 LONG_CONTEXT = 2048
@@ -84,7 +84,7 @@ class VllmDraft:
     """Each drafted position's distribution (None when greedy)."""
     exact: bool
     ranked: list[TopK] | None = None
-    """Each position's listing its correction is ranked in (engine/width.py): p_draft, or at
+    """Each position's listing its correction is ranked in (engine/correction_rank.py): p_draft, or at
     temperature 0 the drafter's raw top logprobs; None where not known."""
     listed_at_least: int = 0
     """How many of the most likely tokens every listing in `ranked` holds."""

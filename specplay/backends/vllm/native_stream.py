@@ -38,7 +38,6 @@ from specplay.backends.vllm.vllm_backend import VllmBackend, connect_vllm_backen
 from specplay.config.capabilities import NATIVE_FIXED, vllm_native
 from specplay.config.run_config import NATIVE_ROUTE
 from specplay.config.urls import server_root
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import (
     DoneEvent,
     Event,
@@ -51,10 +50,11 @@ from specplay.engine.events import (
     TokenSource,
 )
 from specplay.engine.layout import chain
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import check_context
 from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
-from specplay.engine.routers.request import Routing, resolve_route, routing_for
+from specplay.engine.routers.routing import Routing, resolve_route, routing_for
 from specplay.engine.settings import K_LIMIT, SpecSettings
 from specplay.engine.stream import Clock
 from specplay.errors import ConfigError

@@ -1,5 +1,5 @@
 """A learned router: a small classifier from a prompt to the drafter that served prompts like it
-best, trained on counterfactual sessions (`specplay router train`; the labels: routing/scores.py).
+best, trained on counterfactual sessions (`specplay router train`; the labels: router_training/scores.py).
 
 Features: hashed character n-grams of the prompt's lowercased head (log counts, scaled by their
 inverse document frequency over the training prompts, the vector L2-normalised), beside a few
@@ -8,7 +8,7 @@ prompt asks for text it gives to be rewritten or copied). Model: multinomial log
 with an L2 penalty, fitted by full-batch accelerated gradient descent from zero weights, so the
 same prompts and labels give the same router, bit for bit. Its classes are drafter names: the
 default route map sends each to the drafter of that name. Pure numpy: reading and writing the file
-it is kept in is routing/router_file.py's job.
+it is kept in is router_training/router_file.py's job.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from specplay.engine.routers.request import CodeProseRouter
+from specplay.engine.routers.routing import CodeProseRouter
 
 _HEURISTIC = CodeProseRouter()
 _INSTRUCTION_END = re.compile(r"\n\s*\n|:\s*\n")
@@ -44,7 +44,7 @@ def copy_request(prompt: str) -> float:
 
 
 def code_score(prompt: str) -> float:
-    """The heuristic router's evidence for code (engine/routers/request.py), its threshold subtracted."""
+    """The heuristic router's evidence for code (engine/routers/routing.py), its threshold subtracted."""
     return _HEURISTIC.score(prompt) - _HEURISTIC.threshold
 
 
@@ -135,7 +135,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class LearnedRouter:
-    """A router (engine/routers/request.py's interface) whose classes are the drafters it was trained for."""
+    """A router (engine/routers/routing.py's interface) whose classes are the drafters it was trained for."""
 
     classes: tuple[str, ...]
     settings: FeatureSettings
@@ -150,8 +150,8 @@ class LearnedRouter:
     trained_on: Mapping[str, Any] = field(default_factory=dict)
     """What it was fitted to (sessions, labels...), as its file records it."""
     min_confidence: float = 0.0
-    """Below this probability of its class, the heuristic chooses (engine/routers/request.py's fallback routing):
-    the threshold cross-validation chose at training (routing/train.py); 0: it always chooses."""
+    """Below this probability of its class, the heuristic chooses (engine/routers/routing.py's fallback routing):
+    the threshold cross-validation chose at training (router_training/train.py); 0: it always chooses."""
 
     def probabilities(self, prompt: str) -> np.ndarray:
         """Each class's probability for `prompt`, in `classes` order."""

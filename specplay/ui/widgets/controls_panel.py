@@ -21,7 +21,7 @@ from textual_slider import Slider
 
 from specplay.config.controls import CONTROLS, Control
 from specplay.config.numbers import SEED_MAX, seed_number
-from specplay.engine.controls import SAMPLING_FIELDS
+from specplay.engine.live_controls import SAMPLING_FIELDS
 from specplay.engine.rules import KNOB_STEPS, RULE_NAMES, AcceptanceRule
 from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, POLICIES, SpecSettings, flattened
 

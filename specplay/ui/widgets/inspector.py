@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from textual.content import Content
 from textual.widgets import Static
 
-from specplay.display.palette import SOURCE_WHY
+from specplay.display.source_styles import SOURCE_WHY
 from specplay.display.text import token_repr
 from specplay.engine.events import Candidate, DraftPosition, RoundEvent, draft_size
 from specplay.engine.layout import siblings_under

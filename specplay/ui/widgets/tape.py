@@ -13,10 +13,10 @@ from textual.content import Content
 from textual.widgets import Static
 
 from specplay.display.text import visible
+from specplay.engine.correction_rank import OTHER, RANK_TOP_N, rank_key
 from specplay.engine.events import DraftPosition, RoundEvent
 from specplay.engine.layout import children, depths
 from specplay.engine.tree import kept_nodes
-from specplay.engine.width import OTHER, RANK_TOP_N, rank_key
 from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.steady import show_in_view
@@ -38,7 +38,7 @@ KEY = f"²…{f'{RANK_TOP_N + 1}+'.translate(_SUPERSCRIPT)}: rank of the correct
 
 def rank_mark(position: DraftPosition) -> str:
     """A rejection's correction rank as a superscript: "²" its drafter's second choice, "⁵⁺"
-    outside the drafter's top RANK_TOP_N; "" where not known (engine/width.py)."""
+    outside the drafter's top RANK_TOP_N; "" where not known (engine/correction_rank.py)."""
     if position.correction_rank is None:
         return ""
     key = rank_key(position.correction_rank)

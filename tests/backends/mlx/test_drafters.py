@@ -16,8 +16,8 @@ from specplay.backends.mlx.drafting import LoadedEarlyExit, ProposerDrafter, loa
 from specplay.backends.mlx.early_exit import ExitHead, save_exit_head
 from specplay.backends.mlx.loading import folder_identity, load_model
 from specplay.drafters.prompt_lookup import NgramIndex, copy_after
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import Event, RoundEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
 from specplay.engine.request import Request
 from specplay.engine.settings import POLICIES, SamplingParams, SpecSettings

@@ -12,14 +12,14 @@ import pytest
 
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.backends.mlx.generation import _verify_argmax, _verify_distributions
-from specplay.engine.controls import LiveControls
+from specplay.engine.correction_rank import OTHER_RANK, correction_ranks
 from specplay.engine.draws import RoundDraws
 from specplay.engine.events import Event, RoundEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.rules import MENTORED
 from specplay.engine.sampling import softmax
 from specplay.engine.settings import POLICIES, SamplingParams
 from specplay.engine.tree import tree_shape
-from specplay.engine.width import OTHER_RANK, correction_ranks
 from tests.support.engine_runs import assert_caches_hold_the_committed, done, run, sources
 from tests.support.observed import Observed
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT

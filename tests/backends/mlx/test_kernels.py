@@ -107,7 +107,7 @@ def test_compiled_target_only_and_draft_only_runs_match(backend: MlxBackend, com
 
 
 def test_inspected_rounds_are_the_same_compiled(backend: MlxBackend, compiled: MlxBackend) -> None:
-    from specplay.engine.controls import LiveControls
+    from specplay.engine.live_controls import LiveControls
     from specplay.engine.loop import SpecEngine
     from specplay.engine.request import Request
     from specplay.engine.settings import SamplingParams, SpecSettings

@@ -10,8 +10,8 @@ from specplay.backends.mlx import MlxBackend
 from specplay.backends.vllm.client import VllmClient
 from specplay.backends.vllm.native import NativeServer, recolour
 from specplay.backends.vllm.native_stream import connect_native
-from specplay.engine.controls import LiveControls
 from specplay.engine.events import DoneEvent, Event, RecolourEvent, RoundEvent, StartEvent, StepEvent
+from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
 from specplay.ui.protocols import RunState

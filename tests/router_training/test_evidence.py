@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specplay.config.run_config import RunConfig
-from specplay.drafters import ModelSpec
-from specplay.routing.evidence import recent_sessions, route_records, with_route_evidence
+from specplay.drafters import ModelConfig
+from specplay.router_training.evidence import recent_sessions, route_records, with_route_evidence
 from tests.support.session_events import ROUNDS, same_as_rounds, speculative_events, target_events, write_session
 
 PROSE = "The lighthouse keeper climbed the stairs at dusk, as he had done for forty years, and lit the lamp."
@@ -17,8 +17,8 @@ MODELS = {"target": {"kind": "gguf", "source": "/m/t.gguf"}, "near": {"kind": "m
 
 def config(directory: Path) -> RunConfig:
     return RunConfig(
-        target=ModelSpec("target", "target", "gguf", "/m/t.gguf"),
-        drafters=(ModelSpec("near", "drafter", "mlx", "/m/near"),),
+        target=ModelConfig("target", "target", "gguf", "/m/t.gguf"),
+        drafters=(ModelConfig("near", "drafter", "mlx", "/m/near"),),
         sessions_dir=directory,
     )
 
@@ -59,8 +59,8 @@ def test_sessions_of_other_models_or_unreadable_files_say_nothing(tmp_path: Path
     record(tmp_path, PROSE, speculative_s=4.0)
     (tmp_path / "2099-01-01T00-00-00_broken.jsonl").write_text("not a session\n")
     other = RunConfig(
-        target=ModelSpec("target", "target", "gguf", "/m/other.gguf"),
-        drafters=(ModelSpec("near", "drafter", "mlx", "/m/near"),),
+        target=ModelConfig("target", "target", "gguf", "/m/other.gguf"),
+        drafters=(ModelConfig("near", "drafter", "mlx", "/m/near"),),
         sessions_dir=tmp_path,
     )
     assert with_route_evidence(other) == other

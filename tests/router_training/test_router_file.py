@@ -15,7 +15,7 @@ import pytest
 
 from specplay.engine.routers.learned import LearnedRouter, fit_router
 from specplay.errors import ConfigError
-from specplay.routing.router_file import VERSION, load_router, read_router, write_router
+from specplay.router_training.router_file import VERSION, load_router, read_router, write_router
 from tests.support.checks import every
 
 PROMPTS = [

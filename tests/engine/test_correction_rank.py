@@ -1,4 +1,4 @@
-"""Width: a rejection's correction ranked among the drafter's tokens (engine/width.py), from the
+"""Width: a rejection's correction ranked among the drafter's tokens (engine/correction_rank.py), from the
 pure rule on hand-made distributions, through verify_rows, to the engine's events and metrics."""
 
 from __future__ import annotations
@@ -8,13 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from specplay.engine.events import DraftPosition, RoundEvent
-from specplay.engine.layout import chain
-from specplay.engine.metrics import Metrics
-from specplay.engine.rules import MENTORED
-from specplay.engine.sampling import softmax
-from specplay.engine.verify_rows import verify_rows
-from specplay.engine.width import (
+from specplay.engine.correction_rank import (
     LOGITS,
     OTHER,
     OTHER_RANK,
@@ -24,6 +18,12 @@ from specplay.engine.width import (
     listed_rank,
     second_branch_share,
 )
+from specplay.engine.events import DraftPosition, RoundEvent
+from specplay.engine.layout import chain
+from specplay.engine.metrics import Metrics
+from specplay.engine.rules import MENTORED
+from specplay.engine.sampling import softmax
+from specplay.engine.verify_rows import verify_rows
 from tests.support.engine_runs import done, rounds, run
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import ScriptedBackend, ScriptedModel, encode_bytes, scripted_backend, table

@@ -8,11 +8,11 @@ import pytest
 
 from specplay.engine.events import Counterfactual, RoundEvent
 from specplay.engine.layout import chain
-from specplay.engine.routers.request import CodeProseRouter
+from specplay.engine.routers.routing import CodeProseRouter
 from specplay.errors import ConfigError
-from specplay.routing.evaluate import evaluate, heuristic_pick
-from specplay.routing.examples import NO_COUNTERFACTUALS, Example, read_examples
-from specplay.routing.scores import DrafterScore, SessionScores, session_scores
+from specplay.router_training.evaluate import evaluate, heuristic_pick
+from specplay.router_training.examples import NO_COUNTERFACTUALS, Example, read_examples
+from specplay.router_training.scores import DrafterScore, SessionScores, session_scores
 from tests.support.checks import every
 from tests.support.engine_runs import done, rounds, run
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT

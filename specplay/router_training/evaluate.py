@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specplay.engine.routers.request import CodeProseRouter, Router, defers, route_map_for
+from specplay.engine.routers.routing import CodeProseRouter, Router, defers, route_map_for
 from specplay.errors import ConfigError
-from specplay.routing.examples import Example
-from specplay.routing.scores import UNITS, ScoreKind
+from specplay.router_training.examples import Example
+from specplay.router_training.scores import UNITS, ScoreKind
 
 
 @dataclass(frozen=True, slots=True)

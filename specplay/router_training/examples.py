@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specplay.config.run_config import TARGET, prompt_format
 from specplay.errors import ConfigError
-from specplay.routing.scores import UNITS, ScoreKind, SessionScores, session_scores
+from specplay.router_training.scores import UNITS, ScoreKind, SessionScores, session_scores
 from specplay.store import list_session_files, load_session
 from specplay.store.format import Session, SessionError
 

@@ -14,7 +14,7 @@ SERVER = "server"
 
 
 @dataclass(frozen=True, slots=True)
-class ModelSpec:
+class ModelConfig:
     """One model of a run."""
 
     name: str

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specplay.config.run_config import TARGET, RunConfig
-from specplay.drafters import ModelSpec, kind_of
-from specplay.engine.routers.request import CodeProseRouter, route_map_for
+from specplay.drafters import ModelConfig, kind_of
+from specplay.engine.routers.routing import CodeProseRouter, route_map_for
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, ROUTE_SETTINGS, SpecSettings
 from specplay.errors import SpecplayError
 from specplay.store import list_session_files, load_session
@@ -32,7 +32,7 @@ AT_LEAST = 2
 
 
 @dataclass(frozen=True, slots=True)
-class RouteRecord:
+class RouteEvidence:
     """Measured speedups of one drafter on one class of prompt, over recorded sessions."""
 
     prompt_class: str
@@ -48,7 +48,7 @@ class RouteRecord:
         return f"{self.drafter} measured {self.median:.2f}× on {self.prompt_class} here ({n} sessions)"
 
 
-def _matches(spec: ModelSpec, record: Mapping[str, Any]) -> bool:
+def _matches(spec: ModelConfig, record: Mapping[str, Any]) -> bool:
     """A session's model record is this spec's drafter: of the same kind and settings, or a model
     from the same source."""
     return kind_of(spec).matches(spec, record)
@@ -60,7 +60,7 @@ def _judged_alike(recorded: SpecSettings, settings: SpecSettings) -> bool:
     return same_rule and recorded.sampling == settings.sampling
 
 
-def route_records(config: RunConfig, sessions: Iterable[Session]) -> dict[tuple[str, str], RouteRecord]:
+def route_records(config: RunConfig, sessions: Iterable[Session]) -> dict[tuple[str, str], RouteEvidence]:
     """Each (class, drafter) pair's measured speedups over `sessions` (module docstring)."""
     router = CodeProseRouter()
     found: dict[tuple[str, str], list[float]] = {}
@@ -80,7 +80,7 @@ def route_records(config: RunConfig, sessions: Iterable[Session]) -> dict[tuple[
         if drafter is None or not _matches(drafter, models.get(drafter.name) or {}):
             continue
         found.setdefault((router.classify(session.prompt), drafter.name), []).append(speedup)
-    return {key: RouteRecord(*key, tuple(values)) for key, values in found.items()}
+    return {key: RouteEvidence(*key, tuple(values)) for key, values in found.items()}
 
 
 def recent_sessions(config: RunConfig) -> list[Session]:

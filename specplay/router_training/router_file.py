@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from specplay import __version__
-from specplay.config.run_config import RouterSpec
+from specplay.config.run_config import RouterConfig
 from specplay.engine.routers.learned import FeatureSettings, LearnedRouter
 from specplay.errors import ConfigError
 from specplay.files.inputs import ROUTER_LIMIT, read_input
@@ -66,10 +66,10 @@ def write_router(path: Path, router: LearnedRouter, trained_on: Mapping[str, Any
     return len(text.encode("utf-8"))
 
 
-def read_router(path: Path) -> RouterSpec:
+def read_router(path: Path) -> RouterConfig:
     """`--router FILE`: the router in `path`, with its hash and drafters."""
     router, sha256 = load_router(path)
-    return RouterSpec(path=path, sha256=sha256, drafters=router.classes, router=router)
+    return RouterConfig(path=path, sha256=sha256, drafters=router.classes, router=router)
 
 
 def load_router(path: Path) -> tuple[LearnedRouter, str]:

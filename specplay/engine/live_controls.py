@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specplay.engine.capabilities import Capabilities, check_supported
-from specplay.engine.routers.request import check_route
+from specplay.engine.routers.routing import check_route
 from specplay.engine.settings import SamplingParams, SpecSettings, flattened
 
 SAMPLING_FIELDS = frozenset(SamplingParams.__dataclass_fields__)

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from specplay.engine.routers.learned import FeatureSettings, FitSettings, LearnedRouter, fit_router
-from specplay.engine.routers.request import CodeProseRouter
-from specplay.routing.evaluate import heuristic_pick
-from specplay.routing.examples import Example
-from specplay.routing.scores import UNITS, ScoreKind
+from specplay.engine.routers.routing import CodeProseRouter
+from specplay.router_training.evaluate import heuristic_pick
+from specplay.router_training.examples import Example
+from specplay.router_training.scores import UNITS, ScoreKind
 
 PROMPT_HASHES_KEPT = 2000
 """Training prompts whose hashes the router file keeps, so eval can tell held-out sessions from

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from specplay.errors import ConfigError
-from specplay.routing.examples import Example, Examples
-from specplay.routing.router_file import load_router, write_router
-from specplay.routing.scores import DrafterScore, SessionScores
-from specplay.routing.train import CONFIDENCE_GRID, FOLDS, Held, choose_min_confidence, folds_of, train
+from specplay.router_training.examples import Example, Examples
+from specplay.router_training.router_file import load_router, write_router
+from specplay.router_training.scores import DrafterScore, SessionScores
+from specplay.router_training.train import CONFIDENCE_GRID, FOLDS, Held, choose_min_confidence, folds_of, train
 
 DRAFTERS = ("base", "lookup", "prose")
 WORDS = {
