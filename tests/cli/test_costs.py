@@ -12,6 +12,7 @@ from specplay.backends.mlx import blas
 from specplay.cli import main
 from specplay.cli.costs import _lines, _report
 from specplay.engine.costs import measure_costs, measure_rounds
+from specplay.engine.layout import is_chain
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.engine.speedup import predict_by_k
@@ -82,6 +83,35 @@ def test_acceptance_read_from_sessions_per_route(capsys: pytest.CaptureFixture[s
         ]
         assert report["drafters"][route]["acceptance_per_position"] == pytest.approx(expected)
         assert report["drafters"][route]["draft_costs_from"] == "rounds_and_alone"  # one draft length a session
+
+
+def test_a_tree_session_reads_acceptance_by_depth_in_a_chain_sessions_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A width-2 session's rounds are read by depth along their kept path, as a chain's are by
+    position: the same fields, one acceptance per depth (never one per node), drafting time > 0."""
+    reports, sessions = {}, {}
+    for width in (1, 2):
+        folder = tmp_path / f"width-{width}"
+        args = ["--target", "demo", "--prompt", PROMPT, "--max-tokens", "32", "--k", "4", "--width", str(width)]
+        assert main(["run", *args, "--save", "--no-baseline", "--sessions-dir", str(folder)]) == 0
+        (path,) = folder.glob("*.jsonl")
+        sessions[width] = load_session(path)
+        reports[width] = _costs(capsys, "--sessions", str(path))
+    assert any(not is_chain(r.parents) for r in sessions[2].main.rounds)  # the tree session did branch
+    assert every(is_chain(r.parents) for r in sessions[1].main.rounds)
+    for route in {r.drafter for r in sessions[2].main.rounds}:
+        tree = reports[2]["drafters"][route]
+        assert set(tree) == set(reports[1]["drafters"][route])
+        rounds = [r for r in sessions[2].main.rounds if r.drafter == route]
+        depth = max(r.depth for r in rounds)
+        assert max(r.nodes for r in rounds) > depth  # more nodes than depths: reading nodes would differ
+        expected = [
+            sum(r.num_accepted > i for r in rounds if r.depth > i) / sum(r.depth > i for r in rounds)
+            for i in range(depth)
+        ]
+        assert tree["acceptance_per_position"] == pytest.approx(expected)
+        assert tree["draft_step_ms"] > 0 and tree["recommended_k"] in range(1, 9)
 
 
 @pytest.mark.parametrize(
