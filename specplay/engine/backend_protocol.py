@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from specplay.engine.capabilities import Capabilities
+from specplay.engine.conversation import Exchange
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import SamplingParams
@@ -122,8 +123,9 @@ class Backend(Protocol):
     context_length: int | None
     """Tokens the target attends over at most, prompt included (None: it does not say)."""
 
-    def encode(self, prompt: str, raw: bool) -> list[int]:
-        """Prompt to token ids: through the chat template when there is one, unless `raw`."""
+    def encode(self, prompt: str, raw: bool, earlier: Sequence[Exchange] = ()) -> list[int]:
+        """Prompt to token ids: through the chat template when there is one, unless `raw`; after
+        the conversation's `earlier` turns (conversation.py), when it has some."""
         ...
 
     def detokenizer(self) -> Detokenizer: ...
@@ -132,9 +134,17 @@ class Backend(Protocol):
         """One token's text, for views (the draft tape, drill-down); safe from any thread."""
         ...
 
-    def open_generation(self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)) -> Generation:
-        """Fresh caches for one generation; the models in `prefill` (None: the target) process
-        the prompt now, the others when first used."""
+    def open_generation(
+        self,
+        prompt_token_ids: Sequence[int],
+        prefill: Sequence[str | None] = (None,),
+        previous: Generation | None = None,
+    ) -> Generation:
+        """Caches for one generation; the models in `prefill` (None: the target) process the
+        prompt now, the others when first used. `previous`, an earlier generation of this backend
+        that ended (a conversation's last turn), may give its caches: what they hold of the
+        tokens it shares with this prompt is not computed again. A backend whose caches live
+        elsewhere (a server's prefix cache) opens fresh ones."""
         ...
 
     def describe(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from specplay.engine.backend_protocol import Backend, Generation
 from specplay.engine.capabilities import check_supported
+from specplay.engine.conversation import Exchange
 from specplay.engine.draws import Draws, RoundDraws
 from specplay.engine.events import (
     ControlEvent,
@@ -38,7 +39,7 @@ from specplay.engine.round import RoundAsk, run_round
 from specplay.engine.routers.drafter_books import DrafterBooks
 from specplay.engine.routers.rounds import RoundRouter
 from specplay.engine.routers.routing import Routing, resolve_route, routing_for
-from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, POLICY_FIELDS, STREAM_FIELDS
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, POLICY_FIELDS, STREAM_FIELDS, Mode
 from specplay.engine.stream import Clock
 from specplay.engine.tree import tree_shape
 from specplay.errors import ConfigError
@@ -56,9 +57,11 @@ class SpecEngine:
         self.drafters = backend.drafters
         self.routing = routing or routing_for(backend.drafters)
         self.clock = clock
+        self.kept: dict[Mode, Generation] = {}
+        """Each mode's last generation that ended, its caches kept for the conversation's next turn."""
 
-    def encode(self, prompt: str, raw: bool) -> list[int]:
-        return self.backend.encode(prompt, raw)
+    def encode(self, prompt: str, raw: bool, earlier: Sequence[Exchange] = ()) -> list[int]:
+        return self.backend.encode(prompt, raw, earlier)
 
     def token_text(self, token_id: int) -> str:
         return self.backend.token_text(token_id)
@@ -78,7 +81,8 @@ class SpecEngine:
             raise ConfigError("draft", f"is needed in {request.mode} mode; give at least one drafter")
         check_supported(controls.settings, self.capabilities)
         check_context(len(request.prompt_token_ids), self.backend.context_length)
-        return _Run(self, request, controls, clock or self.clock).events()
+        previous = self.kept.pop(request.mode, None)  # a new conversation lets the old caches go
+        return _Run(self, request, controls, clock or self.clock).events(previous if request.continues else None)
 
 
 def check_context(prompt_tokens: int, context_length: int | None) -> None:
@@ -94,7 +98,7 @@ class _Run:
     """The state of one generation."""
 
     def __init__(self, engine: SpecEngine, request: Request, controls: LiveControls, clock: Clock) -> None:
-        self.backend, self.clock = engine.backend, clock
+        self.backend, self.clock, self.kept = engine.backend, clock, engine.kept
         self.request, self.controls = request, controls
         self.settings = controls.settings
         self.rule = self.settings.acceptance_rule
@@ -128,7 +132,7 @@ class _Run:
             ignore_eos=request.ignore_eos,
             max_tokens=min(request.max_tokens, room),
         )
-        self.top_n = 0
+        self.top_n = TOP_N if request.inspect and self.backend.capabilities.top_n else 0
         self.set_aside_s = 0.0
         """Time spent on counterfactual routes, taken off the lane's clock: not the lane's own work."""
         self.last_end_s = 0.0
@@ -138,14 +142,13 @@ class _Run:
     def _now(self) -> float:
         return self.clock() - self.set_aside_s
 
-    def events(self) -> Iterator[Event]:
+    def events(self, previous: Generation | None) -> Iterator[Event]:
         self.metrics.start_s = self._now()
         drafting = self.drafter if self.drafter != NONE_ROUTE else None
         models = {"speculative": (None, drafting), "target": (None,), "draft": (self.drafter,)}
-        generation = self.backend.open_generation(self.request.prompt_token_ids, prefill=models[self.request.mode])
+        prompt = self.request.prompt_token_ids
+        generation = self.backend.open_generation(prompt, prefill=models[self.request.mode], previous=previous)
         self.last_end_s = self._now()
-        if self.request.inspect and self.backend.capabilities.top_n:
-            self.top_n = TOP_N
         yield StartEvent(
             mode=self.request.mode,
             drafter=self.drafter,
@@ -157,6 +160,7 @@ class _Run:
         run = self._rounds(generation) if self.request.mode == "speculative" else self._steps(generation)
         finish = yield from run
         text = self.output.text()
+        self.kept[self.request.mode] = generation  # ended between rounds: its caches hold committed tokens only
         metrics = self.metrics.to_dict() | generation.account()
         yield DoneEvent(finish_reason=finish, token_ids=tuple(self.output.token_ids), text=text, metrics=metrics)
 

@@ -22,6 +22,10 @@ class Request:
     pipeline: bool = True
     """Target/draft-only: compute the next token while this one is handed over. Lanes that take
     turns on one device turn it off, so no lane's work runs on another's time."""
+    continues: bool = False
+    """A conversation's next turn: `prompt_token_ids` hold the conversation so far, and the
+    caches of this mode's last generation are kept for what they share with it. Otherwise the
+    generation starts from empty caches (and any kept ones are let go)."""
     inspect: bool = False
     """Speculative: also report each distribution's top TOP_N tokens per position, for drill-down
     views (costs a top-k per round on the device); ignored by backends that cannot."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from specplay.engine.capabilities import Capabilities
+from specplay.engine.conversation import Exchange
 from specplay.engine.events import Event
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
@@ -27,8 +28,9 @@ class EventStream(Protocol):
     """How `--route auto` picks a route for a prompt, and why; its route map (router class to
     route, as resolved at load) is what sessions record."""
 
-    def encode(self, prompt: str, raw: bool) -> list[int]:
-        """Prompt to token ids: through the chat template when there is one, unless `raw`."""
+    def encode(self, prompt: str, raw: bool, earlier: Sequence[Exchange] = ()) -> list[int]:
+        """Prompt to token ids: through the chat template when there is one, unless `raw`; after
+        the conversation's `earlier` turns, when it has some."""
         ...
 
     def token_text(self, token_id: int) -> str:

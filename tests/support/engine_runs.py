@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from specplay.engine.backend_protocol import Backend, Generation
+from specplay.engine.conversation import Exchange
 from specplay.engine.events import DoneEvent, Event, RoundEvent, StepEvent
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
@@ -40,6 +41,34 @@ def run(
         if on_event is not None:
             on_event(event, controls)
     return events
+
+
+def converse(
+    engine: SpecEngine,
+    prompts: Sequence[str],
+    mode: str,
+    *,
+    keep: bool = True,
+    temperature: float = 0.0,
+    route: str = "auto",
+    on_turn: Callable[[int], None] | None = None,
+) -> list[list[Event]]:
+    """Each prompt a turn after the mode's own earlier answers, raw False (the chat template);
+    `keep`: the turns continue (the mode's caches kept); `on_turn(i)` before turn i."""
+    settings = SpecSettings(sampling=SamplingParams(temperature), route=route)
+    earlier: list[Exchange] = []
+    turns = []
+    for index, prompt in enumerate(prompts):
+        if on_turn is not None:
+            on_turn(index)
+        ids = tuple(engine.encode(prompt, False, earlier))
+        request = Request(prompt, ids, mode, seed=index, max_tokens=24, continues=keep and index > 0)  # type: ignore[arg-type]
+        events = list(engine.generate(request, LiveControls(settings, engine.drafters)))
+        done = events[-1]
+        assert isinstance(done, DoneEvent)
+        earlier.append(Exchange(prompt, done.text))
+        turns.append(events)
+    return turns
 
 
 def done(events: list[Event]) -> DoneEvent:

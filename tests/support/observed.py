@@ -7,6 +7,8 @@ from typing import Any
 
 from specplay.backends.mlx import MlxBackend
 from specplay.backends.mlx.generation import MlxGeneration
+from specplay.engine.backend_protocol import Generation
+from specplay.engine.conversation import Exchange
 
 
 class Observed:
@@ -20,16 +22,19 @@ class Observed:
         self.context_length = backend.context_length
         self.generations: list[MlxGeneration] = []
 
-    def encode(self, prompt: str, raw: bool) -> list[int]:
-        return self.inner.encode(prompt, raw)
+    def encode(self, prompt: str, raw: bool, earlier: Sequence[Exchange] = ()) -> list[int]:
+        return self.inner.encode(prompt, raw, earlier)
 
     def detokenizer(self) -> Any:
         return self.inner.detokenizer()
 
     def open_generation(
-        self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)
+        self,
+        prompt_token_ids: Sequence[int],
+        prefill: Sequence[str | None] = (None,),
+        previous: Generation | None = None,
     ) -> MlxGeneration:
-        generation = self.inner.open_generation(prompt_token_ids, prefill)
+        generation = self.inner.open_generation(prompt_token_ids, prefill, previous)
         self.generations.append(generation)
         return generation
 

@@ -24,7 +24,9 @@ import numpy as np
 
 from specplay.drafters.prompt_lookup import NgramIndex
 from specplay.engine.accept import inverse_cdf_sample
+from specplay.engine.backend_protocol import Generation
 from specplay.engine.capabilities import Capabilities
+from specplay.engine.conversation import Exchange, raw_text, shared_prefix
 from specplay.engine.draws import RoundDraws
 from specplay.engine.layout import ROOT, depths
 from specplay.engine.loop import SpecEngine
@@ -180,6 +182,15 @@ class ScriptedGeneration:
         self.tokens = list(prompt_token_ids)
         self.lengths = {"target": 0} | {name: 0 for name in backend.models if name != "target"}
         self.lookups = {name: NgramIndex(n_min, n_max) for name, (n_min, n_max) in backend.lookups.items()}
+
+    def go_on_with(self, prompt_token_ids: Sequence[int]) -> None:
+        """A conversation's next turn, as the MLX backend's: each cache keeps the shared tokens."""
+        keep = min(shared_prefix(self.tokens, prompt_token_ids), len(prompt_token_ids) - 1)
+        self.lengths = {name: min(length, keep) for name, length in self.lengths.items()}
+        for index in self.lookups.values():
+            if keep < index.length:
+                index.extend((), 0)
+        self.tokens = list(prompt_token_ids)
 
     def _forward(self, name: str, rows: int) -> None:
         """Bookkeeping of one forward pass over the pending tokens and `rows` more."""
@@ -406,8 +417,11 @@ class ScriptedBackend:
         """Every forward pass as (model, rows scored), in order."""
         self.generations: list[ScriptedGeneration] = []
 
-    def encode(self, prompt: str, raw: bool) -> list[int]:
-        return encode_bytes(prompt if raw else f"user: {prompt}\nassistant: ")
+    def encode(self, prompt: str, raw: bool, earlier: Sequence[Exchange] = ()) -> list[int]:
+        if raw:
+            return encode_bytes(raw_text(prompt, earlier))
+        turns = "".join(f"user: {e.prompt}\nassistant: {e.answer}\n" for e in earlier)
+        return encode_bytes(f"{turns}user: {prompt}\nassistant: ")
 
     def detokenizer(self) -> ByteDetokenizer:
         return ByteDetokenizer()
@@ -416,9 +430,16 @@ class ScriptedBackend:
         return bytes([token_id]).decode("utf-8", "replace") if token_id < 256 else ""
 
     def open_generation(
-        self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)
+        self,
+        prompt_token_ids: Sequence[int],
+        prefill: Sequence[str | None] = (None,),
+        previous: Generation | None = None,
     ) -> ScriptedGeneration:
-        generation = ScriptedGeneration(self, prompt_token_ids)
+        if isinstance(previous, ScriptedGeneration):
+            generation = previous
+            generation.go_on_with(prompt_token_ids)
+        else:
+            generation = ScriptedGeneration(self, prompt_token_ids)
         for name in prefill:
             generation.prefill(name or "target")
         self.generations.append(generation)

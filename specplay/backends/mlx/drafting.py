@@ -306,7 +306,10 @@ class ProposerDrafter:
         return certain_draft(proposal, self.vocab_size)
 
     def trim_to(self, length: int) -> None:
-        """Nothing to rewind: a proposal is never taken in."""
+        """A proposal is never taken in, so a round has nothing to rewind; a conversation's next
+        turn that shares fewer tokens than were indexed is indexed again."""
+        if length < self.proposer.length:
+            self.proposer.extend((), 0)
 
     def held(self) -> int:
         return self.proposer.length

@@ -26,6 +26,7 @@ from specplay.backends.mlx.drafting import (
 from specplay.backends.mlx.drafting import draw as draw_token
 from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, judged_numbers, keep_path, verify_pass
 from specplay.engine.accept import inverse_cdf_sample
+from specplay.engine.conversation import shared_prefix
 from specplay.engine.draws import RoundDraws
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.sampling import sampling_probs
@@ -154,6 +155,17 @@ class MlxGeneration:
         """Models asked for trees that drafted chains, and why (`account`)."""
         self._tree: tuple[int, MlxTree] | None = None
         """The last verified tree, until its commit: where its nodes' cache entries start, and it."""
+
+    def go_on_with(self, prompt_token_ids: Sequence[int]) -> None:
+        """Turn these caches to a conversation's next turn: each keeps what it holds of the tokens
+        shared with the new prompt (never the prompt's last, which every cache leaves for the
+        next pass), and takes in the rest when prefilled or caught up."""
+        keep = min(shared_prefix(self.tokens, prompt_token_ids), len(prompt_token_ids) - 1)
+        self.target.trim_to(keep)
+        for drafter in self.drafters.values():
+            drafter.trim_to(keep)
+        self.tokens = list(prompt_token_ids)
+        self._tree = None
 
     def prefill(self, name: str | None, clear: bool = True) -> int:
         """Bring the target's (None) or a drafter's cache to all committed tokens but the last, and

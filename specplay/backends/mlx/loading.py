@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from specplay.backends.mlx import blas  # noqa: F401  (OpenBLAS before mlx.core)
 from specplay.backends.mlx.folder_check import check_folder
 from specplay.backends.mlx.loaded_check import check_forward, check_loaded
+from specplay.engine.conversation import Exchange, chat_messages, raw_text
 from specplay.errors import ModelError, detail_of
 
 
@@ -114,12 +116,13 @@ def check_token_mapping(target: LoadedModel, drafter: LoadedModel, target_vocab:
     )
 
 
-def encode_prompt(tokenizer: TokenizerWrapper, prompt: str, raw: bool) -> list[int]:
-    """A prompt as the model sees it: a user message through the chat template, or (raw, or a model
-    without one) the text with the tokenizer's special tokens. Runs and distillation share it."""
+def encode_prompt(tokenizer: TokenizerWrapper, prompt: str, raw: bool, earlier: Sequence[Exchange] = ()) -> list[int]:
+    """A prompt as the model sees it: a user message through the chat template, after the
+    conversation's earlier turns, or (raw, or a model without one) the text with the tokenizer's
+    special tokens. Runs and distillation share it."""
     if raw or not tokenizer.has_chat_template:
-        return list(tokenizer.encode(prompt))
-    messages = [{"role": "user", "content": prompt}]
+        return list(tokenizer.encode(raw_text(prompt, earlier)))
+    messages = chat_messages(prompt, earlier)
     try:
         return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
     except Exception as exc:  # a template is a program of the model's: jinja's errors, or its own raise

@@ -29,7 +29,8 @@ from specplay.backends.mlx.loading import (
 from specplay.backends.mlx.trees import tree_pass
 from specplay.config.capabilities import MLX
 from specplay.drafters import ModelConfig, model_spec
-from specplay.engine.backend_protocol import Detokenizer
+from specplay.engine.backend_protocol import Detokenizer, Generation
+from specplay.engine.conversation import Exchange
 from specplay.errors import ConfigError
 from specplay.files.json_text import read_json
 
@@ -70,8 +71,8 @@ class MlxBackend:
             return {"backend": "mlx", "device": "cpu", "blas_threads": blas.THREADS_CHOSEN, "models": models}
         return {"backend": "mlx", "device": "gpu", "models": models}
 
-    def encode(self, prompt: str, raw: bool) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt, raw)
+    def encode(self, prompt: str, raw: bool, earlier: Sequence[Exchange] = ()) -> list[int]:
+        return encode_prompt(self.tokenizer, prompt, raw, earlier)
 
     def detokenizer(self) -> Detokenizer:
         return self.tokenizer.detokenizer
@@ -80,13 +81,22 @@ class MlxBackend:
         return self.tokenizer.decode([token_id])  # the tokenizer holds no MLX state
 
     def open_generation(
-        self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)
+        self,
+        prompt_token_ids: Sequence[int],
+        prefill: Sequence[str | None] = (None,),
+        previous: Generation | None = None,
     ) -> MlxGeneration:
-        """Fresh caches; `prefill` names the models (None: the target) to bring up to the prompt now."""
-        tree = tree_pass(self.target.model, "the target")
-        target = ModelCache(TARGET, self.target.model, rewindable_cache(self.target), self.vocab_size, tree)
-        drafters = {name: loaded.open(self.vocab_size) for name, loaded in self.loaded.items()}
-        generation = MlxGeneration(target, drafters, prompt_token_ids, self.compiled)
+        """Caches for a generation: `previous`'s (a conversation's last turn, on this backend),
+        kept as far as they hold the tokens it shares with this prompt, else fresh ones; `prefill`
+        names the models (None: the target) to bring up to the prompt now."""
+        if isinstance(previous, MlxGeneration):
+            generation = previous
+            generation.go_on_with(prompt_token_ids)
+        else:
+            tree = tree_pass(self.target.model, "the target")
+            target = ModelCache(TARGET, self.target.model, rewindable_cache(self.target), self.vocab_size, tree)
+            drafters = {name: loaded.open(self.vocab_size) for name, loaded in self.loaded.items()}
+            generation = MlxGeneration(target, drafters, prompt_token_ids, self.compiled)
         for name in prefill:
             generation.prefill(name)
         return generation

@@ -38,6 +38,7 @@ from specplay.backends.vllm.vllm_backend import VllmBackend, connect_vllm_backen
 from specplay.config.capabilities import NATIVE_FIXED, vllm_native
 from specplay.config.run_config import NATIVE_ROUTE
 from specplay.config.urls import server_root
+from specplay.engine.conversation import Exchange
 from specplay.engine.events import (
     DoneEvent,
     Event,
@@ -158,8 +159,8 @@ class NativeStream:
         self.tokenizer = RemoteTokenizer(first.client, first.model)
         self._encoder = VllmBackend(RemoteModel(first.client, first.model), remote={}, local={})
 
-    def encode(self, prompt: str, raw: bool) -> list[int]:
-        return self._encoder.encode(prompt, raw)
+    def encode(self, prompt: str, raw: bool, earlier: Sequence[Exchange] = ()) -> list[int]:
+        return self._encoder.encode(prompt, raw, earlier)
 
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])

@@ -14,7 +14,8 @@ from specplay.backends.vllm.generation import Strategy, VllmGeneration
 from specplay.backends.vllm.remote import RemoteModel
 from specplay.config.capabilities import VLLM_INSPECTION
 from specplay.config.urls import server_root
-from specplay.engine.backend_protocol import Detokenizer
+from specplay.engine.backend_protocol import Detokenizer, Generation
+from specplay.engine.conversation import Exchange, chat_messages, raw_text
 
 TARGET = "target"
 MAX_EOS_QUESTIONS = 64
@@ -83,16 +84,17 @@ class VllmBackend:
             "models": models,
         }
 
-    def encode(self, prompt: str, raw: bool) -> list[int]:
+    def encode(self, prompt: str, raw: bool, earlier: Sequence[Exchange] = ()) -> list[int]:
         client, model = self.target.client, self.target.model
         if not raw:
-            body = {"model": model, "messages": [{"role": "user", "content": prompt}], "add_generation_prompt": True}
+            messages = chat_messages(prompt, earlier)
+            body = {"model": model, "messages": messages, "add_generation_prompt": True}
             try:
                 return self.target.tokenize(body)
             except VllmError as error:
                 if "chat template" not in str(error).lower():
                     raise
-        return tokenize(client, model, prompt, self.target.token_limit)
+        return tokenize(client, model, raw_text(prompt, earlier), self.target.token_limit)
 
     def score(self, prompt_token_ids: Sequence[int], token_ids: Sequence[int]) -> list[float]:
         """The target's log-probability, at temperature 1, of each of `token_ids` after the prompt."""
@@ -107,9 +109,13 @@ class VllmBackend:
         return self.tokenizer.decode([token_id])
 
     def open_generation(
-        self, prompt_token_ids: Sequence[int], prefill: Sequence[str | None] = (None,)
+        self,
+        prompt_token_ids: Sequence[int],
+        prefill: Sequence[str | None] = (None,),
+        previous: Generation | None = None,
     ) -> VllmGeneration:
-        """`prefill` is ignored: servers fill their caches on the first request."""
+        """`prefill` and `previous` are ignored: servers fill their caches on the first request,
+        and a conversation's earlier turns are in a server's prefix cache where it keeps one."""
         return VllmGeneration(
             target=self.target,
             remote=self.remote,
