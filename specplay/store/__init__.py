@@ -1,7 +1,7 @@
 """Session files: one run, its lanes and every event, kept so runs can be compared and shown."""
 
 from specplay.store.codec import SCHEMA_VERSION
-from specplay.store.format import LaneRecord, Session, SessionError, load_session
+from specplay.store.format import LaneRecord, Session, SessionError, TurnRecord, load_session
 from specplay.store.location import find_session, list_session_files, session_prompt, sessions_dir
 from specplay.store.writer import SessionWriter
 
@@ -11,6 +11,7 @@ __all__ = [
     "Session",
     "SessionError",
     "SessionWriter",
+    "TurnRecord",
     "find_session",
     "list_session_files",
     "load_session",

@@ -11,7 +11,11 @@ reads as incomplete, and a last line torn by a kill is ignored.
      "data": {...}}
     ("recolour": vLLM's native mode, the server's exact sources for the tokens streamed so far)
     {"type": "texts", "texts": {"token id": text, ...}}   (drafted and candidate tokens, where known)
+    {"type": "turn", "turn": 1, "prompt": ...}   (a conversation's next turn: the events after it answer it)
     {"type": "end"}
+
+A session is a conversation of one turn or more; the header holds the first turn's prompt, and
+each lane answers every turn after its own earlier answers.
 
 Readers skip record types they do not know, so a newer specplay may add some.
 """
@@ -119,13 +123,28 @@ class LaneRecord:
 
 
 @dataclass
+class TurnRecord:
+    """One turn of a conversation: the user's prompt and each lane's answer to it."""
+
+    index: int
+    prompt: str
+    lanes: dict[str, LaneRecord]
+
+
+@dataclass
 class Session:
     path: Path
     header: dict[str, Any]
-    lanes: dict[str, LaneRecord]
+    turns: list[TurnRecord]
+    """The conversation's turns, in order; a session of one prompt has one."""
     records: list[dict[str, Any]]
     """Every record as read, header first: the raw event log."""
     complete: bool
+
+    @property
+    def lanes(self) -> dict[str, LaneRecord]:
+        """The first turn's lanes: the run, for a session of one prompt."""
+        return self.turns[0].lanes
 
     @property
     def id(self) -> str:
@@ -221,10 +240,17 @@ def load_session(path: Path) -> Session:
     names = checked.lanes
     if not names:
         raise SessionError(f"session {path} is corrupt: its header names no lanes")
-    lanes = {name: LaneRecord(name) for name in names}
+    turns = [TurnRecord(0, checked.prompt, {name: LaneRecord(name) for name in names})]
+    lanes = turns[0].lanes
     complete = False
     for number, record in enumerate(records[1:], 2):
-        if record["type"] == "event":
+        if record["type"] == "turn":
+            prompt = record.get("prompt")
+            if not isinstance(prompt, str) or record.get("turn") != len(turns):
+                raise SessionError(f"session {path} is corrupt: record {number} is not turn {len(turns)} with a prompt")
+            turns.append(TurnRecord(len(turns), prompt, {name: LaneRecord(name) for name in names}))
+            lanes = turns[-1].lanes
+        elif record["type"] == "event":
             lane = record.get("lane")
             if not isinstance(lane, str):
                 raise SessionError(f"session {path} is corrupt: record {number} names no lane")
@@ -236,4 +262,5 @@ def load_session(path: Path) -> Session:
                 lanes.setdefault(lane, LaneRecord(lane)).add(event)
         elif record["type"] == "end":
             complete = True
-    return Session(path, header, lanes, records, complete and all(lane.complete for lane in lanes.values()))
+    finished = all(lane.complete for turn in turns for lane in turn.lanes.values())
+    return Session(path, header, turns, records, complete and finished)

@@ -74,6 +74,8 @@ class SessionWriter:
                 f"choose another folder with --sessions-dir or ${ENV_VAR}"
             ) from None
         self.lanes = list(lanes)
+        self.turns = 1
+        """Turns of the conversation begun so far; the header holds the first's prompt."""
         self._token_text = token_text
         self._known_texts: set[int] = set()
         self._lines: list[str] = []
@@ -120,6 +122,11 @@ class SessionWriter:
         raise SessionError(
             f"cannot write the session {self.path}: {exc.strerror or exc}; what was written before is kept"
         ) from None
+
+    def start_turn(self, prompt: str) -> None:
+        """Begin the conversation's next turn: the lanes' events from here on answer `prompt`."""
+        self._write({"type": "turn", "turn": self.turns, "prompt": prompt})
+        self.turns += 1
 
     def write_event(self, lane: str, event: Event, flush: bool = True) -> None:
         """Append an event; `flush=False` leaves it buffered until the next `flush` (a caller that
