@@ -189,10 +189,11 @@ def bench(args: argparse.Namespace) -> int:
     fix = OUT_FIX
     sections = [*k_advice_markdown(advice), *route_markdown(routes)]
     report = markdown(rows, about, router, remote) + "\n".join(sections) + "\n"
-    write_output(out / "report.md", report, fix)
+    # The measurements first, the report last: a disk that fills part-way keeps what was measured.
     write_output(out / "results.json", to_json(rows, measurements, about, router, advice, routes), fix)
     write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
+    write_output(out / "report.md", report, fix)
     print(f"report in {out}: report.md, results.json, results.csv, and three PNG plots", file=sys.stderr)
     return 130 if stopped else 0
 
