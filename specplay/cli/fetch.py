@@ -9,7 +9,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from specplay.catalog.models import CATALOG, cached_path
 from specplay.cli.render import make_console
 from specplay.cli.stopping import sigterm_stops
-from specplay.errors import ConfigError
+from specplay.errors import SpecplayError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -32,8 +32,10 @@ def fetch_command(args: argparse.Namespace) -> int:
         return 0
     model = CATALOG.get(args.name)
     if model is None:
-        raise ConfigError(
-            "name", f"{args.name!r} is not a model specplay can fetch; choose one of {', '.join(CATALOG)}"
+        # NAME is a positional argument: the line names no flag.
+        raise SpecplayError(
+            f"{args.name!r} is not a model specplay can fetch; choose one of {', '.join(CATALOG)} "
+            "(`specplay fetch` lists them)"
         )
     from specplay.catalog.fetch import fetch
 

@@ -169,3 +169,12 @@ def test_sigterm_ends_pip_and_removes_its_temporary_folder(tmp_path: Path) -> No
     assert left == [], "pip outlived the fetch"
     assert list(temporary.iterdir()) == []
     assert "Traceback" not in (fetch.stderr.read() if fetch.stderr else "")
+
+
+def test_an_unknown_name_names_no_flag_that_does_not_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fetch", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "specplay: error: 'nosuch' is not a model specplay can fetch; choose one of smollm2 "
+        "(`specplay fetch` lists them)\n"
+    )
