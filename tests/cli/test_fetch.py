@@ -119,7 +119,10 @@ def _gone(pid: int) -> bool:
     return True
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads a process's children from Linux's /proc")
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),
+    reason="reads a process's children from Linux's /proc",
+)
 def test_sigterm_ends_pip_and_removes_its_temporary_folder(tmp_path: Path) -> None:
     """SIGTERM (a scheduler's stop, `kill`) during the download: pip, waiting on an index that
     never answers, is ended with specplay, and the folder it downloads into is removed."""
