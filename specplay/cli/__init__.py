@@ -24,6 +24,9 @@ from specplay.cli.flags import Parser
 from specplay.errors import SpecplayError, error_line
 
 TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
+PIPE_CLOSED = 141
+"""The exit status when the reader of stdout left (`| head`): 128 + SIGPIPE, what a shell reports
+for `cat` ended by that signal, so `set -o pipefail` scripts treat specplay as they treat it."""
 
 
 def tolerate_narrow_encodings() -> None:
@@ -56,6 +59,31 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status. A reader that left stdout (`| head -c 10`) ends any command
+    quietly with PIPE_CLOSED: no traceback, and no error line on a stderr that may share the pipe."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # output still buffered meets the closed pipe here, not at exit
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return PIPE_CLOSED
+
+
+def _stdout_to_devnull() -> None:
+    """Points stdout at /dev/null, so the interpreter's last flush of what is still buffered has
+    somewhere to go (Python's documented recipe for SIGPIPE)."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):  # a stream without a file (captured in tests): nothing to flush at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
+
+
+def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from folders or the local cache only
     tolerate_narrow_encodings()
     parser = build_parser()

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import platform
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +27,7 @@ from specplay.cli.configure import MODEL_FLAGS, comma_floats, given, path_flag, 
 from specplay.cli.flags import add_backend_flags, add_model_flags, add_raw_flag, add_router_flag
 from specplay.cli.render import make_console, warn
 from specplay.cli.shown import shown_command
+from specplay.cli.stopping import sigterm_stops
 from specplay.config.capabilities import capabilities_of
 from specplay.config.model_sets import DEMO
 from specplay.config.run_config import check_models, check_router
@@ -149,7 +148,7 @@ def bench(args: argparse.Namespace) -> int:
     stopped = False
     try:
         source = thread.call(lambda: open_stream(config))
-        with _progress() as on_progress, _sigterm_stops():
+        with _progress() as on_progress, sigterm_stops():
             try:
 
                 def counted(what: str, done: int, total: int) -> None:
@@ -190,10 +189,11 @@ def bench(args: argparse.Namespace) -> int:
     fix = OUT_FIX
     sections = [*k_advice_markdown(advice), *route_markdown(routes)]
     report = markdown(rows, about, router, remote) + "\n".join(sections) + "\n"
-    write_output(out / "report.md", report, fix)
+    # The measurements first, the report last: a disk that fills part-way keeps what was measured.
     write_output(out / "results.json", to_json(rows, measurements, about, router, advice, routes), fix)
     write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
+    write_output(out / "report.md", report, fix)
     print(f"report in {out}: report.md, results.json, results.csv, and three PNG plots", file=sys.stderr)
     return 130 if stopped else 0
 
@@ -228,24 +228,6 @@ def _progress() -> Iterator[OnProgress]:
 
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
-
-
-@contextmanager
-def _sigterm_stops() -> Iterator[None]:
-    """A SIGTERM (a scheduler's stop, `kill`) stops the bench as Ctrl-C does: what it measured is
-    reported. Only the main thread can take a signal handler."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    before = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 def _round_costs(

@@ -16,6 +16,7 @@ from typing import Any
 
 from specplay.cli.flags import API_KEY_ENV
 from specplay.config.api_key import checked_key
+from specplay.config.capabilities import capabilities_of
 from specplay.config.model_sets import ModelSet, default_set, named_set
 from specplay.config.run_config import (
     TARGET,
@@ -29,8 +30,9 @@ from specplay.config.run_config import (
 )
 from specplay.config.urls import credentials, named_url, server_root, url_of
 from specplay.drafters import model_spec
+from specplay.engine.capabilities import no_trees
 from specplay.engine.routers.routing import CodeProseRouter, check_route_map
-from specplay.engine.rules import RuleParams
+from specplay.engine.rules import LOSSLESS, Mentored, RuleParams
 from specplay.engine.settings import AUTO_ROUTE, GROUPS, TREE_WIDTH, PolicyParams, SamplingParams, SpecSettings
 from specplay.errors import ConfigError
 from specplay.files.inputs import PROMPT_LIMIT, read_input_text
@@ -118,6 +120,14 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
         router=router,
         sessions_dir=sessions_dir_from(flags),
     )
+    if tree_alone(flags, start.settings) and (why := no_trees(capabilities_of(config))) is not None:
+        # The width came from --tree, not from the user: the line names the flag they gave.
+        nodes = flags["tree_nodes"]
+        raise ConfigError(
+            "tree",
+            f"{nodes} alone drafts a tree of width {TREE_WIDTH}, and draft trees cannot run here: {why}; "
+            f"give --width 1 --tree {nodes} for chains of at most {nodes} drafts, or use the MLX backend",
+        )
     pinned = settings.route != AUTO_ROUTE and "route" not in flags
     if new_models and pinned and settings.route not in config.drafter_names:
         config = replace(config, settings=replace(settings, route=AUTO_ROUTE))  # the base's drafter is gone
@@ -176,9 +186,26 @@ def settings_from(flags: Mapping[str, Any], base: SpecSettings) -> SpecSettings:
     policy = replace(base.policy_params, **{name: flags[name] for name in _POLICY_FLAGS if name in flags})
     rules = replace(base.rule_params, **{name: flags[name] for name in _RULE_FLAGS if name in flags})
     spec = {name: flags[name] for name in _SPEC_FLAGS if name in flags}
-    if "tree_nodes" in spec and "width" not in spec and base.width == 1:  # `--tree N` alone asks for a tree
+    if tree_alone(flags, base):
         spec["width"] = TREE_WIDTH
+    if spec.get("rule") == LOSSLESS:
+        spec["rule"], rules = Mentored.name, _lossless(flags, rules)
     return replace(base, sampling=sampling, policy_params=policy, rule_params=rules, **spec)
+
+
+def tree_alone(flags: Mapping[str, Any], base: SpecSettings) -> bool:
+    """`--tree N` without --width over a chain: it asks for a tree, of width TREE_WIDTH."""
+    return "tree_nodes" in flags and "width" not in flags and base.width == 1
+
+
+def _lossless(flags: Mapping[str, Any], rules: RuleParams) -> RuleParams:
+    """`--rule lossless`: mentored decoding with its knob at the lossless end; a knob flag that
+    says otherwise is one line rather than a rule that is not what was named."""
+    knob = Mentored.knob
+    field, flag = knob.setting.field, knob.setting.flag
+    if field in flags and flags[field] != knob.lossless:
+        raise ConfigError("rule", f"lossless keeps {flag} at {knob.lossless:g}: drop {flag}, or give --rule mentored")
+    return replace(rules, **{field: knob.lossless})
 
 
 def model_set_for(flags: Mapping[str, Any]) -> ModelSet | None:

@@ -35,7 +35,7 @@ from specplay.engine.costs import (
     measure_rounds,
     predict_drafter,
 )
-from specplay.engine.events import RoundEvent
+from specplay.engine.events import RoundEvent, round_fault
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import K_LIMIT, PolicyParams
 from specplay.engine.speedup import TreePrediction
@@ -45,9 +45,6 @@ from specplay.runner.thread import ModelThread
 from specplay.store import Session
 
 ACCEPTANCE_TOKENS = 96
-ROUND_MS_MAX = 3_600_000.0
-"""An hour: no round takes longer; a session's larger time is damage, and sums of such overflow
-to infinity (a recommendation of "nan ms → nan×")."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -217,25 +214,6 @@ def _session_acceptance(
     if unmatched:
         warn(f"leaving out {_unmatched(unmatched, drafters)}")
     return {route: RoundsMeasured.of_rounds(rounds) for route, rounds in by_route.items()}
-
-
-def round_fault(event: RoundEvent) -> str | None:
-    """What makes a saved round unusable for a prediction (damage or hand edits), or None: a time
-    outside 0..ROUND_MS_MAX ms, or counts no round has."""
-    times = {
-        "draft_ms": event.draft_ms,
-        "verify_ms": event.verify_ms,
-        "overhead_ms": event.overhead_ms,
-        "catch_up_ms": event.catch_up_ms,
-    }
-    for name, value in times.items():
-        if not 0 <= value <= ROUND_MS_MAX:  # NaN fails both
-            return f"round {event.index}'s {name} is {value:g} ms, not a round's time (0 ms to an hour)"
-    if not 0 <= event.nodes <= K_LIMIT:
-        return f"round {event.index} drafted {event.nodes} nodes, not a number of drafts (0 to {K_LIMIT})"
-    if not 0 <= event.num_accepted <= event.depth:
-        return f"round {event.index}'s num_accepted is {event.num_accepted}, not 0 to its depth {event.depth}"
-    return None
 
 
 def _unmatched(sessions: Sequence[Session], drafters: Sequence[str]) -> str:

@@ -9,10 +9,12 @@ from pathlib import Path
 from specplay.cli.configure import path_flag
 from specplay.cli.diff import open_session
 from specplay.cli.flags import add_sessions_dir_flag
-from specplay.files.outputs import write_output
+from specplay.files.outputs import standard_stream, write_output
 from specplay.review import FORMATS, export_sessions
 
 _SUFFIXES = {"md": "md", "markdown": "md", "html": "html", "htm": "html", "jsonl": "jsonl"}
+STDOUT = "-"
+"""`-o -`: stdout, as without -o (never a file named `-`)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +28,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--format", choices=FORMATS, help="md, html or jsonl (default: from the -o file's suffix, else md)"
     )
-    parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of to stdout")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write here instead of to stdout (`-`, or /dev/stdout: stdout itself, the export alone)",
+    )
     add_sessions_dir_flag(parser)
     parser.set_defaults(command=export)
 
@@ -39,11 +46,12 @@ def output_format(chosen: str | None, output: Path | None) -> str:
 
 
 def export(args: argparse.Namespace) -> int:
-    output = path_flag(args.output, "output") if args.output is not None else None
+    output = path_flag(args.output, "output") if args.output not in (None, STDOUT) else None
     sessions = [open_session(name, args) for name in args.sessions]
     fmt = output_format(args.format, output)
     text = export_sessions(sessions, fmt)
-    if output is None:
+    if output is None or standard_stream(output) is sys.stdout:
+        # The export alone: `-o /dev/stdout | wc -c` counts it, with no line saying where it went.
         sys.stdout.write(text)
         return 0
     write_output(output, text, fix="choose another -o file")

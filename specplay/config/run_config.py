@@ -19,7 +19,7 @@ from specplay.drafters.model import check_found
 from specplay.drafters.model_config import ModelConfig
 from specplay.engine.capabilities import check_supported
 from specplay.engine.routers.routing import CodeProseRouter, Router, check_route, check_route_map
-from specplay.engine.settings import RESERVED_ROUTES, Mode, SpecSettings
+from specplay.engine.settings import NONE_ROUTE, RESERVED_ROUTES, Mode, SpecSettings
 from specplay.errors import ConfigError
 
 BackendKind = Literal["mlx", "vllm"]
@@ -153,7 +153,9 @@ def check(config: RunConfig) -> None:
         raise ConfigError("seed", f"must be 0 or more (got {config.request.seed})")
     if config.request.max_tokens < 1:
         raise ConfigError("max_tokens", f"must be at least 1 (got {config.request.max_tokens})")
-    if config.request.mode != "target" and not names:
+    # `--route none` drafts nothing: its speculative lane is the target's own steps, no drafter needed.
+    drafts = config.request.mode == "draft" or config.settings.route != NONE_ROUTE
+    if config.request.mode != "target" and drafts and not names:
         raise ConfigError("draft", f"is needed in {config.request.mode} mode: give at least one drafter")
     pinned = config.settings.route
     if config.request.mode == "draft" and (why := cannot_write(pinned, config.drafters)) is not None:

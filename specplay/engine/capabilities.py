@@ -79,9 +79,15 @@ def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
         )
 
 
+def no_trees(capabilities: Capabilities) -> str | None:
+    """Why draft trees cannot run on a source, or None where they can."""
+    if capabilities.trees:
+        return None
+    return capabilities.fixed_by or "this backend verifies a chain of drafts only"
+
+
 def _check_trees(settings: SpecSettings, capabilities: Capabilities) -> None:
-    if not capabilities.trees:
-        why = capabilities.fixed_by or "this backend verifies a chain of drafts only"
+    if (why := no_trees(capabilities)) is not None:
         raise ConfigError("width", f"draft trees cannot run here: {why}; use width 1 (a chain), or the MLX backend")
     if settings.counterfactual:
         raise ConfigError(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specplay.engine.layout import depths
-from specplay.engine.settings import SpecSettings
+from specplay.engine.settings import K_LIMIT, RESERVED_ROUTES, ROUTE_SETTINGS, SpecSettings
 
 TokenSource = Literal["accepted", "relaxed", "corrected", "bonus", "target", "draft"]
 """Where a committed token came from. accepted: a draft token the verifier kept. relaxed: kept
@@ -204,6 +204,43 @@ class RecolourEvent:
     """One per generated token so far, in order."""
     exact: bool
     """From the server's per-step accounting (True) or still the chunk-size heuristic (False)."""
+
+
+ROUND_MS_MAX = 3_600_000.0
+"""An hour: no round takes longer; a session's larger time is damage, and sums of such overflow
+to infinity (a recommendation of "nan ms → nan×")."""
+
+
+def round_fault(event: RoundEvent) -> str | None:
+    """What makes a saved round one no run produces (damage or hand edits), or None: a time outside
+    0..ROUND_MS_MAX ms, counts no round has, a route setting as its drafter; in its counterfactuals
+    likewise, and `none` or a route setting among them (they are drafters judged beside it). What
+    reads rounds to predict or to learn from (costs, router training) leaves such a session out."""
+    if event.drafter in ROUTE_SETTINGS:
+        return f"round {event.index}'s drafter is {event.drafter!r}, a route setting rather than a drafter"
+    times = {
+        "draft_ms": event.draft_ms,
+        "verify_ms": event.verify_ms,
+        "overhead_ms": event.overhead_ms,
+        "catch_up_ms": event.catch_up_ms,
+    }
+    for name, value in times.items():
+        if not 0 <= value <= ROUND_MS_MAX:  # NaN fails both
+            return f"round {event.index}'s {name} is {value:g} ms, not a round's time (0 ms to an hour)"
+    if not 0 <= event.nodes <= K_LIMIT:
+        return f"round {event.index} drafted {event.nodes} nodes, not a number of drafts (0 to {K_LIMIT})"
+    if not 0 <= event.num_accepted <= event.depth:
+        return f"round {event.index}'s num_accepted is {event.num_accepted}, not 0 to its depth {event.depth}"
+    for other in event.counterfactuals:
+        which = f"round {event.index}'s counterfactual drafter {other.drafter!r}"
+        if other.drafter in RESERVED_ROUTES or other.drafter == event.drafter:
+            return f"{which} is not one of the other drafters a run judges beside the round's"
+        if not 0 <= other.elapsed_ms <= ROUND_MS_MAX:
+            return f"{which}: its elapsed_ms is {other.elapsed_ms:g} ms, not a round's time (0 ms to an hour)"
+        drafted = min(len(other.drafted), K_LIMIT)
+        if not 0 <= other.num_accepted <= drafted:
+            return f"{which}: its num_accepted is {other.num_accepted}, not 0 to its {drafted} drafted tokens"
+    return None
 
 
 Event = StartEvent | ControlEvent | RoundEvent | StepEvent | RecolourEvent | DoneEvent

@@ -77,7 +77,9 @@ class SpecEngine:
 
     def generate(self, request: Request, controls: LiveControls, clock: Clock | None = None) -> Iterator[Event]:
         """Run `request`, reading `controls` before every round; ends with a DoneEvent."""
-        if request.mode != "target" and not self.backend.drafters:
+        # The none route drafts nothing: a speculative lane of target steps needs no drafter.
+        drafts = request.mode == "draft" or controls.settings.route != NONE_ROUTE
+        if request.mode != "target" and drafts and not self.backend.drafters:
             raise ConfigError("draft", f"is needed in {request.mode} mode; give at least one drafter")
         check_supported(controls.settings, self.capabilities)
         check_context(len(request.prompt_token_ids), self.backend.context_length)

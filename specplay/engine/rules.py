@@ -380,6 +380,9 @@ MENTORED = Mentored()
 RULES: dict[str, type[AcceptanceRule]] = {rule.name: rule for rule in (Mentored, Typical, Lenience, Cascade)}
 """Every acceptance rule by name, in the order users see them."""
 RULE_NAMES: tuple[str, ...] = tuple(RULES)
+LOSSLESS = "lossless"
+"""What the docs and the panel call the lossless rule: mentored decoding at its knob's lossless
+end (TV budget 0), the default. A name a command line may give for it, not a rule of its own."""
 KNOB_FIELDS = frozenset(rule.knob.setting.field for rule in RULES.values())
 
 

@@ -2,7 +2,9 @@
 
 - A regular file is replaced atomically: written beside it, then renamed over it, so a reader
   sees the old file or the new one, never half of one.
-- A device or a named pipe (/dev/null, /dev/stdout, a FIFO) is written into, never replaced.
+- A device or a named pipe (/dev/null, /dev/stdout, a FIFO) is written into, never replaced. A
+  name for what this process's stdout or stderr already writes to (/dev/stdout, /dev/fd/2, the
+  file `>> log` opened) is written through that stream: after what is there, never truncated.
 - A symbolic link is followed: its target is written as above, the link stays.
 - A specplay session is never overwritten, and a folder is never a file.
 - In an output folder (a report, a trained drafter), a file is replaced only when the folder's
@@ -18,8 +20,10 @@ import contextlib
 import os
 import secrets
 import stat
+import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TextIO
 
 from specplay.errors import SpecplayError
 from specplay.files.json_text import dump_json, read_json
@@ -36,19 +40,27 @@ def write_output(path: Path, content: str | bytes, fix: str = "choose another fi
         raise SpecplayError(f"no file name given; {fix}")
     target = path.resolve() if path.is_symlink() else path
     try:
-        mode = target.stat().st_mode
+        # Followed as the kernel follows it: /dev/stdout's link names "pipe:[…]", which resolve() cannot.
+        mode = path.stat().st_mode
     except FileNotFoundError:
         mode = None
     except OSError as exc:
         raise _cannot(path, exc, fix) from None
     if mode is not None and stat.S_ISDIR(mode):
         raise SpecplayError(f"{path} is a folder, not a file; {fix}")
+    if mode is not None and (stream := standard_stream(path)) is not None:
+        stream.flush()  # what was printed before comes first
+        _write_into(path, stream.fileno(), data, fix)
+        return path
     if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
         try:
-            with target.open("wb") as out:  # a device or a pipe: written into, never replaced
-                out.write(data)
+            descriptor = os.open(path, os.O_WRONLY)  # a device or a pipe: written into, never replaced
         except OSError as exc:
             raise _cannot(path, exc, fix) from None
+        try:
+            _write_into(path, descriptor, data, fix)
+        finally:
+            os.close(descriptor)
         return path
     if mode is not None and not stat.S_ISREG(mode):
         raise SpecplayError(f"{path} is not a regular file (a socket or a block device); {fix}")
@@ -126,6 +138,35 @@ def is_session(path: Path) -> bool:
             return handle.read(len(SESSION_START)) == SESSION_START
     except OSError:
         return False
+
+
+def standard_stream(path: Path) -> TextIO | None:
+    """sys.stdout or sys.stderr where `path` names the very file it writes to (/dev/stdout, a
+    terminal, the pipe or file the shell gave it); None elsewhere, and for a stream with no file."""
+    try:
+        named = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and os.path.samestat(named, os.fstat(stream.fileno())):
+                return stream
+        except (OSError, ValueError):  # a stream without a file (captured, closed) names none
+            continue
+    return None
+
+
+def _write_into(path: Path, descriptor: int, data: bytes, fix: str) -> None:
+    """All of `data` into an open file; a reader that left (BrokenPipeError) is the command's edge's
+    to end quietly, not an error line."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(descriptor, view) :]
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _cannot(path, exc, fix) from None
 
 
 def _replace_atomically(path: Path, target: Path, data: bytes, fix: str) -> None:

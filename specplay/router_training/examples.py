@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specplay.config.run_config import TARGET, prompt_format
+from specplay.engine.events import round_fault
 from specplay.errors import ConfigError
 from specplay.router_training.scores import UNITS, ScoreKind, SessionScores, session_scores
 from specplay.store import list_session_files, load_session
@@ -114,11 +115,17 @@ def read_examples(
 ) -> Examples:
     """The examples in the sessions `names` gives. Only sessions of one set of drafters are
     comparable: `drafters` (a router's), else the set most sessions judged; the others are
-    skipped, as are sessions without counterfactual rounds and, scored by speed (`kind`), those
-    whose rounds were not timed. None usable is one ConfigError."""
+    skipped, as are sessions without counterfactual rounds, those with a round no run produces
+    (named, with the round) and, scored by speed (`kind`), those whose rounds were not timed.
+    None usable is one ConfigError."""
     found = Examples([])
     for path in session_files(names):
-        one = example(load_session(path))
+        session = load_session(path)
+        # A count or time no run produces would be learned from as it stands (one flips a label).
+        if (fault := next(filter(None, map(round_fault, session.main.rounds)), None)) is not None:
+            found.skipped[f"with a round no run produces ({path}: {fault})"] += 1
+            continue
+        one = example(session)
         if one is None:
             found.skipped[NO_COUNTERFACTUALS] += 1
         else:

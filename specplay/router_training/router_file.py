@@ -85,8 +85,10 @@ def load_router(path: Path) -> tuple[LearnedRouter, str]:
             "router", f"{str(path)!r} is not a learned router file (no format {FORMAT!r}); make one with {RETRAIN}"
         )
     version = record.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise _damaged(path, "its version is not a number")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _damaged(path, f"its version {version!r} is not a whole number")
+    if version < 1:
+        raise _damaged(path, f"its version {version} is none specplay wrote (they start at 1)")
     if version > VERSION:
         raise ConfigError(
             "router",

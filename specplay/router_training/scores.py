@@ -11,6 +11,9 @@ labels and its regret are made of, defined here once.
   proposal: a drafter that proposed fewer tokens had a cheaper verify pass, so elapsed_ms minus
   verify_ms would undercount it, below zero for prompt lookup finding nothing to copy.)
 
+Rounds of the `none` route drafted nothing and are no drafter's: only the drafters judged beside
+them are scored (a router picks among drafters, and every run refuses one that names `none`).
+
 A session's best drafter is the one with the highest score (all those within TIE of it); the
 regret of a choice is the best score minus the chosen drafter's, in the score's unit.
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specplay.engine.events import RoundEvent
+from specplay.engine.settings import NONE_ROUTE
 from specplay.engine.speedup import mean_acceptance_length
 
 ScoreKind = Literal["speed", "acceptance"]
@@ -96,7 +100,8 @@ def session_scores(rounds: Iterable[RoundEvent]) -> SessionScores | None:
     for event in rounds:
         if not event.counterfactuals:
             continue
-        add(event.drafter, event.num_accepted, event.draft_ms + event.verify_ms + event.overhead_ms)
+        if event.drafter != NONE_ROUTE:
+            add(event.drafter, event.num_accepted, event.draft_ms + event.verify_ms + event.overhead_ms)
         for other in event.counterfactuals:
             add(other.drafter, other.num_accepted, other.elapsed_ms)
     if len(counted) < 2:

@@ -168,6 +168,12 @@ def train(
     if checkpoint_dir is not None and (checkpoint_dir / CHECKPOINT_STATE).is_file():
         first_step, saved_meta = load_checkpoint(checkpoint_dir, model, optimizer)
         if json.loads(json.dumps(meta)) != saved_meta:
+            saved_steps = (saved_meta.get("config") or {}).get("steps")
+            if isinstance(saved_steps, int) and first_step >= saved_steps:  # nothing of it is left to run
+                raise ValueError(
+                    f"{checkpoint_dir} is of a finished run with other settings; "
+                    "train into another --out, or remove that folder to train there again"
+                )
             raise ValueError(
                 f"the checkpoint in {checkpoint_dir} was made with other settings; "
                 "pass the same settings to resume, or remove the folder to start over"

@@ -403,3 +403,16 @@ def test_local_model_paths_are_recorded_absolute(tmp_path: Path, monkeypatch: py
     a, b, c = config.drafters
     assert config.target.location == str(tmp_path / "folder") and a.location == str(tmp_path / "small.gguf")
     assert b.params["head"] == str(tmp_path / "heads" / "h") and c.location == "org/hub-id"  # a Hugging Face id
+
+
+def test_the_lossless_rule_goes_by_its_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--rule lossless`, as the docs and the panel name it: mentored decoding at TV budget 0; the
+    rules' own names work as before."""
+    config = run_config(given(parsed("run", "--target", DEMO_TARGET, "--draft", DEMO_BASE, "--rule", "lossless")))
+    assert config.settings.rule == "mentored" and config.settings.acceptance_rule.lossless
+    base = given(parsed("run", "--target", DEMO_TARGET, "--draft", DEMO_BASE, "--tv", "0.5"))
+    assert run_config(base | {"rule": "lossless", "tv_budget": 0.0}).settings.acceptance_rule.lossless
+    assert run_config(given(parsed("run", "--rule", "typical"))).settings.rule == "typical"
+    assert main(["run", "--target", DEMO_TARGET, "--draft", DEMO_BASE, "--rule", "lossless", "--tv", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err == "specplay: error: --rule lossless keeps --tv at 0: drop --tv, or give --rule mentored\n"

@@ -29,6 +29,7 @@ from specplay.engine.accept import (
     tv_distance,
 )
 from specplay.engine.rules import (
+    LOSSLESS,
     RULE_NAMES,
     RULES,
     AcceptanceRule,
@@ -219,7 +220,7 @@ def test_every_layer_offers_every_registered_rule() -> None:
     rule_flag = next(
         a for a in build_parser()._subparsers._group_actions[0].choices["run"]._actions if a.dest == "rule"
     )
-    assert tuple(rule_flag.choices) == RULE_NAMES
+    assert tuple(rule_flag.choices) == (LOSSLESS, *RULE_NAMES)  # and the lossless rule by that name
     for name, rule in RULES.items():
         assert rule.__doc__ and rule.description and rule.knob.setting in rule.settings
         assert RuleParams().__getattribute__(rule.knob.setting.field) == getattr(rule(), rule.knob.setting.field)

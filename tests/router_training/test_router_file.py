@@ -79,6 +79,9 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "a list": (lambda p: p.write_text("[1, 2]"), "is not a learned router file"),
     "a session": (lambda p: p.write_text('{"type": "header"}\n'), "is not a learned router file"),
     "newer": (_edit(lambda r: r.update(version=VERSION + 1)), "newer than this specplay reads"),
+    "version 0": (_edit(lambda r: r.update(version=0)), "its version 0 is none specplay wrote (they start at 1)"),
+    "version -3": (_edit(lambda r: r.update(version=-3)), "its version -3 is none specplay wrote (they start at 1)"),
+    "version text": (_edit(lambda r: r.update(version="1")), "its version '1' is not a whole number"),
     "no weights": (_edit(lambda r: r.pop("weights")), "is damaged: it has no 'weights'"),
     "short weights": (
         _edit(lambda r: r["weights"].update(base64=r["weights"]["base64"][:64])),

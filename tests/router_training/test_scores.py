@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,50 @@ class _Fixed:
 
     def confidence(self, prompt: str) -> float | None:
         return None
+
+
+def test_none_is_no_drafter_a_router_learns(tmp_path: Path, scripted: ScriptedBackend) -> None:
+    """`--route none --counterfactual`: the rounds drafted nothing, so only the drafters judged
+    beside them are scored; a router of `none` would be refused by every run."""
+    events = run(scripted, PROSE_PROMPT, route="none", k=3, counterfactual=True, max_tokens=12)
+    assert every(event.drafter == "none" for event in rounds(events))
+    scores = session_scores(rounds(events))
+    assert scores is not None and set(scores.drafters) == {"near", "far", "self", "lookup"}
+    identity = {"source": "scripted", "path": "scripted"}
+    models = {name: identity for name in ("target", *scripted.drafters)}
+    write_session(tmp_path, {"speculative": events}, prompt=PROSE_PROMPT, backend={"backend": "mlx", "models": models})
+    [one] = read_examples([str(tmp_path)]).examples
+    assert one.drafters == ("far", "lookup", "near", "self")
+
+
+def _damaged(events: list, change: dict[str, object]) -> list:
+    """The events with the second round's first counterfactual changed as `change` says."""
+    at = next(i for i, e in enumerate(events) if isinstance(e, RoundEvent) and e.index == 1)
+    event = events[at]
+    first = dataclasses.replace(event.counterfactuals[0], **change)
+    changed = dataclasses.replace(event, counterfactuals=(first, *event.counterfactuals[1:]))
+    return [*events[:at], changed, *events[at + 1 :]]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"num_accepted": 10**9}, "num_accepted is 1000000000"),
+        ({"num_accepted": -5}, "num_accepted is -5"),
+        ({"elapsed_ms": 1e300}, "elapsed_ms is 1e+300 ms"),
+        ({"drafter": "none"}, "counterfactual drafter 'none'"),
+    ],
+)
+def test_counterfactuals_no_run_produces_are_skipped_in_a_line_naming_the_session(
+    tmp_path: Path, scripted: ScriptedBackend, change: dict[str, object], said: str
+) -> None:
+    good = _session(tmp_path, scripted, PROSE_PROMPT)
+    events = run(scripted, CODE_PROMPT, route="near", k=3, counterfactual=True, max_tokens=12)
+    identity = {"source": "scripted", "path": "scripted"}
+    models = {name: identity for name in ("target", *scripted.drafters)}
+    backend = {"backend": "mlx", "device": "cpu", "models": models}
+    bad = write_session(tmp_path, {"speculative": _damaged(events, change)}, prompt=CODE_PROMPT, backend=backend)
+    found = read_examples([str(tmp_path)])
+    assert [one.path for one in found.examples] == [good]
+    [line] = found.skipped_lines()
+    assert str(bad) in line and "round 1" in line and said in line and "\n" not in line

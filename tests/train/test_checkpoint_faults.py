@@ -189,3 +189,19 @@ def test_distill_on_a_full_disk_is_one_line_and_leaves_nothing_half_written(
     assert last.startswith(f"specplay: error: cannot write {what} in ") and "free some disk space" in last, last
     left = [str(p.relative_to(out)) for p in out.rglob("*")]
     assert not [p for p in left if "tmp" in p or p.endswith(".old")], left
+
+
+def test_a_finished_run_with_other_settings_is_not_offered_a_resume(
+    tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same --out after a run that finished: with its settings the command completes again;
+    with others there is nothing to resume, and the line says what to do instead."""
+    out = tmp_path / "out"
+    args = ["distill", "--target", str(tiny.target), "--data", str(_data(tmp_path)), *FAST, "--out", str(out)]
+    assert main([*args, "--steps", "2", "--draft", str(tiny.near)]) == 0
+    capsys.readouterr()
+    assert main([*args, "--steps", "2", "--draft", str(tiny.near), "--lr", "0.01"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "resume" not in err and f"{out / 'work' / 'checkpoint'} is of a finished run with other settings" in err
+    assert "train into another --out, or remove that folder to train there again" in err

@@ -23,8 +23,12 @@ def served_model(client: VllmClient) -> tuple[str, int | None]:
         name, length = str(card["id"]), card.get("max_model_len")
     except (TypeError, KeyError, IndexError):
         raise VllmError(f"{client.where} lists no model at /v1/models; is it a vLLM server?") from None
-    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int)):
         raise VllmError(f"{client.where} lists max_model_len {length!r}, not a whole number; is it a vLLM server?")
+    if length is not None and length < 1:
+        raise VllmError(
+            f"{client.where} lists max_model_len {length}: a model that takes no tokens; is it a vLLM server?"
+        )
     return name, length
 
 

@@ -193,6 +193,8 @@ def route_choice(
         unsure = f"{router.label} is {confidence:.0%} sure, below its {router.min_confidence:.0%}"
         return replace(choice, confidence=confidence, deferred=unsure)
     prompt_class = router.classify(prompt)
+    if prompt_class not in route_map:  # no drafter to route to (`--route none` alone): nothing drafts
+        return RouteChoice(prompt_class, NONE_ROUTE, "no drafter to route to")
     drafter = route_map[prompt_class]
     note = (notes or {}).get(prompt_class)
     if router.label is not None:

@@ -335,3 +335,33 @@ def test_a_second_ctrl_c_quits_while_a_server_is_slow_to_answer(tiny: TinyModels
         target.fault = None
         target.close()
         near.close()
+
+
+def test_route_none_needs_no_drafter(servers: tuple[FakeVllm, FakeVllm], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--route none` drafts nothing: a target server alone runs it, as target-only gives."""
+    target, _ = servers
+    common = ["run", "--backend", "vllm", "--target-url", target.url, "--prompt", CODE_PROMPT, "--raw"]
+    common += ["--max-tokens", "6", "--ignore-eos", "--json"]
+    code, out, err = cli(capsys, *common, "--mode", "target")
+    assert code == 0, err
+    alone = json.loads(out)["token_ids"]
+    code, out, err = cli(capsys, *common, "--route", "none")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["token_ids"] == alone and result["route"] == "none"
+
+
+def test_a_chain_with_a_node_budget_runs_where_trees_cannot(
+    servers: tuple[FakeVllm, FakeVllm], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--width 1 --tree 4` asks for chains of at most 4 drafts, which a vLLM target verifies;
+    `--tree 4` alone asks for a tree, and the line says how to get the chain."""
+    target, near = servers
+    common = ["run", "--backend", "vllm", "--target-url", target.url, "--draft-url", f"near={near.url}"]
+    common += ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "8", "--ignore-eos", "--k", "6", "--json"]
+    code, out, err = cli(capsys, *common, "--width", "1", "--tree", "4")
+    assert code == 0, err
+    assert json.loads(out)["settings"]["tree_nodes"] == 4
+    code, out, err = cli(capsys, *common, "--tree", "4")
+    assert code == 2 and err.count("\n") == 1
+    assert "--tree 4 alone drafts a tree of width 2" in err and "--width 1 --tree 4" in err, err

@@ -4,14 +4,17 @@ memory, and the API key never leaves for a host the user did not name."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from specplay.backends.vllm import client as client_module
 from specplay.backends.vllm.client import MAX_REPLY_BYTES, VllmClient
+from specplay.backends.vllm.connect import served_model
 from specplay.backends.vllm.errors import VllmError
 from specplay.errors import error_line
 from tests.support.fake_vllm import FakeVllm, Fault
@@ -135,3 +138,34 @@ def test_the_http_library_never_shows_a_key_it_refuses(server: LoggingServer, ba
             client.close()
     assert KEY not in str(caught.value) and "s3cret" not in str(caught.value)
     assert not server.seen(KEY)
+
+
+def _models_reply(length: object) -> Callable[[BaseHTTPRequestHandler], None]:
+    def answer(handler: BaseHTTPRequestHandler) -> None:
+        body = json.dumps({"data": [{"id": "m", "max_model_len": length}]}).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "length, says",
+    [
+        (0, "lists max_model_len 0: a model that takes no tokens"),
+        (-4, "lists max_model_len -4: a model that takes no tokens"),
+        ("4096", "lists max_model_len '4096', not a whole number"),
+        (2.5, "lists max_model_len 2.5, not a whole number"),
+    ],
+)
+def test_a_max_model_len_no_model_has_is_named_as_it_is(server: LoggingServer, length: object, says: str) -> None:
+    server.answer = _models_reply(length)
+    client = VllmClient("target", server.url, timeout_s=10)
+    with pytest.raises(VllmError) as caught:
+        served_model(client)
+    client.close()
+    line = error_line(caught.value)
+    assert says in line and "is it a vLLM server?" in line and "\n" not in line
