@@ -293,6 +293,10 @@ class PlaygroundController:
         except ConfigError as error:
             self._view.notify_user(error_line(error), error=True)
             return
+        except Exception as error:  # no value a control sends may end the playground
+            why = f"{repr(value)[:40]} is not a value it takes ({error_line(error)})"
+            self._view.notify_user(f"{setting} not changed: {why}", error=True)
+            return
         if change.settings == self.settings:
             return
         self.settings = change.settings
