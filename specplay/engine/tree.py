@@ -378,10 +378,12 @@ def kept_nodes(event: RoundEvent) -> list[int]:
 def judged_at(event: RoundEvent, slot: int) -> DraftPosition | None:
     """The drafted position the round's slot-th committed token was judged at: the kept node at
     that depth, and for the token after them (a correction) the first of the last row's children
-    that lost; None for a bonus."""
+    that lost; None for a bonus, and where the round holds no positions (a speculating server's)."""
     path = kept_nodes(event)
     if slot < len(path):
         return event.positions[path[slot]]
+    if not event.positions:  # the server judged its own draft: no position to point at
+        return None
     row = path[-1] if path else ROOT
     lost = [n for n in siblings_under(event.parents, row) if event.positions[n].outcome == "rejected"]
     return event.positions[lost[0]] if lost else None

@@ -4,7 +4,9 @@ one line instead of filling memory. Errors are one InputError naming the file an
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import BinaryIO
 
 from specplay.errors import SpecplayError
 
@@ -36,11 +38,24 @@ def size_text(size: int) -> str:
     return f"{size / MiB:g} MiB" if size >= MiB else f"{size} bytes"
 
 
+def _read_at_most(handle: BinaryIO, most: int) -> bytes:
+    """Up to `most` bytes. read(n) sets aside n bytes before reading any, so a regular file is read
+    at its size (reading a small session would otherwise take the whole limit); the rest of one
+    that grew meanwhile, and a pipe or device of no known size, up to `most`."""
+    size = os.fstat(handle.fileno()).st_size
+    if not size:  # a pipe or a device: no size to go by
+        return handle.read(most)
+    data = handle.read(min(size, most))
+    if len(data) < most and (more := handle.read(1)):  # it grew while being read
+        data += more + handle.read(most - len(data) - 1)
+    return data
+
+
 def read_input(path: Path, what: str, limit: int, fix: str = "give a smaller file") -> bytes:
     """The bytes of `path` (`what` names it in errors: "--prompt-file"), refused above `limit`."""
     try:
         with path.open("rb") as handle:
-            data = handle.read(limit + 1)
+            data = _read_at_most(handle, limit + 1)
     except FileNotFoundError:
         raise InputError(what, path, "does not exist; check the path") from None
     except IsADirectoryError:

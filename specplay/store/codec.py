@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
@@ -21,6 +21,7 @@ from specplay.config.numbers import COUNT_MAX, SEED_MAX
 from specplay.config.run_config import RequestConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import (
+    Candidate,
     ControlEvent,
     DoneEvent,
     Event,
@@ -30,10 +31,14 @@ from specplay.engine.events import (
     StepEvent,
 )
 from specplay.engine.layout import chain, is_layout
-from specplay.engine.settings import NODES_LIMIT
+from specplay.engine.settings import K_LIMIT, NODES_LIMIT
 from specplay.store.schema import SchemaError, build
 
 SCHEMA_VERSION = 1
+
+TOKEN_ID_LIMIT = 2**31
+"""Token ids a session may hold are below this: no vocabulary is larger, and a tokenizer's decode
+overflows past 2**32 (sessions do not record their vocabulary, so a sane bound stands in for it)."""
 
 KINDS: dict[type, str] = {
     StartEvent: "start",
@@ -226,9 +231,39 @@ def _with_layout(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+_NODE_LISTS = ("parents", "drafted", "positions")
+"""A round's lists with one entry per drafted node."""
+_POSITION_METRICS = ("acceptance_per_position", "num_drafted_per_position", "num_accepted_per_position")
+"""A run's metrics with one entry per draft position, up to the deepest draft."""
+
+
+def _check_sizes(kind: str, data: Any, where: str) -> None:
+    """Lists no run makes longer than a draft, refused before they are built: a list of millions
+    takes seconds and a multiple of its size to build, and its length drives what reads it."""
+    if not isinstance(data, dict):
+        return
+    if kind == "round":
+        for name in _NODE_LISTS:
+            if isinstance(items := data.get(name), list) and len(items) > NODES_LIMIT:
+                raise SchemaError(
+                    f"{where} (round).{name} holds {len(items)} nodes, more than a round drafts ({NODES_LIMIT})"
+                )
+    if kind == "done" and isinstance(metrics := data.get("metrics"), dict):
+        for name in _POSITION_METRICS:
+            if isinstance(items := metrics.get(name), list) and len(items) > K_LIMIT:
+                raise SchemaError(
+                    f"{where} (done).metrics.{name} holds {len(items)} positions, more than a draft has ({K_LIMIT})"
+                )
+
+
+def _check_count(value: int | None, most: int, field: str, what: str) -> None:
+    if value is not None and not 0 <= value <= most:
+        raise SchemaError(f"{field} is {value}, not 0 to {what} ({most})")
+
+
 def _check_round(event: RoundEvent, where: str) -> None:
     """A round's draft as a run can make it: a layout within the node limit, each drafted node
-    (where the tokens are known) with its position."""
+    (where the tokens are known) with its position; its counts within what a run counts."""
     nodes = len(event.parents)
     if nodes > NODES_LIMIT:
         raise SchemaError(f"{where} (round).parents holds {nodes} nodes, more than a round drafts ({NODES_LIMIT})")
@@ -240,6 +275,50 @@ def _check_round(event: RoundEvent, where: str) -> None:
         raise SchemaError(f"{where} (round).positions holds {len(event.positions)} for {len(event.drafted)} drafted")
     if not 0 <= event.num_accepted <= event.depth:
         raise SchemaError(f"{where} (round).num_accepted is {event.num_accepted}, not 0 to its depth {event.depth}")
+    _check_count(event.k_asked, K_LIMIT, f"{where} (round).k_asked", "a draft's most")
+    for name in ("index", "token_index", "catch_up_tokens"):
+        _check_count(getattr(event, name), COUNT_MAX, f"{where} (round).{name}", "a run's most tokens")
+    for i, counterfactual in enumerate(event.counterfactuals):
+        if len(counterfactual.drafted) > K_LIMIT:
+            raise SchemaError(
+                f"{where} (round).counterfactuals[{i}].drafted holds {len(counterfactual.drafted)} tokens, "
+                f"more than a draft has ({K_LIMIT})"
+            )
+
+
+def _listed(field: str, token_ids: Sequence[int]) -> Iterator[tuple[str, int]]:
+    return ((f"{field}[{i}]", token_id) for i, token_id in enumerate(token_ids))
+
+
+def _candidates(field: str, top: Sequence[Candidate] | None) -> Iterator[tuple[str, int]]:
+    return ((f"{field}[{i}]", token_id) for i, (token_id, _) in enumerate(top or ()))
+
+
+def _token_ids(event: Event) -> Iterator[tuple[str, int]]:
+    """Every token id an event holds, each with its field: what views decode and models take."""
+    if isinstance(event, RoundEvent):
+        yield from _listed("drafted", event.drafted)
+        for i, position in enumerate(event.positions):
+            yield f"positions[{i}].token_id", position.token_id
+            yield from _candidates(f"positions[{i}].top_target", position.top_target)
+            yield from _candidates(f"positions[{i}].top_draft", position.top_draft)
+        yield from ((f"tokens[{i}].token_id", token.token_id) for i, token in enumerate(event.tokens))
+        yield from _candidates("bonus_top_target", event.bonus_top_target)
+        for i, counterfactual in enumerate(event.counterfactuals):
+            yield from _listed(f"counterfactuals[{i}].drafted", counterfactual.drafted)
+    elif isinstance(event, StepEvent):
+        yield "token.token_id", event.token.token_id
+    elif isinstance(event, StartEvent):
+        yield from _listed("prompt_token_ids", event.prompt_token_ids)
+    elif isinstance(event, DoneEvent):
+        yield from _listed("token_ids", event.token_ids)
+
+
+def _check_token_ids(fields: Iterator[tuple[str, int]], where: str) -> None:
+    """Ids a tokenizer can decode: a negative or vast one ends a tokenizer's decode in an OverflowError."""
+    for field_name, token_id in fields:
+        if not 0 <= token_id < TOKEN_ID_LIMIT:
+            raise SchemaError(f"{where}{field_name} is {token_id}, not a token id (0 to {TOKEN_ID_LIMIT - 1})")
 
 
 def decode_event(kind: str, data: Any, where: str = "event") -> Event | None:
@@ -248,11 +327,16 @@ def decode_event(kind: str, data: Any, where: str = "event") -> Event | None:
     cls = _CLASSES.get(kind)
     if cls is None:
         return None
-    event = build(cls, upgrade(kind, data), f"{where} ({kind})")
+    data = upgrade(kind, data)
+    _check_sizes(kind, data, where)
+    event = build(cls, data, f"{where} ({kind})")
     if isinstance(event, DoneEvent):
         build(MetricsRecord, event.metrics, f"{where} (done).metrics")
     if isinstance(event, RoundEvent):
         _check_round(event, where)
+    if isinstance(event, ControlEvent | StepEvent):
+        _check_count(event.token_index, COUNT_MAX, f"{where} ({kind}).token_index", "a run's most tokens")
+    _check_token_ids(_token_ids(event), f"{where} ({kind}).")
     return event
 
 
@@ -357,6 +441,7 @@ def header_record(
 def check_header(record: Mapping[str, Any]) -> Header:
     """The header's shape, its request record's and its route map's; a SchemaError names the field."""
     header = build(Header, record, "header")
+    _check_token_ids(_listed("prompt_token_ids", header.prompt_token_ids), "header.")
     request_from_record(header.request, header.prompt)
     build(dict[str, str], header.request.get("route_map") or {}, "header.request.route_map")
     return header
@@ -368,8 +453,10 @@ def texts_record(texts: Mapping[int, str]) -> dict[str, Any]:
 
 
 def texts_from_record(record: Mapping[str, Any]) -> dict[int, str]:
-    """A texts record's pairs; entries of the wrong shape say nothing and are skipped."""
+    """A texts record's pairs; entries of the wrong shape or of no token id say nothing and are skipped."""
     texts = record.get("texts")
     if not isinstance(texts, dict):
         return {}
-    return {int(k): v for k, v in texts.items() if k.isascii() and k.isdigit() and isinstance(v, str)}
+    digits = len(str(TOKEN_ID_LIMIT))  # a longer key is no token id, and int() refuses 4,300 digits
+    pairs = ((k, v) for k, v in texts.items() if k.isascii() and k.isdigit() and len(k) <= digits)
+    return {token_id: v for k, v in pairs if isinstance(v, str) and (token_id := int(k)) < TOKEN_ID_LIMIT}

@@ -290,8 +290,9 @@ class PlaygroundController:
             return
         try:
             change = checked_change(self.settings, self.drafters, **{setting: value}).supported_by(self.capabilities)
-        except ConfigError as error:
-            self._view.notify_user(error_line(error), error=True)
+        except Exception as error:  # a refusal (a ConfigError), or a value no check expects: never a crash
+            odd = f"{setting} not changed: {repr(value)[:40]} is not a value it takes: "
+            self._view.notify_user(("" if isinstance(error, ConfigError) else odd) + error_line(error), error=True)
             return
         if change.settings == self.settings:
             return

@@ -21,6 +21,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -118,6 +119,9 @@ class FakeVllm:
         """What the model's generation_config.json lists past its EOS: vLLM adds them to every
         request's stop_token_ids unless it ignores EOS, and names the one it stopped on in stop_reason."""
         self.fault: Fault | None = None
+        self.rewrite: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+        """A lie told in every JSON completion from now on: called with the request and the reply,
+        which it may change before it is sent (a server that misreports what it computed)."""
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.headers: list[dict[str, str]] = []
         self.counters = Counters()
@@ -607,19 +611,18 @@ def _handler(server: FakeVllm) -> type[BaseHTTPRequestHandler]:
                 "model": server.served_name,
             }
             if not body.get("stream"):
-                self._json(
-                    200,
-                    head
-                    | {
-                        "choices": choices,
-                        "service_tier": None,
-                        "system_fingerprint": f"vllm-{VERSION}-fake",
-                        "usage": usage | {"prompt_tokens_details": None, "completion_tokens_details": None},
-                        "kv_transfer_params": None,
-                        "ec_transfer_params": None,
-                        "metrics": metrics,
-                    },
-                )
+                reply = head | {
+                    "choices": choices,
+                    "service_tier": None,
+                    "system_fingerprint": f"vllm-{VERSION}-fake",
+                    "usage": usage | {"prompt_tokens_details": None, "completion_tokens_details": None},
+                    "kv_transfer_params": None,
+                    "ec_transfer_params": None,
+                    "metrics": metrics,
+                }
+                if server.rewrite is not None:
+                    server.rewrite(body, reply)
+                self._json(200, reply)
                 return
             self._stream(body, head, choices[0], steps, usage, metrics)
 

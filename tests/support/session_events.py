@@ -22,7 +22,10 @@ from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.store import SessionWriter
 from specplay.store.codec import capabilities_from_header
+from tests.support.engine_runs import run
 from tests.support.mutations import nested_arrays
+from tests.support.prompts import CODE_PROMPT
+from tests.support.scripted import scripted_backend
 
 PROMPT_IDS = (5, 6, 7)
 SCRIPT = "<script>alert(1)</script>"
@@ -150,3 +153,12 @@ def write_deep_session(directory: Path, depth: int = 100_000, prompt: str = "dee
     deep = '{"type": "event", "lane": "speculative", "kind": "round", "data": ' + nested_arrays(depth) + "}"
     path.write_text("\n".join([lines[0], deep, *lines[1:]]), encoding="utf-8")
     return path
+
+
+def write_tree_session(directory: Path, max_tokens: int = 12) -> Path:
+    """A finished session of a real run of the scripted engine drafting trees of width 2 (its rounds
+    branch: parents, drafted tokens and positions as a run writes them), beside its target-only lane."""
+    backend = scripted_backend(drafters=("near",))
+    speculative = run(backend, CODE_PROMPT, max_tokens=max_tokens, width=2, k=3, route="near")
+    target = run(backend, CODE_PROMPT, mode="target", max_tokens=max_tokens)
+    return write_session(directory, {"speculative": speculative, "target": target}, prompt=CODE_PROMPT)

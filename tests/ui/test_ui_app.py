@@ -167,7 +167,33 @@ async def test_the_width_select_turns_the_next_rounds_into_trees_drawn_on_the_ta
         assert any(not is_chain(r.parents) for r in trees)
         tape = str(app.query_one(DraftTape).query_one(Static).render())
         assert "tree" in tape and "depth" in tape  # the kept path, and the levels that lost below it
-        assert any("draft trees are judged losslessly only" in n.message for n in app._notifications)
+        assert any("judged losslessly only" in n.message for n in app._notifications)
+
+
+@pytest.mark.parametrize("order", [("width", "rule"), ("rule", "width")])
+async def test_a_tree_under_typical_acceptance_is_refused_in_a_notification_in_either_order(
+    tmp_path: Path, order: tuple[str, str]
+) -> None:
+    """Width 2 and the typical rule cannot go together (typical relaxes acceptance, and siblings are
+    judged losslessly only): whichever comes second is refused in a notification, the settings stay
+    as they were, and the run goes on."""
+    app = live_app(tmp_path)
+    picks = {"width": 2, "rule": "typical"}
+    async with app.run_test(size=(140, 45)) as pilot:
+        await start_run(app, pilot)
+        first, second = order
+        app.query_one(f"#{first}", Select).value = picks[first]
+        await wait_for(pilot, lambda: _control_index(app, first, picks[first]) is not None, f"the {first} change")
+        kept = app.playground.settings
+        app.query_one(f"#{second}", Select).value = picks[second]
+        await wait_for(pilot, lambda: bool(app._notifications), "the refusal")
+        assert any("losslessly only" in n.message for n in app._notifications), [n.message for n in app._notifications]
+        assert app.playground.settings == kept
+        rounds = len(spec_rounds(app))
+        await wait_for(pilot, lambda: len(spec_rounds(app)) > rounds + 2, "more rounds after the refusal")
+        await stop_run(app, pilot)
+        assert _control_index(app, second, picks[second]) is None
+    assert app.crash is None
 
 
 async def test_counterfactual_routes_turn_on_live_and_show_the_regret(tmp_path: Path) -> None:

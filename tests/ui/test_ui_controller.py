@@ -207,6 +207,28 @@ def test_read_only_capabilities_refuse_live_changes_and_bad_values_are_one_line(
     assert not any(isinstance(e, ControlEvent) for e in playground.events["speculative"])
 
 
+@pytest.mark.parametrize(("setting", "value"), [("k", "x"), ("width", None), ("rule", ["typical"])])
+def test_a_control_value_no_check_expects_is_a_notification_not_a_crash(
+    harness: Harness, setting: str, value: Any
+) -> None:
+    """Whatever a control sends (a control of its own module may send text where a number
+    belongs), the playground says so in one line, keeps its settings and the run goes on."""
+    playground, screen = harness.playground, harness.screen
+    playground.load()
+    harness.until(lambda: playground.state == RunState.READY, "the models to load")
+    playground.run()
+    harness.until(lambda: len(screen.events.get("speculative", [])) > 3, "rounds")
+    kept = playground.settings
+    playground.change(setting, value)
+    text, error = screen.said("notify")[-1]
+    assert error and text.startswith(f"{setting} not changed: ") and "\n" not in text, text
+    assert playground.settings == kept
+    seen = len(screen.events["speculative"])
+    harness.until(lambda: len(screen.events["speculative"]) > seen + 2, "rounds after the refusal")
+    playground.stop()
+    harness.until(lambda: playground.state == RunState.READY, "the run to stop")
+
+
 def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tmp_path: Path) -> None:
     first = Harness(tmp_path, raw=True, max_tokens=12, settings=SpecSettings(k=3, route="far"), seed=4)
     first.playground.load()

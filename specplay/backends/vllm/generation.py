@@ -63,6 +63,8 @@ from specplay.engine.settings import SamplingParams
 from specplay.engine.tree import TreeShape, VerifiedDraft, chain_verified
 from specplay.errors import ConfigError
 
+TIE_LOGPROB = 1e-3
+"""How far below the most likely listed logprob a token a server ranks first may be (ties, rounding)."""
 LONG_CONTEXT = 2048
 """From this many context tokens `auto` verifies by prefixes, which keeps vLLM's prefix cache."""
 STREAM_CHUNK = 256  # tokens asked for per streamed request in target-only and draft-only runs
@@ -267,11 +269,17 @@ class VllmGeneration:
         targets = []
         for row in rows:
             ranked = min(row, key=lambda t: (row[t][1] if row[t][1] > 0 else 10**9, -row[t][0]))
+            best = max(row, key=lambda t: row[t][0])
+            if row[best][0] > row[ranked][0] + TIE_LOGPROB:  # the rank is the greedy argmax: never follow a lie
+                raise VllmError(
+                    f"{model.where} ranked token {ranked} first in prompt_logprobs but gave token {best} a higher "
+                    "logprob: its prompt_logprobs ranks and logprobs disagree; is it a vLLM server?"
+                )
             raw = from_logprobs({t: lp for t, (lp, _) in row.items()}, model.top_logprobs)
             # prompt_logprobs are always raw, whatever the server's --logprobs-mode
             dist, exact = (None, True) if sampling.greedy else processed(raw, sampling, model.vocab_size, raw=True)
             targets.append(_Target(dist, ranked, exact))
-        return targets, choice.token_ids[0]
+        return targets, _chosen(choice, model.where, sampling.greedy)
 
     def _verify_prefixes(self, draft: VllmDraft, sampling: SamplingParams, seed: int) -> tuple[list[_Target], int]:
         model, k = self.target, len(draft.tokens)
@@ -283,14 +291,14 @@ class VllmGeneration:
             self._resolve(missing, prefixes, raw_rows, sampling, seed)
         targets = []
         for i, choice in enumerate(choices[:k]):
-            sample = choice.token_ids[0]
+            sample = _chosen(choice, model.where, sampling.greedy)
             if sampling.greedy:
                 targets.append(_Target(None, sample, True))
                 continue
             listed = from_logprobs(raw_rows[i], model.top_logprobs)
             dist, exact = processed(listed, sampling, model.vocab_size, model.raw_logprobs)
             targets.append(_Target(dist, dist.argmax(), exact, _sampled_token(choice)))
-        return targets, choices[k].token_ids[0]
+        return targets, _chosen(choices[k], model.where, sampling.greedy)
 
     def _resolve(
         self,
@@ -512,6 +520,22 @@ class VllmGeneration:
     def cache_lengths(self) -> dict[str, int]:
         """Local drafters only: a server's cache is its own."""
         return {name: cache.length for name, cache in self.local.items()}
+
+
+def _chosen(choice: Choice, where: str, greedy: bool) -> int:
+    """The token a verify choice generated, as its own logprobs bear it out (protocol.py checks it is
+    listed): at temperature 0 it is the row's argmax, so a server's lie here would be the output."""
+    if not choice.token_ids:
+        raise VllmError(f"{where} sent no token where one was asked for (empty token_ids); is it a vLLM server?")
+    token = choice.token_ids[0]
+    listed = choice.top_logprobs[0] if choice.top_logprobs else {}
+    best = max(listed, key=listed.__getitem__, default=token)
+    if greedy and token in listed and listed[best] > listed[token] + TIE_LOGPROB:
+        raise VllmError(
+            f"{where} chose token {token} at temperature 0 but gave token {best} a higher logprob: "
+            "its token_ids and its logprobs disagree; is it a vLLM server, with nothing rewriting its replies?"
+        )
+    return token
 
 
 def _sampled_token(choice: Choice) -> Sample | None:

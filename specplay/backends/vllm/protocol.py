@@ -164,6 +164,17 @@ def _prompt_logprobs(entries: Any, where: str, limit: int) -> list[dict[int, tup
     return out
 
 
+def _check_listed(token_ids: Sequence[int], top: Sequence[dict[int, float]], where: str) -> None:
+    """vLLM lists each generated token among its logprobs: a token its listing leaves out is a reply
+    that contradicts itself, and specplay would otherwise take the token and judge by the numbers."""
+    for place, (token, listed) in enumerate(zip(token_ids, top, strict=False)):
+        if listed and token not in listed:
+            raise VllmError(
+                f"{where} sent token {token} at place {place} of a reply but listed logprobs for other tokens there: "
+                "its token_ids and its logprobs disagree; is it a vLLM server, with nothing rewriting its replies?"
+            )
+
+
 def _choice_list(body: Any, where: str) -> list[dict[str, Any]]:
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
@@ -193,6 +204,7 @@ def parse_choices(
         if need_logprobs and not (logprobs and logprobs.get("top_logprobs")):
             raise VllmError(f"{where} did not return logprobs; start it with --max-logprobs 20")
         top = _top(logprobs.get("top_logprobs") if logprobs else None, where, limit)
+        _check_listed(token_ids, top, where)
         prompt = _prompt_logprobs(choice.get("prompt_logprobs"), where, limit)
         finish = choice.get("finish_reason")
         choices.append(

@@ -52,6 +52,9 @@ def describe(pick: Pick, decode: Decode) -> Content:
     drafted = f"k={round.depth}{asked}" if round.nodes == round.depth else f"{draft_size(round)}{asked}"
     lines.append(f"round {round.index}  route {round.drafter}  {drafted}  accepted {round.num_accepted}")
     position = judged_at(round, pick.slot)
+    if position is None and not round.positions and token.source != "bonus":
+        lines.append(Content.styled("how its draft was judged is not recorded (a speculating server's round)", "dim"))
+        return Content("\n").join(lines)
     if position is None:  # the bonus: drawn from p_target after the last drafted token
         lines += ["p_target(x) " + _num(_prob(round.bonus_top_target, token.token_id))]
         lines += _tops(round.bonus_top_target, None, decode)

@@ -46,7 +46,8 @@ def test_every_id_a_reply_carries_is_checked(field: str, bad: int) -> None:
     with pytest.raises(VllmError, match=f"sent token id {bad}, outside the vocabulary of 100 tokens") as caught:
         replies[field]()
     assert str(caught.value).startswith(WHERE) and "\n" not in str(caught.value)
-    assert parse_choices(_reply([0, 99], {"token_id:99": -0.1}), WHERE, 1, True, 100)[0].token_ids == [0, 99]
+    edges = _reply([99, 0], {"token_id:99": -0.1, "token_id:0": -2.0})  # each generated token listed, as vLLM does
+    assert parse_choices(edges, WHERE, 1, True, 100)[0].token_ids == [99, 0]
 
 
 @pytest.mark.parametrize("key", ["token_id:--5", "token_id:", "token_id:1e3", "token_id:" + "9" * 21])
