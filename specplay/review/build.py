@@ -314,15 +314,17 @@ def review_sweep(
     tables: list[Table],
     wall_time_is_speed: bool,
     texts: Mapping[int, str],
+    key_prefix: str = "",
 ) -> Review:
     """A sweep (rows such as target-only, draft-only, D=0 ... D=1) sampled with several seeds: one
-    group per seed, each row a column aligned to that seed's target-only text."""
+    group per seed, each row a column aligned to that seed's target-only text. `key_prefix` sets
+    apart its column keys from another sweep's on the same page (a conversation's turns)."""
     groups = []
     column_settings: dict[str, list[tuple[str, str]]] = {}
     for seed, lanes in lanes_by_seed.items():
         reference_lane = next((lane for lane in lanes.values() if _kind(lane) == "target"), None)
         specs = [
-            (f"s{seed}c{i}", label, _kind(lane), lane, texts, wall_time_is_speed)
+            (f"{key_prefix}s{seed}c{i}", label, _kind(lane), lane, texts, wall_time_is_speed)
             for i, (label, lane) in enumerate(lanes.items())
         ]
         columns = build_columns(specs, reference_lane)

@@ -116,7 +116,7 @@ def _table_section(table: Table, level: str) -> list[str]:
     """A table the review adds (the whole conversation's numbers, a sweep's over its seeds)."""
     out = [f"{level} {md_inline(table.title)}", ""]
     out += _md_table([md_inline(h) for h in table.headers], [[md_inline(c) for c in row] for row in table.rows])
-    return out + ([""] + [md_inline(table.caption)] if table.caption else []) + [""]
+    return out + (["", md_inline(table.caption)] if table.caption else []) + [""]
 
 
 def _summary(group: Group) -> list[str]:
