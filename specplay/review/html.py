@@ -243,6 +243,11 @@ def _grid(review: Review, group: Group) -> str:
 # --- the rest of the page ----------------------------------------------------------------------
 
 
+def _prompt(text: str) -> str:
+    # HTML drops a line break just after <pre>: a prompt that opens with one gets one more to lose.
+    return f'<pre class="prompt">{chr(10) if text.startswith(chr(10)) else ""}{e(text)}</pre>'
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int = 1, cls: str = "") -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in headers)
     body = "".join(
@@ -301,7 +306,7 @@ def _group(review: Review, group: Group, view_switch: str, summary: bool) -> str
     if group.title:
         out.append(f"<h2>{e(group.title)}</h2>")
     if group.prompt is not None:  # a conversation's turn: what the user asked, then the answers
-        out.append(f'<pre class="prompt">{e(group.prompt)}</pre>')
+        out.append(_prompt(group.prompt))
     out += [_extra_table(t) for t in group.tables]
     if summary:
         out.append(_table(SUMMARY_HEADERS, group.summary_rows(), cls="summary"))
@@ -344,7 +349,7 @@ def to_html(review: Review) -> str:
     body += [f"<p>{e(note)}</p>" for note in review.notes]
     body.append("</div>")
     if not review.conversation:  # a conversation shows each turn's prompt with its answers
-        body += ["<h2>Prompt</h2>", f'<pre class="prompt">{e(review.prompt)}</pre>']
+        body += ["<h2>Prompt</h2>", _prompt(review.prompt)]
     if len(review.groups) == 1:
         body.append("<h2>Summary</h2>")
         body.append(_table(SUMMARY_HEADERS, review.groups[0].summary_rows(), cls="summary"))

@@ -45,7 +45,9 @@ def lossless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _texts(page: str, cls: str) -> list[str]:
-    return [html.unescape(m) for m in re.findall(rf'<pre class="{cls}">(.*?)</pre>', page, re.S)]
+    """The text of each <pre class=`cls`>, as a browser reads it (a line break just after <pre> is dropped)."""
+    found = re.findall(rf'<pre class="{cls}">(.*?)</pre>', page, re.S)
+    return [html.unescape(m.removeprefix("\n")) for m in found]
 
 
 def _tokens(page: str, column: str) -> int:
