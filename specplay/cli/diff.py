@@ -27,7 +27,9 @@ ONLY_B = "green"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "diff", help="compare a session with its target-only lane, or with another session, token by token"
+        "diff",
+        help="compare a session with its target-only lane, or with another session, token by token "
+        "(a conversation turn by turn)",
     )
     parser.add_argument("a", metavar="A", help="session path or id")
     parser.add_argument(

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 
 CAPTION = (
     "Over every turn: tokens and TV spent add up; acceptance and mean acceptance length are taken over "
-    "all the rounds; tokens/s counts each turn's tokens at that turn's rate (all tokens over the sum of "
-    "tokens ÷ tokens/s), and the measured speedup divides it by the run's own target-only lane's, taken "
-    "the same way; similarity compares the turns' answers joined. Each turn has its own predicted speedup."
+    "all the rounds of the turns that finished; tokens/s counts each turn's tokens at that turn's rate "
+    "(all tokens over the sum of tokens ÷ tokens/s), and the measured speedup divides it by the run's own "
+    "target-only lane's, taken the same way; similarity compares the turns' answers joined. Each turn has "
+    "its own predicted speedup."
 )
 CONTINUES_NOTE = (
     "Each lane continues its own conversation: after a turn where a text parts from the target-only one, "

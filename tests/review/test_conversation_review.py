@@ -178,3 +178,26 @@ def test_runs_of_different_conversations_are_refused_in_one_line(
     review = review_sessions([saved, load_session(short)])
     assert [len(g.columns) for g in review.groups] == [3, 2, 2]
     assert f"Session {load_session(short).id} holds 1 of the 3 turns." in review.notes
+
+
+def test_a_conversation_cut_short_in_its_last_turn(tmp_path: Path) -> None:
+    """Killed while the speculative lane answered turn 3: every turn still shows, the last as far as it went."""
+    lines = SAVED.read_text(encoding="utf-8").splitlines()
+    done = [i for i, line in enumerate(lines) if '"lane": "speculative", "kind": "done"' in line][2]
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:done]) + "\n", encoding="utf-8")
+    session = load_session(cut)
+    review = review_sessions([session])
+    assert [g.title for g in review.groups] == ["Turn 1 of 3", "Turn 2 of 3", "Turn 3 of 3"]
+    last = review.groups[2]
+    assert [c.title for c in last.columns] == ["target-only (incomplete)", "speculative (incomplete)"]
+    assert [len(c.lane.tokens) for c in last.columns] == [0, len(session.turns[2].main.tokens)]
+    target_row, speculative_row = review.tables[0].rows
+    assert target_row[1] == "32" and speculative_row[1] == str(32 + len(session.turns[2].main.tokens))
+    # acceptance over the turns that finished: the cut turn has no metrics
+    finished = [t.main for t in session.turns[:2]]
+    accepted = sum(m.metrics["num_accepted_draft_tokens"] for m in finished)
+    assert speculative_row[2] == f"{accepted / sum(m.metrics['num_draft_tokens'] for m in finished):.2f}"
+    md = export_sessions([session], "md")
+    assert md.startswith(f"# specplay session {session.id}\n\n**Incomplete session") and "## Turn 3 of 3" in md
+    assert _texts(export_sessions([session], "html"), "prompt") == list(FIXTURE_PROMPTS)
