@@ -1,4 +1,5 @@
-"""`specplay diff`: two generations token by token, and whether a lossless run broke its promise."""
+"""`specplay diff`: two generations token by token, and whether a lossless run broke its promise;
+a conversation turn by turn (diff_turns.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ ONLY_B = "green"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "diff", help="compare a session with its target-only lane, or with another session, token by token"
+        "diff",
+        help="compare a session with its target-only lane, or with another session, token by token "
+        "(a conversation turn by turn)",
     )
     parser.add_argument("a", metavar="A", help="session path or id")
     parser.add_argument(
@@ -57,6 +60,10 @@ def _lanes(args: argparse.Namespace) -> tuple[Session, LaneRecord, Session, Lane
 
 def diff(args: argparse.Namespace) -> int:
     a, lane_a, b, lane_b = _lanes(args)
+    if len(a.turns) > 1 or len(b.turns) > 1:
+        from specplay.cli.diff_turns import diff_conversation  # it draws with this module's helpers
+
+        return diff_conversation(a, b if b is not a else None, args.json)
     result = token_diff(lane_a.token_ids, lane_b.token_ids)
     # Only a run against its own baseline promises equality: same prompt, models, seed and settings.
     checked = args.b is None and is_lossless_greedy(lane_a.settings)

@@ -22,7 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "export",
         help="write sessions as a review page (HTML), a Markdown transcript, or a session's raw JSONL log",
         description="One session: its lanes side by side. Several sessions of one prompt (a TV-budget or "
-        "k sweep): their texts as columns, each aligned to the first target-only text among them.",
+        "k sweep): their texts as columns, each aligned to the first target-only text among them. A "
+        "conversation: turn by turn, each turn's prompt then its answers, and the whole conversation's numbers.",
     )
     parser.add_argument("sessions", nargs="+", metavar="SESSION", help="session path or id")
     parser.add_argument(

@@ -11,17 +11,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from specplay import __version__
 from specplay.backends import blas_warning, open_stream, thread_cleanup
-from specplay.cli.configure import comma_floats, given, pairs, run_config
+from specplay.cli.configure import comma_floats, given, pairs, replay_base, run_config, sessions_dir_from
 from specplay.cli.flags import (
     add_backend_flags,
     add_decoding_flags,
@@ -32,6 +34,7 @@ from specplay.cli.flags import (
 from specplay.cli.render import make_console, warn
 from specplay.config.capabilities import capabilities_of
 from specplay.config.run_config import RunConfig, check
+from specplay.display.text import token_repr
 from specplay.drafters import cannot_write
 from specplay.engine.capabilities import check_supported
 from specplay.engine.routers.routing import resolve_route
@@ -39,6 +42,7 @@ from specplay.engine.rules import RULE_NAMES, RULES, AcceptanceRule, Mentored
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError
 from specplay.fidelity.cells import row_cells
+from specplay.fidelity.conversation import FidelityTurn, compared, session_turns, turn_record
 from specplay.fidelity.measure import (
     DEFAULT_BUDGETS,
     DEFAULT_KNOBS,
@@ -53,9 +57,10 @@ from specplay.fidelity.measure import (
 )
 from specplay.files.json_text import dump_json
 from specplay.files.outputs import write_output
-from specplay.review.fidelity_page import sweep_review
+from specplay.review.fidelity_page import conversation_review, sweep_review
 from specplay.review.html import to_html
 from specplay.runner.thread import ModelThread
+from specplay.store import Session, find_session, load_session
 from specplay.store.writer import round_token_ids
 
 
@@ -96,7 +101,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     output.add_argument(
         "--plot", type=Path, metavar="FILE.png", help="where the plot goes (default: beside the report)"
     )
-    add_sessions_dir_flag(parser.add_argument_group("sessions"))
+    sessions = parser.add_argument_group("sessions")
+    sessions.add_argument(
+        "--session",
+        metavar="SESSION",
+        help="sample each turn of a saved conversation (or one prompt) instead of --prompt: every row of turn i "
+        "after the session's speculative lane's earlier turns, its prompts and its own answers; the session's "
+        "models and settings unless flags change them",
+    )
+    add_sessions_dir_flag(sessions)
     parser.set_defaults(command=fidelity)
 
 
@@ -146,9 +159,16 @@ def sweep_knobs(rules: list[str], budgets: list[float], sweeps: list[str]) -> di
 _SWEPT_FLAGS = {rule.knob.setting.field: swept_flag(name) for name, rule in RULES.items()}
 
 
-def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule]]:
-    """Everything that can be checked without models, checked before loading them."""
+def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule], Session | None]:
+    """Everything that can be checked without models, checked before loading them; the session
+    whose conversation is sampled, with --session."""
     flags = given(args)
+    session, base = None, None
+    if "session" in flags:
+        if "prompt" in flags or "prompt_file" in flags:
+            raise ConfigError("session", "takes the prompts from the session; give --session or --prompt, not both")
+        session = load_session(find_session(flags.pop("session"), sessions_dir_from(flags)))
+        base = replay_base(session, flags)
     if flags.get("mode", "speculative") != "speculative":
         raise ConfigError("mode", "does not apply: fidelity runs target-only, draft-only and speculative rows")
     if flags.get(Mentored.knob.setting.field, 0) != 0:
@@ -159,14 +179,14 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule]
             raise ConfigError(flag, f"does not apply: each row has its own value (give them with {instead})")
     names = parse_rules(flags.pop("rule", Mentored.name))
     budgets = parse_budgets(args.budgets)
-    config = run_config({"temperature": TEMPERATURE} | flags)
+    config = run_config({"temperature": TEMPERATURE} | flags, base)
     rules = sweep_rules(sweep_knobs(names, budgets, args.sweep), config.settings.rule_params)
     for name in names:
         check_supported(replace(config.settings, rule=name), capabilities_of(config))
     if config.native:
         raise ConfigError("vllm_native", "fixes k and the acceptance rule on the server; fidelity varies the TV budget")
     if config.request.prompt is None:
-        raise ConfigError("prompt", "or --prompt-file is required")
+        raise ConfigError("prompt", "or --prompt-file is required (or --session SESSION)")
     if not config.drafter_names:
         raise ConfigError("draft", "is needed: fidelity compares a drafter's speculation with the target")
     check(config)
@@ -177,7 +197,7 @@ def configure(args: argparse.Namespace) -> tuple[RunConfig, list[AcceptanceRule]
             raise ConfigError("plot", f"{str(args.plot)!r} must end in {', '.join(PLOT_SUFFIXES)} (or name a folder)")
         if not args.plot.parent.is_dir():
             raise ConfigError("plot", f"goes to a folder that does not exist ({str(args.plot.parent)!r})")
-    return config, rules
+    return config, rules, session
 
 
 def _recorded_settings(config: RunConfig, rules: list[AcceptanceRule]) -> dict[str, object]:
@@ -188,86 +208,161 @@ def _recorded_settings(config: RunConfig, rules: list[AcceptanceRule]) -> dict[s
     return settings | {"rule": None, "rule_params": params}
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """What a sweep measured, on the model thread."""
+
+    turns: list[tuple[FidelityTurn, tuple[int, ...], FidelityReport]]
+    """Each turn, the prompt tokens it was sampled after, and its rows."""
+    identity: dict[str, Any]
+    route_map: dict[str, str]
+    texts: dict[int, str]
+    speed_measured: bool
+
+
 def fidelity(args: argparse.Namespace) -> int:
-    config, rules = configure(args)
-    directory = config.sessions_dir
-    check_writable(directory)
+    config, rules, session = configure(args)
+    check_writable(config.sessions_dir)
     if message := blas_warning(config):
         warn(message)
-    thread = ModelThread(on_exit=thread_cleanup(config))
-    try:
-        source = thread.call(lambda: open_stream(config))
-        if not source.capabilities.scoring:
-            raise ConfigError("backend", "cannot score text under the target here; fidelity needs a backend that can")
-        identity = thread.call(source.describe)
-        spec = config.request
-        assert spec.prompt is not None
-        token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
-        generate = engine_generator(source, spec.prompt, token_ids, config.settings, spec.max_tokens)
-        route = resolve_route(config.settings.route, source.routing.choice(spec.prompt).drafter)
-        draft_row = cannot_write(route, config.drafters) is None  # a draft-only row where the drafter writes alone
-        seeds = range(spec.seed, spec.seed + args.samples)
-        with _progress() as on_sample:
-            report = measure_fidelity(
-                # Both run on the model thread, which owns every MLX array (a vLLM backend scores
-                # through the target server's prompt_logprobs).
-                lambda mode, rule, seed: thread.call(lambda: generate(mode, rule, seed)),
-                lambda ids: thread.call(lambda: source.score(token_ids, ids)),
-                rules=rules,
-                seeds=seeds,
-                on_sample=on_sample,
-                draft_row=draft_row,
-            )
-        # Drafted tokens' texts for the review page, where the tokenizer is local (never a server's).
-        texts = thread.call(lambda: _drafted_texts(source, report)) if source.capabilities.local_token_text else {}
-        thread.call(source.close)
-    finally:
-        thread.close()
-
+    spec = config.request
+    assert spec.prompt is not None
+    turns = session_turns(session) if session is not None else [FidelityTurn(0, spec.prompt, (), "speculative", None)]
+    sampled = _sample(config, rules, turns, range(spec.seed, spec.seed + args.samples))
     now = datetime.now(UTC)
+    first, token_ids, report = sampled.turns[0]
     about = {
         "specplay_version": __version__,
         "created": now.isoformat(timespec="seconds"),
-        "prompt": spec.prompt,
+        "prompt": first.prompt,
         "prompt_token_ids": list(token_ids),
         "raw": spec.raw,
         "prompt_format": spec.prompt_format,
         "max_tokens": spec.max_tokens,
         # Each speculative row has its own rule and knob.
         "settings": _recorded_settings(config, rules),
-        "route_map": source.routing.route_map,
-        "backend": identity,
+        "route_map": sampled.route_map,
+        "backend": sampled.identity,
     }
-    content = about | report.to_dict()
-    saved = write_report(content, report_path(directory, now))
-    from specplay.fidelity.plot import plot_fidelity
-
-    plot_path = saved.with_suffix(".png")
-    if args.plot is not None:  # a folder takes the plot under the report's name
-        plot_path = args.plot / plot_path.name if args.plot.is_dir() else args.plot
-    plot = plot_fidelity(report, plot_path)
-    speed_measured = source.capabilities.wall_time_is_speed
+    measured = [(turn, turn_report) for turn, _, turn_report in sampled.turns]
+    speed_measured = sampled.speed_measured
+    if session is None:
+        content = about | report.to_dict()
+        review = sweep_review(report, about, sampled.texts, speed_measured)
+    else:
+        about |= {"session": session.id, "compared": compared(session, turns)}
+        content = about | {"turns": [turn_record(t, len(session.turns), ids, r) for t, ids, r in sampled.turns]}
+        review = conversation_review(measured, len(session.turns), about, sampled.texts, speed_measured)
+    saved = write_report(content, report_path(config.sessions_dir, now))
+    plots = _plots(args.plot, saved, measured, conversation=session is not None)
     page = write_output(
         saved.with_suffix(".html"),
-        to_html(sweep_review(report, about, texts, speed_measured)),
+        to_html(review),
         fix="choose another folder with --sessions-dir or SPECPLAY_SESSIONS_DIR",
     )
     if args.json:
-        print(dump_json(content | {"report": str(saved), "plot": str(plot), "page": str(page)}, ensure_ascii=False))
-    else:
-        console = make_console()
-        console.print(fidelity_table(report, speed_measured=speed_measured))
-        if len(report.rules) > 1:
-            matched = ", ".join(f"{r.label} ({r.mean_acceptance_length:.2f})" for r in report.matched())
+        shown = {"plot": str(plots[0])} if session is None else {"plots": [str(plot) for plot in plots]}
+        print(dump_json(content | {"report": str(saved)} | shown | {"page": str(page)}, ensure_ascii=False))
+        return 0
+    console = make_console()
+    if session is not None:
+        console.print(Text(about["compared"]), style="dim")
+    for turn, turn_report in measured:
+        if session is not None:
+            heading = f"\nTurn {turn.index + 1} of {len(session.turns)} · {token_repr(turn.prompt, 60)}"
+            console.print(Text(heading), style="bold")
+        last = turn is measured[-1][0]  # the headers spelt out once, under the last table
+        console.print(fidelity_table(turn_report, speed_measured=speed_measured, caption=last))
+        if len(turn_report.rules) > 1:
+            matched = ", ".join(f"{r.label} ({r.mean_acceptance_length:.2f})" for r in turn_report.matched())
             console.print(f"matched acceptance (mean acceptance length): {matched}", style="dim")
-        console.print(f"saved {saved}\nplot {plot}\nreview page {page}", style="dim")
+    shown_plots = "\n".join(f"plot {plot}" for plot in plots)
+    console.print(f"saved {saved}\n{shown_plots}\nreview page {page}", style="dim")
     return 0
 
 
-def _drafted_texts(source: EventStream, report: FidelityReport) -> dict[int, str]:
+def _sample(config: RunConfig, rules: list[AcceptanceRule], turns: list[FidelityTurn], seeds: range) -> Sampled:
+    """Every row of every turn with every seed, on a model thread of its own."""
+    spec = config.request
+    thread = ModelThread(on_exit=thread_cleanup(config))
+    try:
+        source = thread.call(lambda: open_stream(config))
+        if not source.capabilities.scoring:
+            raise ConfigError("backend", "cannot score text under the target here; fidelity needs a backend that can")
+        identity = thread.call(source.describe)
+        measured = []
+        with _progress() as on_sample:
+            for turn in turns:
+                token_ids = tuple(source.encode(turn.prompt, spec.raw, turn.earlier))
+                progress = _turn_progress(on_sample, turn.index, len(turns))
+                report = _measure_turn(thread, source, config, rules, turn, token_ids, seeds, progress)
+                measured.append((turn, token_ids, report))
+        # Drafted tokens' texts for the review page, where the tokenizer is local (never a server's).
+        reports = [report for _, _, report in measured]
+        texts = thread.call(lambda: _drafted_texts(source, reports)) if source.capabilities.local_token_text else {}
+        thread.call(source.close)
+    finally:
+        thread.close()
+    return Sampled(measured, identity, dict(source.routing.route_map), texts, source.capabilities.wall_time_is_speed)
+
+
+def _turn_progress(
+    on_sample: Callable[[int, int], None] | None, turn: int, turns: int
+) -> Callable[[int, int], None] | None:
+    """A turn's progress as part of the whole sweep's."""
+    if on_sample is None:
+        return None
+    return lambda done, total: on_sample(turn * total + done, turns * total)
+
+
+def _measure_turn(
+    thread: ModelThread,
+    source: EventStream,
+    config: RunConfig,
+    rules: list[AcceptanceRule],
+    turn: FidelityTurn,
+    token_ids: tuple[int, ...],
+    seeds: range,
+    on_sample: Callable[[int, int], None] | None,
+) -> FidelityReport:
+    """Every row of one turn, each seed sampled after the turn's conversation and scored after it."""
+    generate = engine_generator(source, turn.prompt, token_ids, config.settings, config.request.max_tokens)
+    route = resolve_route(config.settings.route, source.routing.choice(turn.prompt).drafter)
+    draft_row = cannot_write(route, config.drafters) is None  # a draft-only row where the drafter writes alone
+    return measure_fidelity(
+        # Both run on the model thread, which owns every MLX array (a vLLM backend scores
+        # through the target server's prompt_logprobs).
+        lambda mode, rule, seed: thread.call(lambda: generate(mode, rule, seed)),
+        lambda ids: thread.call(lambda: source.score(token_ids, ids)),
+        rules=rules,
+        seeds=seeds,
+        on_sample=on_sample,
+        draft_row=draft_row,
+    )
+
+
+def _plots(
+    chosen: Path | None, saved: Path, measured: list[tuple[FidelityTurn, FidelityReport]], conversation: bool
+) -> list[Path]:
+    """The plot beside the report (or where --plot says); a conversation's, one per turn, named after it."""
+    from specplay.fidelity.plot import plot_fidelity
+
+    path = saved.with_suffix(".png")
+    if chosen is not None:  # a folder takes the plot under the report's name
+        path = chosen / path.name if chosen.is_dir() else chosen
+    if not conversation:
+        return [plot_fidelity(measured[0][1], path)]
+    return [
+        plot_fidelity(report, path.with_name(f"{path.stem}-turn-{turn.index + 1}{path.suffix}"))
+        for turn, report in measured
+    ]
+
+
+def _drafted_texts(source: EventStream, reports: list[FidelityReport]) -> dict[int, str]:
     """The text of every drafted and candidate token of the runs a review page shows."""
     ids = {
         token_id
+        for report in reports
         for by_row in report.lanes.values()
         for lane in by_row.values()
         for event in lane.rounds
@@ -313,10 +408,11 @@ _CAPTION = (
 _REMOTE_CAPTION = "\ntok/s of speculative rows through vLLM: not shown, it would time HTTP round trips"
 
 
-def fidelity_table(report: FidelityReport, speed_measured: bool = True) -> Table:
+def fidelity_table(report: FidelityReport, speed_measured: bool = True, caption: bool = True) -> Table:
+    """`caption`: spell out the headers under the table (a conversation's last turn's table only)."""
     table = Table(
         title=f"fidelity · drafter {report.route} · {len(report.seeds)} samples per row",
-        caption=_CAPTION + ("" if speed_measured else _REMOTE_CAPTION),
+        caption=(_CAPTION + ("" if speed_measured else _REMOTE_CAPTION)) if caption else None,
         caption_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,

@@ -88,7 +88,15 @@ def check_found(field: str, kind: str, location: str) -> None:
 
 
 def _looks_like_hub_id(location: str) -> bool:
-    return location.count("/") == 1 and not location.startswith((".", "/", "~"))
+    if location.count("/") != 1 or location.startswith((".", "/", "~")):
+        return False
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:  # "my models/target" or a session's "<DEMO_DIR>/target" is a missing folder, never a hub name
+        validate_repo_id(location)
+    except HFValidationError:
+        return False
+    return True
 
 
 def _in_hugging_face_cache(repo_id: str) -> bool:

@@ -243,6 +243,11 @@ def _grid(review: Review, group: Group) -> str:
 # --- the rest of the page ----------------------------------------------------------------------
 
 
+def _prompt(text: str) -> str:
+    # HTML drops a line break just after <pre>: a prompt that opens with one gets one more to lose.
+    return f'<pre class="prompt">{chr(10) if text.startswith(chr(10)) else ""}{e(text)}</pre>'
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int = 1, cls: str = "") -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in headers)
     body = "".join(
@@ -257,9 +262,9 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: 
     return f'<table class="{cls}"><tr>{head}</tr>{body}</table>'
 
 
-def _extra_table(table: Table) -> str:
+def _extra_table(table: Table, heading: str = "h3") -> str:
     caption = f'<p class="notes">{e(table.caption)}</p>' if table.caption else ""
-    return f"<h3>{e(table.title)}</h3>{_table(table.headers, table.rows)}{caption}"
+    return f"<{heading}>{e(table.title)}</{heading}>{_table(table.headers, table.rows)}{caption}"
 
 
 def _legend() -> str:
@@ -300,6 +305,9 @@ def _group(review: Review, group: Group, view_switch: str, summary: bool) -> str
     out = []
     if group.title:
         out.append(f"<h2>{e(group.title)}</h2>")
+    if group.prompt is not None:  # a conversation's turn: what the user asked, then the answers
+        out.append(_prompt(group.prompt))
+    out += [_extra_table(t) for t in group.tables]
     if summary:
         out.append(_table(SUMMARY_HEADERS, group.summary_rows(), cls="summary"))
     out.append(f'<h3>Texts</h3><div class="bar">{_legend()}{view_switch}</div>')
@@ -339,11 +347,14 @@ def to_html(review: Review) -> str:
     body = [f"<h1>{e(review.title)}</h1>", '<div class="notes">']
     body += [f'<p class="incomplete">{e(warning)}</p>' for warning in review.warnings]
     body += [f"<p>{e(note)}</p>" for note in review.notes]
-    body += ["</div>", "<h2>Prompt</h2>", f'<pre class="prompt">{e(review.prompt)}</pre>']
+    body.append("</div>")
+    if not review.conversation:  # a conversation shows each turn's prompt with its answers
+        body += ["<h2>Prompt</h2>", _prompt(review.prompt)]
     if len(review.groups) == 1:
         body.append("<h2>Summary</h2>")
         body.append(_table(SUMMARY_HEADERS, review.groups[0].summary_rows(), cls="summary"))
-    body += [_extra_table(t) for t in review.tables]  # a sweep's numbers (fidelity pages)
+    # A sweep's numbers (fidelity pages), or the whole conversation's before its turns.
+    body += [_extra_table(t, "h2" if review.conversation else "h3") for t in review.tables]
     body.append(f'<div class="bar">{theme_switch}</div>')
     # One group's summary comes first on the page; a sweep's seeds each have their own. The texts
     # follow it, so a reader meets them on the first screen; what ran them comes after.

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from specplay.display.text import change_label, switch_label, visible
-from specplay.review.build import Group, Review
+from specplay.review.build import Group, Review, Table
 from specplay.review.columns import Column
 from specplay.review.summary import SUMMARY_HEADERS, metric_rows
 
@@ -112,6 +112,13 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
+def _table_section(table: Table, level: str) -> list[str]:
+    """A table the review adds (the whole conversation's numbers, a sweep's over its seeds)."""
+    out = [f"{level} {md_inline(table.title)}", ""]
+    out += _md_table([md_inline(h) for h in table.headers], [[md_inline(c) for c in row] for row in table.rows])
+    return out + (["", md_inline(table.caption)] if table.caption else []) + [""]
+
+
 def _summary(group: Group) -> list[str]:
     return _md_table(list(SUMMARY_HEADERS), [[md_inline(cell) for cell in row] for row in group.summary_rows()])
 
@@ -140,16 +147,23 @@ def to_markdown(review: Review) -> str:
         out += [f"**{md_inline(warning)}**", ""]
     for note in review.notes:
         out += [md_inline(note), ""]
-    out += ["## Prompt", "", md_fence(review.prompt), ""]
+    if not review.conversation:  # a conversation shows each turn's prompt with its answers
+        out += ["## Prompt", "", md_fence(review.prompt), ""]
     single = len(review.groups) == 1
     if single:
         out += ["## Summary", "", *_summary(review.groups[0]), ""]
+    for table in review.tables:
+        out += _table_section(table, "##")
     out += ["## Models and settings", ""]
     out += _md_table(["model", "source", "weights"], [[md_inline(c) for c in row] for row in review.models])
     out += [""]
     out += _md_table(["setting", "value"], [[md_code_cell(k), md_inline(v)] for k, v in review.settings])
     for group in review.groups:
         out += ["", f"## {md_inline(group.title) if group.title else 'Texts'}", ""]
+        if group.prompt is not None:
+            out += [md_fence(group.prompt), ""]
+        for table in group.tables:
+            out += _table_section(table, "###")
         if not single:
             out += [*_summary(group), ""]
         out += _texts(review, group)

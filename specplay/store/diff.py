@@ -109,3 +109,57 @@ def violation(main: LaneRecord, baseline: LaneRecord, diff: TokenDiff) -> int | 
     if at == min(diff.len_a, diff.len_b) and _cut_short(shorter):
         return None
     return at
+
+
+@dataclass(frozen=True)
+class TurnComparison:
+    """Turn `turn` of one conversation against the same turn of another (or of its own target-only lane)."""
+
+    turn: int
+    """0 for the first, as the session file counts."""
+    prompt_a: str | None
+    """None where A has no such turn."""
+    prompt_b: str | None
+    lane_a: LaneRecord | None
+    """None where the side has no such turn, or no answer to it (a run cut short first)."""
+    lane_b: LaneRecord | None
+    diff: TokenDiff | None
+    """None unless both sides answered the turn."""
+    same_earlier_turns: bool
+    """Every earlier turn was asked alike and answered with the same tokens on both sides. Each
+    side continues its own conversation, so once they part, every later turn is asked after
+    different text and promises no equal output."""
+    checked: bool
+    """Whether this turn promises equality: a lossless greedy lane against its own target-only
+    lane, after the same earlier turns."""
+    violation: int | None
+
+    @property
+    def same_prompt(self) -> bool:
+        return self.prompt_a == self.prompt_b
+
+    @property
+    def identical(self) -> bool:
+        return self.diff is not None and self.diff.identical and self.same_prompt
+
+
+Side = Sequence[tuple[str, LaneRecord | None]]
+"""A conversation's turns as (prompt, the lane that answered it)."""
+
+
+def compare_turns(a: Side, b: Side, own_baseline: bool) -> list[TurnComparison]:
+    """Turn i of `a` against turn i of `b`, for every turn either has. `own_baseline`: `b` is
+    `a`'s own target-only lane, run with the same prompts, models, seed and settings, so a
+    lossless greedy turn asked after the same earlier turns must equal it."""
+    out: list[TurnComparison] = []
+    for turn in range(max(len(a), len(b))):
+        prompt_a, lane_a = a[turn] if turn < len(a) else (None, None)
+        prompt_b, lane_b = b[turn] if turn < len(b) else (None, None)
+        same_before = all(earlier.identical for earlier in out)
+        diff, checked, broken_at = None, False, None
+        if lane_a is not None and lane_b is not None:
+            diff = token_diff(lane_a.token_ids, lane_b.token_ids)
+            checked = own_baseline and same_before and is_lossless_greedy(lane_a.settings)
+            broken_at = violation(lane_a, lane_b, diff) if checked else None
+        out.append(TurnComparison(turn, prompt_a, prompt_b, lane_a, lane_b, diff, same_before, checked, broken_at))
+    return out

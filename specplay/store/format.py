@@ -129,6 +129,18 @@ class TurnRecord:
     index: int
     prompt: str
     lanes: dict[str, LaneRecord]
+    """In the order the header names them."""
+
+    @property
+    def main(self) -> LaneRecord:
+        """The lane the run was about: the first one."""
+        return next(iter(self.lanes.values()))
+
+    @property
+    def baseline(self) -> LaneRecord | None:
+        """The target-only lane run beside a speculative one, if any."""
+        lane = self.lanes.get("target")
+        return lane if lane is not None and lane is not self.main else None
 
 
 @dataclass
@@ -159,8 +171,9 @@ class Session:
         """The text of every token the session names that it knows: committed tokens' own texts and
         the drafted and candidate tokens' texts the writer recorded."""
         texts: dict[int, str] = {}
-        for lane in self.lanes.values():
-            texts.update((t.token_id, t.text) for t in lane.tokens if t.text)
+        for turn in self.turns:
+            for lane in turn.lanes.values():
+                texts.update((t.token_id, t.text) for t in lane.tokens if t.text)
         for record in self.records:
             if record["type"] == "texts":
                 texts.update(texts_from_record(record))
@@ -172,8 +185,8 @@ class Session:
 
     @property
     def main(self) -> LaneRecord:
-        """The lane the run was about: the first one."""
-        return self.lanes[self.header["lanes"][0]]
+        """The lane the run was about: the first one (of the first turn)."""
+        return self.turns[0].main
 
     @property
     def measured_speedup(self) -> float | None:
@@ -184,9 +197,8 @@ class Session:
 
     @property
     def baseline(self) -> LaneRecord | None:
-        """The target-only lane run beside a speculative one, if any."""
-        lane = self.lanes.get("target")
-        return lane if lane is not None and lane is not self.main else None
+        """The target-only lane run beside a speculative one, if any (of the first turn)."""
+        return self.turns[0].baseline
 
 
 def _parse_line(path: Path, number: int, line: str, last: bool) -> dict[str, Any] | None:

@@ -113,6 +113,7 @@ def test_prompt_file(tiny: TinyModels, tmp_path, capsys: pytest.CaptureFixture[s
 BAD_INPUTS = [
     (["--target", "{root}/missing", "--prompt", "x", "--mode", "target"], "'{root}/missing' is no folder here"),
     (["--target", "nobody/not-a-cached-model", "--prompt", "x", "--mode", "target"], "not in the Hugging Face cache"),
+    (["--target", "my models/target", "--prompt", "x", "--mode", "target"], "'my models/target' is no folder here"),
     (["--draft", "{other_vocab}", "--prompt", "x"], "does not share the target's token mapping: id"),
     (["--draft", "{recurrent}", "--prompt", "x"], "cannot be rewound"),
     (["--draft", "{near}", "--prompt", "x", "--route", "nope"], "--route 'nope' is not a drafter"),

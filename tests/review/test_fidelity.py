@@ -9,9 +9,11 @@ errors are estimated from 12 samples). Fixed seeds make every run of the test id
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import math
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,9 +25,11 @@ from rich.console import Console
 from specplay.backends.mlx import MlxBackend
 from specplay.cli import main
 from specplay.cli.fidelity import fidelity_table
+from specplay.engine.conversation import Exchange
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.fidelity.cells import row_cells
+from specplay.fidelity.conversation import compared, session_turns
 from specplay.fidelity.measure import (
     DRAFT_ROW,
     TARGET_ROW,
@@ -39,6 +43,7 @@ from specplay.fidelity.measure import (
     sweep_rules,
 )
 from specplay.review.fidelity_page import sweep_review
+from specplay.store import load_session
 from tests.support.prompts import PROSE_PROMPT
 from tests.support.tiny_models import TinyModels
 
@@ -260,3 +265,98 @@ def test_an_unwritable_sessions_folder_is_one_clear_line(
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1
     assert err.startswith(f"specplay: error: cannot write the fidelity report to {blocker / 'sessions'}")
+
+
+# --- a conversation, turn by turn ------------------------------------------------------------
+
+CONVERSATION = Path(__file__).resolve().parents[1] / "data" / "saved_sessions" / "conversation-sampled-mentored.jsonl"
+"""Three turns on the demo models (tests/data/saved_sessions/README.md)."""
+
+
+def test_a_conversations_turns_follow_its_speculative_lanes_answers() -> None:
+    session = load_session(CONVERSATION)
+    turns = session_turns(session)
+    assert [t.prompt for t in turns] == [t.prompt for t in session.turns] and len(turns) == 3
+    assert [len(t.earlier) for t in turns] == [0, 1, 2] and {t.lane for t in turns} == {"speculative"}
+    assert turns[2].earlier == tuple(Exchange(t.prompt, t.main.text) for t in session.turns[:2])
+    # the target-only lane answered differently: its answers are not the prefix
+    assert turns[1].earlier[0].answer != session.turns[0].lanes["target"].text
+    assert turns[1].recorded_prompt_token_ids == session.turns[1].main.start.prompt_token_ids  # type: ignore[union-attr]
+
+
+def test_a_cut_short_conversation_is_sampled_up_to_the_turn_it_was_cut_in(tmp_path: Path) -> None:
+    lines = CONVERSATION.read_text(encoding="utf-8").splitlines()
+    # the speculative lane's done event of turn 2 and everything after it lost: a run killed there
+    dones = [i for i, line in enumerate(lines) if '"lane": "speculative", "kind": "done"' in line]
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[: dones[1]]) + "\n", encoding="utf-8")
+    session = load_session(cut)
+    assert len(session.turns) == 2 and not session.complete
+    turns = session_turns(session)
+    assert [t.index for t in turns] == [0, 1] and turns[1].earlier == (Exchange(turns[0].prompt, session.main.text),)
+    assert "session cut's 2 turns" in compared(session, turns)
+
+
+def test_fidelity_of_a_conversation_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each turn's rows sampled after the session's speculative lane's earlier turns; the
+    target-only samples too, so each turn's rows answer one conversation."""
+    args = ["--target", "demo", "--samples", "2", "--max-tokens", "6", "--budgets", "0,1", "--raw"]
+    code = main(["fidelity", "--session", str(CONVERSATION), *args, "--json", "--sessions-dir", str(tmp_path)])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0
+    session = load_session(CONVERSATION)
+    assert result["session"] == session.id and "the same conversation for all" in result["compared"]
+    assert [t["turn"] for t in result["turns"]] == [0, 1, 2] and "rows" not in result
+    for turn, record in zip(session.turns, result["turns"], strict=True):
+        assert record["prompt"] == turn.prompt and record["of"] == 3
+        assert [r["label"] for r in record["rows"]] == [TARGET_ROW, DRAFT_ROW, "D=0", "D=1"]
+        # the prompt tokens the speculative lane answered this turn after, exactly
+        assert record["prompt_tokens_as_recorded"] and turn.main.start is not None
+        assert record["prompt_token_ids"] == list(turn.main.start.prompt_token_ids)
+        assert record["earlier_turns_from"] == "speculative"
+        assert [e["answer"] for e in record["earlier_turns"]] == [t.main.text for t in session.turns[: turn.index]]
+    # a target-only sample of turn 3 is the target's own answer after that prefix, with that seed
+    import specplay.backends.mlx  # noqa: F401
+    from specplay.backends import open_stream
+    from specplay.cli.configure import run_config
+    from specplay.engine.live_controls import LiveControls
+    from specplay.engine.request import Request
+
+    config = run_config({"target": "demo", "temperature": 1.0})
+    source = open_stream(config)
+    try:
+        third = session.turns[2]
+        assert third.main.start is not None
+        request = Request(third.prompt, third.main.start.prompt_token_ids, "target", 1, 6, ignore_eos=False)
+        events = list(source.generate(request, LiveControls(config.settings)))
+    finally:
+        source.close()
+    target_row = result["turns"][2]["rows"][0]
+    assert target_row["samples"][1]["token_ids"] == list(events[-1].token_ids)  # type: ignore[attr-defined]
+    # one plot per turn and one page with every turn
+    assert [Path(p).name for p in result["plots"]] == [
+        Path(result["report"]).stem + f"-turn-{n}.png" for n in (1, 2, 3)
+    ]
+    assert all(Path(p).read_bytes().startswith(b"\x89PNG") for p in result["plots"])
+    page = Path(result["page"]).read_text(encoding="utf-8")
+    # (a browser drops a line break just after <pre>)
+    assert [
+        html.unescape(p.removeprefix("\n")) for p in re.findall(r'<pre class="prompt">(.*?)</pre>', page, re.S)
+    ] == [t.prompt for t in session.turns]
+    assert page.count("<h2>Turn 2 of 3 · seed ") == 2 and page.count('class="head" data-col="t1s0c') == 4
+    assert "<h3>Turn 3 of 3, over 2 seeds</h3>" in page and "the same conversation for all" in page
+    assert json.loads(Path(result["report"]).read_text())["turns"] == result["turns"]
+
+    quick = ["--target", "demo", "--samples", "1", "--max-tokens", "2", "--budgets", "0"]
+    code = main(["fidelity", "--session", str(CONVERSATION), *quick, "--sessions-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and out.index("Turn 1 of 3 · ‹def fib(n):›") < out.index("Turn 2 of 3 · ‹⏎⏎def fact(n):›")
+    assert out.count("log-lik: per token under the target") == 1 and out.count("\nplot ") == 3
+
+
+def test_a_session_and_a_prompt_are_refused_together(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["fidelity", "--session", str(CONVERSATION), "--target", "demo", "--prompt", "x"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "specplay: error: --session takes the prompts from the session; give --session or --prompt, not both\n"
+    )

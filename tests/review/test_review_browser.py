@@ -326,3 +326,58 @@ def test_a_hostile_session_runs_none_of_its_script(tmp_path: Path, scripts: bool
             assert driver.execute_script("return document.scripts.length") == 1  # the page's own
     finally:
         driver.quit()
+
+
+CONVERSATION_SESSION = SAVED / "conversation-sampled-mentored.jsonl"
+"""Three turns, sampled: each turn's prompt and both lanes' answers (tests/data/saved_sessions/README.md)."""
+
+
+def test_a_conversation_page_shows_each_turn_and_its_script_works(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.keys import Keys
+
+    session = load_session(CONVERSATION_SESSION)
+    page = _export([CONVERSATION_SESSION], tmp_path / "conversation.html")
+    browser.get(page.as_uri())
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    headings = [h.text for h in browser.find_elements("css selector", "h2")]
+    assert headings[:4] == ["The whole conversation: 3 turns", "Turn 1 of 3", "Turn 2 of 3", "Turn 3 of 3"]
+    # each turn's prompt, shown as typed (line breaks kept), before its answers
+    prompts = browser.find_elements("css selector", "pre.prompt")
+    assert [p.get_attribute("textContent") for p in prompts] == [t.prompt for t in session.turns]
+    for turn, prompt in zip(session.turns, prompts, strict=True):
+        assert prompt.is_displayed()
+        assert turn.baseline is not None
+        for column, lane in ((f"t{turn.index}c0", turn.baseline), (f"t{turn.index}c1", turn.main)):
+            tokens = _tokens(browser, column)
+            assert [int(t.get_attribute("data-i")) for t in tokens] == list(range(len(lane.tokens)))
+            by_source = Counter(
+                next(c for c in t.get_attribute("class").split() if c not in ("t", "dv", "first")) for t in tokens
+            )
+            assert by_source == Counter(lane.sources)
+        # below its prompt on the page, the turn's texts
+        first_token = _tokens(browser, f"t{turn.index}c1")[0]
+        assert first_token.rect["y"] > prompt.rect["y"]
+
+    # the script: a click in turn 2 pins that token's details; arrows walk turn 2's column only
+    second = session.turns[1].main
+    tokens = _tokens(browser, "t1c1")
+    last = tokens[-1]
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", last)
+    last.click()
+    pinned = browser.find_element("css selector", "#pinned")
+    assert pinned.is_displayed() and f"token {len(second.tokens) - 1} · id {second.token_ids[-1]}" in pinned.text
+    last.send_keys(Keys.ARROW_RIGHT)  # the end of turn 2's column: no step into turn 3
+    assert browser.switch_to.active_element.get_attribute("data-i") == str(len(second.tokens) - 1)
+    last.send_keys(Keys.ARROW_LEFT)
+    active = browser.switch_to.active_element
+    assert active.get_attribute("data-i") == str(len(second.tokens) - 2)
+    assert active.find_element("xpath", "./ancestor::div[@class='cell']").get_attribute("data-col") == "t1c1"
+    assert f"token {len(second.tokens) - 2} ·" in pinned.text
+    active.send_keys(Keys.ESCAPE)
+    assert not pinned.is_displayed()
+    # the view switch acts on every turn's texts
+    browser.find_element("css selector", "label[for='view-aligned']").click()
+    assert browser.find_element("css selector", "#view-aligned").is_selected()
+    assert {g.value_of_css_property("display") for g in browser.find_elements("css selector", ".grid")} == {"grid"}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(ARTIFACTS / "review-conversation.png"))

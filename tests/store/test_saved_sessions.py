@@ -31,10 +31,11 @@ from specplay.engine.events import RoundEvent, StartEvent, StepEvent
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
 from specplay.engine.settings import SpecSettings
-from specplay.store import LaneRecord, Session, load_session
+from specplay.store import LaneRecord, Session, TurnRecord, load_session
 from specplay.store.diff import is_lossless_greedy, lossy_from
 from specplay.store.replay import session_config
 from tests.support.checks import every
+from tests.support.conversations import FIXTURE_PROMPTS, fixture_config, record_conversation
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "saved_sessions"
 GOLDEN = DATA / "golden"
@@ -69,6 +70,10 @@ PLAYGROUND = "playground-live-change"
 """The playground's controller: T 0.7 D 0, then D 0.5 and T 1.0 changed while it ran."""
 FIXTURES = (SAMPLED, LENIENCE, GREEDY, PLAYGROUND)
 BASELINED = (SAMPLED, GREEDY, PLAYGROUND)
+CONVERSATION = "conversation-sampled-mentored"
+"""A conversation of three turns (tests/support/conversations.py): T 0.8, mentored D 0.4, each
+lane answering every turn after its own earlier answers. Written later than the others, by a
+specplay that records turns; its goldens stand for what a conversation's review shows."""
 
 SAMPLED_IDS = [268, 1665, 297, 350, 331, 645, 10, 37, 91, 14, 285, 818, 268, 394, 268, 394]
 SAMPLED_IDS += [43, 3084, 513, 1535, 871, 85, 483, 270, 1031, 14, 268, 394, 268, 380, 69, 10]
@@ -240,7 +245,11 @@ def read_view(session: Session) -> dict[str, Any]:
         "measured_speedup": session.measured_speedup,
         "token_texts": {str(k): v for k, v in sorted(session.token_texts.items())},
         "lane": {name: lane_view(lane) for name, lane in session.lanes.items()},
-    }
+    } | ({"turns": [turn_view(turn) for turn in session.turns]} if len(session.turns) > 1 else {})
+
+
+def turn_view(turn: TurnRecord) -> dict[str, Any]:
+    return {"turn": turn.index, "prompt": turn.prompt, "lane": {n: lane_view(lane) for n, lane in turn.lanes.items()}}
 
 
 def read_golden(name: str) -> str:
@@ -261,6 +270,12 @@ def _goldens() -> dict[str, Callable[[], str]]:
         path = str(fixture(name))
         goldens[f"{name}.diff.json"] = partial(printed, "diff", path, "--json")
         goldens[f"{name}.diff.txt"] = partial(printed, "diff", path)
+    path = str(fixture(CONVERSATION))
+    goldens[f"{CONVERSATION}.read.json"] = partial(read_golden, CONVERSATION)
+    goldens[f"{CONVERSATION}.md"] = partial(printed, "export", path, "--format", "md")
+    goldens[f"{CONVERSATION}.html"] = partial(printed, "export", path, "--format", "html")
+    goldens[f"{CONVERSATION}.diff.json"] = partial(printed, "diff", path, "--json")
+    goldens[f"{CONVERSATION}.diff.txt"] = partial(printed, "diff", path)
     a, b = str(fixture(SAMPLED)), str(fixture(LENIENCE))
     pair = f"{SAMPLED}+{LENIENCE}"
     goldens[f"{pair}.diff.json"] = partial(printed, "diff", a, b, "--json")
@@ -291,7 +306,7 @@ def test_output_is_the_golden(name: str) -> None:
     assert actual == expected, f"{name} differs from its golden:\n{first_differences(expected, actual)}"
 
 
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", [*FIXTURES, CONVERSATION])
 def test_the_raw_export_is_the_file_itself(name: str) -> None:
     assert printed("export", str(fixture(name)), "--format", "jsonl").encode("utf-8") == fixture(name).read_bytes()
 
@@ -397,6 +412,50 @@ def test_the_playground_session_reads_with_its_live_changes() -> None:
     assert {len(p.top_target or ()) for r in lane.rounds for p in r.positions} == {5}
     drafted = {token_id for r in lane.rounds for token_id in r.drafted}
     assert drafted <= set(session.token_texts)
+
+
+def test_the_conversation_session_reads_turn_by_turn() -> None:
+    session = read(CONVERSATION)
+    assert session.complete and [turn.prompt for turn in session.turns] == list(FIXTURE_PROMPTS)
+    assert session.prompt == FIXTURE_PROMPTS[0] and session.lanes is session.turns[0].lanes
+    for turn in session.turns:
+        assert list(turn.lanes) == ["speculative", "target"] and turn.main.name == "speculative"
+        assert turn.baseline is turn.lanes["target"] and turn.main.complete and turn.baseline.complete
+        assert len(turn.main.tokens) == len(turn.baseline.tokens) == 16
+        assert turn.main.metrics["num_tokens_by_source"] == Counter(turn.main.sources)
+        check_kept_tokens_match_their_positions(turn.main)
+    # every source shows up over the conversation; sampled, the lanes part in the first turn
+    assert {"accepted", "relaxed", "corrected", "bonus"} <= {s for t in session.turns for s in t.main.sources}
+    assert session.main.token_ids != session.baseline.token_ids  # type: ignore[union-attr]
+    # each lane answered after its own earlier turns: a later turn's prompt tokens are longer, and
+    # the two lanes' differ once their answers have
+    for name in ("speculative", "target"):
+        lengths = [len(t.lanes[name].start.prompt_token_ids) for t in session.turns]  # type: ignore[union-attr]
+        assert lengths == sorted(set(lengths))
+    later = session.turns[1]
+    assert later.main.start is not None and later.baseline is not None and later.baseline.start is not None
+    assert later.main.start.prompt_token_ids != later.baseline.start.prompt_token_ids
+    # the drafted tokens of every turn have their texts
+    drafted = {token_id for t in session.turns for r in t.main.rounds for token_id in r.drafted}
+    assert drafted <= set(session.token_texts)
+
+
+def test_the_conversation_session_is_what_the_demo_models_answer(tmp_path: Path) -> None:
+    """Recorded again as it was made, every turn of both lanes has the fixture's tokens and sources."""
+    old = read(CONVERSATION)
+    config = fixture_config(tmp_path)
+    source = open_stream(config)
+    try:
+        new = load_session(record_conversation(source, config, FIXTURE_PROMPTS))
+    finally:
+        source.close()
+    assert len(new.turns) == len(old.turns)
+    for again, turn in zip(new.turns, old.turns, strict=True):
+        assert again.prompt == turn.prompt
+        for name, lane in turn.lanes.items():
+            assert again.lanes[name].token_ids == lane.token_ids, (turn.index, name)
+            assert again.lanes[name].sources == lane.sources, (turn.index, name)
+            assert again.lanes[name].start.prompt_token_ids == lane.start.prompt_token_ids  # type: ignore[union-attr]
 
 
 # --- replays on the demo models ------------------------------------------------------------
