@@ -177,7 +177,7 @@ class Metrics:
         return [accepted / drafted for accepted, drafted in pairs]
 
     def to_dict(self) -> dict[str, Any]:
-        spec = self.speculative
+        speculative = self.speculative
         steps, drafted = self.num_spec_steps, self.num_draft_tokens
         ttft_ms = None
         if self.first_token_s is not None and self.start_s is not None:
@@ -188,28 +188,28 @@ class Metrics:
                 "tokens_per_s": self.tokens_per_s,
                 "time_to_first_token_ms": ttft_ms,
                 "num_tokens_by_source": dict(self.tokens_by_source),
-                "num_spec_steps": steps if spec else None,
-                "num_draft_tokens": drafted if spec else None,
-                "num_accepted_draft_tokens": self.num_accepted_draft_tokens if spec else None,
-                "num_judged_draft_tokens": self.num_judged_draft_tokens if spec else None,
+                "num_spec_steps": steps if speculative else None,
+                "num_draft_tokens": drafted if speculative else None,
+                "num_accepted_draft_tokens": self.num_accepted_draft_tokens if speculative else None,
+                "num_judged_draft_tokens": self.num_judged_draft_tokens if speculative else None,
                 "mean_acceptance_length": mean_acceptance_length(self.num_accepted_draft_tokens, steps)
-                if spec
+                if speculative
                 else None,
                 "draft_acceptance_rate": draft_acceptance_rate(self.num_accepted_draft_tokens, drafted)
-                if spec
+                if speculative
                 else None,
-                "acceptance_per_position": self.acceptance_per_position() if spec else None,
-                "num_drafted_per_position": list(self.drafted_per_position) if spec else None,
-                "num_accepted_per_position": list(self.accepted_per_position) if spec else None,
-                "tv_spent": self.tv_spent if spec else None,
-                "rejection_rank_histogram": dict(self.rejection_ranks) if spec else None,
-                "num_tree_rounds": self.num_tree_rounds if spec else None,
-                "second_branch_share": second_branch_share(self.rejection_ranks) if spec else None,
-                "draft_ms": self.draft_ms if spec else None,
-                "verify_ms": self.verify_ms if spec else None,
-                "overhead_ms": self.overhead_ms if spec else None,
-                "timed_rounds": self.timed.to_dict() if spec else None,
-                "mean_step_ms": None if spec else mean_step_ms(self.step_ms, self.num_steps),
+                "acceptance_per_position": self.acceptance_per_position() if speculative else None,
+                "num_drafted_per_position": list(self.drafted_per_position) if speculative else None,
+                "num_accepted_per_position": list(self.accepted_per_position) if speculative else None,
+                "tv_spent": self.tv_spent if speculative else None,
+                "rejection_rank_histogram": dict(self.rejection_ranks) if speculative else None,
+                "num_tree_rounds": self.num_tree_rounds if speculative else None,
+                "second_branch_share": second_branch_share(self.rejection_ranks) if speculative else None,
+                "draft_ms": self.draft_ms if speculative else None,
+                "verify_ms": self.verify_ms if speculative else None,
+                "overhead_ms": self.overhead_ms if speculative else None,
+                "timed_rounds": self.timed.to_dict() if speculative else None,
+                "mean_step_ms": None if speculative else mean_step_ms(self.step_ms, self.num_steps),
             }
             | self.routes()
             | self.counterfactual()

@@ -58,7 +58,9 @@ Score = Callable[[Sequence[int]], Sequence[float]]
 
 
 @dataclass(frozen=True, slots=True)
-class RowSpec:
+class RowPlan:
+    """What a row of the table samples: its label, the mode, the rule (speculative rows)."""
+
     label: str
     mode: Mode
     rule: AcceptanceRule | None = None
@@ -222,12 +224,12 @@ def sweep_rules(knobs: Mapping[str, Sequence[float]], params: RuleParams | None 
     ]
 
 
-def row_specs(rules: Sequence[AcceptanceRule], draft_row: bool = True) -> list[RowSpec]:
+def row_plans(rules: Sequence[AcceptanceRule], draft_row: bool = True) -> list[RowPlan]:
     """`draft_row`: the drafter can write alone (prompt lookup cannot: it only copies)."""
     return [
-        RowSpec(TARGET_ROW, "target"),
-        *([RowSpec(DRAFT_ROW, "draft")] if draft_row else []),
-        *(RowSpec(rule.row_label(), "speculative", rule) for rule in dict.fromkeys(rules)),
+        RowPlan(TARGET_ROW, "target"),
+        *([RowPlan(DRAFT_ROW, "draft")] if draft_row else []),
+        *(RowPlan(rule.row_label(), "speculative", rule) for rule in dict.fromkeys(rules)),
     ]
 
 
@@ -245,29 +247,29 @@ def measure_fidelity(
     Rows are interleaved seed by seed, so a slow drift of the machine's speed spreads over all
     rows instead of biasing whichever row ran last. `on_sample(done, total)` reports progress.
     """
-    specs = row_specs(rules if rules is not None else sweep_rules({Mentored.name: DEFAULT_BUDGETS}), draft_row)
-    samples: dict[str, list[Sample]] = {spec.label: [] for spec in specs}
-    total = len(specs) * len(seeds)
+    plans = row_plans(rules if rules is not None else sweep_rules({Mentored.name: DEFAULT_BUDGETS}), draft_row)
+    samples: dict[str, list[Sample]] = {plan.label: [] for plan in plans}
+    total = len(plans) * len(seeds)
     for i, seed in enumerate(seeds):
-        for j, spec in enumerate(specs):
-            samples[spec.label].append(generate(spec.mode, spec.rule, seed))
+        for j, plan in enumerate(plans):
+            samples[plan.label].append(generate(plan.mode, plan.rule, seed))
             if on_sample is not None:
-                on_sample(i * len(specs) + j + 1, total)
+                on_sample(i * len(plans) + j + 1, total)
     reference = [list(s.token_ids) for s in samples[TARGET_ROW]]
-    rows = [_row(spec, samples[spec.label], reference, score) for spec in specs]
-    route = samples[specs[-1].label][0].route if seeds else None
+    rows = [_row(plan, samples[plan.label], reference, score) for plan in plans]
+    route = samples[plans[-1].label][0].route if seeds else None
     lanes = {
-        seed: {spec.label: lane for spec in specs if (lane := samples[spec.label][i].lane) is not None}
+        seed: {plan.label: lane for plan in plans if (lane := samples[plan.label][i].lane) is not None}
         for i, seed in enumerate(seeds)
     }
     budgets_run = [r.tv_budget for r in rows if r.tv_budget is not None]
     return FidelityReport(list(seeds), budgets_run, route, rows, {s: by_row for s, by_row in lanes.items() if by_row})
 
 
-def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[int]], score: Score) -> FidelityRow:
+def _row(plan: RowPlan, samples: Sequence[Sample], reference: Sequence[Sequence[int]], score: Score) -> FidelityRow:
     outputs = [list(s.token_ids) for s in samples]
     per_token = [statistics.fmean(score(ids)) if ids else None for ids in outputs]
-    similar = similarities(outputs, reference, leave_one_out=spec.mode == "target")
+    similar = similarities(outputs, reference, leave_one_out=plan.mode == "target")
     scored = [
         ScoredSample(
             seed=s.seed,
@@ -280,13 +282,13 @@ def _row(spec: RowSpec, samples: Sequence[Sample], reference: Sequence[Sequence[
         for s, ids, ll, sim in zip(samples, outputs, per_token, similar, strict=True)
     ]
     log_likelihood, se = mean_and_se(per_token)
-    speculative = spec.mode == "speculative"
+    speculative = plan.mode == "speculative"
     accepted = _total(samples, "num_accepted_draft_tokens")
     num_tokens = sum(len(ids) for ids in outputs)
-    rule = spec.rule
+    rule = plan.rule
     return FidelityRow(
-        label=spec.label,
-        mode=spec.mode,
+        label=plan.label,
+        mode=plan.mode,
         tv_budget=rule.tv_budget if isinstance(rule, Mentored) else None,
         num_samples=len(samples),
         draft_acceptance_rate=draft_acceptance_rate(accepted, _total(samples, "num_draft_tokens"))

@@ -61,11 +61,11 @@ class TensorInfo:
     shape: tuple[int, ...]
 
 
-def _damaged(spec: str, what: str) -> ModelError:
-    return ModelError(f"model {spec!r}: {what}; download or convert the model again")
+def _damaged(location: str, what: str) -> ModelError:
+    return ModelError(f"model {location!r}: {what}; download or convert the model again")
 
 
-def read_config(spec: str, path: Path) -> dict[str, Any]:
+def read_config(location: str, path: Path) -> dict[str, Any]:
     """The folder's config.json as a dict, or a one-line refusal."""
     file = path / "config.json"
     try:
@@ -74,28 +74,32 @@ def read_config(spec: str, path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ModelError(f"cannot read {file}: {exc.strerror or exc}; check the folder and its permissions") from None
     if len(data) > CONFIG_LIMIT:
-        raise _damaged(spec, f"its config.json is over {CONFIG_LIMIT // 2**20} MiB, not a model configuration")
+        raise _damaged(location, f"its config.json is over {CONFIG_LIMIT // 2**20} MiB, not a model configuration")
     try:
         config = parse_json(data, f"{file}")
     except (ValueError, RecursionError):
         config = None
     if not isinstance(config, dict):
-        raise ModelError(f"model {spec!r} has a config.json that is not a JSON object; re-download or re-convert it")
+        raise ModelError(
+            f"model {location!r} has a config.json that is not a JSON object; re-download or re-convert it"
+        )
     return config
 
 
-def architecture_module(spec: str, config: dict[str, Any]) -> str:
+def architecture_module(location: str, config: dict[str, Any]) -> str:
     """The mlx-lm module that builds this config's model, or a refusal naming why there is none."""
     from mlx_lm.utils import MODEL_REMAPPING
 
     model_type = config.get("model_type", "")
     if not isinstance(model_type, str) or not MODEL_TYPE.match(model_type):
-        raise _damaged(spec, f"its model_type {str(model_type)[:80]!r} is not an architecture name")
+        raise _damaged(location, f"its model_type {str(model_type)[:80]!r} is not an architecture name")
     module = MODEL_REMAPPING.get(model_type, model_type).replace("-", "_")
     if importlib.util.find_spec(f"mlx_lm.models.{module}") is None:
         remote = "auto_map" in config
         why = "needs remote code (its own Python files)" if remote else "is not an architecture mlx-lm implements"
-        raise ModelError(f"model {spec!r} of type {model_type!r} {why}; specplay runs only mlx-lm's own architectures")
+        raise ModelError(
+            f"model {location!r} of type {model_type!r} {why}; specplay runs only mlx-lm's own architectures"
+        )
     return module
 
 
@@ -121,7 +125,7 @@ def _fits(value: Any, annotation: Any) -> bool:
     return origin not in (list, dict)  # a list or table where the argument wants one is wrong
 
 
-def check_config_types(spec: str, config: dict[str, Any], module: str) -> None:
+def check_config_types(location: str, config: dict[str, Any], module: str) -> None:
     """Each config value the architecture's ModelArgs types (a number, a flag, a name) has that type."""
     import importlib
 
@@ -132,7 +136,7 @@ def check_config_types(spec: str, config: dict[str, Any], module: str) -> None:
     for key, annotation in hints.items():
         if key in config and not _fits(config[key], annotation):
             shown = json.dumps(config[key])[:60]
-            raise _damaged(spec, f"its config.json gives {key} as {shown}, which is not {_named(annotation)}")
+            raise _damaged(location, f"its config.json gives {key} as {shown}, which is not {_named(annotation)}")
 
 
 def _named(annotation: Any) -> str:
@@ -141,58 +145,58 @@ def _named(annotation: Any) -> str:
     return " or ".join(names.get(a, "a " + getattr(a, "__name__", str(a)).lower()) for a in arms)
 
 
-def _file_tensors(spec: str, file: Path) -> dict[str, TensorInfo]:
+def _file_tensors(location: str, file: Path) -> dict[str, TensorInfo]:
     try:
         size = file.stat().st_size
         with file.open("rb") as handle:
             head = handle.read(8)
             length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
             if not 2 <= length <= min(HEADER_LIMIT, size - 8):
-                raise _damaged(spec, f"{file.name} is not a whole safetensors file ({size} bytes)")
+                raise _damaged(location, f"{file.name} is not a whole safetensors file ({size} bytes)")
             header = parse_json(handle.read(length), f"{file.name}'s header")
     except OSError as exc:
         raise ModelError(f"cannot read {file}: {exc.strerror or exc}; check the folder and its permissions") from None
     except (ValueError, RecursionError):
-        raise _damaged(spec, f"{file.name} has a safetensors header that is not JSON") from None
+        raise _damaged(location, f"{file.name} has a safetensors header that is not JSON") from None
     if not isinstance(header, dict):
-        raise _damaged(spec, f"{file.name} has a safetensors header that is not a JSON object")
+        raise _damaged(location, f"{file.name} has a safetensors header that is not a JSON object")
     data_bytes = size - 8 - length
     tensors: dict[str, TensorInfo] = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        tensors[name] = _tensor(spec, file, name, entry, data_bytes)
+        tensors[name] = _tensor(location, file, name, entry, data_bytes)
     return tensors
 
 
-def _tensor(spec: str, file: Path, name: str, entry: Any, data_bytes: int) -> TensorInfo:
+def _tensor(location: str, file: Path, name: str, entry: Any, data_bytes: int) -> TensorInfo:
     shown = f"{file.name}: tensor {name[:80]!r}"
     dtype = entry.get("dtype") if isinstance(entry, dict) else None
     shape = entry.get("shape") if isinstance(entry, dict) else None
     offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
     whole = lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 0  # noqa: E731
     if dtype not in DTYPE_BYTES or not isinstance(shape, list) or not all(whole(n) for n in shape):
-        raise _damaged(spec, f"{shown} has no valid dtype and shape")
+        raise _damaged(location, f"{shown} has no valid dtype and shape")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(whole(n) for n in offsets):
-        raise _damaged(spec, f"{shown} has no valid data offsets")
+        raise _damaged(location, f"{shown} has no valid data offsets")
     begin, end = offsets
     if not begin <= end <= data_bytes:
-        raise _damaged(spec, f"{shown} lies past the end of the file (truncated?)")
+        raise _damaged(location, f"{shown} lies past the end of the file (truncated?)")
     needed = math.prod(shape) * DTYPE_BYTES[dtype]
     if needed != end - begin:
-        raise _damaged(spec, f"{shown} declares shape {shape[:8]} ({needed} bytes) but holds {end - begin} bytes")
+        raise _damaged(location, f"{shown} declares shape {shape[:8]} ({needed} bytes) but holds {end - begin} bytes")
     return TensorInfo(file.name, dtype, tuple(shape))
 
 
-def read_tensors(spec: str, path: Path) -> dict[str, TensorInfo]:
+def read_tensors(location: str, path: Path) -> dict[str, TensorInfo]:
     """Every tensor of the folder's weight files, by name, each checked against the bytes it holds."""
     tensors: dict[str, TensorInfo] = {}
     for file in sorted(path.glob(WEIGHT_FILES)):
-        tensors |= _file_tensors(spec, file)
+        tensors |= _file_tensors(location, file)
     return tensors
 
 
-def check_layers(spec: str, config: dict[str, Any], tensors: dict[str, TensorInfo]) -> None:
+def check_layers(location: str, config: dict[str, Any], tensors: dict[str, TensorInfo]) -> None:
     """The layers the config declares (at its top or in its text model's config) must be in the
     weights: each is a module mlx-lm builds."""
     held = {int(m.group(1)) for name in tensors if (m := _LAYER.search(name))}
@@ -200,10 +204,12 @@ def check_layers(spec: str, config: dict[str, Any], tensors: dict[str, TensorInf
         declared = [(k, part[k]) for k in LAYER_KEYS if isinstance(part, dict) and k in part]
         for key, count in declared:
             if isinstance(count, int | float) and not isinstance(count, bool) and count > len(held):
-                raise _damaged(spec, f"its config.json declares {key} {count} but its weights hold {len(held)} layers")
+                raise _damaged(
+                    location, f"its config.json declares {key} {count} but its weights hold {len(held)} layers"
+                )
 
 
-def check_json_files(spec: str, path: Path) -> None:
+def check_json_files(location: str, path: Path) -> None:
     """The JSON files mlx-lm, transformers and the tokenizer read whole are bounded in size before
     any is read; those Python parses (all but tokenizer.json, which the tokenizer library parses
     with a depth limit of its own) are read through the bounded reader, so none nests past its depth."""
@@ -215,19 +221,19 @@ def check_json_files(spec: str, path: Path) -> None:
             continue  # a dangling link: whoever reads it says so
         if size > limit:
             over = f"its {file.name} is {size // 2**20} MiB, more than any model's ({limit // 2**20} MiB)"
-            raise _damaged(spec, over)
+            raise _damaged(location, over)
         if file.name not in ("tokenizer.json", "config.json"):  # config.json: read_config reads it
             try:
                 read_json(file, file.name, limit)
             except (OSError, ValueError) as error:
-                raise ModelError(f"model {spec!r}: {error}; download or convert the model again") from None
+                raise ModelError(f"model {location!r}: {error}; download or convert the model again") from None
 
 
-def check_folder(spec: str, path: Path) -> dict[str, Any]:
+def check_folder(location: str, path: Path) -> dict[str, Any]:
     """Everything above, in the order that refuses cheapest first; returns the config."""
-    check_json_files(spec, path)
-    config = read_config(spec, path)
-    module = architecture_module(spec, config)
-    check_config_types(spec, config, module)
-    check_layers(spec, config, read_tensors(spec, path))
+    check_json_files(location, path)
+    config = read_config(location, path)
+    module = architecture_module(location, config)
+    check_config_types(location, config, module)
+    check_layers(location, config, read_tensors(location, path))
     return config

@@ -20,11 +20,11 @@ _TOKEN_TABLES = ("embed_tokens", "wte", "tok_embeddings", "word_embeddings", "em
 _FORMS = "float32, float16, bfloat16 or mlx-lm quantized"
 
 
-def who(name: str, spec: str) -> str:
-    return f"the target ({spec})" if name == "target" else f"drafter {name!r} ({spec})"
+def who(name: str, location: str) -> str:
+    return f"the target ({location})" if name == "target" else f"drafter {name!r} ({location})"
 
 
-def check_dtypes(name: str, spec: str, model: nn.Module) -> None:
+def check_dtypes(name: str, location: str, model: nn.Module) -> None:
     """Floating-point weights everywhere, except the packed words and scales of quantized modules."""
     modules = dict(model.named_modules())
     for path, value in tree_flatten(model.parameters()):
@@ -34,7 +34,7 @@ def check_dtypes(name: str, spec: str, model: nn.Module) -> None:
         if owner is not None and hasattr(owner, "bits"):  # QuantizedLinear, QuantizedEmbedding, ...
             continue
         raise ModelError(
-            f"{who(name, spec)} stores {path} as {str(value.dtype).removeprefix('mlx.core.')}, "
+            f"{who(name, location)} stores {path} as {str(value.dtype).removeprefix('mlx.core.')}, "
             f"which a model cannot compute with; its weights must be {_FORMS}"
         )
 
@@ -49,29 +49,29 @@ def embedding_rows(model: nn.Module) -> int | None:
     return max(tables)[1] if tables else None
 
 
-def check_vocabulary(name: str, spec: str, model: nn.Module, tokenizer: Any) -> None:
+def check_vocabulary(name: str, location: str, model: nn.Module, tokenizer: Any) -> None:
     """Every id the tokenizer can produce has a row in the embedding."""
     rows = embedding_rows(model)
     ids = max(tokenizer.get_vocab().values(), default=-1) + 1
     if rows is not None and ids > rows:
         raise ModelError(
-            f"{who(name, spec)} has a tokenizer of {ids} ids but an embedding of {rows} rows: "
+            f"{who(name, location)} has a tokenizer of {ids} ids but an embedding of {rows} rows: "
             "the tokenizer does not belong to these weights; use the model's own tokenizer files"
         )
 
 
-def check_forward(name: str, spec: str, model: nn.Module, cache: list[Any]) -> None:
+def check_forward(name: str, location: str, model: nn.Module, cache: list[Any]) -> None:
     """Two tokens through the model with the cache a run gives it (so its attention masks are built
     as in a run): a configuration value of the wrong kind or size fails here, at load, not mid-run."""
     try:
         mx.eval(model(mx.array([[0, 0]]), cache=cache))
     except Exception as exc:
         raise ModelError(
-            f"{who(name, spec)} cannot run ({detail_of(exc, 160)}); its config.json does not fit its weights: "
+            f"{who(name, location)} cannot run ({detail_of(exc, 160)}); its config.json does not fit its weights: "
             "download or convert the model again"
         ) from exc
 
 
-def check_loaded(name: str, spec: str, model: nn.Module, tokenizer: Any) -> None:
-    check_dtypes(name, spec, model)
-    check_vocabulary(name, spec, model, tokenizer)
+def check_loaded(name: str, location: str, model: nn.Module, tokenizer: Any) -> None:
+    check_dtypes(name, location, model)
+    check_vocabulary(name, location, model, tokenizer)

@@ -34,49 +34,49 @@ class LoadedModel:
     tokenizer: TokenizerWrapper
 
 
-def resolve_model_path(spec: str) -> Path:
+def resolve_model_path(location: str) -> Path:
     """A local model folder, or the cached snapshot of a Hugging Face id; never a download."""
-    path = Path(spec).expanduser()
+    path = Path(location).expanduser()
     if path.suffix.lower() == ".gguf" and path.is_file():
         from specplay.backends.mlx.gguf import converted_folder
 
         return converted_folder(path)  # from the cache after the first time
     if path.exists():
         if not (path / "config.json").is_file():
-            raise ModelError(f"model {spec!r} has no config.json; pass an mlx-lm model folder")
+            raise ModelError(f"model {location!r} has no config.json; pass an mlx-lm model folder")
         return path
-    looks_like_path = spec.startswith((".", "/", "~")) or spec.count("/") != 1
+    looks_like_path = location.startswith((".", "/", "~")) or location.count("/") != 1
     if not looks_like_path:
         from huggingface_hub import snapshot_download
 
         try:
-            return Path(snapshot_download(spec, local_files_only=True))
+            return Path(snapshot_download(location, local_files_only=True))
         except Exception:
             pass
     raise ModelError(
-        f"model {spec!r} not found: no such folder, and not in the Hugging Face cache "
-        f"(download it first, e.g. `hf download {spec}`, or pass a local folder)"
+        f"model {location!r} not found: no such folder, and not in the Hugging Face cache "
+        f"(download it first, e.g. `hf download {location}`, or pass a local folder)"
     )
 
 
-def load_model(name: str, spec: str) -> LoadedModel:
+def load_model(name: str, location: str) -> LoadedModel:
     from mlx_lm import load
 
-    path = resolve_model_path(spec)
-    check_folder(spec, path)  # declared sizes against the data, before mlx-lm builds anything
+    path = resolve_model_path(location)
+    check_folder(location, path)  # declared sizes against the data, before mlx-lm builds anything
     try:
         model, tokenizer = load(str(path), lazy=True)
     except Exception as exc:
         detail = detail_of(exc)
-        raise ModelError(f"could not load model {spec!r} ({detail}); download or convert the model again") from exc
-    check_loaded(name, spec, model, tokenizer)
+        raise ModelError(f"could not load model {location!r} ({detail}); download or convert the model again") from exc
+    check_loaded(name, location, model, tokenizer)
     if mx.default_device() == mx.cpu:
         model = upcast_for_cpu(model)
     # Dequantizing and casting are lazy: left so, the first forward pass of the first run would
     # compute them (seconds on SmolLM2) and read as that lane's time to first token.
     mx.eval(model.parameters())
-    check_forward(name, spec, model, run_cache(model))
-    return LoadedModel(name, spec, path, model, tokenizer)
+    check_forward(name, location, model, run_cache(model))
+    return LoadedModel(name, location, path, model, tokenizer)
 
 
 def parameter_count(model: nn.Module) -> int:
