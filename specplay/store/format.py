@@ -129,6 +129,18 @@ class TurnRecord:
     index: int
     prompt: str
     lanes: dict[str, LaneRecord]
+    """In the header's order: the run's lane first."""
+
+    @property
+    def main(self) -> LaneRecord:
+        """The lane the run was about: the first one."""
+        return next(iter(self.lanes.values()))
+
+    @property
+    def baseline(self) -> LaneRecord | None:
+        """The target-only lane run beside a speculative one, if any."""
+        lane = self.lanes.get("target")
+        return lane if lane is not None and lane is not self.main else None
 
 
 @dataclass
@@ -159,7 +171,7 @@ class Session:
         """The text of every token the session names that it knows: committed tokens' own texts and
         the drafted and candidate tokens' texts the writer recorded."""
         texts: dict[int, str] = {}
-        for lane in self.lanes.values():
+        for lane in (lane for turn in self.turns for lane in turn.lanes.values()):
             texts.update((t.token_id, t.text) for t in lane.tokens if t.text)
         for record in self.records:
             if record["type"] == "texts":
@@ -172,21 +184,30 @@ class Session:
 
     @property
     def main(self) -> LaneRecord:
-        """The lane the run was about: the first one."""
-        return self.lanes[self.header["lanes"][0]]
+        """The first turn's lane the run was about."""
+        return self.turns[0].main
+
+    @property
+    def main_lanes(self) -> list[LaneRecord]:
+        """The main lane of every turn, in order: what a reader of the whole conversation reads."""
+        return [turn.main for turn in self.turns]
 
     @property
     def measured_speedup(self) -> float | None:
-        """The main lane's tokens/s over the target-only lane's, where the run's wall time was a speed."""
-        if self.baseline is None or not self.capabilities.wall_time_is_speed:
+        """The first turn's speedup (`speedup_of`)."""
+        return self.speedup_of(self.turns[0])
+
+    def speedup_of(self, turn: TurnRecord) -> float | None:
+        """The turn's main lane's tokens/s over its target-only lane's, where the run's wall time
+        was a speed."""
+        if turn.baseline is None or not self.capabilities.wall_time_is_speed:
             return None
-        return measured_speedup(self.main.metrics.get("tokens_per_s"), self.baseline.metrics.get("tokens_per_s"))
+        return measured_speedup(turn.main.metrics.get("tokens_per_s"), turn.baseline.metrics.get("tokens_per_s"))
 
     @property
     def baseline(self) -> LaneRecord | None:
-        """The target-only lane run beside a speculative one, if any."""
-        lane = self.lanes.get("target")
-        return lane if lane is not None and lane is not self.main else None
+        """The first turn's target-only lane run beside a speculative one, if any."""
+        return self.turns[0].baseline
 
 
 def _parse_line(path: Path, number: int, line: str, last: bool) -> dict[str, Any] | None:

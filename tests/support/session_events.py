@@ -115,8 +115,10 @@ def write_session(
     finalize: bool = True,
     source: str = "models/target",
     backend: dict[str, Any] | None = None,
+    later_turns: Sequence[tuple[str, dict[str, list[Event]]]] = (),
 ) -> Path:
-    """`backend`: the header's description of the models (default: MLX models at `source`)."""
+    """`backend`: the header's description of the models (default: MLX models at `source`);
+    `later_turns`: a conversation's later turns, each its prompt and its lanes' events."""
     identity = {"source": source, "path": source, "weights_sha256": "ab" * 32, "weights_hash": "full"}
     if backend is None:
         models = {"target": identity, "near": identity | {"source": "near"}}
@@ -132,9 +134,12 @@ def write_session(
         request=request,
         capabilities=capabilities,
     )
-    for name, events in lanes.items():
-        for event in events:
-            writer.write_event(name, event)
+    for index, (turn_prompt, turn_lanes) in enumerate([(prompt, lanes), *later_turns]):
+        if index:
+            writer.start_turn(turn_prompt)
+        for name, events in turn_lanes.items():
+            for event in events:
+                writer.write_event(name, event)
     if finalize:
         return writer.finalize()
     writer.close()
