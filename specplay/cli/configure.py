@@ -86,7 +86,8 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     start = base or RunConfig(target=target, drafters=drafters)
     request = replace(start.request, **{name: flags[name] for name in _REQUEST_FLAGS if name in flags})
     if "prompt" in flags or "prompt_file" in flags:
-        request = replace(request, prompt=prompt_from(flags))
+        first, *later = prompts_from(flags)
+        request = replace(request, prompt=first, follow_ups=tuple(later))
     settings = settings_from(flags, start.settings)
     router = router_from(flags)
     user_map = {} if new_models else dict(start.route_map)  # a base's map names the base's drafters
@@ -289,7 +290,10 @@ def comma_floats(text: str, field: str, what: str) -> list[float]:
         raise ConfigError(field, f"takes {what} separated by commas (got {text!r})") from None
 
 
-def prompt_from(flags: Mapping[str, Any]) -> str:
+def prompts_from(flags: Mapping[str, Any]) -> tuple[str, ...]:
+    """The prompts given: --prompt (given several times to `run`, a conversation's turns), or the
+    text of --prompt-file."""
     if "prompt" in flags:
-        return flags["prompt"]
-    return read_input_text(flags["prompt_file"], "--prompt-file", PROMPT_LIMIT)
+        prompt = flags["prompt"]
+        return tuple(prompt) if isinstance(prompt, list) else (prompt,)
+    return (read_input_text(flags["prompt_file"], "--prompt-file", PROMPT_LIMIT),)

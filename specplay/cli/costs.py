@@ -198,7 +198,7 @@ def _session_acceptance(
     faults: list[str] = []
     for name in names:
         session = open_session(name, args)
-        rounds = session.main.rounds
+        rounds = [event for lane in session.main_lanes for event in lane.rounds]  # a conversation's every turn
         if (fault := next(filter(None, map(round_fault, rounds)), None)) is not None:
             faults.append(f"session {session.id}: {fault}")
             continue
@@ -217,7 +217,7 @@ def _session_acceptance(
 
 
 def _unmatched(sessions: Sequence[Session], drafters: Sequence[str]) -> str:
-    used = sorted({event.drafter for session in sessions for event in session.main.rounds})
+    used = sorted({event.drafter for session in sessions for lane in session.main_lanes for event in lane.rounds})
     return (
         f"session{'s' if len(sessions) > 1 else ''} {', '.join(s.id for s in sessions)}, drafted with "
         f"{', '.join(used) or 'no drafter'}: none is among this run's drafters ({', '.join(drafters)}); "

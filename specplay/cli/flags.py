@@ -155,10 +155,21 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_prompt_flags(parser: argparse.ArgumentParser) -> None:
+def add_prompt_flags(parser: argparse.ArgumentParser, turns: bool = False) -> None:
+    """--prompt or --prompt-file, and --raw; with `turns`, --prompt given again is a conversation's
+    next user turn."""
     group = parser.add_argument_group("prompt")
     source = group.add_mutually_exclusive_group()
-    source.add_argument("--prompt", metavar="TEXT", default=UNSET)
+    if turns:
+        source.add_argument(
+            "--prompt",
+            metavar="TEXT",
+            action="append",
+            default=UNSET,
+            help="a user turn; give it again for each later turn of a conversation, in order",
+        )
+    else:
+        source.add_argument("--prompt", metavar="TEXT", default=UNSET)
     source.add_argument("--prompt-file", metavar="F", type=Path, default=UNSET)
     add_raw_flag(group)
 

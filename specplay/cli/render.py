@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -71,8 +71,27 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
 def json_line(
     record: LaneRecord, baseline: LaneRecord | None = None, session: str | None = None, route: RouteChoice | None = None
 ) -> str:
-    """`run --json`'s line: the lane, where it was saved, the target-only lane's tokens and
-    metrics, and where `--route auto` sent the request and which router chose."""
+    """`run --json`'s line for one prompt: the lane, where it was saved, the target-only lane's
+    tokens and metrics, and where `--route auto` sent the request and which router chose."""
+    return dump_json(run_json(record, baseline, route, session), ensure_ascii=False)
+
+
+def conversation_line(turns: Sequence[Mapping[str, Any]], session: str | None = None) -> str:
+    """`run --json`'s line for a conversation: `turns`, each turn's `run_json` object (its
+    `prompt` first), and where the conversation was saved."""
+    out: dict[str, Any] = {"turns": list(turns)}
+    if session:
+        out["session"] = session
+    return dump_json(out, ensure_ascii=False)
+
+
+def run_json(
+    record: LaneRecord,
+    baseline: LaneRecord | None = None,
+    route: RouteChoice | None = None,
+    session: str | None = None,
+) -> dict[str, Any]:
+    """One prompt's answer as `run --json` reports it (`json_line`)."""
     out = to_json(record)
     if session:
         out["session"] = session
@@ -82,7 +101,7 @@ def json_line(
         out["baseline"] = {"token_ids": list(baseline.done.token_ids), "metrics": baseline.done.metrics}
     if (report := vllm_report(record.metrics)) is not None:
         out["vllm"] = report
-    return dump_json(out, ensure_ascii=False)
+    return out
 
 
 def vllm_report(metrics: dict[str, Any]) -> dict[str, Any] | None:

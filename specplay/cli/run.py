@@ -1,4 +1,5 @@
-"""`specplay run`: one prompt, headless. Other tools and the tests rely on its output."""
+"""`specplay run`: one prompt, or a conversation of several, headless. Other tools and the tests
+rely on its output."""
 
 from __future__ import annotations
 
@@ -19,15 +20,26 @@ from specplay.cli.flags import (
     add_router_flag,
     add_sessions_dir_flag,
 )
-from specplay.cli.render import colourless, json_line, legend, make_console, summary, token_text, warn
+from specplay.cli.render import (
+    colourless,
+    conversation_line,
+    json_line,
+    legend,
+    make_console,
+    run_json,
+    summary,
+    token_text,
+    warn,
+)
 from specplay.config.api_key import KEY_WITHHELD
 from specplay.config.run_config import RunConfig, check
+from specplay.display.text import one_line
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE
 from specplay.engine.tree import drafted_as_chains
 from specplay.errors import ConfigError
-from specplay.runner.session_run import SampleRun, run_sample
+from specplay.runner.session_run import TurnRun, run_sample
 from specplay.store import find_session, load_session
 from specplay.store.location import check_sessions_folder
 
@@ -35,12 +47,12 @@ from specplay.store.location import check_sessions_folder
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
-        help="run one prompt headless and print the result (the speculative lane; --compare or --save add "
-        "the target-only lane and the speedup)",
+        help="run one prompt (or a conversation: --prompt once per turn) headless and print the result "
+        "(the speculative lane; --compare or --save add the target-only lane and the speedup)",
     )
     add_model_flags(parser)  # a --replay session supplies them
     add_backend_flags(parser)
-    add_prompt_flags(parser)
+    add_prompt_flags(parser, turns=True)
     add_decoding_flags(parser)
     add_router_flag(parser)
     output = parser.add_argument_group("output")
@@ -111,14 +123,15 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
         console = make_console()
         caps = source.capabilities
         routed = spec.mode != "target" and config.settings.route == AUTO_ROUTE
-        choice = source.routing.choice(spec.prompt) if routed else None
+        choices = [source.routing.choice(prompt) if routed else None for prompt in spec.prompts]
+        conversation = len(spec.prompts) > 1
         if not args.json:
             if spec.mode == "speculative":
                 console.print(legend(marks=colourless(console)), style="dim")
             if not caps.live_controls and caps.fixed_by:
                 console.print(caps.fixed_by, style="dim")
-            if choice is not None:
-                console.print(choice.describe(), style="dim")
+            if choices[0] is not None and not conversation:
+                console.print(choices[0].describe(), style="dim")
         for seed in range(spec.seed, spec.seed + args.samples):
             request = Request(
                 prompt=spec.prompt,
@@ -131,6 +144,17 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
             if not args.json and args.samples > 1:
                 console.print(f"--- sample seed {seed} ---", style="dim")
             printer = _Printer(console, live=not args.json and not caps.server_judges)
+
+            def turn_starts(index: int, prompt: str) -> None:
+                if conversation and not args.json:
+                    console.print(_turn_heading(index, len(spec.prompts), prompt), style="bold")
+                    if (choice := choices[index]) is not None:
+                        console.print(choice.describe(), style="dim")
+
+            def turn_done(turn: TurnRun) -> None:
+                if not args.json:
+                    _finish(console, turn, caps.wall_time_is_speed, caps.server_judges)
+
             result = run_sample(
                 source,
                 config,
@@ -140,17 +164,31 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
                 baseline=args.compare or (args.save and not args.no_baseline),
                 identity=identity,
                 on_interrupt=_stopping,
+                follow_ups=spec.follow_ups,
+                on_turn=turn_starts,
+                on_turn_done=turn_done,
             )
-            if args.json:
-                session = str(result.session) if result.session else None
-                print(json_line(result.main, result.baseline, session, choice), flush=True)
-            else:
-                _finish(console, result, caps.wall_time_is_speed, caps.server_judges)
+            session = str(result.session) if result.session else None
+            if args.json and conversation:
+                turns = [
+                    {"prompt": turn.prompt, **run_json(turn.main, turn.baseline, choices[turn.index])}
+                    for turn in result.turns
+                ]
+                print(conversation_line(turns, session), flush=True)
+            elif args.json:
+                print(json_line(result.main, result.baseline, session, choices[0]), flush=True)
+            elif session:
+                console.print(f"saved {session}", style="dim")
             if result.cancelled:
                 return 130
     finally:
         source.close()
     return 0
+
+
+def _turn_heading(index: int, count: int, prompt: str) -> Text:
+    """Where a conversation's turn starts in the transcript: its number and its prompt."""
+    return Text(f"── turn {index + 1} of {count}: {one_line(prompt)}")
 
 
 class _Printer:
@@ -174,8 +212,8 @@ class _Printer:
             self.console.print(f"[{', '.join(f'{n}={new}' for n, _, new in event.changes)}]", style="dim", end="")
 
 
-def _finish(console: Console, result: SampleRun, speed_measured: bool, server_judges: bool) -> None:
-    """The text (printed now if its colours were only final at the end), then the stats lines."""
+def _finish(console: Console, result: TurnRun, speed_measured: bool, server_judges: bool) -> None:
+    """A turn's text (printed now if its colours were only final at the end), then its stats lines."""
     if server_judges:
         console.print(Text().join(token_text(token, colourless(console)) for token in result.main.tokens))
     else:
@@ -188,5 +226,3 @@ def _finish(console: Console, result: SampleRun, speed_measured: bool, server_ju
         from specplay.backends.vllm.report import inspection_report, report_line
 
         console.print(report_line(inspection_report(result.main.metrics)), style="dim")
-    if result.session:
-        console.print(f"saved {result.session}", style="dim")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,10 @@ from specplay.cli.configure import given, sessions_dir_from
 from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import make_console
 from specplay.display.text import visible
+from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, measured_speedup
 from specplay.errors import error_line
 from specplay.files.json_text import dump_json
-from specplay.store import Session, SessionError, list_session_files, load_session
+from specplay.store import LaneRecord, Session, SessionError, list_session_files, load_session
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -28,14 +30,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def summarize(session: Session) -> dict[str, Any]:
-    """What the listing shows of a session."""
-    lane, baseline = session.main, session.baseline
-    settings, metrics = lane.settings, lane.metrics
+    """What the listing shows of a session; a conversation's acceptance, speedup and similarity
+    are over all its turns."""
+    lane = session.main
+    settings = lane.settings
     models = session.header.get("backend", {}).get("models", {})
     row: dict[str, Any] = {
         "id": session.id,
         "created": session.header.get("created"),
         "prompt": session.prompt,
+        "turns": len(session.turns),
         "target": Path(models.get("target", {}).get("source", "?")).name,
         "mode": lane.start.mode if lane.start else None,
         "route": lane.start.drafter if lane.start else None,
@@ -44,18 +48,65 @@ def summarize(session: Session) -> dict[str, Any]:
         "tv_budget": settings.rule_params.tv_budget,
         "rule": settings.acceptance_rule.describe(),
         "temperature": settings.sampling.temperature,
-        "draft_acceptance_rate": metrics.get("draft_acceptance_rate"),
-        "mean_acceptance_length": metrics.get("mean_acceptance_length"),
+        **_acceptance(session.main_lanes),
         "speedup": None,
         "similarity_to_target": None,
         "complete": session.complete,
     }
     from specplay.store.diff import token_diff
 
-    if baseline is not None and baseline.token_ids:
-        row["speedup"] = session.measured_speedup
-        row["similarity_to_target"] = token_diff(lane.token_ids, baseline.token_ids).similarity
+    pairs = [(turn.main, turn.baseline) for turn in session.turns if turn.baseline and turn.baseline.token_ids]
+    if pairs:
+        row["speedup"] = _speedup(session, pairs)
+        ids = [[i for lane in lanes for i in lane.token_ids] for lanes in zip(*pairs, strict=True)]
+        row["similarity_to_target"] = token_diff(*ids).similarity
     return row
+
+
+def _acceptance(lanes: Sequence[LaneRecord]) -> dict[str, float | None]:
+    """Draft acceptance rate and mean acceptance length over the lanes' rounds together (a
+    conversation's turns): its counts summed; a single lane's own metrics."""
+    if len(lanes) == 1:
+        metrics = lanes[0].metrics
+        return {key: metrics.get(key) for key in ("draft_acceptance_rate", "mean_acceptance_length")}
+
+    def total(key: str) -> float:
+        return sum(lane.metrics.get(key) or 0 for lane in lanes)
+
+    accepted, drafted, rounds = (
+        total(key) for key in ("num_accepted_draft_tokens", "num_draft_tokens", "num_spec_steps")
+    )
+    return {
+        "draft_acceptance_rate": draft_acceptance_rate(accepted, drafted),
+        "mean_acceptance_length": mean_acceptance_length(accepted, rounds),
+    }
+
+
+def _speedup(session: Session, pairs: Sequence[tuple[LaneRecord, LaneRecord]]) -> float | None:
+    """The measured speedup over the turns' (main, target-only) lanes: the main lanes' tokens over
+    the time they took at their turns' rates, against the target-only lanes' (one turn: its own)."""
+    if not session.capabilities.wall_time_is_speed:
+        return None
+    return measured_speedup(*(_rate(lanes) for lanes in zip(*pairs, strict=True)))
+
+
+def _rate(lanes: Sequence[LaneRecord]) -> float | None:
+    """Tokens/s over lanes run one after the other: their tokens over the time each took at its
+    rate (one lane: its own)."""
+    if len(lanes) == 1:
+        return lanes[0].metrics.get("tokens_per_s")
+    tokens, seconds = 0, 0.0
+    for lane in lanes:
+        rate, count = lane.metrics.get("tokens_per_s"), lane.metrics.get("num_tokens")
+        if not rate or not count:
+            return None
+        tokens, seconds = tokens + count, seconds + count / rate
+    return tokens / seconds
+
+
+def _turns_mark(turns: int) -> str:
+    """Before a conversation's first prompt in the listing: how many turns it has."""
+    return f"[{turns} turns] " if turns > 1 else ""
 
 
 def _cell(text: str) -> Text:
@@ -100,7 +151,7 @@ def list_sessions(args: argparse.Namespace) -> int:
         rows.append(
             [
                 row["id"],
-                " ".join(row["prompt"].split()),
+                _turns_mark(row["turns"]) + " ".join(row["prompt"].split()),
                 *([models, settings] if wide else []),
                 f"{_fmt(row['draft_acceptance_rate'], '{:.0%}')} τ={_fmt(row['mean_acceptance_length'], '{:.2f}')}",
                 _fmt(row["speedup"], "{:.2f}x"),

@@ -54,13 +54,21 @@ class RequestConfig:
     """What one generation asks for, as the user gave it (the engine's Request holds token ids)."""
 
     prompt: str | None = None
-    """None where a command has none yet (the playground's prompt is typed in)."""
+    """None where a command has none yet (the playground's prompt is typed in); a conversation's first turn."""
     raw: bool = False
     """Encode the prompt as written, without the chat template."""
     mode: Mode = "speculative"
     seed: int = 0
     max_tokens: int = 256
     ignore_eos: bool = False
+    follow_ups: tuple[str, ...] = ()
+    """A conversation's later turns, in order (`run --prompt` given more than once): each lane
+    answers each after its own earlier answers."""
+
+    @property
+    def prompts(self) -> tuple[str, ...]:
+        """Every turn's prompt, in order: none before a prompt is given."""
+        return () if self.prompt is None else (self.prompt, *self.follow_ups)
 
     @property
     def prompt_format(self) -> str:

@@ -17,9 +17,10 @@ from specplay.router_training.scores import UNITS, ScoreKind
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One held-out session."""
+    """One held-out session (a conversation's turn: its session and turn)."""
 
     session: str
+    turn: int
     category: str | None
     prompt_name: str | None
     best: list[str]
@@ -62,6 +63,7 @@ def evaluate(examples: Sequence[Example], router: Router, kind: ScoreKind) -> li
         cases.append(
             Case(
                 session=one.path.name,
+                turn=one.turn,
                 category=one.category,
                 prompt_name=one.prompt_name,
                 best=one.scores.best(kind),

@@ -6,7 +6,8 @@ with that drafter (same kind and settings), pinned or sent there by auto (an ada
 mix drafters, so it says nothing of one), under this run's sampling and acceptance rule (they set
 how much is kept: a drafter that loses under lossless acceptance may pay under a TV budget), and a
 target-only lane ran beside it on this machine (wall time a speed). The class is what the
-heuristic router calls the session's prompt.
+heuristic router calls the session's prompt; each turn of a conversation counts with its own
+prompt's class, as `--route auto` routed it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class RouteEvidence:
     prompt_class: str
     drafter: str
     speedups: tuple[float, ...]
+    """One a turn: a conversation's turns are each routed and measured."""
+    sessions: int
+    """The sessions the speedups came from: a conversation's turns ran back to back, on one load."""
 
     @property
     def median(self) -> float:
@@ -45,7 +49,8 @@ class RouteEvidence:
 
     def note(self) -> str:
         n = len(self.speedups)
-        return f"{self.drafter} measured {self.median:.2f}× on {self.prompt_class} here ({n} sessions)"
+        runs = f"{n} sessions" if n == self.sessions else f"{n} turns of {self.sessions} sessions"
+        return f"{self.drafter} measured {self.median:.2f}× on {self.prompt_class} here ({runs})"
 
 
 def _matches(spec: ModelConfig, record: Mapping[str, Any]) -> bool:
@@ -63,24 +68,28 @@ def _judged_alike(recorded: SpecSettings, settings: SpecSettings) -> bool:
 def route_records(config: RunConfig, sessions: Iterable[Session]) -> dict[tuple[str, str], RouteEvidence]:
     """Each (class, drafter) pair's measured speedups over `sessions` (module docstring)."""
     router = CodeProseRouter()
-    found: dict[tuple[str, str], list[float]] = {}
+    found: dict[tuple[str, str], list[tuple[float, str]]] = {}
     for session in sessions:
         models = (session.header.get("backend") or {}).get("models") or {}
-        start = session.main.start
-        speedup = session.measured_speedup
-        if start is None or start.mode != "speculative" or speedup is None or start.drafter is None:
-            continue
-        if start.settings.route == ADAPTIVE_ROUTE or session.main.route_switches:
-            continue  # its rounds mixed drafters
-        if not _judged_alike(start.settings, config.settings):
-            continue
         if not _matches(config.target, models.get(TARGET) or {}):
             continue
-        drafter = next((d for d in config.drafters if d.name == start.drafter), None)
-        if drafter is None or not _matches(drafter, models.get(drafter.name) or {}):
-            continue
-        found.setdefault((router.classify(session.prompt), drafter.name), []).append(speedup)
-    return {key: RouteEvidence(*key, tuple(values)) for key, values in found.items()}
+        for turn in session.turns:  # a conversation's turns are routed and measured one by one
+            start = turn.main.start
+            speedup = session.speedup_of(turn)
+            if start is None or start.mode != "speculative" or speedup is None or start.drafter is None:
+                continue
+            if start.settings.route == ADAPTIVE_ROUTE or turn.main.route_switches:
+                continue  # its rounds mixed drafters
+            if not _judged_alike(start.settings, config.settings):
+                continue
+            drafter = next((d for d in config.drafters if d.name == start.drafter), None)
+            if drafter is None or not _matches(drafter, models.get(drafter.name) or {}):
+                continue
+            found.setdefault((router.classify(turn.prompt), drafter.name), []).append((speedup, session.id))
+    return {
+        key: RouteEvidence(*key, tuple(s for s, _ in values), len({name for _, name in values}))
+        for key, values in found.items()
+    }
 
 
 def recent_sessions(config: RunConfig) -> list[Session]:
@@ -114,7 +123,7 @@ def with_route_evidence(config: RunConfig, named_by_user: Iterable[str] = ()) ->
         if cls in named_by_user or drafter == NONE_ROUTE:
             continue
         record = records.get((cls, drafter))
-        if record is not None and len(record.speedups) >= AT_LEAST and record.median < 1.0:
+        if record is not None and record.sessions >= AT_LEAST and record.median < 1.0:
             changed[cls] = NONE_ROUTE
             notes[cls] = record.note()
     if changed == dict(config.route_map):

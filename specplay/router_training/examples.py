@@ -1,6 +1,7 @@
 """Sessions as a learned router's examples: each session's prompt, every drafter's scores over its
-counterfactual rounds (scores.py), and what it records of its prompt and route. Sessions that
-cannot teach anything are skipped and counted, never silently dropped."""
+counterfactual rounds (scores.py), and what it records of its prompt and route. A conversation's
+turns are an example each, as `--route auto` routes each by its own prompt. Sessions that cannot
+teach anything are skipped and counted, never silently dropped."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from specplay.engine.events import round_fault
 from specplay.errors import ConfigError
 from specplay.router_training.scores import UNITS, ScoreKind, SessionScores, session_scores
 from specplay.store import list_session_files, load_session
-from specplay.store.format import Session, SessionError
+from specplay.store.format import Session, SessionError, TurnRecord
 
 NO_COUNTERFACTUALS = "without counterfactual routes"
 NOT_TIMED = "without timings (score them by acceptance: --score acceptance)"
@@ -36,6 +37,8 @@ class Example:
     prompt_name: str | None = None
     raw: bool | None = None
     """Whether the prompt was encoded as written (--raw); None where the session does not say."""
+    turn: int = 0
+    """Which turn of its session's conversation (0: the first, or the only one)."""
 
     @property
     def drafters(self) -> tuple[str, ...]:
@@ -46,7 +49,7 @@ class Example:
 class Examples:
     examples: list[Example]
     skipped: Counter[str] = field(default_factory=Counter)
-    """Sessions left out, by why."""
+    """Sessions left out, by why (a conversation's turns count one each, as its examples do)."""
 
     @property
     def drafters(self) -> tuple[str, ...]:
@@ -80,12 +83,19 @@ def session_files(names: Sequence[str]) -> list[Path]:
     return paths
 
 
-def example(session: Session) -> Example | None:
-    """The session as an example; None where its main lane has no counterfactual rounds (a
-    target-only run, a single drafter, routes not judged)."""
-    if session.main.name != "speculative":
+def examples_of(session: Session) -> list[Example]:
+    """The session's turns as examples (a conversation's each routed by its own prompt), leaving
+    out those whose main lane has no counterfactual rounds (a target-only run, a single drafter,
+    routes not judged)."""
+    found = (example(session, turn) for turn in session.turns)
+    return [one for one in found if one is not None]
+
+
+def example(session: Session, turn: TurnRecord) -> Example | None:
+    """One turn of the session as an example; None where its main lane has no counterfactual rounds."""
+    if turn.main.name != "speculative":
         return None
-    scores = session_scores(session.main.rounds)
+    scores = session_scores(turn.main.rounds)
     if scores is None:
         return None
     request = session.header.get("request") or {}
@@ -96,7 +106,8 @@ def example(session: Session) -> Example | None:
     route_map = request.get("route_map") or {}
     return Example(
         path=session.path,
-        prompt=session.prompt,
+        prompt=turn.prompt,
+        turn=turn.index,
         scores=scores,
         drafter_order=order,
         route_map={str(k): str(v) for k, v in route_map.items()},
@@ -122,14 +133,14 @@ def read_examples(
     for path in session_files(names):
         session = load_session(path)
         # A count or time no run produces would be learned from as it stands (one flips a label).
-        if (fault := next(filter(None, map(round_fault, session.main.rounds)), None)) is not None:
+        rounds = (event for lane in session.main_lanes for event in lane.rounds)
+        if (fault := next(filter(None, map(round_fault, rounds)), None)) is not None:
             found.skipped[f"with a round no run produces ({path}: {fault})"] += 1
             continue
-        one = example(session)
-        if one is None:
-            found.skipped[NO_COUNTERFACTUALS] += 1
-        else:
-            found.examples.append(one)
+        ones = examples_of(session)
+        if len(ones) < len(session.turns):
+            found.skipped[NO_COUNTERFACTUALS] += len(session.turns) - len(ones)
+        found.examples += ones
     if drafters is None and found.examples:
         counts = Counter(e.drafters for e in found.examples)
         wanted = max(counts, key=lambda key: counts[key])  # the first seen of the most common sets

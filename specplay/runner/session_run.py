@@ -1,4 +1,5 @@
-"""Headless runs: one request's lanes, one after the other, streamed to the caller and saved.
+"""Headless runs: one request's lanes, one after the other, streamed to the caller and saved; a
+conversation runs them turn after turn.
 
 `specplay run` uses it per sample, reading the engine where it runs, on the main thread: a
 second thread to read its events cost target-only generation of the demo models several percent
@@ -20,6 +21,7 @@ from typing import Any
 
 from specplay.config.run_config import RequestConfig, RunConfig
 from specplay.engine.capabilities import Capabilities
+from specplay.engine.conversation import Exchange
 from specplay.engine.events import Event
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
@@ -32,16 +34,46 @@ OnEvent = Callable[[str, Event], None]
 
 
 @dataclass
-class SampleRun:
+class TurnRun:
+    """One turn of a conversation: its prompt and each lane's answer."""
+
+    index: int
+    prompt: str
     main: LaneRecord
-    baseline: LaneRecord | None
+    baseline: LaneRecord | None = None
     """The target-only lane run beside a saved speculative one."""
-    session: Path | None
+
+    @property
+    def lanes(self) -> list[LaneRecord]:
+        return [self.main, *([self.baseline] if self.baseline is not None else [])]
+
+
+@dataclass
+class SampleRun:
+    turns: list[TurnRun]
+    """The conversation's turns that ran, in order (one for a single prompt); a cancelled turn
+    is the last."""
+    session: Path | None = None
     """Where the run was saved."""
 
     @property
+    def main(self) -> LaneRecord:
+        """The first turn's requested lane."""
+        return self.turns[0].main
+
+    @property
+    def baseline(self) -> LaneRecord | None:
+        """The first turn's target-only lane."""
+        return self.turns[0].baseline
+
+    @property
     def cancelled(self) -> bool:
-        return self.main.done is not None and self.main.done.finish_reason == "cancelled"
+        """Whether Ctrl-C stopped a lane (and with it the conversation)."""
+        return any(_cancelled(lane) for turn in self.turns for lane in turn.lanes)
+
+
+def _cancelled(lane: LaneRecord) -> bool:
+    return lane.done is not None and lane.done.finish_reason == "cancelled"
 
 
 def open_writer(
@@ -91,10 +123,16 @@ def run_sample(
     identity: dict[str, Any] | None = None,
     on_interrupt: Callable[[], None] = lambda: None,
     about: Mapping[str, object] | None = None,
+    follow_ups: Sequence[str] = (),
+    on_turn: Callable[[int, str], None] = lambda index, prompt: None,
+    on_turn_done: Callable[[TurnRun], None] = lambda turn: None,
 ) -> SampleRun:
     """The requested lane, then, for a speculative run with `baseline`, its target-only
-    comparison, on this thread. Ctrl-C asks the run to stop at its next round and keeps what it
-    made (saved as incomplete), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt
+    comparison, on this thread; then each of `follow_ups` the same way, a conversation's later
+    turns: each lane encodes the turn after its own earlier exchanges and continues its own
+    caches. `on_turn(index, prompt)` comes before a turn's events, `on_turn_done` after its lanes.
+    Ctrl-C asks the run to stop at its next round and keeps what it made (saved as incomplete;
+    no later lane or turn runs), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt
     at once (the session stays, incomplete). `identity` is the source's description, asked once
     per run; `about` adds to a saved session's request record (a prompt's category and name)."""
     lanes = [request.mode]
@@ -103,11 +141,10 @@ def run_sample(
     writer = None
     if save:
         spec = replace(config.request, prompt=request.prompt, seed=request.seed, mode=request.mode)
-        ids = request.prompt_token_ids
         writer = open_writer(
             config,
             spec,
-            prompt_token_ids=ids,
+            prompt_token_ids=request.prompt_token_ids,
             lanes=lanes,
             identity=identity or {},
             capabilities=source.capabilities,
@@ -115,22 +152,34 @@ def run_sample(
             token_text=local_token_text(source),
             **(about or {}),
         )
+    run = SampleRun([])
+    earlier: dict[str, list[Exchange]] = {lane: [] for lane in lanes}
     try:
-        controls = LiveControls(config.settings, source.drafters)
-        main = stream_lane(
-            source, request, controls=controls, on_event=on_event, writer=writer, on_interrupt=on_interrupt
-        )
-        run = SampleRun(main, None, None)
-        if lanes[1:] and not run.cancelled:
-            target_only, baseline_controls = replace(request, mode="target"), LiveControls(config.settings)
-            run.baseline = stream_lane(
-                source,
-                target_only,
-                controls=baseline_controls,
-                on_event=on_event,
-                writer=writer,
-                on_interrupt=on_interrupt,
-            )
+        for index, prompt in enumerate([request.prompt, *follow_ups]):
+            if index and writer is not None:
+                writer.start_turn(prompt)
+            on_turn(index, prompt)
+            records: list[LaneRecord] = []
+            for mode in lanes:
+                if index == 0:
+                    asked = replace(request, mode=mode)
+                else:
+                    ids = tuple(source.encode(prompt, config.request.raw, earlier[mode]))
+                    asked = replace(request, prompt=prompt, prompt_token_ids=ids, mode=mode, continues=True)
+                controls = LiveControls(config.settings, source.drafters if mode == request.mode else ())
+                records.append(
+                    stream_lane(
+                        source, asked, controls=controls, on_event=on_event, writer=writer, on_interrupt=on_interrupt
+                    )
+                )
+                earlier[mode].append(Exchange(prompt, records[-1].text))
+                if _cancelled(records[-1]):
+                    break
+            turn = TurnRun(index, prompt, records[0], records[1] if records[1:] else None)
+            run.turns.append(turn)
+            on_turn_done(turn)
+            if run.cancelled:
+                break
         run.session = writer.finalize() if writer is not None else None
         return run
     finally:

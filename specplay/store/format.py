@@ -129,7 +129,7 @@ class TurnRecord:
     index: int
     prompt: str
     lanes: dict[str, LaneRecord]
-    """In the order the header names them."""
+    """In the header's order: the run's lane first."""
 
     @property
     def main(self) -> LaneRecord:
@@ -171,9 +171,8 @@ class Session:
         """The text of every token the session names that it knows: committed tokens' own texts and
         the drafted and candidate tokens' texts the writer recorded."""
         texts: dict[int, str] = {}
-        for turn in self.turns:
-            for lane in turn.lanes.values():
-                texts.update((t.token_id, t.text) for t in lane.tokens if t.text)
+        for lane in (lane for turn in self.turns for lane in turn.lanes.values()):
+            texts.update((t.token_id, t.text) for t in lane.tokens if t.text)
         for record in self.records:
             if record["type"] == "texts":
                 texts.update(texts_from_record(record))
@@ -185,19 +184,29 @@ class Session:
 
     @property
     def main(self) -> LaneRecord:
-        """The lane the run was about: the first one (of the first turn)."""
+        """The first turn's lane the run was about."""
         return self.turns[0].main
 
     @property
+    def main_lanes(self) -> list[LaneRecord]:
+        """The main lane of every turn, in order: what a reader of the whole conversation reads."""
+        return [turn.main for turn in self.turns]
+
+    @property
     def measured_speedup(self) -> float | None:
-        """The main lane's tokens/s over the target-only lane's, where the run's wall time was a speed."""
-        if self.baseline is None or not self.capabilities.wall_time_is_speed:
+        """The first turn's speedup (`speedup_of`)."""
+        return self.speedup_of(self.turns[0])
+
+    def speedup_of(self, turn: TurnRecord) -> float | None:
+        """The turn's main lane's tokens/s over its target-only lane's, where the run's wall time
+        was a speed."""
+        if turn.baseline is None or not self.capabilities.wall_time_is_speed:
             return None
-        return measured_speedup(self.main.metrics.get("tokens_per_s"), self.baseline.metrics.get("tokens_per_s"))
+        return measured_speedup(turn.main.metrics.get("tokens_per_s"), turn.baseline.metrics.get("tokens_per_s"))
 
     @property
     def baseline(self) -> LaneRecord | None:
-        """The target-only lane run beside a speculative one, if any (of the first turn)."""
+        """The first turn's target-only lane run beside a speculative one, if any."""
         return self.turns[0].baseline
 
 

@@ -1,8 +1,10 @@
-"""A saved session as the configuration that ran it, for `run --replay` and `tui --open`."""
+"""A saved session as the configuration that ran it, for `run --replay` and `tui --open`: a
+conversation's configuration holds all its prompts."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from specplay.config.run_config import TARGET, BackendKind, RunConfig, VllmOptions
@@ -16,11 +18,12 @@ Models = tuple[BackendKind, ModelConfig, tuple[ModelConfig, ...], VllmOptions]
 
 
 def session_config(session: Session, models: Models | None = None) -> RunConfig:
-    """Its models (or `models`, the ones the user gave instead), request and the settings in force
-    at the start of its main lane. Local folders are saved absolute (a Hugging Face id resolves to
-    the same cached snapshot); servers by address, never with the API key, which comes again from
-    --api-key or $SPECPLAY_API_KEY, and only for servers the user names again. An address that is not
-    one (ConfigError, a ValueError) fails as any unreadable model record does."""
+    """Its models (or `models`, the ones the user gave instead), request (a conversation's every
+    prompt) and the settings in force at the start of its main lane. Local folders are saved
+    absolute (a Hugging Face id resolves to the same cached snapshot); servers by address, never
+    with the API key, which comes again from --api-key or $SPECPLAY_API_KEY, and only for servers
+    the user names again. An address that is not one (ConfigError, a ValueError) fails as any
+    unreadable model record does."""
     backend = session.header.get("backend") or {}
     if models is None:
         try:
@@ -31,6 +34,7 @@ def session_config(session: Session, models: Models | None = None) -> RunConfig:
             ) from None
     kind, target, drafters, options = models
     request = request_from_record(session.header.get("request") or {}, session.prompt)
+    request = replace(request, follow_ups=tuple(turn.prompt for turn in session.turns[1:]))
     route_map = dict((session.header.get("request") or {}).get("route_map") or {})
     return RunConfig(
         target=target,

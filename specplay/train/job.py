@@ -75,7 +75,7 @@ def load(job: DistillJob) -> Loaded:
     eos = target.tokenizer.eos_token_id
     if eos is None:
         raise SpecplayError(f"target {job.target!r} has no end-of-sequence token; its tokenizer config must name one")
-    token_ids = [encode_prompt(target.tokenizer, p, job.raw) for p in prompts]
+    token_ids = [encode_prompt(target.tokenizer, p.text, job.raw, p.earlier) for p in prompts]
     return Loaded(target, upcast_for_cpu(target.model), token_ids, eos)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from specplay.engine.conversation import Exchange
 from specplay.errors import SpecplayError
 from specplay.files.inputs import DATA_LIMIT, InputError, read_input_text
 from specplay.files.json_text import JsonError, parse_json
@@ -13,26 +15,36 @@ from specplay.store.location import list_session_files
 PROMPT_KEYS = ("prompt", "text")
 
 
-def read_prompts(source: Path) -> list[str]:
-    """Prompts from a folder of saved sessions (each session's prompt), a .jsonl file (a "prompt"
-    or "text" field per line) or a text file (prompts separated by blank lines)."""
+@dataclass(frozen=True, slots=True)
+class TrainingPrompt:
+    """A prompt as the target will see it in a run: after the earlier exchanges of its
+    conversation, where it is a conversation's later turn."""
+
+    text: str
+    earlier: tuple[Exchange, ...] = ()
+
+
+def read_prompts(source: Path) -> list[TrainingPrompt]:
+    """Prompts from a folder of saved sessions (every turn of each session, a conversation's later
+    turns after its earlier exchanges), a .jsonl file (a "prompt" or "text" field per line) or a
+    text file (prompts separated by blank lines)."""
     if not source.exists():
         raise SpecplayError(f"data {str(source)!r} not found: pass a prompt file (.txt or .jsonl) or a sessions folder")
     try:
         if source.is_dir():
             prompts = _session_prompts(source)
         elif source.suffix == ".jsonl":
-            prompts = _jsonl_prompts(source)
+            prompts = [TrainingPrompt(text) for text in _jsonl_prompts(source)]
         else:
             text = read_input_text(source, "data", DATA_LIMIT, errors="replace")
-            prompts = [block.strip("\n") for block in text.split("\n\n")]
+            prompts = [TrainingPrompt(block.strip("\n")) for block in text.split("\n\n")]
     except UnicodeDecodeError as exc:
         raise SpecplayError(f"data {str(source)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except InputError:
         raise  # already one line naming the file
     except OSError as exc:
         raise SpecplayError(f"data {str(source)!r} cannot be read: {exc.strerror or exc}") from None
-    prompts = [p for p in prompts if p.strip()]
+    prompts = [p for p in prompts if p.text.strip()]
     if not prompts:
         raise SpecplayError(f"data {str(source)!r} holds no prompts")
     return prompts
@@ -55,14 +67,19 @@ def _jsonl_prompts(path: Path) -> list[str]:
     return prompts
 
 
-def _session_prompts(directory: Path) -> list[str]:
+def _session_prompts(directory: Path) -> list[TrainingPrompt]:
+    """Every turn of every session, each after the earlier exchanges its main lane had."""
     files = list_session_files(directory)
     if not files:
         raise SpecplayError(f"folder {str(directory)!r} holds no saved sessions (*.jsonl)")
     prompts = []
     for path in files:
         try:
-            prompts.append(load_session(path).prompt)
+            session = load_session(path)
         except SessionError:
             continue  # a corrupt session costs one prompt, not the whole run
+        earlier: list[Exchange] = []
+        for turn in session.turns:
+            prompts.append(TrainingPrompt(turn.prompt, tuple(earlier)))
+            earlier.append(Exchange(turn.prompt, turn.main.text))
     return prompts

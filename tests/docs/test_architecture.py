@@ -32,7 +32,7 @@ ALLOWED = {
     "fidelity": {"engine", "errors", "files", "store"},
     "review": {"display", "engine", "errors", "fidelity", "files", "store"},
     "bench": {"backends", "data", "engine", "errors", "files", "store"},
-    "train": {"backends", "errors", "files", "store"},
+    "train": {"backends", "engine", "errors", "files", "store"},
     "ui": {"config", "data", "display", "drafters", "engine", "errors", "files", "review", "runner", "store"},
     "cli": {
         "root",

@@ -80,3 +80,26 @@ def test_sessions_under_another_rule_or_sampling_say_nothing(tmp_path: Path) -> 
     budget = replace(budget, settings=budget.settings.changed(rule_params=RuleParams(tv_budget=1.0)))
     assert with_route_evidence(budget).route_map == {}
     assert with_route_evidence(config(tmp_path)).route_map == {"prose": "none"}
+
+
+def test_each_turn_of_a_conversation_counts_with_its_own_prompts_class(tmp_path: Path) -> None:
+    """A conversation's turns are routed one by one, so each is a measurement of its own prompt's
+    class; they ran back to back, so a verdict still needs two sessions."""
+
+    def lanes(speculative_s: float) -> dict:
+        return {
+            "speculative": speculative_events(seconds=speculative_s),
+            "target": target_events(same_as_rounds(ROUNDS), seconds=2.0),
+        }
+
+    backend = {"backend": "mlx", "device": "cpu", "models": MODELS}
+    later = [(PROSE, lanes(2.5)), (CODE, lanes(1.0))]  # 0.8× on prose, 2× on code
+    write_session(tmp_path, lanes(4.0), prompt=PROSE, backend=backend, later_turns=later)
+    records = route_records(config(tmp_path), recent_sessions(config(tmp_path)))
+    assert sorted(records[("prose", "near")].speedups) == [0.5, 0.8] and records[("prose", "near")].sessions == 1
+    assert records[("code", "near")].speedups == (2.0,)  # read from the last turn: only turn 0 reads none
+    assert with_route_evidence(config(tmp_path)).route_map == {}  # one conversation met one machine's load
+    record(tmp_path, PROSE, speculative_s=4.0)
+    advised = with_route_evidence(config(tmp_path))
+    assert advised.route_map == {"prose": "none"}
+    assert advised.route_notes == {"prose": "near measured 0.50× on prose here (3 turns of 2 sessions)"}

@@ -191,4 +191,4 @@ def test_a_deep_session_spoils_only_itself(tmp_path: Path, capsys: pytest.Captur
         assert main(command) == 2, command
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and deep.name in err and "deeper than" in err, (command, err)
-    assert distill_prompts(tmp_path) == ["def fib(n):"]  # distill's sessions folder: the others' prompts
+    assert [p.text for p in distill_prompts(tmp_path)] == ["def fib(n):"]  # distill: the others' prompts

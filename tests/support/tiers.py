@@ -37,6 +37,8 @@ SLOW = {
     "tests/cli/test_bench.py": "benchmark runs writing every report",
     "tests/cli/test_costs.py::test_costs_json": "the demo models timed row count by row count, and run per drafter",
     "tests/cli/test_costs.py::test_acceptance_read": "the demo models timed row count by row count",
+    "tests/cli/test_run_conversation.py::test_costs_reads_every_turns_rounds": "a conversation on the demo "
+    "models, then the demo models timed row count by row count",
     "tests/cli/test_numeric_flags.py": "every command with every numeric flag",
     "tests/cli/test_router_cli.py::test_train_then_eval": "the demo models run on four prompts with counterfactual "
     "routes, then a router trained and evaluated on those sessions",

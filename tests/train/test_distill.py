@@ -13,7 +13,7 @@ from specplay.cli import main
 from specplay.errors import SpecplayError
 from specplay.train.distill import DistillConfig, distill, load_or_make_rollouts, mean_kl
 from specplay.train.models import load_folder
-from specplay.train.prompts import read_prompts
+from specplay.train.prompts import TrainingPrompt, read_prompts
 from specplay.train.rollouts import RolloutConfig, rollouts
 from specplay.train.teacher import weights_fingerprint
 from specplay.train.trainer import Progress, TrainConfig
@@ -172,10 +172,10 @@ def test_rollouts_are_reused_only_for_the_same_target_prompts_and_settings(tiny:
 def test_prompts_come_from_text_jsonl_or_saved_sessions(tmp_path: Path) -> None:
     text = tmp_path / "p.txt"
     text.write_text("first prompt\nstill first\n\nsecond prompt\n")
-    assert read_prompts(text) == ["first prompt\nstill first", "second prompt"]
+    assert [p.text for p in read_prompts(text)] == ["first prompt\nstill first", "second prompt"]
     lines = tmp_path / "p.jsonl"
     lines.write_text('{"prompt": "a"}\n{"text": "b"}\n')
-    assert read_prompts(lines) == ["a", "b"]
+    assert read_prompts(lines) == [TrainingPrompt("a"), TrainingPrompt("b")]
     from specplay.errors import SpecplayError
 
     lines.write_text('{"prompt": "a"}\n{"other": 1}\n')

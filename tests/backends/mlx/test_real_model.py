@@ -119,6 +119,29 @@ def test_the_cli_runs_and_replays_the_real_model_by_name(
     assert again["token_ids"] == first["token_ids"] and again["sources"] == first["sources"]
 
 
+def test_every_turn_of_a_greedy_conversation_equals_target_only(
+    smollm2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run` with three --prompt on the real chat model: each lane continues its own conversation
+    through the chat template, and every turn of the speculative lane is target-only's text."""
+    prompts = [EDIT_PROMPT, "Now rename the function to even_squares.", "Add type hints to it."]
+    args = ["run", "--target", str(smollm2), "--draft", "lookup=prompt-lookup", "--draft", "exit=early-exit:layers=26"]
+    args += [flag for prompt in prompts for flag in ("--prompt", prompt)]
+    args += ["--max-tokens", "40", "--json", "--save", "--sessions-dir", str(tmp_path)]
+    assert main(args) == 0, capsys.readouterr().err
+    turns = json.loads(capsys.readouterr().out)["turns"]
+    assert [t["prompt"] for t in turns] == prompts
+    before: list[int] = []
+    for turn in turns:
+        assert turn["token_ids"] and turn["token_ids"] == turn["baseline"]["token_ids"], turn["prompt"]
+        ids = turn["prompt_token_ids"]
+        assert ids[: len(before)] == before and len(ids) > len(before)
+        before = ids
+    session = load_session(next(tmp_path.glob("*.jsonl")))
+    assert session.complete and [len(t.lanes) for t in session.turns] == [2, 2, 2]
+    assert all(t.main.text == t.lanes["target"].text for t in session.turns)
+
+
 @pytest.mark.parametrize(
     "draft, message",
     [
