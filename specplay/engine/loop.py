@@ -128,18 +128,16 @@ class _Run:
         self.policy = settings_policy(self.settings)
         context = engine.backend.context_length
         room = context - len(request.prompt_token_ids) if context is not None else request.max_tokens
-        self.output = Output(
-            self.backend.detokenizer(),
-            self.backend.eos_token_ids,
-            ignore_eos=request.ignore_eos,
-            max_tokens=min(request.max_tokens, room),
-        )
+        self.output = Output(self.backend.detokenizer(), self._ends_text, max_tokens=min(request.max_tokens, room))
         self.top_n = TOP_N if request.inspect and self.backend.capabilities.top_n else 0
         self.set_aside_s = 0.0
         """Time spent on counterfactual routes, taken off the lane's clock: not the lane's own work."""
         self.last_end_s = 0.0
         """When the last round or step ended (first: when the prefill did). A round's or step's
         time runs from there, so that the rounds' times add up to the lane's time between tokens."""
+
+    def _ends_text(self, token_id: int) -> bool:
+        return token_id in self.backend.eos_token_ids and not self.request.ignore_eos
 
     def _now(self) -> float:
         return self.clock() - self.set_aside_s

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Sequence
 
 from specplay.engine.backend_protocol import Detokenizer
 from specplay.engine.events import FinishReason, Token, TokenSource
 
 
 class Output:
-    """The tokens a run has output and their text. The end-of-text token ends the text and is not
+    """The tokens a run has output and their text. A token `ends_text` says ends the text is not
     output; `max_tokens` is the request's limit, or less where the target's context ends first."""
 
-    def __init__(
-        self, detokenizer: Detokenizer, eos_token_ids: Collection[int], *, ignore_eos: bool, max_tokens: int
-    ) -> None:
+    def __init__(self, detokenizer: Detokenizer, ends_text: Callable[[int], bool], *, max_tokens: int) -> None:
         self.detokenizer = detokenizer
-        self.eos_token_ids = frozenset(() if ignore_eos else eos_token_ids)
+        self.is_eos = ends_text
+        """Asked token by token: a server's target may show an end-of-text token mid-run."""
         self.max_tokens = max_tokens
         self.token_ids: list[int] = []
         self.text_parts: list[str] = []
@@ -27,9 +26,6 @@ class Output:
     @property
     def remaining(self) -> int:
         return self.max_tokens - len(self.token_ids)
-
-    def is_eos(self, token_id: int) -> bool:
-        return token_id in self.eos_token_ids
 
     def add(self, committed: Sequence[tuple[int, TokenSource]]) -> tuple[list[Token], FinishReason | None]:
         """Output committed tokens in order, stopping at the end of text or the limit."""

@@ -183,9 +183,11 @@ def test_a_damaged_router_file_is_refused_in_one_line(
 
 def test_no_session_to_learn_from_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plain = [p for p in list_session_files(SAVED) if session_scores(load_session(p).main.rounds) is None]
-    assert len(plain) == 3  # the fourth saved session has counterfactual rounds
+    assert len(plain) == 4  # the fifth saved session has counterfactual rounds
+    turns = sum(len(load_session(p).turns) for p in plain)  # a conversation's turns are examples each
+    assert turns == 6
     err = _error(capsys, ["router", "train", *map(str, plain), "--out", str(tmp_path / "r.json")])
-    assert err.startswith("specplay: error: SESSION|DIR hold no session that can be scored (skipped 3 sessions")
+    assert err.startswith(f"specplay: error: SESSION|DIR hold no session that can be scored (skipped {turns} sessions")
     assert "without counterfactual routes" in err and not (tmp_path / "r.json").exists()
     err = _error(capsys, ["router", "train", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r.json")])
     assert "is neither a session file nor a folder of sessions" in err
