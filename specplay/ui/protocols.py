@@ -77,6 +77,11 @@ class View(Protocol):
 
     def clear_lanes(self) -> None: ...
 
+    def start_turn(self, index: int, prompt: str) -> None:
+        """A conversation's turn `index` (from 0) begins after the lanes' texts so far: mark where,
+        with the user's prompt, in every lane of the run (and on the draft tape)."""
+        ...
+
     def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
         """Take an event into its lane (and the draft tape); shown at the next redraw."""
         ...
@@ -133,7 +138,13 @@ class RunReadout(Protocol):
         ...
 
     @property
-    def tallies(self) -> Mapping[str, LaneTally]: ...
+    def tallies(self) -> Mapping[str, LaneTally]:
+        """Each lane's tally in the turn on show (the only one, for a single prompt)."""
+        ...
+
+    def turn_tallies(self, lane: str) -> list[LaneTally]:
+        """`lane`'s tally in every turn of the conversation on show, the last turn's last."""
+        ...
 
     @property
     def shown_capabilities(self) -> Capabilities:
