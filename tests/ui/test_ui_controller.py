@@ -557,3 +557,26 @@ def test_a_change_in_a_later_turn_applies_there_and_the_draft_lane_waits_for_the
         assert refused[0].endswith("route to a drafter, or ctrl+n starts over")
     finally:
         playground.close()
+
+
+def test_measuring_round_costs_between_turns_keeps_the_conversations_caches(tmp_path: Path) -> None:
+    """The measurement runs generations of its own; the follow-up still goes on from each lane's
+    generation, its caches as its first turn left them."""
+    harness = Harness(tmp_path, raw=True, max_tokens=16, ignore_eos=True, settings=SpecSettings(route="near"))
+    playground, screen, backend = harness.playground, harness.screen, harness.backend
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == RunState.READY, "the models to load")
+        playground.run()
+        harness.until(lambda: playground.status.startswith("finished"), "turn 1")
+        turn_1 = list(backend.generations)
+        playground.measure_costs()
+        harness.until(lambda: playground.costs is not None, "the round costs", timeout_s=60)
+        measured = len(backend.generations)
+        screen.prompt = "go on"
+        playground.run()
+        harness.until(lambda: playground.status.startswith("finished (length) turn 2"), "turn 2")
+        assert measured > len(turn_1)  # the measurement opened generations of its own
+        assert {id(g) for g in backend.generations[measured:]} == {id(g) for g in turn_1}
+    finally:
+        playground.close()

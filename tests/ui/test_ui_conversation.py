@@ -5,6 +5,7 @@ again showing them all."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from textual.pilot import Pilot
@@ -21,10 +22,11 @@ from specplay.ui.protocols import RunState
 from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.tape import DraftTape
 from tests.support.checks import every
+from tests.support.fake_vllm import FakeVllm
 from tests.support.prompts import CODE_PROMPT, CONVERSATION
 from tests.support.scripted import ScriptedBackend, scripted_backend
 from tests.support.tiny_models import TinyModels
-from tests.support.ui_helpers import RoundHold, make_app, scripted_app, wait_for
+from tests.support.ui_helpers import RoundHold, app_for, make_app, scripted_app, server_config, wait_for
 
 FOLLOW_UP = "Now the same, with a docstring."
 TOKENS = 64
@@ -218,3 +220,34 @@ async def test_a_follow_up_on_real_mlx_caches_answers_alike_in_both_lanes(tiny: 
         assert speculative.token_ids == target.token_ids and speculative.token_ids
         session = load_session(app.playground.last_session)  # type: ignore[arg-type]
         assert [turn.prompt for turn in session.turns] == [prompt, follow_up] and session.complete
+
+
+async def test_a_follow_up_on_vllm_servers_sends_each_lane_its_own_conversation(
+    servers: tuple[FakeVllm, FakeVllm], tmp_path: Path
+) -> None:
+    """Lanes on (fake) vLLM servers: the follow-up's prompt is each lane's conversation, encoded
+    by the server's tokenizer after the lane's own first answer (the server keeps its own prefix
+    cache), and greedy lanes answer it alike."""
+    target, near = servers
+    config = server_config(
+        target.url, {"near": near.url}, tmp_path, settings=SpecSettings(route="near"), prompt=CODE_PROMPT, raw=True
+    )
+    app = app_for(replace(config, request=replace(config.request, max_tokens=12, ignore_eos=True)))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the servers", timeout_s=60)
+        await _run_to_the_end(app, pilot, saved=1)
+        first = {lane: _done(app, lane).text for lane in LANES}
+        await _type(app, pilot, FOLLOW_UP)
+        await pilot.press("ctrl+r")
+
+        def turn_2_ended() -> bool:
+            return app.playground.state == RunState.READY and "turn 2" in app.playground.status
+
+        await wait_for(pilot, turn_2_ended, "turn 2 to end", timeout_s=60)
+        source = app.playground.host.source
+        assert source is not None
+        for lane in LANES:
+            ids = list(_start(app.playground.events[lane]).prompt_token_ids)
+            assert ids == source.encode(FOLLOW_UP, True, [Exchange(CODE_PROMPT, first[lane])]), lane
+        assert _done(app, "speculative").token_ids == _done(app, "target").token_ids
+        assert [t.prompt for t in load_session(app.playground.last_session).turns] == [CODE_PROMPT, FOLLOW_UP]  # type: ignore[arg-type]
