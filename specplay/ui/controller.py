@@ -290,6 +290,7 @@ class PlaygroundController:
             self._run(prompt, follows=True)
             return
         self.conversation.queued.clear()
+        self._view.offer_follow_up()
         words = self.conversation.ended_words(turn, error, finish, self._route_note, saved)
         self.set_status(words, error=failed or error is not None)
 

@@ -71,6 +71,11 @@ class View(Protocol):
 
     def current_prompt(self) -> str: ...
 
+    def offer_follow_up(self) -> None:
+        """A turn ended: what is typed in the prompt box next replaces the prompt (a follow-up),
+        and the prompt left as it is runs again."""
+        ...
+
     def show_draft_lane(self, shown: bool, note: str = "") -> None:
         """Show or hide the draft-only lane; `note` stands in its text until a run fills it."""
         ...

@@ -59,6 +59,9 @@ class Screen:
     def current_prompt(self) -> str:
         return self.prompt
 
+    def offer_follow_up(self) -> None:
+        self.calls.append(("follow_up", None))
+
     def show_draft_lane(self, shown: bool, note: str = "") -> None:
         self.calls.append(("draft_lane", shown))
         self.draft_note = note  # what the lane says in place of its text
@@ -472,6 +475,7 @@ def test_turn_bookkeeping_follow_ups_a_rerun_a_new_conversation_and_a_failed_tur
         first = _answers(playground)
         session = playground.last_session
         assert session is not None and len(playground.conversation) == 1 and not screen.said("turn")
+        assert len(screen.said("follow_up")) == 1  # the prompt, selected: what is typed replaces it
 
         run("shorter")
         assert screen.said("turn") == [(1, "shorter")] and playground.status.startswith("finished (length) turn 2 ")

@@ -66,10 +66,11 @@ def _text(app: PlaygroundApp, lane: str) -> str:
 
 
 async def _type(app: PlaygroundApp, pilot: Pilot[None], text: str) -> None:
-    """Replace what the prompt box holds by typing `text`, as a user does."""
+    """Type `text` in the prompt box after a run, as a user does: the run left the prompt
+    selected, so what is typed replaces it."""
     prompt = app.query_one("#prompt", TextArea)
     prompt.focus()
-    prompt.select_all()
+    assert prompt.selected_text == prompt.text
     await pilot.press(*text)
     assert prompt.text == text
 

@@ -132,6 +132,9 @@ class PlaygroundScreen(Screen[None]):
         shown = self.query_one("#prompt", TextArea).text
         return self._prompt if shown == visible(self._prompt) else shown
 
+    def offer_follow_up(self) -> None:
+        self.query_one("#prompt", TextArea).select_all()
+
     def show_draft_lane(self, shown: bool, note: str = "") -> None:
         lane = self.query_one(f"#{DRAFT_LANE}", LaneView)
         lane.display = shown
