@@ -12,12 +12,15 @@ from textual.pilot import Pilot
 from textual.widgets import TextArea
 from textual_slider import Slider
 
+from specplay.cli import build_parser
+from specplay.cli import tui as tui_command
+from specplay.display.text import visible
 from specplay.engine.conversation import Exchange
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SpecSettings
 from specplay.store import list_session_files, load_session
-from specplay.ui.app import PlaygroundApp
+from specplay.ui.app import PlaygroundApp, create_app
 from specplay.ui.protocols import RunState
 from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.tape import DraftTape
@@ -182,14 +185,15 @@ async def test_a_follow_up_continues_each_lanes_conversation_and_a_live_change_a
 
 
 def _text_of(path: Path, lane: str) -> str:
-    """What a lane shows of a saved conversation: each turn's answer, a later turn's after its prompt."""
+    """What a lane shows of a saved conversation: each turn's answer, a later turn's after its
+    prompt (control characters as their pictures)."""
     session = load_session(path)
     parts = []
     for turn in session.turns:
         if turn.index:
             parts.append(_separator(turn.index + 1, turn.prompt))
         parts.append(turn.lanes[lane].done.text)  # type: ignore[union-attr]
-    return "".join(parts)
+    return visible("".join(parts))
 
 
 async def test_a_follow_up_on_real_mlx_caches_answers_alike_in_both_lanes(tiny: TinyModels, tmp_path: Path) -> None:
@@ -221,6 +225,16 @@ async def test_a_follow_up_on_real_mlx_caches_answers_alike_in_both_lanes(tiny: 
         assert speculative.token_ids == target.token_ids and speculative.token_ids
         session = load_session(app.playground.last_session)  # type: ignore[arg-type]
         assert [turn.prompt for turn in session.turns] == [prompt, follow_up] and session.complete
+
+    # `specplay tui --open SESSION`, as the command builds it: every turn, read-only, on its models.
+    args = build_parser().parse_args(["tui", "--open", session.id, "--sessions-dir", str(tmp_path)])
+    config, opened = tui_command.configure(args)
+    reopened = create_app(config, tui_command.playground_options(args, config, opened))
+    async with reopened.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: reopened.playground.state == RunState.READY, "models to load", timeout_s=120)
+        assert "a conversation of 2 turns, read-only" in reopened.playground.status
+        for lane in LANES:
+            assert _text(reopened, lane) == _text_of(session.path, lane)
 
 
 async def test_a_follow_up_on_vllm_servers_sends_each_lane_its_own_conversation(
