@@ -12,7 +12,7 @@ import gc
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from functools import partial
@@ -20,6 +20,7 @@ from typing import Any
 
 from specplay.backends import open_stream, refit_blas_threads, thread_cleanup
 from specplay.config.run_config import RequestConfig, RunConfig
+from specplay.engine.conversation import Exchange
 from specplay.engine.costs import SHORT_DRAFT, RoundCosts, measure_costs, measure_drafting
 from specplay.engine.events import Event, RoundEvent
 from specplay.engine.live_controls import LiveControls
@@ -117,30 +118,35 @@ class ModelHost:
         controls: Mapping[str, LiveControls],
         on_event: OnEvent,
         on_end: Callable[[BaseException | None], None],
+        earlier: Mapping[str, Sequence[Exchange]] | None = None,
     ) -> None:
         """Run the lanes named in `controls` (each lane's name is its engine mode) on the model
         thread; the speculative lane inspects, so its tokens can be drilled into. Where the
         lanes' models share this machine they take turns event by event, each timed by its own
-        turns; a server that streams each lane in its own time runs them one after the other."""
+        turns; a server that streams each lane in its own time runs them one after the other.
+        `earlier`: the prompt is a conversation's next turn, and each lane continues its own
+        conversation, these its earlier exchanges (its own answers), its caches kept from its last
+        turn; None: a new conversation."""
 
         def run() -> None:
             source = self.source
             assert source is not None and spec.prompt is not None
             if self._refit is not None:  # before the first event: the session records the count
                 self._refit("as the run started")
-            token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
             lanes: dict[str, tuple[LaneClock, Iterator[Event]]] = {}
             for lane in controls:
                 clock = LaneClock(self._clock)
+                before = earlier.get(lane, ()) if earlier is not None else ()
                 # pipeline=False: lanes on one device may not compute on another's time.
                 request = Request(
                     prompt=spec.prompt,
-                    prompt_token_ids=token_ids,
+                    prompt_token_ids=tuple(source.encode(spec.prompt, spec.raw, before)),
                     mode=lane,  # type: ignore[arg-type]
                     seed=spec.seed,
                     max_tokens=spec.max_tokens,
                     ignore_eos=spec.ignore_eos,
                     pipeline=False,
+                    continues=earlier is not None,
                     inspect=lane == "speculative",
                 )
                 lanes[lane] = (clock, source.generate(request, controls[lane], clock))
@@ -172,6 +178,14 @@ class ModelHost:
             source = self.source
             if not isinstance(source, SpecEngine):  # a speculating server runs its own rounds
                 raise ConfigError("costs", "cannot be measured here: the server runs the rounds itself")
+            kept = dict(source.kept)  # a conversation's caches: its next turn still goes on from them
+            try:
+                return timed(source)
+            finally:
+                source.kept.clear()
+                source.kept.update(kept)
+
+        def timed(source: SpecEngine) -> RoundCosts:
             assert spec.prompt is not None
             if self._refit is not None:
                 self._refit("as the measurement started")

@@ -1,10 +1,11 @@
-"""A run of the playground's lanes saved as one session, event by event, as the run goes.
+"""A conversation's runs in the playground saved as one session, event by event, as each goes.
 
-The session opens at the run's first start event, takes each lane's events in the order the
-screen shows them, and is flushed once per batch. A write that fails (a full disk) stops the
-saving for the rest of the run, never the run: what was written is kept, and `unsaved` says why
-the rest was not. Closing without finishing (the app quits mid-run) leaves an incomplete but
-readable session.
+The session opens at the first run's first start event, takes each lane's events in the order the
+screen shows them, and is flushed once per batch. Each run that ends finishes it (complete on
+disk); a follow-up opens it again behind a turn record, so every turn of the conversation is in
+the one file. A write that fails (a full disk) stops the saving for the rest of the
+conversation, never the run: what was written is kept, and `unsaved` says why the rest was not.
+Closing without finishing (the app quits mid-run) leaves an incomplete but readable session.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from specplay.store import SessionWriter
 
 
 class RunRecorder:
-    """One run's session. `on_unsaved` hears, once, why the run will not be (fully) saved."""
+    """One conversation's session (a single prompt is a conversation of one turn). `on_unsaved`
+    hears, once, why it will not be (fully) saved."""
 
     def __init__(
         self,
@@ -43,9 +45,9 @@ class RunRecorder:
         self.token_text, self.on_unsaved = token_text, on_unsaved
         self.writer: SessionWriter | None = None
         self.saving = True
-        """False once this run's session could not be written: no later lane opens another."""
+        """False once this session could not be written: no later lane or turn opens another."""
         self.unsaved: str | None = None
-        """Why this run's session could not be written, said again when the run ends."""
+        """Why this session could not be written, said again when each run ends."""
 
     def record(self, lane: str, event: Event) -> None:
         """Write an event, opening the session at the run's first start."""
@@ -65,10 +67,22 @@ class RunRecorder:
             except SpecplayError as error:
                 self._drop(error)
 
+    def start_turn(self, prompt: str) -> None:
+        """A follow-up begins: the session, finished by the run before, goes on with a turn record
+        for `prompt`; the lanes' events from here answer it."""
+        if self.writer is None:  # never opened, or given up: said when the run began or ended
+            return
+        try:
+            self.writer.reopen()
+            self.writer.start_turn(prompt)
+        except SpecplayError as error:
+            self._drop(error)
+
     def finish(self, error: BaseException | None) -> tuple[Path | None, str, bool]:
-        """The run ended (`error`: how it failed): the saved session, if any, the words for the
+        """A run ended (`error`: how it failed): the saved session, if any, the words for the
         status line ("; saved NAME", "; not saved: why", "; NOT saved: why", or nothing; a failed
-        run says only the last) and whether saving failed."""
+        run says only the last) and whether saving failed. A finished session stays open to a
+        follow-up (`start_turn`); a failed run's is left incomplete, and no turn follows it."""
         saved, path = "", None
         if self.writer is not None:
             try:
@@ -76,12 +90,15 @@ class RunRecorder:
                     path = self.writer.finalize()
                     saved = f"; saved {path.name}"
             except SpecplayError as failure:
-                saved = f"; not saved: {error_line(failure)}"
-            self.writer.close()
-            self.writer = None
+                self.unsaved = error_line(failure)  # what a later turn says
+                saved = f"; not saved: {self.unsaved}"
+            if path is None:  # failed, or not finished: the session is kept as it is, and no turn follows
+                self.writer.close()
+                self.writer, self.saving = None, False
+                return None, saved, bool(saved)
         if self.unsaved is not None:
             saved = f"; NOT saved: {self.unsaved}"
-        return path, saved, self.unsaved is not None or saved.startswith("; not saved")
+        return path, saved, self.unsaved is not None
 
     def close(self) -> None:
         """Stop writing: incomplete, but every event so far is on disk."""

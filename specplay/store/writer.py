@@ -42,6 +42,9 @@ def round_token_ids(event: RoundEvent) -> list[int]:
     return ids
 
 
+_END = record_line({"type": "end"})
+
+
 def _new_name(now: datetime) -> str:
     return f"{now.strftime('%Y-%m-%dT%H-%M-%S')}_{secrets.token_hex(3)}{SUFFIX}"
 
@@ -146,7 +149,31 @@ class SessionWriter:
         """Mark the session complete, atomically; if that cannot be written, the session stays as
         it is (readable, incomplete) and nothing else is left behind."""
         self.close()
-        self._lines.append(record_line({"type": "end"}))
+        self._lines.append(_END)
+        try:
+            self._replace_file()
+        except OSError as exc:
+            raise SessionError(
+                f"cannot finish the session {self.path}: {exc.strerror or exc}; it is kept, marked incomplete"
+            ) from None
+        return self.path
+
+    def reopen(self) -> None:
+        """Go on writing a finalized session (a conversation's next turn): it reads as incomplete
+        again, every record kept, until the next `finalize`."""
+        while self._lines and self._lines[-1] == _END:
+            self._lines.pop()
+        try:
+            self._replace_file()
+            self._file = self.path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise SessionError(
+                f"cannot go on writing the session {self.path}: {exc.strerror or exc}; what it holds is kept"
+            ) from None
+
+    def _replace_file(self) -> None:
+        """Put every record written into the session's place at once: a reader sees the old file
+        or this one, never a mix."""
         partial = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.tmp")
         try:
             with partial.open("x", encoding="utf-8") as out:
@@ -154,13 +181,10 @@ class SessionWriter:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(partial, self.path)
-        except OSError as exc:
+        except OSError:
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)
-            raise SessionError(
-                f"cannot finish the session {self.path}: {exc.strerror or exc}; it is kept, marked incomplete"
-            ) from None
-        return self.path
+            raise
 
     def close(self) -> None:
         """Stop writing without finalizing: the session stays readable, marked incomplete."""

@@ -108,6 +108,7 @@ class PlaygroundApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "run", "Run", priority=True),
         Binding("escape", "stop", "Stop"),
+        Binding("ctrl+n", "new_conversation", "New conversation", priority=True),
         Binding("f2", "toggle_draft_lane", "Draft lane", priority=True),
         Binding("f3", "inspect_last", "Inspect", priority=True),
         Binding("f4", "pick_prompt", "Prompts", priority=True),
@@ -217,6 +218,9 @@ class PlaygroundApp(App[None]):
 
     def action_stop(self) -> None:
         self.playground.stop()
+
+    def action_new_conversation(self) -> None:
+        self.playground.new_conversation()
 
     def action_toggle_draft_lane(self) -> None:
         self.playground.change("draft_lane", not self.playground.draft_lane)

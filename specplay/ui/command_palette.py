@@ -30,6 +30,11 @@ def palette_commands(app: PlaygroundApp) -> Iterable[SystemCommand]:
     yield SystemCommand("Screenshot", f"Save the screen as SVG (and PNG) in {folder} (f12)", app.action_screenshot)
     yield SystemCommand("Run", "Generate in every lane (ctrl+r)", app.action_run)
     yield SystemCommand("Stop", "Stop the lanes at the next round (escape)", app.action_stop)
+    yield SystemCommand(
+        "New conversation",
+        "Forget the turns so far: the next run starts over, its prompt the first turn (ctrl+n)",
+        app.action_new_conversation,
+    )
     yield SystemCommand("Next theme", "Cycle the specplay themes (ctrl+t)", app.action_next_theme)
     yield SystemCommand("Draft-only lane", "Show or hide the drafter-alone lane (f2)", app.action_toggle_draft_lane)
     yield SystemCommand("Inspect a token", "Drill into the speculative lane's last token (f3)", app.action_inspect_last)

@@ -1,7 +1,7 @@
-"""The playground's logic without a screen: the lanes of a run, where live changes go, the session
-being written, and saved sessions reopened. The Textual app draws what it decides, through the
-small `View` protocol, and the screen reads the run through `RunReadout`: wiring in one direction,
-and all of this tested without a terminal.
+"""The playground's logic without a screen: the lanes of a run (ui/lane_run.py), the conversation
+it starts or continues and its session (ui/turns.py), where live changes go, and saved sessions
+reopened. The Textual app draws what it decides, through the small `View` protocol, and the screen
+reads the run through `RunReadout`: wiring in one direction, all of it tested without a terminal.
 
 Threads: the model thread appends lane events to `inbox` (a deque append is thread-safe) and
 tells the UI thread through the `Outbox` (the app posts each as a typed Textual message,
@@ -13,6 +13,7 @@ else here runs too. No Textual here: this is tested without a terminal.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +24,19 @@ from specplay.drafters import cannot_write
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.costs import RoundCosts
 from specplay.engine.events import Event
-from specplay.engine.live_controls import LiveControls, checked_change
-from specplay.engine.routers.routing import RouteChoice, describe_route, resolve_route
-from specplay.engine.settings import ROUTE_SETTINGS
+from specplay.engine.live_controls import checked_change
+from specplay.engine.routers.routing import describe_route
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
 from specplay.runner.recording import RunRecorder
 from specplay.store import Session
 from specplay.ui.lane_board import ALL_LANES, LaneBoard
-from specplay.ui.opened import opened_items, opened_settings, opened_status
-from specplay.ui.protocols import LaneItem, Outbox, RunState, View
+from specplay.ui.lane_run import LaneRun, draft_lane_switched, first_lanes, route_choice, routed_drafter
+from specplay.ui.opened import opened_settings, opened_status
+from specplay.ui.protocols import Outbox, RunState, View
 from specplay.ui.stats import LaneTally, verify_steps
-
-NEXT_RUN_LANE = "the draft-only lane runs from the next run (ctrl+r): this run began without it"
+from specplay.ui.turns import Conversation
 
 
 class PlaygroundController:
@@ -60,18 +60,18 @@ class PlaygroundController:
         self.costs: RoundCosts | None = None
         """A round's parts as last measured here: the lane's stats then say which k would pay."""
         self.run_id = 0
-        self.controls: dict[str, LiveControls] = {}
+        self.lane_run: LaneRun | None = None
+        """The current (or last) run: its prompt and each lane's live controls."""
         self.draft_lane = draft_lane
         self.lanes: tuple[str, ...] = LANES
         """The lanes of the current (or last) run, in session order."""
         self.board = LaneBoard(outbox.lane_events_arrived)
         """The current (or last) run's events and tallies, per lane, and the queue to the screen."""
+        self.conversation = Conversation(self.board, lambda: self._view)
+        """The turns on show, their session, and what the next run may follow up (ui/turns.py)."""
         self.opened: Session | None = None
         """The session on show read-only, until the next run."""
         self.last_session: Path | None = None
-        self._prompt = ""
-        self.recorder: RunRecorder | None = None
-        """The current (or last) run's session, written as its events are shown."""
         self._route_note = ""
         """Where the current run's route sent its prompt, for the status line."""
         self._closing = False
@@ -84,6 +84,9 @@ class PlaygroundController:
     @property
     def tallies(self) -> dict[str, LaneTally]:
         return self.board.tallies
+
+    def turn_tallies(self, lane: str) -> list[LaneTally]:
+        return self.board.turn_tallies(lane)
 
     def attach(self, view: View) -> None:
         self.view = view
@@ -150,7 +153,7 @@ class PlaygroundController:
             self.set_status("type a prompt first: costs are measured at its length", error=True)
             return
         rows = max(self.settings.policy_params.k_max, self.settings.k) + 1
-        route = self._route_for(prompt, self.settings.route)  # its rounds are measured too
+        route = routed_drafter(self.host.source, prompt, self.settings.route)  # its rounds are measured too
         self.state = RunState.MEASURING
         self.set_status(f"measuring round costs: the verify pass over 1..{rows} rows, a target step, the drafters…")
         request = replace(self.config.request, prompt=prompt)
@@ -169,7 +172,9 @@ class PlaygroundController:
     # --- runs --------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Generate in every lane from the prompt on screen, with the controls' settings and seed."""
+        """Generate in every lane from the prompt on screen, with the controls' settings and seed:
+        the conversation's next turn where the prompt follows up (ui/turns.py), else a new
+        conversation's first."""
         prompt = self._view.current_prompt()
         if self.state == RunState.UNLOADED:
             self.load(autorun=True)
@@ -180,21 +185,39 @@ class PlaygroundController:
         if not prompt.strip():
             self.set_status("type a prompt first", error=True)
             return
+        follows = self.conversation.follows_up(prompt)
+        opened = self.opened if self.opened is not None and prompt == self.opened.prompt and not follows else None
+        self._run(prompt, follows, [turn.prompt for turn in opened.turns[1:]] if opened else [])  # a re-run: every turn
+
+    def _run(self, prompt: str, follows: bool, queued: list[str] | None = None) -> None:
+        """A conversation's next turn (`follows`), or a new conversation's first, `queued` its later prompts."""
+        if follows and (why := self.conversation.refusal(lambda: self._draft_cannot(prompt, self.settings.route))):
+            self.conversation.queued.clear()
+            self.set_status(why, error=True)
+            return
         self.run_id += 1
         self.opened = None
-        wanted = (*LANES, DRAFT_LANE) if self.draft_lane else LANES
-        if self.draft_lane and (
-            why := cannot_write(self._route_for(prompt, self.settings.route), self.config.drafters)
-        ):
-            wanted = LANES
-            self._view.notify_user(f"no draft-only lane: {why}")
-        self.lanes = tuple(lane for lane in wanted if lane in self.capabilities.modes)
-        self.controls = {
-            lane: LiveControls(self.settings, self.drafters if lane != "target" else ()) for lane in self.lanes
-        }
-        self._clear()
-        self._prompt = prompt
-        self.recorder = RunRecorder(
+        if follows:
+            self.conversation.next_turn(prompt)
+        else:
+            self._new_conversation(prompt, queued or [])
+        run = self.lane_run = LaneRun(self.run_id, prompt, self.lanes, self.settings, self.drafters)
+        request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
+        earlier = self.conversation.earlier() if follows else None
+        self.state = RunState.RUNNING
+        self._say_route(prompt)
+        ended = partial(self.outbox.run_ended, run.run_id)
+        # The models start after the screen's next refresh, so the cleared lanes' layout, the
+        # costliest frame of a run, mostly falls before them rather than in the lanes' time.
+        self._view.when_drawn(lambda: run.start(self.host, request, self.board, ended, earlier))
+
+    def _new_conversation(self, prompt: str, queued: list[str]) -> None:
+        """The lanes of a conversation's first turn, cleared, and its session."""
+        draft_cannot = self._draft_cannot(prompt, self.settings.route) if self.draft_lane else None
+        self.lanes, notice = first_lanes(self.draft_lane, draft_cannot, self.capabilities.modes)
+        if notice:
+            self._view.notify_user(notice)
+        recorder = RunRecorder(
             self.config,
             prompt=prompt,
             lanes=self.lanes,
@@ -204,20 +227,25 @@ class PlaygroundController:
             token_text=self.host.decode if self.capabilities.local_token_text else None,
             on_unsaved=lambda why: self.set_status(f"not saving: this run will not be saved: {why}", error=True),
         )
-        request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
-        run_id = self.run_id
-        self.state = RunState.RUNNING
-        self._say_route(prompt)
-        # The models start after the screen's next refresh, so the cleared lanes' layout, the
-        # costliest frame of a run, mostly falls before them rather than in the lanes' time.
-        self._view.when_drawn(
-            lambda: self.host.start(
-                request,
-                self.controls,
-                lambda lane, event, busy_s, drafted: self.board.queue(LaneItem(run_id, lane, event, busy_s, drafted)),
-                lambda error: self.outbox.run_ended(run_id, error),
-            )
-        )
+        self.conversation.begin(self.lanes, recorder, queued)
+
+    def _draft_cannot(self, prompt: str, route: str) -> str | None:
+        """Why a draft-only lane cannot write on the drafter `route` picks for `prompt` (None: it can)."""
+        return cannot_write(routed_drafter(self.host.source, prompt, route), self.config.drafters)
+
+    def new_conversation(self) -> None:
+        """Forget the turns so far (and a session on show): the next run starts a conversation."""
+        if self.state.generating:
+            self._view.notify_user("stop the run before starting a new conversation", error=True)
+            return
+        self.run_id += 1  # anything still queued from an earlier run is dropped
+        self.opened = None
+        self.conversation.forget()
+        self._view.redraw(full=True)
+        if self.state == RunState.READY:
+            self.set_status("new conversation: ctrl+r runs the prompt as its first turn")
+        else:
+            self._view.notify_user("new conversation: the next run is its first turn")
 
     def draw_between_turns(self) -> bool:
         """Ask the models to wait at their next event boundary, where the outbox's `models_waiting`
@@ -232,47 +260,39 @@ class PlaygroundController:
         self.host.gate.release()
 
     def stop(self) -> None:
-        if self.state != RunState.RUNNING:
+        if self.state != RunState.RUNNING or self.lane_run is None:
             return
-        for controls in self.controls.values():
-            controls.request_stop()
+        self.lane_run.stop()
         self.state = RunState.STOPPING
         self.set_status("stopping at the next round…")
 
     def drain(self) -> bool:
         """Take every queued item of the current run into the lanes; whether there was any."""
-        taken = self.board.take_queued(self.run_id)
-        for item in taken:
-            self._take(item)
-        if taken and self.recorder is not None:
-            self.recorder.flush()
-        return bool(taken)
-
-    def _take(self, item: LaneItem, save: bool = True) -> None:
-        self.board.add(item)
-        if save and self.recorder is not None:
-            self.recorder.record(item.lane, item.event)
-        self._view.add_event(item.lane, item.event, item.drafted_text)
+        return self.conversation.drain(self.run_id)
 
     def ended(self, run_id: int, error: BaseException | None) -> None:
-        """UI thread: every lane of a run ended."""
+        """UI thread: every lane of a run ended; the conversation takes the turn, or ends with a
+        failed one."""
         if run_id != self.run_id:
             return
+        stopped, turn = self.state == RunState.STOPPING, self.conversation.turn_words()
         self.release_models()  # a frame asked for after the last event is drawn below
         self.state = RunState.READY
         self.drain()  # events still queued belong before the end
         self._view.redraw(full=True)
-        path, saved, failed = self.recorder.finish(error) if self.recorder is not None else (None, "", False)
+        assert self.lane_run is not None
+        path, saved, failed = self.conversation.end_turn(self.lane_run.prompt, error)
         self.last_session = path or self.last_session
-        if error is not None:
-            self.set_status(f"run failed: {error_line(error)}{saved}", error=True)
-        else:
-            finish = self.tallies["speculative"].finish_reason or "done"
-            self.set_status(f"finished ({finish}) · {self._route_note}{saved}; ctrl+r runs again", error=failed)
-
-    def _clear(self) -> None:
-        self.board.clear()
-        self._view.clear_lanes()
+        finish = self.tallies["speculative"].finish_reason or "done"
+        if error is None and self.conversation.queued and not stopped:  # a saved conversation's re-run
+            prompt = self.conversation.queued.pop(0)
+            self._view.show_prompt(prompt)
+            self._run(prompt, follows=True)
+            return
+        self.conversation.queued.clear()
+        self._view.offer_follow_up()
+        words = self.conversation.ended_words(turn, error, finish, self._route_note, saved)
+        self.set_status(words, error=failed or error is not None)
 
     # --- live controls -----------------------------------------------------------------------
 
@@ -283,10 +303,11 @@ class PlaygroundController:
             return
         if setting == "draft_lane":
             self.draft_lane = bool(value)
-            later = self.state.generating and self.draft_lane != (DRAFT_LANE in self.lanes)
-            self._view.show_draft_lane(self.draft_lane, note=NEXT_RUN_LANE if later and self.draft_lane else "")
-            if later:
-                self._view.notify_user("the draft-only lane changes from the next run")
+            switched = (self.draft_lane, self.lanes, self.state.generating, bool(self.conversation))
+            note, notice = draft_lane_switched(*switched)
+            self._view.show_draft_lane(self.draft_lane, note=note)
+            if notice:
+                self._view.notify_user(notice)
             return
         try:
             change = checked_change(self.settings, self.drafters, **{setting: value}).supported_by(self.capabilities)
@@ -302,55 +323,38 @@ class PlaygroundController:
         if not self.capabilities.live_controls:  # a request's settings are the server's from its first token
             self._view.notify_user("these settings are the server's: changes apply from the next run")
             return
-        # The speculative lane takes every change; the target-only lane only sampling changes,
-        # so the two lanes keep sampling the same distribution.
-        # The draft-only lane takes the route too, so it shows the drafter now serving.
-        lanes = self.lanes if change.sampling_only else ("speculative",)
-        if setting == "route" and DRAFT_LANE in self.lanes:
-            if why := cannot_write(self._route_for(self._prompt, value), self.config.drafters):
-                self._view.notify_user(f"the draft-only lane keeps its drafter: {why}")
-            else:
-                lanes += (DRAFT_LANE,)
-        running = [lane for lane in lanes if not self.board.ended(lane)]
-        if not running:  # the control moved, but no lane it reaches is still generating
-            self._view.notify_user("the lanes this change goes to have ended: it applies from the next run")
-        for lane in running:
-            self.controls[lane].apply(change)
+        assert self.lane_run is not None
+        prompt = self.lane_run.prompt
+        draft_cannot = self._draft_cannot(prompt, value) if setting == "route" else None
+        running, notices = self.lane_run.apply(change, setting, draft_cannot, self.board.ended)
+        for notice in notices:
+            self._view.notify_user(notice)
         if setting == "route" and "speculative" in running:
-            self._say_route(self._prompt)
-
-    def _choice(self, prompt: str, route: str) -> RouteChoice | None:
-        """The router's choice for `prompt` where the route setting asks one (auto, adaptive)."""
-        source = self.host.source
-        return source.routing.choice(prompt) if route in ROUTE_SETTINGS and source is not None else None
+            self._say_route(prompt)
 
     def _say_route(self, prompt: str) -> None:
         """The status line while a run goes: where the speculative lane's route sends this prompt."""
-        self._route_note = describe_route(self.settings.route, self._choice(prompt, self.settings.route))
-        self.set_status(f"generating (seed {self.seed}) · {self._route_note}… escape stops")
-
-    def _route_for(self, prompt: str, route: str) -> str:
-        """The drafter a route setting picks for `prompt` (adaptive: the one it starts from)."""
-        choice = self._choice(prompt, route)
-        return route if choice is None else resolve_route(route, choice.drafter)
+        choice = route_choice(self.host.source, prompt, self.settings.route)
+        self._route_note = describe_route(self.settings.route, choice)
+        turn = self.conversation.turn_words()
+        self.set_status(f"generating{turn} (seed {self.seed}) · {self._route_note}… escape stops")
 
     # --- saved sessions ----------------------------------------------------------------------
 
     def open_session(self, session: Session) -> None:
-        """Show a saved session read-only: its prompt, lanes, tape and stats as they were (the
-        screen reads the file: ui/opened.py)."""
+        """Show a saved session read-only: its prompt, lanes, tape and stats as they were, every
+        turn of a conversation below the one before (the screen reads the file: ui/opened.py)."""
         if self.state.generating:
             self._view.notify_user("stop the run before opening a session", error=True)
             return
         self.run_id += 1  # anything still queued from an earlier run is dropped
         self.opened = session
-        self._clear()
+        self.conversation.forget()
         self._view.show_prompt(session.prompt)
         self.lanes = tuple(lane for lane in session.header["lanes"] if lane in ALL_LANES)
         if DRAFT_LANE in self.lanes and not self.draft_lane:
             self.change("draft_lane", True)
-        for item in opened_items(session, self.lanes, self.run_id, self.host.decode):
-            self._take(item, save=False)
+        self.conversation.show_saved(session, self.lanes, self.run_id, self.host.decode)
         self._view.redraw(full=True)
         if self.state == RunState.READY:
             self._show_opened_settings(session)
@@ -386,14 +390,9 @@ class PlaygroundController:
 
     def close(self) -> None:
         self._closing = True
-        for controls in self.controls.values():
-            controls.request_stop()
+        if self.lane_run is not None:
+            self.lane_run.stop()
         try:
-            # Events wait for the next frame (up to a second on a busy machine): they are saved too.
-            for item in self.board.take_queued(self.run_id):
-                if self.recorder is not None:
-                    self.recorder.record(item.lane, item.event)
+            self.conversation.close(self.run_id)  # every event so far is on disk
         finally:
-            if self.recorder is not None:
-                self.recorder.close()  # incomplete, but every event so far is on disk
             self.host.close()

@@ -1,5 +1,6 @@
 """The lanes of the current (or last) run as the playground holds them: every event per lane (what
-its session records), each lane's tally, and the queue between the model thread and the screen.
+its session records), each lane's tally, the earlier turns' tallies of a conversation, and the
+queue between the model thread and the screen.
 
 The model thread queues each event (a deque append is thread-safe) and the screen is told once
 until it takes the batch: `take_queued` clears that flag before it takes, so an event queued
@@ -25,6 +26,8 @@ class LaneBoard:
         self.tell_screen = tell_screen
         self.events: dict[str, list[Event]] = {lane: [] for lane in ALL_LANES}
         self.tallies: dict[str, LaneTally] = {lane: LaneTally() for lane in ALL_LANES}
+        self.earlier: list[dict[str, LaneTally]] = []
+        """The tallies of the conversation's turns before this one, on show with it."""
         self.inbox: deque[LaneItem] = deque()
         """Filled by the model thread, taken by the UI thread in batches."""
         self._signalled = False
@@ -52,8 +55,21 @@ class LaneBoard:
         self.tallies[item.lane].add(item.event, item.busy_s)
 
     def clear(self) -> None:
+        """A new conversation: no turn on show."""
         self.events = {lane: [] for lane in ALL_LANES}
         self.tallies = {lane: LaneTally() for lane in ALL_LANES}
+        self.earlier = []
+
+    def next_turn(self) -> None:
+        """The conversation goes on: this turn's tallies join the earlier ones, its events (in its
+        session) make way for the next turn's."""
+        self.earlier.append(self.tallies)
+        self.events = {lane: [] for lane in ALL_LANES}
+        self.tallies = {lane: LaneTally() for lane in ALL_LANES}
+
+    def turn_tallies(self, lane: str) -> list[LaneTally]:
+        """`lane`'s tally in every turn on show, this one last."""
+        return [*(turn[lane] for turn in self.earlier), self.tallies[lane]]
 
     def ended(self, lane: str) -> bool:
         """Whether `lane`'s last event taken is its end (a later change cannot reach it)."""

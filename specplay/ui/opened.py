@@ -3,14 +3,14 @@ controller (`PlaygroundController.open_session`), and described in the status li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specplay.engine.events import Event, RoundEvent, StepEvent
 from specplay.engine.settings import AUTO_ROUTE, RESERVED_ROUTES, SpecSettings
 from specplay.errors import SpecplayError, error_line
-from specplay.store import Session, load_session
+from specplay.store import LaneRecord, Session, load_session
 from specplay.store.changes import skipped_changes
 from specplay.ui.protocols import LaneItem
 
@@ -33,20 +33,21 @@ def opened_status(session: Session) -> tuple[str, bool]:
     its live changes that cannot be applied (a newer specplay's setting, or an edit), which the
     tape shows and the replay skips."""
     complete = "" if session.complete else " (incomplete)"
-    skipped = skipped_changes(session.lanes.values())
+    turns = f", a conversation of {len(session.turns)} turns" if len(session.turns) > 1 else ""
+    skipped = skipped_changes(lane for turn in session.turns for lane in turn.lanes.values())
     more = f", and {len(skipped) - 1} more" if len(skipped) > 1 else ""
     note = f" ({skipped[0]}{more}; a newer specplay wrote it, or the file was edited)" if skipped else ""
-    return f"session {session.id}{complete}, read-only{note}", bool(skipped)
+    return f"session {session.id}{complete}{turns}, read-only{note}", bool(skipped)
 
 
 def opened_items(
-    session: Session, lanes: Sequence[str], run_id: int, decode: Callable[[int], str]
+    records: Mapping[str, LaneRecord], lanes: Sequence[str], run_id: int, decode: Callable[[int], str]
 ) -> Iterator[LaneItem]:
-    """The session's events, lane by lane, as a run would have queued them (each with its lane's
-    time so far, and a round's drafted texts)."""
+    """One turn's events (`records`, each lane's), lane by lane, as a run would have queued them
+    (each with its lane's time so far in the turn, and a round's drafted texts)."""
     for lane in lanes:
         busy_s = 0.0
-        for event in session.lanes[lane].events if lane in session.lanes else ():
+        for event in records[lane].events if lane in records else ():
             busy_s += event_seconds(event)
             drafted = tuple(map(decode, event.drafted)) if isinstance(event, RoundEvent) else ()
             yield LaneItem(run_id, lane, event, busy_s, drafted)

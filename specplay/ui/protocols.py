@@ -71,11 +71,21 @@ class View(Protocol):
 
     def current_prompt(self) -> str: ...
 
+    def offer_follow_up(self) -> None:
+        """A turn ended: what is typed in the prompt box next replaces the prompt (a follow-up),
+        and the prompt left as it is runs again."""
+        ...
+
     def show_draft_lane(self, shown: bool, note: str = "") -> None:
         """Show or hide the draft-only lane; `note` stands in its text until a run fills it."""
         ...
 
     def clear_lanes(self) -> None: ...
+
+    def start_turn(self, index: int, prompt: str) -> None:
+        """A conversation's turn `index` (from 0) begins after the lanes' texts so far: mark where,
+        with the user's prompt, in every lane of the run (and on the draft tape)."""
+        ...
 
     def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
         """Take an event into its lane (and the draft tape); shown at the next redraw."""
@@ -133,7 +143,13 @@ class RunReadout(Protocol):
         ...
 
     @property
-    def tallies(self) -> Mapping[str, LaneTally]: ...
+    def tallies(self) -> Mapping[str, LaneTally]:
+        """Each lane's tally in the turn on show (the only one, for a single prompt)."""
+        ...
+
+    def turn_tallies(self, lane: str) -> list[LaneTally]:
+        """`lane`'s tally in every turn of the conversation on show, the last turn's last."""
+        ...
 
     @property
     def shown_capabilities(self) -> Capabilities:

@@ -5,6 +5,7 @@ Pure functions over engine events (no Textual), so they are tested on their own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -170,6 +171,37 @@ class LaneTally:
     def mean_step_ms(self) -> float | None:
         """A target-only step after the first token's, as the engine's yardstick counts it."""
         return mean_step_ms(self.counters.step_ms, self.counters.num_steps)
+
+
+@dataclass(frozen=True)
+class ConversationFigures:
+    """One lane over every turn of a conversation."""
+
+    turns: int
+    tokens: int
+    tokens_per_s: float | None
+    """Every turn's tokens after its first delivery over the time they took: each turn's tokens/s,
+    as its lane shows it, weighed by those tokens (a turn's first token is its prefill's)."""
+    draft_acceptance_rate: float | None
+    mean_acceptance_length: float | None
+
+
+def conversation_figures(tallies: Sequence[LaneTally]) -> ConversationFigures:
+    """A lane's turns, each a tally, as one conversation."""
+    decoded, seconds = 0, 0.0
+    for tally in tallies:
+        tokens = tally.counters.num_tokens - tally.counters.num_first_tokens
+        if tokens and tally.tokens_per_s:
+            decoded += tokens
+            seconds += tokens / tally.tokens_per_s
+    accepted = sum(tally.accepted for tally in tallies)
+    return ConversationFigures(
+        turns=len(tallies),
+        tokens=sum(tally.tokens for tally in tallies),
+        tokens_per_s=decoded / seconds if seconds > 0 else None,
+        draft_acceptance_rate=draft_acceptance_rate(accepted, sum(tally.drafted for tally in tallies)),
+        mean_acceptance_length=mean_acceptance_length(accepted, sum(tally.rounds for tally in tallies)),
+    )
 
 
 @dataclass(frozen=True)

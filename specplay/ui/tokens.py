@@ -29,6 +29,13 @@ def marker_content(changes: Iterable[tuple[str, Any, Any]]) -> Content:
     return Content.assemble(" ", Content.styled(change_label(changes), MARKER_STYLE), " ")
 
 
+def turn_content(index: int, prompt: str) -> Content:
+    """Where a conversation's turn `index` (from 0) begins in a lane's text: on lines of its own,
+    the user's prompt after a label in the markers' style."""
+    label = Content.styled(f" you, turn {index + 1} ", MARKER_STYLE)
+    return Content.assemble("\n\n", label, " ", (visible(prompt), "bold"), "\n\n")
+
+
 def legend() -> Content:
     parts: list[Content | str] = []
     for source in SPEC_SOURCES:

@@ -82,7 +82,7 @@ async def test_the_panel_shows_it_and_a_change_reaches_the_lane_while_it_runs(k_
         # While a run goes, a move reaches the speculative lane, whose policy takes the new bound.
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(spec_rounds(app)) >= 3, "rounds")
-        assert app.playground.controls["speculative"].settings.policy_params.k_max == 5
+        assert app.playground.lane_run.controls["speculative"].settings.policy_params.k_max == 5
         widget.value = 2
         events = app.playground.events["speculative"]
         await wait_for(pilot, lambda: _changed_at(events, "k_max") is not None, "the change in the lane")

@@ -3,6 +3,7 @@ waiting on its state."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,8 @@ from specplay.engine.routers.routing import routing_for
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import OpenSource
 from specplay.ui.app import PlaygroundApp, PlaygroundOptions, create_app
+from specplay.ui.lane_board import LaneBoard
+from specplay.ui.protocols import LaneItem
 from tests.support.scripted import ScriptedBackend
 
 if TYPE_CHECKING:  # building them imports MLX, which the scripted backend's tests never load
@@ -126,3 +129,24 @@ def spec_rounds(app: PlaygroundApp) -> list[RoundEvent]:
 
 def after(events: list[Event], index: int) -> list[RoundEvent]:
     return [e for e in events[index + 1 :] if isinstance(e, RoundEvent)]
+
+
+class RoundHold:
+    """Holds the model thread at `lane`'s next round, as the round is queued for the screen, until
+    `release`: a live change made meanwhile takes effect from the round after, however far the
+    screen (or a busy machine) lags behind the lanes."""
+
+    def __init__(self, board: LaneBoard, lane: str = "speculative") -> None:
+        self.reached, self._go_on = threading.Event(), threading.Event()
+        queue = board.queue
+
+        def queue_then_wait(item: LaneItem) -> None:  # on the model thread
+            queue(item)
+            if item.lane == lane and isinstance(item.event, RoundEvent) and not self._go_on.is_set():
+                self.reached.set()
+                self._go_on.wait(30)
+
+        board.queue = queue_then_wait  # type: ignore[method-assign]
+
+    def release(self) -> None:
+        self._go_on.set()

@@ -107,6 +107,23 @@ def test_controls_fixed_by_a_speculating_server(snap_compare, tmp_path: Path) ->
     assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app))
 
 
+def test_a_conversations_second_turn(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A follow-up answered: each lane's text marks where turn 2 begins with the user's prompt, the
+    stats are turn 2's with a line for both turns, the tape says where turn 2's rounds begin."""
+    app = autorun(scripted_backend(drafters=("near", "far")), tmp_path, max_tokens=24, theme="specplay-light")
+
+    async def follow_up(pilot: Pilot[None]) -> None:
+        prompt = app.query_one("#prompt", TextArea)
+        prompt.focus()
+        prompt.select_all()
+        await pilot.press(*"Now with a docstring.")
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.playground.status.startswith("finished (length) turn 2"), "turn 2")
+        prompt.cursor_blink = False
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=after_the_run(app, follow_up))
+
+
 def test_a_model_that_fails_to_load(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The whole message, wrapped, and the lanes no longer loading."""
 

@@ -15,7 +15,8 @@ import pytest
 
 from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
-from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent
+from specplay.engine.conversation import Exchange
+from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent
 from specplay.engine.settings import SpecSettings
 from specplay.runner.host import ModelHost
 from specplay.store import list_session_files, load_session
@@ -25,7 +26,7 @@ from specplay.ui.protocols import LaneItem, RunState
 from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import SCRIPTED, Cost, scripted_backend
-from tests.support.ui_helpers import scripted_config, scripted_source, server_config
+from tests.support.ui_helpers import RoundHold, scripted_config, scripted_source, server_config
 
 
 class Screen:
@@ -58,12 +59,18 @@ class Screen:
     def current_prompt(self) -> str:
         return self.prompt
 
+    def offer_follow_up(self) -> None:
+        self.calls.append(("follow_up", None))
+
     def show_draft_lane(self, shown: bool, note: str = "") -> None:
         self.calls.append(("draft_lane", shown))
         self.draft_note = note  # what the lane says in place of its text
 
     def clear_lanes(self) -> None:
         self.events = {}
+
+    def start_turn(self, index: int, prompt: str) -> None:
+        self.calls.append(("turn", (index, prompt)))
 
     def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
         self.events.setdefault(lane, []).append(event)
@@ -455,3 +462,147 @@ def test_the_first_token_time_shown_while_running_is_the_one_the_run_ends_with(t
         harness.until(lambda: playground.state == RunState.READY, "the run to end", timeout_s=60)
         final = playground.tallies["speculative"].time_to_first_token_s
         assert live is not None and final is not None and live == pytest.approx(final, rel=0.02, abs=0.002)
+
+
+def _turn_prompt_ids(playground: PlaygroundController) -> dict[str, list[int]]:
+    """Each lane's prompt in the turn just run: its conversation so far, as the engine took it."""
+    starts = {lane: playground.events[lane][0] for lane in playground.lanes}
+    assert every(isinstance(start, StartEvent) for start in starts.values())
+    return {lane: list(start.prompt_token_ids) for lane, start in starts.items()}  # type: ignore[union-attr]
+
+
+def _answers(playground: PlaygroundController) -> dict[str, str]:
+    ends = {lane: playground.events[lane][-1] for lane in playground.lanes}
+    assert every(isinstance(end, DoneEvent) for end in ends.values())
+    return {lane: end.text for lane, end in ends.items()}  # type: ignore[union-attr]
+
+
+def test_turn_bookkeeping_follow_ups_a_rerun_a_new_conversation_and_a_failed_turn(tmp_path: Path) -> None:
+    """Without a terminal: a follow-up is each lane's next turn after its own earlier answers and
+    goes on in the same session; the first prompt unchanged runs again from the start; a new
+    conversation forgets the turns; a turn that fails (the conversation outgrew the target's
+    context) ends the conversation, and the next run starts over."""
+    harness = Harness(tmp_path, raw=True, max_tokens=24, ignore_eos=True, settings=SpecSettings(route="near"))
+    playground, screen, backend = harness.playground, harness.screen, harness.backend
+
+    def run(prompt: str, until: str = "finished") -> None:
+        screen.prompt = prompt
+        playground.run()
+        harness.until(lambda: playground.state == RunState.READY and playground.status.startswith(until), "the run")
+
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == RunState.READY, "the models to load")
+        run(CODE_PROMPT)
+        first = _answers(playground)
+        session = playground.last_session
+        assert session is not None and len(playground.conversation) == 1 and not screen.said("turn")
+        assert len(screen.said("follow_up")) == 1  # the prompt, selected: what is typed replaces it
+
+        run("shorter")
+        assert screen.said("turn") == [(1, "shorter")] and playground.status.startswith("finished (length) turn 2 ")
+        assert _turn_prompt_ids(playground) == {
+            lane: backend.encode("shorter", True, [Exchange(CODE_PROMPT, first[lane])]) for lane in first
+        }
+        second = _answers(playground)
+        run("shorter")  # after turn 2 the same text again is a follow-up too ("continue", twice)
+        assert screen.said("turn")[-1] == (2, "shorter")
+        earlier = {lane: [Exchange(CODE_PROMPT, first[lane]), Exchange("shorter", second[lane])] for lane in first}
+        assert _turn_prompt_ids(playground) == {lane: backend.encode("shorter", True, earlier[lane]) for lane in first}
+        assert playground.last_session == session and list_session_files(tmp_path) == [session]
+        saved = load_session(session)
+        assert saved.complete and [t.prompt for t in saved.turns] == [CODE_PROMPT, "shorter", "shorter"]
+        assert {lane: saved.turns[1].lanes[lane].done.text for lane in first} == second  # type: ignore[union-attr]
+        assert [len(playground.turn_tallies(lane)) for lane in first] == [3, 3]
+
+        playground.new_conversation()
+        assert len(playground.conversation) == 0 and playground.turn_tallies("speculative")[-1].tokens == 0
+        run("shorter")
+        assert _turn_prompt_ids(playground) == {lane: backend.encode("shorter", True) for lane in first}
+        assert playground.last_session != session and len(list_session_files(tmp_path)) == 2
+        run("shorter")  # the first prompt unchanged: run again, as a conversation of its own
+        assert len(playground.conversation) == 1 and len(list_session_files(tmp_path)) == 3
+        assert _turn_prompt_ids(playground) == {lane: backend.encode("shorter", True) for lane in first}
+
+        # A follow-up the target cannot attend over fails, and ends the conversation.
+        backend.context_length = len(backend.encode("shorter", True)) + 24 + 3
+        run("and again", until="run failed")
+        assert "the target's context is" in playground.status
+        assert playground.status.endswith("; the next run starts a new conversation")
+        assert len(playground.conversation) == 0
+        backend.context_length = None
+        run("and again")
+        assert _turn_prompt_ids(playground) == {lane: backend.encode("and again", True) for lane in first}
+    finally:
+        playground.close()
+
+
+def test_a_change_in_a_later_turn_applies_there_and_the_draft_lane_waits_for_the_next_conversation(
+    tmp_path: Path,
+) -> None:
+    """Live changes reach the lanes of whichever turn runs; the draft-only lane, switched on
+    after a conversation began, runs from the next conversation (each lane's conversation begins
+    with its first turn), and a follow-up the draft-only lane cannot answer is refused in one line."""
+    harness = Harness(tmp_path, raw=True, max_tokens=48, ignore_eos=True)
+    playground, screen = harness.playground, harness.screen
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == RunState.READY, "the models to load")
+        playground.change("route", "near")
+        playground.run()
+        harness.until(lambda: playground.state == RunState.READY, "turn 1")
+        playground.change("draft_lane", True)
+        assert screen.said("notify")[-1][0] == "the draft-only lane changes from the next conversation (ctrl+n)"
+        screen.prompt = "go on"
+        hold = RoundHold(playground.board)
+        playground.run()
+        harness.until(hold.reached.is_set, "turn 2's first round")
+        playground.change("k", 2)
+        hold.release()
+        harness.until(lambda: playground.state == RunState.READY, "turn 2")
+
+        def rounds() -> list[RoundEvent]:
+            return [e for e in playground.events["speculative"] if isinstance(e, RoundEvent)]
+
+        assert playground.lanes == ("speculative", "target")  # no draft-only lane in this conversation
+        assert rounds()[0].nodes == 4 and rounds()[-2].nodes == 2
+        turn_2 = load_session(playground.last_session).turns[1]  # type: ignore[arg-type]
+        assert any(isinstance(e, ControlEvent) for e in turn_2.lanes["speculative"].events)
+
+        playground.new_conversation()
+        playground.run()
+        harness.until(lambda: playground.state == RunState.READY, "a conversation with the draft-only lane")
+        assert playground.lanes == ("speculative", "target", "draft")
+        playground.change("route", "none")
+        screen.prompt = "more"
+        statuses = len(screen.said("status"))
+        playground.run()
+        assert playground.state == RunState.READY and len(playground.conversation) == 1
+        (refused,) = screen.said("status")[statuses:]
+        assert refused[1] and refused[0].startswith("the draft-only lane cannot answer this turn: ")
+        assert refused[0].endswith("route to a drafter, or ctrl+n starts over")
+    finally:
+        playground.close()
+
+
+def test_measuring_round_costs_between_turns_keeps_the_conversations_caches(tmp_path: Path) -> None:
+    """The measurement runs generations of its own; the follow-up still goes on from each lane's
+    generation, its caches as its first turn left them."""
+    harness = Harness(tmp_path, raw=True, max_tokens=16, ignore_eos=True, settings=SpecSettings(route="near"))
+    playground, screen, backend = harness.playground, harness.screen, harness.backend
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == RunState.READY, "the models to load")
+        playground.run()
+        harness.until(lambda: playground.status.startswith("finished"), "turn 1")
+        turn_1 = list(backend.generations)
+        playground.measure_costs()
+        harness.until(lambda: playground.costs is not None, "the round costs", timeout_s=60)
+        measured = len(backend.generations)
+        screen.prompt = "go on"
+        playground.run()
+        harness.until(lambda: playground.status.startswith("finished (length) turn 2"), "turn 2")
+        assert measured > len(turn_1)  # the measurement opened generations of its own
+        assert {id(g) for g in backend.generations[measured:]} == {id(g) for g in turn_1}
+    finally:
+        playground.close()

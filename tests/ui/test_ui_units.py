@@ -15,12 +15,15 @@ from textual.widgets import Static
 
 from specplay.cli import main
 from specplay.display.themes import builtin_theme_files, themes_dir
-from specplay.engine.events import DraftPosition, RoundEvent, StepEvent, Token
+from specplay.engine.conversation import Exchange
+from specplay.engine.events import DoneEvent, DraftPosition, RoundEvent, StepEvent, Token
 from specplay.engine.layout import chain
 from specplay.engine.rules import KNOB_STEPS, RULES, Cascade, Lenience, Mentored, Typical
 from specplay.engine.speedup import predicted_speedup
-from specplay.ui.stats import LaneTally, compare
+from specplay.ui.lane_board import LaneBoard
+from specplay.ui.stats import LaneTally, compare, conversation_figures
 from specplay.ui.theming import TOKEN_VARIABLES, ThemeError, load_themes, theme_from_toml
+from specplay.ui.turns import Conversation
 from specplay.ui.widgets.controls_panel import step_from_knob
 from specplay.ui.widgets.steady import steady_update
 from tests.support.checks import every
@@ -323,3 +326,55 @@ def test_the_tape_marks_a_rejection_with_its_corrections_rank() -> None:
     other = replace(event, positions=(event.positions[0], replace(event.positions[1], correction_rank=5)))
     assert "b⁵⁺ " in round_line(other, ("a", "b")).plain  # outside the drafter's top 4
     assert "²" not in round_line(event, ("a", "b", "c")).plain  # no rank known, nothing shown
+
+
+def test_a_conversation_keeps_each_lanes_own_answers_and_knows_a_follow_up() -> None:
+    def done(text: str) -> DoneEvent:
+        return DoneEvent("length", (1,), text, {})
+
+    class View:
+        def clear_lanes(self) -> None:
+            pass
+
+    conversation = Conversation(LaneBoard(lambda: None), lambda: View())  # type: ignore[arg-type, return-value]
+    lanes = ("speculative", "target")
+    assert not conversation.follows_up("def f():")  # nothing to follow: a new conversation
+    conversation.begin(lanes, None)
+    assert conversation.turn_words() == ""  # a first turn alone says nothing of turns
+    assert conversation.add("def f():", lanes, {"speculative": [done("a")], "target": [done("b")]})
+    # The first prompt again, unchanged, runs again from the start; anything else follows up.
+    assert not conversation.follows_up("def f():") and conversation.follows_up("shorter")
+    assert conversation.turn_words() == " turn 2"
+    assert conversation.add("shorter", lanes, {"speculative": [done("c")], "target": [done("d")]})
+    assert conversation.follows_up("shorter") and conversation.follows_up("def f():")  # after turn 2, all follow up
+    assert conversation.earlier() == {
+        "speculative": (Exchange("def f():", "a"), Exchange("shorter", "c")),
+        "target": (Exchange("def f():", "b"), Exchange("shorter", "d")),
+    }
+    # A lane with no end to answer with (its run failed): the turn is not kept.
+    assert not conversation.add("more", lanes, {"speculative": [done("e")], "target": []})
+    assert len(conversation) == 2
+    # A saved conversation's re-run counts its turns; forgetting leaves nothing to follow.
+    conversation.begin(lanes, None, queued=["shorter"])
+    assert conversation.turn_words() == " turn 1 of 2" and not conversation.follows_up("shorter")
+    assert conversation.refusal(lambda: "the route is none, which drafts nothing") is None  # no draft-only lane
+    conversation.forget()
+    assert len(conversation) == 0 and conversation.lanes == () and conversation.queued == []
+
+
+def test_a_conversations_tokens_per_s_weighs_each_turn_by_its_tokens() -> None:
+    """Every turn's tokens after its first delivery over the time they took: turns at 5 and 1
+    tokens/s, 5 tokens each after their first, read 10 tokens over 6 s (not the mean, 3 tokens/s);
+    acceptance over every turn's rounds."""
+    first, second = LaneTally(), LaneTally()
+    first.add(_round(["accepted", "rejected", "unreached", "unreached"]), busy_s=1.0)
+    first.add(_round(["accepted", "accepted", "accepted", "accepted"]), busy_s=2.0)
+    second.add(_round(["rejected", "unreached"]), busy_s=1.0)
+    for busy_s in (2.0, 3.0, 4.0, 5.0, 6.0):
+        second.add(_round(["rejected"]), busy_s=busy_s)
+    assert first.tokens_per_s == pytest.approx(5.0) and second.tokens_per_s == pytest.approx(1.0)
+    figures = conversation_figures([first, second])
+    assert figures.turns == 2 and figures.tokens == 7 + 6
+    assert figures.tokens_per_s == pytest.approx((5 + 5) / (1.0 + 5.0))
+    assert figures.draft_acceptance_rate == pytest.approx(5 / (8 + 2 + 5))
+    assert figures.mean_acceptance_length == pytest.approx(1 + 5 / 8)

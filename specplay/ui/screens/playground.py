@@ -26,7 +26,7 @@ from specplay.ui.frame_budget import FrameBudget
 from specplay.ui.lane_board import ALL_LANES
 from specplay.ui.messages import LaneEventsArrived, ModelsWaiting, TokenTextsArrived
 from specplay.ui.protocols import RunReadout
-from specplay.ui.stats import compare
+from specplay.ui.stats import compare, conversation_figures
 from specplay.ui.tokens import legend
 from specplay.ui.widgets.controls_panel import ControlsPanel
 from specplay.ui.widgets.inspector import Inspector
@@ -34,6 +34,7 @@ from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.plots import Plots
 from specplay.ui.widgets.stats_view import (
     NO_BASELINE,
+    in_conversation,
     route_stats,
     server_account_stats,
     speculative_stats,
@@ -131,6 +132,9 @@ class PlaygroundScreen(Screen[None]):
         shown = self.query_one("#prompt", TextArea).text
         return self._prompt if shown == visible(self._prompt) else shown
 
+    def offer_follow_up(self) -> None:
+        self.query_one("#prompt", TextArea).select_all()
+
     def show_draft_lane(self, shown: bool, note: str = "") -> None:
         lane = self.query_one(f"#{DRAFT_LANE}", LaneView)
         lane.display = shown
@@ -148,6 +152,12 @@ class PlaygroundScreen(Screen[None]):
         self._show_no_baseline()
         self._budget.drawn()
         self._frame_asked = False
+
+    def start_turn(self, index: int, prompt: str) -> None:
+        for lane in self.playground.lanes:
+            self.query_one(f"#{lane}", LaneView).start_turn(index, prompt)
+        self.query_one(DraftTape).start_turn(index)
+        self._dirty = True
 
     def add_event(self, lane: str, event: Event, drafted_text: tuple[str, ...]) -> None:
         self.query_one(f"#{lane}", LaneView).add(event)
@@ -243,19 +253,26 @@ class PlaygroundScreen(Screen[None]):
         playground = self.playground
         tallies, lanes = playground.tallies, playground.lanes
         spec, target = tallies["speculative"], tallies["target"]
-        if "target" in lanes:
-            self.query_one("#target", LaneView).set_stats(target_stats(target))
         # A reopened session is shown as it ran, whatever backend is loaded now.
         caps = playground.shown_capabilities
         baseline = target if "target" in lanes and caps.wall_time_is_speed else None
-        lane = self.query_one("#speculative", LaneView)
         comparison = compare(spec, baseline, playground.costs)
         if caps.server_judges:  # the server's own account, measured against a baseline
-            lane.set_stats(server_account_stats(spec, comparison if baseline else None))
+            stats = {"speculative": server_account_stats(spec, comparison if baseline else None)}
         else:
-            lane.set_stats(speculative_stats(spec, comparison, remote=not caps.wall_time_is_speed))
-        if DRAFT_LANE in lanes:
-            self.query_one(f"#{DRAFT_LANE}", LaneView).set_stats(target_stats(tallies[DRAFT_LANE]))
+            stats = {"speculative": speculative_stats(spec, comparison, remote=not caps.wall_time_is_speed)}
+        stats |= {lane: target_stats(tallies[lane]) for lane in ("target", DRAFT_LANE) if lane in lanes}
+        if len(playground.turn_tallies("speculative")) > 1:  # a conversation's later turn
+            figures = {name: conversation_figures(playground.turn_tallies(name)) for name in stats}
+            for name in stats:
+                drafts = name == "speculative"
+                # Acceptance where the lane's rounds say it (not a server's guess from chunks), and
+                # tokens/s where it is a speed (the speculative lane's are HTTP round trips remotely).
+                judged, speed = drafts and not caps.server_judges, not drafts or caps.wall_time_is_speed
+                against = figures.get("target") if drafts and baseline is not None else None
+                stats[name] = in_conversation(stats[name], figures[name], against, judged, speed)
+        for name, content in stats.items():
+            self.query_one(f"#{name}", LaneView).set_stats(content)
         self.query_one(Plots).show(spec, playground.costs, comparison.k_in_use)
         self.query_one(ControlsPanel).show_route_stats(route_stats(spec))
 

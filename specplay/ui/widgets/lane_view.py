@@ -24,7 +24,7 @@ from textual.style import Style
 from textual.widgets import Static
 
 from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, StepEvent, Token, TokenSource
-from specplay.ui.tokens import marker_content, token_content
+from specplay.ui.tokens import marker_content, token_content, turn_content
 from specplay.ui.widgets.stats_view import STATS_KEY
 from specplay.ui.widgets.steady import show_in_view, steady_update
 
@@ -112,6 +112,10 @@ class LaneView(Vertical, can_focus=True):
     def show_note(self, text: str) -> None:
         """A line in place of the text, until a run fills the lane (why it is empty)."""
         self._show_tail(Content.styled(text, "dim italic"))
+
+    def start_turn(self, index: int, prompt: str) -> None:
+        """A conversation's next turn: the user's prompt marks where it begins in the text."""
+        self._parts.append(turn_content(index, prompt))
 
     def add(self, event: Event) -> None:
         """Take an event; the text shows it at the next `flush`."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from textual.content import Content
 
-from specplay.engine.speedup import loss_reason
+from specplay.engine.speedup import loss_reason, measured_speedup
 from specplay.engine.tree import drafted_as_chains
-from specplay.ui.stats import Comparison, LaneTally, k_advice
+from specplay.ui.stats import Comparison, ConversationFigures, LaneTally, k_advice
 
 STATS_KEY = "\n".join(
     (
@@ -20,6 +20,7 @@ STATS_KEY = "\n".join(
         "per-token acceptance α: accepted over judged positions; k: drafted a round; c: a draft step's cost "
         "in target steps",
         "a round: its draft, verify and host time in target steps, against the tokens it commits",
+        "in a conversation, the lines above are the last turn's; 'all N turns' is the lane over every turn",
     )
 )
 """What each number of a lane's stats is, where it stands (the stats' tooltip; docs/playground.md)."""
@@ -158,6 +159,25 @@ def server_account_stats(tally: LaneTally, comparison: Comparison | None) -> Con
     if tally.temperature > 0:  # the server's acceptance rule is its own; say what it measures
         lines.append(NATIVE_SAMPLED)
     return Content("\n".join(lines))
+
+
+def in_conversation(
+    stats: Content, lane: ConversationFigures, baseline: ConversationFigures | None, acceptance: bool, speed: bool
+) -> Content:
+    """A lane's stats in a conversation's later turn: the turn's, named, and a line for every turn
+    so far (`acceptance`: a lane whose rounds say what was accepted; `baseline`: the target-only
+    lane's, to measure against; `speed`: tokens/s is one, not HTTP round trips)."""
+    rate = f"{_num(lane.tokens_per_s, '.1f')} tokens/s  " if speed else ""
+    line = f"all {lane.turns} turns: {rate}{lane.tokens} tokens"
+    if acceptance:
+        line += (
+            f"  draft acceptance rate {_num(lane.draft_acceptance_rate, '.2f')}"
+            f"  mean acceptance length {_num(lane.mean_acceptance_length, '.2f')}"
+        )
+    if baseline is not None:
+        speedup = measured_speedup(lane.tokens_per_s, baseline.tokens_per_s)
+        line += f"  speedup {_num(speedup, '.2f', '×')} measured"
+    return Content.assemble(f"turn {lane.turns}: ", stats, "\n", line)
 
 
 def _finish(tally: LaneTally) -> str:

@@ -108,7 +108,8 @@ class DraftTape(VerticalScroll):
         super().__init__(id=id)
         self.border_title = "draft tape  (∅: a token with no text of its own)"
         self.border_subtitle = KEY
-        self._rounds: deque[tuple[RoundEvent, tuple[str, ...]]] = deque(maxlen=MAX_ROUNDS)
+        self._rounds: deque[tuple[RoundEvent | None, tuple[str, ...]]] = deque(maxlen=MAX_ROUNDS)
+        """Each line's round (None: where a conversation's turn begins)."""
         self._lines: deque[Content] = deque(maxlen=MAX_ROUNDS)
 
     def compose(self) -> ComposeResult:
@@ -125,10 +126,17 @@ class DraftTape(VerticalScroll):
         self._rounds.append((event, drafted_text))
         self._lines.append(round_line(event, drafted_text))
 
+    def start_turn(self, index: int) -> None:
+        """A conversation's turn `index` (from 0) begins: its rounds, numbered from 0 again, follow a line saying so."""
+        self._rounds.append((None, ()))
+        self._lines.append(Content.styled(f"── turn {index + 1} ──", "dim"))
+
     def refresh_texts(self, decode: Callable[[int], str]) -> None:
         """Decode again the drafted tokens whose text was not known when their round came (a
         server's tokenizer answers later); shown at the next `flush`."""
         for i, (event, texts) in enumerate(self._rounds):
+            if event is None:
+                continue
             if any(text == unknown_text(token_id) for token_id, text in zip(event.drafted, texts, strict=False)):
                 texts = tuple(map(decode, event.drafted))
                 self._rounds[i] = (event, texts)
