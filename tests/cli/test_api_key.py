@@ -141,7 +141,7 @@ async def test_an_opened_session_contacts_no_server_until_a_run_is_asked_for(
     app = create_app(config, tui_command.playground_options(args, config, opened))
     async with app.run_test(size=(140, 45)) as pilot:
         await wait_for(pilot, lambda: app.playground.status.startswith("session"), "the session to show")
-        await pilot.pause(0.5)
+        await pilot.pause()  # every message the opening posted handled: nothing asked for the models
         assert server.requests == [] and app.playground.state == RunState.UNLOADED
         assert "ctrl+r connects to the servers (without the API key" in app.playground.status
         await pilot.press("ctrl+r")

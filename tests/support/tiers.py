@@ -56,6 +56,17 @@ SLOW = {
     "tests/ui/test_ui_app.py::test_another_rule": "a live change while a run goes",
     "tests/ui/test_ui_app.py::test_counterfactual": "a live change while a run goes",
     "tests/ui/test_ui_app.py::test_adaptive": "a live change while a run goes",
+    "tests/cli/test_pipes.py": "specplay processes writing into pipes whose readers leave",
+    "tests/backends/vllm/test_vllm_token_ids.py::test_a_bad_id_stops_a_run": "a specplay process per bad id "
+    "(the ids' checks themselves run in the quick tier)",
+    "tests/backends/vllm/test_vllm_drafter_stops.py": "fake vLLM servers over HTTP, each running a tiny MLX model",
+    "tests/backends/vllm/test_vllm_replies.py::test_mutated_replies": "hundreds of mutated replies",
+    "tests/cli/test_bench_workload.py::test_a_bench_stopped_part_way": "a benchmark process, signalled",
+    "tests/backends/mlx/test_trees.py::test_greedy_trees_equal": "every width and node budget on the tiny MLX "
+    "models (the engine's own tree logic: tests/engine/test_tree.py)",
+    "tests/backends/mlx/test_trees.py::test_a_sampled_chain": "sampled trees on the tiny MLX models, seed by seed",
+    "tests/train/test_checkpoint_faults.py::test_distill_on_a_full_disk": "training under a file-size limit, "
+    "per limit and per kind",
     "tests/store/test_saved_sessions.py::test_run_replay_reproduces_the_sampled_session": "old sessions "
     "replayed on the MLX models they recorded, sampled",
 }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -78,13 +77,14 @@ async def test_type_run_stop_and_save(tmp_path: Path) -> None:
         # While lanes generate the prompt's cursor stays lit: each blink would repaint it.
         prompt = app.query_one("#prompt", TextArea)
         await wait_for(pilot, lambda: not prompt.cursor_blink, "the cursor to stay lit during the run")
-        handled: list[float] = []
+        handled: list[int] = []
         stop = app.action_stop
-        app.action_stop = lambda: (handled.append(time.perf_counter()), stop())[-1]  # type: ignore[method-assign]
-        pressed = time.perf_counter()
+        app.action_stop = lambda: (handled.append(len(spec_rounds(app))), stop())[-1]  # type: ignore[method-assign]
+        pressed = len(spec_rounds(app))
         await pilot.press("escape")
-        # The key is handled at once, however busy the lanes are: events reach the UI in batches.
-        assert handled and handled[0] - pressed < 0.1, handled[0] - pressed
+        # The key is handled at once, however busy the lanes are (events reach the UI in batches):
+        # counted in the lanes' own rounds, not in wall time, which a loaded machine stretches.
+        assert handled and handled[0] - pressed <= 1, (pressed, handled)
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the lanes to stop")
         await wait_for(pilot, lambda: prompt.cursor_blink, "the cursor to blink again once the run ended")
         assert every(r.nodes == 4 and r.drafter == "near" for r in spec_rounds(app))
