@@ -14,6 +14,7 @@ from rich.text import Text
 
 from specplay.display.source_styles import SOURCE_STYLES
 from specplay.display.text import one_line, visible
+from specplay.engine.disturbance import speedup_disturbance
 from specplay.engine.events import Token
 from specplay.engine.routers.routing import RouteChoice
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
@@ -80,6 +81,9 @@ def json_line(
         out["route_choice"] = route.record()
     if baseline is not None and baseline.done is not None:
         out["baseline"] = {"token_ids": list(baseline.done.token_ids), "metrics": baseline.done.metrics}
+        # As `specplay costs --json` names it: whether the machine's speed moved while measuring.
+        reason = speedup_disturbance(record.metrics, baseline.done.metrics)
+        out["disturbed"], out["disturbed_reason"] = reason is not None, reason
     if (report := vllm_report(record.metrics)) is not None:
         out["vllm"] = report
     return dump_json(out, ensure_ascii=False)
@@ -165,6 +169,8 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
         target_tps = baseline.done.metrics["tokens_per_s"]
         if (speedup := measured_speedup(m["tokens_per_s"], target_tps)) is not None:
             parts.append(f"target-only {target_tps:.1f} tokens/s, speedup {speedup:.2f}x")
+            if (busy := speedup_disturbance(m, baseline.done.metrics)) is not None:
+                parts.append(f"disturbed: {busy}; run again on a quieter machine")
             if speedup < 1 and (loss := run_loss(record, baseline.done.metrics.get("mean_step_ms"))) is not None:
                 parts.append(loss)
     return " · ".join(parts)

@@ -12,6 +12,7 @@ from specplay.cli.configure import given, sessions_dir_from
 from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import make_console
 from specplay.display.text import visible
+from specplay.engine.disturbance import speedup_disturbance
 from specplay.errors import error_line
 from specplay.files.json_text import dump_json
 from specplay.store import Session, SessionError, list_session_files, load_session
@@ -47,6 +48,7 @@ def summarize(session: Session) -> dict[str, Any]:
         "draft_acceptance_rate": metrics.get("draft_acceptance_rate"),
         "mean_acceptance_length": metrics.get("mean_acceptance_length"),
         "speedup": None,
+        "disturbed_reason": None,
         "similarity_to_target": None,
         "complete": session.complete,
     }
@@ -54,6 +56,8 @@ def summarize(session: Session) -> dict[str, Any]:
 
     if baseline is not None and baseline.token_ids:
         row["speedup"] = session.measured_speedup
+        if row["speedup"] is not None:  # as the run measured it: its lanes' drift, where recorded
+            row["disturbed_reason"] = speedup_disturbance(metrics, baseline.metrics)
         row["similarity_to_target"] = token_diff(lane.token_ids, baseline.token_ids).similarity
     return row
 
@@ -103,7 +107,7 @@ def list_sessions(args: argparse.Namespace) -> int:
                 " ".join(row["prompt"].split()),
                 *([models, settings] if wide else []),
                 f"{_fmt(row['draft_acceptance_rate'], '{:.0%}')} τ={_fmt(row['mean_acceptance_length'], '{:.2f}')}",
-                _fmt(row["speedup"], "{:.2f}x"),
+                _fmt(row["speedup"], "{:.2f}x") + (" busy" if row["disturbed_reason"] else ""),
                 _fmt(row["similarity_to_target"], "{:.0%}"),
                 "" if row["complete"] else "incomplete",
             ]
