@@ -22,6 +22,7 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import warn
 from specplay.config.capabilities import capabilities_of
+from specplay.config.model_sets import models_named
 from specplay.config.run_config import RequestConfig, check_models
 from specplay.drafters import kind_of
 from specplay.engine.costs import (
@@ -200,7 +201,7 @@ def costs(args: argparse.Namespace) -> int:
     # Every time measured holds at this thread count, which the load at start-up may have lowered.
     length = acceptance_tokens if from_sessions is None else None
     report = _report(measured, acceptance, k_limit, len(prompt_ids), trees, length)
-    report |= {"blas_threads": blas_threads(config)}
+    report |= {"blas_threads": blas_threads(config), "models": models_named(config)}
     print(dump_json(report) if args.json else "\n".join(_lines(report)))
     return 0
 
@@ -364,8 +365,9 @@ def _lines(report: dict[str, Any]) -> list[str]:
     target_ms = report["target_step_ms"]
     http = " (each time includes an HTTP round trip)" if report["includes_http"] else ""
     length = report.get("acceptance_tokens")
-    runs = f", for runs of {length} tokens" if length else ""
+    runs = f", acceptance over runs of {length} tokens" if length else ""
     lines = [
+        *([f"models: {report['models']}"] if report.get("models") else []),
         f"costs at the prompt's {report['prompt_tokens']} tokens{runs}{http}; medians, spread in brackets",
         *([f"OpenBLAS threads {report['blas_threads']}"] if report.get("blas_threads") else []),
         f"target step {target_ms:.2f} ms (±{report['target_step_spread_ms']:.2f})",

@@ -70,11 +70,18 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
 
 
 def json_line(
-    record: LaneRecord, baseline: LaneRecord | None = None, session: str | None = None, route: RouteChoice | None = None
+    record: LaneRecord,
+    baseline: LaneRecord | None = None,
+    session: str | None = None,
+    route: RouteChoice | None = None,
+    models: str | None = None,
 ) -> str:
     """`run --json`'s line: the lane, where it was saved, the target-only lane's tokens and
-    metrics, and where `--route auto` sent the request and which router chose."""
+    metrics, where `--route auto` sent the request and which router chose, and the models run
+    (`models`, in words: model_sets.models_named)."""
     out = to_json(record)
+    if models is not None:
+        out["models"] = models
     if session:
         out["session"] = session
     if route is not None:

@@ -21,6 +21,7 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import colourless, json_line, legend, make_console, summary, token_text, warn
 from specplay.config.api_key import KEY_WITHHELD
+from specplay.config.model_sets import models_named
 from specplay.config.run_config import RunConfig, check
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
@@ -115,6 +116,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
         if not args.json:
             if spec.mode == "speculative":
                 console.print(legend(marks=colourless(console)), style="dim")
+            console.print(f"models: {models_named(config)}", style="dim")
             if not caps.live_controls and caps.fixed_by:
                 console.print(caps.fixed_by, style="dim")
             if choice is not None:
@@ -143,7 +145,8 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
             )
             if args.json:
                 session = str(result.session) if result.session else None
-                print(json_line(result.main, result.baseline, session, choice), flush=True)
+                line = json_line(result.main, result.baseline, session, choice, models=models_named(config))
+                print(line, flush=True)
             else:
                 _finish(console, result, caps.wall_time_is_speed, caps.server_judges)
             if result.cancelled:

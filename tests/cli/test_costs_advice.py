@@ -103,6 +103,12 @@ def test_acceptance_is_measured_over_the_length_run_generates(capsys: pytest.Cap
         assert main(["costs", *quick, *flags]) == 0
         report = json.loads(capsys.readouterr().out)
         assert report["acceptance_tokens"] == length
+        assert report["models"] == "the demo models that ship with specplay (toys); drafters base, prose"
+        assert _lines(report)[:2] == [
+            f"models: {report['models']}",
+            f"costs at the prompt's "
+            f"{report['prompt_tokens']} tokens, acceptance over runs of {length} tokens; medians, spread in brackets",
+        ]
         rounds[length] = report["drafters"]["base"]["acceptance_rounds"]
     # rounds of at most 5 tokens: 64 tokens take at least 12 of them, 16 tokens at most 16
     assert rounds[64] >= 12 and rounds[16] <= 16 and rounds[64] > 2 * rounds[16]
