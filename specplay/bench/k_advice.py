@@ -55,12 +55,9 @@ class KAdvice:
     """The fastest k predicted, whether or not it pays (`recommended_k` is it where it does)."""
     recommended_route: str | None = None
     """The drafter (`route`) where a k pays, the route none where none does."""
-
-    @property
-    def capped(self) -> bool:
-        """The prediction still rose at the longest k predicted: the advice stops there, not
-        where its curve turns."""
-        return self.best_k is not None and self.best_k == self.longest_predicted_k
+    capped: bool = False
+    """The prediction still rose at the longest k predicted: the advice stops there, not where
+    its curve turns."""
 
 
 def k_advice(
@@ -118,6 +115,7 @@ def k_advice(
                 longest_predicted_k=max((p.k for p in predictions), default=None),
                 best_k=best.k if best is not None else None,
                 recommended_route=None if best is None else drafter if paying is not None else NONE_ROUTE,
+                capped=best is not None and best.k == k_max,
             )
         )
     return out

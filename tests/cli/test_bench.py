@@ -233,6 +233,7 @@ def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None
     # predicted past the longest k swept (4), to the policies' bound
     assert every(a["longest_predicted_k"] == 8 and 1 <= a["best_k"] <= 8 for a in advice.values())
     assert every((a["recommended_k"] is None) == (a["recommended_route"] == "none") for a in advice.values())
+    assert every(a["capped"] == (a["best_k"] == 8) for a in advice.values())
     report = (out / "report.md").read_text()
     assert "## Which k" in report
     # the report names the models it ran
