@@ -305,7 +305,7 @@ def _report(
             "recommended_k": paying.k if paying is not None else None,
             "recommended_speedup": paying.speedup if paying is not None else None,
             "recommended_speedup_range": list(prediction.speedup_range(paying.k) or ()) if paying is not None else None,
-            "recommended_route": name if pays else NONE_ROUTE,
+            "recommended_route": (name if pays else NONE_ROUTE) if best is not None else None,
             "best_k": best.k if best is not None else None,
             "best_speedup": best.speedup if best is not None else None,
             "acceptance_rounds": rounds.rounds if rounds is not None else None,

@@ -561,6 +561,8 @@ class DrafterPrediction:
     by_part: list[list[KPrediction]] = field(default_factory=list)
     """From the pooled costs and each part's acceptance alone (`RoundsMeasured.parts`): the spread
     that acceptance along the text gives the prediction."""
+    drafter: str = ""
+    """Whose prediction this is, for the sentences that name it."""
 
     @property
     def best(self) -> KPrediction | None:
@@ -599,7 +601,8 @@ def predict_drafter(costs: RoundCosts, drafter: str, rounds: RoundsMeasured, k_m
         verify = costs.verify_curve_ms()
         return rounds.with_acceptance_of(part).predict(verify, step, costs.target_step_ms.ms, k_max, draft_call_ms=call)
 
-    return DrafterPrediction(of(costs), [of(p) for p in costs.passes], [of_part(part) for part in rounds.parts])
+    parts = [of_part(part) for part in rounds.parts]
+    return DrafterPrediction(of(costs), [of(p) for p in costs.passes], parts, drafter=drafter)
 
 
 def disturbance(costs: RoundCosts, predictions: Iterable[DrafterPrediction]) -> str | None:
@@ -616,8 +619,9 @@ def disturbance(costs: RoundCosts, predictions: Iterable[DrafterPrediction]) -> 
         for p in prediction.by_k:
             p_range = prediction.speedup_range(p.k)
             if p.speedup <= (1 - CLEARLY_SLOWER) * best.speedup and p_range is not None and p_range[1] >= best_range[0]:
+                whose = f"{prediction.drafter}'s " if prediction.drafter else ""
                 return (
-                    f"k {p.k}, predicted {p.speedup / best.speedup - 1:.0%} from the recommended k {best.k}, "
+                    f"{whose}k {p.k}, predicted {p.speedup / best.speedup - 1:.0%} from its fastest k {best.k}, "
                     "is inside its spread over the passes: the machine is too noisy to choose k"
                 )
     return None

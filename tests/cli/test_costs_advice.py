@@ -10,9 +10,20 @@ import pytest
 from specplay.cli import main
 from specplay.cli.costs import _lines, _report
 from specplay.config.run_config import RequestConfig
-from specplay.engine.costs import PARTS, measure_costs, measure_drafter, measure_rounds, predict_drafter
+from specplay.engine.costs import (
+    PARTS,
+    DrafterPrediction,
+    RoundCosts,
+    Timing,
+    disturbance,
+    measure_costs,
+    measure_drafter,
+    measure_rounds,
+    predict_drafter,
+)
 from specplay.engine.loop import SpecEngine
 from specplay.engine.settings import SamplingParams, SpecSettings
+from specplay.engine.speedup import KPrediction
 from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import Cost, ScriptedBackend, ScriptedModel, scripted_backend, seeded
@@ -116,3 +127,17 @@ def test_acceptance_is_measured_over_the_length_run_generates(capsys: pytest.Cap
     with pytest.raises(SystemExit):
         main(["costs", "--help"])
     assert f"default {RequestConfig().max_tokens}, as" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_k_the_passes_cannot_tell_apart_is_said_of_its_drafter() -> None:
+    """Two drafters: the noise sentence names the one whose fastest k the passes cannot choose."""
+    quiet = RoundCosts(Timing(10.0, 0.0), {1: Timing(10.0, 0.0)}, target_runs_ms=(10.0, 10.0, 10.0))
+
+    def k(n: int, speedup: float) -> KPrediction:
+        return KPrediction(n, 2.0, 10.0, speedup, 0.5)
+
+    clear = DrafterPrediction([k(1, 1.0), k(2, 1.5)], [[k(1, 1.0), k(2, 1.5)]] * 3, drafter="near")
+    noisy = DrafterPrediction([k(1, 1.0), k(2, 1.5)], [[k(1, 1.6), k(2, 1.2)], [k(1, 0.9), k(2, 1.7)]], drafter="far")
+    assert disturbance(quiet, [clear]) is None
+    reason = disturbance(quiet, [clear, noisy])
+    assert reason is not None and reason.startswith("far's k 1, predicted -33% from its fastest k 2, is inside")
