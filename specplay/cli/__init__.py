@@ -89,7 +89,7 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in parser.commands and argv[0] not in TOP_LEVEL_FLAGS):
-        argv = ["tui", *argv]  # no command: the playground (on the demo models when no models are named)
+        argv = ["tui", *argv]  # no command: the playground (on the default models when none are named)
     args = parser.parse_args(argv)
     args.argv = argv
     try:

@@ -18,18 +18,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specplay import __version__
 from specplay.backends import blas_warning, open_stream, thread_cleanup
 from specplay.bench.execute import BenchPlan, OnProgress, run_bench
-from specplay.bench.k_advice import K_GROUP, k_advice, k_advice_markdown
+from specplay.bench.k_advice import advice_rows, k_advice, k_advice_markdown
 from specplay.bench.plots import PLOT_FILES, write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
 from specplay.bench.routes import route_comparison, route_markdown
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
-from specplay.cli.configure import MODEL_FLAGS, comma_floats, given, path_flag, run_config
+from specplay.cli.configure import comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags, add_raw_flag, add_router_flag
 from specplay.cli.render import make_console, warn
 from specplay.cli.shown import shown_command
 from specplay.cli.stopping import sigterm_stops
 from specplay.config.capabilities import capabilities_of
-from specplay.config.model_sets import DEMO
+from specplay.config.model_sets import models_named
 from specplay.config.run_config import check_models, check_router
 from specplay.drafters import kind_of
 from specplay.engine.costs import RoundCosts, measure_costs
@@ -56,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help=f"a small sweep (k 2 and 4, the cost policy, a tree of width 2 beside k 4, D 0.5 and 1, temperature 0, "
         "one prompt per category, 32 "
-        f"tokens), on the demo models unless --target or --draft name others: {QUICK_TIME}",
+        f"tokens), on the models the other flags give (none: the default models, as every command): {QUICK_TIME}",
     )
     parser.add_argument("--out", default=None, help="report folder (default: bench-<time> in the sessions folder)")
     parser.add_argument("--prompts", type=Path, help="JSONL of {category, text}; default: the shipped library")
@@ -81,8 +81,6 @@ def _temperatures(text: str) -> list[float]:
 
 def bench(args: argparse.Namespace) -> int:
     flags = given(args)
-    if args.quick and not any(name in flags for name in MODEL_FLAGS):
-        flags["target"] = DEMO  # quick is a look at the sweep, not a study of the real model
     config = run_config(flags)
     check_models(config)
     check_router(config)
@@ -198,7 +196,10 @@ def bench(args: argparse.Namespace) -> int:
     return 130 if stopped else 0
 
 
-QUICK_TIME = "about a minute on a 2-core x86-64 CPU (72 s with a draft tree added, measured 2026-12-06)"
+QUICK_TIME = (
+    "on the demo models about a minute on a 2-core x86-64 CPU (72 s with a draft tree added, measured "
+    "2026-12-06); SmolLM2's target step is about 7 times theirs (docs/performance.md), so longer there"
+)
 PLAIN_EVERY_S = 5.0
 """Where stderr is not a terminal, a progress line at most this often (and at the first request)."""
 
@@ -237,14 +238,12 @@ def _round_costs(
     first prompt's length, for the k advice; none where the server runs the rounds."""
     if not isinstance(source, SpecEngine):
         return {}
-    k_max = max((c.k for c in configs if c.group == K_GROUP), default=0)
-    if not k_max:
+    rows = advice_rows(configs)
+    if not rows:
         return {}
     ids = source.encode(prompt, raw=raw)
     lossless = SpecSettings().acceptance_rule
-    return {
-        t: measure_costs(source, ids, SamplingParams(temperature=t), lossless, max_rows=k_max + 1) for t in temperatures
-    }
+    return {t: measure_costs(source, ids, SamplingParams(temperature=t), lossless, max_rows=rows) for t in temperatures}
 
 
 def _about(args, config, identity, prompts, temperatures, max_tokens, measurements) -> dict[str, Any]:
@@ -274,5 +273,6 @@ def _about(args, config, identity, prompts, temperatures, max_tokens, measuremen
         "output length": f"{max_tokens} tokens, EOS ignored",
         "repeats": f"{repeats} (seeds 0..{repeats - 1}), after one untimed warm-up of each model",
         "backend": config.backend,
+        "model set": models_named(config),
         "models": identity["models"],
     }

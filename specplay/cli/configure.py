@@ -64,7 +64,8 @@ def given(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunConfig:
-    """`flags` (from `given`) over `base`; with neither model flags nor a base, the demo models."""
+    """`flags` (from `given`) over `base`; with neither model flags nor a base, the default model set
+    (model_sets.default_set: SmolLM2 once fetched, else the demo models)."""
     new_models = base is None or any(name in flags for name in MODEL_FLAGS)
     opened_with: ModelSet | None = None
     if new_models:

@@ -16,14 +16,17 @@ from specplay.cli.flags import (
     add_backend_flags,
     add_decoding_flags,
     add_model_flags,
+    add_output_flags,
     add_prompt_flags,
     add_sessions_dir_flag,
 )
 from specplay.cli.render import warn
 from specplay.config.capabilities import capabilities_of
-from specplay.config.run_config import check_models
+from specplay.config.model_sets import models_named
+from specplay.config.run_config import RequestConfig, check_models
 from specplay.drafters import kind_of
 from specplay.engine.costs import (
+    PARTS,
     REPEATS,
     TREE_WIDTHS,
     DrafterPrediction,
@@ -37,14 +40,12 @@ from specplay.engine.costs import (
 )
 from specplay.engine.events import RoundEvent, round_fault
 from specplay.engine.loop import SpecEngine
-from specplay.engine.settings import K_LIMIT, PolicyParams
+from specplay.engine.settings import K_LIMIT, NONE_ROUTE, PolicyParams
 from specplay.engine.speedup import TreePrediction
 from specplay.errors import ConfigError
 from specplay.files.json_text import dump_json
 from specplay.runner.thread import ModelThread
 from specplay.store import Session
-
-ACCEPTANCE_TOKENS = 96
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -52,8 +53,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "costs",
         help="measure what a round costs here and recommend a k per drafter",
         description="Times the target's verify pass over 1..--max-rows rows at the prompt's length, one target "
-        "step and each drafter's step; measures each drafter's acceptance by position on a short run of the "
-        "prompt (or reads it from --sessions); predicts the speedup at each k from both and recommends a k.",
+        "step and each drafter's step; measures each drafter's acceptance by position on a run of the prompt "
+        "as long as the runs it predicts for (--max-tokens), or reads it from --sessions; predicts the speedup "
+        "at each k from both and recommends a k, or the route none where no k pays.",
     )
     add_model_flags(parser)
     add_backend_flags(parser)
@@ -63,6 +65,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         if action.dest == "k_max":
             action.help = f"the largest k predicted, and the acceptance run's k (default {PolicyParams().k_max})"
     measure = parser.add_argument_group("measurement")
+    add_output_flags(measure)
+    for action in measure._group_actions:  # the output flags of `run`: here, the runs predicted for
+        if action.dest == "max_tokens":
+            action.help = (
+                f"tokens the runs predicted for generate, the length of the run that measures acceptance "
+                f"(default {RequestConfig().max_tokens}, as `specplay run`)"
+            )
+        elif action.dest == "ignore_eos":
+            action.help = (
+                "the runs predicted for generate --max-tokens tokens whatever comes, as the acceptance run then does"
+            )
     measure.add_argument(
         "--max-rows",
         type=int,
@@ -79,8 +92,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     measure.add_argument(
         "--acceptance-tokens",
         type=int,
-        default=ACCEPTANCE_TOKENS,
-        help=f"tokens of the short run that measures each drafter's acceptance (default {ACCEPTANCE_TOKENS})",
+        default=None,
+        help="tokens of the run that measures each drafter's acceptance (default: --max-tokens)",
     )
     measure.add_argument(
         "--sessions",
@@ -108,8 +121,10 @@ def costs(args: argparse.Namespace) -> int:
     for name, value, least, most in (("max_rows", max_rows, 2, K_LIMIT + 1), ("repeats", args.repeats, 1, 64)):
         if not least <= value <= most:
             raise ConfigError(name, f"must be from {least} to {most} (got {value})")
-    if args.acceptance_tokens < 2:
-        raise ConfigError("acceptance_tokens", f"must be at least 2 (got {args.acceptance_tokens})")
+    acceptance_tokens = config.request.max_tokens if args.acceptance_tokens is None else args.acceptance_tokens
+    if acceptance_tokens < 2:
+        field = "acceptance_tokens" if args.acceptance_tokens is not None else "max_tokens"
+        raise ConfigError(field, f"must be at least 2 (got {acceptance_tokens})")
     # A round of k drafts is verified over k + 1 rows: the rows timed bound the k predicted.
     k_limit = min(k_max, max_rows - 1)
     if k_limit < k_max:
@@ -145,8 +160,9 @@ def costs(args: argparse.Namespace) -> int:
                         settings,
                         d,
                         k=k_limit,
-                        max_tokens=args.acceptance_tokens,
+                        max_tokens=acceptance_tokens,
                         seed=config.request.seed,
+                        ignore_eos=config.request.ignore_eos,
                         target_step_ms=measured.target_step_ms.ms,
                     )
                 )
@@ -172,8 +188,9 @@ def costs(args: argparse.Namespace) -> int:
                         settings,
                         name,
                         k=nodes,
-                        max_tokens=args.acceptance_tokens,
+                        max_tokens=acceptance_tokens,
                         seed=config.request.seed,
+                        ignore_eos=config.request.ignore_eos,
                         target_step_ms=measured.target_step_ms.ms,
                         width=width,
                     )
@@ -182,7 +199,9 @@ def costs(args: argparse.Namespace) -> int:
     finally:
         thread.close()
     # Every time measured holds at this thread count, which the load at start-up may have lowered.
-    report = _report(measured, acceptance, k_limit, len(prompt_ids), trees) | {"blas_threads": blas_threads(config)}
+    length = acceptance_tokens if from_sessions is None else None
+    report = _report(measured, acceptance, k_limit, len(prompt_ids), trees, length)
+    report |= {"blas_threads": blas_threads(config), "models": models_named(config)}
     print(dump_json(report) if args.json else "\n".join(_lines(report)))
     return 0
 
@@ -213,7 +232,7 @@ def _session_acceptance(
         warn(f"leaving out {fault}")
     if unmatched:
         warn(f"leaving out {_unmatched(unmatched, drafters)}")
-    return {route: RoundsMeasured.of_rounds(rounds) for route, rounds in by_route.items()}
+    return {route: RoundsMeasured.of_rounds(rounds, parts=PARTS) for route, rounds in by_route.items()}
 
 
 def _unmatched(sessions: Sequence[Session], drafters: Sequence[str]) -> str:
@@ -237,8 +256,10 @@ def _report(
     k_max: int,
     prompt_tokens: int,
     tree_rounds: dict[str, list[TreeRounds]] | None = None,
+    acceptance_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The `--json` object; its names are what other tools read."""
+    """The `--json` object; its names are what other tools read. `acceptance_tokens`: the length
+    of the runs acceptance was measured over, the runs predicted for (None: read from sessions)."""
     target_ms = measured.target_step_ms.ms
     drafters: dict[str, Any] = {}
     predicted: list[DrafterPrediction] = []
@@ -264,6 +285,9 @@ def _report(
             and (tree := measured_tree.predict_tree(chain, width, measured.verify_curve_ms(), target_ms)) is not None
         ]
         best_tree = max(trees, key=lambda t: (t.speedup, -t.nodes), default=None)
+        paying = prediction.paying
+        pays = paying is not None or (best_tree is not None and best_tree.speedup > 1)
+        parts = rounds.parts if rounds is not None else ()
         drafters[name] = {
             "draft_step_ms": step_ms,
             "draft_call_ms": call_ms,
@@ -277,15 +301,23 @@ def _report(
             "kept_share_per_position": rounds.kept_share if rounds is not None else None,
             "host_ms_per_round": host_ms,
             "predicted_speedup_by_k": [asdict(p) for p in prediction.by_k],
-            "recommended_k": best.k if best is not None else None,
-            "recommended_speedup": best.speedup if best is not None else None,
-            "recommended_speedup_range": list(prediction.speedup_range(best.k) or ()) if best is not None else None,
+            # Where no k pays, no k is recommended: the route none is (`recommended_route`).
+            "recommended_k": paying.k if paying is not None else None,
+            "recommended_speedup": paying.speedup if paying is not None else None,
+            "recommended_speedup_range": list(prediction.speedup_range(paying.k) or ()) if paying is not None else None,
+            "recommended_route": (name if pays else NONE_ROUTE) if best is not None else None,
+            "best_k": best.k if best is not None else None,
+            "best_speedup": best.speedup if best is not None else None,
+            "acceptance_rounds": rounds.rounds if rounds is not None else None,
+            "mean_acceptance_length_by_part": [part.mean_acceptance_length for part in parts],
+            "best_speedup_by_part": prediction.part_speedups(best.k) if best is not None else [],
             "trees": [_tree(t) for t in trees],
             "recommended_tree": _tree(best_tree) if best_tree is not None else None,
         }
     reason = disturbance(measured, predicted)
     return {
         "prompt_tokens": prompt_tokens,
+        "acceptance_tokens": acceptance_tokens,
         "includes_http": measured.includes_http,
         "target_step_ms": target_ms,
         "target_step_spread_ms": measured.target_step_ms.spread_ms,
@@ -332,8 +364,11 @@ COSTS_FROM = {
 def _lines(report: dict[str, Any]) -> list[str]:
     target_ms = report["target_step_ms"]
     http = " (each time includes an HTTP round trip)" if report["includes_http"] else ""
+    length = report.get("acceptance_tokens")
+    runs = f", acceptance over runs of {length} tokens" if length else ""
     lines = [
-        f"costs at the prompt's {report['prompt_tokens']} tokens{http}; medians, spread in brackets",
+        *([f"models: {report['models']}"] if report.get("models") else []),
+        f"costs at the prompt's {report['prompt_tokens']} tokens{runs}{http}; medians, spread in brackets",
         *([f"OpenBLAS threads {report['blas_threads']}"] if report.get("blas_threads") else []),
         f"target step {target_ms:.2f} ms (±{report['target_step_spread_ms']:.2f})",
         "verify pass by rows, in ms and in target steps:",
@@ -350,6 +385,8 @@ def _lines(report: dict[str, Any]) -> list[str]:
             f"({COSTS_FROM[drafter['draft_costs_from']]}), c {drafter['c']:.3f}; "
             f"acceptance by position {' '.join(f'{a:.2f}' for a in acceptance) or '(none measured)'}"
         )
+        if spread := _acceptance_spread(drafter):
+            lines.append(spread)
         for p in drafter["predicted_speedup_by_k"]:
             mark = "  <- recommended" if p["k"] == drafter["recommended_k"] else ""
             if mark and drafter["recommended_speedup_range"]:
@@ -359,9 +396,13 @@ def _lines(report: dict[str, Any]) -> list[str]:
                 f"  k {p['k']:>2}  {p['expected_tokens']:.2f} tokens per round in {p['round_ms']:.1f} ms  "
                 f"→ {p['speedup']:.2f}×  (breaks even at acceptance {p['break_even_acceptance']:.2f}){mark}"
             )
+        if drafter["recommended_k"] is None and drafter["best_k"] is not None:
+            lines.append(_no_k_pays(name, drafter))
         for tree in drafter["trees"]:
-            beats = drafter["recommended_speedup"] is not None and tree["speedup"] > drafter["recommended_speedup"]
-            mark = "  <- faster than the recommended k" if tree == drafter["recommended_tree"] and beats else ""
+            recommended = drafter["recommended_speedup"]
+            beats = tree["speedup"] > (recommended if recommended is not None else 1.0)
+            better = "faster than the recommended k" if recommended is not None else "pays where no chain does"
+            mark = f"  <- {better}" if tree == drafter["recommended_tree"] and beats else ""
             lines.append(
                 f"  tree of {tree['nodes']}, width {tree['width']}: {tree['expected_tokens']:.2f} tokens per round in "
                 f"{tree['round_ms']:.1f} ms → {tree['speedup']:.2f}×, {tree['vs_chain']:.2f}× the chain of "
@@ -371,3 +412,26 @@ def _lines(report: dict[str, Any]) -> list[str]:
         lines.append("")
         lines.append(f"warning: {report['disturbed_reason']}; measure again on a quieter machine, or more --repeats")
     return lines
+
+
+def _acceptance_spread(drafter: dict[str, Any]) -> str | None:
+    """How far acceptance moved along the text: each part's mean acceptance length and what the
+    fastest k is predicted to give from each part's acceptance alone."""
+    lengths, speedups = drafter["mean_acceptance_length_by_part"], drafter["best_speedup_by_part"]
+    if not lengths:
+        return None
+    line = (
+        f"  acceptance along the text: mean acceptance length {', '.join(f'{a:.2f}' for a in lengths)} "
+        f"in {len(lengths)} stretches of its {drafter['acceptance_rounds']} rounds, in order"
+    )
+    if speedups:
+        line += f"; from each alone k {drafter['best_k']} is predicted at {min(speedups):.2f}–{max(speedups):.2f}×"
+    return line
+
+
+def _no_k_pays(name: str, drafter: dict[str, Any]) -> str:
+    """The advice where every k is predicted slower than the target alone."""
+    return (
+        f"  no k pays: the fastest, k {drafter['best_k']}, is predicted at {drafter['best_speedup']:.2f}×, slower "
+        f"than the target alone; recommended: the route {NONE_ROUTE} (`--route {NONE_ROUTE}`), not {name}"
+    )

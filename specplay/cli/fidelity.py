@@ -33,6 +33,7 @@ from specplay.cli.flags import (
 )
 from specplay.cli.render import make_console, warn
 from specplay.config.capabilities import capabilities_of
+from specplay.config.model_sets import models_named
 from specplay.config.run_config import RunConfig, check
 from specplay.display.text import token_repr
 from specplay.drafters import cannot_write
@@ -265,6 +266,7 @@ def fidelity(args: argparse.Namespace) -> int:
         print(dump_json(content | {"report": str(saved)} | shown | {"page": str(page)}, ensure_ascii=False))
         return 0
     console = make_console()
+    console.print(Text(f"models: {models_named(config)}"), style="dim")
     if session is not None:
         console.print(Text(about["compared"]), style="dim")
     for turn, turn_report in measured:

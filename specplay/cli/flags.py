@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from specplay.config.controls import CONTROLS, Flag, FlagGroup
+from specplay.config.model_sets import default_models
 from specplay.config.numbers import count_number, seed_number
 from specplay.config.run_config import BACKENDS, STRATEGIES, RequestConfig, VllmOptions
 from specplay.drafters import drafter_syntax
@@ -78,7 +79,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("models (default: the shipped demo target with drafters base and prose)")
+    group = parser.add_argument_group(f"models (default: {default_models()})")
     group.add_argument(
         "--target",
         metavar="MODEL",

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from specplay.display.source_styles import SOURCE_STYLES
 from specplay.display.text import one_line, visible
+from specplay.engine.disturbance import speedup_disturbance
 from specplay.engine.events import Token
 from specplay.engine.routers.routing import RouteChoice
 from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
@@ -69,17 +70,26 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
 
 
 def json_line(
-    record: LaneRecord, baseline: LaneRecord | None = None, session: str | None = None, route: RouteChoice | None = None
+    record: LaneRecord,
+    baseline: LaneRecord | None = None,
+    session: str | None = None,
+    route: RouteChoice | None = None,
+    models: str | None = None,
 ) -> str:
     """`run --json`'s line for one prompt: the lane, where it was saved, the target-only lane's
-    tokens and metrics, and where `--route auto` sent the request and which router chose."""
-    return dump_json(run_json(record, baseline, route, session), ensure_ascii=False)
+    tokens and metrics, where `--route auto` sent the request and which router chose, and the
+    models run (`models`, in words: model_sets.models_named)."""
+    return dump_json(run_json(record, baseline, route, session, models), ensure_ascii=False)
 
 
-def conversation_line(turns: Sequence[Mapping[str, Any]], session: str | None = None) -> str:
+def conversation_line(
+    turns: Sequence[Mapping[str, Any]], session: str | None = None, models: str | None = None
+) -> str:
     """`run --json`'s line for a conversation: `turns`, each turn's `run_json` object (its
-    `prompt` first), and where the conversation was saved."""
+    `prompt` first), where the conversation was saved, and the models run."""
     out: dict[str, Any] = {"turns": list(turns)}
+    if models is not None:
+        out["models"] = models
     if session:
         out["session"] = session
     return dump_json(out, ensure_ascii=False)
@@ -90,15 +100,21 @@ def run_json(
     baseline: LaneRecord | None = None,
     route: RouteChoice | None = None,
     session: str | None = None,
+    models: str | None = None,
 ) -> dict[str, Any]:
     """One prompt's answer as `run --json` reports it (`json_line`)."""
     out = to_json(record)
+    if models is not None:
+        out["models"] = models
     if session:
         out["session"] = session
     if route is not None:
         out["route_choice"] = route.record()
     if baseline is not None and baseline.done is not None:
         out["baseline"] = {"token_ids": list(baseline.done.token_ids), "metrics": baseline.done.metrics}
+        # As `specplay costs --json` names it: whether the machine's speed moved while measuring.
+        reason = speedup_disturbance(record.metrics, baseline.done.metrics)
+        out["disturbed"], out["disturbed_reason"] = reason is not None, reason
     if (report := vllm_report(record.metrics)) is not None:
         out["vllm"] = report
     return out
@@ -184,6 +200,8 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
         target_tps = baseline.done.metrics["tokens_per_s"]
         if (speedup := measured_speedup(m["tokens_per_s"], target_tps)) is not None:
             parts.append(f"target-only {target_tps:.1f} tokens/s, speedup {speedup:.2f}x")
+            if (busy := speedup_disturbance(m, baseline.done.metrics)) is not None:
+                parts.append(f"disturbed: {busy}; run again on a quieter machine")
             if speedup < 1 and (loss := run_loss(record, baseline.done.metrics.get("mean_step_ms"))) is not None:
                 parts.append(loss)
     return " · ".join(parts)

@@ -32,6 +32,7 @@ from specplay.cli.render import (
     warn,
 )
 from specplay.config.api_key import KEY_WITHHELD
+from specplay.config.model_sets import models_named
 from specplay.config.run_config import RunConfig, check
 from specplay.display.text import one_line
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
@@ -128,6 +129,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
         if not args.json:
             if spec.mode == "speculative":
                 console.print(legend(marks=colourless(console)), style="dim")
+            console.print(f"models: {models_named(config)}", style="dim")
             if not caps.live_controls and caps.fixed_by:
                 console.print(caps.fixed_by, style="dim")
             if choices[0] is not None and not conversation:
@@ -169,14 +171,15 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
                 on_turn_done=turn_done,
             )
             session = str(result.session) if result.session else None
+            models = models_named(config)
             if args.json and conversation:
                 turns = [
                     {"prompt": turn.prompt, **run_json(turn.main, turn.baseline, choices[turn.index])}
                     for turn in result.turns
                 ]
-                print(conversation_line(turns, session), flush=True)
+                print(conversation_line(turns, session, models), flush=True)
             elif args.json:
-                print(json_line(result.main, result.baseline, session, choices[0]), flush=True)
+                print(json_line(result.main, result.baseline, session, choices[0], models=models), flush=True)
             elif session:
                 console.print(f"saved {session}", style="dim")
             if result.cancelled:

@@ -13,6 +13,7 @@ from specplay.cli.configure import given, sessions_dir_from
 from specplay.cli.flags import add_sessions_dir_flag
 from specplay.cli.render import make_console
 from specplay.display.text import visible
+from specplay.engine.disturbance import speedup_disturbance
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, measured_speedup
 from specplay.errors import error_line
 from specplay.files.json_text import dump_json
@@ -50,6 +51,7 @@ def summarize(session: Session) -> dict[str, Any]:
         "temperature": settings.sampling.temperature,
         **_acceptance(session.main_lanes),
         "speedup": None,
+        "disturbed_reason": None,
         "similarity_to_target": None,
         "complete": session.complete,
     }
@@ -58,6 +60,9 @@ def summarize(session: Session) -> dict[str, Any]:
     pairs = [(turn.main, turn.baseline) for turn in session.turns if turn.baseline and turn.baseline.token_ids]
     if pairs:
         row["speedup"] = _speedup(session, pairs)
+        if row["speedup"] is not None:  # as the run measured it: its lanes' drift, where recorded
+            reasons = (speedup_disturbance(main.metrics, baseline.metrics) for main, baseline in pairs)
+            row["disturbed_reason"] = next(filter(None, reasons), None)
         ids = [[i for lane in lanes for i in lane.token_ids] for lanes in zip(*pairs, strict=True)]
         row["similarity_to_target"] = token_diff(*ids).similarity
     return row
@@ -154,7 +159,7 @@ def list_sessions(args: argparse.Namespace) -> int:
                 _turns_mark(row["turns"]) + " ".join(row["prompt"].split()),
                 *([models, settings] if wide else []),
                 f"{_fmt(row['draft_acceptance_rate'], '{:.0%}')} τ={_fmt(row['mean_acceptance_length'], '{:.2f}')}",
-                _fmt(row["speedup"], "{:.2f}x"),
+                _fmt(row["speedup"], "{:.2f}x") + (" busy" if row["disturbed_reason"] else ""),
                 _fmt(row["similarity_to_target"], "{:.0%}"),
                 "" if row["complete"] else "incomplete",
             ]

@@ -60,11 +60,37 @@ def named_set(name: str) -> ModelSet | None:
 
 
 def default_set() -> ModelSet:
-    """The first catalog model that is fetched, else the demo models."""
+    """The first catalog model that is fetched, else the demo models: what every command with
+    models runs when given no model flags (run, tui, costs, bench, fidelity)."""
     for model in CATALOG.values():
         if is_fetched(model):
             return catalog_set(model)
     return demo_set()
+
+
+def default_models() -> str:
+    """`default_set`'s rule in words, and which set it gives here now: for help texts."""
+    real = next(iter(CATALOG.values()))
+    now = next((m.short_title for m in CATALOG.values() if is_fetched(m)), "the demo models")
+    return (
+        f"{real.short_title} once fetched (`specplay fetch {real.name}`), else the demo models that ship with "
+        f"specplay; here now: {now}"
+    )
+
+
+def models_named(config: RunConfig) -> str:
+    """The models a command runs, in one line for its output: the target and each drafter by name
+    (a built-in drafter with its kind), the demo models as such."""
+    drafters = ", ".join(d.name if d.local or d.on_server else f"{d.name} ({d.kind})" for d in config.drafters)
+    shown = f"; drafters {drafters}" if drafters else ""
+    if is_demo(config.target):
+        return f"the demo models that ship with specplay (toys){shown}"
+    target = config.target.location if config.target.on_server else _target(config.target)
+    return f"target {target}{shown}"
+
+
+def is_demo(spec: ModelConfig) -> bool:
+    return spec.local and Path(spec.location) == DEMO_DIR / "target"
 
 
 def models_line(config: RunConfig, identity: Mapping[str, Any], route_map: Mapping[str, str]) -> str:
@@ -73,7 +99,7 @@ def models_line(config: RunConfig, identity: Mapping[str, Any], route_map: Mappi
     how to get a real one."""
     records = identity.get("models") or {}
     drafters = ", ".join(_drafter(d.name, records.get(d.name) or {}, route_map) for d in config.drafters)
-    if Path(config.target.location) == DEMO_DIR / "target":
+    if is_demo(config.target):
         real = next(iter(CATALOG.values()))
         # The way to real text first: a narrow terminal cuts the status line's end.
         return (

@@ -17,6 +17,7 @@ too much to choose a k (`disturbance`).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from specplay.engine.backend_protocol import Generation
+from specplay.engine.disturbance import GROUP_STEPS, busy_reason, drift
 from specplay.engine.draws import Draws, RoundDraws
 from specplay.engine.events import RoundEvent, StepEvent
 from specplay.engine.live_controls import LiveControls
@@ -32,7 +34,14 @@ from specplay.engine.metrics import Metrics
 from specplay.engine.request import Request
 from specplay.engine.rules import AcceptanceRule
 from specplay.engine.settings import PolicyParams, SamplingParams, SpecSettings
-from specplay.engine.speedup import KPrediction, TreePrediction, predict_by_k, predict_tree, recommended_k
+from specplay.engine.speedup import (
+    KPrediction,
+    TreePrediction,
+    paying_k,
+    predict_by_k,
+    predict_tree,
+    recommended_k,
+)
 from specplay.engine.tree import tree_shape
 from specplay.errors import ConfigError
 
@@ -40,15 +49,16 @@ MAX_ROWS = PolicyParams().k_max + 1
 """The verify pass of the longest round the policies' default bound asks for (k_max drafts)."""
 REPEATS = 9
 """Passes (timings per row count): on a busy machine fewer leave the median of each row count noisy."""
-TARGET_STEPS = 3
+TARGET_STEPS = GROUP_STEPS
 """Target steps timed in each short target-only run between passes (after two untimed: the
-prompt's and a warm-up)."""
-TARGET_DRIFT_LIMIT = 0.15
-"""The target step's quartile range over its runs, relative to its median, above which the machine
-is said to have changed speed while measuring."""
+prompt's and a warm-up); each run's median is one sample of the target step's drift, as a run's
+groups of steps are (engine/disturbance.py)."""
 CLEARLY_SLOWER = 0.1
 """A k predicted this much slower than the recommended one is clearly worse: where the passes'
 spread cannot tell the two apart, the choice of k is noise."""
+PARTS = 4
+"""The stretches of its text a run measuring acceptance is cut into, in order, for the spread of
+its acceptance (`RoundsMeasured.parts`)."""
 TREE_WIDTHS = (2, 3, 4)
 """The tree widths `costs` predicts beside each chain."""
 SHORT_DRAFT = 1
@@ -121,7 +131,7 @@ class RoundCosts:
     def target_drift(self) -> float:
         """The target step's quartile range over the runs between passes, over its median (0 with
         fewer than two runs)."""
-        return _relative_quartile_range(self.target_runs_ms)
+        return drift(self.target_runs_ms)
 
 
 @dataclass(frozen=True)
@@ -141,10 +151,16 @@ class RoundsMeasured:
     """Their drafting time per round (`draft_costs` takes it apart)."""
     mean_drafted: float
     """Tokens drafted per round."""
+    rounds: int = 0
+    """How many rounds these are."""
     draft_line_ms: tuple[float, float] | None = None
     """(per drafted token, per round): the drafter's time as real rounds paid it, drawn through
     these rounds and shorter ones (`with_short_rounds`); None: `draft_costs` takes these rounds'
     drafting apart with the step timed alone."""
+    parts: tuple[RoundsMeasured, ...] = ()
+    """The same rounds cut into PARTS stretches of the text in order, each measured alone
+    (`of_rounds` with parts): how far acceptance moves along the text, the spread of the
+    acceptance a prediction takes as one number (`DrafterPrediction.by_part`)."""
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any]) -> RoundsMeasured:
@@ -159,16 +175,38 @@ class RoundsMeasured:
             host_ms=(metrics.get("overhead_ms") or 0.0) / rounds if rounds else 0.0,
             draft_round_ms=(metrics.get("draft_ms") or 0.0) / rounds if rounds else 0.0,
             mean_drafted=drafted / rounds if rounds else 0.0,
+            rounds=rounds,
         )
 
     @classmethod
-    def of_rounds(cls, rounds: Iterable[RoundEvent]) -> RoundsMeasured:
+    def of_rounds(cls, rounds: Iterable[RoundEvent], parts: int = 0) -> RoundsMeasured:
         """From rounds themselves (a session's, or a run's without those the engine cut short to
-        end at max_tokens: leave those out, or they read as a drafter that drafts less)."""
+        end at max_tokens: leave those out, or they read as a drafter that drafts less); with
+        `parts`, also each of that many stretches of them in order (where there are as many rounds)."""
+        events = list(rounds)
         metrics = Metrics(speculative=True)
-        for event in rounds:
+        for event in events:
             metrics.add_round(event)
-        return cls.of(metrics.to_dict())
+        whole = cls.of(metrics.to_dict())
+        if parts < 2 or len(events) < parts:
+            return whole
+        cuts = [len(events) * i // parts for i in range(parts + 1)]
+        return replace(whole, parts=tuple(cls.of_rounds(events[a:b]) for a, b in itertools.pairwise(cuts)))
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens a round committed on average: its kept drafts and the one it ends with."""
+        return 1 + sum(self.kept_share)
+
+    def with_acceptance_of(self, other: RoundsMeasured) -> RoundsMeasured:
+        """These rounds' times and costs with `other`'s acceptance (a part of them: `parts`)."""
+        return replace(
+            self,
+            acceptance_per_position=other.acceptance_per_position,
+            drafted_share=other.drafted_share,
+            kept_share=other.kept_share,
+            parts=(),
+        )
 
     def scaled(self, factor: float) -> RoundsMeasured:
         """These rounds' times taken `factor` times (to the target step measured elsewhere, from
@@ -204,7 +242,12 @@ class RoundsMeasured:
         """These rounds as asked for k drafts each: positions no round reached were drafted by
         none (prompt lookup found nothing that long), not unmeasured, so their shares are 0."""
         pad = [0.0] * max(0, k - len(self.drafted_share))
-        return replace(self, drafted_share=[*self.drafted_share, *pad], kept_share=[*self.kept_share, *pad])
+        return replace(
+            self,
+            drafted_share=[*self.drafted_share, *pad],
+            kept_share=[*self.kept_share, *pad],
+            parts=tuple(part.asked(k) for part in self.parts),
+        )
 
     def draft_costs(self, draft_step_ms: float, draft_call_ms: float = 0.0) -> tuple[float, float]:
         """(per drafted token, per round) in ms: these rounds' drafting time taken apart, the
@@ -431,7 +474,7 @@ def measure_rounds(
     events = engine.generate(request, LiveControls(routed, engine.drafters))
     # Rounds near the end draft less to stop at max_tokens: not the drafter's doing, left out.
     whole = (e for e in events if isinstance(e, RoundEvent) and e.token_index + k <= max_tokens)
-    rounds = RoundsMeasured.of_rounds(whole)
+    rounds = RoundsMeasured.of_rounds(whole, parts=PARTS)
     if target_step_ms:
         after = _target_steps_ms(engine, prompt_token_ids, sampling, pipeline=pipeline)
         rounds = rounds.scaled(target_step_ms / statistics.median([*before, *after]))
@@ -515,10 +558,25 @@ class DrafterPrediction:
     """From the median costs: what is shown and recommended."""
     by_pass: list[list[KPrediction]]
     """From each pass's costs alone (the same acceptance and host work)."""
+    by_part: list[list[KPrediction]] = field(default_factory=list)
+    """From the pooled costs and each part's acceptance alone (`RoundsMeasured.parts`): the spread
+    that acceptance along the text gives the prediction."""
+    drafter: str = ""
+    """Whose prediction this is, for the sentences that name it."""
 
     @property
     def best(self) -> KPrediction | None:
+        """The fastest k predicted, whether or not it pays."""
         return recommended_k(self.by_k)
+
+    @property
+    def paying(self) -> KPrediction | None:
+        """The k to set: the fastest, where it is predicted faster than the target alone."""
+        return paying_k(self.by_k)
+
+    def part_speedups(self, k: int) -> list[float]:
+        """k's predicted speedup from each part's acceptance (empty: no parts measured)."""
+        return [p.speedup for predictions in self.by_part for p in predictions if p.k == k]
 
     def speedup_range(self, k: int) -> tuple[float, float] | None:
         """The quartiles of k's predicted speedup over the passes (None: not predicted)."""
@@ -538,19 +596,21 @@ def predict_drafter(costs: RoundCosts, drafter: str, rounds: RoundsMeasured, k_m
         step, call = c.draft_step_ms[drafter].ms, c.call_ms(drafter)
         return rounds.predict(c.verify_curve_ms(), step, c.target_step_ms.ms, k_max, draft_call_ms=call)
 
-    return DrafterPrediction(of(costs), [of(p) for p in costs.passes])
+    def of_part(part: RoundsMeasured) -> list[KPrediction]:
+        step, call = costs.draft_step_ms[drafter].ms, costs.call_ms(drafter)
+        verify = costs.verify_curve_ms()
+        return rounds.with_acceptance_of(part).predict(verify, step, costs.target_step_ms.ms, k_max, draft_call_ms=call)
+
+    parts = [of_part(part) for part in rounds.parts]
+    return DrafterPrediction(of(costs), [of(p) for p in costs.passes], parts, drafter=drafter)
 
 
 def disturbance(costs: RoundCosts, predictions: Iterable[DrafterPrediction]) -> str | None:
     """Why these measurements cannot choose a k, or None where they can: the machine's speed moved
     while measuring (the target step's quartile range over its runs, relative), or a drafter's
     recommended k cannot be told from a clearly slower k by the passes' quartiles alone."""
-    drift = costs.target_drift()
-    if drift > TARGET_DRIFT_LIMIT:
-        return (
-            f"the target step moved by {drift:.0%} (quartile range over median) while measuring, "
-            f"more than {TARGET_DRIFT_LIMIT:.0%}: the machine is busy"
-        )
+    if (busy := busy_reason(costs.target_drift(), "the target step")) is not None:
+        return busy
     for prediction in predictions:
         best = prediction.best
         best_range = prediction.speedup_range(best.k) if best is not None else None
@@ -559,15 +619,9 @@ def disturbance(costs: RoundCosts, predictions: Iterable[DrafterPrediction]) -> 
         for p in prediction.by_k:
             p_range = prediction.speedup_range(p.k)
             if p.speedup <= (1 - CLEARLY_SLOWER) * best.speedup and p_range is not None and p_range[1] >= best_range[0]:
+                whose = f"{prediction.drafter}'s " if prediction.drafter else ""
                 return (
-                    f"k {p.k}, predicted {p.speedup / best.speedup - 1:.0%} from the recommended k {best.k}, "
+                    f"{whose}k {p.k}, predicted {p.speedup / best.speedup - 1:.0%} from its fastest k {best.k}, "
                     "is inside its spread over the passes: the machine is too noisy to choose k"
                 )
     return None
-
-
-def _relative_quartile_range(samples: Sequence[float]) -> float:
-    if len(samples) < 2 or statistics.median(samples) <= 0:
-        return 0.0
-    low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
-    return (high - low) / statistics.median(samples)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specplay.engine.correction_rank import empty_histogram, rank_key, second_branch_share
+from specplay.engine.disturbance import TIMING_DRIFT, grouped_drift
 from specplay.engine.events import RoundEvent, StepEvent, TokenSource
 from specplay.engine.layout import is_chain
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, mean_step_ms
@@ -70,6 +71,9 @@ class Metrics:
         self.step_ms = 0.0
         """Target-only and draft-only lanes: their steps after the first token's and the time those
         took, the span tokens/s counts (the yardstick of c and of a round's cost)."""
+        self.repeated_ms: dict[int, list[float]] = {}
+        """The times of the lane's repeated work, by its size, in order: a target-only or draft-only
+        lane's steps (size 1), a speculative lane's verify passes by rows (`timing_drift`)."""
         self.num_tokens = 0
         self.num_first_tokens = 0
         """Tokens delivered with the first (a speculative lane's first round commits several)."""
@@ -92,6 +96,7 @@ class Metrics:
         """Before `add_tokens` with the round's tokens: a round after the first token's is timed."""
         if self.num_tokens and event.tokens:
             self.timed.add(event)
+            self.repeated_ms.setdefault(event.nodes + 1, []).append(event.verify_ms)
         self.num_spec_steps += 1
         self.num_tree_rounds += not is_chain(event.parents)
         self.num_draft_tokens += event.nodes
@@ -128,6 +133,7 @@ class Metrics:
         if self.num_tokens:
             self.num_steps += 1
             self.step_ms += event.step_ms
+            self.repeated_ms.setdefault(1, []).append(event.step_ms)
 
     def add_counterfactuals(self, event: RoundEvent) -> None:
         self.counterfactual_rounds.append(event.index)
@@ -171,6 +177,13 @@ class Metrics:
         elapsed_s, decoded = self.last_token_s - self.first_token_s, self.num_tokens - self.num_first_tokens
         return decoded / elapsed_s if decoded and elapsed_s > 0 else None
 
+    def timing_drift(self) -> float | None:
+        """How far the machine's speed moved during the lane (engine/disturbance.py): the drift of
+        its most repeated work, a target-only lane's steps or a speculative lane's verify passes
+        of the row count most of its rounds verified (the same work each time). None: too few."""
+        times = max(self.repeated_ms.values(), key=len, default=[])
+        return grouped_drift(times)
+
     def acceptance_per_position(self) -> list[float]:
         """At each draft position, accepted / drafted over the rounds that drafted that far."""
         pairs = zip(self.accepted_per_position, self.drafted_per_position, strict=True)
@@ -210,6 +223,7 @@ class Metrics:
                 "overhead_ms": self.overhead_ms if speculative else None,
                 "timed_rounds": self.timed.to_dict() if speculative else None,
                 "mean_step_ms": None if speculative else mean_step_ms(self.step_ms, self.num_steps),
+                TIMING_DRIFT: self.timing_drift(),
             }
             | self.routes()
             | self.counterfactual()

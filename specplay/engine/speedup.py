@@ -333,6 +333,13 @@ def recommended_k(predictions: Sequence[KPrediction]) -> KPrediction | None:
     return max(predictions, key=lambda p: (p.speedup, -p.k), default=None)
 
 
+def paying_k(predictions: Sequence[KPrediction]) -> KPrediction | None:
+    """The k to set: `recommended_k`'s, where it is predicted faster than the target alone. None
+    where no k pays: then the advice is the route none (the target alone), not the least slow k."""
+    best = recommended_k(predictions)
+    return best if best is not None and best.speedup > 1 else None
+
+
 def break_even_alpha(k: int, round_steps: float) -> float:
     """The α at which (1 - α^(k+1)) / (1 - α), the tokens a round commits, equals the round's cost
     in target steps: below it speculation at this k is slower than the target alone. 1.0 (and

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specplay.bench.k_advice import k_advice, k_advice_markdown
+from specplay.bench.k_advice import ADVICE_K_MAX, advice_rows, k_advice, k_advice_markdown
 from specplay.bench.report import build_rows, markdown, router_report, to_csv
 from specplay.bench.stats import coefficient_of_variation, median, needs_more_repeats
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
@@ -115,6 +115,41 @@ def test_which_k_prices_a_drafted_token_by_the_line_through_the_sweeps_rounds() 
     assert idle_advice.predicted_speedup == pytest.approx(best(1.0, 5.0))
 
 
+def test_which_k_reaches_past_the_longest_k_swept_and_says_where_it_is_capped_or_pays_nowhere() -> None:
+    """Swept at k 2 and 4, with the verify pass timed to k 8 (advice_rows): a drafter kept at
+    every position is predicted fastest at k 8, which the sweep did not run and where the curve
+    has not turned (capped); one whose rounds cost more than they keep gets the route none."""
+    configs = [BenchConfig("target-only", "baseline", "target")]
+    configs += [BenchConfig(f"k={k}", "k", settings=SpecSettings(k=k)) for k in (2, 4)]
+    assert advice_rows(configs) == ADVICE_K_MAX + 1 == 9
+    assert advice_rows(configs[:1]) == 0  # no fixed-k sweep: no advice, no costs
+    common = {"route": "d", "num_spec_steps": 10, "overhead_ms": 20.0}
+    kept_all = {"drafted_per_position": [10] * 4, "accepted_per_position": [10] * 4}
+    measurements = [_m("target-only", 100.0, mean_step_ms=10.0)]
+    measurements += [_m("k=2", 150.0, **common, drafted_per_position=[10] * 2, accepted_per_position=[10] * 2)]
+    measurements += [_m("k=4", 200.0, **common, **kept_all)]
+    rows = build_rows(configs, measurements)
+    verify = {n: Timing(10.0 + 0.1 * n, 0.0) for n in range(1, advice_rows(configs) + 1)}
+    cheap = RoundCosts(Timing(10.0, 0.0), verify, {"d": Timing(0.1, 0.0)})
+    (advice,) = k_advice(configs, rows, measurements, {0.0: cheap})
+    assert (advice.longest_swept_k, advice.longest_predicted_k) == (4, 8)
+    assert advice.recommended_k == advice.best_k == 8 and advice.capped and advice.recommended_route == "d"
+    assert advice.measured_at_recommended is None
+    text = "\n".join(k_advice_markdown([advice]))
+    assert "| 8 (capped) |" in text and "| not swept |" in text
+    assert "Capped (code at temperature 0): the prediction still rises at k 8" in text
+    # a drafted token dearer than a target step, and rounds that keep little: no k pays
+    dear = RoundCosts(Timing(10.0, 0.0), verify, {"d": Timing(30.0, 0.0)})
+    few = [_m("target-only", 100.0, mean_step_ms=10.0)]
+    few += [_m(f"k={k}", 40.0, **common, drafted_per_position=[10] * k, accepted_per_position=[1] * k) for k in (2, 4)]
+    (none,) = k_advice(configs, build_rows(configs, few), few, {0.0: dear})
+    assert none.recommended_k is None and none.recommended_route == "none" and none.best_k is not None
+    assert none.predicted_speedup is not None and none.predicted_speedup < 1 and not none.capped
+    assert f"| route none (k {none.best_k} is fastest, and slower than the target) |" in "\n".join(
+        k_advice_markdown([none])
+    )
+
+
 def test_a_drafter_that_never_drafted_has_no_acceptance_rate() -> None:
     """Prompt lookup on a prompt whose n-grams never recur: every round is a plain target step."""
     configs = [BenchConfig("target-only", "baseline", "target"), BenchConfig("k=4", "k")]
@@ -195,8 +230,14 @@ def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None
     # Which k: per category, the sweep's best k beside the recommended one
     advice = {a["category"]: a for a in results["k_advice"]}
     assert set(advice) == {"code", "prose"} and every(a["measured_best_k"] in (2, 4) for a in advice.values())
-    assert every(1 <= a["recommended_k"] <= 4 for a in advice.values())
-    assert "## Which k" in (out / "report.md").read_text()
+    # predicted past the longest k swept (4), to the policies' bound
+    assert every(a["longest_predicted_k"] == 8 and 1 <= a["best_k"] <= 8 for a in advice.values())
+    assert every((a["recommended_k"] is None) == (a["recommended_route"] == "none") for a in advice.values())
+    assert every(a["capped"] == (a["best_k"] == 8) for a in advice.values())
+    report = (out / "report.md").read_text()
+    assert "## Which k" in report
+    # the report names the models it ran
+    assert f"- model set: target {tiny.target.name}; drafters near, far" in report
     # Which route: each drafter pinned, auto and adaptive, per category
     routes = {r["category"]: r for r in results["routes"]}
     assert set(routes) == {"code", "prose"}

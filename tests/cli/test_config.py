@@ -37,6 +37,7 @@ from specplay.store import SessionWriter, load_session
 from specplay.store.codec import decode_event, event_record, plain, request_from_record, request_record
 from specplay.store.format import SessionError
 from specplay.store.replay import session_config
+from tests.support.catalog_files import fetched_smollm2
 from tests.support.prompts import CODE_PROMPT
 from tests.support.tiny_models import TinyModels
 
@@ -82,16 +83,6 @@ def test_no_model_flags_means_the_demo_models_and_defaults(monkeypatch: pytest.M
     assert config.settings == SpecSettings() and config.request == RequestConfig("x")
     assert config.sessions_dir == Path("/elsewhere") and config.backend == "mlx"
     assert config.route_map == {}  # each class to the drafter of its name: base is first, prose is named
-
-
-def fetched_smollm2(cache: Path) -> Path:
-    """A cache that holds SmolLM2's file as `specplay fetch` leaves it: whole (a sparse file of the
-    right size; these tests never load it)."""
-    path = cache / "models" / CATALOG["smollm2"].file_name
-    path.parent.mkdir(parents=True)
-    with path.open("wb") as out:
-        out.truncate(CATALOG["smollm2"].size)
-    return path
 
 
 def test_no_model_flags_open_on_smollm2_once_it_is_fetched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,9 +63,13 @@ def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.Captur
         again = predict_by_k(kept, verify, step, target, 8, host_ms=host_ms, drafted_share=drafted, draft_call_ms=call)
         assert [p.speedup for p in again] == pytest.approx([p["speedup"] for p in by_k])
         best = max(by_k, key=lambda p: (p["speedup"], -p["k"]))
-        assert drafter["recommended_k"] == best["k"] and drafter["recommended_speedup"] == best["speedup"]
-        low, high = drafter["recommended_speedup_range"]
-        assert 0 < low <= high
+        assert drafter["best_k"] == best["k"] and drafter["best_speedup"] == best["speedup"]
+        if best["speedup"] > 1:  # it pays: the fastest k is the one to set
+            assert drafter["recommended_k"] == best["k"] and drafter["recommended_speedup"] == best["speedup"]
+            low, high = drafter["recommended_speedup_range"]
+            assert 0 < low <= high and drafter["recommended_route"] in report["drafters"]
+        else:
+            assert drafter["recommended_k"] is None and drafter["recommended_route"] == "none"
     assert isinstance(report["disturbed"], bool) and report["target_step_drift"] >= 0
     assert (report["disturbed_reason"] is None) == (not report["disturbed"])
 
@@ -111,7 +115,7 @@ def test_a_tree_session_reads_acceptance_by_depth_in_a_chain_sessions_shape(
             for i in range(depth)
         ]
         assert tree["acceptance_per_position"] == pytest.approx(expected)
-        assert tree["draft_step_ms"] > 0 and tree["recommended_k"] in range(1, 9)
+        assert tree["draft_step_ms"] > 0 and tree["best_k"] in range(1, 9)
 
 
 @pytest.mark.parametrize(
@@ -156,7 +160,7 @@ def test_prompt_lookup_alone_gets_the_whole_verify_curve_and_a_k(capsys: pytest.
     assert [row["rows"] for row in report["verify_ms"]] == list(range(1, 10))
     lookup = report["drafters"]["lookup"]
     assert lookup["draft_step_alone_ms"] < report["target_step_ms"] / 10  # copying costs next to nothing
-    assert lookup["recommended_k"] in range(1, 9)
+    assert lookup["best_k"] in range(1, 9)
     assert main(["costs", *flags, "--acceptance-tokens", "24"]) == 0
     assert "timed up to" not in capsys.readouterr().err
 

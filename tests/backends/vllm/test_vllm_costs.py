@@ -24,6 +24,6 @@ def test_costs_through_vllm_say_they_include_http(
     assert [row["rows"] for row in report["verify_ms"]] == [1, 2, 3, 4, 5]
     near_costs = report["drafters"]["near"]
     assert [p["k"] for p in near_costs["predicted_speedup_by_k"]] == [1, 2, 3, 4]
-    assert near_costs["recommended_k"] in (1, 2, 3, 4) and near_costs["draft_step_ms"] > 0
+    assert near_costs["best_k"] in (1, 2, 3, 4) and near_costs["draft_step_ms"] > 0
     assert main(["costs", *urls, *args, "--acceptance-tokens", "8"]) == 0
     assert "each time includes an HTTP round trip" in capsys.readouterr().out

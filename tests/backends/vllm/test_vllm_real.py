@@ -76,7 +76,7 @@ def test_costs_through_vllm_measure_the_acceptance_mlx_measures(
     assert [row["rows"] for row in remote["verify_ms"]] == [1, 2, 3, 4, 5]
     accepted = [r["drafters"]["near"]["acceptance_per_position"] for r in (local, remote)]
     assert accepted[0] == pytest.approx(accepted[1])
-    assert 1 <= remote["drafters"]["near"]["recommended_k"] <= 4
+    assert 1 <= remote["drafters"]["near"]["best_k"] <= 4
 
 
 def test_mixed_mode_a_local_drafter_against_a_vllm_target(
