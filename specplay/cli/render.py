@@ -82,9 +82,7 @@ def json_line(
     return dump_json(run_json(record, baseline, route, session, models), ensure_ascii=False)
 
 
-def conversation_line(
-    turns: Sequence[Mapping[str, Any]], session: str | None = None, models: str | None = None
-) -> str:
+def conversation_line(turns: Sequence[Mapping[str, Any]], session: str | None = None, models: str | None = None) -> str:
     """`run --json`'s line for a conversation: `turns`, each turn's `run_json` object (its
     `prompt` first), where the conversation was saved, and the models run."""
     out: dict[str, Any] = {"turns": list(turns)}

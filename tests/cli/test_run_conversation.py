@@ -61,7 +61,7 @@ def test_every_greedy_turn_equals_target_only_and_is_saved_and_reported(
     else:  # the same weights as a drafter: a conversation through the ChatML template
         target, flags = tiny.chat_target, ["--target", str(tiny.chat_target), "--draft", f"same={tiny.chat_target}"]
     out = printed(capsys, *flags, *TURNS, "--max-tokens", "24", "--save", "--sessions-dir", str(tmp_path))
-    assert set(out) == {"turns", "session"} and [t["prompt"] for t in out["turns"]] == list(CONVERSATION)
+    assert set(out) == {"turns", "session", "models"} and [t["prompt"] for t in out["turns"]] == list(CONVERSATION)
     session = load_session(Path(out["session"]))
     assert session.complete and [t.prompt for t in session.turns] == list(CONVERSATION)
     for reported, turn in zip(out["turns"], session.turns, strict=True):
@@ -82,7 +82,8 @@ def test_one_prompt_is_reported_as_before(capsys: pytest.CaptureFixture[str]) ->
     first = conversation["turns"][0]
     assert first.pop("prompt") == CONVERSATION[0]
     assert first["token_ids"] == alone["token_ids"] and first["prompt_token_ids"] == alone["prompt_token_ids"]
-    assert set(first) == set(alone)
+    assert set(first) == set(alone) - {"models"}  # the models run: once, beside the turns
+    assert conversation["models"] == alone["models"]
 
 
 def test_the_transcript_shows_where_each_turn_starts(capsys: pytest.CaptureFixture[str]) -> None:
