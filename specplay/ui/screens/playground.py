@@ -100,7 +100,10 @@ class PlaygroundScreen(Screen[None]):
     def show_status(self, text: str, error: bool = False) -> None:
         """One line while all is well (an update then needs no layout, during runs too); an error
         wraps, up to four lines, so its fix is never cut off."""
-        status = self.query_one("#status", Static)
+        shown = self.query("#status").results(Static)
+        status = next(shown, None)
+        if status is None:  # a key pressed before the first frame: loading says it again once up
+            return
         status.set_class(error, "error")
         status.update(Content(one_line(text)), layout=error)
 
