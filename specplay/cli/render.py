@@ -16,7 +16,7 @@ from specplay.display.source_styles import SOURCE_STYLES
 from specplay.display.text import one_line, visible
 from specplay.engine.events import Token
 from specplay.engine.routers.routing import RouteChoice
-from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, SpecSettings
 from specplay.engine.speedup import loss_reason, measured_speedup, round_account, who_drafted
 from specplay.files.json_text import dump_json
 from specplay.store import LaneRecord
@@ -143,6 +143,12 @@ def token_text(token: Token, marks: bool = False) -> Text:
     return Text(text, style=SOURCE_STYLES[token.source])
 
 
+def tree_shape(settings: SpecSettings) -> str:
+    """A draft tree's shape as asked ("tree width 2, 8 nodes at most"; k is then its depth)."""
+    nodes = settings.tree_nodes or settings.width * settings.k
+    return f"tree width {settings.width}, {nodes} nodes at most"
+
+
 def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: bool) -> str:
     """The stats line after a run's text. `speed_measured`: wall time is a speed (not HTTP round
     trips), so the speedup over the baseline lane is given."""
@@ -157,7 +163,7 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
     elif record.start.mode == "speculative" and record.start.drafter == NONE_ROUTE and s.route != ADAPTIVE_ROUTE:
         parts.append("no speculation")  # k, policy and rule judge nothing: every round drafts none
     elif record.start.mode == "speculative":
-        parts += [f"k {s.k} {s.policy}", s.acceptance_rule.describe()]
+        parts += [f"k {s.k} {s.policy}", *([tree_shape(s)] if s.width > 1 else []), s.acceptance_rule.describe()]
     parts += [f"temperature {s.sampling.temperature:g}", f"seed {record.start.seed}", f"{m['num_tokens']} tokens"]
     if m["tokens_per_s"] is not None:
         parts.append(f"{m['tokens_per_s']:.1f} tokens/s")
