@@ -17,8 +17,8 @@ from specplay.display.text import one_line, visible
 from specplay.engine.disturbance import speedup_disturbance
 from specplay.engine.events import Token
 from specplay.engine.routers.routing import RouteChoice
-from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE
-from specplay.engine.speedup import loss_reason, measured_speedup, round_account
+from specplay.engine.settings import ADAPTIVE_ROUTE, NONE_ROUTE, SpecSettings
+from specplay.engine.speedup import loss_reason, measured_speedup, round_account, who_drafted
 from specplay.files.json_text import dump_json
 from specplay.store import LaneRecord
 from specplay.store.codec import filed
@@ -157,6 +157,12 @@ def token_text(token: Token, marks: bool = False) -> Text:
     return Text(text, style=SOURCE_STYLES[token.source])
 
 
+def tree_shape(settings: SpecSettings) -> str:
+    """A draft tree's shape as asked ("tree width 2, 8 nodes at most"; k is then its depth)."""
+    nodes = settings.tree_nodes or settings.width * settings.k
+    return f"tree width {settings.width}, {nodes} nodes at most"
+
+
 def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: bool) -> str:
     """The stats line after a run's text. `speed_measured`: wall time is a speed (not HTTP round
     trips), so the speedup over the baseline lane is given."""
@@ -171,7 +177,7 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
     elif record.start.mode == "speculative" and record.start.drafter == NONE_ROUTE and s.route != ADAPTIVE_ROUTE:
         parts.append("no speculation")  # k, policy and rule judge nothing: every round drafts none
     elif record.start.mode == "speculative":
-        parts += [f"k {s.k} {s.policy}", s.acceptance_rule.describe()]
+        parts += [f"k {s.k} {s.policy}", *([tree_shape(s)] if s.width > 1 else []), s.acceptance_rule.describe()]
     parts += [f"temperature {s.sampling.temperature:g}", f"seed {record.start.seed}", f"{m['num_tokens']} tokens"]
     if m["tokens_per_s"] is not None:
         parts.append(f"{m['tokens_per_s']:.1f} tokens/s")
@@ -207,14 +213,18 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
 
 def run_loss(record: LaneRecord, target_step_ms: float | None) -> str | None:
     """Why a speculative run was slower than target-only, as the playground's cost line says it:
-    the round account's term that lost (`speedup.loss_reason`), named for the last round's drafter."""
+    the round account's term that lost (`speedup.loss_reason`), named for the drafters that
+    drafted (`speedup.who_drafted`)."""
     assert record.start is not None and record.done is not None
     m = record.done.metrics
     if record.start.mode != "speculative" or (account := round_account(m, target_step_ms)) is None:
         return None
-    drafter = record.rounds[-1].drafter if record.rounds else record.start.drafter
+    drafted_by: dict[str, int] = {}
+    for event in record.rounds:
+        drafted_by[event.drafter] = drafted_by.get(event.drafter, 0) + event.nodes
+    last = record.rounds[-1].drafter if record.rounds else record.start.drafter
     drafts_per_round = m["num_draft_tokens"] / m["num_spec_steps"] if m["num_spec_steps"] else None
-    loss = loss_reason(account, drafter or "the drafter", drafts_per_round, m["draft_acceptance_rate"])
+    loss = loss_reason(account, who_drafted(drafted_by, last), drafts_per_round, m["draft_acceptance_rate"])
     return None if loss is None else loss.sentence
 
 

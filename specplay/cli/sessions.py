@@ -46,6 +46,8 @@ def summarize(session: Session) -> dict[str, Any]:
         "route": lane.start.drafter if lane.start else None,
         "k": settings.k,
         "policy": settings.policy,
+        "width": settings.width,
+        "tree_nodes": settings.tree_nodes or settings.width * settings.k,
         "tv_budget": settings.rule_params.tv_budget,
         "rule": settings.acceptance_rule.describe(),
         "temperature": settings.sampling.temperature,
@@ -152,7 +154,8 @@ def list_sessions(args: argparse.Namespace) -> int:
         models = row["target"] + (f" + {row['route']}" if row["route"] else "")
         settings = f"{row['mode']} T={_fmt(row['temperature'], '{:g}')}"
         if row["mode"] == "speculative":
-            settings += f" k={row['k']} {row['policy']} {row['rule']}"
+            tree = f" width={row['width']} nodes={row['tree_nodes']}" if row["width"] > 1 else ""
+            settings += f" k={row['k']} {row['policy']}{tree} {row['rule']}"
         rows.append(
             [
                 row["id"],

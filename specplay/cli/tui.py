@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from specplay.backends import blas_warning
 from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from, with_recorded_routes
+from specplay.cli.early_keys import keys_kept
 from specplay.cli.flags import (
     UNSET,
     add_backend_flags,
@@ -40,9 +41,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_decoding_flags(parser)
     add_router_flag(parser)
     group = parser.add_argument_group("playground")
-    group.add_argument(
+    source = group.add_mutually_exclusive_group()
+    source.add_argument(
         "--prompt", metavar="TEXT", default=UNSET, help="pre-fill the prompt (default: the first of the prompt library)"
     )
+    source.add_argument("--prompt-file", metavar="F", type=Path, default=UNSET, help="pre-fill the prompt from a file")
     add_raw_flag(group)
     group.add_argument("--autorun", action="store_true", help="run the prompt as soon as the models are loaded")
     add_output_flags(group)
@@ -88,15 +91,17 @@ def terminal_problem() -> str | None:
 
 
 def tui(args: argparse.Namespace) -> int:
-    config, opened = configure(args)
-    if problem := terminal_problem():
-        raise SpecplayError(problem)
-    if message := blas_warning(config):
-        warn(message)
-    from specplay.ui.app import create_app
+    # ctrl+r typed while the command starts (checking the models, loading Textual) reaches the playground.
+    with keys_kept(sys.stdin):
+        config, opened = configure(args)
+        if problem := terminal_problem():
+            raise SpecplayError(problem)
+        if message := blas_warning(config):
+            warn(message)
+        from specplay.ui.app import create_app
 
-    app = create_app(config, playground_options(args, config, opened))
-    app.run()
+        app = create_app(config, playground_options(args, config, opened))
+        app.run()
     if app.crash is not None:
         print(f"specplay: error: the playground crashed: {error_line(app.crash)}", file=sys.stderr)
         return 1

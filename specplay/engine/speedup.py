@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from specplay.engine.settings import NONE_ROUTE
+
 
 def alpha(num_accepted: float, num_judged: float) -> float | None:
     """Per-token acceptance: accepted over judged positions. Leviathan's model accepts each drafted
@@ -371,6 +373,20 @@ class LossReason:
     loss_steps: float
     """What the term cost a round beyond what it won, in target steps (the largest of the three)."""
     sentence: str
+
+
+def who_drafted(drafted_by: Mapping[str, int], last_route: str | None) -> str:
+    """The drafters that drafted a run's drafts (tokens, or a tree's nodes, by drafter), in words,
+    most first ("exit", "exit and near"): a run whose route changed to `none` lost on what the
+    others drafted. Where none drafted, the route its rounds took ("route none", "lookup")."""
+    names = [name for name, n in sorted(drafted_by.items(), key=lambda item: -item[1]) if n > 0]
+    if len(names) > 2:
+        return f"{names[0]}, {names[1]} and {len(names) - 2} more"
+    if names:
+        return " and ".join(names)
+    if last_route is None:
+        return "the drafter"
+    return f"route {last_route}" if last_route == NONE_ROUTE else last_route
 
 
 def loss_reason(

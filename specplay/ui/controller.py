@@ -74,6 +74,9 @@ class PlaygroundController:
         self.last_session: Path | None = None
         self._route_note = ""
         """Where the current run's route sent its prompt, for the status line."""
+        self.run_on_load = False
+        """ctrl+r was pressed while the models load: the run starts once they are (ctrl+r again or
+        escape cancels it); a key pressed before the screen's first frame counts too."""
         self._closing = False
         """Set as the app quits: from then on nothing is drawn (its screen may be gone)."""
 
@@ -108,11 +111,14 @@ class PlaygroundController:
     def load(self, autorun: bool = False) -> None:
         """Load the models on the model thread; `autorun` runs the prompt once they are."""
         self.state = RunState.LOADING
-        self.set_status("loading models…")
+        self.set_status(self._loading_words())
         self.host.load(lambda source, identity, error: self.outbox.models_loaded(source, identity, error, autorun))
 
     def load_on_run(self) -> None:
         """Load nothing until a run is asked for (ctrl+r then loads the models and runs)."""
+        if self.run_on_load:  # ctrl+r came before the screen was up
+            self.load(autorun=True)
+            return
         self.state = RunState.UNLOADED
         withheld = " (without the API key: the session, not this command line, names them)"
         note = withheld if self.config.vllm.key_withheld else ""
@@ -124,6 +130,7 @@ class PlaygroundController:
         self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
     ) -> None:
         """UI thread: loading ended."""
+        autorun, self.run_on_load = autorun or self.run_on_load, False
         if error is not None:
             self.state = RunState.FAILED
             self._view.show_load_failed()
@@ -175,19 +182,32 @@ class PlaygroundController:
         """Generate in every lane from the prompt on screen, with the controls' settings and seed:
         the conversation's next turn where the prompt follows up (ui/turns.py), else a new
         conversation's first."""
-        prompt = self._view.current_prompt()
         if self.state == RunState.UNLOADED:
             self.load(autorun=True)
+            return
+        if self.state == RunState.LOADING:
+            self._queue_run(not self.run_on_load)
             return
         if self.state != RunState.READY:
             self._view.notify_user(f"cannot run while {self.state.value}", error=True)
             return
+        prompt = self._view.current_prompt()
         if not prompt.strip():
             self.set_status("type a prompt first", error=True)
             return
         follows = self.conversation.follows_up(prompt)
         opened = self.opened if self.opened is not None and prompt == self.opened.prompt and not follows else None
         self._run(prompt, follows, [turn.prompt for turn in opened.turns[1:]] if opened else [])  # a re-run: every turn
+
+    def _queue_run(self, queued: bool) -> None:
+        """While the models load, ctrl+r keeps a run for when they are loaded, and takes it back."""
+        self.run_on_load = queued
+        self.set_status(self._loading_words(cancelled=not queued))
+
+    def _loading_words(self, cancelled: bool = False) -> str:
+        if self.run_on_load:
+            return "loading models…; the run starts once they are loaded (ctrl+r again or escape cancels it)"
+        return "loading models…; run cancelled (ctrl+r runs once they are loaded)" if cancelled else "loading models…"
 
     def _run(self, prompt: str, follows: bool, queued: list[str] | None = None) -> None:
         """A conversation's next turn (`follows`), or a new conversation's first, `queued` its later prompts."""
@@ -260,6 +280,9 @@ class PlaygroundController:
         self.host.gate.release()
 
     def stop(self) -> None:
+        if self.state == RunState.LOADING and self.run_on_load:
+            self._queue_run(False)
+            return
         if self.state != RunState.RUNNING or self.lane_run is None:
             return
         self.lane_run.stop()

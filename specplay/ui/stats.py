@@ -26,6 +26,7 @@ from specplay.engine.speedup import (
     predict_modelled,
     recommended_k,
     round_account,
+    who_drafted,
 )
 from specplay.store.changes import settings_after
 
@@ -52,6 +53,8 @@ class LaneTally:
     settings: SpecSettings | None = None
     last_round: RoundEvent | None = None
     """The latest round: its route and k are the ones in use."""
+    drafted_by: dict[str, int] = field(default_factory=dict)
+    """Tokens drafted (a tree's nodes) by each drafter that served a round, `none`'s 0 among them."""
     error_bound_total: float | None = None
     """When the backend knew only the top-K of a distribution: the sum of the judged positions'
     error bounds, a bound in TV on how far the whole output's distribution may be from the rule's."""
@@ -68,6 +71,7 @@ class LaneTally:
             self._settle(settings_after(self.settings, event).settings)
         elif isinstance(event, RoundEvent):
             self.last_round = event
+            self.drafted_by[event.drafter] = self.drafted_by.get(event.drafter, 0) + event.nodes
             self.tokens += len(event.tokens)
             self.counters.add_round(event)
             bounds = [p.error_bound for p in event.positions if p.outcome != "unreached"]
@@ -94,6 +98,11 @@ class LaneTally:
         rule = settings.acceptance_rule
         # The docs' lossless rule is mentored decoding at D 0 (or any rule at its lossless end).
         self.rule = f"lossless ({rule.describe()})" if rule.lossless else rule.describe()
+
+    @property
+    def drafting(self) -> str:
+        """Who drafted the lane's drafts, in words (`speedup.who_drafted`)."""
+        return who_drafted(self.drafted_by, self.last_round.drafter if self.last_round is not None else None)
 
     @property
     def server(self) -> dict[str, Any] | None:

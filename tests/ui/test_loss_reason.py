@@ -7,8 +7,9 @@ import textwrap
 
 import pytest
 
-from specplay.engine.events import Event
-from specplay.engine.speedup import RoundAccount, loss_reason
+from specplay.engine.events import Event, RoundEvent
+from specplay.engine.live_controls import LiveControls
+from specplay.engine.speedup import RoundAccount, loss_reason, who_drafted
 from specplay.ui.stats import LaneTally, compare
 from specplay.ui.widgets.stats_view import speculative_stats
 from tests.support.engine_runs import run
@@ -103,15 +104,18 @@ def test_every_sentence_fits_two_lines_of_a_lane() -> None:
         assert loss is not None and len(textwrap.wrap(loss.sentence, 57)) <= 2, loss.sentence
 
 
-def _lanes(backend: ScriptedBackend, route: str) -> tuple[LaneTally, LaneTally]:
+def _lanes(backend: ScriptedBackend, route: str, then: tuple[int, str] | None = None) -> tuple[LaneTally, LaneTally]:
     """A speculative and a target-only lane of one prompt, each on its own clock (the scripted
-    backend's, which moves only as the models compute), as the playground tallies them."""
+    backend's, which moves only as the models compute), as the playground tallies them; `then`:
+    after that many rounds the route changes live to the one named."""
     lanes = []
     for mode in ("speculative", "target"):
         tally, start_s = LaneTally(), backend.clock()
 
-        def take(event: Event, _controls: object, tally: LaneTally = tally, start_s: float = start_s) -> None:
+        def take(event: Event, controls: LiveControls, tally: LaneTally = tally, start_s: float = start_s) -> None:
             tally.add(event, busy_s=backend.clock() - start_s)
+            if then is not None and isinstance(event, RoundEvent) and tally.rounds == then[0]:
+                controls.update(route=then[1])
 
         run(backend, PROSE_PROMPT, mode=mode, route=route, k=4, max_tokens=40, on_event=take)
         lanes.append(tally)
@@ -138,3 +142,28 @@ def test_a_drafter_that_pays_adds_nothing_to_the_cost_line() -> None:
     lines = str(speculative_stats(spec, comparison)).splitlines()
     assert lines[-1].startswith("a round: ")  # the account is the last line: no loss sentence after it
     assert not any(DRAFT_PHRASE in line or "more than" in line for line in lines)
+
+
+def test_a_route_changed_to_none_leaves_the_loss_with_the_drafter_that_drafted() -> None:
+    """dear drafts (and loses) for 5 rounds, then the route goes to none: the loss is dear's."""
+    target = ScriptedModel("target", seeded(0), Cost(step_ms=10.0, row_ms=1.0))
+    dear = ScriptedModel("dear", seeded(1), Cost(step_ms=8.0, row_ms=1.0))
+    spec, target_only = _lanes(ScriptedBackend(target, [dear]), "dear", then=(5, "none"))
+    assert spec.last_round is not None and spec.last_round.drafter == "none"  # what the old line named
+    comparison = compare(spec, target_only)
+    assert comparison.speedup is not None and comparison.speedup < 1
+    lines = str(speculative_stats(spec, comparison)).splitlines()
+    loss = lines[next(i for i, line in enumerate(lines) if line.startswith("a round: ")) + 1]
+    assert loss.startswith("dear drafts cost 0.") and loss.endswith(DRAFT_PHRASE), loss
+
+
+def test_the_loss_names_who_drafted_most_first_and_a_none_route_as_a_route() -> None:
+    assert who_drafted({"exit": 12, "none": 0}, "none") == "exit"
+    assert who_drafted({"near": 3, "none": 0, "exit": 40}, "near") == "exit and near"
+    assert who_drafted({"near": 3, "far": 9, "exit": 40, "none": 0}, "none") == "exit, far and 1 more"
+    assert who_drafted({"none": 0}, "none") == "route none"
+    assert who_drafted({"lookup": 0}, "lookup") == "lookup"  # prompt lookup found nothing to copy
+    assert who_drafted({}, None) == "the drafter"
+    account = RoundAccount(draft_steps=0.0, verify_steps=1.1, host_steps=0.02, tokens=1.0)
+    loss = loss_reason(account, who_drafted({"none": 0}, "none"), 0.0, None)
+    assert loss is not None and loss.sentence.startswith("route none drafted nothing: a round is one target step")

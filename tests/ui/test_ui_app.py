@@ -166,7 +166,8 @@ async def test_the_width_select_turns_the_next_rounds_into_trees_drawn_on_the_ta
         trees = after(events, width_at)
         assert any(not is_chain(r.parents) for r in trees)
         tape = str(app.query_one(DraftTape).query_one(Static).render())
-        assert "tree" in tape and "depth" in tape  # the kept path, and the levels that lost below it
+        # the kept path, and the siblings that lost below it
+        assert " nodes │" in tape and "╰ " in tape and "tree" not in tape
         assert any("judged losslessly only" in n.message for n in app._notifications)
 
 

@@ -378,3 +378,21 @@ def test_a_conversations_tokens_per_s_weighs_each_turn_by_its_tokens() -> None:
     assert figures.tokens_per_s == pytest.approx((5 + 5) / (1.0 + 5.0))
     assert figures.draft_acceptance_rate == pytest.approx(5 / (8 + 2 + 5))
     assert figures.mean_acceptance_length == pytest.approx(1 + 5 / 8)
+
+
+def test_tui_takes_its_first_prompt_from_a_file_as_run_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from specplay.cli import build_parser
+    from specplay.cli.tui import configure
+
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("def parse(path):\n    with open(path) as f:\n", encoding="utf-8")
+    args = build_parser().parse_args(
+        ["tui", "--target", "demo", "--prompt-file", str(prompt), "--sessions-dir", str(tmp_path)]
+    )
+    config, _ = configure(args)
+    assert config.request.prompt == prompt.read_text(encoding="utf-8")
+    with pytest.raises(SystemExit) as both:  # argparse's one line, as run says it
+        main(["tui", "--target", "demo", "--prompt", "x", "--prompt-file", str(prompt)])
+    assert both.value.code == 2 and "not allowed with argument --prompt" in capsys.readouterr().err
+    assert main(["tui", "--target", "demo", "--prompt-file", str(tmp_path / "missing.txt")]) == 2
+    assert "--prompt-file" in capsys.readouterr().err

@@ -60,6 +60,8 @@ class PlaygroundScreen(Screen[None]):
         """A frame waits for the models' next event boundary."""
         self._frame_timer = False
         """A frame is set for when the budget allows it."""
+        self._status_lines = 1
+        """The lines the status line took when last shown: a change of them needs a layout."""
 
     def compose(self) -> ComposeResult:
         settings, seed = self.playground.settings, self.playground.seed
@@ -98,11 +100,18 @@ class PlaygroundScreen(Screen[None]):
     # --- the controller's View ---------------------------------------------------------------
 
     def show_status(self, text: str, error: bool = False) -> None:
-        """One line while all is well (an update then needs no layout, during runs too); an error
-        wraps, up to four lines, so its fix is never cut off."""
-        status = self.query_one("#status", Static)
+        """Wrapped at words, up to three lines beside the controls, so nothing it says is cut off
+        (an error up to four, so its fix is read whole). An update that keeps the line count needs
+        no layout, during runs too."""
+        shown = self.query("#status").results(Static)
+        status = next(shown, None)
+        if status is None:  # a key pressed before the first frame: loading says it again once up
+            return
+        content = Content(one_line(text))
+        lines = len(content.wrap(max(1, status.content_region.width or self.size.width)))
         status.set_class(error, "error")
-        status.update(Content(one_line(text)), layout=error)
+        status.update(content, layout=error or lines != self._status_lines)
+        self._status_lines = lines
 
     def show_load_failed(self) -> None:
         self.query_one("#lanes").loading = False  # nothing is loading any more: the status line says why

@@ -80,8 +80,8 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
             f" = {a.round_steps:.2f} target steps for {a.tokens:.2f} tokens → {a.speedup:.2f}×"
         )
         # Below 1× the account says which term lost, in words (nothing is added where it pays).
-        drafter = tally.last_round.drafter if tally.last_round is not None else "the drafter"
-        if (loss := loss_reason(a, drafter, p.mean_k, tally.draft_acceptance_rate)) is not None:
+        # Named by the drafters that drafted, not the route last in force (a switch to none drafts nothing).
+        if (loss := loss_reason(a, tally.drafting, p.mean_k, tally.draft_acceptance_rate)) is not None:
             lines.append(loss.sentence)
     if not remote and (advice := k_advice(comparison)) is not None:
         lines.append(advice)

@@ -1,6 +1,7 @@
-"""The draft tape: per round, the drafted tokens with rejected ones struck through, with k and route;
-a rejected token carries, as a superscript, the correction's rank among the drafter's tokens. A
-draft tree's round shows its kept path on its first line and the siblings that lost below it."""
+"""The draft tape: per round, the drafted tokens with rejected ones struck through, with its drafter
+and size; a rejected token carries, as a superscript, the correction's rank among the drafter's
+tokens. A draft tree's round shows its kept path on its first line and, below each kept token,
+the siblings that lost to it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from textual.widgets import Static
 
 from specplay.display.text import visible
 from specplay.engine.correction_rank import OTHER, RANK_TOP_N, rank_key
-from specplay.engine.events import DraftPosition, RoundEvent
-from specplay.engine.layout import children, depths
+from specplay.engine.events import DraftPosition, RoundEvent, draft_size
+from specplay.engine.layout import depths, is_chain
 from specplay.engine.tree import kept_nodes
 from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
@@ -34,6 +35,8 @@ MAX_ROUNDS = 200
 
 KEY = f"²…{f'{RANK_TOP_N + 1}+'.translate(_SUPERSCRIPT)}: rank of the correction among the drafter's picks"
 """The tape's marks, said on its border: what a learner would otherwise look up in the docs."""
+TITLE = "draft tape  (╰ lost to the token above; ∅ no text of its own)"
+"""A tree's losing siblings are drawn under the token they lost to; ∅ is a token with no text of its own."""
 
 
 def rank_mark(position: DraftPosition) -> str:
@@ -50,31 +53,48 @@ def _shown(text: str) -> str:
 
 
 def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
-    """A round on its main line: the kept path, then where judging stopped, the first child that
-    lost and the first children below it (a chain's whole draft: kept, struck, dim where never
-    reached); below, level by level, every other node of a draft that branched."""
-    rows = children(event.parents)
-    line = kept_nodes(event)
-    row = line[-1] + 1 if line else 0
-    while rows[row]:
-        line.append(rows[row][0])
-        row = rows[row][0] + 1
-    size = f"k={event.depth:<2}" if event.nodes == event.depth else f"tree {event.nodes:<2}"
-    head = f"#{event.index:<4} {event.drafter} {size} │ "
+    """A round, labelled by what it drafted (`draft_size`). A chain (a round that did not branch)
+    on one line: its whole draft, kept, struck, dim where never reached. A tree (a round that
+    branched): its kept path on the first line, and below, each depth's other nodes under the
+    token they lost to (`╰`: the kept node there, or the round's own token after the path), the
+    nodes beneath losing ones further right; then `→` the round's own token."""
+    head = f"#{event.index:<4} {event.drafter} {draft_size(event)} │ "
     first: list[Content | str] = [Content.styled(head, "dim")]
-    for node in line[: len(event.positions)]:
-        first += _drafted(event.positions[node], _text(drafted_text, node))
     if not event.positions:  # route none, or prompt lookup found no match: the round was one target step
-        first.append(Content.styled("nothing drafted ", "dim"))
-    lines = [Content.assemble(*first, *_round_end(event))]
+        return Content.assemble(*first, Content.styled("nothing drafted ", "dim"), *_round_end(event))
+    if is_chain(event.parents):
+        for node in range(len(event.positions)):
+            first += _drafted(event.positions[node], _text(drafted_text, node))
+        return Content.assemble(*first, *_round_end(event))
+    path = kept_nodes(event)
+    columns: list[int] = []
+    """Where each depth's token starts on the first line, after the head: the kept path's, then the round's own."""
+    width = 0
+    for node in path:
+        cell = Content.assemble(*_drafted(event.positions[node], _text(drafted_text, node)))
+        columns.append(width)
+        first.append(cell)
+        width += cell.cell_length
+    end = _round_end(event)
+    if end:
+        columns.append(width + 2)  # after "→ "
+    lines = [Content.assemble(*first, *end)]
     levels = depths(event.parents)
+    margin = Content.styled(" " * (len(head) - 2) + "│ ", "dim")
     for depth in range(1, event.depth + 1):
-        others = [n for n, d in enumerate(levels) if d == depth and n not in line and n < len(event.positions)]
-        if others:
-            below: list[Content | str] = [Content.styled(f"└ depth {depth}".ljust(len(head) - 3) + " │ ", "dim")]
-            for node in others:
-                below += _drafted(event.positions[node], _text(drafted_text, node))
-            lines.append(Content.assemble(*below))
+        lost = [n for n, d in enumerate(levels) if d == depth and n not in path and n < len(event.positions)]
+        if not lost:
+            continue
+        # Beneath a losing node, past the round's own token: indented one step a depth further.
+        at = (
+            columns[depth - 1]
+            if depth <= len(columns)
+            else (columns[-1] if columns else 0) + 2 * (depth - len(columns))
+        )
+        below: list[Content | str] = [margin, " " * at, Content.styled("╰ ", "dim")]
+        for node in lost:
+            below += _drafted(event.positions[node], _text(drafted_text, node))
+        lines.append(Content.assemble(*below))
     return Content("\n").join(lines)
 
 
@@ -106,7 +126,7 @@ class DraftTape(VerticalScroll):
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.border_title = "draft tape  (∅: a token with no text of its own)"
+        self.border_title = TITLE
         self.border_subtitle = KEY
         self._rounds: deque[tuple[RoundEvent | None, tuple[str, ...]]] = deque(maxlen=MAX_ROUNDS)
         """Each line's round (None: where a conversation's turn begins)."""

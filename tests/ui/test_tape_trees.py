@@ -1,0 +1,60 @@
+"""The draft tape draws a tree as a tree: each round labelled by what it drafted (`draft_size`),
+a tree's kept path on its first line and each losing sibling below, under the token it lost to;
+a chain (prompt lookup at any width, a round with nothing to draft) as a chain."""
+
+from __future__ import annotations
+
+from specplay.engine.events import Event, RoundEvent, draft_size
+from specplay.engine.layout import depths, is_chain
+from specplay.engine.tree import kept_nodes
+from specplay.ui.widgets.tape import TITLE, round_line
+from tests.support.engine_runs import run
+from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
+from tests.support.scripted import ScriptedBackend, scripted_backend
+
+
+def _rounds(backend: ScriptedBackend, route: str, prompt: str, width: int) -> list[RoundEvent]:
+    events: list[Event] = run(backend, prompt, route=route, k=3, width=width, max_tokens=60)
+    return [e for e in events if isinstance(e, RoundEvent)]
+
+
+def _drawn(backend: ScriptedBackend, event: RoundEvent) -> list[str]:
+    return round_line(event, tuple(backend.token_text(t) for t in event.drafted)).plain.splitlines()
+
+
+def test_a_trees_losing_siblings_are_drawn_under_the_kept_token_they_lost_to() -> None:
+    backend = scripted_backend()
+    trees = [e for e in _rounds(backend, "near", PROSE_PROMPT, width=2) if not is_chain(e.parents)]
+    assert trees
+    checked = 0
+    for event in trees:
+        lines = _drawn(backend, event)
+        head, path = lines[0].split(" │ ")[0], kept_nodes(event)
+        assert head.endswith(f"near {draft_size(event)}") and "nodes" in head
+        bar = lines[0].index("│ ") + 2
+        # The first line is the kept path and the round's own token: no sibling on it.
+        texts = [backend.token_text(event.drafted[n]) for n in path]
+        assert lines[0][bar:].split("→")[0].split() == [t for t in texts if t.strip()]
+        levels = depths(event.parents)
+        lost_depths = sorted({levels[n] for n in range(event.nodes) if n not in path})
+        assert len(lines) == 1 + len(lost_depths)
+        for line, depth in zip(lines[1:], lost_depths, strict=True):
+            assert line.index("│") == bar - 2 and line[bar:].lstrip().startswith("╰ ")
+            if depth <= len(path):  # a kept node's sibling: its ╰ starts under that node
+                column = sum(len(backend.token_text(event.drafted[n]) or "∅") + 1 for n in path[: depth - 1])
+                assert line[bar:].index("╰") == column, (lines, depth)
+                checked += 1
+    assert checked  # some sibling lost to a kept token
+    assert "╰ lost to the token above" in TITLE
+
+
+def test_prompt_lookup_at_width_2_drafts_chains_and_says_k() -> None:
+    backend = scripted_backend(drafters=("near", "lookup"))
+    rounds = _rounds(backend, "lookup", CODE_PROMPT, width=2)
+    assert {e.nodes > 0 for e in rounds} == {True, False}  # rounds that drafted, and rounds that found nothing
+    for event in rounds:
+        lines = _drawn(backend, event)
+        assert len(lines) == 1 and "tree" not in lines[0]
+        assert lines[0].startswith(f"#{event.index:<4} lookup k {event.nodes} │ ")
+        if event.nodes == 0:
+            assert "k 0 │ nothing drafted → " in lines[0]
