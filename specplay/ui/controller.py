@@ -1,13 +1,11 @@
 """The playground's logic without a screen: the lanes of a run (ui/lane_run.py), the conversation
 it starts or continues and its session (ui/turns.py), where live changes go, and saved sessions
-reopened. The Textual app draws what it decides, through the small `View` protocol, and the screen
-reads the run through `RunReadout`: wiring in one direction, all of it tested without a terminal.
+reopened. The app draws what it decides through the small `View` protocol (given by `attach`);
+the screen reads the run through `RunReadout`.
 
-Threads: the model thread appends lane events to `inbox` (a deque append is thread-safe) and
-tells the UI thread through the `Outbox` (the app posts each as a typed Textual message,
-ui/messages.py): lane events arrived, once until the screen takes the batch; models loaded and
-run ended, which the app hands back to `loaded` and `ended` on the UI thread, where everything
-else here runs too. No Textual here: this is tested without a terminal.
+Threads: the model thread appends lane events to `inbox` (a deque append is thread-safe) and tells
+the UI thread through the `Outbox` (typed Textual messages, ui/messages.py); the app hands models
+loaded and run ended back to `loaded` and `ended`: everything here runs on the UI thread.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ from specplay.store import Session
 from specplay.ui.lane_board import ALL_LANES, LaneBoard
 from specplay.ui.lane_run import LaneRun, draft_lane_switched, first_lanes, route_choice, routed_drafter
 from specplay.ui.opened import opened_settings, opened_status
+from specplay.ui.pending_run import PendingRun
 from specplay.ui.protocols import Outbox, RunState, View
 from specplay.ui.stats import LaneTally, verify_steps
 from specplay.ui.turns import Conversation
@@ -43,42 +42,31 @@ class PlaygroundController:
     """The state of the playground between the app's frames."""
 
     def __init__(self, config: RunConfig, host: ModelHost, outbox: Outbox, draft_lane: bool = False) -> None:
-        """`attach` gives the controller its view."""
         self.config, self.host, self.outbox = config, host, outbox
         self.view: View | None = None
         host.on_decoded = outbox.token_texts_arrived
-        self.settings = config.settings
-        """What the controls say now: the next run starts with it."""
+        self.settings = config.settings  # what the controls say now: the next run starts with it
         self.seed = config.request.seed
         self.state = RunState.LOADING
         self.status = ""
         self.drafters: tuple[str, ...] = ()
         self.identity: dict[str, Any] = {}
         self.capabilities = capabilities_of(config)  # what the backend asked for says, until it loads
-        self.route_map: dict[str, str] = {}
-        """Router class to drafter, as the source resolved it at load (saved in sessions)."""
+        self.route_map: dict[str, str] = {}  # router class to drafter, as resolved at load (saved in sessions)
         self.costs: RoundCosts | None = None
         """A round's parts as last measured here: the lane's stats then say which k would pay."""
         self.run_id = 0
-        self.lane_run: LaneRun | None = None
-        """The current (or last) run: its prompt and each lane's live controls."""
+        self.lane_run: LaneRun | None = None  # the current (or last) run: its prompt, each lane's live controls
         self.draft_lane = draft_lane
-        self.lanes: tuple[str, ...] = LANES
-        """The lanes of the current (or last) run, in session order."""
+        self.lanes: tuple[str, ...] = LANES  # the current (or last) run's, in session order
         self.board = LaneBoard(outbox.lane_events_arrived)
         """The current (or last) run's events and tallies, per lane, and the queue to the screen."""
-        self.conversation = Conversation(self.board, lambda: self._view)
-        """The turns on show, their session, and what the next run may follow up (ui/turns.py)."""
-        self.opened: Session | None = None
-        """The session on show read-only, until the next run."""
+        self.conversation = Conversation(self.board, lambda: self._view)  # turns on show, their session (ui/turns.py)
+        self.opened: Session | None = None  # the session on show read-only, until the next run
         self.last_session: Path | None = None
-        self._route_note = ""
-        """Where the current run's route sent its prompt, for the status line."""
-        self.run_on_load = False
-        """ctrl+r was pressed while the models load: the run starts once they are (ctrl+r again or
-        escape cancels it); a key pressed before the screen's first frame counts too."""
-        self._closing = False
-        """Set as the app quits: from then on nothing is drawn (its screen may be gone)."""
+        self._route_note = ""  # where the current run's route sent its prompt, for the status line
+        self.pending = PendingRun()
+        self._closing = False  # set as the app quits: from then on nothing is drawn (its screen may be gone)
 
     @property
     def events(self) -> dict[str, list[Event]]:
@@ -111,12 +99,12 @@ class PlaygroundController:
     def load(self, autorun: bool = False) -> None:
         """Load the models on the model thread; `autorun` runs the prompt once they are."""
         self.state = RunState.LOADING
-        self.set_status(self._loading_words())
+        self.set_status(self.pending.words())
         self.host.load(lambda source, identity, error: self.outbox.models_loaded(source, identity, error, autorun))
 
     def load_on_run(self) -> None:
         """Load nothing until a run is asked for (ctrl+r then loads the models and runs)."""
-        if self.run_on_load:  # ctrl+r came before the screen was up
+        if self.pending.kept:  # ctrl+r came before the screen was up
             self.load(autorun=True)
             return
         self.state = RunState.UNLOADED
@@ -130,7 +118,7 @@ class PlaygroundController:
         self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
     ) -> None:
         """UI thread: loading ended."""
-        autorun, self.run_on_load = autorun or self.run_on_load, False
+        autorun = self.pending.take() or autorun
         if error is not None:
             self.state = RunState.FAILED
             self._view.show_load_failed()
@@ -186,7 +174,7 @@ class PlaygroundController:
             self.load(autorun=True)
             return
         if self.state == RunState.LOADING:
-            self._queue_run(not self.run_on_load)
+            self.set_status(self.pending.toggle(not self.pending.kept))
             return
         if self.state != RunState.READY:
             self._view.notify_user(f"cannot run while {self.state.value}", error=True)
@@ -198,16 +186,6 @@ class PlaygroundController:
         follows = self.conversation.follows_up(prompt)
         opened = self.opened if self.opened is not None and prompt == self.opened.prompt and not follows else None
         self._run(prompt, follows, [turn.prompt for turn in opened.turns[1:]] if opened else [])  # a re-run: every turn
-
-    def _queue_run(self, queued: bool) -> None:
-        """While the models load, ctrl+r keeps a run for when they are loaded, and takes it back."""
-        self.run_on_load = queued
-        self.set_status(self._loading_words(cancelled=not queued))
-
-    def _loading_words(self, cancelled: bool = False) -> str:
-        if self.run_on_load:
-            return "loading models…; the run starts once they are loaded (ctrl+r again or escape cancels it)"
-        return "loading models…; run cancelled (ctrl+r runs once they are loaded)" if cancelled else "loading models…"
 
     def _run(self, prompt: str, follows: bool, queued: list[str] | None = None) -> None:
         """A conversation's next turn (`follows`), or a new conversation's first, `queued` its later prompts."""
@@ -280,8 +258,8 @@ class PlaygroundController:
         self.host.gate.release()
 
     def stop(self) -> None:
-        if self.state == RunState.LOADING and self.run_on_load:
-            self._queue_run(False)
+        if self.state == RunState.LOADING and self.pending.kept:
+            self.set_status(self.pending.toggle(False))
             return
         if self.state != RunState.RUNNING or self.lane_run is None:
             return

@@ -170,9 +170,9 @@ def harness(tmp_path: Path) -> Any:
 def test_load_run_route_live_changes_and_save(harness: Harness, tmp_path: Path) -> None:
     playground, screen = harness.playground, harness.screen
     playground.run()  # kept while loading, then taken back
-    assert playground.run_on_load and "the run starts once they are loaded" in playground.status
+    assert playground.pending.kept and "the run starts once they are loaded" in playground.status
     playground.run()
-    assert not playground.run_on_load and "run cancelled" in playground.status
+    assert not playground.pending.kept and "run cancelled" in playground.status
     playground.load()
     harness.until(lambda: playground.state == RunState.READY, "the models to load")
     assert screen.said("loaded")[-1][0] == ("near", "far")

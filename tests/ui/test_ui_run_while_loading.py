@@ -61,9 +61,9 @@ async def test_ctrl_r_again_or_escape_takes_the_kept_run_back(tmp_path: Path) ->
     async with app.run_test(size=(200, 50)) as pilot:
         await loading(app, pilot)
         await pilot.press("ctrl+r", "ctrl+r")
-        assert not app.playground.run_on_load and "run cancelled" in app.playground.status
+        assert not app.playground.pending.kept and "run cancelled" in app.playground.status
         await pilot.press("ctrl+r", "escape")
-        assert not app.playground.run_on_load and "run cancelled" in app.playground.status
+        assert not app.playground.pending.kept and "run cancelled" in app.playground.status
         opened.set()
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the models to load")
         await pilot.pause(0.1)
