@@ -43,6 +43,10 @@ class BenchPlan:
     ignore_eos: bool = True
     """A fixed output length. False (Spec-Bench's questions): each answer ends at the end of text,
     as Spec-Bench's do, or at max_tokens, and the next turn follows that answer."""
+    by_prompt: bool = False
+    """Each prompt under every configuration in turn before the next prompt, so a speedup's two
+    sides are measured seconds apart, not a configuration's whole pass apart (Spec-Bench's
+    questions, whose speedup is taken per question); else each configuration over every prompt."""
 
 
 def execute(
@@ -112,7 +116,10 @@ def run_bench(
 
     for cell in plan.warm_up:
         on_model_thread(lambda c=cell: run(c, plan.prompts[0], 0.0, 0))
-    cells = [(c, p, t) for t in plan.temperatures for c in plan.configs for p in plan.prompts]
+    if plan.by_prompt:
+        cells = [(c, p, t) for t in plan.temperatures for p in plan.prompts for c in plan.configs]
+    else:
+        cells = [(c, p, t) for t in plan.temperatures for c in plan.configs for p in plan.prompts]
     requests = sum(len(p.turns) for _, p, _ in cells)  # a request per turn
     repeats, repeat = plan.repeats, 0
     while repeat < repeats:

@@ -40,8 +40,8 @@ class QuestionRun:
 @dataclass(frozen=True, slots=True)
 class TaskSpeed:
     questions: int
-    tokens_per_s: float
-    """The mean over runs of the mean over questions."""
+    tokens_per_s: float | None
+    """The mean over runs of the mean over questions (None: not a speed, a remote lane's)."""
     baseline_tokens_per_s: float
     speedup: float | None
     """The mean over runs of each run's ratio of means; None where the baseline made no tokens."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specplay.bench.report import cell
 from specplay.bench.spec_bench import QuestionRun, TaskSpeed, task_speed
@@ -46,12 +46,17 @@ def _question_runs(
 
 
 def spec_bench_entries(
-    configs: Sequence[BenchConfig], measurements: Sequence[Measurement], turns: Mapping[str, int]
+    configs: Sequence[BenchConfig],
+    measurements: Sequence[Measurement],
+    turns: Mapping[str, int],
+    remote: bool = False,
 ) -> list[SpecBenchEntry]:
     """Per temperature, configuration and task (then overall): the speed over the repeats in which
     both the configuration and target-only answered the task's questions. `turns`: each
     question's number of turns. Draft-only rows are no method of Spec-Bench's, and the router
-    check is an accuracy: neither is reported here."""
+    check is an accuracy: neither is reported here. `remote` (vLLM inspection): a speculative
+    request's wall time is HTTP round trips, so only its mean accepted tokens are given."""
+    speculative = {c.label for c in configs if c.mode == "speculative"}
     runs = _question_runs(measurements, turns)
     task_of = {m.prompt: m.category for m in measurements}
     tasks = task_order(list(task_of.values()))
@@ -70,7 +75,10 @@ def spec_bench_entries(
                         method_runs.append([mine[q] for q in both])
                         baseline_runs.append([base[q] for q in both])
                 if method_runs:
-                    entries.append(SpecBenchEntry(temperature, config, task, task_speed(method_runs, baseline_runs)))
+                    speed = task_speed(method_runs, baseline_runs)
+                    if remote and config in speculative:
+                        speed = replace(speed, tokens_per_s=None, speedup=None, speedup_std=None)
+                    entries.append(SpecBenchEntry(temperature, config, task, speed))
     return entries
 
 
@@ -83,8 +91,9 @@ def spec_bench_markdown(entries: Sequence[SpecBenchEntry]) -> list[str]:
         "their wall time (each turn's whole request, prefill included); a task's speedup is the mean of its",
         "questions' tokens/s over target-only's mean on the same questions (a ratio of means), averaged over",
         "the repeats (± their standard deviation); mean accepted tokens is the mean over every round (target",
-        "forward pass) of the tokens it committed, accepted drafts + 1. `target-only (A/A)` is target-only",
-        "measured again after the rest: its distance from 1.00x is the noise a speedup here carries.",
+        "forward pass) of the tokens it committed, accepted drafts + 1. Each question ran under every",
+        "configuration in turn; `target-only (A/A)` is target-only again, last: its distance from 1.00x is",
+        "the noise a speedup here carries.",
     ]
     tasks = list(dict.fromkeys(e.task for e in entries))
     for temperature in dict.fromkeys(e.temperature for e in entries):

@@ -81,7 +81,8 @@ def _set(**changes: object) -> SpecSettings:
 BASELINE = "target-only"
 """The label of the row every speedup divides by."""
 CONTROL = "target-only (A/A)"
-"""Target-only again, measured after every other configuration: a speedup's noise floor."""
+"""Target-only again, measured after every other configuration (of each prompt, where the bench
+runs them prompt by prompt): a speedup's noise floor."""
 DRAFT_ONLY = "draft-only"
 SWEEPS = (DRAFT_ONLY, "k", "policy", "width", "tv", "route", "router")
 """What --sweeps chooses among (target-only always runs): draft-only, then the groups."""

@@ -80,7 +80,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help=f"comma list of the sweeps to run, of {', '.join(SWEEPS)} (default: all; target-only always runs)",
     )
-    parser.add_argument("--max-tokens", type=int, default=None, help="fixed output length (default 128, quick 32)")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="fixed output length, EOS ignored; of a Spec-Bench file, each answer's longest (default 128, quick 32)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="at least 3; 5 when a throughput's CV exceeds 5%%")
     parser.add_argument("--temperatures", default=None, help="comma list (default 0,0.7; quick 0)")
     parser.add_argument(
@@ -165,6 +170,7 @@ def bench(args: argparse.Namespace) -> int:
         warm_up=warm_up,
         mlx_lm=mlx_lm,
         ignore_eos=not spec_bench,
+        by_prompt=spec_bench,
     )
     if message := blas_warning(config):
         warn(message)
@@ -216,7 +222,7 @@ def bench(args: argparse.Namespace) -> int:
         warn(f"replacing the bench report in {out}")
     fix = OUT_FIX
     turns = {p.name: len(p.turns) for p in prompts}
-    tasks = spec_bench_entries(configs, measurements, turns) if spec_bench else []
+    tasks = spec_bench_entries(configs, measurements, turns, remote) if spec_bench else []
     sections = [*k_advice_markdown(advice), *route_markdown(routes)]
     report = markdown(rows, about, router, remote, spec_bench_markdown(tasks) if spec_bench else None)
     write_output(out / "report.md", report + "\n".join(sections) + "\n", fix)

@@ -198,6 +198,9 @@ def test_bench_reports_spec_bench_tasks_with_speedup_and_mean_accepted_tokens(tm
     for m in results["measurements"]:
         answers.setdefault((m["prompt"], m["turn"]), set()).add(m["answer"])
     assert len(answers) == 7 and every(len(texts) == 1 for texts in answers.values())
+    # question by question: the first question's turns under every configuration before the next question
+    order = [(m["config"], m["prompt"]) for m in results["measurements"] if m["repeat"] == 0]
+    assert list(dict.fromkeys(order))[:4] == [(config, "81") for config in configs]
     report = (out / "report.md").read_text()
     header = "| configuration | mt_bench (1) | translation (1) | summarization (1) | qa (1) | math_reasoning (1) | "
     assert report.count(header + "rag (1) | overall (6) |") == 3  # speedup, mean accepted tokens, tokens/s

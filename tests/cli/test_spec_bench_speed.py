@@ -94,3 +94,18 @@ def test_entries_group_turns_by_question_and_questions_by_task() -> None:
     assert "| k=4 | 2.00x | 2.50x | 2.25x |" in report
     assert "| configuration | mt_bench (2) | translation (1) | overall (3) |" in report
     assert "| k=4 | 2.86 | 4.00 | 3.16 |" in report
+
+
+def test_through_a_server_a_speculative_row_keeps_only_its_mean_accepted_tokens() -> None:
+    """vLLM inspection: a speculative request's wall time is HTTP round trips, not a speed."""
+    configs = [BenchConfig("target-only", "baseline", mode="target"), BenchConfig("k=4", "k")]
+    measurements = [
+        _turn("target-only", "qa", "321", 0, 20, 1000.0),
+        _turn("k=4", "qa", "321", 0, 20, 400.0, steps=5, accepted=15),
+    ]
+    entries = {(e.config, e.task): e.speed for e in spec_bench_entries(configs, measurements, {"321": 1}, remote=True)}
+    remote = entries[("k=4", "qa")]
+    assert remote.speedup is None and remote.tokens_per_s is None and remote.mean_accepted_tokens == 4.0
+    assert entries[("target-only", "qa")].tokens_per_s == 20.0
+    report = "\n".join(spec_bench_markdown(list(spec_bench_entries(configs, measurements, {"321": 1}, remote=True))))
+    assert "| k=4 | – | – |" in report and "| k=4 | 4.00 | 4.00 |" in report
