@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from specplay.bench.report import cell
 from specplay.bench.spec_bench import QuestionRun, TaskSpeed, task_speed
 from specplay.bench.sweep import BASELINE, ROUTER_CHECK, BenchConfig, Measurement
+from specplay.data.prompt import Prompt
 from specplay.data.spec_bench import task_order
 
 OVERALL = "overall"
@@ -48,34 +49,36 @@ def _question_runs(
 def spec_bench_entries(
     configs: Sequence[BenchConfig],
     measurements: Sequence[Measurement],
-    turns: Mapping[str, int],
+    questions: Sequence[Prompt],
     remote: bool = False,
 ) -> list[SpecBenchEntry]:
     """Per temperature, configuration and task (then overall): the speed over the repeats in which
-    both the configuration and target-only answered the task's questions. `turns`: each
-    question's number of turns. Draft-only rows are no method of Spec-Bench's, and the router
+    both the configuration and target-only answered every question of the task (`questions`: the
+    bench's, their categories Spec-Bench's tasks); in a bench stopped before any such repeat, over
+    the questions both answered. Draft-only rows are no method of Spec-Bench's, and the router
     check is an accuracy: neither is reported here. `remote` (vLLM inspection): a speculative
     request's wall time is HTTP round trips, so only its mean accepted tokens are given."""
     speculative = {c.label for c in configs if c.mode == "speculative"}
-    runs = _question_runs(measurements, turns)
-    task_of = {m.prompt: m.category for m in measurements}
-    tasks = task_order(list(task_of.values()))
+    runs = _question_runs(measurements, {q.name: len(q.turns) for q in questions})
+    tasks = task_order([q.category for q in questions])
     methods = [c.label for c in configs if c.mode != "draft" and c.group != ROUTER_CHECK]
     entries = []
     for temperature in dict.fromkeys(m.temperature for m in measurements):
         repeats = sorted({m.repeat for m in measurements if m.temperature == temperature})
         for config in methods:
             for task in [*tasks, OVERALL]:
-                method_runs, baseline_runs = [], []
+                wanted = [q.name for q in questions if task in (OVERALL, q.category)]
+                answered = []  # per repeat: the questions both answered
                 for repeat in repeats:
                     mine = runs.get((temperature, config, repeat), {})
                     base = runs.get((temperature, BASELINE, repeat), {})
-                    both = [q for q in mine if q in base and (task == OVERALL or task_of[q] == task)]
+                    both = [q for q in wanted if q in mine and q in base]
                     if both:
-                        method_runs.append([mine[q] for q in both])
-                        baseline_runs.append([base[q] for q in both])
-                if method_runs:
-                    speed = task_speed(method_runs, baseline_runs)
+                        answered.append(([mine[q] for q in both], [base[q] for q in both], len(both) == len(wanted)))
+                full = [(m, b) for m, b, whole in answered if whole]
+                chosen = full or [(m, b) for m, b, _ in answered]
+                if chosen:
+                    speed = task_speed([m for m, _ in chosen], [b for _, b in chosen])
                     if remote and config in speculative:
                         speed = replace(speed, tokens_per_s=None, speedup=None, speedup_std=None)
                     entries.append(SpecBenchEntry(temperature, config, task, speed))

@@ -221,8 +221,7 @@ def bench(args: argparse.Namespace) -> int:
     if replacing:
         warn(f"replacing the bench report in {out}")
     fix = OUT_FIX
-    turns = {p.name: len(p.turns) for p in prompts}
-    tasks = spec_bench_entries(configs, measurements, turns, remote) if spec_bench else []
+    tasks = spec_bench_entries(configs, measurements, prompts, remote) if spec_bench else []
     sections = [*k_advice_markdown(advice), *route_markdown(routes)]
     report = markdown(rows, about, router, remote, spec_bench_markdown(tasks) if spec_bench else None)
     write_output(out / "report.md", report + "\n".join(sections) + "\n", fix)

@@ -9,6 +9,7 @@ import pytest
 from specplay.bench.spec_bench import QuestionRun, run_speedup, task_speed
 from specplay.bench.spec_bench_report import spec_bench_entries, spec_bench_markdown
 from specplay.bench.sweep import BenchConfig, Measurement
+from specplay.data.prompt import Prompt
 from specplay.engine.settings import SpecSettings
 
 
@@ -40,14 +41,28 @@ def test_a_task_is_a_ratio_of_means_over_questions_of_summed_turns() -> None:
     assert task_speed([method0[:1]], [silent]).speedup is None
 
 
-def _turn(config: str, task: str, question: str, turn: int, tokens: int, ms: float, steps: int = 0, accepted: int = 0):
+def _question(task: str, name: str, turns: int) -> Prompt:
+    return Prompt(task, name, "first turn", follow_ups=("a later turn",) * (turns - 1))
+
+
+def _turn(
+    config: str,
+    task: str,
+    question: str,
+    turn: int,
+    tokens: int,
+    ms: float,
+    steps: int = 0,
+    accepted: int = 0,
+    repeat: int = 0,
+) -> Measurement:
     return Measurement(
         config,
         task,
         question,
         0.0,
-        0,
-        0,
+        repeat,
+        repeat,
         route=None,
         num_tokens=tokens,
         e2e_ms=ms,
@@ -64,7 +79,7 @@ def test_entries_group_turns_by_question_and_questions_by_task() -> None:
         BenchConfig("draft-only d", "baseline", mode="draft", settings=SpecSettings(route="d")),
         BenchConfig("k=4", "k"),
     ]
-    turns = {"81": 2, "82": 2, "161": 1}
+    questions = [_question("mt_bench", "81", 2), _question("mt_bench", "82", 2), _question("translation", "161", 1)]
     measurements = [
         # target-only: 81 makes 40 tokens in 2 s, 82 20 in 2 s, 161 20 in 1 s: 20, 10 and 20 tokens/s
         _turn("target-only", "mt_bench", "81", 0, 10, 1000.0),
@@ -79,7 +94,7 @@ def test_entries_group_turns_by_question_and_questions_by_task() -> None:
         _turn("k=4", "mt_bench", "82", 0, 10, 100.0, steps=1, accepted=9),  # stopped before its second turn
         _turn("k=4", "translation", "161", 0, 20, 400.0, steps=5, accepted=15),
     ]
-    entries = {(e.config, e.task): e.speed for e in spec_bench_entries(configs, measurements, turns)}
+    entries = {(e.config, e.task): e.speed for e in spec_bench_entries(configs, measurements, questions)}
     assert not any(config == "draft-only d" for config, _ in entries)
     assert [task for config, task in entries if config == "k=4"] == ["mt_bench", "translation", "overall"]
     mt = entries[("k=4", "mt_bench")]
@@ -90,7 +105,7 @@ def test_entries_group_turns_by_question_and_questions_by_task() -> None:
     assert overall.questions == 2 and overall.speedup == pytest.approx(45 / 20)  # ratio of means, not (2 + 2.5) / 2
     assert overall.mean_accepted_tokens == pytest.approx(1 + 41 / 19)
     assert entries[("target-only", "mt_bench")].questions == 2  # both answered in full
-    report = "\n".join(spec_bench_markdown(list(spec_bench_entries(configs, measurements, turns))))
+    report = "\n".join(spec_bench_markdown(list(spec_bench_entries(configs, measurements, questions))))
     assert "| k=4 | 2.00x | 2.50x | 2.25x |" in report
     assert "| configuration | mt_bench (2) | translation (1) | overall (3) |" in report
     assert "| k=4 | 2.86 | 4.00 | 3.16 |" in report
@@ -103,9 +118,31 @@ def test_through_a_server_a_speculative_row_keeps_only_its_mean_accepted_tokens(
         _turn("target-only", "qa", "321", 0, 20, 1000.0),
         _turn("k=4", "qa", "321", 0, 20, 400.0, steps=5, accepted=15),
     ]
-    entries = {(e.config, e.task): e.speed for e in spec_bench_entries(configs, measurements, {"321": 1}, remote=True)}
+    entries = {
+        (e.config, e.task): e.speed
+        for e in spec_bench_entries(configs, measurements, [_question("qa", "321", 1)], remote=True)
+    }
     remote = entries[("k=4", "qa")]
     assert remote.speedup is None and remote.tokens_per_s is None and remote.mean_accepted_tokens == 4.0
     assert entries[("target-only", "qa")].tokens_per_s == 20.0
-    report = "\n".join(spec_bench_markdown(list(spec_bench_entries(configs, measurements, {"321": 1}, remote=True))))
+    report = "\n".join(
+        spec_bench_markdown(list(spec_bench_entries(configs, measurements, [_question("qa", "321", 1)], remote=True)))
+    )
     assert "| k=4 | – | – |" in report and "| k=4 | 4.00 | 4.00 |" in report
+
+
+def test_a_repeat_stopped_part_way_is_left_out_where_a_whole_one_was_measured() -> None:
+    """Repeat 0 answered both questions (k=4 at 2x); the bench stopped in repeat 1 after one question
+    (at 4x): a run of one question would weigh as much as a run of the task."""
+    configs = [BenchConfig("target-only", "baseline", mode="target"), BenchConfig("k=4", "k")]
+    questions = [_question("qa", "321", 1), _question("qa", "322", 1)]
+    measurements = [
+        _turn("target-only", "qa", "321", 0, 20, 1000.0),
+        _turn("target-only", "qa", "322", 0, 20, 1000.0),
+        _turn("k=4", "qa", "321", 0, 20, 500.0),
+        _turn("k=4", "qa", "322", 0, 20, 500.0),
+        _turn("target-only", "qa", "321", 0, 20, 1000.0, repeat=1),
+        _turn("k=4", "qa", "321", 0, 20, 250.0, repeat=1),
+    ]
+    speed = {(e.config, e.task): e.speed for e in spec_bench_entries(configs, measurements, questions)}[("k=4", "qa")]
+    assert speed.speedup == 2.0 and speed.speedup_std is None and speed.questions == 2
