@@ -232,6 +232,12 @@ def bench(args: argparse.Namespace) -> int:
     return 130 if stopped else 0
 
 
+def _prompt_name(prompt: Prompt, spec_bench: bool) -> str:
+    """category/name; a Spec-Bench question of mt_bench with its own category: mt_bench/81 (writing)."""
+    own = f" ({prompt.note})" if spec_bench and prompt.note != prompt.category else ""
+    return f"{prompt.category}/{prompt.name}{own}"
+
+
 def _questions_line(prompts: Sequence[Prompt]) -> str:
     turns = sum(len(p.turns) for p in prompts)
     return (
@@ -336,7 +342,7 @@ def _about(args, config, identity, prompts, spec_bench, temperatures, max_tokens
         }
     return about | {
         "command": shown_command(["specplay", *args.argv], "$SPECPLAY_API_KEY"),
-        "prompts": ", ".join(f"{p.category}/{p.name}" for p in prompts),
+        "prompts": ", ".join(_prompt_name(p, spec_bench) for p in prompts),
         **({"prompt file": _questions_line(prompts)} if spec_bench else {}),
         "prompt format": config.request.prompt_format,
         "temperatures": ", ".join(f"{t:g}" for t in temperatures),

@@ -180,7 +180,8 @@ def test_bench_reports_spec_bench_tasks_with_speedup_and_mean_accepted_tokens(tm
     assert main([*args, "--max-tokens", "6", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     about = results["about"]
-    assert about["prompts"] == "mt_bench/81, translation/161, summarization/241, qa/321, math_reasoning/401, rag/481"
+    picked = "mt_bench/81 (writing), translation/161, summarization/241, qa/321, math_reasoning/401, rag/481"
+    assert about["prompts"] == picked
     assert "6 questions, 7 turns" in about["prompt file"] and "end of text" in about["output length"]
     entries = {(e["config"], e["task"]): e["speed"] for e in results["spec_bench"]}
     configs = ["target-only", "k=2", "k=4", "target-only (A/A)"]
