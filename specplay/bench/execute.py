@@ -11,10 +11,11 @@ from typing import Any, TypeVar
 from specplay.bench.stats import needs_more_repeats
 from specplay.bench.sweep import BenchConfig, Measurement, measure
 from specplay.data.library import Prompt
+from specplay.engine.conversation import Exchange
 from specplay.engine.events import DoneEvent, RoundEvent, StartEvent
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
-from specplay.engine.settings import AUTO_ROUTE
+from specplay.engine.settings import AUTO_ROUTE, SpecSettings
 from specplay.engine.stream import EventStream
 
 T = TypeVar("T")
@@ -39,15 +40,49 @@ class BenchPlan:
     warm_up: Sequence[BenchConfig]
     """Configurations run once, untimed, before the sweep: every model's first call."""
     mlx_lm: MlxLmTimer | None = None
+    ignore_eos: bool = True
+    """A fixed output length. False (Spec-Bench's questions): each answer ends at the end of text,
+    as Spec-Bench's do, or at max_tokens, and the next turn follows that answer."""
+    by_prompt: bool = False
+    """Each prompt under every configuration in turn before the next prompt, so a speedup's two
+    sides are measured seconds apart, not a configuration's whole pass apart (Spec-Bench's
+    questions, whose speedup is taken per question); else each configuration over every prompt."""
 
 
 def execute(
     source: EventStream, plan: BenchPlan, cell: BenchConfig, prompt: Prompt, temperature: float, seed: int
-) -> dict[str, Any]:
-    """One request of `cell`: its metrics, route, end-to-end time and draft lengths."""
+) -> list[dict[str, Any]]:
+    """The requests of `cell` on `prompt`, one per turn, each after this configuration's own
+    earlier answers, the later ones continuing (the mode's caches kept): each its metrics, route,
+    end-to-end time, draft lengths and answer."""
     settings = cell.settings.changed(temperature=temperature)
-    ids = tuple(source.encode(prompt.text, raw=plan.raw))
-    request = Request(prompt.text, ids, cell.mode, seed, plan.max_tokens, ignore_eos=True)  # type: ignore[arg-type]
+    earlier: list[Exchange] = []
+    results = []
+    for turn, text in enumerate(prompt.turns):
+        ids = tuple(source.encode(text, raw=plan.raw, earlier=earlier))
+        request = Request(
+            text,
+            ids,
+            cell.mode,  # type: ignore[arg-type]
+            seed,
+            plan.max_tokens,
+            ignore_eos=plan.ignore_eos,
+            continues=turn > 0,
+        )
+        result = _request(source, plan, cell, request, settings, temperature)
+        earlier.append(Exchange(text, result["answer"]))
+        results.append(result)
+    return results
+
+
+def _request(
+    source: EventStream,
+    plan: BenchPlan,
+    cell: BenchConfig,
+    request: Request,
+    settings: SpecSettings,
+    temperature: float,
+) -> dict[str, Any]:
     start = time.perf_counter()
     events = list(source.generate(request, LiveControls(settings, source.drafters)))
     e2e_ms = 1000 * (time.perf_counter() - start)
@@ -55,6 +90,8 @@ def execute(
     assert isinstance(first, StartEvent) and isinstance(last, DoneEvent)
     lengths = [e.depth for e in events if isinstance(e, RoundEvent)]
     result = {"metrics": last.metrics, "route": first.drafter, "e2e_ms": e2e_ms, "draft_lengths": lengths}
+    result["answer"] = last.text
+    ids = request.prompt_token_ids
     # mlx-lm's rule equals specplay's only when greedy, so only greedy requests are compared.
     comparable = cell.mode == "target" or (cell.group == "k" and cell.route == AUTO_ROUTE)
     if plan.mlx_lm is not None and temperature == 0 and comparable:
@@ -74,19 +111,23 @@ def run_bench(
     is made (a bench stopped part-way keeps them); two more repeats when any throughput varies
     by more than 5%."""
 
-    def run(cell: BenchConfig, prompt: Prompt, temperature: float, seed: int) -> dict[str, Any]:
+    def run(cell: BenchConfig, prompt: Prompt, temperature: float, seed: int) -> list[dict[str, Any]]:
         return execute(source, plan, cell=cell, prompt=prompt, temperature=temperature, seed=seed)
 
     for cell in plan.warm_up:
         on_model_thread(lambda c=cell: run(c, plan.prompts[0], 0.0, 0))
-    cells = [(c, p, t) for t in plan.temperatures for c in plan.configs for p in plan.prompts]
+    if plan.by_prompt:
+        cells = [(c, p, t) for t in plan.temperatures for p in plan.prompts for c in plan.configs]
+    else:
+        cells = [(c, p, t) for t in plan.temperatures for c in plan.configs for p in plan.prompts]
+    requests = sum(len(p.turns) for _, p, _ in cells)  # a request per turn
     repeats, repeat = plan.repeats, 0
     while repeat < repeats:
         for cell, prompt, temperature in cells:
             what = f"{cell.label} · {prompt.name} · T={temperature:g} · repeat {repeat + 1}"
-            on_progress(what, len(measurements), len(cells) * repeats)
+            on_progress(what, len(measurements), requests * repeats)
             measured = on_model_thread(lambda c=cell, p=prompt, t=temperature, r=repeat: measure(run, c, p, t, r))
-            measurements.append(measured)
+            measurements.extend(measured)
         repeat += 1
         if repeat == repeats == 3 and needs_more_repeats(_throughputs(measurements)):
             repeats = 5
@@ -94,8 +135,8 @@ def run_bench(
 
 
 def _throughputs(measurements: list[Measurement]) -> list[list[float]]:
-    series: dict[tuple[str, str, str, float], list[float]] = {}
+    series: dict[tuple[str, str, str, int, float], list[float]] = {}
     for m in measurements:
         if m.tokens_per_s:
-            series.setdefault((m.config, m.category, m.prompt, m.temperature), []).append(m.tokens_per_s)
+            series.setdefault((m.config, m.category, m.prompt, m.turn, m.temperature), []).append(m.tokens_per_s)
     return list(series.values())

@@ -228,11 +228,23 @@ def cell(value: float | None, pattern: str) -> str:
 
 
 def markdown(
-    rows: Sequence[Row], about: dict[str, Any], router: dict[str, Any] | None = None, remote: bool = False
+    rows: Sequence[Row],
+    about: dict[str, Any],
+    router: dict[str, Any] | None = None,
+    remote: bool = False,
+    spec_bench: Sequence[str] | None = None,
 ) -> str:
-    """`remote`: the speculative requests' wall time was not a speed (Capabilities.wall_time_is_speed)."""
+    """`remote`: the speculative requests' wall time was not a speed (Capabilities.wall_time_is_speed);
+    `spec_bench`: the Spec-Bench tasks' section (a file of Spec-Bench questions), first, and the
+    sections by category are then by task and turn."""
     lines = ["# specplay bench", ""]
     lines += [f"- {key}: {value}" for key, value in about.items() if not isinstance(value, dict | list)]
+    if spec_bench is not None:
+        lines += [*spec_bench, "", "## specplay's measures by task", ""]
+        lines += [
+            "Each turn of a question is one request below: its medians and specplay's speedup, decode tokens/s",
+            "(after the first token) over target-only's, not Spec-Bench's.",
+        ]
     lines += [
         "",
         "Decode tokens/s is the median over requests of (tokens after the first delivery) / (time since it);",
@@ -282,14 +294,17 @@ def to_json(
     router: dict[str, Any] | None = None,
     k_advice: Sequence[Any] = (),
     routes: Sequence[Any] = (),
+    spec_bench: Sequence[Any] = (),
 ) -> str:
-    """`k_advice`: k_advice.KAdvice entries; `routes`: routes.RouteComparison entries (dataclasses)."""
+    """`k_advice`: k_advice.KAdvice entries; `routes`: routes.RouteComparison entries;
+    `spec_bench`: spec_bench_report.SpecBenchEntry entries (dataclasses)."""
     payload = {
         "about": about,
         "rows": [asdict(r) for r in rows],
         "router": router,
         "k_advice": [asdict(a) for a in k_advice],
         "routes": [asdict(r) for r in routes],
+        **({"spec_bench": [asdict(e) for e in spec_bench]} if spec_bench else {}),
         "measurements": [asdict(m) for m in measurements],
     }
     return dump_json(payload, indent=2, ensure_ascii=False) + "\n"

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specplay.data.library import Prompt, library_prompts, read_prompts
+from specplay.data import spec_bench
+from specplay.data.library import Prompt, PromptFile, library_prompts, read_prompt_file
 from specplay.engine.rules import Mentored
 from specplay.engine.settings import ADAPTIVE_ROUTE, AUTO_ROUTE, NONE_ROUTE, SpecSettings
 from specplay.errors import ConfigError
@@ -34,11 +35,13 @@ class BenchConfig:
 
 @dataclass
 class Measurement:
-    """One request: what the engine reported, and its end-to-end latency."""
+    """One request (one turn of a conversation): what the engine reported, and its end-to-end latency."""
 
     config: str
     category: str
+    """The prompt's category; a Spec-Bench question's task."""
     prompt: str
+    """The prompt's name; a Spec-Bench question's question_id."""
     temperature: float
     repeat: int
     seed: int
@@ -64,11 +67,35 @@ class Measurement:
     """The router check: each drafter's mean acceptance length on this request."""
     rejection_rank_histogram: dict[str, int] | None = None
     """Rejections by their correction's rank among the drafter's tokens (engine/correction_rank.py)."""
+    turn: int = 0
+    """Which turn of the prompt's conversation (0: its first, or only, prompt)."""
+    answer: str = ""
+    """The text the configuration answered, which its next turn follows."""
 
 
 def _set(**changes: object) -> SpecSettings:
     """The default settings with one sweep's change."""
     return SpecSettings().changed(**changes)
+
+
+BASELINE = "target-only"
+"""The label of the row every speedup divides by."""
+CONTROL = "target-only (A/A)"
+"""Target-only again, measured after every other configuration (of each prompt, where the bench
+runs them prompt by prompt): a speedup's noise floor."""
+DRAFT_ONLY = "draft-only"
+SWEEPS = (DRAFT_ONLY, "k", "policy", "width", "tv", "route", "router")
+"""What --sweeps chooses among (target-only always runs): draft-only, then the groups."""
+
+
+def warm_up_configs(drafters: Sequence[str], copy_only: Sequence[str] = ()) -> list[BenchConfig]:
+    """Target-only, then each drafter alone that can write: every model's first call."""
+    return [BenchConfig(BASELINE, "baseline", mode="target"), *_draft_only(drafters, copy_only)]
+
+
+def _draft_only(drafters: Sequence[str], copy_only: Sequence[str]) -> list[BenchConfig]:
+    alone = [name for name in drafters if name not in copy_only]
+    return [BenchConfig(f"{DRAFT_ONLY} {name}", "baseline", mode="draft", settings=_set(route=name)) for name in alone]
 
 
 def plan(
@@ -78,6 +105,8 @@ def plan(
     counterfactual: bool = False,
     round_routes: bool = True,
     trees: bool = False,
+    sweeps: Sequence[str] = SWEEPS,
+    control: bool = False,
 ) -> list[BenchConfig]:
     """Target-only, draft-only, fixed k, each adaptive policy (quick: the cost policy alone), draft
     trees where the backend verifies them (`trees`: each beside the fixed k of as many nodes, the
@@ -85,12 +114,26 @@ def plan(
     draft-only row. With several drafters: each pinned, no speculation (none), the request
     router's choice (auto) and, where the backend can change drafters between rounds
     (`round_routes`), per-round routing (adaptive); and where it can (`counterfactual`), a router
-    check: the routed run with every other drafter judged from the same contexts."""
-    configs = [BenchConfig("target-only", "baseline", mode="target")]
-    alone = [name for name in drafters if name not in copy_only]
-    configs += [
-        BenchConfig(f"draft-only {name}", "baseline", mode="draft", settings=_set(route=name)) for name in alone
-    ]
+    check: the routed run with every other drafter judged from the same contexts. `sweeps`: those
+    of SWEEPS to run (target-only always runs); `control`: target-only again, last (the A/A row)."""
+    configs = _sweep(drafters, quick, copy_only, counterfactual, round_routes, trees)
+    kept = [c for c in configs if c.label == BASELINE or _sweep_of(c) in sweeps]
+    return [*kept, BenchConfig(CONTROL, "baseline", mode="target")] if control else kept
+
+
+def _sweep_of(config: BenchConfig) -> str:
+    return DRAFT_ONLY if config.mode == "draft" else config.group
+
+
+def _sweep(
+    drafters: Sequence[str],
+    quick: bool,
+    copy_only: Sequence[str],
+    counterfactual: bool,
+    round_routes: bool,
+    trees: bool,
+) -> list[BenchConfig]:
+    configs = warm_up_configs(drafters, copy_only)
     configs += [BenchConfig(f"k={k}", "k", settings=_set(k=k)) for k in ((2, 4) if quick else (2, 4, 6, 8))]
     policies = ("cost",) if quick else ("acceptance-rate", "accepted-length", "confidence", "cost")
     configs += [BenchConfig(policy, "policy", settings=_set(policy=policy)) for policy in policies]
@@ -118,24 +161,40 @@ ROUTER_CHECK = "router"
 """The group of the router check: it measures which drafter accepts most, not a speed."""
 
 
-def load_prompts(path: Path | None, per_category: int) -> list[Prompt]:
-    """The first `per_category` prompts of each category, from a prompt file or the shipped library."""
-    prompts = library_prompts() if path is None else read_prompts(path)
+def load_prompts(path: Path | None, per_category: int) -> PromptFile:
+    """The first `per_category` prompts of each category, from a prompt file or the shipped
+    library; of a Spec-Bench file, `per_category` questions of each task (spec_bench.pick)."""
+    found = PromptFile(library_prompts()) if path is None else read_prompt_file(path)
     chosen: list[Prompt] = []
-    for category in dict.fromkeys(p.category for p in prompts):
-        chosen += [p for p in prompts if p.category == category][:per_category]
+    if found.spec_bench:
+        chosen = spec_bench.pick(found.prompts, per_category)
+    else:
+        for category in dict.fromkeys(p.category for p in found.prompts):
+            chosen += [p for p in found.prompts if p.category == category][:per_category]
     if not chosen:
         raise ConfigError("prompts", f"{path or 'the shipped prompt library'} holds no prompts")
-    return chosen
+    return PromptFile(chosen, found.spec_bench)
 
 
-Execute = Callable[[BenchConfig, Prompt, float, int], dict[str, Any]]
+Execute = Callable[[BenchConfig, Prompt, float, int], list[dict[str, Any]]]
 
 
-def measure(execute: Execute, config: BenchConfig, prompt: Prompt, temperature: float, repeat: int) -> Measurement:
-    """Run one request (seeded by the repeat, so sampled runs differ) and keep its numbers."""
+def measure(
+    execute: Execute, config: BenchConfig, prompt: Prompt, temperature: float, repeat: int
+) -> list[Measurement]:
+    """Run one prompt, each of its turns a request (seeded by the repeat, so sampled runs differ),
+    and keep each turn's numbers."""
     seed = repeat
-    result = execute(config, prompt, temperature, seed)
+    return [
+        _measurement(config, prompt, temperature, repeat, turn, result)
+        for turn, result in enumerate(execute(config, prompt, temperature, seed))
+    ]
+
+
+def _measurement(
+    config: BenchConfig, prompt: Prompt, temperature: float, repeat: int, turn: int, result: dict[str, Any]
+) -> Measurement:
+    seed = repeat
     metrics = result["metrics"]
     return Measurement(
         config=config.label,
@@ -165,4 +224,6 @@ def measure(execute: Execute, config: BenchConfig, prompt: Prompt, temperature: 
             name: entry["mean_acceptance_length"] for name, entry in (metrics.get("counterfactual") or {}).items()
         }
         or None,
+        turn=turn,
+        answer=result["answer"],
     )

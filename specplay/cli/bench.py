@@ -22,7 +22,8 @@ from specplay.bench.k_advice import advice_rows, k_advice, k_advice_markdown
 from specplay.bench.plots import PLOT_FILES, write_plots
 from specplay.bench.report import build_rows, markdown, router_report, to_csv, to_json
 from specplay.bench.routes import route_comparison, route_markdown
-from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
+from specplay.bench.spec_bench_report import spec_bench_entries, spec_bench_markdown
+from specplay.bench.sweep import SWEEPS, BenchConfig, Measurement, load_prompts, plan, warm_up_configs
 from specplay.cli.configure import comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags, add_raw_flag, add_router_flag
 from specplay.cli.render import make_console, warn
@@ -31,6 +32,7 @@ from specplay.cli.stopping import sigterm_stops
 from specplay.config.capabilities import capabilities_of
 from specplay.config.model_sets import models_named
 from specplay.config.run_config import check_models, check_router
+from specplay.data.prompt import Prompt
 from specplay.drafters import kind_of
 from specplay.engine.costs import RoundCosts, measure_costs
 from specplay.engine.loop import SpecEngine
@@ -59,9 +61,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         f"tokens), on the models the other flags give (none: the default models, as every command): {QUICK_TIME}",
     )
     parser.add_argument("--out", default=None, help="report folder (default: bench-<time> in the sessions folder)")
-    parser.add_argument("--prompts", type=Path, help="JSONL of {category, text}; default: the shipped library")
-    parser.add_argument("--per-category", type=int, default=None, help="prompts per category (default 3, quick 1)")
-    parser.add_argument("--max-tokens", type=int, default=None, help="fixed output length (default 128, quick 32)")
+    parser.add_argument(
+        "--prompts",
+        type=Path,
+        help="JSONL of {category, text}, or Spec-Bench's question.jsonl as it is ({question_id, category, turns}: "
+        "reported by Spec-Bench's six tasks); default: the shipped library",
+    )
+    parser.add_argument(
+        "--per-category",
+        type=int,
+        default=None,
+        help="prompts per category, the first in file order; of a Spec-Bench file, questions per task, the first "
+        "in file order with mt_bench's eight categories taken in turn (default 3, quick 1)",
+    )
+    parser.add_argument(
+        "--sweeps",
+        default=None,
+        help=f"comma list of the sweeps to run, of {', '.join(SWEEPS)} (default: all; target-only always runs)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="fixed output length, EOS ignored; of a Spec-Bench file, each answer's longest (default 128, quick 32)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="at least 3; 5 when a throughput's CV exceeds 5%%")
     parser.add_argument("--temperatures", default=None, help="comma list (default 0,0.7; quick 0)")
     parser.add_argument(
@@ -97,7 +120,9 @@ def bench(args: argparse.Namespace) -> int:
     per_category = (1 if args.quick else 3) if args.per_category is None else args.per_category
     if per_category < 1:
         raise ConfigError("per_category", f"must be at least 1 (got {per_category})")
-    prompts = load_prompts(args.prompts, per_category)
+    prompt_file = load_prompts(args.prompts, per_category)
+    prompts, spec_bench = prompt_file.prompts, prompt_file.spec_bench
+    sweeps = _sweeps(args.sweeps) if args.sweeps is not None else SWEEPS
     max_tokens = (32 if args.quick else 128) if args.max_tokens is None else args.max_tokens
     if max_tokens < 2:
         raise ConfigError("max_tokens", f"must be at least 2 (got {max_tokens})")
@@ -117,7 +142,12 @@ def bench(args: argparse.Namespace) -> int:
         counterfactual=capabilities.counterfactual,
         round_routes=capabilities.round_routes,
         trees=capabilities.trees,
+        sweeps=sweeps,
+        control=spec_bench,
     )
+    if all(c.mode == "target" for c in configs):
+        fix = "add k, or give a second --draft for the route sweep"
+        raise ConfigError("sweeps", f"{args.sweeps!r} leaves nothing but target-only to run; {fix}")
 
     def time_mlx_lm(ids: tuple[int, ...], max_tokens: int, drafter: str | None, k: int) -> float | None:
         from specplay.bench.mlx_lm import mlx_lm_tokens_per_s
@@ -125,7 +155,7 @@ def bench(args: argparse.Namespace) -> int:
         assert isinstance(source, SpecEngine)  # on MLX: checked above
         return mlx_lm_tokens_per_s(source.backend, ids, max_tokens, drafter, k)
 
-    warm_up = configs[: 1 + len(drafters) - len(copy_only)]  # target-only, then each drafter alone
+    warm_up = warm_up_configs(drafters, copy_only)
     mlx_lm = time_mlx_lm if args.compare_mlx_lm else None
     bench_plan = BenchPlan(
         configs=configs,
@@ -136,6 +166,8 @@ def bench(args: argparse.Namespace) -> int:
         raw=config.request.raw,
         warm_up=warm_up,
         mlx_lm=mlx_lm,
+        ignore_eos=not spec_bench,
+        by_prompt=spec_bench,
     )
     if message := blas_warning(config):
         warn(message)
@@ -165,6 +197,7 @@ def bench(args: argparse.Namespace) -> int:
             config,
             identity=thread.call(source.describe),
             prompts=prompts,
+            spec_bench=spec_bench,
             temperatures=temperatures,
             max_tokens=max_tokens,
             measurements=measurements,
@@ -185,15 +218,31 @@ def bench(args: argparse.Namespace) -> int:
     if replacing:
         warn(f"replacing the bench report in {out}")
     fix = OUT_FIX
+    tasks = spec_bench_entries(configs, measurements, prompts, remote) if spec_bench else []
     sections = [*k_advice_markdown(advice), *route_markdown(routes)]
-    report = markdown(rows, about, router, remote) + "\n".join(sections) + "\n"
+    report = markdown(rows, about, router, remote, spec_bench_markdown(tasks) if spec_bench else None)
+    report += "\n".join(sections) + "\n"
     # The measurements first, the report last: a disk that fills part-way keeps what was measured.
-    write_output(out / "results.json", to_json(rows, measurements, about, router, advice, routes), fix)
+    write_output(out / "results.json", to_json(rows, measurements, about, router, advice, routes, tasks), fix)
     write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
     write_output(out / "report.md", report, fix)
     print(f"report in {out}: report.md, results.json, results.csv, and three PNG plots", file=sys.stderr)
     return 130 if stopped else 0
+
+
+def _prompt_name(prompt: Prompt, spec_bench: bool) -> str:
+    """category/name; a Spec-Bench question of mt_bench with its own category: mt_bench/81 (writing)."""
+    own = f" ({prompt.note})" if spec_bench and prompt.note != prompt.category else ""
+    return f"{prompt.category}/{prompt.name}{own}"
+
+
+def _questions_line(prompts: Sequence[Prompt]) -> str:
+    turns = sum(len(p.turns) for p in prompts)
+    return (
+        f"Spec-Bench questions {{question_id, category, turns}}: {len(prompts)} questions, {turns} turns, each "
+        "configuration's later turns answered after its own earlier answers, its caches kept"
+    )
 
 
 QUICK_TIME = (
@@ -246,7 +295,15 @@ def _round_costs(
     return {t: measure_costs(source, ids, SamplingParams(temperature=t), lossless, max_rows=rows) for t in temperatures}
 
 
-def _about(args, config, identity, prompts, temperatures, max_tokens, measurements) -> dict[str, Any]:
+def _sweeps(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in SWEEPS]
+    if not names or unknown:
+        raise ConfigError("sweeps", f"takes a comma list of {', '.join(SWEEPS)} (got {text!r})")
+    return names
+
+
+def _about(args, config, identity, prompts, spec_bench, temperatures, max_tokens, measurements) -> dict[str, Any]:
     repeats = max(m.repeat for m in measurements) + 1
     about = {
         "specplay": __version__,
@@ -267,10 +324,13 @@ def _about(args, config, identity, prompts, temperatures, max_tokens, measuremen
         }
     return about | {
         "command": shown_command(["specplay", *args.argv], "$SPECPLAY_API_KEY"),
-        "prompts": ", ".join(f"{p.category}/{p.name}" for p in prompts),
+        "prompts": ", ".join(_prompt_name(p, spec_bench) for p in prompts),
+        **({"prompt file": _questions_line(prompts)} if spec_bench else {}),
         "prompt format": config.request.prompt_format,
         "temperatures": ", ".join(f"{t:g}" for t in temperatures),
-        "output length": f"{max_tokens} tokens, EOS ignored",
+        "output length": f"at most {max_tokens} tokens a turn, ending at the end of text"
+        if spec_bench
+        else f"{max_tokens} tokens, EOS ignored",
         "repeats": f"{repeats} (seeds 0..{repeats - 1}), after one untimed warm-up of each model",
         "backend": config.backend,
         "model set": models_named(config),

@@ -10,7 +10,7 @@ import pytest
 from specplay.bench.k_advice import ADVICE_K_MAX, advice_rows, k_advice, k_advice_markdown
 from specplay.bench.report import build_rows, markdown, router_report, to_csv
 from specplay.bench.stats import coefficient_of_variation, median, needs_more_repeats
-from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
+from specplay.bench.sweep import CONTROL, BenchConfig, Measurement, load_prompts, plan
 from specplay.cli import main
 from specplay.engine.costs import RoundCosts, Timing
 from specplay.engine.settings import SpecSettings
@@ -189,7 +189,16 @@ def test_plan_and_prompts() -> None:
     )
     assert {"route a", "route b", "route none", "route auto", "route adaptive"} <= set(labels)
     assert "cost" in [c.label for c in plan(["a", "b"], quick=True)]
-    prompts = load_prompts(None, 2)
+    # --sweeps: target-only always; the A/A control (a Spec-Bench file's) last
+    routes = [c.label for c in plan(["a", "b"], quick=True, sweeps=("route",), control=True)]
+    assert routes == ["target-only", *(f"route {r}" for r in ("a", "b", "none", "auto", "adaptive")), CONTROL]
+    assert [c.label for c in plan(["a", "b"], quick=True, sweeps=("draft-only",))] == [
+        "target-only",
+        "draft-only a",
+        "draft-only b",
+    ]
+    assert "router check" in [c.label for c in plan(["a", "b"], False, counterfactual=True, sweeps=("router",))]
+    prompts = load_prompts(None, 2).prompts
     assert [p.category for p in prompts] == ["code", "code", "prose", "prose", "mixed", "mixed", "editing", "editing"]
     with pytest.raises(ConfigError, match="cannot be read"):
         load_prompts(Path("/nonexistent/prompts.jsonl"), 1)
@@ -200,7 +209,7 @@ def test_quick_bench_writes_every_file(tiny: TinyModels, tmp_path: Path) -> None
     out = tmp_path / "report"
     # The library's first code and prose prompts (the others' categories add time, not coverage).
     prompts = tmp_path / "prompts.jsonl"
-    first = [next(p for p in load_prompts(None, 1) if p.category == c) for c in ("code", "prose")]
+    first = [next(p for p in load_prompts(None, 1).prompts if p.category == c) for c in ("code", "prose")]
     prompts.write_text("".join(json.dumps({"category": p.category, "text": p.text}) + "\n" for p in first))
     flags = ["--quick", "--out", str(out), "--max-tokens", "12", "--compare-mlx-lm", "--prompts", str(prompts)]
     assert main(["bench", *models, *flags]) == 0
