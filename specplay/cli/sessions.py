@@ -39,6 +39,9 @@ def summarize(session: Session) -> dict[str, Any]:
         "target": Path(models.get("target", {}).get("source", "?")).name,
         "mode": lane.start.mode if lane.start else None,
         "route": lane.start.drafter if lane.start else None,
+        "route_why": _text(_route_choice(session).get("why")),
+        "route_chosen_by": _text(_route_choice(session).get("chosen_by")),
+        "route_deferred": _text(_route_choice(session).get("deferred")),
         "k": settings.k,
         "policy": settings.policy,
         "tv_budget": settings.rule_params.tv_budget,
@@ -56,6 +59,16 @@ def summarize(session: Session) -> dict[str, Any]:
         row["speedup"] = session.measured_speedup
         row["similarity_to_target"] = token_diff(lane.token_ids, baseline.token_ids).similarity
     return row
+
+
+def _route_choice(session: Session) -> dict[str, Any]:
+    """Where the router sent the prompt and why, as the run said it (`run_sample` records it)."""
+    choice = (session.header.get("request") or {}).get("route_choice")
+    return choice if isinstance(choice, dict) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _cell(text: str) -> Text:
@@ -93,7 +106,10 @@ def list_sessions(args: argparse.Namespace) -> int:
         if args.json:
             print(dump_json(row, ensure_ascii=False))
             continue
-        models = row["target"] + (f" + {row['route']}" if row["route"] else "")
+        chosen_by = f" ({row['route_chosen_by']})" if row["route_chosen_by"] else ""
+        if row["route_deferred"]:  # the learned router was unsure, or is not followed at all: --json says why
+            chosen_by = " (heuristic: the learned router deferred)"
+        models = row["target"] + (f" + {row['route']}{chosen_by}" if row["route"] else "")
         settings = f"{row['mode']} T={_fmt(row['temperature'], '{:g}')}"
         if row["mode"] == "speculative":
             settings += f" k={row['k']} {row['policy']} {row['rule']}"

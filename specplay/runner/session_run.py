@@ -23,6 +23,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
+from specplay.engine.settings import ROUTE_SETTINGS
 from specplay.engine.stream import EventStream
 from specplay.store import LaneRecord, SessionWriter
 from specplay.store.codec import request_record
@@ -96,7 +97,8 @@ def run_sample(
     comparison, on this thread. Ctrl-C asks the run to stop at its next round and keeps what it
     made (saved as incomplete), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt
     at once (the session stays, incomplete). `identity` is the source's description, asked once
-    per run; `about` adds to a saved session's request record (a prompt's category and name)."""
+    per run; `about` adds to a saved session's request record (a prompt's category and name), as
+    does where the router sent the prompt and why, where the route setting asked it (auto, adaptive)."""
     lanes = [request.mode]
     if baseline and request.mode == "speculative" and source.capabilities.baseline:
         lanes.append("target")
@@ -104,6 +106,8 @@ def run_sample(
     if save:
         spec = replace(config.request, prompt=request.prompt, seed=request.seed, mode=request.mode)
         ids = request.prompt_token_ids
+        if request.mode != "target" and config.settings.route in ROUTE_SETTINGS:
+            about = {"route_choice": source.routing.choice(request.prompt).record(), **(about or {})}
         writer = open_writer(
             config,
             spec,
