@@ -4,7 +4,7 @@ forward pass exactly."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pytest
@@ -332,9 +332,11 @@ def test_under_adaptive_greedy_a_free_proposal_is_judged_every_round(monkeypatch
             chosen.append((choice, (proposing or {})["lookup"]))
             return choice
 
-        def observe(self, routed: RoundObservation | None, others: Sequence[RoundObservation] = ()) -> None:
+        def observe(
+            self, routed: RoundObservation | None, others: Sequence[RoundObservation] = (), matching: Iterable[str] = ()
+        ) -> None:
             seen.append((routed, tuple(others)))
-            super().observe(routed, others)
+            super().observe(routed, others, matching)
 
     monkeypatch.setattr("specplay.engine.loop.RoundRouter", Recording)
     backend = backend_of({"far": seeded(1)}, lookup=True)
