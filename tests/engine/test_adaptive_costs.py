@@ -174,3 +174,21 @@ def test_under_none_adaptive_follows_a_copied_passage_within_a_round() -> None:
     assert "exit" not in routed
     speeds = _speeds(route_map={"prose": "none"})
     assert speeds["adaptive"] >= 0.99 * speeds["lookup"], speeds
+
+
+def test_an_untried_model_drafter_serves_only_once_it_could_beat_the_best_on_record() -> None:
+    """`prose` served the first round (3 tokens, 22 ms); prompt lookup then copies whole
+    proposals in 16 ms rounds. `base`, never tried, is credited the most a round commits (5 tokens)
+    at the model drafters' time (22 ms): 0.23 tokens a ms, below lookup's 0.31, so it is not given a
+    round while lookup copies; once lookup keeps nothing (a token in 16 ms), it is."""
+    router = RoundRouter(("prose", "base", "lookup", "none"))
+    router.observe(RoundObservation("prose", 3, 22.0, verify_ms=15.0))
+    chosen = []
+    for _ in range(20):
+        chosen.append(router.choose(4, chosen[-1] if chosen else "prose", {}, {"lookup": 4}))
+        router.observe(RoundObservation(chosen[-1], 5, 16.0, verify_ms=15.0))
+    assert set(chosen) == {"lookup"}
+    for _ in range(6):
+        current = router.choose(4, "lookup", {}, {"lookup": 4})
+        router.observe(RoundObservation(current, 1, 16.0, verify_ms=15.0))
+    assert current == "base" or router.estimates["base"].timed

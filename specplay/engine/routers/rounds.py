@@ -36,6 +36,14 @@ discounted over that drafter's own timed rounds, so it holds while the drafter s
 A free drafter's proposal length is known before the round: one that has nothing to propose this
 round is passed over, and a round that drafted nothing is left out of every record.
 
+Untried drafters: a free one serves a round as soon as it proposes (it costs a verify pass of its
+proposal), and so does a model drafter while no model drafter's round has been timed. Once one
+has, an untried model drafter is priced at the pooled model drafters' round time and credited the
+most a round can commit, k + 1 tokens: it serves once that could beat the best on record, never
+while a drafter already does as well as it possibly could (prompt lookup copying four tokens a
+round for a third of a model's round time). Trying each drafter once whatever the others did cost a
+128-token run of prompt lookup's a round in twenty-seven.
+
 A model drafter that sat out some rounds must catch its cache up on the tokens committed
 meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
 charged to a switch, spread over `switch_rounds`, the rounds a switch is expected to serve.
@@ -320,16 +328,17 @@ class RoundRouter:
         if not candidates:
             return current
         for name in candidates:
-            if not self.estimates[name].timed and name != NONE_ROUTE:
-                return name  # each serves once (judged for free is untimed) before any is judged on its record
+            if not self.estimates[name].timed and name != NONE_ROUTE and (name in self.free or not self.pooled.timed):
+                return name  # served once to be timed (module docstring: untried drafters)
         if NONE_ROUTE in candidates and not self.estimates[NONE_ROUTE].timed and self._worth_timing_none(candidates):
             return NONE_ROUTE
         total = sum(e.weight for e in self.estimates.values())
         best, best_index = candidates[0], -math.inf
         for name in candidates:
             estimate = self.estimates[name]
-            tokens = self._tokens(name)
-            if name != NONE_ROUTE and not self.full_information and total > 1:
+            untried = not estimate.timed and name != NONE_ROUTE  # a model drafter: at the pool's time
+            tokens = float(k + 1) if untried else self._tokens(name)
+            if not untried and name != NONE_ROUTE and not self.full_information and total > 1:
                 bonus = self.exploration * (k + 1) * math.sqrt(math.log(total) / estimate.weight)
                 tokens += min(bonus, max(k + 1 - tokens, 0.0))  # no round commits more than k + 1
             round_ms = self.round_ms(name)
