@@ -17,7 +17,7 @@ from specplay.router_training.evaluate import evaluate, report
 from specplay.router_training.examples import read_examples, score_kind
 from specplay.router_training.router_file import load_router, write_router
 from specplay.router_training.scores import SCORE_KINDS, UNITS
-from specplay.router_training.train import Trained, prompt_hash, train
+from specplay.router_training.train import LEAVE_ONE_OUT, Trained, prompt_hash, train
 
 SCORE_HELP = (
     "speed: the drafter's tokens per second of its own rounds; acceptance: its mean acceptance length "
@@ -98,10 +98,13 @@ def _validation_line(trained: Trained) -> str:
         )
     record, n = found.record(), len(found.held)
     threshold = found.min_confidence
+    how = "each session held out in turn" if found.method == LEAVE_ONE_OUT else f"{found.folds} folds"
     line = (
-        f"cross-validated ({found.folds} folds), best picks on held-out sessions: "
+        f"cross-validated ({how}), best picks on held-out sessions: "
         f"learned {record['learned_best_picks']}/{n}, heuristic {record['heuristic_best_picks']}/{n}"
     )
+    if trained.router.unproven is not None:
+        return f"{line}: no better than the heuristic, so --route auto keeps the heuristic's choices"
     if threshold <= 0:
         return f"{line}; --route auto follows it on every prompt"
     if threshold >= 1:
@@ -130,8 +133,10 @@ def router_eval(args: argparse.Namespace) -> int:
         return 0
     for line in _lines(result, Path(args.router).name):
         print(line)
-    if line := _confidence_line([c.confidence for c in cases], router.min_confidence):
+    if line := _confidence_line([c.confidence for c in cases], router.min_confidence, router.unproven is None):
         print(line)
+    if router.unproven is not None:
+        print(f"--route auto keeps the heuristic's choices with this router: it {router.unproven}")
     print(found.prompt_format_line())
     for line in found.skipped_lines():
         print(line)
@@ -140,16 +145,15 @@ def router_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _confidence_line(confidences: Sequence[float | None], threshold: float) -> str | None:
-    """How sure the router was of its picks here, beside the threshold under which auto defers."""
+def _confidence_line(confidences: Sequence[float | None], threshold: float, followed: bool) -> str | None:
+    """How sure the router was of its picks here, beside the threshold under which auto defers
+    (`followed`: where auto follows it at all)."""
     known = sorted(c for c in confidences if c is not None)
     if not known:
         return None
     median = statistics.median(known)
-    return (
-        f"its confidence in its picks: median {median:.0%}, lowest {known[0]:.0%}; "
-        f"--route auto defers to the heuristic below {threshold:.0%}"
-    )
+    line = f"its confidence in its picks: median {median:.0%}, lowest {known[0]:.0%}"
+    return f"{line}; --route auto defers to the heuristic below {threshold:.0%}" if followed else line
 
 
 def _sessions(count: int) -> str:

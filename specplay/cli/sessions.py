@@ -44,6 +44,9 @@ def summarize(session: Session) -> dict[str, Any]:
         "target": Path(models.get("target", {}).get("source", "?")).name,
         "mode": lane.start.mode if lane.start else None,
         "route": lane.start.drafter if lane.start else None,
+        "route_why": _text(_route_choice(session).get("why")),
+        "route_chosen_by": _text(_route_choice(session).get("chosen_by")),
+        "route_deferred": _text(_route_choice(session).get("deferred")),
         "k": settings.k,
         "policy": settings.policy,
         "width": settings.width,
@@ -116,6 +119,16 @@ def _turns_mark(turns: int) -> str:
     return f"[{turns} turns] " if turns > 1 else ""
 
 
+def _route_choice(session: Session) -> dict[str, Any]:
+    """Where the router sent the prompt and why, as the run said it (`run_sample` records it)."""
+    choice = (session.header.get("request") or {}).get("route_choice")
+    return choice if isinstance(choice, dict) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _cell(text: str) -> Text:
     """A table cell of data: never markup, no control characters."""
     return Text(visible(text))
@@ -151,7 +164,10 @@ def list_sessions(args: argparse.Namespace) -> int:
         if args.json:
             print(dump_json(row, ensure_ascii=False))
             continue
-        models = row["target"] + (f" + {row['route']}" if row["route"] else "")
+        chosen_by = f" ({row['route_chosen_by']})" if row["route_chosen_by"] else ""
+        if row["route_deferred"]:  # the learned router was unsure, or is not followed at all: --json says why
+            chosen_by = " (heuristic: the learned router deferred)"
+        models = row["target"] + (f" + {row['route']}{chosen_by}" if row["route"] else "")
         settings = f"{row['mode']} T={_fmt(row['temperature'], '{:g}')}"
         if row["mode"] == "speculative":
             tree = f" width={row['width']} nodes={row['tree_nodes']}" if row["width"] > 1 else ""

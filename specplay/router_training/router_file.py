@@ -6,6 +6,8 @@
      "features": {"ngram_min", "ngram_max", "buckets", "sample_chars", "dense": [...]},
      "idf", "weights", "bias": {"dtype": "float32", "shape": [...], "base64": ...},
      "min_confidence": 0.6,                   below it the heuristic chooses (absent in older files: 0)
+     "beats_heuristic": true,                 whether `--route auto` follows it at all: its cross-validated
+                                              picks beat the heuristic's (absent in older files: unproven)
      "trained_on": {"sessions", "score", "unit", "labels", "ties", "l2", "iterations", "prompt_sha256",
                     "cross_validation"}}
 
@@ -31,10 +33,16 @@ from specplay.errors import ConfigError
 from specplay.files.inputs import ROUTER_LIMIT, read_input
 from specplay.files.json_text import JsonError, dump_json, parse_json
 from specplay.files.outputs import write_output
+from specplay.router_training.train import NOT_BEATEN, unproven_reason
 
 FORMAT = "specplay learned router"
 VERSION = 1
 RETRAIN = "specplay router train SESSION|DIR --out FILE"
+OLDER_FILE = (
+    "was written by an older specplay, which did not test its picks against the heuristic's: train it again "
+    "to have it followed"
+)
+"""Why a file without `beats_heuristic` is not followed, after the router's label."""
 
 
 def router_record(router: LearnedRouter, trained_on: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,6 +63,7 @@ def router_record(router: LearnedRouter, trained_on: Mapping[str, Any]) -> dict[
         "weights": _array_record(router.weights),
         "bias": _array_record(router.bias),
         "min_confidence": router.min_confidence,
+        "beats_heuristic": router.unproven is None,
         "trained_on": dict(trained_on),
     }
 
@@ -132,6 +141,16 @@ def _router(record: Mapping[str, Any], label: str) -> LearnedRouter:
     min_confidence = record.get("min_confidence", 0.0)
     if not isinstance(min_confidence, int | float) or isinstance(min_confidence, bool) or not 0 <= min_confidence <= 1:
         raise ValueError("its min_confidence is not a number from 0 to 1")
+    trained_on = about if isinstance(about, dict) else {}
+    beats = record.get("beats_heuristic")
+    if beats is not None and not isinstance(beats, bool):
+        raise ValueError("its beats_heuristic is not true or false")
+    unproven: str | None = None
+    if beats is None:
+        unproven = OLDER_FILE
+    elif not beats:
+        validation, sessions = trained_on.get("cross_validation"), trained_on.get("sessions")
+        unproven = unproven_reason(validation, sessions) or NOT_BEATEN
     return LearnedRouter(
         classes=tuple(drafters),
         settings=settings,
@@ -139,8 +158,9 @@ def _router(record: Mapping[str, Any], label: str) -> LearnedRouter:
         weights=weights,
         bias=bias,
         label=label,
-        trained_on=about if isinstance(about, dict) else {},
+        trained_on=trained_on,
         min_confidence=float(min_confidence),
+        unproven=unproven,
     )
 
 

@@ -1,13 +1,16 @@
 """Training a learned router on scored sessions: each session's prompt, labelled with its best
 drafter (scores.py; a tie shares the label evenly), fitted by engine/routers/learned.py.
 
-Before the router is fitted to every session, it is cross-validated: the sessions are dealt into
-folds (by turns within each best drafter, in a fixed order), and a router fitted to the other
-folds picks for each held-out session. Those picks, beside the heuristic's, choose the router's
-`min_confidence`: the threshold (from a coarse grid, so that 20 sessions cannot overfit it) below
-which `--route auto` lets the heuristic choose, the one under which the two together picked the
-best drafter most often out of fold. With too few sessions to hold any out, the router defers on
-every prompt: a router nobody could test does not choose.
+Before the router is fitted to every session, it is cross-validated: each session is held out in
+turn (leave-one-session-out, up to MIN_SESSIONS sessions; beyond, the sessions are dealt into FOLDS
+folds by turns within each best drafter, in a fixed order), and a router fitted to the others picks
+for it. Those picks decide whether `--route auto` follows the router at all: only where they found
+the best drafter of more sessions than the heuristic's picks did (`beats_heuristic`; a tie keeps
+the heuristic, the known quantity). Otherwise the router is `unproven` and the heuristic chooses
+every prompt, saying why. The same picks choose the router's `min_confidence`: the threshold (from
+a coarse grid, so that 20 sessions cannot overfit it) below which a followed router lets the
+heuristic choose, the one under which the two together picked the best drafter most often out of
+fold. With too few sessions to hold any out, the router is untested, so unproven.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ trained ones (16 hex digits each: 34 KB at most)."""
 
 
 FOLDS = 5
+"""Folds beyond MIN_SESSIONS sessions; fewer sessions than this are too few to hold any out."""
 MIN_SESSIONS = 20
-"""Fewer sessions than this are said to be too few to learn from."""
+"""Fewer sessions than this are said to be too few to learn from; up to this many, each is held out
+alone (five folds of eight sessions would fit each router on six)."""
 ONE_SIDED = 0.9
 """A drafter best in this share of the sessions makes the training data one-sided."""
 CONFIDENCE_GRID = (0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -57,6 +62,25 @@ class Validation:
     held: tuple[Held, ...]
     min_confidence: float
 
+    @property
+    def method(self) -> str:
+        return LEAVE_ONE_OUT if self.folds == len(self.held) else f"{self.folds}-fold"
+
+    @property
+    def learned_best_picks(self) -> int:
+        """The learned router's own picks out of fold that were a best drafter (no fallback)."""
+        return sum(h.learned_best for h in self.held)
+
+    @property
+    def heuristic_best_picks(self) -> int:
+        return sum(h.heuristic_best for h in self.held)
+
+    @property
+    def beats_heuristic(self) -> bool:
+        """Whether `--route auto` follows the router: its own out-of-fold picks (not the
+        fallback's, whose threshold these same picks chose) found more best drafters."""
+        return self.learned_best_picks > self.heuristic_best_picks
+
     def best_picks(self, threshold: float) -> int:
         """Best picks out of fold of the router deferring below `threshold` to the heuristic."""
         return with_fallback(self.held, threshold)[0]
@@ -67,13 +91,41 @@ class Validation:
         deferred = sum(h.confidence < self.min_confidence for h in self.held)
         return {
             "folds": self.folds,
+            "method": self.method,
             "sessions": n,
-            "learned_best_picks": self.best_picks(0.0),
-            "heuristic_best_picks": sum(h.heuristic_best for h in self.held),
+            "learned_best_picks": self.learned_best_picks,
+            "heuristic_best_picks": self.heuristic_best_picks,
+            "learned_mean_regret": sum(h.learned_regret for h in self.held) / n,
+            "heuristic_mean_regret": sum(h.heuristic_regret for h in self.held) / n,
             "with_fallback_best_picks": self.best_picks(self.min_confidence),
             "deferred": deferred,
             "min_confidence": self.min_confidence,
+            "beats_heuristic": self.beats_heuristic,
         }
+
+
+LEAVE_ONE_OUT = "leave-one-session-out"
+NOT_BEATEN = "did not beat the heuristic's picks on its training sessions in cross-validation"
+
+
+def unproven_reason(validation: Any, sessions: Any) -> str | None:
+    """Why `--route auto` does not follow a router, from what its file records of its
+    cross-validation (`Validation.record`, None where there was none) and its training sessions;
+    None where its picks beat the heuristic's. Words that follow the router's label."""
+    if not isinstance(validation, dict):
+        many = f" ({sessions})" if isinstance(sessions, int) and not isinstance(sessions, bool) else ""
+        return f"was trained on too few sessions{many} to be tested against the heuristic (train on {FOLDS} or more)"
+    if validation.get("beats_heuristic") is True:
+        return None
+    numbers = [validation.get(key) for key in ("learned_best_picks", "sessions", "heuristic_best_picks")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in numbers):
+        return NOT_BEATEN
+    learned, n, heuristic = numbers
+    held = "one at a time" if validation.get("method") == LEAVE_ONE_OUT else "in folds"
+    return (
+        f"picked the best drafter for {learned} of its {n} training sessions held out {held}, "
+        f"{'fewer than' if learned < heuristic else 'no more than'} the heuristic's {heuristic}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,15 +170,16 @@ def folds_of(examples: Sequence[Example], kind: ScoreKind, folds: int) -> list[i
 def cross_validate(
     examples: Sequence[Example], kind: ScoreKind, settings: FeatureSettings, fit: FitSettings
 ) -> Validation | None:
-    """Out-of-fold picks of routers fitted to the other folds, and the `min_confidence` they
-    support; None with fewer than FOLDS sessions."""
+    """Out-of-fold picks of routers fitted to the other folds (each session its own fold up to
+    MIN_SESSIONS), and the `min_confidence` they support; None with fewer than FOLDS sessions."""
     if len(examples) < FOLDS:
         return None
     classes = list(examples[0].drafters)
-    fold = folds_of(examples, kind, FOLDS)
+    folds = len(examples) if len(examples) <= MIN_SESSIONS else FOLDS
+    fold = folds_of(examples, kind, folds)
     heuristic = CodeProseRouter()
     held: list[Held | None] = [None] * len(examples)
-    for k in range(FOLDS):
+    for k in range(folds):
         fitted = [one for one, f in zip(examples, fold, strict=True) if f != k]
         targets = label_targets(fitted, classes, kind)
         router = fit_router([one.prompt for one in fitted], targets, classes, settings, fit)
@@ -143,7 +196,7 @@ def cross_validate(
                 heuristic_regret=one.scores.regret(kind, plain),
             )
     in_order = tuple(h for h in held if h is not None)  # every session is in one fold
-    return Validation(FOLDS, in_order, choose_min_confidence(in_order))
+    return Validation(folds, in_order, choose_min_confidence(in_order))
 
 
 def choose_min_confidence(held: Sequence[Held]) -> float:
@@ -198,14 +251,18 @@ def train(
     fit: FitSettings | None = None,
 ) -> Trained:
     """A router fitted to `examples`' best drafters by `kind` (default feature and fit settings:
-    routers/learned.py's), its `min_confidence` chosen by cross-validation (module docstring)."""
+    routers/learned.py's), followed or not by `--route auto` and its `min_confidence` as
+    cross-validation found (module docstring). An unproven router's threshold is 1, so that a
+    specplay that predates the test defers on every prompt too."""
     settings = settings or FeatureSettings()
     fit = fit or FitSettings()
     classes = list(examples[0].drafters)
     prompts = [one.prompt for one in examples]
     validation = cross_validate(examples, kind, settings, fit)
     router = fit_router(prompts, label_targets(examples, classes, kind), classes, settings, fit)
-    router = replace(router, min_confidence=validation.min_confidence if validation else 1.0)
+    unproven = unproven_reason(validation.record() if validation else None, len(examples))
+    threshold = validation.min_confidence if validation and unproven is None else 1.0
+    router = replace(router, min_confidence=threshold, unproven=unproven)
     labels: Counter[str] = Counter({name: 0 for name in classes})
     ties = 0
     correct = 0

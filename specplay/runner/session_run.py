@@ -25,6 +25,7 @@ from specplay.engine.conversation import Exchange
 from specplay.engine.events import Event
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
+from specplay.engine.settings import ROUTE_SETTINGS
 from specplay.engine.stream import EventStream
 from specplay.store import LaneRecord, SessionWriter
 from specplay.store.codec import request_record
@@ -134,13 +135,16 @@ def run_sample(
     Ctrl-C asks the run to stop at its next round and keeps what it made (saved as incomplete;
     no later lane or turn runs), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt
     at once (the session stays, incomplete). `identity` is the source's description, asked once
-    per run; `about` adds to a saved session's request record (a prompt's category and name)."""
+    per run; `about` adds to a saved session's request record (a prompt's category and name), as
+    does where the router sent the prompt and why, where the route setting asked it (auto, adaptive)."""
     lanes = [request.mode]
     if baseline and request.mode == "speculative" and source.capabilities.baseline:
         lanes.append("target")
     writer = None
     if save:
         spec = replace(config.request, prompt=request.prompt, seed=request.seed, mode=request.mode)
+        if request.mode != "target" and config.settings.route in ROUTE_SETTINGS:
+            about = {"route_choice": source.routing.choice(request.prompt).record(), **(about or {})}
         writer = open_writer(
             config,
             spec,

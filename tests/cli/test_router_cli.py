@@ -3,6 +3,7 @@ shipped demo models (drafters base, prose and prompt lookup), and refusals in on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -53,7 +54,8 @@ def _synthetic_router(path: Path, drafters: list[str], story_to: str) -> Path:
     other = next(d for d in drafters if d != story_to)
     prompts = [STORY, "Write a story about a ship.", "def f(x):\n    return x", "import sys\nprint(sys.argv)"]
     labels = [story_to, story_to, other, other]
-    write_router(path, fit_router(prompts, np.eye(len(drafters))[[drafters.index(x) for x in labels]], drafters), {})
+    fitted = fit_router(prompts, np.eye(len(drafters))[[drafters.index(x) for x in labels]], drafters)
+    write_router(path, dataclasses.replace(fitted, unproven=None), {})  # as if it beat the heuristic in training
     return path
 
 
@@ -126,9 +128,10 @@ def test_train_then_eval_on_real_counterfactual_sessions(
     assert "best drafter by tokens per round" in text and "heuristic" in text
     assert "note: 4 of these sessions' prompts were among its training prompts" in text
     sure = sorted(router.confidence(by_name[c["session"]].prompt) for c in report["cases"])
+    assert f"its confidence in its picks: median {statistics.median(sure):.0%}, lowest {sure[0]:.0%}\n" in text
     assert (
-        f"its confidence in its picks: median {statistics.median(sure):.0%}, lowest {sure[0]:.0%}; "
-        "--route auto defers to the heuristic below 100%"
+        "--route auto keeps the heuristic's choices with this router: it was trained on too few sessions (4) to be "
+        "tested against the heuristic (train on 5 or more)\n"
     ) in text
 
 
@@ -214,3 +217,32 @@ def test_an_unsure_router_lets_the_heuristic_choose_and_run_says_which(
         f"auto: prose prompt → prose (the heuristic, as the learned router r.json is {sure:.0%} sure, below its "
         "100%; the drafter named prose)"
     ) in said
+
+
+def test_a_router_file_auto_does_not_follow_is_said_by_run_and_kept_by_sessions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A router file from before routers were tested against the heuristic (no `beats_heuristic`)
+    would send the story to lookup; auto keeps the heuristic's prose, `run` says why in its route
+    line, and the saved session keeps the reason for `specplay sessions`."""
+    path = _synthetic_router(tmp_path / "r.json", ["base", "lookup", "prose"], story_to="lookup")
+    record = json.loads(path.read_text())
+    del record["beats_heuristic"]
+    path.write_text(json.dumps(record))
+    common = [*_models(), "--max-tokens", "2", "--raw", "--prompt", STORY, "--no-baseline", "--router", str(path)]
+    capsys.readouterr()
+    assert main(["run", *common, "--save", "--sessions-dir", str(tmp_path)]) == 0
+    why = (
+        "auto: prose prompt → prose (the heuristic, as the learned router r.json was written by an older specplay, "
+        "which did not test its picks against the heuristic's: train it again to have it followed; the drafter "
+        "named prose)"
+    )
+    assert why in capsys.readouterr().out
+    assert main(["sessions", "--sessions-dir", str(tmp_path), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert (row["route"], row["route_chosen_by"], row["route_why"]) == ("prose", "heuristic", why)
+    assert row["route_deferred"].startswith("the learned router r.json was written by an older specplay")
+    monkeypatch.setenv("COLUMNS", "200")  # the listing's models column is shown from 120 columns
+    assert main(["sessions", "--sessions-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "target + prose (heuristic: the learned router deferred)" in listed  # `target`: the demo target's folder

@@ -161,7 +161,7 @@ def test_where_the_learned_router_is_unsure_the_heuristic_chooses_and_says_so(ro
     sure_prompt, unsure_prompt = "the river in the morning, quietly", "a b c d e f g"
     sure, unsure = router.confidence(sure_prompt), router.confidence(unsure_prompt)
     assert unsure < 0.6 < sure  # a prompt of none of its words: the classes are close to even
-    guarded = dataclasses.replace(router, min_confidence=0.6)
+    guarded = dataclasses.replace(router, min_confidence=0.6, unproven=None)  # as training leaves a proven one
     fallback = fallback_for(guarded, drafters, {"code": "lookup", "prose": "none"}, {"prose": "exit measured 0.3×"})
     assert fallback is not None
     route_map = route_map_for(guarded, drafters, None)
@@ -175,6 +175,7 @@ def test_where_the_learned_router_is_unsure_the_heuristic_chooses_and_says_so(ro
     assert choice.record()["chosen_by"] == "heuristic"
     kept = route_choice(guarded, route_map, {}, sure_prompt, fallback=fallback)
     assert (kept.drafter, kept.chosen_by) == ("prose", "learned")
-    # The threshold 0 (a file from before thresholds) never defers; the heuristic itself has no fallback.
-    assert route_choice(router, route_map, {}, unsure_prompt, fallback=fallback).chosen_by == "learned"
+    # A proven router at threshold 0 never defers; the heuristic itself has no fallback.
+    unguarded = dataclasses.replace(guarded, min_confidence=0.0)
+    assert route_choice(unguarded, route_map, {}, unsure_prompt, fallback=fallback).chosen_by == "learned"
     assert fallback_for(CodeProseRouter(), drafters, {}, {}) is None

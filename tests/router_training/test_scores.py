@@ -123,6 +123,7 @@ class _Fixed:
     classes = ("base", "lookup", "prose")
     label = "a fixed router"
     min_confidence = 0.0
+    unproven = None
 
     def __init__(self, pick: str) -> None:
         self.pick = pick

@@ -1,17 +1,21 @@
-"""Training a learned router: cross-validation, the threshold below which `--route auto` lets the
-heuristic choose, and the one-line warnings about thin training data."""
+"""Training a learned router: cross-validation, whether `--route auto` follows the router at all
+(its out-of-fold picks must beat the heuristic's), the threshold below which it lets the heuristic
+choose, and the one-line warnings about thin training data."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from pathlib import Path
 
 import pytest
 
+from specplay.engine.routers.routing import fallback_for, routing_for
 from specplay.errors import ConfigError
+from specplay.router_training.evaluate import evaluate
 from specplay.router_training.examples import Example, Examples
-from specplay.router_training.router_file import load_router, write_router
+from specplay.router_training.router_file import OLDER_FILE, load_router, write_router
 from specplay.router_training.scores import DrafterScore, SessionScores
 from specplay.router_training.train import CONFIDENCE_GRID, FOLDS, Held, choose_min_confidence, folds_of, train
 
@@ -121,3 +125,97 @@ def test_sessions_of_mixed_prompt_formats_are_said() -> None:
         "warning: the sessions mix prompt formats (the model's chat template, where it has one in 4; "
         "raw (as written: --raw) in 1): train and evaluate on runs encoded alike"
     )
+
+
+# --- whether `--route auto` follows the router at all -------------------------------------------
+
+PROSE_WORDS = ["river", "morning", "quietly", "garden", "letter", "window", "story", "evening"]
+
+
+def _uninformative(bests: list[str], seed: int) -> list[Example]:
+    """Sessions whose prompts are drawn from one vocabulary whatever their best drafter: nothing
+    a router could learn from. The heuristic's map sends them all to prose."""
+    draw = random.Random(seed)
+    return [_example(" ".join(draw.choice(PROSE_WORDS) for _ in range(8)), best) for best in bests]
+
+
+def test_a_router_whose_cross_validated_picks_lose_to_the_heuristic_is_not_followed(tmp_path: Path) -> None:
+    """Eight sessions, half best served by prose (the heuristic's pick), half by lookup, the prompts
+    alike: held out one at a time, the router picks the best drafter for 3, the heuristic for 4.
+    `--route auto` keeps the heuristic's choice on every prompt, however sure the router is, and
+    says why; the file records the verdict, and so does `router eval`'s `--route auto` row."""
+    examples = _uninformative(["prose", "lookup"] * 4, seed=7)
+    trained = train(examples, "acceptance")
+    found = trained.validation
+    assert found is not None and found.method == "leave-one-session-out" and found.folds == 8
+    record = trained.trained_on["cross_validation"]
+    assert (record["learned_best_picks"], record["heuristic_best_picks"], record["beats_heuristic"]) == (3, 4, False)
+    why = (
+        "picked the best drafter for 3 of its 8 training sessions held out one at a time, fewer than the heuristic's 4"
+    )
+    assert trained.router.unproven == why
+    assert trained.router.min_confidence == 1.0  # a specplay from before the test defers everywhere too
+    path = tmp_path / "r.json"
+    write_router(path, trained.router, trained.trained_on)
+    assert json.loads(path.read_text())["beats_heuristic"] is False
+    loaded = load_router(path)[0]
+    assert loaded.unproven == why
+    prompt = examples[1].prompt
+    fallback = fallback_for(loaded, DRAFTERS, {}, {})
+    choice = routing_for(DRAFTERS, loaded, fallback=fallback).choice(prompt)
+    assert (choice.drafter, choice.chosen_by) == ("prose", "heuristic")
+    assert choice.describe() == (
+        f"auto: prose prompt → prose (the heuristic, as the learned router r.json {why}; the drafter named prose)"
+    )
+    cases = evaluate(examples, loaded, "acceptance")
+    assert all(c.deferred and c.with_fallback == c.heuristic for c in cases)
+
+
+def test_a_router_no_better_than_the_heuristic_is_not_followed() -> None:
+    """Prose is best everywhere: the router learns to pick it and is right as often as the
+    heuristic, 8 of 8. A tie keeps the heuristic, the known quantity."""
+    trained = train(_uninformative(["prose"] * 8, seed=8), "acceptance")
+    assert trained.router.unproven == (
+        "picked the best drafter for 8 of its 8 training sessions held out one at a time, no more than the "
+        "heuristic's 8"
+    )
+
+
+def test_a_router_that_beats_the_heuristic_on_eight_sessions_is_followed(tmp_path: Path) -> None:
+    """Eight sessions of two kinds of prompt, each of its own words and best drafter; the
+    heuristic sends both kinds to prose, never best. Held out one at a time the router picks
+    better, so `--route auto` follows it where it is sure."""
+    examples = _examples(4, seed=9)
+    trained = train(examples, "acceptance")
+    record = trained.trained_on["cross_validation"]
+    assert record["method"] == "leave-one-session-out" and record["heuristic_best_picks"] == 0
+    assert record["learned_best_picks"] >= 6 and record["beats_heuristic"] is True
+    assert trained.router.unproven is None and trained.router.min_confidence < 1.0
+    path = tmp_path / "r.json"
+    write_router(path, trained.router, trained.trained_on)
+    loaded = load_router(path)[0]
+    assert loaded.unproven is None
+    sure = next(one.prompt for one in examples if loaded.confidence(one.prompt) >= loaded.min_confidence)
+    choice = routing_for(DRAFTERS, loaded, fallback=fallback_for(loaded, DRAFTERS, {}, {})).choice(sure)
+    assert choice.chosen_by == "learned"
+
+
+def test_a_router_file_from_before_the_test_is_not_followed_and_says_so(tmp_path: Path) -> None:
+    """A file without `beats_heuristic` (written before routers were tested against the
+    heuristic) reads, and is treated as unproven, whatever its threshold."""
+    trained = train(_examples(4, seed=9), "acceptance")
+    path = tmp_path / "old.json"
+    write_router(path, trained.router, trained.trained_on)
+    record = json.loads(path.read_text())
+    del record["beats_heuristic"]
+    record["min_confidence"] = 0.0
+    path.write_text(json.dumps(record))
+    loaded = load_router(path)[0]
+    assert loaded.unproven == OLDER_FILE
+    choice = routing_for(DRAFTERS, loaded, fallback=fallback_for(loaded, DRAFTERS, {}, {})).choice("a story")
+    assert choice.chosen_by == "heuristic"
+    assert "the learned router old.json was written by an older specplay" in choice.describe()
+    record["beats_heuristic"] = "yes"
+    path.write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match="its beats_heuristic is not true or false"):
+        load_router(path)

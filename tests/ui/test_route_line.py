@@ -24,7 +24,8 @@ def _router() -> LearnedRouter:
     """Code to far, stories to near; the code prompt itself is among what it was fitted to."""
     prompts = [CODE_PROMPT, "def f(x):\n    return x", "Once upon a time a keeper", "The story of a ship at sea"]
     labels = np.eye(2)[[1, 1, 0, 0]]
-    return dataclasses.replace(fit_router(prompts, labels, list(DRAFTERS)), label="the learned router r.json")
+    fitted = fit_router(prompts, labels, list(DRAFTERS))
+    return dataclasses.replace(fitted, label="the learned router r.json", unproven=None)  # as if proven in training
 
 
 async def _finished_status(tmp_path: Path, router: LearnedRouter) -> str:

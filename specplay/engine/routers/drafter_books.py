@@ -48,24 +48,27 @@ class DrafterBooks:
             if name != chosen and proposed:  # nothing proposed: no round with it to judge
                 self.proposals.append((name, generated, proposed))
 
-    def _judged(self, output: Sequence[int]) -> list[RoundObservation]:
-        """The free proposals the committed tokens now judge (untimed); the rest wait."""
-        judged, waiting = [], []
+    def _judged(self, output: Sequence[int]) -> tuple[list[RoundObservation], set[str]]:
+        """The free proposals the committed tokens now judge (untimed), and the drafters of those
+        that wait with every token committed since they were made matched, one at least."""
+        judged, waiting, matching = [], [], set()
         for name, at, proposed in self.proposals:
             kept = kept_of_proposal(proposed, output[at:])
             if kept is None:
                 waiting.append((name, at, proposed))
+                if len(output) > at:
+                    matching.add(name)
             else:
                 judged.append(RoundObservation(name, kept + 1, None))
         self.proposals = waiting
-        return judged
+        return judged, matching
 
     def learn(self, event: RoundEvent, committed: int, output: Sequence[int], asked: int) -> None:
         """Tell the round router what each drafter did this round; note who is now current (not a
         drafter asked for nothing: it never saw the round's context). `committed`: the prompt and
         committed tokens; `output`: the generated ones."""
         round_ms = event.draft_ms - event.catch_up_ms + event.verify_ms + event.overhead_ms
-        others = self._judged(output)
+        others, matching = self._judged(output)
         for other in event.counterfactuals:  # its own draft and verify, and the round's host work
             others.append(RoundObservation(other.drafter, other.num_accepted + 1, other.elapsed_ms + event.overhead_ms))
             self.synced[other.drafter] = committed
@@ -75,7 +78,7 @@ class DrafterBooks:
         judged = event.nodes or event.drafter == NONE_ROUTE
         verify_ms = event.verify_ms + event.overhead_ms
         routed = RoundObservation(event.drafter, event.num_accepted + 1, round_ms, verify_ms) if judged else None
-        self.router.observe(routed, others)
+        self.router.observe(routed, others, matching)
         self.router.observe_catch_up(event.drafter, event.catch_up_tokens, event.catch_up_ms)
         if asked:
             self.synced[event.drafter] = committed

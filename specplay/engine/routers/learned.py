@@ -48,6 +48,9 @@ def code_score(prompt: str) -> float:
     return _HEURISTIC.score(prompt) - _HEURISTIC.threshold
 
 
+UNTESTED = "was never tested against the heuristic"
+"""A router fitted but not cross-validated: `--route auto` does not follow it."""
+
 DENSE_FEATURES: Mapping[str, Callable[[str], float]] = {"code_score": code_score, "copy_request": copy_request}
 """Dense features by the name a router file records them under."""
 
@@ -152,6 +155,9 @@ class LearnedRouter:
     min_confidence: float = 0.0
     """Below this probability of its class, the heuristic chooses (engine/routers/routing.py's fallback routing):
     the threshold cross-validation chose at training (router_training/train.py); 0: it always chooses."""
+    unproven: str | None = UNTESTED
+    """Why `--route auto` never follows it (routing.py's `Router.unproven`); None once training
+    found its cross-validated picks beat the heuristic's (router_training/train.py)."""
 
     def probabilities(self, prompt: str) -> np.ndarray:
         """Each class's probability for `prompt`, in `classes` order."""

@@ -11,15 +11,18 @@ lets the estimates follow a text that changes register: code, then prose, then a
 In a plain run only the routed drafter is judged, which makes the choice a bandit. It is
 discounted UCB (Garivier and Moulines, 2011): tokens_i gets an optimism bonus that shrinks as
 drafter i is observed and grows back as those observations age, so a drafter that lost is tried
-again, rarely, in case the text moved on. A register change shows sooner as a drop: when the
-routed drafter's last `window` rounds commit far fewer tokens than its record (monitored UCB, Cao
-et al. 2019), every record from before the drop is aged, so its recent rounds weigh most in its
-record and the others, their bonuses grown, are tried again soon. A change shows as a rise too:
-when a drafter judged without serving (a free proposal) keeps far more in its last `window`
-judgements than its record says, its record from before them is aged, so it is chosen as soon as
-it would pay rather than once its old record fades. With counterfactual routes on,
-every drafter is judged every round (full information): the bonus is dropped and the best recent
-rate wins.
+again, rarely, in case the text moved on. The bonus never lifts tokens_i past k + 1, the most a
+round can commit: a drafter whose round costs more than k + 1 tokens' worth at the best rate
+(SmolLM2's early exit, six target steps a round) can never pay, so it is never tried again.
+
+A register change shows sooner as a drop: when the routed drafter's last `window` rounds commit far
+fewer tokens than its record (monitored UCB, Cao et al. 2019), every record from before the drop is
+aged, so its recent rounds weigh most in its record and the others, their bonuses grown, are tried
+again soon. A change shows as a rise too: when a drafter judged without serving (a free proposal)
+keeps far more in its last `window` judgements than its record says, its record from before them is
+aged, so it is chosen as soon as it would pay rather than once its old record fades. With
+counterfactual routes on, every drafter is judged every round (full information): the bonus is
+dropped and the best recent rate wins.
 
 Prompt lookup proposes for free (a few dictionary reads): in a greedy, lossless run its proposal
 in every round another drafter served is judged against the committed tokens, which are the
@@ -33,15 +36,25 @@ discounted over that drafter's own timed rounds, so it holds while the drafter s
 A free drafter's proposal length is known before the round: one that has nothing to propose this
 round is passed over, and a round that drafted nothing is left out of every record.
 
+Untried drafters: a free one serves a round as soon as it proposes (it costs a verify pass of its
+proposal), and so does a model drafter while no model drafter's round has been timed. Once one
+has, an untried model drafter is priced at the pooled model drafters' round time and credited the
+most a round can commit, k + 1 tokens: it serves once that could beat the best on record, never
+while a drafter already does as well as it possibly could (prompt lookup copying four tokens a
+round for a third of a model's round time). Trying each drafter once whatever the others did cost a
+128-token run of prompt lookup's a round in twenty-seven.
+
 A model drafter that sat out some rounds must catch its cache up on the tokens committed
 meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
 charged to a switch, spread over `switch_rounds`, the rounds a switch is expected to serve.
 
 A round's time is noisy (a first use compiles kernels; another process takes the CPU), and one
 outlier would price a drafter out for a long while: each observed time is clipped at OUTLIER times
-the pooled mean round time of every drafter, and a drafter's estimate is drawn toward that pooled
-mean by one pseudo-round. A free drafter's only down: its round is little more than a verify pass,
-cheaper than a drafting round by what drafting costs, so pulled up, prompt lookup having served
+the pooled mean round time of the model drafters, and a drafter's estimate is drawn toward that
+pooled mean by one pseudo-round. The pool leaves free drafters' rounds out: theirs are little more
+than a verify pass, no prior for a round that drafts through a model (pooled in, prompt lookup's
+rounds drew the early exit's 500 ms toward 340, and it was tried again twice a run). A free
+drafter's own estimate is drawn only down toward the pool: pulled up, prompt lookup having served
 once would look as dear as the model drafters for many rounds.
 
 `none` (no speculation) is one more choice, for text where every drafter loses: its round drafts
@@ -59,19 +72,23 @@ loses on such text, from measurements or recorded sessions), a model drafter tha
 is left out: serving it once to time it (its first round also takes in the whole prompt) and then
 again whenever discounting has aged its record costs more than a run can win back. A drafter that
 proposes for free is judged on its proposals, and first serves once they keep at least one token
-a round (HELD_FREE_TOKENS committed): below that its extra verify rows cannot pay.
+a round (HELD_FREE_TOKENS committed): below that its extra verify rows cannot pay. Under `none` a
+proposal of k tokens is judged only k rounds after it was made (one token commits a round), too
+late for a passage the answer starts to copy: a free drafter whose waiting proposal every token
+committed since has matched (`matching`) serves at once, its next proposal most likely the same
+passage's continuation.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specplay.engine.settings import NONE_ROUTE
 
 OUTLIER = 3.0
-"""Observed round times are clipped at this many times the pooled mean."""
+"""Observed round times are clipped at this many times the model drafters' pooled mean."""
 AGED = 0.2
 """After a drop, what the evidence from before it weighs."""
 HELD_FREE_TOKENS = 2.0
@@ -153,15 +170,26 @@ class RoundRouter:
         self.full_information = False
         """The last round judged every drafter (counterfactual routes): no bonus is needed."""
         self.pooled = _Estimate()
-        """Every drafter's rounds together: the prior of each one's round time."""
+        """Every model drafter's rounds together (free drafters' and `none`'s left out): the prior
+        of each one's round time (module docstring)."""
         self.free: set[str] = set()
         """The drafters that propose for free (prompt lookup), as `choose` learns them."""
         self.pooled_verify = _Estimate()
         """Every drafting round's verify and host time: `none`'s price until it serves."""
+        self.matching: frozenset[str] = frozenset()
+        """Free drafters with a proposal waiting to be judged that every token committed since
+        has matched, at least one (module docstring: under `hold_back`)."""
 
-    def observe(self, routed: RoundObservation | None, others: Sequence[RoundObservation] = ()) -> None:
+    def observe(
+        self,
+        routed: RoundObservation | None,
+        others: Sequence[RoundObservation] = (),
+        matching: Iterable[str] = (),
+    ) -> None:
         """One round: the routed drafter's observation (None: it drafted nothing, so the round says
-        nothing of it), and the counterfactual or free ones if any."""
+        nothing of it), the counterfactual or free ones if any, and the free drafters whose
+        waiting proposals match the tokens committed so far (`matching`)."""
+        self.matching = frozenset(matching)
         observations = [*([routed] if routed else []), *others]
         limit = OUTLIER * self.pooled.round_ms / self.pooled.timed if self.pooled.timed else math.inf
         for estimate in self.estimates.values():  # tokens age by the round; times by their own
@@ -178,8 +206,9 @@ class RoundRouter:
                 self.pooled_verify.timed = self.pooled_verify.timed * self.discount + 1.0
                 self.pooled_verify.round_ms = self.pooled_verify.round_ms * self.discount + seen.verify_ms
             if seen.round_ms is not None:
-                # `none`'s target steps are no prior for drafting rounds.
-                for into in (estimate,) if seen.drafter == NONE_ROUTE else (estimate, self.pooled):
+                # `none`'s target steps and a free drafter's verify passes are no prior for drafting rounds.
+                pooled = seen.drafter != NONE_ROUTE and seen.drafter not in self.free
+                for into in (estimate, self.pooled) if pooled else (estimate,):
                     into.timed = into.timed * self.discount + 1.0
                     into.round_ms = into.round_ms * self.discount + min(seen.round_ms, limit)
         # `none` needs no judging: its one token a round is certain.
@@ -253,7 +282,9 @@ class RoundRouter:
             return estimate.round_ms / estimate.timed
         if drafter == NONE_ROUTE and self.pooled_verify.timed:
             return self.pooled_verify.round_ms / self.pooled_verify.timed
-        prior = pooled.round_ms / pooled.timed if pooled.timed else 0.0
+        if not pooled.timed:  # no model drafter timed yet: nothing to draw toward
+            return estimate.round_ms / estimate.timed if estimate.timed else 0.0
+        prior = pooled.round_ms / pooled.timed
         pulled = (estimate.round_ms + prior) / (estimate.timed + 1.0)
         if drafter in self.free and estimate.timed:
             return min(estimate.round_ms / estimate.timed, pulled)
@@ -277,7 +308,9 @@ class RoundRouter:
         estimate = self.estimates[name]
         if not self.hold_back or name == NONE_ROUTE or estimate.timed:
             return False
-        return name not in self.free or not estimate.weight or self._tokens(name) < HELD_FREE_TOKENS
+        if name not in self.free:
+            return True
+        return name not in self.matching and (not estimate.weight or self._tokens(name) < HELD_FREE_TOKENS)
 
     def _worth_timing_none(self, candidates: Sequence[str]) -> bool:
         """Whether `none`, priced at its bound, comes within TIME_NONE of the best drafter's rate."""
@@ -295,17 +328,19 @@ class RoundRouter:
         if not candidates:
             return current
         for name in candidates:
-            if not self.estimates[name].timed and name != NONE_ROUTE:
-                return name  # each serves once (judged for free is untimed) before any is judged on its record
+            if not self.estimates[name].timed and name != NONE_ROUTE and (name in self.free or not self.pooled.timed):
+                return name  # served once to be timed (module docstring: untried drafters)
         if NONE_ROUTE in candidates and not self.estimates[NONE_ROUTE].timed and self._worth_timing_none(candidates):
             return NONE_ROUTE
         total = sum(e.weight for e in self.estimates.values())
         best, best_index = candidates[0], -math.inf
         for name in candidates:
             estimate = self.estimates[name]
-            tokens = self._tokens(name)
-            if name != NONE_ROUTE and not self.full_information and total > 1:
-                tokens += self.exploration * (k + 1) * math.sqrt(math.log(total) / estimate.weight)
+            untried = not estimate.timed and name != NONE_ROUTE  # a model drafter: at the pool's time
+            tokens = float(k + 1) if untried else self._tokens(name)
+            if not untried and name != NONE_ROUTE and not self.full_information and total > 1:
+                bonus = self.exploration * (k + 1) * math.sqrt(math.log(total) / estimate.weight)
+                tokens += min(bonus, max(k + 1 - tokens, 0.0))  # no round commits more than k + 1
             round_ms = self.round_ms(name)
             if name != current:
                 round_ms += lags.get(name, 0) * self.catch_up_ms_per_token(name) / self.switch_rounds

@@ -5,7 +5,9 @@ a drafter. A pinned route (a drafter's name) bypasses the router. Anything with 
 `classify` (and a `label` for route choices) can replace the heuristic here: the learned router
 (routers/learned.py) does. A learned router says how sure it is of each prompt; below the
 confidence its training validated, the heuristic decides instead (a fallback `Routing`), and the route
-choice says which of them chose.
+choice says which of them chose. A learned router whose cross-validated picks did not beat the
+heuristic's on its own training sessions (`unproven`) is never followed: the heuristic decides
+every prompt, and every choice says why.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ class Router(Protocol):
     """How a route choice names a trained router ("the learned router r.json"); None: the heuristic."""
     min_confidence: float
     """Below this confidence the router defers to a fallback, where there is one."""
+    unproven: str | None
+    """Why the router defers on every prompt, following its label ("picked the best drafter for 3
+    of its 8 training sessions held out one at a time, ..."); None: it chooses where sure."""
 
     def classify(self, prompt: str) -> str: ...
 
@@ -68,6 +73,7 @@ class CodeProseRouter:
     classes = ("code", "prose")
     label: str | None = None
     min_confidence = 0.0
+    unproven: str | None = None
 
     def __init__(
         self, threshold: float = 0.17, indent_weight: float = 0.5, word_weight: float = 0.1, prose_weight: float = 1.2
@@ -116,7 +122,8 @@ class RouteChoice:
     confidence: float | None = None
     """The learned router's probability of its class, where one was asked."""
     deferred: str | None = None
-    """Why a learned router let the heuristic choose ("the learned router r.json is 41% sure, below its 60%")."""
+    """Why a learned router let the heuristic choose ("the learned router r.json is 41% sure, below its
+    60%", or why it is never followed: its cross-validated picks did not beat the heuristic's)."""
 
     @property
     def chosen_by(self) -> str:
@@ -138,6 +145,7 @@ class RouteChoice:
             "class": self.prompt_class,
             "chosen_by": self.chosen_by,
             "confidence": self.confidence,
+            "deferred": self.deferred,
             "why": self.describe(),
         }
 
@@ -188,10 +196,8 @@ def route_choice(
     why the map sends a class where it does, where it says ("exit measured 0.34× here");
     `fallback`: who chooses where the router is less sure than its `min_confidence`."""
     confidence = router.confidence(prompt)
-    if fallback is not None and defers(router, confidence):
-        choice = fallback.choice(prompt)
-        unsure = f"{router.label} is {confidence:.0%} sure, below its {router.min_confidence:.0%}"
-        return replace(choice, confidence=confidence, deferred=unsure)
+    if fallback is not None and (why := deferral(router, confidence)) is not None:
+        return replace(fallback.choice(prompt), confidence=confidence, deferred=why)
     prompt_class = router.classify(prompt)
     if prompt_class not in route_map:  # no drafter to route to (`--route none` alone): nothing drafts
         return RouteChoice(prompt_class, NONE_ROUTE, "no drafter to route to")
@@ -212,7 +218,17 @@ def route_choice(
 
 def defers(router: Router, confidence: float | None) -> bool:
     """Whether `router`, this sure of a prompt, leaves the choice to the heuristic (a rule never does)."""
-    return confidence is not None and confidence < router.min_confidence
+    return deferral(router, confidence) is not None
+
+
+def deferral(router: Router, confidence: float | None) -> str | None:
+    """Why `router`, this sure of a prompt, leaves the choice to the heuristic; None where it chooses:
+    an unproven router never chooses, a proven one not below its `min_confidence`, a rule always."""
+    if router.unproven is not None:
+        return f"{router.label} {router.unproven}"
+    if confidence is not None and confidence < router.min_confidence:
+        return f"{router.label} is {confidence:.0%} sure, below its {router.min_confidence:.0%}"
+    return None
 
 
 def fallback_for(
