@@ -223,7 +223,11 @@ def bench(args: argparse.Namespace) -> int:
     report = markdown(rows, about, router, remote, spec_bench_markdown(tasks) if spec_bench else None)
     report += "\n".join(sections) + "\n"
     # The measurements first, the report last: a disk that fills part-way keeps what was measured.
-    write_output(out / "results.json", to_json(rows, measurements, about, router, advice, routes, tasks), fix)
+    write_output(
+        out / "results.json",
+        to_json(rows, measurements, about, router, k_advice=advice, routes=routes, spec_bench=tasks),
+        fix,
+    )
     write_output(out / "results.csv", to_csv(rows), fix)
     write_plots(rows, out)
     write_output(out / "report.md", report, fix)

@@ -297,7 +297,9 @@ def _sample(config: RunConfig, rules: list[AcceptanceRule], turns: list[Fidelity
             for turn in turns:
                 token_ids = tuple(source.encode(turn.prompt, spec.raw, turn.earlier))
                 progress = _turn_progress(on_sample, turn.index, len(turns))
-                report = _measure_turn(thread, source, config, rules, turn, token_ids, seeds, progress)
+                report = _measure_turn(
+                    thread, source, config, rules, turn=turn, token_ids=token_ids, seeds=seeds, on_sample=progress
+                )
                 measured.append((turn, token_ids, report))
         # Drafted tokens' texts for the review page, where the tokenizer is local (never a server's).
         reports = [report for _, _, report in measured]

@@ -161,5 +161,17 @@ def compare_turns(a: Side, b: Side, own_baseline: bool) -> list[TurnComparison]:
             diff = token_diff(lane_a.token_ids, lane_b.token_ids)
             checked = own_baseline and same_before and is_lossless_greedy(lane_a.settings)
             broken_at = violation(lane_a, lane_b, diff) if checked else None
-        out.append(TurnComparison(turn, prompt_a, prompt_b, lane_a, lane_b, diff, same_before, checked, broken_at))
+        out.append(
+            TurnComparison(
+                turn=turn,
+                prompt_a=prompt_a,
+                prompt_b=prompt_b,
+                lane_a=lane_a,
+                lane_b=lane_b,
+                diff=diff,
+                same_earlier_turns=same_before,
+                checked=checked,
+                violation=broken_at,
+            )
+        )
     return out
