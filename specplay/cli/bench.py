@@ -25,12 +25,12 @@ from specplay.bench.routes import route_comparison, route_markdown
 from specplay.bench.sweep import BenchConfig, Measurement, load_prompts, plan
 from specplay.cli.configure import MODEL_FLAGS, comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags, add_raw_flag, add_router_flag
-from specplay.cli.render import make_console, warn
+from specplay.cli.render import inform, make_console, warn
 from specplay.cli.shown import shown_command
 from specplay.cli.stopping import sigterm_stops
 from specplay.config.capabilities import capabilities_of
 from specplay.config.model_sets import DEMO
-from specplay.config.run_config import check_models, check_router
+from specplay.config.run_config import check_models, check_router, remembered_line
 from specplay.drafters import kind_of
 from specplay.engine.costs import RoundCosts, measure_costs
 from specplay.engine.loop import SpecEngine
@@ -141,6 +141,8 @@ def bench(args: argparse.Namespace) -> int:
     )
     if message := blas_warning(config):
         warn(message)
+    if line := remembered_line(config):
+        inform(line)
     thread = ModelThread(on_exit=thread_cleanup(config))
     measurements: list[Measurement] = []
     planned = [0]

@@ -19,9 +19,9 @@ from specplay.cli.flags import (
     add_router_flag,
     add_sessions_dir_flag,
 )
-from specplay.cli.render import colourless, json_line, legend, make_console, summary, token_text, warn
+from specplay.cli.render import colourless, inform, json_line, legend, make_console, summary, token_text, warn
 from specplay.config.api_key import KEY_WITHHELD
-from specplay.config.run_config import RunConfig, check
+from specplay.config.run_config import RunConfig, check, remembered_line
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
 from specplay.engine.settings import AUTO_ROUTE
@@ -93,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         warn(KEY_WITHHELD)
     if message := blas_warning(config):
         warn(message)
+    if line := remembered_line(config):
+        inform(line)
     return _run(config, args)
 
 
