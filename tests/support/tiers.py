@@ -8,6 +8,7 @@ SLOW_FIXTURES = {
 SLOW = {
     "tests/review/test_review_browser.py": "a real Chromium",
     "tests/backends/mlx/test_statistical.py": "thousands of samples per distribution",
+    "tests/backends/mlx/test_suffix_statistical.py": "thousands of samples per distribution, chain and tree",
     "tests/backends/vllm/test_vllm_real.py": "real vLLM servers",
     "tests/backends/vllm/test_vllm_cli.py": "every command end to end against server processes",
     "tests/backends/vllm/test_vllm_exact.py": "exact corrections, request by request, against fake servers",
