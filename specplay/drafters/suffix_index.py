@@ -22,8 +22,13 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 Child = tuple[int, int, int]
 """(token, the state after it, how many times it followed)."""
+BUCKETS_MAX = 4096
+"""Counting up a bulk build by length takes a numpy call per length: past this many lengths (one
+output of thousands of tokens), state by state is quicker."""
 
 
 class SuffixIndex:
@@ -198,7 +203,12 @@ class SuffixIndex:
             else:
                 self._last = self._clone(last, existing, token, length[last] + 1)
             return
-        current = self._new(length[last] + 1, 0, {}, 0, -1)
+        current = len(length)  # a new state (the appends of `_new`, inline: a build makes one a token)
+        length.append(length[last] + 1)
+        link.append(0)
+        nexts.append({})
+        self.count.append(0)
+        self.latest.append(-1)
         state = last
         while state >= 0 and token not in nexts[state]:
             nexts[state][token] = current
@@ -213,15 +223,33 @@ class SuffixIndex:
 
     def _count_up(self) -> None:
         """After a bulk build: each state's occurrences are its own and those of the states whose
-        suffix link points at it (longer substrings first)."""
-        length, link, count, latest = self.length, self.link, self.count, self.latest
-        by_length: list[list[int]] = [[] for _ in range(max(length) + 1)]
-        for state, size in enumerate(length):
-            by_length[size].append(state)
-        for size in range(len(by_length) - 1, 0, -1):
-            for state in by_length[size]:
-                parent = link[state]
-                count[parent] += count[state]
-                if latest[state] > latest[parent]:
-                    latest[parent] = latest[state]
+        suffix link points at it, longer substrings first: all the states of one length at once
+        (their links are shorter), in numpy, or state by state where lengths are too many."""
+        lengths = np.asarray(self.length)
+        order = np.argsort(-lengths, kind="stable")
+        sizes = lengths[order]
+        cuts = np.flatnonzero(np.diff(sizes)) + 1
+        if len(cuts) > BUCKETS_MAX:
+            self._count_up_one_by_one(order.tolist())
+            return
+        links = np.asarray(self.link)
+        counts = np.asarray(self.count, dtype=np.int64)
+        latest = np.asarray(self.latest, dtype=np.int64)
+        for bucket in np.split(order, cuts):
+            if lengths[bucket[0]] == 0:
+                break  # the root: nothing above it
+            np.add.at(counts, links[bucket], counts[bucket])
+            np.maximum.at(latest, links[bucket], latest[bucket])
+        self.count, self.latest = counts.tolist(), latest.tolist()
+        self.version += 1
+
+    def _count_up_one_by_one(self, order: list[int]) -> None:
+        link, count, latest = self.link, self.count, self.latest
+        for state in order:
+            parent = link[state]
+            if parent < 0:
+                break
+            count[parent] += count[state]
+            if latest[state] > latest[parent]:
+                latest[parent] = latest[state]
         self.version += 1

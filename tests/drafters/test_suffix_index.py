@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from specplay.drafters import suffix_index
 from specplay.drafters.suffix_index import SuffixIndex
 
 Continuations = list[tuple[int, int, int]]
@@ -124,3 +125,19 @@ def test_counts_stay_exact_through_clones_across_sequences() -> None:
             assert (length, answered(index, state)) == (expected_length, expected)
     index = SuffixIndex.built(sequences)
     assert index.sequences == 6 and index.tokens == sum(map(len, sequences))
+
+
+def test_a_bulk_build_counts_alike_by_length_or_state_by_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(7)
+    sequences = random_sequences(rng, 6, 4, 300)
+    by_length = SuffixIndex.built(sequences)
+    monkeypatch.setattr(suffix_index, "BUCKETS_MAX", 0)  # as a single output of thousands of tokens is
+    one_by_one = SuffixIndex.built(sequences)
+    assert (by_length.count, by_length.latest) == (one_by_one.count, one_by_one.latest)
+    grown = SuffixIndex()
+    for sequence in sequences:
+        grown.add(sequence)
+    # Grown token by token the states are the same ones, counted alike (the root, no match, aside).
+    assert sorted(zip(grown.length[1:], grown.count[1:], strict=True)) == sorted(
+        zip(by_length.length[1:], by_length.count[1:], strict=True)
+    )
