@@ -36,6 +36,7 @@ SLOW = {
     "configs, each converted or loaded",
     "tests/review/test_fidelity.py": "many samples of each lane, scored by the target",
     "tests/cli/test_bench.py": "benchmark runs writing every report",
+    "tests/cli/test_suffix_commands.py": "costs timed row count by row count, and a quick bench, with a suffix drafter",
     "tests/cli/test_costs.py::test_costs_json": "the demo models timed row count by row count, and run per drafter",
     "tests/cli/test_costs.py::test_acceptance_read": "the demo models timed row count by row count",
     "tests/cli/test_numeric_flags.py": "every command with every numeric flag",
