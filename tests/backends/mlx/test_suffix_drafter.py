@@ -122,12 +122,25 @@ def test_the_demo_models_remember_the_sessions_folder(tmp_path: Path, capsys: py
     assert record["kind"] == "suffix" and record["loaded"].startswith("memory of 0 tokens")
 
 
+def test_a_route_map_sends_a_class_to_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["--target", "demo", "--draft", "mem=suffix", "--draft", "lookup=prompt-lookup", "--raw"]
+    common += ["--route-map", "code=mem", "--route-map", "prose=lookup", "--max-tokens", "16", "--json"]
+    common += ["--sessions-dir", str(tmp_path)]
+    code, _ = _run_json(capsys, *common, "--prompt", CODE_PROMPT)
+    prose, _ = _run_json(capsys, *common, "--prompt", PROSE_PROMPT)
+    assert (code["route"], prose["route"]) == ("mem", "lookup")
+    assert code["route_choice"]["drafter"] == "mem"
+
+
 @pytest.mark.parametrize("width", [1, 3])
 def test_smollm2_greedy_is_the_targets(smollm2: Path, width: int) -> None:
     """The real model, chat-templated prompts, each asked twice: the second drafted from the first."""
     backend = load_mlx_backend(str(smollm2), [suffix("mem")])
+    trees = 0
     for prompt in ("Write a Python function that returns the squares of a list.", "Name three rivers in Europe."):
         target = done(run(backend, prompt, mode="target", max_tokens=64, raw=False)).token_ids
         events = run(backend, prompt, route="mem", k=5, width=width, max_tokens=64, raw=False)
         assert done(events).token_ids == target
         assert from_memory(events)
+        trees += sum(r.nodes > r.depth for r in rounds(events))
+    assert (trees > 0) == (width > 1)  # SmolLM2 takes tree passes: the branches were verified
