@@ -41,7 +41,8 @@ MIN_PROB = 0.1
 """Drafting stops below this estimated probability (vLLM's default)."""
 MEMORY = 100_000
 """Tokens of earlier outputs held: the size the speed budget is measured at (benchmarks/bench_suffix.py)."""
-MEMORY_MAX = 10_000_000
+MEMORY_MAX = 1_000_000
+"""About 400 MB of index (some 400 bytes a token) and seconds to build as the command starts."""
 KEEP_AFTER_FORGETTING = 0.75
 """Past its memory, it forgets the oldest outputs down to this share of it: the index is then
 built again, once in many generations rather than at each."""
@@ -50,6 +51,8 @@ OPTIONS = ("depth", "factor", "offset", "min_prob", "memory")
 
 @dataclass(frozen=True, slots=True)
 class SuffixParams:
+    """A suffix drafter's options, as `suffix:KEY=VALUE,...` gives them (the defaults above)."""
+
     depth: int = DEPTH
     factor: float = FACTOR
     offset: float = OFFSET
@@ -82,8 +85,10 @@ def _number(name: str, text: str, field: str) -> Any:
     except ValueError:
         value = math.nan
     if not low <= value <= high:  # NaN fails too
-        what = "a whole number" if whole else "a number"
-        raise ConfigError(field, f"suffix:{name}={text} must be {what} from {low:g} to {high:g}")
+        what, bounds = (
+            ("a whole number", f"{int(low):,} to {int(high):,}") if whole else ("a number", f"{low:g} to {high:g}")
+        )
+        raise ConfigError(field, f"suffix:{name}={text} must be {what} from {bounds}")
     return value
 
 

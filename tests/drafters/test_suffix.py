@@ -45,7 +45,7 @@ def test_it_is_written_checked_and_recorded_as_every_kind() -> None:
         ("suffix:depth=two", "suffix:depth=two must be a whole number from 1 to 256"),
         ("suffix:min_prob=1.5", "suffix:min_prob=1.5 must be a number from 0 to 1"),
         ("suffix:min_prob=nan", "suffix:min_prob=nan must be a number from 0 to 1"),
-        ("suffix:memory=-1", "suffix:memory=-1 must be a whole number from 0 to 1e+07"),
+        ("suffix:memory=-1", "suffix:memory=-1 must be a whole number from 0 to 1,000,000"),
         ("suffix:factor=0,offset=0", "give factor or offset above 0"),
         ("suffix:depth", "suffix takes KEY=VALUE options separated by commas"),
     ],
