@@ -35,7 +35,8 @@ def open_stream(config: RunConfig, on_progress: Progress | None = None) -> Event
         from specplay.backends.mlx import load_mlx_backend
         from specplay.engine.loop import SpecEngine
 
-        backend = load_mlx_backend(config.target.location, [(m.name, m) for m in config.drafters])
+        drafters = [(m.name, m) for m in config.drafters]
+        backend = load_mlx_backend(config.target.location, drafters, config.earlier_outputs)
         return SpecEngine(backend, routing)
     options = config.vllm
     local = [(m.name, m.location) for m in config.drafters if m.local]

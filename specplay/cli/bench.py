@@ -26,12 +26,12 @@ from specplay.bench.spec_bench_report import spec_bench_entries, spec_bench_mark
 from specplay.bench.sweep import SWEEPS, BenchConfig, Measurement, load_prompts, plan, warm_up_configs
 from specplay.cli.configure import comma_floats, given, path_flag, run_config
 from specplay.cli.flags import add_backend_flags, add_model_flags, add_raw_flag, add_router_flag
-from specplay.cli.render import make_console, warn
+from specplay.cli.render import inform, make_console, warn
 from specplay.cli.shown import shown_command
 from specplay.cli.stopping import sigterm_stops
 from specplay.config.capabilities import capabilities_of
 from specplay.config.model_sets import models_named
-from specplay.config.run_config import check_models, check_router
+from specplay.config.run_config import check_models, check_router, remembered_line
 from specplay.data.prompt import Prompt
 from specplay.drafters import kind_of
 from specplay.engine.costs import RoundCosts, measure_costs
@@ -171,6 +171,8 @@ def bench(args: argparse.Namespace) -> int:
     )
     if message := blas_warning(config):
         warn(message)
+    if line := remembered_line(config):
+        inform(line)
     thread = ModelThread(on_exit=thread_cleanup(config))
     measurements: list[Measurement] = []
     planned = [0]

@@ -29,7 +29,7 @@ from specplay.config.run_config import (
     route_classes,
 )
 from specplay.config.urls import credentials, named_url, server_root, url_of
-from specplay.drafters import model_spec
+from specplay.drafters import kind_of, model_spec
 from specplay.engine.capabilities import no_trees
 from specplay.engine.routers.routing import CodeProseRouter, check_route_map
 from specplay.engine.rules import LOSSLESS, Mentored, RuleParams
@@ -40,6 +40,7 @@ from specplay.router_training.evidence import with_route_evidence
 from specplay.router_training.router_file import read_router
 from specplay.store.format import Session
 from specplay.store.location import sessions_dir
+from specplay.store.recall import earlier_outputs
 from specplay.store.replay import session_config
 
 MODEL_FLAGS = ("backend", "target", "draft", "target_url", "draft_url", "vllm_native", "baseline_url")
@@ -138,7 +139,16 @@ def run_config(flags: Mapping[str, Any], base: RunConfig | None = None) -> RunCo
     # (route_map_for), so it can say which class the map named and which it defaulted.
     if config.drafter_names:
         check_route_map(config.route_map, route_classes(config), config.drafter_names)
-    return config
+    return with_earlier_outputs(config)
+
+
+def with_earlier_outputs(config: RunConfig) -> RunConfig:
+    """The target's earlier outputs in the sessions folder, read once now for the drafters that
+    remember (at most the most tokens any of them holds); the configuration as it was where none does."""
+    wanted = max((kind_of(d).recalls(d) for d in config.drafters), default=0)
+    if not wanted or config.backend != "mlx":
+        return config
+    return replace(config, earlier_outputs=earlier_outputs(config.sessions_dir, config.target, wanted))
 
 
 def with_recorded_routes(config: RunConfig, flags: Mapping[str, Any]) -> RunConfig:

@@ -20,10 +20,10 @@ from specplay.cli.flags import (
     add_prompt_flags,
     add_sessions_dir_flag,
 )
-from specplay.cli.render import warn
+from specplay.cli.render import inform, warn
 from specplay.config.capabilities import capabilities_of
 from specplay.config.model_sets import models_named
-from specplay.config.run_config import RequestConfig, check_models
+from specplay.config.run_config import RequestConfig, check_models, remembered_line
 from specplay.drafters import kind_of
 from specplay.engine.costs import (
     PARTS,
@@ -134,6 +134,8 @@ def costs(args: argparse.Namespace) -> int:
         )
     if message := blas_warning(config):
         warn(message)
+    if line := remembered_line(config):
+        inform(line)
     from_sessions = _session_acceptance(args.sessions, args, config.drafter_names) if args.sessions else None
     thread = ModelThread(on_exit=thread_cleanup(config))
     try:

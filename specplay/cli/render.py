@@ -56,6 +56,7 @@ def to_json(record: LaneRecord) -> dict[str, Any]:
                 "catch_up_ms": r.catch_up_ms,
                 "catch_up_tokens": r.catch_up_tokens,
                 "counterfactuals": [filed(asdict(c)) for c in r.counterfactuals],
+                "origin": r.origin,
             }
             for r in record.rounds
         ],
@@ -305,3 +306,8 @@ def make_console(stderr: bool = False) -> Console:
 
 def warn(message: str) -> None:
     print(f"specplay: warning: {one_line(message)}", file=sys.stderr)
+
+
+def inform(message: str) -> None:
+    """One line on stderr that is no warning (what a drafter read as the command started)."""
+    print(f"specplay: {one_line(message)}", file=sys.stderr)

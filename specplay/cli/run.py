@@ -23,6 +23,7 @@ from specplay.cli.flags import (
 from specplay.cli.render import (
     colourless,
     conversation_line,
+    inform,
     json_line,
     legend,
     make_console,
@@ -33,7 +34,7 @@ from specplay.cli.render import (
 )
 from specplay.config.api_key import KEY_WITHHELD
 from specplay.config.model_sets import models_named
-from specplay.config.run_config import RunConfig, check
+from specplay.config.run_config import RunConfig, check, remembered_line
 from specplay.display.text import one_line
 from specplay.engine.events import ControlEvent, Event, RoundEvent, StepEvent
 from specplay.engine.request import Request
@@ -106,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         warn(KEY_WITHHELD)
     if message := blas_warning(config):
         warn(message)
+    if line := remembered_line(config):
+        inform(line)
     return _run(config, args)
 
 

@@ -123,6 +123,8 @@ def _target(spec: ModelConfig) -> str:
 def _drafter(name: str, record: Mapping[str, Any], route_map: Mapping[str, str]) -> str:
     """`name (what it is; for the classes routed to it)`: a model drafter by its folder's name."""
     what = record.get("source", "") if record.get("kind") != MODEL.name else ""
+    loaded = record.get("loaded") if isinstance(record.get("loaded"), str) else ""  # what it read as it loaded
     classes = [cls for cls, drafter in route_map.items() if drafter == name]
-    detail = "; ".join(part for part in (what, "for " + " and ".join(classes) if classes else "") if part)
+    parts = (what, loaded, "for " + " and ".join(classes) if classes else "")
+    detail = "; ".join(part for part in parts if part)
     return f"{name} ({detail})" if detail else name

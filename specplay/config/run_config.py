@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specplay.config.capabilities import NATIVE_FIXED, capabilities_of
-from specplay.drafters import cannot_write, kind_of
+from specplay.drafters import EarlierOutputs, cannot_write, kind_of
 from specplay.drafters.model import check_found
 from specplay.drafters.model_config import ModelConfig
 from specplay.engine.capabilities import check_supported
@@ -120,6 +120,9 @@ class RunConfig:
     router: RouterConfig | None = None
     """The learned router `--route auto` uses; None: the heuristic (CodeProseRouter)."""
     sessions_dir: Path = Path("sessions")
+    earlier_outputs: EarlierOutputs | None = field(default=None, compare=False, repr=False)
+    """The target's earlier outputs the command read from `sessions_dir` as it started, for the
+    drafters that remember (drafters/memory.py); None where no drafter asks for them."""
 
     @property
     def drafter_names(self) -> tuple[str, ...]:
@@ -173,6 +176,19 @@ def check(config: RunConfig) -> None:
             raise ConfigError("vllm_native", f"cannot relax the acceptance rule or change the policy: {NATIVE_FIXED}")
         if config.request.mode == "draft":
             raise ConfigError("mode", f"draft cannot run in native mode: {NATIVE_FIXED}")
+
+
+def remembering(config: RunConfig) -> tuple[str, ...]:
+    """The drafters whose kind reads earlier outputs as the command starts (drafters/memory.py)."""
+    return tuple(d.name for d in config.drafters if kind_of(d).recalls(d) > 0)
+
+
+def remembered_line(config: RunConfig) -> str | None:
+    """What the command read for the drafters that remember, one line for the terminal."""
+    names = remembering(config)
+    if not names or config.earlier_outputs is None:
+        return None
+    return f"{' and '.join(names)}: {config.earlier_outputs.describe()}"
 
 
 def route_classes(config: RunConfig) -> tuple[str, ...]:

@@ -7,6 +7,8 @@ kind, with its options after a colon; anything else is another model:
                                           GGUF file, a model `specplay fetch` downloaded)
     prompt-lookup[:n=MIN-MAX]             proposes what followed the last match of the last n tokens
     early-exit:layers=L[,head=DIR]        the target's first L layers, optionally with a trained head
+    suffix[:depth=D,min_prob=P,memory=N]  proposes what most often followed the longest match in this
+                                          request and in earlier outputs (suffix decoding)
 
 and `none` is the route of no drafter. A folder named like a kind is written with a path:
 ./prompt-lookup.
@@ -22,11 +24,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specplay.drafters.early_exit import EARLY_EXIT
-from specplay.drafters.kind import DrafterKind, Form, Proposer
+from specplay.drafters.kind import DrafterKind, Form, Proposal, Proposer, Proposers, TreeProposer
+from specplay.drafters.memory import EarlierOutput, EarlierOutputs
 from specplay.drafters.model import MODEL
 from specplay.drafters.model_config import ModelConfig, Role
 from specplay.drafters.none import NONE
 from specplay.drafters.prompt_lookup import PROMPT_LOOKUP
+from specplay.drafters.suffix import SUFFIX
 from specplay.errors import ConfigError
 
 __all__ = [
@@ -35,11 +39,17 @@ __all__ = [
     "MODEL",
     "NONE",
     "PROMPT_LOOKUP",
+    "SUFFIX",
     "DrafterKind",
+    "EarlierOutput",
+    "EarlierOutputs",
     "Form",
     "ModelConfig",
+    "Proposal",
     "Proposer",
+    "Proposers",
     "Role",
+    "TreeProposer",
     "cannot_write",
     "drafter_syntax",
     "kind_named",
@@ -48,7 +58,7 @@ __all__ = [
     "replay_model",
 ]
 
-KINDS: dict[str, DrafterKind] = {kind.name: kind for kind in (MODEL, PROMPT_LOOKUP, EARLY_EXIT, NONE)}
+KINDS: dict[str, DrafterKind] = {kind.name: kind for kind in (MODEL, PROMPT_LOOKUP, SUFFIX, EARLY_EXIT, NONE)}
 """Every kind by its name; MODEL is the kind of any source no other kind's name starts."""
 
 

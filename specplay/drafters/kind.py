@@ -8,11 +8,14 @@ its generation code never asks which kind it holds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
+from specplay.drafters.memory import EarlierOutputs
 from specplay.drafters.model_config import ModelConfig, Role
+from specplay.engine.tree import TreeShape
 from specplay.errors import ConfigError
 
 Form = Literal["model", "target-layers", "proposer", "none"]
@@ -33,6 +36,55 @@ class Proposer(Protocol):
 
     def propose(self, tokens: Sequence[int], k: int) -> list[int]:
         """Up to k tokens to follow `tokens`; [] where it has nothing to propose."""
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A proposer's draft: its tokens laid out as a tree (engine/layout.py; a chain's parents are
+    -1, 0, 1, ...), every node certain, and where it came from."""
+
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+    origin: str | None = None
+    """The drafter's note on where the draft came from, for the drill-down and sessions (suffix
+    decoding: which earlier output, matched on how many tokens); None where it says nothing."""
+
+
+class TreeProposer(Proposer, Protocol):
+    """The proposer of a kind that `grows_trees`: it drafts within a round's shape, and says where
+    its draft came from."""
+
+    def draft(self, tokens: Sequence[int], shape: TreeShape) -> Proposal:
+        """A draft within `shape` to follow `tokens`: at width 1 a chain of up to `shape.depth`
+        tokens, wider a tree of distinct siblings (none where it has nothing to propose)."""
+
+
+class Proposers(Protocol):
+    """What a kind of form `proposer` keeps while its backend is loaded: it opens each
+    generation's proposer, and may learn from the outputs of the generations that end."""
+
+    note: str | None
+    """What it says once, at load (what it read); None where it has nothing to say."""
+
+    def open(self) -> Proposer:
+        """A fresh proposer for one generation."""
+
+    def remember(self, output: Sequence[int]) -> None:
+        """A generation ended with `output`, text the target wrote (its committed tokens)."""
+
+
+@dataclass(frozen=True)
+class FreshProposers:
+    """A kind that keeps nothing between generations: each gets a new proposer."""
+
+    make: Callable[[], Proposer]
+    note: str | None = None
+
+    def open(self) -> Proposer:
+        return self.make()
+
+    def remember(self, output: Sequence[int]) -> None:
+        """Nothing is kept."""
 
 
 class DrafterKind:
@@ -77,6 +129,17 @@ class DrafterKind:
     def proposer(self, spec: ModelConfig) -> Proposer:
         """A fresh proposer for one generation (form `proposer` only)."""
         raise NotImplementedError(f"{self.name} is not a proposer")
+
+    def proposers(self, spec: ModelConfig, earlier: EarlierOutputs | None) -> Proposers:
+        """What the backend holds of a proposer while loaded (form `proposer` only): by default a
+        fresh `proposer` per generation; `earlier`, the outputs read for it at the command's edge
+        (where `recalls` asked for some)."""
+        return FreshProposers(lambda: self.proposer(spec))
+
+    def recalls(self, spec: ModelConfig) -> int:
+        """Tokens of earlier outputs the command reads for it from the sessions folder as it
+        starts (drafters/memory.py); 0: it reads none."""
+        return 0
 
     def check_backend(self, spec: ModelConfig, backend: str) -> None:
         """Refuse, in one line, a backend that cannot run it."""

@@ -61,7 +61,8 @@ class Generation(Protocol):
         ancestors; a chain's pass is the causal one), with what `rule` reads (only the rules the
         capabilities list) and, where a node has siblings, tree.py's lossless numbers; row tokens
         drawn with `draws`. With `top_n` > 0 (only where the capabilities say `top_n`), also
-        report each distribution's top_n tokens. `commit` then keeps the kept path's cache entries."""
+        report each distribution's top_n tokens, and the drafter's note on where its draft came from
+        (`VerifiedDraft.origin`) where it gives one. `commit` then keeps the kept path's cache entries."""
         ...
 
     def counterfactual(
@@ -104,6 +105,12 @@ class Generation(Protocol):
 
     def cache_lengths(self) -> dict[str, int]:
         """Tokens held by each model's cache, by model name ("target" for the target)."""
+        ...
+
+    def remember(self) -> None:
+        """The generation ended with text the target wrote (a speculative or target-only lane's):
+        drafters that learn from earlier outputs (suffix decoding) take in its committed tokens,
+        those after its prompt. Called once as it ends, cut short or not; nothing elsewhere."""
         ...
 
     def account(self) -> dict[str, Any]:

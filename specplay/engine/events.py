@@ -161,6 +161,10 @@ class RoundEvent:
     """The draft length asked for: the policy's k, within the tokens left (0 on the none route);
     None where it is not known (a speculating server's round, a session saved before it was
     recorded). Beside `depth`, it tells a cut round from a short proposal."""
+    origin: str | None = None
+    """The drafter's note on where its draft came from, for the drill-down (suffix decoding: which
+    earlier output or this request, matched on how many tokens); None where the drafter says
+    nothing (a model drafts from its weights) and in sessions older than the field."""
 
     @property
     def nodes(self) -> int:

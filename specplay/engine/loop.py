@@ -161,6 +161,8 @@ class _Run:
         finish = yield from run
         text = self.output.text()
         self.kept[self.request.mode] = generation  # ended between rounds: its caches hold committed tokens only
+        if self.request.mode != "draft":  # the target's text (a draft-only lane's is the drafter's)
+            generation.remember()
         metrics = self.metrics.to_dict() | generation.account()
         yield DoneEvent(finish_reason=finish, token_ids=tuple(self.output.token_ids), text=text, metrics=metrics)
 
@@ -295,6 +297,7 @@ class _Run:
             catch_up_ms=1000 * (caught_up_at - start) if caught_up else 0.0,
             catch_up_tokens=caught_up,
             k_asked=k,
+            origin=result.origin,
         )
         self._account(event, generation, done_at, asked=k)
         return event, finish

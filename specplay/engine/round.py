@@ -67,6 +67,8 @@ class RoundResult:
     verified_at: float
     set_aside_s: float
     """Time the counterfactual routes took, to be taken off the lane's clock: not its own work."""
+    origin: str | None = None
+    """The drafter's note on where its draft came from (VerifiedDraft.origin)."""
 
     @property
     def num_accepted(self) -> int:
@@ -98,6 +100,7 @@ def run_round(generation: Generation, ask: RoundAsk, now: Clock) -> RoundResult:
         drafted_at=drafted_at,
         verified_at=verified_at,
         set_aside_s=set_aside_s,
+        origin=verified.origin,
     )
 
 

@@ -50,6 +50,7 @@ from specplay.engine.accept import (
 )
 from specplay.engine.events import KEPT, DraftPosition, RoundEvent, TokenSource
 from specplay.engine.layout import ROOT, chain, children, siblings_under
+from specplay.engine.sampling import one_hot
 
 CHAINS_ONLY = "trees_drafted_as_chains"
 """A backend's account key (`Generation.account`): the models asked for trees that drafted
@@ -235,6 +236,9 @@ class VerifiedDraft:
     tv_spent: list[float] | None = None
     """TV(pi, p_target) at each node under the rule asked, from the full distributions; None under
     mentored decoding, whose theta * d the engine computes (also from a top-K bracket)."""
+    origin: str | None = None
+    """The drafter's note on where its draft came from (suffix decoding: which earlier output,
+    matched on how many tokens); None where it says nothing."""
 
 
 def chain_verified(*, corrections: Sequence[int], bonus: int, **numbers: Any) -> VerifiedDraft:
@@ -262,29 +266,39 @@ def greedy_numbers(parents: Sequence[int], drafted: Sequence[int], argmax: Seque
 
 
 def sampled_numbers(
-    p_target: Array, p_draft: Array, *, parents: Sequence[int], drafted: Sequence[int], uniforms: Array, xp: Any
+    p_target: Array, p_draft: Array | None, *, parents: Sequence[int], drafted: Sequence[int], uniforms: Array, xp: Any
 ) -> dict[str, Array]:
     """Sampled judging's numbers from the rows [nodes + 1, vocab] of both models (p_draft zero at
     rows never expanded), as arrays: per node `p_target_x`, `p_draft_x`, `tv` and `argmax` at its
     parent row and `accept` (its probability once its earlier siblings lost: `accept[j]` holds each
-    row's j-th child's); per row `row_tokens`, drawn with `uniforms` from what its children left."""
+    row's j-th child's); per row `row_tokens`, drawn with `uniforms` from what its children left.
+
+    p_draft None: a proposer's tree, every node certain. Its siblings were not drawn from one
+    distribution but chosen, so each is judged as a certain draft alone, p_draft one-hot on itself,
+    against what the ones before it left: kept with probability p(x) of the current residual p,
+    which loses x after a rejection (norm(max(p - onehot(x), 0))). Each step is a lossless step, so
+    the row still emits exactly p_target; its d is TV(p_target, onehot(x)) = 1 - p_target(x)."""
     rows = children(parents)
     parent_rows = xp.array([parent + 1 for parent in parents])
     nodes = xp.array(list(drafted))[:, None]
-    out = {
-        "p_target_x": xp.take_along_axis(p_target[parent_rows], nodes, axis=-1)[:, 0],
-        "p_draft_x": xp.take_along_axis(p_draft[parent_rows], nodes, axis=-1)[:, 0],
-        "tv": tv_distance(p_target, p_draft)[parent_rows],
-        "argmax": xp.argmax(p_target, axis=-1)[parent_rows],
-    }
+    p_target_x = xp.take_along_axis(p_target[parent_rows], nodes, axis=-1)[:, 0]
+    if p_draft is None:
+        p_draft_x, tv = xp.ones_like(p_target_x), 1.0 - p_target_x
+    else:
+        p_draft_x = xp.take_along_axis(p_draft[parent_rows], nodes, axis=-1)[:, 0]
+        tv = tv_distance(p_target, p_draft)[parent_rows]
+    argmax = xp.argmax(p_target, axis=-1)[parent_rows]
+    out = {"p_target_x": p_target_x, "p_draft_x": p_draft_x, "tv": tv, "argmax": argmax}
     accepts = []
     for j in range(max(len(r) for r in rows)):  # the j-th sibling of every row at once
         has = xp.array([j < len(r) for r in rows])[:, None]
         tokens = xp.array([drafted[r[j]] if j < len(r) else 0 for r in rows])
-        accept, p_next, q_next = sibling_step(p_target, p_draft, tokens, xp)
+        judged_against = one_hot(tokens, p_target.shape[-1], xp) if p_draft is None else p_draft
+        accept, p_next, q_next = sibling_step(p_target, judged_against, tokens, xp)
         accepts.append(accept)
         p_target = xp.where(has, p_next, p_target)
-        p_draft = xp.where(has, q_next, p_draft)
+        if p_draft is not None:
+            p_draft = xp.where(has, q_next, p_draft)
     out["accept"] = xp.stack(accepts)
     out["row_tokens"] = inverse_cdf_sample(p_target, uniforms, xp)
     return out

@@ -17,6 +17,7 @@ from specplay.engine.tree import (
     draw_siblings,
     kept_path,
     level_counts,
+    sampled_numbers,
     sees,
     sibling_step,
     sibling_verdict,
@@ -76,6 +77,66 @@ def test_the_first_sibling_is_judged_as_a_chain_is() -> None:
         accept, p_next, _ = sibling_step(p_target[None], p_draft[None], np.array([x]), np)
         assert accept[0] == lossless_acceptance(p_target[x], p_draft[x], np)
         np.testing.assert_allclose(p_next[0], residual_distribution(p_target, p_draft, np))
+
+
+GRID = 4000
+"""Uniforms spread evenly over [0, 1): the token a row draws from what its children left, read
+over them, is that distribution within a step of the grid."""
+
+
+def certain_row_output(p_target: np.ndarray, siblings: list[int], p_draft: np.ndarray | None = None) -> np.ndarray:
+    """The exact distribution of the token a row emits when certain siblings (a proposer's: chosen,
+    not drawn) are judged in turn by `sampled_numbers` with no p_draft; given `p_draft` (the control),
+    judged as if they had been drawn from it."""
+    rows = np.repeat(p_target[None], len(siblings) + 1, axis=0)
+    drafts = None if p_draft is None else np.repeat(p_draft[None], len(siblings) + 1, axis=0)
+    out, reach = np.zeros_like(p_target), 1.0
+
+    def numbers(u: float) -> dict[str, np.ndarray]:
+        parents = [ROOT] * len(siblings)
+        uniforms = np.full(len(siblings) + 1, u)
+        return sampled_numbers(rows, drafts, parents=parents, drafted=siblings, uniforms=uniforms, xp=np)
+
+    for j, x in enumerate(siblings):
+        accept = float(numbers(0.5)["accept"][j][0])
+        out[x] += reach * accept
+        reach *= 1 - accept
+    for u in (np.arange(GRID) + 0.5) / GRID:  # the correction, drawn from the last residual
+        out[int(numbers(float(u))["row_tokens"][0])] += reach / GRID
+    return out
+
+
+@pytest.mark.parametrize("siblings", [1, 2, 3])
+def test_certain_siblings_judged_in_turn_emit_exactly_p_target(siblings: int) -> None:
+    """A proposer's tree (suffix decoding): each sibling one-hot on itself, kept with probability
+    p(x) of what the ones before left. Every p_target, any choice of distinct siblings."""
+    rng = np.random.default_rng(siblings)
+    for p_target, _ in random_pairs(9, vocab=6, seed=siblings):
+        chosen = [int(t) for t in rng.choice(6, siblings, replace=False)]
+        np.testing.assert_allclose(certain_row_output(p_target, chosen), p_target, atol=2 / GRID)
+        numbers = sampled_numbers(
+            p_target[None].repeat(siblings + 1, 0),
+            None,
+            parents=[ROOT] * siblings,
+            drafted=chosen,
+            uniforms=np.full(siblings + 1, 0.5),
+            xp=np,
+        )
+        assert float(numbers["accept"][0][0]) == pytest.approx(p_target[chosen[0]])  # the first, as a chain's
+        np.testing.assert_allclose(numbers["p_draft_x"], 1.0)
+        np.testing.assert_allclose(numbers["tv"], 1 - p_target[chosen])
+
+
+def test_certain_siblings_judged_as_if_drawn_are_not_exact() -> None:
+    """The control: judging chosen siblings as draws from a distribution spread over them (as a
+    model's siblings are judged) biases the output."""
+    worst = 0.0
+    for p_target, _ in random_pairs(9, vocab=6, seed=7):
+        spread = np.zeros(6)
+        spread[[0, 1, 2]] = 1 / 3
+        output = certain_row_output(p_target, [0, 1, 2], p_draft=spread)
+        worst = max(worst, float(np.abs(output - p_target).max()))
+    assert worst > 0.05
 
 
 def test_siblings_are_drawn_without_replacement() -> None:

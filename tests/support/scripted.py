@@ -385,6 +385,9 @@ class ScriptedGeneration:
     def cache_lengths(self) -> dict[str, int]:
         return dict(self.lengths) | {name: index.length for name, index in self.lookups.items()}
 
+    def remember(self) -> None:
+        """Its drafters learn nothing from earlier outputs."""
+
     def account(self) -> dict[str, Any]:
         return {}
 

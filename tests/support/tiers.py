@@ -8,6 +8,7 @@ SLOW_FIXTURES = {
 SLOW = {
     "tests/review/test_review_browser.py": "a real Chromium",
     "tests/backends/mlx/test_statistical.py": "thousands of samples per distribution",
+    "tests/backends/mlx/test_suffix_statistical.py": "thousands of samples per distribution, chain and tree",
     "tests/backends/vllm/test_vllm_real.py": "real vLLM servers",
     "tests/backends/vllm/test_vllm_cli.py": "every command end to end against server processes",
     "tests/backends/vllm/test_vllm_exact.py": "exact corrections, request by request, against fake servers",
@@ -35,6 +36,7 @@ SLOW = {
     "configs, each converted or loaded",
     "tests/review/test_fidelity.py": "many samples of each lane, scored by the target",
     "tests/cli/test_bench.py": "benchmark runs writing every report",
+    "tests/cli/test_suffix_commands.py": "costs timed row count by row count, and a quick bench, with a suffix drafter",
     "tests/cli/test_costs.py::test_costs_json": "the demo models timed row count by row count, and run per drafter",
     "tests/cli/test_costs.py::test_acceptance_read": "the demo models timed row count by row count",
     "tests/cli/test_run_conversation.py::test_costs_reads_every_turns_rounds": "a conversation on the demo "

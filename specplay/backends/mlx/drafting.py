@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import mlx.core as mx
 import numpy as np
@@ -22,8 +22,9 @@ from specplay.backends.mlx.early_exit import EarlyExitModel, LayerSplit, check_l
 from specplay.backends.mlx.kernels import draw_kernel
 from specplay.backends.mlx.loading import LoadedModel, folder_identity, load_model, rewindable_cache
 from specplay.backends.mlx.trees import NO_TREE_PASS, MlxTree, TreePass, grow_tree, tree_pass
-from specplay.drafters import DrafterKind, Form, ModelConfig, Proposer, kind_of
+from specplay.drafters import DrafterKind, EarlierOutputs, Form, ModelConfig, Proposers, TreeProposer, kind_of
 from specplay.engine.correction_rank import LOGITS, correction_ranks
+from specplay.engine.layout import is_chain
 from specplay.engine.sampling import one_hot, softmax
 from specplay.engine.settings import SamplingParams
 from specplay.engine.tree import TreeShape
@@ -100,6 +101,8 @@ class MlxDraft:
     scores: mx.array | None = None
     """[k, vocab]: a greedy model drafter's logits, kept (already computed) to rank corrections in
     (width.py): its softmax would cost an exponential per token of the vocabulary per round."""
+    origin: str | None = None
+    """The drafter's note on where the draft came from (a proposer's; kind.Proposal)."""
 
     @property
     def p_draft(self) -> mx.array:
@@ -114,9 +117,9 @@ class MlxDraft:
         return None if self.scores is None else correction_ranks(self.scores, corrections, mx, floor=LOGITS)
 
 
-def certain_draft(tokens: Sequence[int], vocab_size: int) -> MlxDraft:
+def certain_draft(tokens: Sequence[int], vocab_size: int, origin: str | None = None) -> MlxDraft:
     """A proposal with no distributions of its own: one-hot at every temperature."""
-    return MlxDraft(mx.array(list(tokens), dtype=mx.int32), None, vocab_size)
+    return MlxDraft(mx.array(list(tokens), dtype=mx.int32), None, vocab_size, origin=origin)
 
 
 def uniforms(values: Sequence[float]) -> mx.array:
@@ -175,6 +178,10 @@ class Drafter(Protocol):
 
     def held(self) -> int:
         """What its cache or index itself says it holds (for checks)."""
+
+    def remember(self, output: Sequence[int]) -> None:
+        """A generation ended with `output`, the target's text: a drafter that learns from
+        earlier outputs takes it in (suffix decoding); the others keep nothing."""
 
 
 class CacheDrafter:
@@ -258,19 +265,27 @@ class CacheDrafter:
     def held(self) -> int:
         return self.cache.offset()
 
+    def remember(self, output: Sequence[int]) -> None:
+        """A model learns nothing from its outputs."""
+
 
 class ProposerDrafter:
     """Form `proposer`: proposals from the committed tokens alone, certain (one-hot), so each
-    rule applies unchanged (lossless acceptance is p_target(x)). It only ever takes in committed
-    tokens, so a rejection has nothing to rewind."""
+    rule applies unchanged (lossless acceptance is p_target(x)); a tree's siblings are judged each
+    against what the ones before left (engine/tree.py). It only ever takes in committed tokens, so
+    a rejection has nothing to rewind."""
 
     writer = None
-    grows_trees = False
     chains_because = "it proposes one continuation, drafted as a chain"
 
-    def __init__(self, name: str, proposer: Proposer, vocab_size: int, cannot_write: str) -> None:
-        self.name, self.proposer, self.vocab_size = name, proposer, vocab_size
+    def __init__(
+        self, name: str, proposers: Proposers, vocab_size: int, cannot_write: str, grows_trees: bool = False
+    ) -> None:
+        self.name, self.proposers, self.vocab_size = name, proposers, vocab_size
+        self.proposer = proposers.open()
         self.cannot_write = cannot_write
+        self.grows_trees = grows_trees
+        """Its kind grows trees: its proposer drafts within the round's shape (kind.TreeProposer)."""
 
     @property
     def length(self) -> int:
@@ -293,9 +308,17 @@ class ProposerDrafter:
         drawn: Sequence[float],
         keep_drafting: KeepDrafting | None,
         compiled: bool,
-    ) -> MlxDraft:
-        """Its one proposal, at any width a chain: certain, one-hot rows."""
-        proposal = self.proposer.propose(tokens, shape.depth)
+    ) -> MlxDraft | MlxTree:
+        """Its proposal, certain (one-hot rows): a chain, or where its kind grows trees and the
+        shape is wider than 1, a tree whose distinct siblings are certain each."""
+        origin = None
+        if self.grows_trees:
+            shaped = cast(TreeProposer, self.proposer).draft(tokens, shape)
+            if not is_chain(shaped.parents):
+                return MlxTree(list(shaped.tokens), list(shaped.parents), None, origin=shaped.origin)
+            proposal, origin = list(shaped.tokens), shaped.origin
+        else:
+            proposal = self.proposer.propose(tokens, shape.depth)
         if keep_drafting is not None:
             # Its confidence in each of its tokens is 1, so a policy that stops early never does
             # here; asked anyway so a policy sees every kind alike.
@@ -303,7 +326,7 @@ class ProposerDrafter:
                 if not keep_drafting([1.0] * count):
                     proposal = proposal[:count]
                     break
-        return certain_draft(proposal, self.vocab_size)
+        return certain_draft(proposal, self.vocab_size, origin)
 
     def trim_to(self, length: int) -> None:
         """A proposal is never taken in, so a round has nothing to rewind; a conversation's next
@@ -313,6 +336,9 @@ class ProposerDrafter:
 
     def held(self) -> int:
         return self.proposer.length
+
+    def remember(self, output: Sequence[int]) -> None:
+        self.proposers.remember(output)
 
 
 class LoadedDrafter(Protocol):
@@ -332,18 +358,22 @@ class LoadedDrafter(Protocol):
 
 @dataclass(frozen=True)
 class LoadedProposer:
-    """Form `proposer`: nothing to load; each generation gets a fresh proposer from its kind."""
+    """Form `proposer`: no weights; what its kind keeps while loaded (`proposers`: a memory of
+    earlier outputs, or nothing) opens each generation's proposer."""
 
     name: str
     kind: DrafterKind
     spec: ModelConfig
+    proposers: Proposers
 
     def open(self, vocab_size: int) -> Drafter:
         why = self.kind.cannot_write or "it proposes only from what the text repeats"
-        return ProposerDrafter(self.name, self.kind.proposer(self.spec), vocab_size, why)
+        return ProposerDrafter(self.name, self.proposers, vocab_size, why, self.kind.grows_trees)
 
     def record(self) -> dict[str, Any]:
-        return self.kind.record(self.spec) | {"source": self.kind.describe(self.spec)}
+        note = self.proposers.note  # what it read as it loaded, for sessions and the status line
+        loaded = {"loaded": note} if note else {}
+        return self.kind.record(self.spec) | {"source": self.kind.describe(self.spec)} | loaded
 
 
 @dataclass(frozen=True)
@@ -394,11 +424,15 @@ class LoadedEarlyExit:
         }
 
 
-def _load_model(name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel) -> LoadedDrafter:
+def _load_model(
+    name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel, earlier: EarlierOutputs | None
+) -> LoadedDrafter:
     return LoadedModelDrafter(name, kind, spec, load_model(name, spec.location))
 
 
-def _load_early_exit(name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel) -> LoadedDrafter:
+def _load_early_exit(
+    name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel, earlier: EarlierOutputs | None
+) -> LoadedDrafter:
     """Built over `target`'s own modules: its layer count checked, a head loaded and checked."""
     layers = int(spec.params["layers"])
     split = LayerSplit(target.model, f"early-exit drafter {name!r}: the target ({target.source})")
@@ -412,11 +446,15 @@ def _load_early_exit(name: str, kind: DrafterKind, spec: ModelConfig, target: Lo
     return LoadedEarlyExit(name=name, kind=kind, spec=spec, model=model, target=target, head=identity)
 
 
-def _load_proposer(name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel) -> LoadedDrafter:
-    return LoadedProposer(name, kind, spec)
+def _load_proposer(
+    name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel, earlier: EarlierOutputs | None
+) -> LoadedDrafter:
+    return LoadedProposer(name, kind, spec, kind.proposers(spec, earlier))
 
 
-LOADERS: dict[Form, Callable[[str, DrafterKind, ModelConfig, LoadedModel], LoadedDrafter]] = {
+Loader = Callable[[str, DrafterKind, ModelConfig, LoadedModel, EarlierOutputs | None], LoadedDrafter]
+"""(name, kind, spec, the loaded target, the earlier outputs read for the drafters that remember)."""
+LOADERS: dict[Form, Loader] = {
     "model": _load_model,
     "target-layers": _load_early_exit,
     "proposer": _load_proposer,
@@ -424,7 +462,10 @@ LOADERS: dict[Form, Callable[[str, DrafterKind, ModelConfig, LoadedModel], Loade
 """How MLX loads each drafter form (a kind of form `none` is never loaded: it drafts nothing)."""
 
 
-def load_drafter(name: str, spec: ModelConfig, *, target: LoadedModel) -> LoadedDrafter:
-    """What one drafter needs at run time, by its kind's form; call on the MLX thread."""
+def load_drafter(
+    name: str, spec: ModelConfig, *, target: LoadedModel, earlier: EarlierOutputs | None = None
+) -> LoadedDrafter:
+    """What one drafter needs at run time, by its kind's form; call on the MLX thread. `earlier`:
+    the outputs the command read for the drafters that remember (drafters/memory.py)."""
     kind = kind_of(spec)
-    return LOADERS[kind.form](name, kind, spec, target)
+    return LOADERS[kind.form](name, kind, spec, target, earlier)

@@ -150,6 +150,8 @@ class MlxGeneration:
         self.compiled = compiled
         """The sampling and acceptance math runs compiled (kernels.py says where that pays)."""
         self.tokens = list(prompt_token_ids)
+        self.prompt_length = len(self.tokens)
+        """Where this turn's output starts (a conversation's next turn moves it)."""
         self._cleared_at = 0
         self._chains_only: dict[str, str] = {}
         """Models asked for trees that drafted chains, and why (`account`)."""
@@ -165,6 +167,7 @@ class MlxGeneration:
         for drafter in self.drafters.values():
             drafter.trim_to(keep)
         self.tokens = list(prompt_token_ids)
+        self.prompt_length = len(self.tokens)
         self._tree = None
 
     def prefill(self, name: str | None, clear: bool = True) -> int:
@@ -214,16 +217,18 @@ class MlxGeneration:
         if isinstance(draft, MlxTree):  # a grown tree: the tree pass (trees.py), judged losslessly
             logits, start = verify_pass(self.target, self.tokens, draft)
             self._tree = (start, draft)
-            return judged_numbers(draft, logits, sampling, draws)
-        # A chain: the causal pass, and every rule's numbers.
-        k = draft.tokens.shape[0]
-        inputs = mx.concatenate([self.target.pending(self.tokens), draft.tokens.astype(mx.int32)])
-        logits = self.target.forward(inputs)[-(k + 1) :]
-        if sampling.greedy and rule.lossless:
-            return _verify_argmax(draft, logits, top_n)
-        return _verify_distributions(
-            draft, logits, sampling=sampling, rule=rule, draws=draws, top_n=top_n, compiled=self.compiled
-        )
+            verified = judged_numbers(draft, logits, sampling, draws)
+        else:  # a chain: the causal pass, and every rule's numbers
+            k = draft.tokens.shape[0]
+            inputs = mx.concatenate([self.target.pending(self.tokens), draft.tokens.astype(mx.int32)])
+            logits = self.target.forward(inputs)[-(k + 1) :]
+            if sampling.greedy and rule.lossless:
+                verified = _verify_argmax(draft, logits, top_n)
+            else:
+                verified = _verify_distributions(
+                    draft, logits, sampling=sampling, rule=rule, draws=draws, top_n=top_n, compiled=self.compiled
+                )
+        return replace(verified, origin=draft.origin) if draft.origin is not None else verified
 
     def counterfactual(
         self,
@@ -314,6 +319,11 @@ class MlxGeneration:
                 out = following if pipeline else step(token)
         finally:
             model.trim_to(len(self.tokens) - 1)  # forget the step in flight
+
+    def remember(self) -> None:
+        output = self.tokens[self.prompt_length :]
+        for drafter in self.drafters.values():
+            drafter.remember(output)
 
     def cache_lengths(self) -> dict[str, int]:
         """Tokens in each KV cache, and for a proposer, tokens in its index."""

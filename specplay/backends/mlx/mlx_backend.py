@@ -28,7 +28,7 @@ from specplay.backends.mlx.loading import (
 )
 from specplay.backends.mlx.trees import tree_pass
 from specplay.config.capabilities import MLX
-from specplay.drafters import ModelConfig, model_spec
+from specplay.drafters import EarlierOutputs, ModelConfig, model_spec
 from specplay.engine.backend_protocol import Detokenizer, Generation
 from specplay.engine.conversation import Exchange
 from specplay.errors import ConfigError
@@ -128,9 +128,12 @@ def context_length(loaded: LoadedModel) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def load_mlx_backend(target: str, drafters: Sequence[tuple[str, ModelConfig | str]] = ()) -> MlxBackend:
+def load_mlx_backend(
+    target: str, drafters: Sequence[tuple[str, ModelConfig | str]] = (), earlier: EarlierOutputs | None = None
+) -> MlxBackend:
     """Load `target` and each (name, drafter) pair, a drafter being a spec of any kind
-    (specplay.drafters) or a folder or Hugging Face id; call on the MLX thread."""
+    (specplay.drafters) or a folder or Hugging Face id; call on the MLX thread. `earlier`: the
+    outputs the command read for the drafters that remember (drafters/memory.py)."""
     names = [name for name, _ in drafters]
     for name in names:
         if name == TARGET or names.count(name) > 1:
@@ -143,7 +146,8 @@ def load_mlx_backend(target: str, drafters: Sequence[tuple[str, ModelConfig | st
     specs = [
         (name, model_spec(name, "drafter", spec, "draft") if isinstance(spec, str) else spec) for name, spec in drafters
     ]
-    return MlxBackend(loaded_target, {name: load_drafter(name, spec, target=loaded_target) for name, spec in specs})
+    loaded = {name: load_drafter(name, spec, target=loaded_target, earlier=earlier) for name, spec in specs}
+    return MlxBackend(loaded_target, loaded)
 
 
 def release_thread() -> None:

@@ -133,7 +133,10 @@ class MlxTree:
     parents: list[int]
     p_draft: mx.array | None
     """[nodes + 1, vocab]: the drafter's distribution at each row (zero at rows never expanded);
-    None at temperature 0, where judging reads the target's argmax alone."""
+    None at temperature 0, where judging reads the target's argmax alone, and for a proposer's
+    tree at every temperature: each of its nodes is certain (one-hot on itself)."""
+    origin: str | None = None
+    """The drafter's note on where the tree came from (a proposer's; kind.Proposal)."""
 
 
 def grow_tree(
@@ -211,7 +214,6 @@ def judged_numbers(draft: MlxTree, logits: mx.array, sampling: SamplingParams, d
     """tree.py's judging numbers from the target's rows, in one transfer to the host."""
     if sampling.greedy:
         return greedy_numbers(draft.parents, draft.tokens, mx.argmax(logits, axis=-1).tolist())
-    assert draft.p_draft is not None, "a sampled tree keeps the drafter's rows"
     uniforms = row_uniforms(draws.residual, draws.bonus, len(draft.tokens))
     out = sampled_numbers(
         sampling_probs(logits, sampling, mx),

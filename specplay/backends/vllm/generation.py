@@ -173,6 +173,9 @@ class VllmGeneration:
         """Set once any position was judged from top-K only, or a correction came from the top-K
         residual where an exact one was asked for (cap reached)."""
 
+    def remember(self) -> None:
+        """No drafter here learns from earlier outputs (suffix decoding runs on MLX)."""
+
     def account(self) -> dict[str, Any]:
         """This generation's own account, under "vllm" in its DoneEvent's metrics (report.py reads it)."""
         exact = {key: self.exact_draws[key] for key in EXACT_KEYS} if self.exact_correction else None

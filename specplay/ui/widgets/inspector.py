@@ -51,6 +51,8 @@ def describe(pick: Pick, decode: Decode) -> Content:
     asked = f" of {round.k_asked} asked" if round.k_asked is not None and round.k_asked != round.depth else ""
     drafted = f"k={round.depth}{asked}" if round.nodes == round.depth else f"{draft_size(round)}{asked}"
     lines.append(f"round {round.index}  route {round.drafter}  {drafted}  accepted {round.num_accepted}")
+    if round.origin is not None:  # the drafter's own word on where its draft came from
+        lines.append(Content.styled(f"draft from: {round.origin}", "italic"))
     position = judged_at(round, pick.slot)
     if position is None and not round.positions and token.source != "bonus":
         lines.append(Content.styled("how its draft was judged is not recorded (a speculating server's round)", "dim"))
