@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specplay.cli import main
 from specplay.bench.sweep import load_prompts
+from specplay.cli import main
 from tests.support.prompts import CODE_PROMPT
 
 
