@@ -60,8 +60,9 @@ async def test_the_drill_down_says_where_a_suffix_draft_came_from(
 
         # Another prompt (its output is new to the memory), then that prompt again: the second time
         # it drafts from the first time's output, which this process remembered as it ended.
-        app.query_one("#prompt", TextArea).text = PROSE_PROMPT
         for _ in range(2):
+            await pilot.press("ctrl+n")  # a new conversation each time, not a follow-up
+            app.query_one("#prompt", TextArea).text = PROSE_PROMPT
             before = app.playground.last_session
             await pilot.press("ctrl+r")
             await wait_for(pilot, lambda b=before: app.playground.last_session != b, "the run to end")
