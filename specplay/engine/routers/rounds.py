@@ -41,8 +41,8 @@ proposal), and so does a model drafter while no model drafter's round has been t
 has, an untried model drafter is priced at the pooled model drafters' round time and credited the
 most a round can commit, k + 1 tokens: it serves once that could beat the best on record, never
 while a drafter already does as well as it possibly could (prompt lookup copying four tokens a
-round for a third of a model's round time). Trying each drafter once whatever the others did cost a
-128-token run of prompt lookup's a round in twenty-seven.
+round for a third of a model's round time). Trying every drafter once regardless spent a model
+round, about 5% of a 128-token run that prompt lookup copies in 28 rounds.
 
 A model drafter that sat out some rounds must catch its cache up on the tokens committed
 meanwhile before it drafts. That cost (per lagging token, learned from the catch-ups seen) is
