@@ -216,7 +216,7 @@ def test_a_round_that_drafts_nothing_is_one_target_step(kinds: MlxBackend, tmp_p
         tally.add(event, 1.0)
     assert tally.rounds == len(all_rounds) and tally.tokens == len(done(events).token_ids)
     line = round_line(empty[0], ()).plain
-    assert "k=0" in line and "nothing drafted" in line and "→" in line
+    assert "k 0" in line and "nothing drafted" in line and "→" in line  # draft_size: a chain of none
     writer = SessionWriter(
         tmp_path,
         prompt=CODE_PROMPT,
