@@ -42,7 +42,7 @@ def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.Captur
     assert every(row["ms"] > 0 and row["spread_ms"] >= 0 for row in report["verify_ms"])
     assert set(report["drafters"]) == {"base", "prose"}
     verify = {row["rows"]: row["ms"] for row in report["verify_ms"]}
-    for drafter in report["drafters"].values():
+    for name, drafter in report["drafters"].items():
         assert drafter["draft_step_ms"] > 0 and drafter["c"] == pytest.approx(
             drafter["draft_step_ms"] / report["target_step_ms"]
         )
@@ -68,8 +68,10 @@ def test_costs_json_names_and_a_recommendation_per_drafter(capsys: pytest.Captur
             assert drafter["recommended_k"] == best["k"] and drafter["recommended_speedup"] == best["speedup"]
             low, high = drafter["recommended_speedup_range"]
             assert 0 < low <= high and drafter["recommended_route"] in report["drafters"]
-        else:
-            assert drafter["recommended_k"] is None and drafter["recommended_route"] == "none"
+        else:  # no chain pays: a draft tree that does is recommended instead, else the route none
+            tree = drafter["recommended_tree"]
+            tree_pays = tree is not None and tree["speedup"] > 1
+            assert drafter["recommended_k"] is None and drafter["recommended_route"] == (name if tree_pays else "none")
     assert isinstance(report["disturbed"], bool) and report["target_step_drift"] >= 0
     assert (report["disturbed_reason"] is None) == (not report["disturbed"])
 
