@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specplay.cli.router import _validation_line
 from specplay.engine.routers.routing import fallback_for, routing_for
 from specplay.errors import ConfigError
 from specplay.router_training.evaluate import evaluate
@@ -169,6 +170,10 @@ def test_a_router_whose_cross_validated_picks_lose_to_the_heuristic_is_not_follo
     )
     cases = evaluate(examples, loaded, "acceptance")
     assert all(c.deferred and c.with_fallback == c.heuristic for c in cases)
+    assert _validation_line(trained) == (
+        "cross-validated (each session held out in turn), best picks on held-out sessions: learned 3/8, "
+        "heuristic 4/8: no better than the heuristic, so --route auto keeps the heuristic's choices"
+    )
 
 
 def test_a_router_no_better_than_the_heuristic_is_not_followed() -> None:
