@@ -33,7 +33,7 @@ def test_a_quick_bench_sweeps_and_routes_to_it(
 ) -> None:
     monkeypatch.setenv("SPECPLAY_SESSIONS_DIR", str(tmp_path / "sessions"))  # bench reads the folder from here
     prompts = tmp_path / "prompts.jsonl"
-    first = [next(p for p in load_prompts(None, 1) if p.category == c) for c in ("code", "prose")]
+    first = [next(p for p in load_prompts(None, 1).prompts if p.category == c) for c in ("code", "prose")]
     prompts.write_text("".join(json.dumps({"category": p.category, "text": p.text}) + "\n" for p in first))
     out = tmp_path / "report"
     models = ["--target", "demo", "--draft", "mem=suffix", "--draft", "lookup=prompt-lookup"]
