@@ -21,7 +21,7 @@ of its two runs over lookup's two: the same target, alternating sides) beside th
 (mem again over mem, lookup again over lookup).
 
     python benchmarks/bench_suffix.py [--target PATH|demo] [--prompts 8] [--max-tokens 96] [--part index|speed|both]
-        [--width 3] [--sets repeat,changed,unseen] [--suffix factor=2]
+        [--width 3] [--sets repeat,changed,unseen] [--suffix factor=2] [--trees-beside 3]
 """
 
 from __future__ import annotations
@@ -176,15 +176,23 @@ def measure_set(
     engine: SpecEngine, earlier: EarlierOutputs | None, prompts: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
     rows = []
+    # With --trees-beside W, mem's trees of width W run between its chains: lookup, mem, tree, tree,
+    # mem, lookup, so each pair's ratio alternates sides.
+    order = (
+        ["lookup", "mem", "tree", "tree", "mem", "lookup"] if args.trees_beside else ["lookup", "mem", "mem", "lookup"]
+    )
     for prompt in prompts:
-        runs: dict[str, list[DoneEvent]] = {"target": [], "lookup": [], "mem": []}
+        runs: dict[str, list[DoneEvent]] = {"target": [], **{name: [] for name in order}}
         runs["target"].append(generate(engine, prompt, "target", "lookup", args.max_tokens, 1))
-        for route in ("lookup", "mem", "mem", "lookup"):
-            if route == "mem":
+        for name in order:
+            if name != "lookup":
                 forget(engine, "mem", earlier)
-            done = generate(engine, prompt, "speculative", route, args.max_tokens, args.width)
+            width = args.trees_beside if name == "tree" else args.width if name == "mem" else 1
+            done = generate(
+                engine, prompt, "speculative", "lookup" if name == "lookup" else "mem", args.max_tokens, width
+            )
             assert done.token_ids == runs["target"][0].token_ids, "greedy speculative output is the target's"
-            runs[route].append(done)
+            runs[name].append(done)
         rows.append(runs)
     return summarize(rows)
 
@@ -213,7 +221,20 @@ def summarize(rows: list[dict[str, list[DoneEvent]]]) -> dict[str, Any]:
         name: [statistics.fmean(d.metrics["mean_acceptance_length"] for d in r[name]) for r in rows]
         for name in ("lookup", "mem")
     }
-    return {
+    trees = {}
+    if "tree" in rows[0]:
+        pairs = {"tree_over_lookup": "lookup", "tree_over_mem": "mem"}
+        for key, other in pairs.items():
+            values = [
+                math.sqrt(tps(r["tree"][0]) * tps(r["tree"][1]) / (tps(r[other][0]) * tps(r[other][1]))) for r in rows
+            ]
+            trees |= {key: med(values), f"{key}_iqr": iqr(values)}
+        tree_aa = [tps(r["tree"][1]) / tps(r["tree"][0]) for r in rows]
+        trees |= {"tree_aa": med(tree_aa), "tree_aa_iqr": iqr(tree_aa)}
+        trees["tree_mal"] = med(
+            [statistics.fmean(d.metrics["mean_acceptance_length"] for d in r["tree"]) for r in rows]
+        )
+    return trees | {
         "prompts": len(rows),
         "target_tokens_per_s": med([tps(r["target"][0]) for r in rows]),
         "lookup_speedup": med(speedup["lookup"]),
@@ -275,6 +296,18 @@ def speed_part(target: str, args: argparse.Namespace) -> None:
             f"| {r['mem_over_lookup']:.3f} ({r['mem_over_lookup_iqr']}) | {r['lookup_aa']:.3f} ({r['lookup_aa_iqr']}) "
             f"| {r['mem_aa']:.3f} ({r['mem_aa_iqr']}) |"
         )
+    if args.trees_beside:
+        print(f"\nmem's trees of width {args.trees_beside} beside its chains (the same prompts, alternating):\n")
+        print(
+            "| set | mean acceptance length | trees over lookup (IQR) | trees over chains (IQR) "
+            "| A/A trees again (IQR) |"
+        )
+        print("|---|---|---|---|---|")
+        for name, r in results.items():
+            print(
+                f"| {name} | {r['tree_mal']:.2f} | {r['tree_over_lookup']:.3f} ({r['tree_over_lookup_iqr']}) "
+                f"| {r['tree_over_mem']:.3f} ({r['tree_over_mem_iqr']}) | {r['tree_aa']:.3f} ({r['tree_aa_iqr']}) |"
+            )
     print("\n" + json.dumps(results))
 
 
@@ -287,6 +320,13 @@ def main() -> None:
     parser.add_argument("--part", choices=("index", "speed", "both"), default="both")
     parser.add_argument("--sets", default="repeat,changed,unseen", help="which prompt sets to measure")
     parser.add_argument("--suffix", default="", metavar="OPTIONS", help="mem's options (e.g. factor=2)")
+    parser.add_argument(
+        "--trees-beside",
+        type=int,
+        default=0,
+        metavar="W",
+        help="also mem's trees of width W, alternating with its chains",
+    )
     args = parser.parse_args()
     args.sets = set(args.sets.split(","))
     target = target_path(args.target)
