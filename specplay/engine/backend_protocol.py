@@ -61,8 +61,9 @@ class Generation(Protocol):
         ancestors; a chain's pass is the causal one), with what `rule` reads (only the rules the
         capabilities list) and, where a node has siblings, tree.py's lossless numbers; row tokens
         drawn with `draws`. With `top_n` > 0 (only where the capabilities say `top_n`), also
-        report each distribution's top_n tokens, and the drafter's note on where its draft came from
-        (`VerifiedDraft.origin`) where it gives one. `commit` then keeps the kept path's cache entries."""
+        report each distribution's top_n tokens. The drafter's note on where its draft came from
+        goes with it (`VerifiedDraft.origin`), where it gave one. `commit` then keeps the kept
+        path's cache entries."""
         ...
 
     def counterfactual(

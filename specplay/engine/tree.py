@@ -23,7 +23,9 @@ Judging (lossless). From the root, the children of the current row are tried in 
   and p_draft loses x (renormalised), and the next sibling is tried. When all are rejected, the
   correction is drawn from the last residual. Each step is a lossless speculative step, so the
   token emitted at every row is distributed exactly as p_target (tests/engine/test_tree.py
-  enumerates it).
+  enumerates it). A proposer's siblings are chosen, not drawn, each certain: each is judged as a
+  certain draft alone, p_draft one-hot on itself, against what the ones before left
+  (`sampled_numbers` with no p_draft), every step again lossless.
 A kept child becomes the current row; a kept leaf ends the round with a bonus drawn from its
 row. A row with a single child (every row of a chain) is judged by the run's acceptance rule
 (rules.py), which may relax it; relaxed rules are not defined over siblings, so a run whose

@@ -1,5 +1,5 @@
 """The suffix drafter where the commands measure drafters: `specplay costs` prices its rounds and
-recommends a k for it, and a quick `specplay bench` sweeps it, routes to it and saying what it
+recommends a k for it, and a quick `specplay bench` sweeps it, routes to it and says what it
 read as it started, both on the demo models."""
 
 from __future__ import annotations
