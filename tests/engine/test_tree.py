@@ -79,7 +79,7 @@ def test_the_first_sibling_is_judged_as_a_chain_is() -> None:
         np.testing.assert_allclose(p_next[0], residual_distribution(p_target, p_draft, np))
 
 
-GRID = 4000
+GRID = 800
 """Uniforms spread evenly over [0, 1): the token a row draws from what its children left, read
 over them, is that distribution within a step of the grid."""
 

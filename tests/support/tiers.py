@@ -71,5 +71,12 @@ SLOW = {
     "per limit and per kind",
     "tests/store/test_saved_sessions.py::test_run_replay_reproduces_the_sampled_session": "old sessions "
     "replayed on the MLX models they recorded, sampled",
+    "tests/cli/test_bench_spec_bench.py::test_bench_reports": "a benchmark run writing every report (the file's "
+    "reading, picking and conversations are tested quick beside it)",
+    "tests/ui/test_ui_conversation.py::test_a_follow_up_on_vllm": "fake vLLM servers over HTTP, each running a tiny "
+    "MLX model",
+    "tests/cli/test_costs_advice.py::test_acceptance_is_measured": "the demo models timed row count by row count",
+    "tests/ui/test_ui_app.py::test_a_tree_under_typical": "a live change while a run goes, in both orders (the "
+    "controller's tests refuse each value quick)",
 }
 """The slow tier, by test id prefix, each with why it is not in the quick tier."""

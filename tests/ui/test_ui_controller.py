@@ -238,6 +238,32 @@ def test_a_control_value_no_check_expects_is_a_notification_not_a_crash(
     harness.until(lambda: playground.state == RunState.READY, "the run to stop")
 
 
+@pytest.mark.parametrize("order", [("width", "rule"), ("rule", "width")])
+def test_a_tree_under_typical_acceptance_is_refused_whichever_comes_second(
+    harness: Harness, order: tuple[str, str]
+) -> None:
+    """Siblings are judged losslessly only: width 2 and the typical rule, changed live in either
+    order, take the first and refuse the second in one line, and the run goes on."""
+    playground, screen = harness.playground, harness.screen
+    picks = {"width": 2, "rule": "typical"}
+    playground.load()
+    harness.until(lambda: playground.state == RunState.READY, "the models to load")
+    playground.run()
+    harness.until(lambda: len(screen.events.get("speculative", [])) > 3, "rounds")
+    first, second = order
+    playground.change(first, picks[first])
+    assert getattr(playground.settings, first) == picks[first]
+    kept = playground.settings
+    playground.change(second, picks[second])
+    text, error = screen.said("notify")[-1]
+    assert error and "judged losslessly only" in text and "\n" not in text, text
+    assert playground.settings == kept
+    seen = len(screen.events["speculative"])
+    harness.until(lambda: len(screen.events["speculative"]) > seen + 2, "rounds after the refusal")
+    playground.stop()
+    harness.until(lambda: playground.state == RunState.READY, "the run to stop")
+
+
 def test_a_saved_session_opens_read_only_with_its_settings(harness: Harness, tmp_path: Path) -> None:
     first = Harness(tmp_path, raw=True, max_tokens=12, settings=SpecSettings(k=3, route="far"), seed=4)
     first.playground.load()
