@@ -6,6 +6,7 @@ rejection sampling against mlx-lm's exact-match rule. Both sides' tokens/s come 
 script's clock: (tokens after the first) / (last arrival - first arrival) in the consumer loop.
 
     python -m benchmarks.vs_mlx_lm                  # in one process, random models built in a temp dir
+    python -m benchmarks.vs_mlx_lm --control mlx-lm # and mlx-lm against itself, alternated the same way
     python -m benchmarks.vs_mlx_lm --blas-threads   # OpenBLAS's 1 and 2 threads, alternated in one process
     python -m benchmarks.vs_mlx_lm --target smollm2 --draft smollm2   # any model of specplay's
     python -m benchmarks.vs_mlx_lm --processes      # a fresh process per measurement (below)
@@ -95,7 +96,8 @@ def parse_args() -> argparse.Namespace:
     modes.add_argument(
         "--control",
         choices=("specplay", "mlx-lm"),
-        help="--processes: both processes of a pair run this side (A/A: its ratios are the harness's own spread)",
+        help="both sides of a pair run this side (A/A: its ratios are the harness's own spread); in one process, "
+        "as extra rows",
     )
     modes.add_argument("--profile", action="store_true", help="specplay's round, split by where its time goes")
     args = parser.parse_args()
@@ -104,8 +106,8 @@ def parse_args() -> argparse.Namespace:
     process_like = args.processes or args.profile or bool(args.blas_threads)
     args.k = args.k or (3 if process_like else 4)
     args.prompt = args.prompt or (processes.PROMPT if process_like else DEFAULT_PROMPT)
-    if args.control and not args.processes:
-        parser.error("--control goes with --processes")
+    if args.control and (args.profile or args.blas_threads):
+        parser.error("--control goes with --processes or the one-process mode")
     if not args.processes:
         args.repeats = args.repeats or 5
     return args

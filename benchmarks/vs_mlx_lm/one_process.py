@@ -177,6 +177,12 @@ def measure(args: argparse.Namespace, target: Path, draft: Path) -> None:
     print(f"{'':<28}{'tokens/s':>20}{'CPU ms/token':>20}{'ratio':>8}  spread (min..max)")
     print(speed_row(f"greedy speculative, k={k}", *spec))
     print(speed_row("target only", *target_only))
+    if args.control:  # the same side twice, alternated as above: the spread equal sides read
+        side = {"specplay": sides.specplay, "mlx-lm": sides.mlx_lm}[args.control]
+        flag = {"specplay": ("speculative", "target"), "mlx-lm": (True, False)}[args.control]
+        for label, arg in zip((f"A/A speculative, k={k}", "A/A target only"), flag, strict=True):
+            print(speed_row(f"{label}", *alternate(args.repeats, n, partial(side, arg), partial(side, arg))))
+        print(f"(A/A: {args.control} in both columns; its ratio is this harness's noise)")
 
     same = [all(a.ids == b.ids for a, b in zip(*runs, strict=True)) for runs in (spec, target_only)]
     print(f"identical greedy ids: speculative {same[0]}, target-only {same[1]}, ", end="")
