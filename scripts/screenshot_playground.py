@@ -6,6 +6,8 @@ rsvg-convert's PNG of it.
     python scripts/screenshot_playground.py --target demo      # any model flags of `specplay`
     python scripts/screenshot_playground.py --costs            # round costs measured first: the k advice
 
+It pictures the specplay of the checkout it is in, whichever one the interpreter has installed.
+
 Writes docs/images/playground.svg and docs/images/playground.png (needs rsvg-convert);
 with --costs, docs/images/playground-costs.svg and .png.
 """
@@ -18,14 +20,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specplay.cli.configure import run_config
-from specplay.data.library import library_prompts
-from specplay.ui.app import PlaygroundOptions, create_app
-from specplay.ui.controller import RunState
-from specplay.ui.screenshot import to_png
-from specplay.ui.widgets.lane_view import LaneView
+from textual.widgets import TextArea
+from textual.widgets.text_area import Selection
 
-OUT = Path(__file__).resolve().parents[1] / "docs" / "images" / "playground.svg"
+ROOT = Path(__file__).resolve().parents[1]
+# Run as a file, Python puts scripts/ first on the path, not the checkout: a specplay installed
+# from elsewhere (another worktree's editable install) would be the one pictured.
+sys.path.insert(0, str(ROOT))
+
+from specplay.cli.configure import run_config  # noqa: E402
+from specplay.data.library import library_prompts  # noqa: E402
+from specplay.ui.app import PlaygroundOptions, create_app  # noqa: E402
+from specplay.ui.controller import RunState  # noqa: E402
+from specplay.ui.screenshot import to_png  # noqa: E402
+from specplay.ui.widgets.lane_view import LaneView  # noqa: E402
+
+OUT = ROOT / "docs" / "images" / "playground.svg"
 SIZE = (160, 50)
 
 
@@ -50,7 +60,12 @@ async def shoot(flags: dict[str, object], costs: bool) -> str:
         drafted = [p.index for p in lane.picks if p.round is not None and p.token.source in ("accepted", "relaxed")]
         if drafted:
             lane.select(drafted[min(5, len(drafted) - 1)])
-        app.query_one("#prompt").cursor_blink = False  # type: ignore[attr-defined]
+        # The prompt from its first line: after a run the playground selects it all for a follow-up,
+        # which scrolls it to its end.
+        prompt = app.query_one("#prompt", TextArea)
+        prompt.selection = Selection.cursor((0, 0))
+        prompt.scroll_home(animate=False)
+        prompt.cursor_blink = False
         await pilot.pause(0.5)
         return app.export_screenshot()
 

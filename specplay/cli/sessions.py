@@ -141,6 +141,15 @@ def _fmt(value: Any, pattern: str = "{}") -> str:
 WIDE = 120
 """Below this many columns the listing leaves out models and settings (`--json` has everything)."""
 
+COLUMNS_KEY = (
+    "acceptance: draft acceptance rate, τ = mean acceptance length (tokens a round commits)",
+    "speedup: the speculative lane's tokens/s over the target-only lane's (busy: the machine's speed moved "
+    "while it measured)",
+    "vs target: how alike the speculative lane's tokens are to the target-only lane's, 1 − edit distance / "
+    "the longer one's length (100%: the same tokens; -: no target-only lane)",
+)
+"""Under the listing: what its columns of numbers are (docs/sessions.md says the same)."""
+
 
 def list_sessions(args: argparse.Namespace) -> int:
     directory = sessions_dir_from(given(args))
@@ -198,4 +207,6 @@ def list_sessions(args: argparse.Namespace) -> int:
         prompt = row[1] if len(row[1]) <= room else row[1][: room - 1] + "…"
         line = "  ".join(cell.ljust(width) for cell, width in zip([row[0], prompt, *row[2:]], widths, strict=True))
         console.print(Text(line.rstrip(), style="bold" if number == 0 else ""))
+    for note in COLUMNS_KEY:
+        console.print(Text(note, style="dim"), soft_wrap=False)  # wrapped at the width, unlike the rows
     return 0

@@ -99,7 +99,7 @@ def test_sessions_marks_a_disturbed_speedup_and_says_why_in_json(
     for name, marked in (("quiet", False), ("busy", True)):
         capsys.readouterr()
         assert main(["sessions", "--sessions-dir", str(tmp_path / name)]) == 0
-        (_header, line) = capsys.readouterr().out.splitlines()
+        (_header, line, *_key) = capsys.readouterr().out.splitlines()  # the key to the columns under it
         assert (f"{rows[name]['speedup']:.2f}x busy" in line) is marked
         assert main(["sessions", "--json", "--sessions-dir", str(tmp_path / name)]) == 0
         assert json.loads(capsys.readouterr().out)["disturbed_reason"] == rows[name]["disturbed_reason"]

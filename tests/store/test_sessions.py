@@ -187,7 +187,7 @@ def test_ids_are_whole_at_any_width_and_a_unique_end_finds_a_session(
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["sessions", "--sessions-dir", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines[1:]] == ids and max(map(len, lines)) <= 80
+    assert [line.split()[0] for line in lines[1:3]] == ids and max(map(len, lines)) <= 80
     assert main(["sessions", "-q", "--sessions-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.split() == ids
     for session_id in ids:  # by the random end of its id, as a person copies it
@@ -195,3 +195,27 @@ def test_ids_are_whole_at_any_width_and_a_unique_end_finds_a_session(
         assert f"session {session_id}" in capsys.readouterr().out.replace("\\", "")
     assert main(["export", ids[0][:4], "--format", "md", "--sessions-dir", str(tmp_path)]) == 2
     assert "matches 2 sessions" in capsys.readouterr().err
+
+
+def test_the_listing_says_what_its_columns_of_numbers_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the table, a key: `vs target` is the two lanes' token similarity (100% the same tokens,
+    `-` where no target-only lane ran), beside what acceptance's τ and speedup are."""
+    from tests.support.session_events import same_as_rounds, speculative_events, target_events, write_session
+
+    write_session(tmp_path, {"speculative": speculative_events(), "target": target_events(same_as_rounds())})
+    write_session(tmp_path, {"speculative": speculative_events()}, prompt="no baseline")
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["sessions", "--sessions-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, rows, key = lines[0], lines[1:3], lines[3:]
+    column = header.index("vs target")
+    shown = sorted(row[column : column + len("vs target")].strip() for row in rows)
+    assert shown == ["-", "100%"], rows  # the same tokens; no target-only lane
+    assert key[0].startswith("acceptance: draft acceptance rate, τ = mean acceptance length")
+    assert key[1].startswith("speedup: the speculative lane's tokens/s over the target-only lane's")
+    assert " ".join(key[2:]) == (
+        "vs target: how alike the speculative lane's tokens are to the target-only lane's, 1 − edit distance / "
+        "the longer one's length (100%: the same tokens; -: no target-only lane)"
+    )

@@ -25,6 +25,7 @@ from specplay.runner.host import DRAFT_LANE
 from specplay.ui.frame_budget import FrameBudget
 from specplay.ui.lane_board import ALL_LANES
 from specplay.ui.messages import LaneEventsArrived, ModelsWaiting, TokenTextsArrived
+from specplay.ui.phrased import lines_of, prose
 from specplay.ui.protocols import RunReadout
 from specplay.ui.stats import compare, conversation_figures
 from specplay.ui.tokens import legend
@@ -287,4 +288,4 @@ class PlaygroundScreen(Screen[None]):
 
     def _show_no_baseline(self) -> None:
         if not self.playground.capabilities.baseline:
-            self.query_one("#target", LaneView).set_stats(Content(NO_BASELINE))
+            self.query_one("#target", LaneView).set_stats(lines_of(prose(NO_BASELINE)))

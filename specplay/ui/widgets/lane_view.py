@@ -24,9 +24,10 @@ from textual.style import Style
 from textual.widgets import Static
 
 from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, StepEvent, Token, TokenSource
+from specplay.ui.phrased import Phrased
 from specplay.ui.tokens import marker_content, token_content, turn_content
-from specplay.ui.widgets.stats_view import STATS_KEY
-from specplay.ui.widgets.steady import show_in_view, steady_update
+from specplay.ui.widgets.stats_view import STATS_KEY, StatsText
+from specplay.ui.widgets.steady import show_in_view
 
 MIN_TAIL_CHARS = 400
 SELECTED_STYLE = "reverse"
@@ -82,7 +83,6 @@ class LaneView(Vertical, can_focus=True):
         self._pick_parts: list[int] = []
         """Index in _parts of each pick's text."""
         self.selected: int | None = None
-        self._stats_lines = 0
 
     def compose(self) -> ComposeResult:
         if self._legend is not None:
@@ -90,7 +90,7 @@ class LaneView(Vertical, can_focus=True):
         # The lane is the tab stop (when its tokens can be picked), not its scroll area: the wheel scrolls.
         with VerticalScroll(classes="lane-scroll", can_focus=False):
             yield Static("", classes="lane-text")
-        stats = Static("", classes="lane-stats")
+        stats = StatsText(classes="lane-stats")
         stats.tooltip = STATS_KEY
         yield stats
 
@@ -107,7 +107,7 @@ class LaneView(Vertical, can_focus=True):
         self._pick_parts.clear()
         self.selected = None
         self._show_tail(Content(""))
-        self.set_stats(Content(""))
+        self.set_stats(Phrased())
 
     def show_note(self, text: str) -> None:
         """A line in place of the text, until a run fills the lane (why it is empty)."""
@@ -141,11 +141,8 @@ class LaneView(Vertical, can_focus=True):
         self._pick_parts.append(len(self._parts))
         self._parts.append(token_content(token))
 
-    def set_stats(self, stats: Content) -> None:
-        """Stats change every redraw; their height only grows (see steady_update)."""
-        widget = self.query_one(".lane-stats", Static)
-        lines = len(stats.wrap(max(1, widget.content_size.width)))
-        self._stats_lines = steady_update(widget, stats, lines, self._stats_lines)
+    def set_stats(self, stats: Phrased) -> None:
+        self.query_one(StatsText).show(stats)
 
     def flush(self, full: bool = False) -> None:
         """Show the text: the lines of its tail that fill the view, or all of it (also while a

@@ -13,6 +13,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from specplay.engine.costs import RoundCosts
+from specplay.engine.settings import NONE_ROUTE
 from specplay.ui.stats import LaneTally
 from specplay.ui.widgets.steady import steady_update
 
@@ -65,6 +66,22 @@ def verify_curve(costs: RoundCosts, k: int | None) -> list[Content | str]:
     return lines
 
 
+def no_acceptance(spec: LaneTally) -> str:
+    """Why the lane has no acceptance by position to show: none of its rounds yet, a run that ended
+    before its first round, or rounds that drafted nothing (route `none`)."""
+    rounds = spec.rounds
+    if rounds == 0:
+        if spec.finish_reason is not None:
+            return "the run ended before its first round: no drafts to judge"
+        return "no rounds yet"
+    if spec.drafted == 0:
+        counted = f"{rounds} round{'s' if rounds != 1 else ''}"
+        if spec.drafting == f"route {NONE_ROUTE}":
+            return f"route {NONE_ROUTE} drafts nothing: {counted} of the target alone, no drafts to judge"
+        return f"{spec.drafting} drafted nothing in {counted}: no drafts to judge"
+    return "no position judged yet"
+
+
 def plots_content(spec: LaneTally, width: int, costs: RoundCosts | None = None, k: int | None = None) -> Content:
     lines: list[Content | str] = [Content.styled("acceptance by draft position", "bold")]
     rates = spec.acceptance_per_position()
@@ -74,7 +91,7 @@ def plots_content(spec: LaneTally, width: int, costs: RoundCosts | None = None, 
             Content.assemble(f"{i:>2} ", Content.styled(bar(rate, bar_width), "$spec-accepted"), f" {rate:.2f}")
         )
     if not rates:
-        lines.append(Content.styled("no rounds yet", "dim"))
+        lines.append(Content.styled(no_acceptance(spec), "dim"))
     series = throughput(spec.samples, max(4, width - 2))
     tps = spec.tokens_per_s
     lines.append(Content.styled("tokens/s over time" + (f"  (now {tps:.1f})" if tps else ""), "bold"))

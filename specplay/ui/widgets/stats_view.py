@@ -1,12 +1,16 @@
-"""The stats lines under each lane."""
+"""The stats lines under each lane, made of phrases, and the widget that shows them wrapped only
+between phrases at its width."""
 
 from __future__ import annotations
 
 from textual.content import Content
+from textual.widgets import Static
 
 from specplay.engine.speedup import loss_reason, measured_speedup
 from specplay.engine.tree import drafted_as_chains
+from specplay.ui.phrased import Line, Phrased, lines_of, phrases, prose
 from specplay.ui.stats import Comparison, ConversationFigures, LaneTally, k_advice
+from specplay.ui.widgets.steady import steady_update
 
 STATS_KEY = "\n".join(
     (
@@ -30,62 +34,72 @@ def _num(value: float | None, spec: str, unit: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{unit}"
 
 
-def _speed(tally: LaneTally) -> str:
+def _speed(tally: LaneTally) -> tuple[str, ...]:
     """tokens/s by the engine's one definition (after the first token), and the time to the first
     token apart: a lane's prefill and first round are not its speed."""
     return (
-        f"{_num(tally.tokens_per_s, '.1f')} tokens/s  {tally.tokens} tokens"
-        f"  first token {_num(tally.time_to_first_token_s, '.2f', ' s')}"
+        f"{_num(tally.tokens_per_s, '.1f')} tokens/s",
+        f"{tally.tokens} tokens",
+        f"first token {_num(tally.time_to_first_token_s, '.2f', ' s')}",
     )
 
 
-def target_stats(tally: LaneTally) -> Content:
-    line = f"{_speed(tally)}  step {_num(tally.mean_step_ms, '.1f', ' ms')}"
-    return Content(line + _finish(tally))
+def target_stats(tally: LaneTally) -> Phrased:
+    return lines_of(phrases(*_speed(tally), f"step {_num(tally.mean_step_ms, '.1f', ' ms')}", _finish(tally)))
 
 
-def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = False) -> Content:
+def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = False) -> Phrased:
     """`remote`: the models run on servers, so tokens/s would time HTTP round trips; the lane
     says tokens per target call and a modelled speedup instead."""
     p = comparison.prediction
     if remote:
-        first = (
-            f"{_num(tally.mean_acceptance_length, '.2f')} tokens per target call  {tally.tokens} tokens"
-            f"  {tally.rounds} rounds{_finish(tally)}"
+        first = phrases(
+            f"{_num(tally.mean_acceptance_length, '.2f')} tokens per target call",
+            f"{tally.tokens} tokens",
+            f"{tally.rounds} rounds",
+            _finish(tally),
         )
-        speed = f"speedup {_num(p.speedup, '.2f', '×')} modelled"
+        speed = phrases(f"speedup {_num(p.speedup, '.2f', '×')} modelled")
     else:
-        first = f"{_speed(tally)}  {tally.rounds} rounds{_finish(tally)}"
-        speed = f"speedup {_num(comparison.speedup, '.2f', '×')} measured  {_num(p.speedup, '.2f', '×')} predicted"
-    lines = [
+        first = phrases(*_speed(tally), f"{tally.rounds} rounds", _finish(tally))
+        speed = phrases(
+            f"speedup {_num(comparison.speedup, '.2f', '×')} measured", f"{_num(p.speedup, '.2f', '×')} predicted"
+        )
+    lines: list[Line] = [
         first,
-        f"draft acceptance rate {_num(tally.draft_acceptance_rate, '.2f')}"
-        f"  mean acceptance length {_num(tally.mean_acceptance_length, '.2f')}"
-        f"  TV {_num(tally.tv_spent_per_position, '.2f')} a position  {tally.rule}",
-        f"{speed} (per-token acceptance α {_num(p.alpha, '.2f')}, k {_num(p.mean_k, '.1f')}"
-        f", c {_num(p.cost_ratio, '.2f')}{' per verify call' if remote else ''})",
+        phrases(
+            f"draft acceptance rate {_num(tally.draft_acceptance_rate, '.2f')}",
+            f"mean acceptance length {_num(tally.mean_acceptance_length, '.2f')}",
+            f"TV {_num(tally.tv_spent_per_position, '.2f')} a position",
+            tally.rule,
+        ),
     ]
     if tally.counters.num_tree_rounds:  # Leviathan's formula is a chain's: a draft that branched is none
-        lines[-1] = f"{speed} (draft trees, {_num(p.mean_k, '.1f')} nodes a round: the formula is a chain's)"
+        why = ("(draft trees,", f"{_num(p.mean_k, '.1f')} nodes a round:", "the formula is a chain's)")
+    else:
+        why = (
+            f"(per-token acceptance α {_num(p.alpha, '.2f')},",
+            f"k {_num(p.mean_k, '.1f')},",
+            f"c {_num(p.cost_ratio, '.2f')}{' per verify call' if remote else ''})",
+        )
+    lines.append((*speed, *(" " + part for part in why)))
     # Trees asked of a model that drafts chains: why, once the run's account says (at its end)
-    lines += [
-        f"{model} drafted chains, not trees: {why}" for model, why in drafted_as_chains(tally.final_metrics).items()
-    ]
+    chains = drafted_as_chains(tally.final_metrics)
+    lines += [prose(f"{model} drafted chains, not trees: {why}") for model, why in chains.items()]
     if remote:
         lines.append(_exactness(tally))
     elif (a := comparison.account) is not None:
         # The measured speedup taken apart, in target steps (the formula takes verify as 1, host as 0).
-        lines.append(
-            f"a round: draft {a.draft_steps:.2f} + verify {a.verify_steps:.2f} + host {a.host_steps:.2f}"
-            f" = {a.round_steps:.2f} target steps for {a.tokens:.2f} tokens → {a.speedup:.2f}×"
-        )
+        parts = (f"+ verify {a.verify_steps:.2f}", f"+ host {a.host_steps:.2f}", f"= {a.round_steps:.2f} target steps")
+        tail = (f"for {a.tokens:.2f} tokens", f"→ {a.speedup:.2f}×")
+        lines.append(phrases(f"a round: draft {a.draft_steps:.2f}", *parts, *tail, sep=" "))
         # Below 1× the account says which term lost, in words (nothing is added where it pays).
         # Named by the drafters that drafted, not the route last in force (a switch to none drafts nothing).
         if (loss := loss_reason(a, tally.drafting, p.mean_k, tally.draft_acceptance_rate)) is not None:
-            lines.append(loss.sentence)
+            lines.append(prose(loss.sentence))
     if not remote and (advice := k_advice(comparison)) is not None:
-        lines.append(advice)
-    return Content("\n".join(lines))
+        lines.append(prose(advice))
+    return lines_of(*lines)
 
 
 def route_stats(tally: LaneTally) -> str:
@@ -109,14 +123,14 @@ def route_stats(tally: LaneTally) -> str:
     return "\n".join(lines)
 
 
-def _exactness(tally: LaneTally) -> str:
+def _exactness(tally: LaneTally) -> Line:
     total = tally.error_bound_total
     if not total:
-        return "exact: every judged position knew both distributions"
+        return prose("exact: every judged position knew both distributions")
     # Per-token bounds add up over the output; past 1 the sum says nothing (TV never exceeds 1).
     per_token = total / tally.judged if tally.judged else total
     whole = f"whole output within TV {total:.3f}" if total < 1 else "no useful bound for the whole output"
-    return f"approximate (top-K of p_target only): error ≤ {per_token:.3f} TV per token, {whole}"
+    return prose(f"approximate (top-K of p_target only): error ≤ {per_token:.3f} TV per token, {whole}")
 
 
 NO_BASELINE = (
@@ -132,7 +146,7 @@ NATIVE_SAMPLED = (
 )
 
 
-def server_account_stats(tally: LaneTally, comparison: Comparison | None) -> Content:
+def server_account_stats(tally: LaneTally, comparison: Comparison | None) -> Phrased:
     """A server that speculates and judges by itself (vLLM's native mode): tokens/s is real speed
     (the server's streaming), the acceptance numbers are the server's once the run ends (exact),
     the chunk-size guess before."""
@@ -142,43 +156,70 @@ def server_account_stats(tally: LaneTally, comparison: Comparison | None) -> Con
     length = spec["mean_acceptance_length"] if exact else tally.mean_acceptance_length
     rate = spec.get("draft_acceptance_rate") if exact else tally.draft_acceptance_rate
     approx = "" if exact else "≈"
+    length_shown = _num(length, ".2f")
     lines = [
-        f"{_speed(tally)}  k {server.get('k') or '?'} (server){_finish(tally)}",
-        f"draft acceptance rate {approx}{_num(rate, '.2f')}  mean acceptance length {approx}{_num(length, '.2f')}",
+        phrases(*_speed(tally), f"k {server.get('k') or '?'} (server)", _finish(tally)),
+        phrases(f"draft acceptance rate {approx}{_num(rate, '.2f')}", f"mean acceptance length {approx}{length_shown}"),
     ]
     if comparison is not None:
-        lines.append(f"speedup {_num(comparison.speedup, '.2f', '×')} measured against the baseline server")
+        lines.append(
+            phrases(f"speedup {_num(comparison.speedup, '.2f', '×')} measured", "against the baseline server", sep=" ")
+        )
     if tally.server is None:
-        lines.append("colours from chunk sizes until the run ends")
+        notes = ["colours from chunk sizes until the run ends"]
     elif server.get("sources_exact"):
-        lines.append("colours exact (the server's per-step counts)")
+        notes = ["colours exact (the server's per-step counts)"]
     else:
-        lines.append("colours approximate (chunk sizes; start the server with --per-request-spec-decode-metrics)")
+        notes = ["colours approximate (chunk sizes; start the server with --per-request-spec-decode-metrics)"]
     if server.get("counters_contaminated"):
-        lines.append("server counters include other requests")
+        notes.append("server counters include other requests")
     if tally.temperature > 0:  # the server's acceptance rule is its own; say what it measures
-        lines.append(NATIVE_SAMPLED)
-    return Content("\n".join(lines))
+        notes.append(NATIVE_SAMPLED)
+    return lines_of(*lines, *map(prose, notes))
 
 
 def in_conversation(
-    stats: Content, lane: ConversationFigures, baseline: ConversationFigures | None, acceptance: bool, speed: bool
-) -> Content:
+    stats: Phrased, lane: ConversationFigures, baseline: ConversationFigures | None, acceptance: bool, speed: bool
+) -> Phrased:
     """A lane's stats in a conversation's later turn: the turn's, named, and a line for every turn
     so far (`acceptance`: a lane whose rounds say what was accepted; `baseline`: the target-only
     lane's, to measure against; `speed`: tokens/s is one, not HTTP round trips)."""
-    rate = f"{_num(lane.tokens_per_s, '.1f')} tokens/s  " if speed else ""
-    line = f"all {lane.turns} turns: {rate}{lane.tokens} tokens"
+    figures = [f"{_num(lane.tokens_per_s, '.1f')} tokens/s"] if speed else []
+    figures.append(f"{lane.tokens} tokens")
     if acceptance:
-        line += (
-            f"  draft acceptance rate {_num(lane.draft_acceptance_rate, '.2f')}"
-            f"  mean acceptance length {_num(lane.mean_acceptance_length, '.2f')}"
+        figures += (
+            f"draft acceptance rate {_num(lane.draft_acceptance_rate, '.2f')}",
+            f"mean acceptance length {_num(lane.mean_acceptance_length, '.2f')}",
         )
     if baseline is not None:
         speedup = measured_speedup(lane.tokens_per_s, baseline.tokens_per_s)
-        line += f"  speedup {_num(speedup, '.2f', '×')} measured"
-    return Content.assemble(f"turn {lane.turns}: ", stats, "\n", line)
+        figures.append(f"speedup {_num(speedup, '.2f', '×')} measured")
+    figures[0] = f"all {lane.turns} turns: {figures[0]}"
+    return stats.prefixed(f"turn {lane.turns}: ") + lines_of(phrases(*figures))
 
 
 def _finish(tally: LaneTally) -> str:
-    return f"  [{tally.finish_reason}]" if tally.finish_reason else ""
+    return f"[{tally.finish_reason}]" if tally.finish_reason else ""
+
+
+class StatsText(Static):
+    """A lane's stats, wrapped between phrases at the width it has, and again when that changes
+    (Textual's own wrapping would break between any two words: "k 2.6, c" and "0.10)")."""
+
+    def __init__(self, classes: str) -> None:
+        super().__init__("", classes=classes)
+        self.stats = Phrased()
+        self._width = 0
+        self._lines = 0
+
+    def show(self, stats: Phrased) -> None:
+        """Stats change every redraw; their height only grows (see steady_update)."""
+        self.stats = stats
+        self._width = self.content_size.width
+        lines = stats.wrap(self._width)
+        self._lines = steady_update(self, Content("\n".join(lines)), len(lines), self._lines)
+
+    def on_resize(self) -> None:
+        if self.content_size.width != self._width:
+            self._lines = 0  # a new width: the height the stats need there, not the most shown
+            self.show(self.stats)

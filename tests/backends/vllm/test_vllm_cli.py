@@ -182,6 +182,7 @@ async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels,
     from specplay.engine.settings import SamplingParams, SpecSettings
     from specplay.ui.widgets.inspector import Inspector
     from specplay.ui.widgets.lane_view import LaneView
+    from specplay.ui.widgets.stats_view import StatsText
     from tests.support.ui_helpers import app_for, server_config, wait_for
 
     target, near = FakeVllm(tiny.target, "target"), FakeVllm(tiny.near, "near")
@@ -194,7 +195,7 @@ async def test_playground_drives_vllm_and_shows_a_dying_server(tiny: TinyModels,
             await wait_for(pilot, lambda: app.playground.state == RunState.READY, "the run to finish")
             assert every(isinstance(app.playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
             # Wall time through HTTP is not speculative speed: the lane says so, and what it knows.
-            stats = str(app.query_one("#speculative", LaneView).query_one(".lane-stats").render())
+            stats = str(app.query_one("#speculative", LaneView).query_one(StatsText).stats)  # unwrapped
             assert "tokens per target call" in stats and "× modelled" in stats and "measured" not in stats
             assert "approximate (top-K of p_target only): error ≤" in stats and "TV per token" in stats
             lane = app.query_one("#speculative", LaneView)

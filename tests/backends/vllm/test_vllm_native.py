@@ -97,6 +97,7 @@ async def test_playground_watches_native_speculation_against_a_baseline(
     from specplay.ui.widgets.controls_panel import ControlsPanel
     from specplay.ui.widgets.lane_view import LaneView
     from specplay.ui.widgets.plots import Plots
+    from specplay.ui.widgets.stats_view import StatsText
     from tests.support.ui_helpers import app_for, server_config, wait_for
 
     plain = FakeVllm(tiny.target, "target")
@@ -112,7 +113,7 @@ async def test_playground_watches_native_speculation_against_a_baseline(
             panel = app.query_one(ControlsPanel)
             assert panel.query_one("#k").disabled and panel.query_one("#route").disabled  # the server's, one server
             lane = app.query_one("#speculative", LaneView)
-            stats = str(lane.query_one(".lane-stats").render())
+            stats = str(lane.query_one(StatsText).stats)  # the text, unwrapped
             assert "k 2 (server)" in stats and "colours exact" in stats and "measured against the baseline" in stats
             assert " 2 " in str(app.query_one(Plots).render())  # per-position bars from the server's counters
             recoloured = next(e for e in app.playground.events["speculative"] if isinstance(e, RecolourEvent))
