@@ -25,7 +25,7 @@ from typing import Any
 
 from specplay.backends import open_stream, thread_cleanup
 from specplay.config.run_config import TARGET, RequestConfig, RunConfig
-from specplay.drafters import model_spec
+from specplay.drafters import parse_model
 from specplay.engine.events import DoneEvent, StartEvent
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
@@ -71,8 +71,8 @@ def main() -> int:
     named = [(v.split("=", 1)[0], v.split("=", 1)[1], True) for v in args.drafter]
     named += [(v.split("=", 1)[0], v.split("=", 1)[1], False) for v in args.contrast]
     config = RunConfig(
-        target=model_spec(TARGET, "target", args.target, "target"),
-        drafters=tuple(model_spec(name, "drafter", source, "draft") for name, source, _ in named),
+        target=parse_model(TARGET, "target", args.target, "target"),
+        drafters=tuple(parse_model(name, "drafter", source, "draft") for name, source, _ in named),
         request=RequestConfig(max_tokens=args.max_tokens, ignore_eos=True),
         settings=SpecSettings(sampling=SamplingParams(args.temperature)),
         sessions_dir=args.out / "sessions",

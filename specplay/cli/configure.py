@@ -29,7 +29,7 @@ from specplay.config.run_config import (
     route_classes,
 )
 from specplay.config.urls import credentials, named_url, server_root, url_of
-from specplay.drafters import kind_of, model_spec
+from specplay.drafters import kind_of, parse_model
 from specplay.engine.capabilities import no_trees
 from specplay.engine.routers.routing import CodeProseRouter, check_route_map
 from specplay.engine.rules import LOSSLESS, Mentored, RuleParams
@@ -234,7 +234,7 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelConfig, tup
     """(backend, target, drafters, vLLM options) from the model flags; none at all: the default
     model set (model_sets.py)."""
     backend: BackendKind = flags.get("backend", "mlx")
-    local = tuple(model_spec(name, "drafter", source, "draft") for name, source in named_drafters(flags))
+    local = tuple(parse_model(name, "drafter", source, "draft") for name, source in named_drafters(flags))
     remote = tuple(
         ModelConfig(name or f"draft{i + 1}", "drafter", "server", url)
         for i, (name, url) in enumerate(named_url(value) for value in flags.get("draft_url", []))
@@ -268,7 +268,7 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelConfig, tup
 def named_target(source: str) -> ModelConfig:
     """--target MODEL with drafters of the user's own: a model set's name means its target."""
     named = named_set(source)
-    return named.target if named is not None else model_spec(TARGET, "target", source, "target")
+    return named.target if named is not None else parse_model(TARGET, "target", source, "target")
 
 
 def named_drafters(flags: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -173,10 +173,10 @@ def costs(args: argparse.Namespace) -> int:
         else:
             acceptance = from_sessions
         trees: dict[str, list[TreeRounds]] = {}
-        for spec in config.drafters:
-            name = spec.name
+        for drafter in config.drafters:
+            name = drafter.name
             best = predict_drafter(measured, name, acceptance[name], k_limit).best if name in acceptance else None
-            grows = kind_of(spec).grows_trees and capabilities_of(config).trees
+            grows = kind_of(drafter).grows_trees and capabilities_of(config).trees
             if from_sessions is not None or best is None or not grows:
                 continue  # where a drafter grows trees, they are measured as its chains are
             for width in TREE_WIDTHS:
