@@ -139,13 +139,13 @@ def costs(args: argparse.Namespace) -> int:
     from_sessions = _session_acceptance(args.sessions, args, config.drafter_names) if args.sessions else None
     thread = ModelThread(on_exit=thread_cleanup(config))
     try:
-        source = thread.call(lambda: open_stream(config))
-        assert isinstance(source, SpecEngine)  # not native: checked above
-        prompt_ids = thread.call(lambda: source.encode(config.request.prompt or "", config.request.raw))
+        stream = thread.call(lambda: open_stream(config))
+        assert isinstance(stream, SpecEngine)  # not native: checked above
+        prompt_ids = thread.call(lambda: stream.encode(config.request.prompt or "", config.request.raw))
         settings = config.settings
         measured = thread.call(
             lambda: measure_costs(
-                source,
+                stream,
                 prompt_ids,
                 settings.sampling,
                 settings.acceptance_rule,
@@ -157,7 +157,7 @@ def costs(args: argparse.Namespace) -> int:
             acceptance = {
                 d: thread.call(
                     lambda d=d: measure_drafter(
-                        source,
+                        stream,
                         prompt_ids,
                         settings,
                         d,
@@ -185,7 +185,7 @@ def costs(args: argparse.Namespace) -> int:
                     continue
                 measured_tree = thread.call(
                     lambda name=name, width=width, nodes=nodes: measure_rounds(
-                        source,
+                        stream,
                         prompt_ids,
                         settings,
                         name,
