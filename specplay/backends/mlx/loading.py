@@ -160,8 +160,8 @@ _SAMPLE = 4 * 2**20
 
 
 def folder_identity(loaded: LoadedModel) -> dict[str, str]:
-    """What a session records of a model: where it came from (a GGUF file is its source, the
-    converted folder its path) and hashes of its config and weights.
+    """What a session records of a model: where it came from (its `source`: a GGUF file or what
+    the user passed; its `path`: the folder loaded) and hashes of its config and weights.
 
     Weights above 256 MiB in all are fingerprinted (size, first and last 4 MiB of each file), so
     identifying a large model costs milliseconds instead of a full read.
