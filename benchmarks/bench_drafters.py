@@ -102,9 +102,9 @@ def tokens_per_s(backend: MlxBackend, args: argparse.Namespace, rewrite: str) ->
         target = done(events(backend, rewrite, "target", routes[0], args.k, args.max_tokens))
         samples["target-only"].append(target.metrics["tokens_per_s"])
         for route in routes:
-            spec = done(events(backend, rewrite, "speculative", route, args.k, args.max_tokens))
-            samples[route].append(spec.metrics["tokens_per_s"])
-            ratios[route].append(spec.metrics["tokens_per_s"] / target.metrics["tokens_per_s"])
+            speculative = done(events(backend, rewrite, "speculative", route, args.k, args.max_tokens))
+            samples[route].append(speculative.metrics["tokens_per_s"])
+            ratios[route].append(speculative.metrics["tokens_per_s"] / target.metrics["tokens_per_s"])
     print("| lane | tokens/s (median) | over target-only (median, min..max) |")
     print("|---|---|---|")
     print(f"| target-only | {statistics.median(samples['target-only']):.1f} | 1 |")

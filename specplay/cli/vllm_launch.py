@@ -194,7 +194,7 @@ def _native_plan(
         argv += [
             "--speculative-config",
             json.dumps(speculative_config),
-            "--per-request-speculative_config-decode-metrics",
+            "--per-request-spec-decode-metrics",
             "detailed",
         ]
         servers.append(Server(name, args.target, args.port + i, argv))

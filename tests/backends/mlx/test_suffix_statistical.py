@@ -60,8 +60,8 @@ def setup(tiny: TinyModels) -> tuple[MlxBackend, list[int], list[int]]:
         EarlierOutput((other, prompt[-1], c, f), "session b"),
     )
     earlier = EarlierOutputs(folder=Path("sessions"), outputs=outputs, sessions=2)
-    spec = parse_model("mem", "drafter", "suffix:factor=4", "draft")
-    return load_mlx_backend(str(tiny.target), [("mem", spec)], earlier=earlier), prompt, [b, c]
+    drafter = parse_model("mem", "drafter", "suffix:factor=4", "draft")
+    return load_mlx_backend(str(tiny.target), [("mem", drafter)], earlier=earlier), prompt, [b, c]
 
 
 def sample(
