@@ -27,7 +27,7 @@ import specplay.backends.mlx  # noqa: F401  (OpenBLAS before mlx.core)
 # isort: split
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.config.demo import demo_model_paths
-from specplay.drafters import model_spec
+from specplay.drafters import parse_model
 from specplay.engine.events import DoneEvent, Event, StepEvent
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.loop import SpecEngine
@@ -102,9 +102,9 @@ def tokens_per_s(backend: MlxBackend, args: argparse.Namespace, rewrite: str) ->
         target = done(events(backend, rewrite, "target", routes[0], args.k, args.max_tokens))
         samples["target-only"].append(target.metrics["tokens_per_s"])
         for route in routes:
-            spec = done(events(backend, rewrite, "speculative", route, args.k, args.max_tokens))
-            samples[route].append(spec.metrics["tokens_per_s"])
-            ratios[route].append(spec.metrics["tokens_per_s"] / target.metrics["tokens_per_s"])
+            speculative = done(events(backend, rewrite, "speculative", route, args.k, args.max_tokens))
+            samples[route].append(speculative.metrics["tokens_per_s"])
+            ratios[route].append(speculative.metrics["tokens_per_s"] / target.metrics["tokens_per_s"])
     print("| lane | tokens/s (median) | over target-only (median, min..max) |")
     print("|---|---|---|")
     print(f"| target-only | {statistics.median(samples['target-only']):.1f} | 1 |")
@@ -132,8 +132,8 @@ def main() -> None:
     sources += [(f"lookup{a}-{b}", f"prompt-lookup:n={a}-{b}") for a, b in LOOKUP_RANGES]
     sources += [(f"exit{layers}", f"early-exit:layers={layers}") for layers in args.exits.split(",")]
     sources += [tuple(value.split("=", 1)) for value in args.draft]
-    drafters = [(name, model_spec(name, "drafter", source, "draft")) for name, source in sources]
-    target = model_spec("target", "target", args.target, "target").location if args.target else str(demo_target)
+    drafters = [(name, parse_model(name, "drafter", source, "draft")) for name, source in sources]
+    target = parse_model("target", "target", args.target, "target").location if args.target else str(demo_target)
     backend = load_mlx_backend(target, drafters)
     chat = backend.tokenizer.has_chat_template
     rewrite = CHAT_REWRITE_PROMPT if chat else REWRITE_PROMPT

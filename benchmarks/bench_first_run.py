@@ -69,11 +69,11 @@ def main() -> None:
         for p in prompts:
             # A run's speed depends on what ran before it (buffers, caches, the machine's phase):
             # the speculative run sits between two target-only runs, and is set against both.
-            before, spec, after = (
+            before, speculative_tokens_per_s, after = (
                 run_once(engine, p.text, ids[p.name], mode, args.max_tokens, args.ignore_eos)
                 for mode in ("target", "speculative", "target")
             )
-            speculative[p.name].append(spec / ((before + after) / 2))
+            speculative[p.name].append(speculative_tokens_per_s / ((before + after) / 2))
             target[p.name].append((before + after) / 2)
             control[p.name].append(after / before)
 

@@ -49,7 +49,7 @@ from specplay.cli import main as specplay
 from specplay.cli.configure import run_config
 from specplay.config.demo import demo_model_paths
 from specplay.data.library import library_prompts, read_prompts
-from specplay.drafters import EarlierOutput, EarlierOutputs, model_spec
+from specplay.drafters import EarlierOutput, EarlierOutputs, parse_model
 from specplay.drafters.prompt_lookup import NgramIndex
 from specplay.drafters.suffix import SuffixMemory, SuffixParams
 from specplay.engine.events import DoneEvent
@@ -70,7 +70,7 @@ SMALL_CHANGE = "Please "
 def target_path(given: str | None) -> str:
     if given in (None, "demo"):
         return str(demo_model_paths()[0])
-    return model_spec("target", "target", given, "target").location
+    return parse_model("target", "target", given, "target").location
 
 
 # --- part 1: the index -------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def forget(engine: SpecEngine, name: str, earlier: EarlierOutputs | None) -> Non
     """The suffix drafter's memory back to what the command read: nothing from the measurement."""
     loaded = engine.backend.loaded[name]  # type: ignore[attr-defined]
     assert isinstance(loaded, LoadedProposer)
-    engine.backend.loaded[name] = replace(loaded, proposers=loaded.kind.proposers(loaded.spec, earlier))  # type: ignore[attr-defined]
+    engine.backend.loaded[name] = replace(loaded, proposers=loaded.kind.proposers(loaded.model_config, earlier))  # type: ignore[attr-defined]
 
 
 def measure_set(

@@ -79,15 +79,22 @@ class TuiRun:
     lane's, both as shown."""
 
 
-def headless(thread: ModelThread, source: EventStream, config: RunConfig) -> float:
+def headless(thread: ModelThread, stream: EventStream, config: RunConfig) -> float:
     """The speculative lane of `config`'s request, its events consumed where the engine runs."""
-    spec = config.request
+    request_config = config.request
 
     def run() -> float:
-        assert spec.prompt is not None
-        ids = tuple(source.encode(spec.prompt, raw=spec.raw))
-        request = Request(spec.prompt, ids, "speculative", spec.seed, spec.max_tokens, spec.ignore_eos)
-        done = list(source.generate(request, LiveControls(config.settings, source.drafters)))[-1]
+        assert request_config.prompt is not None
+        ids = tuple(stream.encode(request_config.prompt, raw=request_config.raw))
+        request = Request(
+            request_config.prompt,
+            ids,
+            "speculative",
+            request_config.seed,
+            request_config.max_tokens,
+            request_config.ignore_eos,
+        )
+        done = list(stream.generate(request, LiveControls(config.settings, stream.drafters)))[-1]
         assert isinstance(done, DoneEvent)
         return float(done.metrics["tokens_per_s"])
 
@@ -147,9 +154,9 @@ def measure_drafter(config: RunConfig, drafter: str, args: argparse.Namespace) -
     thread = ModelThread(on_exit=thread_cleanup(config))
     ratios, shares, helds, speedups = [], [], [], []
     try:
-        source = thread.call(lambda: open_stream(config))
+        stream = thread.call(lambda: open_stream(config))
         warm = replace(config, request=replace(config.request, max_tokens=WARMUP_TOKENS))
-        headless(thread, source, warm)  # untimed
+        headless(thread, stream, warm)  # untimed
         name = "headless again" if args.control else "TUI"
         last_session: Path | None = None
 
@@ -166,15 +173,15 @@ def measure_drafter(config: RunConfig, drafter: str, args: argparse.Namespace) -
             # Alternate which side goes first, so drift (heat, other load) falls on both; a
             # headless side that goes first replays the session of the app's previous run.
             if i % 2 == 1:
-                h = headless(thread, source, replayed())
+                h = headless(thread, stream, replayed())
             if args.control:
-                t = headless(thread, source, config)
+                t = headless(thread, stream, config)
             else:
                 ui = asyncio.run(under_tui(config))
                 gc.collect()  # the closed app's models, before the next side runs
                 t, last_session = ui.tokens_per_s, ui.session
             if i % 2 == 0:
-                h = headless(thread, source, replayed())
+                h = headless(thread, stream, replayed())
             ratios.append(t / h)
             extra = ""
             if ui is not None:

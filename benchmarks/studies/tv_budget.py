@@ -25,7 +25,7 @@ from typing import Any
 
 from specplay.backends import open_stream, thread_cleanup
 from specplay.config.run_config import TARGET, RequestConfig, RunConfig
-from specplay.drafters import model_spec
+from specplay.drafters import parse_model
 from specplay.engine.events import DoneEvent, StartEvent
 from specplay.engine.live_controls import LiveControls
 from specplay.engine.request import Request
@@ -71,8 +71,8 @@ def main() -> int:
     named = [(v.split("=", 1)[0], v.split("=", 1)[1], True) for v in args.drafter]
     named += [(v.split("=", 1)[0], v.split("=", 1)[1], False) for v in args.contrast]
     config = RunConfig(
-        target=model_spec(TARGET, "target", args.target, "target"),
-        drafters=tuple(model_spec(name, "drafter", source, "draft") for name, source, _ in named),
+        target=parse_model(TARGET, "target", args.target, "target"),
+        drafters=tuple(parse_model(name, "drafter", written, "draft") for name, written, _ in named),
         request=RequestConfig(max_tokens=args.max_tokens, ignore_eos=True),
         settings=SpecSettings(sampling=SamplingParams(args.temperature)),
         sessions_dir=args.out / "sessions",
@@ -81,10 +81,10 @@ def main() -> int:
     thread = ModelThread(on_exit=thread_cleanup(config))
     rows: list[dict[str, Any]] = []
     try:
-        source = thread.call(lambda: open_stream(config))
-        study = Study(config, thread, source, thread.call(source.describe), args.max_tokens)
+        stream = thread.call(lambda: open_stream(config))
+        study = Study(config, thread, stream, thread.call(stream.describe), args.max_tokens)
         for prompt_name, prompt in PROMPTS.items():
-            ids = tuple(thread.call(lambda p=prompt: source.encode(p, raw=False)))
+            ids = tuple(thread.call(lambda p=prompt: stream.encode(p, raw=False)))
             case = (prompt_name, prompt, ids)
             study.one(case, "target", 0)  # warm-up: the target, and each drafter once, untimed
             for name, _ in plan:
@@ -97,7 +97,7 @@ def main() -> int:
                         print(f"{prompt_name} seed {seed} {name} k={k} D={budget:g}: {summary(rows[-1])}", flush=True)
                 args.out.mkdir(parents=True, exist_ok=True)
                 (args.out / "results.json").write_text(json.dumps({"identity": study.identity, "rows": rows}, indent=1))
-        thread.call(source.close)
+        thread.call(stream.close)
     finally:
         thread.close()
     (args.out / "report.md").write_text(report(rows, args), encoding="utf-8")
@@ -112,9 +112,9 @@ class Study:
     """One request at a time on the model thread, timed end to end, scored, and saved as a session."""
 
     def __init__(
-        self, config: RunConfig, thread: ModelThread, source: Any, identity: dict[str, Any], max_tokens: int
+        self, config: RunConfig, thread: ModelThread, stream: Any, identity: dict[str, Any], max_tokens: int
     ) -> None:
-        self.config, self.thread, self.source, self.identity = config, thread, source, identity
+        self.config, self.thread, self.stream, self.identity = config, thread, stream, identity
         self.max_tokens = max_tokens
 
     def one(
@@ -127,30 +127,30 @@ class Study:
         budget: float = 0.0,
     ) -> dict[str, Any]:
         prompt_name, prompt, ids = case
-        source = self.source
+        stream = self.stream
         settings = replace(self.config.settings, k=k, tv_budget=budget, route=route or "auto")
         request = Request(prompt, ids, mode, seed, self.max_tokens, True)  # type: ignore[arg-type]
-        spec = replace(self.config.request, prompt=prompt, seed=seed, mode=mode)  # type: ignore[arg-type]
+        request_config = replace(self.config.request, prompt=prompt, seed=seed, mode=mode)  # type: ignore[arg-type]
         writer = open_writer(
             replace(self.config, settings=settings),
-            spec,
+            request_config,
             prompt_token_ids=ids,
             lanes=[mode],
             identity=self.identity,
-            capabilities=source.capabilities,
+            capabilities=stream.capabilities,
             route_map={},
-            token_text=local_token_text(source),
+            token_text=local_token_text(stream),
         )
 
         def run() -> dict[str, Any]:
             start = time.perf_counter()
-            events = list(source.generate(request, LiveControls(settings, source.drafters)))
+            events = list(stream.generate(request, LiveControls(settings, stream.drafters)))
             e2e_ms = 1000 * (time.perf_counter() - start)
             for event in events:
                 writer.write_event(mode, event)
             done = events[-1]
             assert isinstance(done, DoneEvent) and isinstance(events[0], StartEvent)
-            scores = source.score(ids, done.token_ids)
+            scores = stream.score(ids, done.token_ids)
             return {"done": done, "e2e_ms": e2e_ms, "ll": statistics.fmean(scores) if scores else None}
 
         result = self.thread.call(run)

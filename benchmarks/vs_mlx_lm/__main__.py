@@ -38,11 +38,11 @@ from benchmarks.vs_mlx_lm.one_process import DEFAULT_PROMPT, build_models, measu
 def folder(source: str) -> Path:
     """The mlx-lm folder specplay loads for `source` (a fetched name, a GGUF file converted once, a folder)."""
     from specplay.backends.mlx.loading import resolve_model_path
-    from specplay.drafters import model_spec
+    from specplay.drafters import parse_model
     from specplay.errors import SpecplayError
 
     try:
-        return resolve_model_path(model_spec("target", "target", source, "--target").location)
+        return resolve_model_path(parse_model("target", "target", source, "--target").location)
     except SpecplayError as error:
         raise SystemExit(f"vs_mlx_lm: {error}") from None
 

@@ -171,11 +171,11 @@ def measure(args: argparse.Namespace, target: Path, draft: Path) -> None:
     print_header(backend, args)
 
     n, k = args.max_tokens, args.k
-    spec = alternate(args.repeats, n, partial(sides.specplay, "speculative"), partial(sides.mlx_lm, True))
+    speculative_runs = alternate(args.repeats, n, partial(sides.specplay, "speculative"), partial(sides.mlx_lm, True))
     target_only = alternate(args.repeats, n, partial(sides.specplay, "target"), partial(sides.mlx_lm, False))
     print(f"\n{'median over repeats':<28}{'specplay':>10}{'mlx-lm':>10}{'specplay':>10}{'mlx-lm':>10}")
     print(f"{'':<28}{'tokens/s':>20}{'CPU ms/token':>20}{'ratio':>8}  spread (min..max)")
-    print(speed_row(f"greedy speculative, k={k}", *spec))
+    print(speed_row(f"greedy speculative, k={k}", *speculative_runs))
     print(speed_row("target only", *target_only))
     if args.control:  # the same side twice, alternated as above: the spread equal sides read
         side = {"specplay": sides.specplay, "mlx-lm": sides.mlx_lm}[args.control]
@@ -184,17 +184,17 @@ def measure(args: argparse.Namespace, target: Path, draft: Path) -> None:
             print(speed_row(f"{label}", *alternate(args.repeats, n, partial(side, arg), partial(side, arg))))
         print(f"(A/A: {args.control} in both columns; its ratio is this harness's noise)")
 
-    same = [all(a.ids == b.ids for a, b in zip(*runs, strict=True)) for runs in (spec, target_only)]
+    same = [all(a.ids == b.ids for a, b in zip(*runs, strict=True)) for runs in (speculative_runs, target_only)]
     print(f"identical greedy ids: speculative {same[0]}, target-only {same[1]}, ", end="")
-    print(f"speculative == target-only {spec[0][0].ids == target_only[0][0].ids}")
-    theirs = mlx_lm_acceptance(spec[1][0].from_draft, k)
-    ours = spec[0][0].metrics
+    print(f"speculative == target-only {speculative_runs[0][0].ids == target_only[0][0].ids}")
+    theirs = mlx_lm_acceptance(speculative_runs[1][0].from_draft, k)
+    ours = speculative_runs[0][0].metrics
     print(
         f"greedy acceptance rate: specplay {ours['draft_acceptance_rate']:.3f}, mlx-lm {theirs[0]:.3f}; "
         f"tokens per round: specplay {ours['mean_acceptance_length']:.2f}, mlx-lm {theirs[1]:.2f}"
     )
     per_round = [
-        f"{key} {statistics.median(r.metrics[key] / r.metrics['num_spec_steps'] for r in spec[0]):.2f}"
+        f"{key} {statistics.median(r.metrics[key] / r.metrics['num_spec_steps'] for r in speculative_runs[0]):.2f}"
         for key in ("draft_ms", "verify_ms", "overhead_ms")
     ]
     print("specplay per round (median): " + ", ".join(per_round))

@@ -181,11 +181,11 @@ def smollm2_models(source: str) -> ModelSet | str:
     of the time at a quarter of a target step per token; the target itself as drafter is the
     cheapest model both sides can run, and every round commits k + 1 tokens."""
     from specplay.backends.mlx.loading import resolve_model_path
-    from specplay.drafters import model_spec
+    from specplay.drafters import parse_model
     from specplay.errors import SpecplayError
 
     try:
-        folder = resolve_model_path(model_spec("target", "target", source, "--smollm2").location)
+        folder = resolve_model_path(parse_model("target", "target", source, "--smollm2").location)
     except SpecplayError as error:
         return f"skipped: {error}"
     about = "SmolLM2-135M-Instruct (fp32 on CPUs); drafter: the same model loaded again (all drafts accepted)"

@@ -50,7 +50,7 @@ class BenchPlan:
 
 
 def execute(
-    source: EventStream, plan: BenchPlan, cell: BenchConfig, prompt: Prompt, temperature: float, seed: int
+    stream: EventStream, plan: BenchPlan, cell: BenchConfig, prompt: Prompt, temperature: float, seed: int
 ) -> list[dict[str, Any]]:
     """The requests of `cell` on `prompt`, one per turn, each after this configuration's own
     earlier answers, the later ones continuing (the mode's caches kept): each its metrics, route,
@@ -59,7 +59,7 @@ def execute(
     earlier: list[Exchange] = []
     results = []
     for turn, text in enumerate(prompt.turns):
-        ids = tuple(source.encode(text, raw=plan.raw, earlier=earlier))
+        ids = tuple(stream.encode(text, raw=plan.raw, earlier=earlier))
         request = Request(
             text,
             ids,
@@ -69,14 +69,14 @@ def execute(
             ignore_eos=plan.ignore_eos,
             continues=turn > 0,
         )
-        result = _request(source, plan, cell, request, settings, temperature)
+        result = _request(stream, plan, cell, request, settings, temperature)
         earlier.append(Exchange(text, result["answer"]))
         results.append(result)
     return results
 
 
 def _request(
-    source: EventStream,
+    stream: EventStream,
     plan: BenchPlan,
     cell: BenchConfig,
     request: Request,
@@ -84,7 +84,7 @@ def _request(
     temperature: float,
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    events = list(source.generate(request, LiveControls(settings, source.drafters)))
+    events = list(stream.generate(request, LiveControls(settings, stream.drafters)))
     e2e_ms = 1000 * (time.perf_counter() - start)
     first, last = events[0], events[-1]
     assert isinstance(first, StartEvent) and isinstance(last, DoneEvent)
@@ -101,7 +101,7 @@ def _request(
 
 
 def run_bench(
-    source: EventStream,
+    stream: EventStream,
     plan: BenchPlan,
     on_model_thread: OnModelThread,
     on_progress: OnProgress,
@@ -112,7 +112,7 @@ def run_bench(
     by more than 5%."""
 
     def run(cell: BenchConfig, prompt: Prompt, temperature: float, seed: int) -> list[dict[str, Any]]:
-        return execute(source, plan, cell=cell, prompt=prompt, temperature=temperature, seed=seed)
+        return execute(stream, plan, cell=cell, prompt=prompt, temperature=temperature, seed=seed)
 
     for cell in plan.warm_up:
         on_model_thread(lambda c=cell: run(c, plan.prompts[0], 0.0, 0))

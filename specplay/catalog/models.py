@@ -23,7 +23,7 @@ class CatalogModel:
     """Bytes of the weights file."""
     license: str
     drafters: tuple[tuple[str, str], ...]
-    """(name, source) of the drafters it opens with when no --draft is given: a mixture a first
+    """(name, --draft value) of the drafters it opens with when no --draft is given: a mixture a first
     run learns from."""
     route_map: tuple[tuple[str, str], ...]
     """Router class to drafter (or `none`) for those drafters."""

@@ -152,8 +152,8 @@ def bench(args: argparse.Namespace) -> int:
     def time_mlx_lm(ids: tuple[int, ...], max_tokens: int, drafter: str | None, k: int) -> float | None:
         from specplay.bench.mlx_lm import mlx_lm_tokens_per_s
 
-        assert isinstance(source, SpecEngine)  # on MLX: checked above
-        return mlx_lm_tokens_per_s(source.backend, ids, max_tokens, drafter, k)
+        assert isinstance(stream, SpecEngine)  # on MLX: checked above
+        return mlx_lm_tokens_per_s(stream.backend, ids, max_tokens, drafter, k)
 
     warm_up = warm_up_configs(drafters, copy_only)
     mlx_lm = time_mlx_lm if args.compare_mlx_lm else None
@@ -179,7 +179,7 @@ def bench(args: argparse.Namespace) -> int:
     costs: dict[float, RoundCosts] = {}
     stopped = False
     try:
-        source = thread.call(lambda: open_stream(config))
+        stream = thread.call(lambda: open_stream(config))
         with _progress() as on_progress, sigterm_stops():
             try:
 
@@ -187,17 +187,17 @@ def bench(args: argparse.Namespace) -> int:
                     planned[0] = total
                     on_progress(what, done, total)
 
-                run_bench(source, bench_plan, thread.call, counted, measurements)
+                run_bench(stream, bench_plan, thread.call, counted, measurements)
                 on_progress("round costs, for the k advice", len(measurements), len(measurements))
                 first = prompts[0].text
-                costs = thread.call(lambda: _round_costs(source, first, temperatures, configs, config.request.raw))
+                costs = thread.call(lambda: _round_costs(stream, first, temperatures, configs, config.request.raw))
             except KeyboardInterrupt:
                 stopped = True
                 warn(f"stopped after {len(measurements)} of {planned[0]} requests: writing the report of those")
         about = _about(
             args,
             config,
-            identity=thread.call(source.describe),
+            identity=thread.call(stream.describe),
             prompts=prompts,
             spec_bench=spec_bench,
             temperatures=temperatures,
@@ -206,9 +206,9 @@ def bench(args: argparse.Namespace) -> int:
         )
         if stopped:
             about["measured"] = f"{len(measurements)} of {planned[0]} requests: stopped part-way, a partial report"
-        remote = not source.capabilities.wall_time_is_speed
-        router = router_report(measurements, dict(source.routing.route_map))
-        thread.call(source.close)
+        remote = not stream.capabilities.wall_time_is_speed
+        router = router_report(measurements, dict(stream.routing.route_map))
+        thread.call(stream.close)
     finally:
         thread.close()
 
@@ -287,18 +287,18 @@ def _duration(seconds: float) -> str:
 
 
 def _round_costs(
-    source: EventStream, prompt: str, temperatures: Sequence[float], configs: Sequence[BenchConfig], raw: bool
+    stream: EventStream, prompt: str, temperatures: Sequence[float], configs: Sequence[BenchConfig], raw: bool
 ) -> dict[float, RoundCosts]:
     """The round's costs at each temperature (sampling changes the verify pass's work), at the
     first prompt's length, for the k advice; none where the server runs the rounds."""
-    if not isinstance(source, SpecEngine):
+    if not isinstance(stream, SpecEngine):
         return {}
     rows = advice_rows(configs)
     if not rows:
         return {}
-    ids = source.encode(prompt, raw=raw)
+    ids = stream.encode(prompt, raw=raw)
     lossless = SpecSettings().acceptance_rule
-    return {t: measure_costs(source, ids, SamplingParams(temperature=t), lossless, max_rows=rows) for t in temperatures}
+    return {t: measure_costs(stream, ids, SamplingParams(temperature=t), lossless, max_rows=rows) for t in temperatures}
 
 
 def _sweeps(text: str) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from specplay.config.run_config import (
     route_classes,
 )
 from specplay.config.urls import credentials, named_url, server_root, url_of
-from specplay.drafters import kind_of, model_spec
+from specplay.drafters import kind_of, parse_model
 from specplay.engine.capabilities import no_trees
 from specplay.engine.routers.routing import CodeProseRouter, check_route_map
 from specplay.engine.rules import LOSSLESS, Mentored, RuleParams
@@ -44,7 +44,7 @@ from specplay.store.recall import earlier_outputs
 from specplay.store.replay import session_config
 
 MODEL_FLAGS = ("backend", "target", "draft", "target_url", "draft_url", "vllm_native", "baseline_url")
-_SPEC_FLAGS = tuple(name for name in SpecSettings.__dataclass_fields__ if name not in GROUPS)
+_OWN_FLAGS = tuple(name for name in SpecSettings.__dataclass_fields__ if name not in GROUPS)
 """The settings of their own (k, policy, route, rule, counterfactual): each flag is its field's name."""
 _SAMPLING_FLAGS = tuple(SamplingParams.__dataclass_fields__)
 _POLICY_FLAGS = tuple(PolicyParams.__dataclass_fields__)
@@ -197,12 +197,12 @@ def settings_from(flags: Mapping[str, Any], base: SpecSettings) -> SpecSettings:
     sampling = replace(base.sampling, **{name: flags[name] for name in _SAMPLING_FLAGS if name in flags})
     policy = replace(base.policy_params, **{name: flags[name] for name in _POLICY_FLAGS if name in flags})
     rules = replace(base.rule_params, **{name: flags[name] for name in _RULE_FLAGS if name in flags})
-    spec = {name: flags[name] for name in _SPEC_FLAGS if name in flags}
+    own = {name: flags[name] for name in _OWN_FLAGS if name in flags}
     if tree_alone(flags, base):
-        spec["width"] = TREE_WIDTH
-    if spec.get("rule") == LOSSLESS:
-        spec["rule"], rules = Mentored.name, _lossless(flags, rules)
-    return replace(base, sampling=sampling, policy_params=policy, rule_params=rules, **spec)
+        own["width"] = TREE_WIDTH
+    if own.get("rule") == LOSSLESS:
+        own["rule"], rules = Mentored.name, _lossless(flags, rules)
+    return replace(base, sampling=sampling, policy_params=policy, rule_params=rules, **own)
 
 
 def tree_alone(flags: Mapping[str, Any], base: SpecSettings) -> bool:
@@ -234,7 +234,7 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelConfig, tup
     """(backend, target, drafters, vLLM options) from the model flags; none at all: the default
     model set (model_sets.py)."""
     backend: BackendKind = flags.get("backend", "mlx")
-    local = tuple(model_spec(name, "drafter", source, "draft") for name, source in named_drafters(flags))
+    local = tuple(parse_model(name, "drafter", written, "draft") for name, written in named_drafters(flags))
     remote = tuple(
         ModelConfig(name or f"draft{i + 1}", "drafter", "server", url)
         for i, (name, url) in enumerate(named_url(value) for value in flags.get("draft_url", []))
@@ -260,26 +260,26 @@ def models_from(flags: Mapping[str, Any]) -> tuple[BackendKind, ModelConfig, tup
             "target", "is needed with --draft (or leave out both: SmolLM2 once fetched, else the demo models)"
         )
     baseline = server_root(flags["baseline_url"], "baseline_url") if "baseline_url" in flags else None
-    written = [flags.get("target_url"), *flags.get("draft_url", []), flags.get("baseline_url")]
-    logins = tuple((server_root(url_of(v)), login) for v in written if v and (login := credentials(url_of(v))))
+    urls = [flags.get("target_url"), *flags.get("draft_url", []), flags.get("baseline_url")]
+    logins = tuple((server_root(url_of(v)), login) for v in urls if v and (login := credentials(url_of(v))))
     return backend, target, (*remote, *local), VllmOptions(native=native, baseline_url=baseline, logins=logins)
 
 
-def named_target(source: str) -> ModelConfig:
+def named_target(written: str) -> ModelConfig:
     """--target MODEL with drafters of the user's own: a model set's name means its target."""
-    named = named_set(source)
-    return named.target if named is not None else model_spec(TARGET, "target", source, "target")
+    named = named_set(written)
+    return named.target if named is not None else parse_model(TARGET, "target", written, "target")
 
 
 def named_drafters(flags: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(name, source) of each --draft; a drafter without NAME= is named after its folder or file
+    """(name, the value as written) of each --draft; a drafter without NAME= is named after its folder or file
     (a built-in drafter after its kind)."""
     named = []
     for value in flags.get("draft", []):
-        name, sep, source = value.partition("=")
+        name, sep, written = value.partition("=")
         if not sep or "/" in name or ":" in name:  # an unnamed path or built-in may itself contain '='
-            name, source = Path(value.split(":")[0].rstrip("/")).name.removesuffix(".gguf"), value
-        named.append((name, source))
+            name, written = Path(value.split(":")[0].rstrip("/")).name.removesuffix(".gguf"), value
+        named.append((name, written))
     return named
 
 

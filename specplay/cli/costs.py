@@ -139,13 +139,13 @@ def costs(args: argparse.Namespace) -> int:
     from_sessions = _session_acceptance(args.sessions, args, config.drafter_names) if args.sessions else None
     thread = ModelThread(on_exit=thread_cleanup(config))
     try:
-        source = thread.call(lambda: open_stream(config))
-        assert isinstance(source, SpecEngine)  # not native: checked above
-        prompt_ids = thread.call(lambda: source.encode(config.request.prompt or "", config.request.raw))
+        stream = thread.call(lambda: open_stream(config))
+        assert isinstance(stream, SpecEngine)  # not native: checked above
+        prompt_ids = thread.call(lambda: stream.encode(config.request.prompt or "", config.request.raw))
         settings = config.settings
         measured = thread.call(
             lambda: measure_costs(
-                source,
+                stream,
                 prompt_ids,
                 settings.sampling,
                 settings.acceptance_rule,
@@ -157,7 +157,7 @@ def costs(args: argparse.Namespace) -> int:
             acceptance = {
                 d: thread.call(
                     lambda d=d: measure_drafter(
-                        source,
+                        stream,
                         prompt_ids,
                         settings,
                         d,
@@ -173,10 +173,10 @@ def costs(args: argparse.Namespace) -> int:
         else:
             acceptance = from_sessions
         trees: dict[str, list[TreeRounds]] = {}
-        for spec in config.drafters:
-            name = spec.name
+        for drafter in config.drafters:
+            name = drafter.name
             best = predict_drafter(measured, name, acceptance[name], k_limit).best if name in acceptance else None
-            grows = kind_of(spec).grows_trees and capabilities_of(config).trees
+            grows = kind_of(drafter).grows_trees and capabilities_of(config).trees
             if from_sessions is not None or best is None or not grows:
                 continue  # where a drafter grows trees, they are measured as its chains are
             for width in TREE_WIDTHS:
@@ -185,7 +185,7 @@ def costs(args: argparse.Namespace) -> int:
                     continue
                 measured_tree = thread.call(
                     lambda name=name, width=width, nodes=nodes: measure_rounds(
-                        source,
+                        stream,
                         prompt_ids,
                         settings,
                         name,

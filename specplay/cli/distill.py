@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from specplay.cli.configure import path_flag
 from specplay.cli.render import make_console, warn
 from specplay.config.model_sets import named_set
-from specplay.drafters import model_spec
+from specplay.drafters import parse_model
 from specplay.drafters.early_exit import HEAD_MLP_LIMIT
 from specplay.errors import ConfigError, SpecplayError
 from specplay.files.outputs import OUT_FIX, check_outputs
@@ -193,12 +193,12 @@ def _job(args: argparse.Namespace) -> DistillJob:
     )
 
 
-def target_location(source: str) -> str:
+def target_location(written: str) -> str:
     """--target as `run` takes it: `demo` or a catalog name (that set's target), else a folder, a
     GGUF file or a Hugging Face id."""
-    models = named_set(source)
-    spec = models.target if models is not None else model_spec("target", "target", source, "target")
-    return spec.location or source
+    models = named_set(written)
+    target = models.target if models is not None else parse_model("target", "target", written, "target")
+    return target.location or written
 
 
 class _progress:

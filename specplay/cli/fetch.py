@@ -53,7 +53,7 @@ def fetch_command(args: argparse.Namespace) -> int:
 
         path = fetch(model, show)
     console.print(f"{model.name}: {path}")
-    drafters = " ".join(f"--draft {name}={source}" for name, source in model.drafters)
+    drafters = " ".join(f"--draft {name}={value}" for name, value in model.drafters)
     console.print(
         f"`specplay` now opens the playground on it, as `specplay --target {model.name}` does (drafters {drafters})"
     )

@@ -226,10 +226,14 @@ def fidelity(args: argparse.Namespace) -> int:
     check_writable(config.sessions_dir)
     if message := blas_warning(config):
         warn(message)
-    spec = config.request
-    assert spec.prompt is not None
-    turns = session_turns(session) if session is not None else [FidelityTurn(0, spec.prompt, (), "speculative", None)]
-    sampled = _sample(config, rules, turns, range(spec.seed, spec.seed + args.samples))
+    request_config = config.request
+    assert request_config.prompt is not None
+    turns = (
+        session_turns(session)
+        if session is not None
+        else [FidelityTurn(0, request_config.prompt, (), "speculative", None)]
+    )
+    sampled = _sample(config, rules, turns, range(request_config.seed, request_config.seed + args.samples))
     now = datetime.now(UTC)
     first, token_ids, report = sampled.turns[0]
     about = {
@@ -237,9 +241,9 @@ def fidelity(args: argparse.Namespace) -> int:
         "created": now.isoformat(timespec="seconds"),
         "prompt": first.prompt,
         "prompt_token_ids": list(token_ids),
-        "raw": spec.raw,
-        "prompt_format": spec.prompt_format,
-        "max_tokens": spec.max_tokens,
+        "raw": request_config.raw,
+        "prompt_format": request_config.prompt_format,
+        "max_tokens": request_config.max_tokens,
         # Each speculative row has its own rule and knob.
         "settings": _recorded_settings(config, rules),
         "route_map": sampled.route_map,
@@ -285,29 +289,29 @@ def fidelity(args: argparse.Namespace) -> int:
 
 def _sample(config: RunConfig, rules: list[AcceptanceRule], turns: list[FidelityTurn], seeds: range) -> Sampled:
     """Every row of every turn with every seed, on a model thread of its own."""
-    spec = config.request
+    request_config = config.request
     thread = ModelThread(on_exit=thread_cleanup(config))
     try:
-        source = thread.call(lambda: open_stream(config))
-        if not source.capabilities.scoring:
+        stream = thread.call(lambda: open_stream(config))
+        if not stream.capabilities.scoring:
             raise ConfigError("backend", "cannot score text under the target here; fidelity needs a backend that can")
-        identity = thread.call(source.describe)
+        identity = thread.call(stream.describe)
         measured = []
         with _progress() as on_sample:
             for turn in turns:
-                token_ids = tuple(source.encode(turn.prompt, spec.raw, turn.earlier))
+                token_ids = tuple(stream.encode(turn.prompt, request_config.raw, turn.earlier))
                 progress = _turn_progress(on_sample, turn.index, len(turns))
                 report = _measure_turn(
-                    thread, source, config, rules, turn=turn, token_ids=token_ids, seeds=seeds, on_sample=progress
+                    thread, stream, config, rules, turn=turn, token_ids=token_ids, seeds=seeds, on_sample=progress
                 )
                 measured.append((turn, token_ids, report))
         # Drafted tokens' texts for the review page, where the tokenizer is local (never a server's).
         reports = [report for _, _, report in measured]
-        texts = thread.call(lambda: _drafted_texts(source, reports)) if source.capabilities.local_token_text else {}
-        thread.call(source.close)
+        texts = thread.call(lambda: _drafted_texts(stream, reports)) if stream.capabilities.local_token_text else {}
+        thread.call(stream.close)
     finally:
         thread.close()
-    return Sampled(measured, identity, dict(source.routing.route_map), texts, source.capabilities.wall_time_is_speed)
+    return Sampled(measured, identity, dict(stream.routing.route_map), texts, stream.capabilities.wall_time_is_speed)
 
 
 def _turn_progress(
@@ -321,7 +325,7 @@ def _turn_progress(
 
 def _measure_turn(
     thread: ModelThread,
-    source: EventStream,
+    stream: EventStream,
     config: RunConfig,
     rules: list[AcceptanceRule],
     turn: FidelityTurn,
@@ -330,14 +334,14 @@ def _measure_turn(
     on_sample: Callable[[int, int], None] | None,
 ) -> FidelityReport:
     """Every row of one turn, each seed sampled after the turn's conversation and scored after it."""
-    generate = engine_generator(source, turn.prompt, token_ids, config.settings, config.request.max_tokens)
-    route = resolve_route(config.settings.route, source.routing.choice(turn.prompt).drafter)
+    generate = engine_generator(stream, turn.prompt, token_ids, config.settings, config.request.max_tokens)
+    route = resolve_route(config.settings.route, stream.routing.choice(turn.prompt).drafter)
     draft_row = cannot_write(route, config.drafters) is None  # a draft-only row where the drafter writes alone
     return measure_fidelity(
         # Both run on the model thread, which owns every MLX array (a vLLM backend scores
         # through the target server's prompt_logprobs).
         lambda mode, rule, seed: thread.call(lambda: generate(mode, rule, seed)),
-        lambda ids: thread.call(lambda: source.score(token_ids, ids)),
+        lambda ids: thread.call(lambda: stream.score(token_ids, ids)),
         rules=rules,
         seeds=seeds,
         on_sample=on_sample,
@@ -362,7 +366,7 @@ def _plots(
     ]
 
 
-def _drafted_texts(source: EventStream, reports: list[FidelityReport]) -> dict[int, str]:
+def _drafted_texts(stream: EventStream, reports: list[FidelityReport]) -> dict[int, str]:
     """The text of every drafted and candidate token of the runs a review page shows."""
     ids = {
         token_id
@@ -372,7 +376,7 @@ def _drafted_texts(source: EventStream, reports: list[FidelityReport]) -> dict[i
         for event in lane.rounds
         for token_id in round_token_ids(event)
     }
-    return {token_id: source.token_text(token_id) for token_id in sorted(ids)}
+    return {token_id: stream.token_text(token_id) for token_id in sorted(ids)}
 
 
 @contextlib.contextmanager

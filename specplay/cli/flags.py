@@ -160,9 +160,9 @@ def add_prompt_flags(parser: argparse.ArgumentParser, turns: bool = False) -> No
     """--prompt or --prompt-file, and --raw; with `turns`, --prompt given again is a conversation's
     next user turn."""
     group = parser.add_argument_group("prompt")
-    source = group.add_mutually_exclusive_group()
+    prompt_from = group.add_mutually_exclusive_group()
     if turns:
-        source.add_argument(
+        prompt_from.add_argument(
             "--prompt",
             metavar="TEXT",
             action="append",
@@ -170,8 +170,8 @@ def add_prompt_flags(parser: argparse.ArgumentParser, turns: bool = False) -> No
             help="a user turn; give it again for each later turn of a conversation, in order",
         )
     else:
-        source.add_argument("--prompt", metavar="TEXT", default=UNSET)
-    source.add_argument("--prompt-file", metavar="F", type=Path, default=UNSET)
+        prompt_from.add_argument("--prompt", metavar="TEXT", default=UNSET)
+    prompt_from.add_argument("--prompt-file", metavar="F", type=Path, default=UNSET)
     add_raw_flag(group)
 
 

@@ -118,33 +118,33 @@ def _stopping() -> None:
 
 def _run(config: RunConfig, args: argparse.Namespace) -> int:
     """The models load and run here, on the main thread, where the events are read."""
-    source = open_stream(config)
+    stream = open_stream(config)
     try:
-        identity = source.describe() if args.save else {}
-        spec = config.request
-        assert spec.prompt is not None
-        token_ids = tuple(source.encode(spec.prompt, raw=spec.raw))
+        identity = stream.describe() if args.save else {}
+        request_config = config.request
+        assert request_config.prompt is not None
+        token_ids = tuple(stream.encode(request_config.prompt, raw=request_config.raw))
         console = make_console()
-        caps = source.capabilities
-        routed = spec.mode != "target" and config.settings.route == AUTO_ROUTE
-        choices = [source.routing.choice(prompt) if routed else None for prompt in spec.prompts]
-        conversation = len(spec.prompts) > 1
+        caps = stream.capabilities
+        routed = request_config.mode != "target" and config.settings.route == AUTO_ROUTE
+        choices = [stream.routing.choice(prompt) if routed else None for prompt in request_config.prompts]
+        conversation = len(request_config.prompts) > 1
         if not args.json:
-            if spec.mode == "speculative":
+            if request_config.mode == "speculative":
                 console.print(legend(marks=colourless(console)), style="dim")
             console.print(f"models: {models_named(config)}", style="dim")
             if not caps.live_controls and caps.fixed_by:
                 console.print(caps.fixed_by, style="dim")
             if choices[0] is not None and not conversation:
                 console.print(choices[0].describe(), style="dim")
-        for seed in range(spec.seed, spec.seed + args.samples):
+        for seed in range(request_config.seed, request_config.seed + args.samples):
             request = Request(
-                prompt=spec.prompt,
+                prompt=request_config.prompt,
                 prompt_token_ids=token_ids,
-                mode=spec.mode,
+                mode=request_config.mode,
                 seed=seed,
-                max_tokens=spec.max_tokens,
-                ignore_eos=spec.ignore_eos,
+                max_tokens=request_config.max_tokens,
+                ignore_eos=request_config.ignore_eos,
             )
             if not args.json and args.samples > 1:
                 console.print(f"--- sample seed {seed} ---", style="dim")
@@ -152,7 +152,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
 
             def turn_starts(index: int, prompt: str) -> None:
                 if conversation and not args.json:
-                    console.print(_turn_heading(index, len(spec.prompts), prompt), style="bold")
+                    console.print(_turn_heading(index, len(request_config.prompts), prompt), style="bold")
                     if (choice := choices[index]) is not None:
                         console.print(choice.describe(), style="dim")
 
@@ -161,7 +161,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
                     _finish(console, turn, caps.wall_time_is_speed, caps.server_judges)
 
             result = run_sample(
-                source,
+                stream,
                 config,
                 request,
                 on_event=printer.take,
@@ -169,7 +169,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
                 baseline=args.compare or (args.save and not args.no_baseline),
                 identity=identity,
                 on_interrupt=_stopping,
-                follow_ups=spec.follow_ups,
+                follow_ups=request_config.follow_ups,
                 on_turn=turn_starts,
                 on_turn_done=turn_done,
             )
@@ -188,7 +188,7 @@ def _run(config: RunConfig, args: argparse.Namespace) -> int:
             if result.cancelled:
                 return 130
     finally:
-        source.close()
+        stream.close()
     return 0
 
 

@@ -41,11 +41,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_decoding_flags(parser)
     add_router_flag(parser)
     group = parser.add_argument_group("playground")
-    source = group.add_mutually_exclusive_group()
-    source.add_argument(
+    prompt_from = group.add_mutually_exclusive_group()
+    prompt_from.add_argument(
         "--prompt", metavar="TEXT", default=UNSET, help="pre-fill the prompt (default: the first of the prompt library)"
     )
-    source.add_argument("--prompt-file", metavar="F", type=Path, default=UNSET, help="pre-fill the prompt from a file")
+    prompt_from.add_argument(
+        "--prompt-file", metavar="F", type=Path, default=UNSET, help="pre-fill the prompt from a file"
+    )
     add_raw_flag(group)
     group.add_argument("--autorun", action="store_true", help="run the prompt as soon as the models are loaded")
     add_output_flags(group)

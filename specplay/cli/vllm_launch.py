@@ -183,7 +183,7 @@ def _native_plan(
         # Probabilistic drafting hands the drafter's probabilities to vLLM's rejection sampler, so its
         # acceptance at T > 0 is Leviathan's min(1, p_target/p_draft); greedy (vLLM's default) is
         # accepted with p_target(the drafter's argmax), whatever the two distributions are.
-        spec = {
+        speculative_config = {
             "method": "draft_model",
             "model": model,
             "num_speculative_tokens": args.k,
@@ -191,7 +191,12 @@ def _native_plan(
         }
         argv = ["vllm", "serve", args.target, "--port", str(args.port + i), "--served-model-name", "target"]
         argv += ["--gpu-memory-utilization", f"{share:.2f}", *tp, *common]
-        argv += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
+        argv += [
+            "--speculative-config",
+            json.dumps(speculative_config),
+            "--per-request-spec-decode-metrics",
+            "detailed",
+        ]
         servers.append(Server(name, args.target, args.port + i, argv))
     if args.baseline:
         port = args.port + len(drafters)

@@ -29,15 +29,15 @@ def _problem(char: str) -> str | None:
     return f"a control character (U+{ord(char):04X})"
 
 
-def checked_key(value: str | None, source: str) -> str | None:
-    """`value` if it can be sent as a bearer token; None if unset or empty. `source` names where
-    it came from (`--api-key`, `$SPECPLAY_API_KEY`) for the one-line refusal."""
+def checked_key(value: str | None, where: str) -> str | None:
+    """`value` if it can be sent as a bearer token; None if unset or empty. `where` names
+    where it came from (`--api-key`, `$SPECPLAY_API_KEY`) for the one-line refusal."""
     if not value:
         return None
     for position, char in enumerate(value, start=1):
         if (problem := _problem(char)) is not None:
             raise SpecplayError(
-                f"{source} cannot be sent as an HTTP header: character {position} of {len(value)} is {problem}; "
+                f"{where} cannot be sent as an HTTP header: character {position} of {len(value)} is {problem}; "
                 "set it again without it (from a file: \"$(tr -d '\\r\\n' < FILE)\")"
             )
     return value

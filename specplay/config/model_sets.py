@@ -16,7 +16,7 @@ from typing import Any
 from specplay.catalog.models import CATALOG, CatalogModel, cached_path, is_fetched
 from specplay.config.demo import DEMO_DIR, demo_model_paths
 from specplay.config.run_config import TARGET, RunConfig
-from specplay.drafters import MODEL, ModelConfig, model_spec
+from specplay.drafters import MODEL, ModelConfig, parse_model
 from specplay.engine.settings import NONE_ROUTE
 
 DEMO = "demo"
@@ -38,14 +38,14 @@ class ModelSet:
 
 def demo_set() -> ModelSet:
     target, drafters = demo_model_paths()
-    specs = tuple(ModelConfig(name, "drafter", "mlx", str(path)) for name, path in drafters.items())
-    return ModelSet(DEMO, ModelConfig(TARGET, "target", "mlx", str(target)), specs)
+    drafter_models = tuple(ModelConfig(name, "drafter", "mlx", str(path)) for name, path in drafters.items())
+    return ModelSet(DEMO, ModelConfig(TARGET, "target", "mlx", str(target)), drafter_models)
 
 
 def catalog_set(model: CatalogModel, field_name: str = "target") -> ModelSet:
     """A fetched catalog model with its drafters (not fetched: the ConfigError saying how to)."""
-    target = model_spec(TARGET, "target", model.name, field_name)
-    drafters = tuple(model_spec(name, "drafter", source, "draft") for name, source in model.drafters)
+    target = parse_model(TARGET, "target", model.name, field_name)
+    drafters = tuple(parse_model(name, "drafter", written, "draft") for name, written in model.drafters)
     return ModelSet(model.name, target, drafters, dict(model.route_map), dict(model.route_notes))
 
 
@@ -89,12 +89,12 @@ def models_named(config: RunConfig) -> str:
     return f"target {target}{shown}"
 
 
-def is_demo(spec: ModelConfig) -> bool:
-    return spec.local and Path(spec.location) == DEMO_DIR / "target"
+def is_demo(target: ModelConfig) -> bool:
+    return target.local and Path(target.location) == DEMO_DIR / "target"
 
 
 def models_line(config: RunConfig, identity: Mapping[str, Any], route_map: Mapping[str, str]) -> str:
-    """Which models a run loaded (`identity`: the source's own description; `route_map`: its
+    """Which models a run loaded (`identity`: the event stream's own description; `route_map`: its
     resolved map), for the playground's status line; on the demo models, that they are toys and
     how to get a real one."""
     records = identity.get("models") or {}
@@ -113,11 +113,11 @@ def models_line(config: RunConfig, identity: Mapping[str, Any], route_map: Mappi
     return f"{target}, drafters {drafters}" if drafters else target
 
 
-def _target(spec: ModelConfig) -> str:
+def _target(target: ModelConfig) -> str:
     for model in CATALOG.values():
-        if spec.location == str(cached_path(model)):
+        if target.location == str(cached_path(model)):
             return model.short_title
-    return Path(spec.location).name.removesuffix(".gguf") or spec.location
+    return Path(target.location).name.removesuffix(".gguf") or target.location
 
 
 def _drafter(name: str, record: Mapping[str, Any], route_map: Mapping[str, str]) -> str:

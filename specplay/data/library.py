@@ -47,7 +47,7 @@ def read_prompts(path: Path, field: str = "prompts") -> list[Prompt]:
     return read_prompt_file(path, field).prompts
 
 
-def parse_prompts(text: str, source: str, field: str) -> PromptFile:
+def parse_prompts(text: str, what: str, field: str) -> PromptFile:
     """Every line of one format, the first line's: {category, text} prompts, or Spec-Bench's
     {question_id, category, turns} questions. A line of the other format, or of neither, is
     refused in one line naming it and the fix."""
@@ -57,7 +57,7 @@ def parse_prompts(text: str, source: str, field: str) -> PromptFile:
     for number, line in enumerate(text.split("\n"), 1):  # JSON Lines end at "\n" only
         if not line.strip():
             continue
-        where = f"line {number} of {source}"
+        where = f"line {number} of {what}"
         try:
             row = parse_json(line, where)
         except JsonError:

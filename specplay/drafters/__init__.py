@@ -54,12 +54,12 @@ __all__ = [
     "drafter_syntax",
     "kind_named",
     "kind_of",
-    "model_spec",
+    "parse_model",
     "replay_model",
 ]
 
 KINDS: dict[str, DrafterKind] = {kind.name: kind for kind in (MODEL, PROMPT_LOOKUP, SUFFIX, EARLY_EXIT, NONE)}
-"""Every kind by its name; MODEL is the kind of any source no other kind's name starts."""
+"""Every kind by its name; MODEL is the kind of any --target or --draft value no other kind's name starts."""
 
 
 def drafter_syntax() -> str:
@@ -68,11 +68,11 @@ def drafter_syntax() -> str:
     return ", ".join(written[:-1]) + (" or " if len(written) > 1 else "") + written[-1]
 
 
-def kind_of(spec: ModelConfig) -> DrafterKind:
+def kind_of(model: ModelConfig) -> DrafterKind:
     """The kind of a configured model (a target is a model)."""
-    if spec.local or spec.on_server:  # a model, wherever its weights are
+    if model.local or model.on_server:  # a model, wherever its weights are
         return MODEL
-    return KINDS[spec.kind]
+    return KINDS[model.kind]
 
 
 def kind_named(name: str, drafters: Iterable[ModelConfig]) -> DrafterKind | None:
@@ -90,12 +90,12 @@ def cannot_write(route: str, drafters: Iterable[ModelConfig]) -> str | None:
     return kind.cannot_write if kind is not None else None
 
 
-def model_spec(name: str, role: Role, source: str, field: str) -> ModelConfig:
-    """The spec of one `--target` / `--draft` value; `field` names the flag for errors."""
-    word, sep, given = source.partition(":")
+def parse_model(name: str, role: Role, written: str, field: str) -> ModelConfig:
+    """The model of one `--target` / `--draft` value; `field` names the flag for errors."""
+    word, sep, given = written.partition(":")
     kind = KINDS.get(word)
     if kind is None or kind is MODEL:
-        return MODEL.parse(name, role, source, field)
+        return MODEL.parse(name, role, written, field)
     if role == "target":
         raise ConfigError(field, f"{word} is a drafter, not a target; give the target as a folder or file")
     return kind.parse(name, role, given if sep else None, field)

@@ -40,18 +40,19 @@ class EarlyExitKind(DrafterKind):
         head = absolute(params["head"]) if "head" in params else None
         return ModelConfig(name, role, self.name, "", {"layers": layers, "head": head})
 
-    def describe(self, spec: ModelConfig) -> str:
-        head = spec.params.get("head")
-        return f"early exit after layer {spec.params['layers']} of the target" + (f", exit head {head}" if head else "")
+    def describe(self, model: ModelConfig) -> str:
+        head = model.params.get("head")
+        layers = model.params["layers"]
+        return f"early exit after layer {layers} of the target" + (f", exit head {head}" if head else "")
 
     def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
         head = record.get("head")
         path = head.get("path") if isinstance(head, Mapping) else head  # the head's identity, or its path
         return ModelConfig(name, role, self.name, "", {"layers": int(record["layers"]), "head": path})
 
-    def check_backend(self, spec: ModelConfig, backend: str) -> None:
+    def check_backend(self, model: ModelConfig, backend: str) -> None:
         if backend != "mlx":
-            raise ConfigError("draft", f"{spec.name!r} drafts with the target's own layers: it needs --backend mlx")
+            raise ConfigError("draft", f"{model.name!r} drafts with the target's own layers: it needs --backend mlx")
 
 
 EARLY_EXIT = EarlyExitKind()

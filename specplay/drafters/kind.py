@@ -91,7 +91,7 @@ class DrafterKind:
     """One kind of drafter. Subclasses set the class attributes and override what differs."""
 
     name: ClassVar[str]
-    """The word a source starts with (`prompt-lookup:n=2-4`) and a session's record names."""
+    """The word a `--draft` value starts with (`prompt-lookup:n=2-4`) and a session's record names."""
     syntax: ClassVar[str]
     """How a user writes it, for help texts."""
     summary: ClassVar[str]
@@ -106,47 +106,46 @@ class DrafterKind:
     """The `kind` values of session records this kind reads back (its name besides)."""
 
     def parse(self, name: str, role: Role, options: str | None, field: str) -> ModelConfig:
-        """The spec of a source written `name[:options]`; a ConfigError names `field`."""
+        """The model of a `--draft` value written `name[:options]`; a ConfigError names `field`."""
         raise NotImplementedError
 
-    def describe(self, spec: ModelConfig) -> str:
+    def describe(self, model: ModelConfig) -> str:
         """One line for views, help and exports."""
         raise NotImplementedError
 
-    def record(self, spec: ModelConfig) -> dict[str, Any]:
+    def record(self, model: ModelConfig) -> dict[str, Any]:
         """What a session records of a drafter of this kind (JSON values; `kind` first)."""
-        return {"kind": self.name, **spec.params}
+        return {"kind": self.name, **model.params}
 
     def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
-        """The spec a session's record describes (KeyError, TypeError, ValueError when damaged)."""
+        """The model a session's record describes (KeyError, TypeError, ValueError when damaged)."""
         raise NotImplementedError
 
-    def matches(self, spec: ModelConfig, record: Mapping[str, Any]) -> bool:
-        """A session's model record is this spec's drafter: the same kind and settings."""
+    def matches(self, model: ModelConfig, record: Mapping[str, Any]) -> bool:
+        """A session's model record is this drafter: the same kind and settings."""
         same = record.get("kind") == self.name
-        return same and all(record.get(key) == value for key, value in spec.params.items() if key in record)
+        return same and all(record.get(key) == value for key, value in model.params.items() if key in record)
 
-    def proposer(self, spec: ModelConfig) -> Proposer:
+    def proposer(self, model: ModelConfig) -> Proposer:
         """A fresh proposer for one generation (form `proposer` only)."""
         raise NotImplementedError(f"{self.name} is not a proposer")
 
-    def proposers(self, spec: ModelConfig, earlier: EarlierOutputs | None) -> Proposers:
+    def proposers(self, model: ModelConfig, earlier: EarlierOutputs | None) -> Proposers:
         """What the backend holds of a proposer while loaded (form `proposer` only): by default a
         fresh `proposer` per generation; `earlier`, the outputs read for it at the command's edge
         (where `recalls` asked for some)."""
-        return FreshProposers(lambda: self.proposer(spec))
+        return FreshProposers(lambda: self.proposer(model))
 
-    def recalls(self, spec: ModelConfig) -> int:
+    def recalls(self, model: ModelConfig) -> int:
         """Tokens of earlier outputs the command reads for it from the sessions folder as it
         starts (drafters/memory.py); 0: it reads none."""
         return 0
 
-    def check_backend(self, spec: ModelConfig, backend: str) -> None:
+    def check_backend(self, model: ModelConfig, backend: str) -> None:
         """Refuse, in one line, a backend that cannot run it."""
         if backend not in self.backends:
-            raise ConfigError(
-                "draft", f"{spec.name!r} ({self.describe(spec)}) runs with --backend {' or '.join(self.backends)} only"
-            )
+            backends = " or ".join(self.backends)
+            raise ConfigError("draft", f"{model.name!r} ({self.describe(model)}) runs with --backend {backends} only")
 
 
 def options(text: str, field: str, kind: str) -> dict[str, str]:

@@ -26,37 +26,38 @@ class ModelKind(DrafterKind):
     """A model converted from a GGUF file records its kind as gguf."""
 
     def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelConfig:
-        source = given or ""
-        if source.lower().endswith(".gguf"):
-            return ModelConfig(name, role, "gguf", absolute(source))
-        if source in CATALOG and not Path(source).exists():
-            model = CATALOG[source]
+        written = given or ""
+        if written.lower().endswith(".gguf"):
+            return ModelConfig(name, role, "gguf", absolute(written))
+        if written in CATALOG and not Path(written).exists():
+            model = CATALOG[written]
             path = cached_path(model)
             if not path.is_file():
                 raise ConfigError(
                     field,
-                    f"{source} is not downloaded yet: `specplay fetch {source}` gets it ({model.size / 1e6:.0f} MB)",
+                    f"{written} is not downloaded yet: `specplay fetch {written}` gets it ({model.size / 1e6:.0f} MB)",
                 )
             return ModelConfig(name, role, "gguf", str(path))
-        local = Path(source).expanduser()
-        return ModelConfig(name, role, "mlx", absolute(source) if local.exists() else source)  # else a Hugging Face id
+        local = Path(written).expanduser()
+        # else a Hugging Face id
+        return ModelConfig(name, role, "mlx", absolute(written) if local.exists() else written)
 
-    def describe(self, spec: ModelConfig) -> str:
-        return spec.location
+    def describe(self, model: ModelConfig) -> str:
+        return model.location
 
-    def record(self, spec: ModelConfig) -> dict[str, Any]:
-        return {"kind": self.name, "source": spec.location}
+    def record(self, model: ModelConfig) -> dict[str, Any]:
+        return {"kind": self.name, "source": model.location}
 
     def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
         if record.get("kind") == "gguf":
             return ModelConfig(name, role, "gguf", record["source"])
         return ModelConfig(name, role, "mlx", record["path"])
 
-    def matches(self, spec: ModelConfig, record: Mapping[str, Any]) -> bool:
-        return spec.location in (record.get("source"), record.get("path"))
+    def matches(self, model: ModelConfig, record: Mapping[str, Any]) -> bool:
+        return model.location in (record.get("source"), record.get("path"))
 
-    def check_backend(self, spec: ModelConfig, backend: str) -> None:
-        if backend == "mlx" and spec.kind == SERVER:
+    def check_backend(self, model: ModelConfig, backend: str) -> None:
+        if backend == "mlx" and model.kind == SERVER:
             raise ConfigError("backend", "is mlx, which takes --target and --draft; add --backend vllm for URLs")
 
 

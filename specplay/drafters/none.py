@@ -23,7 +23,7 @@ class NoDrafterKind(DrafterKind):
     def parse(self, name: str, role: Role, given: str | None, field: str) -> ModelConfig:
         raise ConfigError(field, f"{NONE_ROUTE} is a route, not a drafter: pick it with --route {NONE_ROUTE}")
 
-    def describe(self, spec: ModelConfig) -> str:
+    def describe(self, model: ModelConfig) -> str:
         return self.summary
 
 

@@ -51,14 +51,14 @@ class PromptLookupKind(DrafterKind):
             )
         return ModelConfig(name, role, self.name, "", {"n_min": n_min, "n_max": n_max})
 
-    def describe(self, spec: ModelConfig) -> str:
-        return f"prompt lookup, n {spec.params['n_min']}..{spec.params['n_max']}"
+    def describe(self, model: ModelConfig) -> str:
+        return f"prompt lookup, n {model.params['n_min']}..{model.params['n_max']}"
 
     def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
         return ModelConfig(name, role, self.name, "", {"n_min": int(record["n_min"]), "n_max": int(record["n_max"])})
 
-    def proposer(self, spec: ModelConfig) -> NgramIndex:
-        return NgramIndex(spec.params["n_min"], spec.params["n_max"])
+    def proposer(self, model: ModelConfig) -> NgramIndex:
+        return NgramIndex(model.params["n_min"], model.params["n_max"])
 
 
 PROMPT_LOOKUP = PromptLookupKind()

@@ -60,8 +60,8 @@ class SuffixParams:
     memory: int = MEMORY
 
     @classmethod
-    def of(cls, spec: ModelConfig) -> SuffixParams:
-        return cls(**{name: spec.params[name] for name in OPTIONS if name in spec.params})
+    def of(cls, model: ModelConfig) -> SuffixParams:
+        return cls(**{name: model.params[name] for name in OPTIONS if name in model.params})
 
     def most_tokens(self, matched: int) -> int:
         """The longest draft a match of `matched` tokens earns."""
@@ -120,8 +120,8 @@ class SuffixKind(DrafterKind):
                 )
         return ModelConfig(name, role, self.name, "", {**vars_of(SuffixParams()), **values})
 
-    def describe(self, spec: ModelConfig) -> str:
-        params = SuffixParams.of(spec)
+    def describe(self, model: ModelConfig) -> str:
+        params = SuffixParams.of(model)
         memory = f"memory {params.memory:,} tokens" if params.memory else "no memory (this request only)"
         return f"suffix decoding, matches up to {params.depth} tokens, {memory}"
 
@@ -135,11 +135,11 @@ class SuffixKind(DrafterKind):
         }
         return ModelConfig(name, role, self.name, "", values)
 
-    def recalls(self, spec: ModelConfig) -> int:
-        return SuffixParams.of(spec).memory
+    def recalls(self, model: ModelConfig) -> int:
+        return SuffixParams.of(model).memory
 
-    def proposers(self, spec: ModelConfig, earlier: EarlierOutputs | None) -> SuffixMemory:
-        return SuffixMemory(SuffixParams.of(spec), earlier)
+    def proposers(self, model: ModelConfig, earlier: EarlierOutputs | None) -> SuffixMemory:
+        return SuffixMemory(SuffixParams.of(model), earlier)
 
 
 def vars_of(params: SuffixParams) -> dict[str, Any]:

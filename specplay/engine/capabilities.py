@@ -57,7 +57,7 @@ class Capabilities:
 
 
 def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
-    """A rule or counterfactual routes the source cannot judge are refused before a round, at a
+    """A rule or counterfactual routes the stream cannot judge are refused before a round, at a
     command's edge as in a running playground."""
     if settings.rule not in capabilities.rules and capabilities.fixed_by:
         raise ConfigError("rule", f"{settings.rule} cannot run here: {capabilities.fixed_by}")
@@ -80,7 +80,7 @@ def check_supported(settings: SpecSettings, capabilities: Capabilities) -> None:
 
 
 def no_trees(capabilities: Capabilities) -> str | None:
-    """Why draft trees cannot run on a source, or None where they can."""
+    """Why draft trees cannot run on a stream, or None where they can."""
     if capabilities.trees:
         return None
     return capabilities.fixed_by or "this backend verifies a chain of drafts only"

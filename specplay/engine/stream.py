@@ -39,7 +39,7 @@ class EventStream(Protocol):
 
     def generate(self, request: Request, controls: LiveControls, clock: Clock | None = None) -> Iterator[Event]:
         """Run `request` (its mode among `capabilities.modes`), reading `controls` as it goes; ends
-        with a DoneEvent. `clock` times the events (default: the source's own)."""
+        with a DoneEvent. `clock` times the events (default: the stream's own)."""
         ...
 
     def describe(self) -> dict[str, Any]:

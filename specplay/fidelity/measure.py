@@ -312,7 +312,7 @@ def _row(plan: RowPlan, samples: Sequence[Sample], reference: Sequence[Sequence[
 
 
 def engine_generator(
-    source: EventStream, prompt: str, prompt_token_ids: Sequence[int], settings: SpecSettings, max_tokens: int
+    stream: EventStream, prompt: str, prompt_token_ids: Sequence[int], settings: SpecSettings, max_tokens: int
 ) -> Generate:
     """A Generate over an event stream; call the result where its models may run."""
 
@@ -322,9 +322,9 @@ def engine_generator(
         ruled = settings
         if rule is not None:
             ruled = replace(settings, rule=rule.name, rule_params=rule.into_params(settings.rule_params))
-        controls = LiveControls(ruled, source.drafters)
+        controls = LiveControls(ruled, stream.drafters)
         lane = LaneRecord(mode)
-        for event in source.generate(request, controls):
+        for event in stream.generate(request, controls):
             lane.add(event)
         assert lane.done is not None and lane.start is not None
         done = lane.done

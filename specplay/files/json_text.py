@@ -31,27 +31,27 @@ class JsonError(SpecplayError, ValueError):
         self.deep = deep
 
 
-def parse_json(text: str | bytes, source: str) -> Any:
-    """`text` parsed; `source` names where it came from in the one-line error ("session x line 3")."""
+def parse_json(text: str | bytes, where: str) -> Any:
+    """`text` parsed; `where` names where it came from in the one-line error ("session x line 3")."""
     if isinstance(text, bytes | bytearray):
         try:
             text = bytes(text).decode(json.detect_encoding(text))
         except UnicodeDecodeError:
-            raise JsonError(f"{source} is not JSON: it is not UTF-8 text") from None
+            raise JsonError(f"{where} is not JSON: it is not UTF-8 text") from None
     if _too_deep(text):
-        raise _deep(source)
+        raise _deep(where)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise JsonError(f"{source} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        raise JsonError(f"{where} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except ValueError as exc:  # an integer of more digits than Python converts
-        raise JsonError(f"{source} is not JSON specplay reads ({exc})") from None
+        raise JsonError(f"{where} is not JSON specplay reads ({exc})") from None
     except RecursionError:  # unbalanced brackets the depth check leaves to the parser
-        raise _deep(source) from None
+        raise _deep(where) from None
 
 
-def _deep(source: str) -> JsonError:
-    return JsonError(f"{source} nests JSON deeper than {MAX_DEPTH} levels (damaged or hostile)", deep=True)
+def _deep(where: str) -> JsonError:
+    return JsonError(f"{where} nests JSON deeper than {MAX_DEPTH} levels (damaged or hostile)", deep=True)
 
 
 def read_json(path: Path, what: str, limit: int = CONFIG_LIMIT) -> Any:

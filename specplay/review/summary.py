@@ -241,8 +241,8 @@ SUMMARY_HEADERS = (
 )
 
 
-def _num(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
 
 
 def summary_cells(column: Column, numbers: ColumnNumbers) -> list[str]:

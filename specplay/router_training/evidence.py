@@ -53,10 +53,10 @@ class RouteEvidence:
         return f"{self.drafter} measured {self.median:.2f}× on {self.prompt_class} here ({runs})"
 
 
-def _matches(spec: ModelConfig, record: Mapping[str, Any]) -> bool:
-    """A session's model record is this spec's drafter: of the same kind and settings, or a model
-    from the same source."""
-    return kind_of(spec).matches(spec, record)
+def _matches(model: ModelConfig, record: Mapping[str, Any]) -> bool:
+    """A session's model record is this drafter: of the same kind and settings, or a model
+    from the same location."""
+    return kind_of(model).matches(model, record)
 
 
 def _judged_alike(recorded: SpecSettings, settings: SpecSettings) -> bool:

@@ -2,7 +2,7 @@
 lanes side by side.
 
 Nothing here touches Textual: results go through callbacks, which the app points at
-post_message (thread-safe). MLX state belongs to the thread that made it, so the source is
+post_message (thread-safe). MLX state belongs to the thread that made it, so the stream is
 opened on the model thread from the configuration, never passed in already loaded.
 """
 
@@ -48,7 +48,7 @@ DRAFT_LANE = "draft"
 OnEvent = Callable[[str, Event, float, tuple[str, ...]], None]
 """(lane, event, the lane's own seconds so far, the text of each drafted token of a round)."""
 OnLoaded = Callable[[EventStream | None, dict[str, Any], BaseException | None], None]
-"""(source, its description, error): called on the model thread once loading ends."""
+"""(stream, its description, error): called on the model thread once loading ends."""
 
 
 def unknown_text(token_id: int) -> str:
@@ -57,14 +57,14 @@ def unknown_text(token_id: int) -> str:
 
 
 OpenSource = Callable[[RunConfig], EventStream]
-"""How a host opens its source on the model thread: `open_stream`, or a stand-in's own (the tests')."""
+"""How a host opens its stream on the model thread: `open_stream`, or a stand-in's own (the tests')."""
 
 
 class ModelHost:
     def __init__(
         self, config: RunConfig, clock: Callable[[], float] = time.perf_counter, open_source: OpenSource | None = None
     ) -> None:
-        """`open_source` replaces `open_stream`; a source opened so cleans up in its own `close`."""
+        """`open_source` replaces `open_stream`; a stream opened so cleans up in its own `close`."""
         self.config = config
         self.source: EventStream | None = None
         self._clock = clock
@@ -93,7 +93,7 @@ class ModelHost:
             self._cleanup()
 
     def load(self, done: OnLoaded) -> None:
-        """Open the configured source on the model thread; `done` is called there."""
+        """Open the configured stream on the model thread; `done` is called there."""
 
         def load() -> tuple[EventStream, dict[str, Any]]:
             self.source = self._open(self.config)
@@ -114,7 +114,7 @@ class ModelHost:
 
     def start(
         self,
-        spec: RequestConfig,
+        request_config: RequestConfig,
         controls: Mapping[str, LiveControls],
         on_event: OnEvent,
         on_end: Callable[[BaseException | None], None],
@@ -129,8 +129,8 @@ class ModelHost:
         turn; None: a new conversation."""
 
         def run() -> None:
-            source = self.source
-            assert source is not None and spec.prompt is not None
+            stream = self.source
+            assert stream is not None and request_config.prompt is not None
             if self._refit is not None:  # before the first event: the session records the count
                 self._refit("as the run started")
             lanes: dict[str, tuple[LaneClock, Iterator[Event]]] = {}
@@ -139,20 +139,20 @@ class ModelHost:
                 before = earlier.get(lane, ()) if earlier is not None else ()
                 # pipeline=False: lanes on one device may not compute on another's time.
                 request = Request(
-                    prompt=spec.prompt,
-                    prompt_token_ids=tuple(source.encode(spec.prompt, spec.raw, before)),
+                    prompt=request_config.prompt,
+                    prompt_token_ids=tuple(stream.encode(request_config.prompt, request_config.raw, before)),
                     mode=lane,  # type: ignore[arg-type]
-                    seed=spec.seed,
-                    max_tokens=spec.max_tokens,
-                    ignore_eos=spec.ignore_eos,
+                    seed=request_config.seed,
+                    max_tokens=request_config.max_tokens,
+                    ignore_eos=request_config.ignore_eos,
                     pipeline=False,
                     continues=earlier is not None,
                     inspect=lane == "speculative",
                 )
-                lanes[lane] = (clock, source.generate(request, controls[lane], clock))
-            take_turns = source.capabilities.lanes_take_turns
+                lanes[lane] = (clock, stream.generate(request, controls[lane], clock))
+            take_turns = stream.capabilities.lanes_take_turns
             for lane, event in side_by_side(lanes) if take_turns else _in_turn(lanes):
-                drafted = tuple(map(source.token_text, event.drafted)) if isinstance(event, RoundEvent) else ()
+                drafted = tuple(map(stream.token_text, event.drafted)) if isinstance(event, RoundEvent) else ()
                 on_event(lane, event, lanes[lane][0](), drafted)
                 if take_turns:  # no lane's clock runs here (a server's lane streams in its own time)
                     self.gate.between_turns()
@@ -164,7 +164,7 @@ class ModelHost:
 
     def measure_costs(
         self,
-        spec: RequestConfig,
+        request_config: RequestConfig,
         settings: SpecSettings,
         max_rows: int,
         route: str,
@@ -175,28 +175,28 @@ class ModelHost:
         error."""
 
         def measure() -> RoundCosts:
-            source = self.source
-            if not isinstance(source, SpecEngine):  # a speculating server runs its own rounds
+            stream = self.source
+            if not isinstance(stream, SpecEngine):  # a speculating server runs its own rounds
                 raise ConfigError("costs", "cannot be measured here: the server runs the rounds itself")
-            kept = dict(source.kept)  # a conversation's caches: its next turn still goes on from them
+            kept = dict(stream.kept)  # a conversation's caches: its next turn still goes on from them
             try:
-                return timed(source)
+                return timed(stream)
             finally:
-                source.kept.clear()
-                source.kept.update(kept)
+                stream.kept.clear()
+                stream.kept.update(kept)
 
-        def timed(source: SpecEngine) -> RoundCosts:
-            assert spec.prompt is not None
+        def timed(stream: SpecEngine) -> RoundCosts:
+            assert request_config.prompt is not None
             if self._refit is not None:
                 self._refit("as the measurement started")
-            ids = source.encode(spec.prompt, raw=spec.raw)
+            ids = stream.encode(request_config.prompt, raw=request_config.raw)
             rule = settings.acceptance_rule
             # The playground's lanes take turns and do not pipeline: the target step is timed alike.
-            costs = measure_costs(source, ids, settings.sampling, rule, max_rows=max_rows, pipeline=False)
+            costs = measure_costs(stream, ids, settings.sampling, rule, max_rows=max_rows, pipeline=False)
             # A lane's rounds are all of one k: the line through rounds at two k, drawn here, says
             # what a drafted token costs in them, which the step timed alone can understate.
             in_rounds = measure_drafting(
-                source,
+                stream,
                 ids,
                 settings,
                 [route],
@@ -223,26 +223,26 @@ class ModelHost:
         thread would mean waiting for the run to end). From a local tokenizer at once; from a
         server's, the text when known, else `<id>` while a background thread asks the server
         (then `on_decoded` is called, on that thread, for the view to show it)."""
-        source = self.source
-        if source is None:
+        stream = self.source
+        if stream is None:
             return unknown_text(token_id)
-        if source.capabilities.local_token_text:
-            return source.token_text(token_id)
+        if stream.capabilities.local_token_text:
+            return stream.token_text(token_id)
         if (text := self._texts.get(token_id)) is not None:
             return text
         if token_id not in self._asked:
             self._asked.add(token_id)
             if self._decoder is None:
                 # A daemon: quitting never waits on a server's reply (a pool's workers are joined at exit).
-                self._decoder = threading.Thread(target=self._fetch_texts, args=(source,), daemon=True)
+                self._decoder = threading.Thread(target=self._fetch_texts, args=(stream,), daemon=True)
                 self._decoder.start()
             self._to_decode.put(token_id)
         return unknown_text(token_id)
 
-    def _fetch_texts(self, source: EventStream) -> None:
+    def _fetch_texts(self, stream: EventStream) -> None:
         while (token_id := self._to_decode.get()) is not None:
             try:
-                self._texts[token_id] = source.token_text(token_id)
+                self._texts[token_id] = stream.token_text(token_id)
             except SpecplayError:  # an unreachable server: the id stays on show, asked again next time
                 self._asked.discard(token_id)
                 continue

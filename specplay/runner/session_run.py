@@ -90,7 +90,7 @@ def open_writer(
     **about: object,
 ) -> SessionWriter:
     """A session in `config`'s folder for a run of `request` (its prompt, seed and mode as run) on
-    the source `identity` and `capabilities` describe; `about` adds to the request record, as does
+    the stream `identity` and `capabilities` describe; `about` adds to the request record, as does
     the learned router `--route auto` asked, if any (its file's name, hash and drafters).
     `token_text`: a local tokenizer's, to record drafted tokens' texts (never a server round trip)."""
     assert request.prompt is not None
@@ -109,13 +109,13 @@ def open_writer(
     )
 
 
-def local_token_text(source: EventStream) -> Callable[[int], str] | None:
-    """The source's token texts where they cost no round trip to a server."""
-    return source.token_text if source.capabilities.local_token_text else None
+def local_token_text(stream: EventStream) -> Callable[[int], str] | None:
+    """The stream's token texts where they cost no round trip to a server."""
+    return stream.token_text if stream.capabilities.local_token_text else None
 
 
 def run_sample(
-    source: EventStream,
+    stream: EventStream,
     config: RunConfig,
     request: Request,
     on_event: OnEvent,
@@ -134,26 +134,26 @@ def run_sample(
     caches. `on_turn(index, prompt)` comes before a turn's events, `on_turn_done` after its lanes.
     Ctrl-C asks the run to stop at its next round and keeps what it made (saved as incomplete;
     no later lane or turn runs), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt
-    at once (the session stays, incomplete). `identity` is the source's description, asked once
+    at once (the session stays, incomplete). `identity` is the stream's description, asked once
     per run; `about` adds to a saved session's request record (a prompt's category and name), as
     does where the router sent the prompt and why, where the route setting asked it (auto, adaptive)."""
     lanes = [request.mode]
-    if baseline and request.mode == "speculative" and source.capabilities.baseline:
+    if baseline and request.mode == "speculative" and stream.capabilities.baseline:
         lanes.append("target")
     writer = None
     if save:
-        spec = replace(config.request, prompt=request.prompt, seed=request.seed, mode=request.mode)
+        request_config = replace(config.request, prompt=request.prompt, seed=request.seed, mode=request.mode)
         if request.mode != "target" and config.settings.route in ROUTE_SETTINGS:
-            about = {"route_choice": source.routing.choice(request.prompt).record(), **(about or {})}
+            about = {"route_choice": stream.routing.choice(request.prompt).record(), **(about or {})}
         writer = open_writer(
             config,
-            spec,
+            request_config,
             prompt_token_ids=request.prompt_token_ids,
             lanes=lanes,
             identity=identity or {},
-            capabilities=source.capabilities,
-            route_map=source.routing.route_map,
-            token_text=local_token_text(source),
+            capabilities=stream.capabilities,
+            route_map=stream.routing.route_map,
+            token_text=local_token_text(stream),
             **(about or {}),
         )
     run = SampleRun([])
@@ -168,12 +168,12 @@ def run_sample(
                 if index == 0:
                     asked = replace(request, mode=mode)
                 else:
-                    ids = tuple(source.encode(prompt, config.request.raw, earlier[mode]))
+                    ids = tuple(stream.encode(prompt, config.request.raw, earlier[mode]))
                     asked = replace(request, prompt=prompt, prompt_token_ids=ids, mode=mode, continues=True)
-                controls = LiveControls(config.settings, source.drafters if mode == request.mode else ())
+                controls = LiveControls(config.settings, stream.drafters if mode == request.mode else ())
                 records.append(
                     stream_lane(
-                        source, asked, controls=controls, on_event=on_event, writer=writer, on_interrupt=on_interrupt
+                        stream, asked, controls=controls, on_event=on_event, writer=writer, on_interrupt=on_interrupt
                     )
                 )
                 earlier[mode].append(Exchange(prompt, records[-1].text))
@@ -192,7 +192,7 @@ def run_sample(
 
 
 def stream_lane(
-    source: EventStream,
+    stream: EventStream,
     request: Request,
     *,
     controls: LiveControls,
@@ -205,7 +205,7 @@ def stream_lane(
     for them (a server may be slow to answer)."""
     record = LaneRecord(request.mode)
     with ctrl_c_stops(controls, on_interrupt):
-        for event in source.generate(request, controls):
+        for event in stream.generate(request, controls):
             record.add(event)
             if writer is not None:
                 writer.write_event(request.mode, event)

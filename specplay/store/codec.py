@@ -341,7 +341,7 @@ def decode_event(kind: str, data: Any, where: str = "event") -> Event | None:
 
 
 def capabilities_from_header(header: Mapping[str, Any]) -> Capabilities:
-    """What the session's source could do. Sessions older than the record name only their
+    """What the session's event stream could do. Sessions older than the record name only their
     backend, which says as much; sessions of the first record spelt one field `recolours`."""
     record = header.get("capabilities")
     if record is not None:
@@ -391,7 +391,7 @@ class ModelRecord:
 
 @dataclass(frozen=True)
 class BackendRecord:
-    """The shape of what a source said of itself that readers rely on."""
+    """The shape of what an event stream said of itself that readers rely on."""
 
     models: dict[str, ModelRecord] = field(default_factory=dict)
     backend: str | None = None

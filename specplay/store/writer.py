@@ -62,7 +62,7 @@ class SessionWriter:
         capabilities: Capabilities,
         token_text: Callable[[int], str] | None = None,
     ) -> None:
-        """`backend` is the source's description, `request` the codec's request record.
+        """`backend` is the event stream's description, `request` the codec's request record.
         `token_text`, where the tokenizer is at hand, records the text of every drafted and
         candidate token, so a review shows rejected drafts as text without loading a model."""
         now = datetime.now(UTC)

@@ -48,10 +48,10 @@ def code_texts() -> list[Text]:
     return texts
 
 
-def docstrings(source: str) -> list[str]:
+def docstrings(code: str) -> list[str]:
     """Module, class and function docstrings, cleaned of their indentation."""
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return []
     nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef))]

@@ -146,7 +146,7 @@ def read_texts(files: Sequence[Path]) -> list[str]:
 
 def write_perturbed_copy(src_dir: Path, out_dir: Path, noise: float, seed: int = 0) -> None:
     """A copy of the model in `src_dir` with Gaussian noise, `noise` times each tensor's std,
-    added to every weight: a drafter that agrees with its source often but not always."""
+    added to every weight: a drafter that agrees with the model it copies often, not always."""
     import shutil
 
     weights = mx.load(str(src_dir / "model.safetensors"))

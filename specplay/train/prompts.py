@@ -24,29 +24,29 @@ class TrainingPrompt:
     earlier: tuple[Exchange, ...] = ()
 
 
-def read_prompts(source: Path) -> list[TrainingPrompt]:
+def read_prompts(path: Path) -> list[TrainingPrompt]:
     """Prompts from a folder of saved sessions (every turn of each session, a conversation's later
     turns after its earlier exchanges), a .jsonl file (a "prompt" or "text" field per line) or a
     text file (prompts separated by blank lines)."""
-    if not source.exists():
-        raise SpecplayError(f"data {str(source)!r} not found: pass a prompt file (.txt or .jsonl) or a sessions folder")
+    if not path.exists():
+        raise SpecplayError(f"data {str(path)!r} not found: pass a prompt file (.txt or .jsonl) or a sessions folder")
     try:
-        if source.is_dir():
-            prompts = _session_prompts(source)
-        elif source.suffix == ".jsonl":
-            prompts = [TrainingPrompt(text) for text in _jsonl_prompts(source)]
+        if path.is_dir():
+            prompts = _session_prompts(path)
+        elif path.suffix == ".jsonl":
+            prompts = [TrainingPrompt(text) for text in _jsonl_prompts(path)]
         else:
-            text = read_input_text(source, "data", DATA_LIMIT, errors="replace")
+            text = read_input_text(path, "data", DATA_LIMIT, errors="replace")
             prompts = [TrainingPrompt(block.strip("\n")) for block in text.split("\n\n")]
     except UnicodeDecodeError as exc:
-        raise SpecplayError(f"data {str(source)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise SpecplayError(f"data {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except InputError:
         raise  # already one line naming the file
     except OSError as exc:
-        raise SpecplayError(f"data {str(source)!r} cannot be read: {exc.strerror or exc}") from None
+        raise SpecplayError(f"data {str(path)!r} cannot be read: {exc.strerror or exc}") from None
     prompts = [p for p in prompts if p.text.strip()]
     if not prompts:
-        raise SpecplayError(f"data {str(source)!r} holds no prompts")
+        raise SpecplayError(f"data {str(path)!r} holds no prompts")
     return prompts
 
 

@@ -43,7 +43,7 @@ def test_bench_encodes_prompts_as_run_does(tmp_path: Path) -> None:
             configs=(), prompts=(PROMPT,), temperatures=(0.0,), repeats=3, max_tokens=4, raw=raw, warm_up=()
         )
         execute(engine, plan, BenchConfig("k=4", "k"), PROMPT, 0.0, seed=0)
-        # what `specplay run` encodes: cli/run.py's `source.encode(spec.prompt, raw=spec.raw)`
+        # what `specplay run` encodes: cli/run.py's `stream.encode(request_config.prompt, raw=request_config.raw)`
         assert engine.requests[-1].prompt_token_ids == tuple(engine.encode(PROMPT.text, raw=raw))
     assert engine.requests[0].prompt_token_ids != engine.requests[1].prompt_token_ids  # the template applied
 

@@ -116,7 +116,7 @@ def test_a_replay_runs_the_whole_conversation_again(tmp_path: Path, capsys: pyte
 def test_ctrl_c_in_a_later_turn_keeps_the_conversation_so_far(tmp_path: Path) -> None:
     flags = ["run", "--target", "demo", *TURNS, "--max-tokens", "24", "--ignore-eos", "--sessions-dir", str(tmp_path)]
     config = run_config(given(build_parser().parse_args(flags)))
-    source = open_stream(config)
+    stream = open_stream(config)
     turn, interrupted = [0], []
 
     def on_event(lane: str, event: Event) -> None:
@@ -126,23 +126,28 @@ def test_ctrl_c_in_a_later_turn_keeps_the_conversation_so_far(tmp_path: Path) ->
     def on_turn(index: int, prompt: str) -> None:
         turn[0] = index
 
-    spec = config.request
-    assert spec.prompt is not None
-    request = Request(spec.prompt, tuple(source.encode(spec.prompt, raw=spec.raw)), max_tokens=24, ignore_eos=True)
+    request_config = config.request
+    assert request_config.prompt is not None
+    request = Request(
+        request_config.prompt,
+        tuple(stream.encode(request_config.prompt, raw=request_config.raw)),
+        max_tokens=24,
+        ignore_eos=True,
+    )
     try:
         result = run_sample(
-            source,
+            stream,
             config,
             request,
             on_event,
             save=True,
             baseline=True,
             on_interrupt=lambda: interrupted.append(True),
-            follow_ups=spec.follow_ups,
+            follow_ups=request_config.follow_ups,
             on_turn=on_turn,
         )
     finally:
-        source.close()
+        stream.close()
     assert interrupted == [True] and result.cancelled and len(result.turns) == 2
     assert result.turns[1].baseline is None  # no lane and no turn after the one stopped
     assert result.session is not None

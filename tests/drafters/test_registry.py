@@ -17,7 +17,7 @@ import pytest
 
 import specplay
 from specplay.cli import main
-from specplay.drafters import KINDS, MODEL, DrafterKind, ModelConfig, Role, drafter_syntax, kind_of, model_spec
+from specplay.drafters import KINDS, MODEL, DrafterKind, ModelConfig, Role, drafter_syntax, kind_of, parse_model
 from specplay.errors import ConfigError
 from specplay.store import load_session
 from specplay.store.replay import local_model
@@ -54,13 +54,13 @@ class RepeatLastKind(DrafterKind):
             raise ConfigError(field, "repeat-last takes no options")
         return ModelConfig(name, role, self.name, "")
 
-    def describe(self, spec: ModelConfig) -> str:
+    def describe(self, model: ModelConfig) -> str:
         return "repeats the last token"
 
     def replay(self, name: str, role: Role, record: Mapping[str, Any]) -> ModelConfig:
         return ModelConfig(name, role, self.name, "")
 
-    def proposer(self, spec: ModelConfig) -> RepeatLast:
+    def proposer(self, model: ModelConfig) -> RepeatLast:
         return RepeatLast()
 
 
@@ -80,8 +80,8 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict
 def test_a_kind_added_in_a_test_module_runs_end_to_end(
     repeat_last: DrafterKind, tiny: TinyModels, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = model_spec("rep", "drafter", "repeat-last", "draft")
-    assert kind_of(spec) is repeat_last and spec.kind == "repeat-last"
+    drafter = parse_model("rep", "drafter", "repeat-last", "draft")
+    assert kind_of(drafter) is repeat_last and drafter.kind == "repeat-last"
     assert "repeat-last" in drafter_syntax()  # the help of --draft lists it
     common = ["--prompt", CODE_PROMPT, "--raw", "--max-tokens", "24", "--ignore-eos", "--json"]
     models = ["--target", str(tiny.target), "--draft", "rep=repeat-last"]
@@ -100,7 +100,7 @@ def test_a_kind_added_in_a_test_module_runs_end_to_end(
     (path,) = sessions.glob("*.jsonl")
     record = load_session(path).header["backend"]["models"]["rep"]
     assert record == {"kind": "repeat-last", "source": "repeats the last token"}
-    assert local_model("rep", "drafter", record) == spec
+    assert local_model("rep", "drafter", record) == drafter
     code, (replayed,), err = _run(capsys, "--replay", str(path), "--json", "--sessions-dir", str(sessions))
     assert code == 0, err
     assert replayed["token_ids"] == speculative["token_ids"]
@@ -110,13 +110,13 @@ def test_a_kind_added_in_a_test_module_runs_end_to_end(
 
 
 def test_a_source_names_its_kind_or_is_a_model() -> None:
-    assert kind_of(model_spec("l", "drafter", "prompt-lookup:n=1-3", "draft")).name == "prompt-lookup"
-    assert kind_of(model_spec("e", "drafter", "early-exit:layers=3", "draft")).name == "early-exit"
-    assert kind_of(model_spec("m", "drafter", "some/model", "draft")) is MODEL
+    assert kind_of(parse_model("l", "drafter", "prompt-lookup:n=1-3", "draft")).name == "prompt-lookup"
+    assert kind_of(parse_model("e", "drafter", "early-exit:layers=3", "draft")).name == "early-exit"
+    assert kind_of(parse_model("m", "drafter", "some/model", "draft")) is MODEL
     with pytest.raises(ConfigError, match="none is a route, not a drafter: pick it with --route none"):
-        model_spec("n", "drafter", "none", "draft")
+        parse_model("n", "drafter", "none", "draft")
     with pytest.raises(ConfigError, match="prompt-lookup is a drafter, not a target"):
-        model_spec("target", "target", "prompt-lookup", "target")
+        parse_model("target", "target", "prompt-lookup", "target")
 
 
 def test_every_kind_says_what_it_is() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specplay.drafters import KINDS, SUFFIX, EarlierOutput, EarlierOutputs, drafter_syntax, kind_of, model_spec
+from specplay.drafters import KINDS, SUFFIX, EarlierOutput, EarlierOutputs, drafter_syntax, kind_of, parse_model
 from specplay.drafters.suffix import SuffixMemory, SuffixParams
 from specplay.engine.layout import ROOT, children, depths
 from specplay.engine.tree import TreeShape, tree_shape
@@ -26,19 +26,19 @@ def memory(outputs: list[list[int]], **options: object) -> SuffixMemory:
 
 
 def test_it_is_written_checked_and_recorded_as_every_kind() -> None:
-    spec = model_spec("mem", "drafter", "suffix:depth=8,min_prob=0.2,memory=5000", "draft")
-    assert kind_of(spec) is SUFFIX and KINDS["suffix"] is SUFFIX and "suffix[:" in drafter_syntax()
-    assert spec.params == {"depth": 8, "factor": 1.0, "offset": 0.0, "min_prob": 0.2, "memory": 5000}
-    assert SUFFIX.describe(spec) == "suffix decoding, matches up to 8 tokens, memory 5,000 tokens"
-    record = SUFFIX.record(spec)
-    assert record["kind"] == "suffix" and SUFFIX.replay("mem", "drafter", record) == spec
-    assert SUFFIX.matches(spec, record) and not SUFFIX.matches(spec, record | {"depth": 9})
-    assert SUFFIX.recalls(spec) == 5000 and SUFFIX.recalls(model_spec("m", "drafter", "suffix:memory=0", "d")) == 0
-    assert model_spec("m", "drafter", "suffix", "draft").params["depth"] == 24
+    drafter = parse_model("mem", "drafter", "suffix:depth=8,min_prob=0.2,memory=5000", "draft")
+    assert kind_of(drafter) is SUFFIX and KINDS["suffix"] is SUFFIX and "suffix[:" in drafter_syntax()
+    assert drafter.params == {"depth": 8, "factor": 1.0, "offset": 0.0, "min_prob": 0.2, "memory": 5000}
+    assert SUFFIX.describe(drafter) == "suffix decoding, matches up to 8 tokens, memory 5,000 tokens"
+    record = SUFFIX.record(drafter)
+    assert record["kind"] == "suffix" and SUFFIX.replay("mem", "drafter", record) == drafter
+    assert SUFFIX.matches(drafter, record) and not SUFFIX.matches(drafter, record | {"depth": 9})
+    assert SUFFIX.recalls(drafter) == 5000 and SUFFIX.recalls(parse_model("m", "drafter", "suffix:memory=0", "d")) == 0
+    assert parse_model("m", "drafter", "suffix", "draft").params["depth"] == 24
 
 
 @pytest.mark.parametrize(
-    ("source", "expected"),
+    ("written", "expected"),
     [
         ("suffix:size=3", "suffix takes depth=, factor=, offset=, min_prob=, memory=, not size"),
         ("suffix:depth=0", "suffix:depth=0 must be a whole number from 1 to 256"),
@@ -50,9 +50,9 @@ def test_it_is_written_checked_and_recorded_as_every_kind() -> None:
         ("suffix:depth", "suffix takes KEY=VALUE options separated by commas"),
     ],
 )
-def test_bad_options_are_one_line(source: str, expected: str) -> None:
+def test_bad_options_are_one_line(written: str, expected: str) -> None:
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace("+", r"\+")) as raised:
-        model_spec("mem", "drafter", source, "draft")
+        parse_model("mem", "drafter", written, "draft")
     assert "\n" not in str(raised.value)
 
 

@@ -43,11 +43,11 @@ def written(tmp_path: Path, router: LearnedRouter) -> Path:
 
 
 def test_a_router_read_back_classifies_exactly_as_the_one_written(written: Path, router: LearnedRouter) -> None:
-    spec = read_router(written)
-    assert spec.drafters == tuple(DRAFTERS) and spec.path == written
-    assert spec.sha256 == hashlib.sha256(written.read_bytes()).hexdigest()
-    assert spec.record() == {"file": "router.json", "sha256": spec.sha256, "drafters": DRAFTERS}
-    loaded = spec.router
+    router_config = read_router(written)
+    assert router_config.drafters == tuple(DRAFTERS) and router_config.path == written
+    assert router_config.sha256 == hashlib.sha256(written.read_bytes()).hexdigest()
+    assert router_config.record() == {"file": "router.json", "sha256": router_config.sha256, "drafters": DRAFTERS}
+    loaded = router_config.router
     assert isinstance(loaded, LearnedRouter) and loaded.label == "the learned router router.json"
     assert loaded.trained_on == {"sessions": len(PROMPTS), "score": "acceptance"}
     others = ["", "x" * 5000, "naïve café ☕", "SELECT * FROM t;", *(p.upper() for p in PROMPTS)]

@@ -93,14 +93,14 @@ VocabWriter = Callable[[gguf.GGUFWriter], None]
 
 def bpe_vocab(folder: Path, pre: str = "gpt-2", add_bos: bool | None = False) -> VocabWriter:
     """The folder's byte-level BPE tokenizer as llama.cpp's converter stores it."""
-    spec = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer_json = json.loads((folder / "tokenizer.json").read_text())
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    vocab: dict[str, int] = spec["model"]["vocab"]
-    special = {t["content"]: t["id"] for t in spec["added_tokens"]}
+    vocab: dict[str, int] = tokenizer_json["model"]["vocab"]
+    special = {t["content"]: t["id"] for t in tokenizer_json["added_tokens"]}
     tokens = [""] * (max(vocab.values()) + 1)
     for token, i in (vocab | special).items():
         tokens[i] = token
-    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer_json["model"]["merges"]]
 
     def write(writer: gguf.GGUFWriter) -> None:
         writer.add_tokenizer_model("gpt2")

@@ -13,7 +13,7 @@ from textual.widgets import TextArea
 from specplay.cli import main
 from specplay.cli.configure import with_earlier_outputs
 from specplay.config.run_config import RequestConfig, RunConfig
-from specplay.drafters import ModelConfig, model_spec
+from specplay.drafters import ModelConfig, parse_model
 from specplay.engine.events import RoundEvent
 from specplay.engine.settings import SpecSettings
 from specplay.store import load_session
@@ -36,7 +36,7 @@ async def test_the_drill_down_says_where_a_suffix_draft_came_from(
     capsys.readouterr()
     config = RunConfig(
         target=ModelConfig("target", "target", "mlx", str(tiny.target)),
-        drafters=(model_spec("mem", "drafter", "suffix", "draft"),),
+        drafters=(parse_model("mem", "drafter", "suffix", "draft"),),
         request=RequestConfig(prompt=CODE_PROMPT, raw=True, max_tokens=32, ignore_eos=True),
         settings=SpecSettings(route="mem", k=4),
         sessions_dir=sessions,

@@ -346,7 +346,7 @@ class LoadedDrafter(Protocol):
 
     name: str
     kind: DrafterKind
-    spec: ModelConfig
+    model_config: ModelConfig
 
     def open(self, vocab_size: int) -> Drafter:
         """A fresh drafter for one generation."""
@@ -363,7 +363,7 @@ class LoadedProposer:
 
     name: str
     kind: DrafterKind
-    spec: ModelConfig
+    model_config: ModelConfig
     proposers: Proposers
 
     def open(self, vocab_size: int) -> Drafter:
@@ -373,7 +373,7 @@ class LoadedProposer:
     def record(self) -> dict[str, Any]:
         note = self.proposers.note  # what it read as it loaded, for sessions and the status line
         loaded = {"loaded": note} if note else {}
-        return self.kind.record(self.spec) | {"source": self.kind.describe(self.spec)} | loaded
+        return self.kind.record(self.model_config) | {"source": self.kind.describe(self.model_config)} | loaded
 
 
 @dataclass(frozen=True)
@@ -382,7 +382,7 @@ class LoadedModelDrafter:
 
     name: str
     kind: DrafterKind
-    spec: ModelConfig
+    model_config: ModelConfig
     loaded: LoadedModel
 
     def open(self, vocab_size: int) -> Drafter:
@@ -400,7 +400,7 @@ class LoadedEarlyExit:
 
     name: str
     kind: DrafterKind
-    spec: ModelConfig
+    model_config: ModelConfig
     model: EarlyExitModel
     target: LoadedModel
     head: dict[str, Any] | None = None
@@ -408,7 +408,7 @@ class LoadedEarlyExit:
 
     @property
     def layers(self) -> int:
-        return int(self.spec.params["layers"])
+        return int(self.model_config.params["layers"])
 
     def open(self, vocab_size: int) -> Drafter:
         cache = rewindable_cache(self.target)[: self.layers]
@@ -416,44 +416,44 @@ class LoadedEarlyExit:
         return CacheDrafter(ModelCache(self.name, self.model, cache, vocab_size, tree))
 
     def record(self) -> dict[str, Any]:
-        return self.kind.record(self.spec) | {
+        return self.kind.record(self.model_config) | {
             "head": self.head,
             "own_parameters": self.model.own_parameters(),
             "target_layers": len(self.model.split.layers),
-            "source": self.kind.describe(self.spec),
+            "source": self.kind.describe(self.model_config),
         }
 
 
 def _load_model(
-    name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel, earlier: EarlierOutputs | None
+    name: str, kind: DrafterKind, model_config: ModelConfig, target: LoadedModel, earlier: EarlierOutputs | None
 ) -> LoadedDrafter:
-    return LoadedModelDrafter(name, kind, spec, load_model(name, spec.location))
+    return LoadedModelDrafter(name, kind, model_config, load_model(name, model_config.location))
 
 
 def _load_early_exit(
-    name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel, earlier: EarlierOutputs | None
+    name: str, kind: DrafterKind, model_config: ModelConfig, target: LoadedModel, earlier: EarlierOutputs | None
 ) -> LoadedDrafter:
     """Built over `target`'s own modules: its layer count checked, a head loaded and checked."""
-    layers = int(spec.params["layers"])
-    split = LayerSplit(target.model, f"early-exit drafter {name!r}: the target ({target.source})")
+    layers = int(model_config.params["layers"])
+    split = LayerSplit(target.model, f"early-exit drafter {name!r}: the target ({target.location})")
     check_layers(layers, split, f"early-exit drafter {name!r}")
     head, identity = None, None
-    if spec.params.get("head"):
-        folder = Path(spec.params["head"])
+    if model_config.params.get("head"):
+        folder = Path(model_config.params["head"])
         head = load_exit_head(folder, layers, split, folder_identity(target))
         identity = head_identity(folder)
     model = EarlyExitModel(split, layers, head)
-    return LoadedEarlyExit(name=name, kind=kind, spec=spec, model=model, target=target, head=identity)
+    return LoadedEarlyExit(name=name, kind=kind, model_config=model_config, model=model, target=target, head=identity)
 
 
 def _load_proposer(
-    name: str, kind: DrafterKind, spec: ModelConfig, target: LoadedModel, earlier: EarlierOutputs | None
+    name: str, kind: DrafterKind, model_config: ModelConfig, target: LoadedModel, earlier: EarlierOutputs | None
 ) -> LoadedDrafter:
-    return LoadedProposer(name, kind, spec, kind.proposers(spec, earlier))
+    return LoadedProposer(name, kind, model_config, kind.proposers(model_config, earlier))
 
 
 Loader = Callable[[str, DrafterKind, ModelConfig, LoadedModel, EarlierOutputs | None], LoadedDrafter]
-"""(name, kind, spec, the loaded target, the earlier outputs read for the drafters that remember)."""
+"""(name, kind, model_config, the loaded target, the earlier outputs read for the drafters that remember)."""
 LOADERS: dict[Form, Loader] = {
     "model": _load_model,
     "target-layers": _load_early_exit,
@@ -463,9 +463,9 @@ LOADERS: dict[Form, Loader] = {
 
 
 def load_drafter(
-    name: str, spec: ModelConfig, *, target: LoadedModel, earlier: EarlierOutputs | None = None
+    name: str, model_config: ModelConfig, *, target: LoadedModel, earlier: EarlierOutputs | None = None
 ) -> LoadedDrafter:
     """What one drafter needs at run time, by its kind's form; call on the MLX thread. `earlier`:
     the outputs the command read for the drafters that remember (drafters/memory.py)."""
-    kind = kind_of(spec)
-    return LOADERS[kind.form](name, kind, spec, target, earlier)
+    kind = kind_of(model_config)
+    return LOADERS[kind.form](name, kind, model_config, target, earlier)

@@ -27,7 +27,7 @@ from specplay.errors import ModelError, detail_of
 @dataclass(frozen=True)
 class LoadedModel:
     name: str
-    source: str
+    location: str
     """What the user passed: a folder or a Hugging Face id."""
     path: Path
     model: nn.Module
@@ -110,7 +110,7 @@ def check_token_mapping(target: LoadedModel, drafter: LoadedModel, target_vocab:
     by_id_drafter = {i: t for t, i in drafter_vocab.items()}
     first = min(i for i in by_id_target.keys() | by_id_drafter.keys() if by_id_target.get(i) != by_id_drafter.get(i))
     raise ModelError(
-        f"drafter {drafter.name!r} ({drafter.source}) does not share the target's token mapping: "
+        f"drafter {drafter.name!r} ({drafter.location}) does not share the target's token mapping: "
         f"id {first} is {by_id_target.get(first)!r} in the target but {by_id_drafter.get(first)!r} in the drafter; "
         "use a drafter with the target's tokenizer"
     )
@@ -147,7 +147,7 @@ def rewindable_cache(loaded: LoadedModel) -> list[Any]:
     for layer_cache in run_cache(loaded.model):
         if not layer_cache.is_trimmable():
             raise ModelError(
-                f"model {loaded.name!r} ({loaded.source}) keeps a {type(layer_cache).__name__}, "
+                f"model {loaded.name!r} ({loaded.location}) keeps a {type(layer_cache).__name__}, "
                 "state that cannot be rewound (recurrent or state-space layers); speculative "
                 "decoding needs models with attention caches"
             )
@@ -160,8 +160,8 @@ _SAMPLE = 4 * 2**20
 
 
 def folder_identity(loaded: LoadedModel) -> dict[str, str]:
-    """What a session records of a model: where it came from (a GGUF file is its source, the
-    converted folder its path) and hashes of its config and weights.
+    """What a session records of a model: where it came from (its `source`: a GGUF file or what
+    the user passed; its `path`: the folder loaded) and hashes of its config and weights.
 
     Weights above 256 MiB in all are fingerprinted (size, first and last 4 MiB of each file), so
     identifying a large model costs milliseconds instead of a full read.
@@ -182,9 +182,9 @@ def folder_identity(loaded: LoadedModel) -> dict[str, str]:
                 weights.update(handle.read(_SAMPLE))
                 handle.seek(max(0, size - _SAMPLE))
                 weights.update(handle.read(_SAMPLE))
-    gguf = {"kind": "gguf"} if loaded.source.lower().endswith(".gguf") else {}
+    gguf = {"kind": "gguf"} if loaded.location.lower().endswith(".gguf") else {}
     return gguf | {
-        "source": loaded.source,
+        "source": loaded.location,
         "path": str(loaded.path.resolve()),
         "config_sha256": config,
         "weights_sha256": weights.hexdigest(),

@@ -28,7 +28,7 @@ from specplay.backends.mlx.loading import (
 )
 from specplay.backends.mlx.trees import tree_pass
 from specplay.config.capabilities import MLX
-from specplay.drafters import EarlierOutputs, ModelConfig, model_spec
+from specplay.drafters import EarlierOutputs, ModelConfig, parse_model
 from specplay.engine.backend_protocol import Detokenizer, Generation
 from specplay.engine.conversation import Exchange
 from specplay.errors import ConfigError
@@ -131,7 +131,7 @@ def context_length(loaded: LoadedModel) -> int | None:
 def load_mlx_backend(
     target: str, drafters: Sequence[tuple[str, ModelConfig | str]] = (), earlier: EarlierOutputs | None = None
 ) -> MlxBackend:
-    """Load `target` and each (name, drafter) pair, a drafter being a spec of any kind
+    """Load `target` and each (name, drafter) pair, a drafter being a ModelConfig of any kind
     (specplay.drafters) or a folder or Hugging Face id; call on the MLX thread. `earlier`: the
     outputs the command read for the drafters that remember (drafters/memory.py)."""
     names = [name for name, _ in drafters]
@@ -143,10 +143,8 @@ def load_mlx_backend(
             )
     loaded_target = load_model(TARGET, target)
     blas.fit_threads(parameter_count(loaded_target.model))
-    specs = [
-        (name, model_spec(name, "drafter", spec, "draft") if isinstance(spec, str) else spec) for name, spec in drafters
-    ]
-    loaded = {name: load_drafter(name, spec, target=loaded_target, earlier=earlier) for name, spec in specs}
+    models = [(name, parse_model(name, "drafter", d, "draft") if isinstance(d, str) else d) for name, d in drafters]
+    loaded = {name: load_drafter(name, model, target=loaded_target, earlier=earlier) for name, model in models}
     return MlxBackend(loaded_target, loaded)
 
 

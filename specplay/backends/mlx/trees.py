@@ -231,13 +231,13 @@ def keep_path(cache: Any, start: int, nodes: int, path: Sequence[int]) -> None:
     """After a tree pass whose `nodes` entries start at `start`: move the kept path's entries to
     follow the context and drop the rest."""
     if list(path) != list(range(len(path))):  # a chain's kept prefix is already in place
-        source = mx.array([start + node for node in path], dtype=mx.int32)
+        kept = mx.array([start + node for node in path], dtype=mx.int32)
         for layer in cache.cache:
             if not isinstance(layer, KVCache):
                 raise AssertionError("tree passes run on plain KV caches only")
             end = start + len(path)
-            layer.keys[..., start:end, :] = mx.take(layer.keys, source, axis=2)
-            layer.values[..., start:end, :] = mx.take(layer.values, source, axis=2)
+            layer.keys[..., start:end, :] = mx.take(layer.keys, kept, axis=2)
+            layer.values[..., start:end, :] = mx.take(layer.values, kept, axis=2)
     dropped = cache.length - (start + len(path))
     if dropped > 0:
         trim_prompt_cache(cache.cache, dropped)

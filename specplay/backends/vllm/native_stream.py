@@ -88,7 +88,7 @@ class _Stream:
     """What a finished (or stopped) stream said besides its tokens."""
 
     finish: FinishReason = "length"
-    spec: dict[str, Any] = field(default_factory=dict)
+    speculative_decoding: dict[str, Any] = field(default_factory=dict)
     """The server's metrics.speculative_decoding, when it sends them."""
 
 
@@ -122,7 +122,7 @@ def _read(
             choices = stream_choices(event, model.where)
             metrics = event.get("metrics")
             if isinstance(metrics, dict) and metrics.get("speculative_decoding") is not None:
-                ended.spec = speculative_metrics(metrics["speculative_decoding"], model.where)
+                ended.speculative_decoding = speculative_metrics(metrics["speculative_decoding"], model.where)
             for choice in choices:
                 if choice.token_ids is None and choice.text:
                     raise VllmError(f"{model.where} streamed no token_ids; it needs vLLM 0.10.2 or later")
@@ -239,7 +239,7 @@ class NativeStream:
             ended=ended,
         )
         for chunk in chunks:
-            k = ended.spec.get("num_spec_tokens") or server.k
+            k = ended.speculative_decoding.get("num_spec_tokens") or server.k
             sources = chunk_guess(len(chunk.token_ids), k, first=not generated)
             tokens = [Token(*fields) for fields in zip(chunk.token_ids, chunk.texts, sources, strict=True)]
             chunk_ms = 1000 * (chunk.arrived_s - last_s)
@@ -255,22 +255,25 @@ class NativeStream:
             generated += chunk.token_ids
             texts += chunk.texts
             last_s = chunk.arrived_s
-        finish, spec = ended.finish, ended.spec
+        finish, speculative_decoding = ended.finish, ended.speculative_decoding
         after = parse_prometheus(server.client.get_text("/metrics"))
-        accepted, drafted = spec.get("per_step_accepted"), spec.get("per_step_drafted")
+        accepted, drafted = speculative_decoding.get("per_step_accepted"), speculative_decoding.get("per_step_drafted")
         if accepted is not None and drafted is not None:
             exact = recolour(len(generated), accepted, drafted)
             metrics.tokens_by_source = Counter(exact)
             yield RecolourEvent(tuple(exact), True)
         server_metrics = {
-            "speculative_decoding": spec or None,
+            "speculative_decoding": speculative_decoding or None,
             "sources_exact": accepted is not None and drafted is not None,
-            "k": spec.get("num_spec_tokens") or server.k,
+            "k": speculative_decoding.get("num_spec_tokens") or server.k,
             "counters_delta": counter_delta(before, after),
             "counters_contaminated": before.get(RUNNING, 0.0) > 0 or after.get(RUNNING, 0.0) > 0,
         }
         yield DoneEvent(
-            finish, tuple(generated), "".join(texts), _with_server_counts(metrics.to_dict(), spec, server_metrics)
+            finish,
+            tuple(generated),
+            "".join(texts),
+            _with_server_counts(metrics.to_dict(), speculative_decoding, server_metrics),
         )
 
 
@@ -353,8 +356,10 @@ _SERVER_COUNTS = (
 )
 
 
-def _with_server_counts(metrics: dict[str, Any], spec: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
-    counts = {name: spec[name] for name in _SERVER_COUNTS if spec.get(name) is not None}
+def _with_server_counts(
+    metrics: dict[str, Any], speculative_decoding: dict[str, Any], server: dict[str, Any]
+) -> dict[str, Any]:
+    counts = {name: speculative_decoding[name] for name in _SERVER_COUNTS if speculative_decoding.get(name) is not None}
     # Per-position acceptance exists only in /metrics: accepted at each position over drafts.
     delta = server["counters_delta"]
     drafts = delta.get("vllm:spec_decode_num_drafts_total") or 0
@@ -401,5 +406,5 @@ def connect_native(
             target = baseline.target
             ids[f"baseline ({target.client.root})"] = tokenize(target.client, target.model, PROBE_TEXT)
         check_same_tokens(ids)
-        opened.pop_all()  # connected: the source closes them
+        opened.pop_all()  # connected: the stream closes them
     return NativeStream(servers, baseline, routing=routing)

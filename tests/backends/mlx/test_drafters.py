@@ -403,8 +403,8 @@ def test_sessions_record_each_drafters_kind_and_parameters(tiny: TinyModels, kin
     assert models["near"]["kind"] == "model" and len(models["near"]["weights_sha256"]) == 64
     assert "path" not in models["lookup"] and "path" not in models["exit"]  # nothing replays them as models
     # A replay reads each record back as the drafter the run was given.
-    specs = {name: local_model(name, "drafter", record) for name, record in models.items() if name != "target"}
-    assert {name: (spec.kind, spec.location, dict(spec.params)) for name, spec in specs.items()} == {
+    replayed = {name: local_model(name, "drafter", record) for name, record in models.items() if name != "target"}
+    assert {name: (d.kind, d.location, dict(d.params)) for name, d in replayed.items()} == {
         "near": ("mlx", str(tiny.near.resolve()), {}),
         "lookup": ("prompt-lookup", "", {"n_min": 1, "n_max": 3}),
         "lookup5": ("prompt-lookup", "", {"n_min": 5, "n_max": 5}),

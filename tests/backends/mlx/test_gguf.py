@@ -278,8 +278,8 @@ def test_smollm2_tokenizer_gives_llamacpp_ids_and_renders_its_chat_template(smol
     digits = tokenizer.encode("2024")
     assert [tokenizer.decode([i]) for i in digits] == ["2", "0", "2", "4"]
     # And everything else as llama.cpp's BPE, written above from its definition, does.
-    spec = json.loads((smollm2_folder / "tokenizer.json").read_text())
-    vocab, merges = spec["model"]["vocab"], [" ".join(m) for m in spec["model"]["merges"]]
+    tokenizer_json = json.loads((smollm2_folder / "tokenizer.json").read_text())
+    vocab, merges = tokenizer_json["model"]["vocab"], [" ".join(m) for m in tokenizer_json["model"]["merges"]]
     for text in SAMPLES:
         assert tokenizer.encode(text) == llamacpp_bpe(text, LLAMACPP_REGEXES["smollm"], vocab, merges), text
         assert tokenizer.decode(tokenizer.encode(text)) == text
@@ -411,8 +411,8 @@ def test_each_pre_tokenizer_splits_as_llamacpp_does(tiny: Tiny, tmp_path: Path, 
     written = write_gguf(tiny.llama, tmp_path / "p.gguf", vocab=bpe_vocab(tiny.llama, pre=pre, add_bos=None))
     folder = converted_folder(written.path, tmp_path / "cache")
     _, tokenizer = load(str(folder))
-    spec = json.loads((folder / "tokenizer.json").read_text())
-    vocab, merges = spec["model"]["vocab"], [" ".join(m) for m in spec["model"]["merges"]]
+    tokenizer_json = json.loads((folder / "tokenizer.json").read_text())
+    vocab, merges = tokenizer_json["model"]["vocab"], [" ".join(m) for m in tokenizer_json["model"]["merges"]]
     llama3 = pre == "llama-bpe"
     bos = [tokenizer.bos_token_id] if llama3 else []  # llama.cpp adds BOS for Llama 3 unless told not to
     for text in (*SAMPLES, "I'VE 12345678 x  \n\n  y"):

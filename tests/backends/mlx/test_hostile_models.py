@@ -72,12 +72,12 @@ def with_header(folder: Path, out: Path, name: str, **entry: Any) -> Path:
     return copy
 
 
-def refused(spec: Path | str, *drafters: tuple[str, str]) -> str:
+def refused(target: Path | str, *drafters: tuple[str, str]) -> str:
     with pytest.raises(ModelError) as caught:
         if drafters:
-            load_mlx_backend(str(spec), list(drafters))
+            load_mlx_backend(str(target), list(drafters))
         else:
-            load_model("target", str(spec))
+            load_model("target", str(target))
     message = str(caught.value)
     assert "\n" not in message and "Traceback" not in message
     return message

@@ -48,7 +48,7 @@ def smol(smollm2: Path) -> MlxBackend:
 
 
 def test_the_gguf_loads_by_catalog_name_with_its_chat_template(smol: MlxBackend) -> None:
-    assert smol.target.source.endswith(".gguf")
+    assert smol.target.location.endswith(".gguf")
     ids = smol.encode("Hi!", raw=False)
     text = smol.tokenizer.decode(ids)
     assert "<|im_start|>user\nHi!<|im_end|>" in text and text.rstrip().endswith("<|im_start|>assistant")

@@ -13,7 +13,7 @@ import pytest
 
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
 from specplay.cli import main
-from specplay.drafters import ModelConfig, model_spec
+from specplay.drafters import ModelConfig, parse_model
 from specplay.engine.events import RoundEvent
 from tests.support.engine_runs import done, rounds, run
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
@@ -25,7 +25,7 @@ PROMPTS = (CODE_PROMPT, PROSE_PROMPT, REPEAT_PROMPT)
 
 
 def suffix(name: str, options: str = "") -> tuple[str, ModelConfig]:
-    return name, model_spec(name, "drafter", f"suffix:{options}" if options else "suffix", "draft")
+    return name, parse_model(name, "drafter", f"suffix:{options}" if options else "suffix", "draft")
 
 
 def suffix_backend(target: Path | str, *drafters: tuple[str, ModelConfig | str]) -> MlxBackend:
@@ -79,7 +79,7 @@ def test_every_route_setting_takes_it(tiny: TinyModels) -> None:
     """Counterfactual routes judge its proposal beside another drafter's, adaptive routing reads its
     free proposals, and auto routes a class to it through the route map: lossless throughout."""
     backend = suffix_backend(
-        tiny.target, suffix("mem"), ("lookup", model_spec("lookup", "drafter", "prompt-lookup", "draft"))
+        tiny.target, suffix("mem"), ("lookup", parse_model("lookup", "drafter", "prompt-lookup", "draft"))
     )
     target = done(run(backend, REPEAT_PROMPT, mode="target", max_tokens=40)).token_ids
     compared = run(backend, REPEAT_PROMPT, route="lookup", counterfactual=True, max_tokens=40)

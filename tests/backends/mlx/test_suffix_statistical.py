@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from specplay.backends.mlx import MlxBackend, load_mlx_backend
-from specplay.drafters import EarlierOutput, EarlierOutputs, model_spec
+from specplay.drafters import EarlierOutput, EarlierOutputs, parse_model
 from specplay.engine.events import RoundEvent
 from specplay.engine.layout import children
 from specplay.engine.live_controls import LiveControls
@@ -60,8 +60,8 @@ def setup(tiny: TinyModels) -> tuple[MlxBackend, list[int], list[int]]:
         EarlierOutput((other, prompt[-1], c, f), "session b"),
     )
     earlier = EarlierOutputs(folder=Path("sessions"), outputs=outputs, sessions=2)
-    spec = model_spec("mem", "drafter", "suffix:factor=4", "draft")
-    return load_mlx_backend(str(tiny.target), [("mem", spec)], earlier=earlier), prompt, [b, c]
+    drafter = parse_model("mem", "drafter", "suffix:factor=4", "draft")
+    return load_mlx_backend(str(tiny.target), [("mem", drafter)], earlier=earlier), prompt, [b, c]
 
 
 def sample(

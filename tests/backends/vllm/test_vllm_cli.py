@@ -126,8 +126,10 @@ def test_native_run_json_and_save(tiny: TinyModels, tmp_path, capsys: pytest.Cap
         assert code == 0, err
         result = json.loads(out)
         assert result["vllm"]["sources_exact"] and len(result["sources"]) == len(result["token_ids"]) == 10
-        spec = result["vllm"]["speculative_decoding"]
-        assert result["sources"] == recolour(10, spec["per_step_accepted"], spec["per_step_drafted"])
+        speculative_decoding = result["vllm"]["speculative_decoding"]
+        assert result["sources"] == recolour(
+            10, speculative_decoding["per_step_accepted"], speculative_decoding["per_step_drafted"]
+        )
         code, out, err = cli(capsys, *args, "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "6", "--save", *saving)
         assert code == 0 and "colours exact" in out, err
         session = load_session(next(tmp_path.glob("*.jsonl")))

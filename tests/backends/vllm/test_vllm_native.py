@@ -56,9 +56,11 @@ def test_native_runs_as_engine_events_recoloured_at_the_end(native: FakeVllm, ba
     assert isinstance(finished, DoneEvent)
     assert finished.token_ids == done(run(backend, PROMPT, mode="target", max_tokens=16)).token_ids
     server = finished.metrics["server"]
-    spec = server["speculative_decoding"]
+    speculative_decoding = server["speculative_decoding"]
     assert server["sources_exact"] and server["k"] == 2
-    assert list(recoloured.sources) == recolour(16, spec["per_step_accepted"], spec["per_step_drafted"])
+    assert list(recoloured.sources) == recolour(
+        16, speculative_decoding["per_step_accepted"], speculative_decoding["per_step_drafted"]
+    )
     streamed = [first.token.source] + [t.source for r in rounds for t in r.tokens]  # type: ignore[union-attr]
     sizes = [1] + [len(r.tokens) for r in rounds]  # type: ignore[union-attr]
     assert streamed == chunk_sources(sizes, 2)  # the live guess, before the server's account
@@ -66,11 +68,11 @@ def test_native_runs_as_engine_events_recoloured_at_the_end(native: FakeVllm, ba
     # step was cut by max_tokens, so its last token is a correction only to the guess
     assert streamed[:15] == list(recoloured.sources)[:15]
     counters = server["counters_delta"]
-    assert counters["vllm:spec_decode_num_drafts_total"] == spec["num_spec_steps"]
+    assert counters["vllm:spec_decode_num_drafts_total"] == speculative_decoding["num_spec_steps"]
     assert counters["vllm:generation_tokens_total"] == 16 and not server["counters_contaminated"]
     # the server's own counts replace the guess; per-position acceptance comes from /metrics
-    assert finished.metrics["mean_acceptance_length"] == spec["mean_acceptance_length"]
-    steps = spec["per_step_accepted"]
+    assert finished.metrics["mean_acceptance_length"] == speculative_decoding["mean_acceptance_length"]
+    steps = speculative_decoding["per_step_accepted"]
     expected = [sum(a > i for a in steps) / len(steps) for i in range(2)]
     assert finished.metrics["acceptance_per_position"] == pytest.approx(expected)
     assert "".join(t.text for t in [first.token, *(t for r in rounds for t in r.tokens)]) == finished.text  # type: ignore[union-attr]

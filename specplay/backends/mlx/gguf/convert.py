@@ -124,7 +124,7 @@ def write_folder(gguf: GGUFFile, folder: Path, on_progress: Progress | None = No
     return config
 
 
-def check_loads(folder: Path, source: Path) -> None:
+def check_loads(folder: Path, gguf: Path) -> None:
     """Load the folder as specplay will (lazily: names and shapes, not values), so no broken folder is kept."""
     from mlx_lm import load
 
@@ -132,4 +132,4 @@ def check_loads(folder: Path, source: Path) -> None:
         load(str(folder), lazy=True)
     except Exception as exc:
         detail = detail_of(exc)
-        raise ModelError(f"{source} converts to a model mlx-lm cannot load ({detail}); {USE_FOLDER}") from exc
+        raise ModelError(f"{gguf} converts to a model mlx-lm cannot load ({detail}); {USE_FOLDER}") from exc
