@@ -18,7 +18,8 @@ again; the suffix drafter's memory is set back to what it read before each of it
 learns from another of the measurement. Printed per set: each drafter's speedup over target-only
 (median over prompts), mean acceptance lengths, and mem over lookup (per prompt, the geometric mean
 of its two runs over lookup's two: the same target, alternating sides) beside the A/A controls
-(mem again over mem, lookup again over lookup).
+(mem again over mem, lookup again over lookup). With both repeat and changed measured, a row
+"seen" reads them as one set: the prompts seen before, either kind.
 
     python benchmarks/bench_suffix.py [--target PATH|demo] [--prompts 8] [--max-tokens 96] [--part index|speed|both]
         [--width 3] [--sets repeat,changed,unseen] [--suffix factor=2] [--trees-beside 3]
@@ -172,9 +173,13 @@ def forget(engine: SpecEngine, name: str, earlier: EarlierOutputs | None) -> Non
     engine.backend.loaded[name] = replace(loaded, proposers=loaded.kind.proposers(loaded.model_config, earlier))  # type: ignore[attr-defined]
 
 
+Row = dict[str, list[DoneEvent]]
+"""One prompt's runs, by side: target, lookup, mem (and tree)."""
+
+
 def measure_set(
     engine: SpecEngine, earlier: EarlierOutputs | None, prompts: list[str], args: argparse.Namespace
-) -> dict[str, Any]:
+) -> list[Row]:
     rows = []
     # With --trees-beside W, mem's trees of width W run between its chains: lookup, mem, tree, tree,
     # mem, lookup, so each pair's ratio alternates sides.
@@ -194,14 +199,14 @@ def measure_set(
             assert done.token_ids == runs["target"][0].token_ids, "greedy speculative output is the target's"
             runs[name].append(done)
         rows.append(runs)
-    return summarize(rows)
+    return rows
 
 
 def tps(done: DoneEvent) -> float:
     return float(done.metrics["tokens_per_s"])
 
 
-def summarize(rows: list[dict[str, list[DoneEvent]]]) -> dict[str, Any]:
+def summarize(rows: list[Row]) -> dict[str, Any]:
     def med(values: list[float]) -> float:
         return statistics.median(values)
 
@@ -274,13 +279,16 @@ def speed_part(target: str, args: argparse.Namespace) -> None:
             "changed": [SMALL_CHANGE + p[0].lower() + p[1:] for p in library],
             "unseen": unseen,
         }
-        results = {}
+        results, measured = {}, {}
         for name, prompts in sets.items():
             if name not in args.sets:
                 continue
             began = time.perf_counter()
-            results[name] = measure_set(engine, earlier, prompts, args)
+            measured[name] = measure_set(engine, earlier, prompts, args)
+            results[name] = summarize(measured[name])
             results[name]["seconds"] = round(time.perf_counter() - began)
+        if "repeat" in measured and "changed" in measured:  # the issue's "seen before": both kinds of repeat
+            results["seen (repeat + changed)"] = summarize(measured["repeat"] + measured["changed"])
     shape = "chains" if args.width == 1 else f"trees of width {args.width}"
     options = f"suffix:{args.suffix}" if args.suffix else "suffix's defaults"
     print(f"\n(greedy, k 4, {shape} for mem, {options}, {args.max_tokens} tokens, medians over prompts)\n")
