@@ -18,7 +18,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from specplay.backends import open_stream, refit_blas_threads, thread_cleanup
+import specplay.backends as backends
 from specplay.config.run_config import RequestConfig, RunConfig
 from specplay.engine.conversation import Exchange
 from specplay.engine.costs import SHORT_DRAFT, RoundCosts, measure_costs, measure_drafting
@@ -56,22 +56,22 @@ def unknown_text(token_id: int) -> str:
     return f"<{token_id}>"
 
 
-OpenSource = Callable[[RunConfig], EventStream]
-"""How a host opens its stream on the model thread: `open_stream`, or a stand-in's own (the tests')."""
+OpenStream = Callable[[RunConfig], EventStream]
+"""How a host opens its stream on the model thread: `backends.open_stream`, or a stand-in's own (the tests')."""
 
 
 class ModelHost:
     def __init__(
-        self, config: RunConfig, clock: Callable[[], float] = time.perf_counter, open_source: OpenSource | None = None
+        self, config: RunConfig, clock: Callable[[], float] = time.perf_counter, open_stream: OpenStream | None = None
     ) -> None:
-        """`open_source` replaces `open_stream`; a stream opened so cleans up in its own `close`."""
+        """`open_stream` replaces `backends.open_stream`; a stream opened so cleans up in its own `close`."""
         self.config = config
-        self.source: EventStream | None = None
+        self.stream: EventStream | None = None
         self._clock = clock
-        self._open = open_source or open_stream
-        self._cleanup = thread_cleanup(config) if open_source is None else None
+        self._open = open_stream or backends.open_stream
+        self._cleanup = backends.thread_cleanup(config) if open_stream is None else None
         # Between runs other work may start or stop: the thread count is fitted again before each.
-        self._refit = partial(refit_blas_threads, config) if open_source is None else None
+        self._refit = partial(backends.refit_blas_threads, config) if open_stream is None else None
         self.thread = ModelThread(on_exit=self._release)
         self.on_decoded: Callable[[], None] | None = None
         """Called from a background thread when a server's token text arrives (see `decode`)."""
@@ -84,8 +84,8 @@ class ModelHost:
 
     def _release(self) -> None:
         """On the model thread, as it ends."""
-        if self.source is not None:
-            self.source.close()
+        if self.stream is not None:
+            self.stream.close()
         # What loading froze (load below) is collectable again: a process that opens another host
         # (a benchmark, the tests) would otherwise keep every closed host's models.
         gc.unfreeze()
@@ -96,13 +96,13 @@ class ModelHost:
         """Open the configured stream on the model thread; `done` is called there."""
 
         def load() -> tuple[EventStream, dict[str, Any]]:
-            self.source = self._open(self.config)
+            self.stream = self._open(self.config)
             # What exists now (models, tokenizer, the screen) lives as long as the host: frozen out
             # of the collector, so a full collection during a run, which may fall on any thread
             # and stalls it, walks only what runs made (tens of ms in the playground otherwise).
             gc.collect()
             gc.freeze()
-            return self.source, self.source.describe()
+            return self.stream, self.stream.describe()
 
         def finished(future: Future[tuple[EventStream, dict[str, Any]]]) -> None:
             if error := future.exception():
@@ -129,7 +129,7 @@ class ModelHost:
         turn; None: a new conversation."""
 
         def run() -> None:
-            stream = self.source
+            stream = self.stream
             assert stream is not None and request_config.prompt is not None
             if self._refit is not None:  # before the first event: the session records the count
                 self._refit("as the run started")
@@ -175,7 +175,7 @@ class ModelHost:
         error."""
 
         def measure() -> RoundCosts:
-            stream = self.source
+            stream = self.stream
             if not isinstance(stream, SpecEngine):  # a speculating server runs its own rounds
                 raise ConfigError("costs", "cannot be measured here: the server runs the rounds itself")
             kept = dict(stream.kept)  # a conversation's caches: its next turn still goes on from them
@@ -223,7 +223,7 @@ class ModelHost:
         thread would mean waiting for the run to end). From a local tokenizer at once; from a
         server's, the text when known, else `<id>` while a background thread asks the server
         (then `on_decoded` is called, on that thread, for the view to show it)."""
-        stream = self.source
+        stream = self.stream
         if stream is None:
             return unknown_text(token_id)
         if stream.capabilities.local_token_text:

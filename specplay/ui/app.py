@@ -25,7 +25,7 @@ from specplay.engine.costs import RoundCosts
 from specplay.engine.stream import EventStream
 from specplay.errors import SpecplayError
 from specplay.review import export_review, reviews_dir
-from specplay.runner.host import ModelHost, OpenSource
+from specplay.runner.host import ModelHost, OpenStream
 from specplay.ui.command_palette import palette_commands
 from specplay.ui.controller import PlaygroundController
 from specplay.ui.messages import (
@@ -64,12 +64,12 @@ def create_app(
     config: RunConfig,
     options: PlaygroundOptions | None = None,
     clock: Callable[[], float] = time.perf_counter,
-    open_source: OpenSource | None = None,
+    open_stream: OpenStream | None = None,
 ) -> PlaygroundApp:
     """The playground over `config` (its request's prompt pre-fills the editor); the models load on
-    the app's model thread; `clock` times the lanes and `open_source` opens what `config` names
+    the app's model thread; `clock` times the lanes and `open_stream` opens what `config` names
     (the tests' scripted backend and its simulated clock make screens repeatable)."""
-    host = ModelHost(config, clock, open_source)
+    host = ModelHost(config, clock, open_stream)
     return PlaygroundApp(config, options or PlaygroundOptions(), host)
 
 
@@ -81,9 +81,9 @@ class Messages:
         self._app = app
 
     def models_loaded(
-        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
+        self, stream: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
     ) -> None:
-        self._app.main.post_message(ModelsLoaded(source, identity, error, autorun))
+        self._app.main.post_message(ModelsLoaded(stream, identity, error, autorun))
 
     def run_ended(self, run_id: int, error: BaseException | None) -> None:
         self._app.main.post_message(RunEnded(run_id, error))
@@ -138,7 +138,7 @@ class PlaygroundApp(App[None]):
         self._close_messages_no_wait()
 
     def on_models_loaded(self, message: ModelsLoaded) -> None:
-        self.playground.loaded(message.source, message.identity, message.error, message.autorun)
+        self.playground.loaded(message.stream, message.identity, message.error, message.autorun)
 
     def on_run_ended(self, message: RunEnded) -> None:
         self.playground.ended(message.run_id, message.error)

@@ -100,7 +100,7 @@ class PlaygroundController:
         """Load the models on the model thread; `autorun` runs the prompt once they are."""
         self.state = RunState.LOADING
         self.set_status(self.pending.words())
-        self.host.load(lambda source, identity, error: self.outbox.models_loaded(source, identity, error, autorun))
+        self.host.load(lambda stream, identity, error: self.outbox.models_loaded(stream, identity, error, autorun))
 
     def load_on_run(self) -> None:
         """Load nothing until a run is asked for (ctrl+r then loads the models and runs)."""
@@ -115,7 +115,7 @@ class PlaygroundController:
         self.set_status(f"{shown}ctrl+r connects to the servers{note} and runs", error=faulty)
 
     def loaded(
-        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
+        self, stream: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
     ) -> None:
         """UI thread: loading ended."""
         autorun = self.pending.take() or autorun
@@ -124,9 +124,9 @@ class PlaygroundController:
             self._view.show_load_failed()
             self.set_status(f"models failed to load: {error_line(error)} (ctrl+q quits)", error=True)
             return
-        assert source is not None
-        self.drafters, self.identity, self.capabilities = source.drafters, identity, source.capabilities
-        self.route_map = dict(source.routing.route_map)
+        assert stream is not None
+        self.drafters, self.identity, self.capabilities = stream.drafters, identity, stream.capabilities
+        self.route_map = dict(stream.routing.route_map)
         self._view.show_loaded(self.drafters, self.capabilities)
         self.state = RunState.READY
         if self.opened is None:
@@ -148,7 +148,7 @@ class PlaygroundController:
             self.set_status("type a prompt first: costs are measured at its length", error=True)
             return
         rows = max(self.settings.policy_params.k_max, self.settings.k) + 1
-        route = routed_drafter(self.host.source, prompt, self.settings.route)  # its rounds are measured too
+        route = routed_drafter(self.host.stream, prompt, self.settings.route)  # its rounds are measured too
         self.state = RunState.MEASURING
         self.set_status(f"measuring round costs: the verify pass over 1..{rows} rows, a target step, the drafters…")
         request = replace(self.config.request, prompt=prompt)
@@ -229,7 +229,7 @@ class PlaygroundController:
 
     def _draft_cannot(self, prompt: str, route: str) -> str | None:
         """Why a draft-only lane cannot write on the drafter `route` picks for `prompt` (None: it can)."""
-        return cannot_write(routed_drafter(self.host.source, prompt, route), self.config.drafters)
+        return cannot_write(routed_drafter(self.host.stream, prompt, route), self.config.drafters)
 
     def new_conversation(self) -> None:
         """Forget the turns so far (and a session on show): the next run starts a conversation."""
@@ -335,7 +335,7 @@ class PlaygroundController:
 
     def _say_route(self, prompt: str) -> None:
         """The status line while a run goes: where the speculative lane's route sends this prompt."""
-        choice = route_choice(self.host.source, prompt, self.settings.route)
+        choice = route_choice(self.host.stream, prompt, self.settings.route)
         self._route_note = describe_route(self.settings.route, choice)
         turn = self.conversation.turn_words()
         self.set_status(f"generating{turn} (seed {self.seed}) · {self._route_note}… escape stops")

@@ -90,7 +90,7 @@ def draft_lane_switched(shown: bool, lanes: Sequence[str], generating: bool, con
 
 
 def first_lanes(draft_lane: bool, draft_cannot: str | None, modes: Sequence[str]) -> tuple[tuple[str, ...], str]:
-    """The lanes of a conversation's first turn, in session order, among the source's `modes`:
+    """The lanes of a conversation's first turn, in session order, among the stream's `modes`:
     with the draft-only lane where it is switched on and can write (`draft_cannot`: why not),
     and what to tell the user ("": nothing)."""
     wanted = (*LANES, DRAFT_LANE) if draft_lane and not draft_cannot else LANES
@@ -98,12 +98,12 @@ def first_lanes(draft_lane: bool, draft_cannot: str | None, modes: Sequence[str]
     return tuple(lane for lane in wanted if lane in modes), notice
 
 
-def route_choice(source: EventStream | None, prompt: str, route: str) -> RouteChoice | None:
+def route_choice(stream: EventStream | None, prompt: str, route: str) -> RouteChoice | None:
     """The router's choice for `prompt` where the route setting asks one (auto, adaptive)."""
-    return source.routing.choice(prompt) if route in ROUTE_SETTINGS and source is not None else None
+    return stream.routing.choice(prompt) if route in ROUTE_SETTINGS and stream is not None else None
 
 
-def routed_drafter(source: EventStream | None, prompt: str, route: str) -> str:
+def routed_drafter(stream: EventStream | None, prompt: str, route: str) -> str:
     """The drafter a route setting picks for `prompt` (adaptive: the one it starts from)."""
-    choice = route_choice(source, prompt, route)
+    choice = route_choice(stream, prompt, route)
     return route if choice is None else resolve_route(route, choice.drafter)

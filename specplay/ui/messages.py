@@ -15,13 +15,13 @@ from specplay.engine.stream import EventStream
 
 
 class ModelsLoaded(Message):
-    """Loading ended: the source and its description, or the error that stopped it."""
+    """Loading ended: the stream and its description, or the error that stopped it."""
 
     def __init__(
-        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
+        self, stream: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
     ) -> None:
         super().__init__()
-        self.source, self.identity, self.error, self.autorun = source, identity, error, autorun
+        self.stream, self.identity, self.error, self.autorun = stream, identity, error, autorun
 
 
 class RunEnded(Message):

@@ -105,7 +105,7 @@ class Outbox(Protocol):
     """What the controller tells the UI thread; callable from any thread."""
 
     def models_loaded(
-        self, source: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
+        self, stream: EventStream | None, identity: dict[str, Any], error: BaseException | None, autorun: bool
     ) -> None:
         """Loading ended; to be handed to `PlaygroundController.loaded` on the UI thread."""
         ...
@@ -153,7 +153,7 @@ class RunReadout(Protocol):
 
     @property
     def shown_capabilities(self) -> Capabilities:
-        """The loaded source's, or, while a saved session is on show, the source's it ran on."""
+        """The loaded stream's, or, while a saved session is on show, those of the stream it ran on."""
         ...
 
     @property

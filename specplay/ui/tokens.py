@@ -10,13 +10,13 @@ from textual.content import Content
 from specplay.display.text import change_label, visible
 from specplay.engine.events import Token
 
-SPEC_SOURCES = ("accepted", "relaxed", "corrected", "bonus")
+SPECULATIVE_SOURCES = ("accepted", "relaxed", "corrected", "bonus")
 MARKER_STYLE = "reverse $spec-marker"
 
 
 def source_style(source: str) -> str:
     """`$spec-<source>` for the speculative sources; target and draft tokens keep the text colour."""
-    return f"$spec-{source}" if source in SPEC_SOURCES else ""
+    return f"$spec-{source}" if source in SPECULATIVE_SOURCES else ""
 
 
 def token_content(token: Token) -> Content:
@@ -38,7 +38,7 @@ def turn_content(index: int, prompt: str) -> Content:
 
 def legend() -> Content:
     parts: list[Content | str] = []
-    for source in SPEC_SOURCES:
+    for source in SPECULATIVE_SOURCES:
         parts += [Content.styled("■ " + source, source_style(source)), "  "]
     parts.append(Content.styled("⟨change⟩", MARKER_STYLE))
     return Content.assemble(*parts)

@@ -35,13 +35,13 @@ def test_a_servers_token_texts_never_hold_up_the_ui(servers: tuple[FakeVllm, Fak
     loaded = threading.Event()
     host.load(lambda *_: loaded.set())
     try:
-        assert loaded.wait(30) and host.source is not None
-        assert not host.source.capabilities.local_token_text
-        token_id = host.source.encode("def", raw=True)[0]
+        assert loaded.wait(30) and host.stream is not None
+        assert not host.stream.capabilities.local_token_text
+        token_id = host.stream.encode("def", raw=True)[0]
         assert host.decode(token_id) == f"<{token_id}>"  # not yet known: the request is on its way
         assert arrived.wait(30)
         text = host.decode(token_id)
-        assert text == host.source.token_text(token_id) and text and "def".startswith(text)
+        assert text == host.stream.token_text(token_id) and text and "def".startswith(text)
     finally:
         host.close()
 
@@ -52,13 +52,13 @@ def test_a_closed_hosts_models_can_be_collected(tiny: TinyModels, tmp_path: Path
     host = ModelHost(mlx_config(tiny, tmp_path))
     loaded = threading.Event()
     host.load(lambda *_: loaded.set())
-    assert loaded.wait(60) and host.source is not None
+    assert loaded.wait(60) and host.stream is not None
     assert gc.get_freeze_count() > 0
-    source = weakref.ref(host.source)
+    stream = weakref.ref(host.stream)
     host.close()
     del host
     gc.collect()
-    assert source() is None
+    assert stream() is None
 
 
 @pytest.mark.skipif(
@@ -79,26 +79,26 @@ def test_a_run_fits_the_thread_count_to_load_that_began_after_loading_and_its_se
     host = ModelHost(config)
     loaded, ended, described = threading.Event(), threading.Event(), {}
 
-    def on_loaded(source: Any, identity: dict[str, Any], error: BaseException | None) -> None:
+    def on_loaded(stream: Any, identity: dict[str, Any], error: BaseException | None) -> None:
         described.update(identity)
         loaded.set()
 
     host.load(on_loaded)
     try:
-        assert loaded.wait(60) and host.source is not None
-        source = host.source
+        assert loaded.wait(60) and host.stream is not None
+        stream = host.stream
         recorder = RunRecorder(
             config,
             prompt="def f(x):",
             lanes=("speculative",),
             identity=described,
-            capabilities=source.capabilities,
-            route_map=source.routing.route_map,
+            capabilities=stream.capabilities,
+            route_map=stream.routing.route_map,
             token_text=None,
             on_unsaved=lambda why: None,
         )
         with busy_cpu():
-            controls = {"speculative": LiveControls(config.settings, source.drafters)}
+            controls = {"speculative": LiveControls(config.settings, stream.drafters)}
             host.start(
                 config.request, controls, lambda lane, event, *_: recorder.record(lane, event), lambda _: ended.set()
             )

@@ -36,7 +36,7 @@ FIXTURE_FLAGS: dict[str, Any] = {
 
 
 def record_conversation(
-    source: EventStream,
+    stream: EventStream,
     config: RunConfig,
     prompts: Sequence[str],
     lanes: Sequence[str] = LANES,
@@ -50,17 +50,17 @@ def record_conversation(
     try:
         for turn, prompt in enumerate(prompts):
             for lane in lanes:
-                ids = tuple(source.encode(prompt, request.raw, earlier[lane]))
+                ids = tuple(stream.encode(prompt, request.raw, earlier[lane]))
                 if writer is None:
                     writer = open_writer(
                         config,
                         replace(request, prompt=prompt, mode=lanes[0]),
                         prompt_token_ids=ids,
                         lanes=list(lanes),
-                        identity=dict(identity if identity is not None else source.describe()),
-                        capabilities=source.capabilities,
-                        route_map=source.routing.route_map,
-                        token_text=local_token_text(source),
+                        identity=dict(identity if identity is not None else stream.describe()),
+                        capabilities=stream.capabilities,
+                        route_map=stream.routing.route_map,
+                        token_text=local_token_text(stream),
                     )
                 elif lane == lanes[0] and turn == writer.turns:
                     writer.start_turn(prompt)
@@ -73,9 +73,9 @@ def record_conversation(
                     request.ignore_eos,
                     continues=turn > 0,
                 )
-                drafters = source.drafters if lane != "target" else ()
+                drafters = stream.drafters if lane != "target" else ()
                 record = stream_lane(
-                    source,
+                    stream,
                     asked,
                     controls=LiveControls(config.settings, drafters),
                     on_event=lambda _lane, _event: None,

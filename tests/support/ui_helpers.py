@@ -17,7 +17,7 @@ from specplay.engine.events import Event, RoundEvent
 from specplay.engine.loop import SpecEngine
 from specplay.engine.routers.routing import routing_for
 from specplay.engine.settings import SpecSettings
-from specplay.runner.host import OpenSource
+from specplay.runner.host import OpenStream
 from specplay.ui.app import PlaygroundApp, PlaygroundOptions, create_app
 from specplay.ui.lane_board import LaneBoard
 from specplay.ui.protocols import LaneItem
@@ -50,7 +50,7 @@ def mlx_config(
 def scripted_config(
     backend: ScriptedBackend, sessions: Path, settings: SpecSettings | None = None, **request: Any
 ) -> RunConfig:
-    """A configuration naming the scripted backend's drafters (opened by `scripted_source`)."""
+    """A configuration naming the scripted backend's drafters (opened by `scripted_stream`)."""
     drafters = tuple(
         ModelConfig(name, "drafter", "prompt-lookup", "", {"n_min": n_min, "n_max": n_max})
         if (n_min, n_max) != (0, 0)
@@ -66,7 +66,7 @@ def scripted_config(
     )
 
 
-def scripted_source(backend: ScriptedBackend) -> OpenSource:
+def scripted_stream(backend: ScriptedBackend) -> OpenStream:
     """Opens the engine over `backend`, timed by its simulated clock, with the configuration's route map."""
     return lambda config: SpecEngine(
         backend, routing_for(backend.drafters, route_map=config.route_map), clock=backend.clock
@@ -78,7 +78,7 @@ def scripted_app(backend: ScriptedBackend, sessions: Path, **kwargs: Any) -> Pla
     playground options and request fields by keyword."""
     options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
     config = scripted_config(backend, sessions, **{k: v for k, v in kwargs.items() if k not in _OPTIONS})
-    return create_app(config, PlaygroundOptions(**options), backend.clock, scripted_source(backend))
+    return create_app(config, PlaygroundOptions(**options), backend.clock, scripted_stream(backend))
 
 
 def server_config(

@@ -126,20 +126,20 @@ def test_an_expensive_drafter_with_low_acceptance_names_drafting_on_the_cost_lin
     # a drafter of its own (rarely accepted) whose step costs 0.8 of the target's
     target = ScriptedModel("target", seeded(0), Cost(step_ms=10.0, row_ms=1.0))
     dear = ScriptedModel("dear", seeded(1), Cost(step_ms=8.0, row_ms=1.0))
-    spec, target_only = _lanes(ScriptedBackend(target, [dear]), "dear")
-    comparison = compare(spec, target_only)
+    speculative, target_only = _lanes(ScriptedBackend(target, [dear]), "dear")
+    comparison = compare(speculative, target_only)
     assert comparison.speedup is not None and comparison.speedup < 1
-    lines = str(speculative_stats(spec, comparison)).splitlines()
+    lines = str(speculative_stats(speculative, comparison)).splitlines()
     account_line = next(i for i, line in enumerate(lines) if line.startswith("a round: "))
     loss = lines[account_line + 1]
     assert loss.startswith("dear drafts cost 0.") and loss.endswith(DRAFT_PHRASE)
 
 
 def test_a_drafter_that_pays_adds_nothing_to_the_cost_line() -> None:
-    spec, target_only = _lanes(scripted_backend(), "near")  # near: often accepted, a fifth of the cost
-    comparison = compare(spec, target_only)
+    speculative, target_only = _lanes(scripted_backend(), "near")  # near: often accepted, a fifth of the cost
+    comparison = compare(speculative, target_only)
     assert comparison.speedup is not None and comparison.speedup > 1
-    lines = str(speculative_stats(spec, comparison)).splitlines()
+    lines = str(speculative_stats(speculative, comparison)).splitlines()
     assert lines[-1].startswith("a round: ")  # the account is the last line: no loss sentence after it
     assert not any(DRAFT_PHRASE in line or "more than" in line for line in lines)
 
@@ -148,11 +148,11 @@ def test_a_route_changed_to_none_leaves_the_loss_with_the_drafter_that_drafted()
     """dear drafts (and loses) for 5 rounds, then the route goes to none: the loss is dear's."""
     target = ScriptedModel("target", seeded(0), Cost(step_ms=10.0, row_ms=1.0))
     dear = ScriptedModel("dear", seeded(1), Cost(step_ms=8.0, row_ms=1.0))
-    spec, target_only = _lanes(ScriptedBackend(target, [dear]), "dear", then=(5, "none"))
-    assert spec.last_round is not None and spec.last_round.drafter == "none"  # what the old line named
-    comparison = compare(spec, target_only)
+    speculative, target_only = _lanes(ScriptedBackend(target, [dear]), "dear", then=(5, "none"))
+    assert speculative.last_round is not None and speculative.last_round.drafter == "none"  # what the old line named
+    comparison = compare(speculative, target_only)
     assert comparison.speedup is not None and comparison.speedup < 1
-    lines = str(speculative_stats(spec, comparison)).splitlines()
+    lines = str(speculative_stats(speculative, comparison)).splitlines()
     loss = lines[next(i for i, line in enumerate(lines) if line.startswith("a round: ")) + 1]
     assert loss.startswith("dear drafts cost 0.") and loss.endswith(DRAFT_PHRASE), loss
 

@@ -33,10 +33,10 @@ async def _finished_status(tmp_path: Path, router: LearnedRouter) -> str:
     config = scripted_config(backend, tmp_path, prompt=CODE_PROMPT, raw=True, max_tokens=8)
     fallback = fallback_for(router, DRAFTERS, {"code": "near"}, {"code": "near measured 1.4× on code here"})
 
-    def open_source(_: object) -> SpecEngine:
+    def open_stream(_: object) -> SpecEngine:
         return SpecEngine(backend, routing_for(backend.drafters, router, fallback=fallback), clock=backend.clock)
 
-    app = create_app(config, PlaygroundOptions(), backend.clock, open_source)
+    app = create_app(config, PlaygroundOptions(), backend.clock, open_stream)
     async with app.run_test(size=(160, 45)) as pilot:
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load")
         await pilot.press("ctrl+r")

@@ -28,7 +28,7 @@ from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import SCRIPTED, ScriptedBackend, scripted_backend
 from tests.support.svg_colours import contrast, text_runs
-from tests.support.ui_helpers import scripted_app, scripted_config, scripted_source, wait_for
+from tests.support.ui_helpers import scripted_app, scripted_config, scripted_stream, wait_for
 
 THEMES = ("specplay-dark", "specplay-light", "specplay-colorblind")
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_snapshots"
@@ -134,7 +134,7 @@ def test_a_model_that_fails_to_load(snap_compare, tmp_path: Path) -> None:  # ty
             "`specplay fetch` lists (the status line wraps so that this fix is read whole)"
         )
 
-    app = create_app(scripted_config(scripted_backend(), tmp_path, prompt=CODE_PROMPT), open_source=missing)
+    app = create_app(scripted_config(scripted_backend(), tmp_path, prompt=CODE_PROMPT), open_stream=missing)
 
     async def failed(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: app.playground.state == RunState.FAILED, "the load to fail")
@@ -145,15 +145,15 @@ def test_a_model_that_fails_to_load(snap_compare, tmp_path: Path) -> None:  # ty
 
 
 def test_loading(snap_compare, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The screen while the models load (the source opens only once the snapshot is taken)."""
+    """The screen while the models load (the stream opens only once the snapshot is taken)."""
     backend, opened = scripted_backend(), threading.Event()
-    source = scripted_source(backend)
+    scripted = scripted_stream(backend)
 
     def slow(config: RunConfig) -> EventStream:
         opened.wait(30)
-        return source(config)
+        return scripted(config)
 
-    app = create_app(scripted_config(backend, tmp_path, prompt=CODE_PROMPT), open_source=slow)
+    app = create_app(scripted_config(backend, tmp_path, prompt=CODE_PROMPT), open_stream=slow)
     close = app.playground.close
     app.playground.close = lambda: (opened.set(), close())[-1]  # type: ignore[method-assign]
 

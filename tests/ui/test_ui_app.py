@@ -264,9 +264,9 @@ async def test_autorun_to_the_end_shows_stats_and_saves(tmp_path: Path) -> None:
         for lane in ("speculative", "target"):
             final = app.playground.events[lane][-1]
             assert isinstance(final, DoneEvent) and final.finish_reason == "length" and len(final.token_ids) == 30
-        spec, target = app.playground.tallies["speculative"], app.playground.tallies["target"]
-        assert spec.tokens == target.tokens == 30 and spec.rounds > 0
-        assert spec.alpha is not None and spec.tokens_per_s and target.tokens_per_s
+        speculative, target = app.playground.tallies["speculative"], app.playground.tallies["target"]
+        assert speculative.tokens == target.tokens == 30 and speculative.rounds > 0
+        assert speculative.alpha is not None and speculative.tokens_per_s and target.tokens_per_s
         stats = str(app.query_one("#speculative", LaneView).query_one(".lane-stats").render())
         assert "predicted" in stats and "mean acceptance length" in stats and "–× predicted" not in stats
         assert app.playground.last_session is not None
@@ -278,7 +278,7 @@ async def test_a_load_error_is_one_line_and_the_app_still_quits(tmp_path: Path) 
     def missing(config: RunConfig) -> EventStream:
         raise ModelError("no model at no-such-model:\nfetch it first")
 
-    app = create_app(scripted_config(scripted_backend(), tmp_path), open_source=missing)
+    app = create_app(scripted_config(scripted_backend(), tmp_path), open_stream=missing)
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: app.playground.state == RunState.FAILED, "the load to fail")
         assert "no-such-model" in app.playground.status and "\n" not in app.playground.status

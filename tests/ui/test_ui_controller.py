@@ -26,7 +26,7 @@ from specplay.ui.protocols import LaneItem, RunState
 from tests.support.checks import every
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import SCRIPTED, Cost, scripted_backend
-from tests.support.ui_helpers import RoundHold, scripted_config, scripted_source, server_config
+from tests.support.ui_helpers import RoundHold, scripted_config, scripted_stream, server_config
 
 
 class Screen:
@@ -114,7 +114,7 @@ class Outbox:
 
 
 class Harness:
-    """The controller on the scripted backend (or `config`'s source), with the UI thread's
+    """The controller on the scripted backend (or the stream `config` names), with the UI thread's
     message queue pumped by the test as the app would: each message to its handler."""
 
     def __init__(
@@ -127,14 +127,14 @@ class Harness:
     ) -> None:
         """`clock` times the lanes (the backend's simulated one unless given); each target
         forward really takes `wall_ms`, so a run lasts long enough to be changed while it goes.
-        With `config`, the source it names instead (a vLLM server's)."""
+        With `config`, the stream it names instead (a vLLM server's)."""
         self.posted: queue.Queue[Callable[[], None]] = queue.Queue()
         self.backend = scripted_backend(Cost(wall_ms=wall_ms), drafters=("near", "far"))
         if config is not None:
             host = ModelHost(config)
         else:
             config = scripted_config(self.backend, sessions, **request)
-            host = ModelHost(config, clock or self.backend.clock, scripted_source(self.backend))
+            host = ModelHost(config, clock or self.backend.clock, scripted_stream(self.backend))
         self.screen = Screen(CODE_PROMPT)
         self.playground = PlaygroundController(config, host, Outbox(self))
         self.playground.attach(self.screen)
@@ -186,9 +186,9 @@ def test_load_run_route_live_changes_and_save(harness: Harness, tmp_path: Path) 
     playground.stop()
     harness.until(lambda: playground.state == RunState.READY, "the run to stop")
 
-    spec = [e for e in playground.events["speculative"] if isinstance(e, ControlEvent)]
+    speculative = [e for e in playground.events["speculative"] if isinstance(e, ControlEvent)]
     target = [e for e in playground.events["target"] if isinstance(e, ControlEvent)]
-    assert {name for e in spec for name, _, _ in e.changes} == {"k", "temperature"}
+    assert {name for e in speculative for name, _, _ in e.changes} == {"k", "temperature"}
     assert {name for e in target for name, _, _ in e.changes} == {"temperature"}  # only sampling reaches it
     assert every(isinstance(playground.events[lane][-1], DoneEvent) for lane in ("speculative", "target"))
     assert playground.seed == 9 and playground.settings.k == 2
@@ -208,7 +208,7 @@ def test_read_only_capabilities_refuse_live_changes_and_bad_values_are_one_line(
     playground.capabilities = replace(playground.capabilities, live_controls=False, modes=("speculative",))
     playground.run()
     harness.until(lambda: len(playground.events["speculative"]) > 3, "rounds")
-    assert playground.lanes == ("speculative",)  # no target-only lane where the source runs none
+    assert playground.lanes == ("speculative",)  # no target-only lane where the stream runs none
     playground.change("k", 7)
     assert "from the next run" in screen.said("notify")[-1][0]
     playground.stop()
@@ -369,9 +369,9 @@ def test_a_disk_full_before_the_header_leaves_no_empty_session(tmp_path: Path, m
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("source", ["scripted", "vllm"])
+@pytest.mark.parametrize("backend", ["scripted", "vllm"])
 def test_a_full_disk_mid_run_stops_saving_not_the_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, source: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, backend: str
 ) -> None:
     """The other lane's start must not open a second session once the first could not be written
     (vLLM's lanes run one after the other: a second start comes later there)."""
@@ -391,7 +391,7 @@ def test_a_full_disk_mid_run_stops_saving_not_the_run(
     monkeypatch.setattr(writer.SessionWriter, "_write", filling)
     run_request = {"raw": True, "max_tokens": 24, "ignore_eos": True}
     config = None
-    if source == "vllm":
+    if backend == "vllm":
         target, near = request.getfixturevalue("servers")  # fake vLLM servers of the tiny models
         config = server_config(target.url, {"near": near.url}, tmp_path, **run_request)
     harness = Harness(tmp_path, config=config, **run_request)

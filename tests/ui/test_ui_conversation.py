@@ -120,9 +120,9 @@ async def test_a_follow_up_continues_each_lanes_conversation_and_a_live_change_a
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "turn 2 to end", timeout_s=60)
         assert app.playground.status.startswith("finished (length) turn 2 · ")
 
-        spec, target = (app.playground.events[lane] for lane in LANES)
+        speculative, target = (app.playground.events[lane] for lane in LANES)
         # Each lane answered the follow-up after its own first answer, from the caches it kept.
-        for lane, events in (("speculative", spec), ("target", target)):
+        for lane, events in (("speculative", speculative), ("target", target)):
             expected = backend.encode(FOLLOW_UP, True, [Exchange(CODE_PROMPT, first[lane])])
             assert list(_start(events).prompt_token_ids) == expected, lane
         assert {id(g) for g in backend.generations[len(generations) :]} == {id(g) for g in generations}
@@ -132,10 +132,10 @@ async def test_a_follow_up_continues_each_lanes_conversation_and_a_live_change_a
         second = {lane: _done(app, lane).text for lane in LANES}
         assert second["speculative"] == second["target"] and len(_done(app, "target").token_ids) == TOKENS
         # The k change landed in turn 2, in the speculative lane only, and its rounds after it draft 2.
-        changes = [i for i, e in enumerate(spec) if isinstance(e, ControlEvent)]
-        assert len(changes) == 1 and ("k", 4, 2) in spec[changes[0]].changes  # type: ignore[union-attr]
-        assert every(r.nodes == 4 for r in _rounds(spec[: changes[0]]))
-        assert every(r.nodes <= 2 for r in _rounds(spec[changes[0] :])) and _rounds(spec[changes[0] :])
+        changes = [i for i, e in enumerate(speculative) if isinstance(e, ControlEvent)]
+        assert len(changes) == 1 and ("k", 4, 2) in speculative[changes[0]].changes  # type: ignore[union-attr]
+        assert every(r.nodes == 4 for r in _rounds(speculative[: changes[0]]))
+        assert every(r.nodes <= 2 for r in _rounds(speculative[changes[0] :])) and _rounds(speculative[changes[0] :])
         assert not any(isinstance(e, ControlEvent) for e in target)
 
         # Both lanes show where turn 2 begins, with the user's prompt, then its answer.
@@ -206,10 +206,10 @@ async def test_a_follow_up_on_real_mlx_caches_answers_alike_in_both_lanes(tiny: 
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: app.playground.state == RunState.READY, "models to load", timeout_s=120)
         await _run_to_the_end(app, pilot, saved=1)
-        source = app.playground.host.source
-        assert isinstance(source, SpecEngine)
+        stream = app.playground.host.stream
+        assert isinstance(stream, SpecEngine)
         first = {lane: _done(app, lane).text for lane in LANES}
-        kept = {lane: source.kept[lane] for lane in LANES}  # type: ignore[index]
+        kept = {lane: stream.kept[lane] for lane in LANES}  # type: ignore[index]
         await _type(app, pilot, follow_up)
         await pilot.press("ctrl+r")
 
@@ -219,8 +219,8 @@ async def test_a_follow_up_on_real_mlx_caches_answers_alike_in_both_lanes(tiny: 
         await wait_for(pilot, turn_2_ended, "turn 2 to end", timeout_s=120)
         for lane in LANES:
             ids = list(_start(app.playground.events[lane]).prompt_token_ids)
-            assert ids == source.encode(follow_up, False, [Exchange(prompt, first[lane])]), lane
-            assert source.kept[lane] is kept[lane]  # type: ignore[index]
+            assert ids == stream.encode(follow_up, False, [Exchange(prompt, first[lane])]), lane
+            assert stream.kept[lane] is kept[lane]  # type: ignore[index]
         speculative, target = (_done(app, lane) for lane in LANES)
         assert speculative.token_ids == target.token_ids and speculative.token_ids
         session = load_session(app.playground.last_session)  # type: ignore[arg-type]
@@ -259,10 +259,10 @@ async def test_a_follow_up_on_vllm_servers_sends_each_lane_its_own_conversation(
             return app.playground.state == RunState.READY and "turn 2" in app.playground.status
 
         await wait_for(pilot, turn_2_ended, "turn 2 to end", timeout_s=60)
-        source = app.playground.host.source
-        assert source is not None
+        stream = app.playground.host.stream
+        assert stream is not None
         for lane in LANES:
             ids = list(_start(app.playground.events[lane]).prompt_token_ids)
-            assert ids == source.encode(FOLLOW_UP, True, [Exchange(CODE_PROMPT, first[lane])]), lane
+            assert ids == stream.encode(FOLLOW_UP, True, [Exchange(CODE_PROMPT, first[lane])]), lane
         assert _done(app, "speculative").token_ids == _done(app, "target").token_ids
         assert [t.prompt for t in load_session(app.playground.last_session).turns] == [CODE_PROMPT, FOLLOW_UP]  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """ctrl+r while the models load keeps the run for when they are loaded (ctrl+r again or escape takes
-it back), on a scripted backend whose source opens only when the test lets it."""
+it back), on a scripted backend whose stream opens only when the test lets it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from specplay.ui.app import PlaygroundApp, create_app
 from specplay.ui.protocols import RunState
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import scripted_backend
-from tests.support.ui_helpers import scripted_config, scripted_source, wait_for
+from tests.support.ui_helpers import scripted_config, scripted_stream, wait_for
 
 QUEUED = "the run starts once they are loaded"
 
@@ -24,14 +24,14 @@ QUEUED = "the run starts once they are loaded"
 def held_app(tmp_path: Path) -> tuple[PlaygroundApp, threading.Event]:
     """The playground whose models load only once the returned event is set."""
     backend, opened = scripted_backend(), threading.Event()
-    source = scripted_source(backend)
+    scripted = scripted_stream(backend)
 
     def slow(config: RunConfig) -> EventStream:
         opened.wait(30)
-        return source(config)
+        return scripted(config)
 
     config = scripted_config(backend, tmp_path, prompt=CODE_PROMPT, max_tokens=20, raw=True)
-    app = create_app(config, open_source=slow)
+    app = create_app(config, open_stream=slow)
     close = app.playground.close
     app.playground.close = lambda: (opened.set(), close())[-1]  # type: ignore[method-assign]
     return app, opened

@@ -46,18 +46,18 @@ def test_predicted_speedup_matches_leviathan() -> None:
 
 
 def test_alpha_counts_only_judged_positions() -> None:
-    spec, target = LaneTally(), LaneTally()
-    spec.add(_round(["accepted", "rejected", "unreached", "unreached"]), busy_s=1.0)
-    spec.add(_round(["accepted", "accepted", "accepted", "accepted"]), busy_s=2.0)
-    assert spec.alpha == pytest.approx(5 / 6)  # 5 accepted of 6 judged
-    assert spec.draft_acceptance_rate == pytest.approx(5 / 8)  # of 8 drafted
-    assert spec.mean_acceptance_length == pytest.approx(1 + 5 / 2)
+    speculative, target = LaneTally(), LaneTally()
+    speculative.add(_round(["accepted", "rejected", "unreached", "unreached"]), busy_s=1.0)
+    speculative.add(_round(["accepted", "accepted", "accepted", "accepted"]), busy_s=2.0)
+    assert speculative.alpha == pytest.approx(5 / 6)  # 5 accepted of 6 judged
+    assert speculative.draft_acceptance_rate == pytest.approx(5 / 8)  # of 8 drafted
+    assert speculative.mean_acceptance_length == pytest.approx(1 + 5 / 2)
     # the engine's one definition: the 5 tokens after the first round's 2, over 1 s since them
-    assert spec.tokens == 7 and spec.tokens_per_s == pytest.approx(5.0)
+    assert speculative.tokens == 7 and speculative.tokens_per_s == pytest.approx(5.0)
     for i in range(4):
         target.add(StepEvent(i, None, Token(1, "a", "target"), step_ms=2.0), busy_s=0.5 * (i + 1))
     assert target.tokens_per_s == pytest.approx(3 / 1.5)
-    comparison = compare(spec, target)
+    comparison = compare(speculative, target)
     p = comparison.prediction
     assert p.cost_ratio == pytest.approx(1.0 / 2.0)  # 1 ms per drafted token over a 2 ms step
     assert comparison.speedup == pytest.approx(5.0 / 2.0)
@@ -77,17 +77,17 @@ def test_the_rounds_account_is_the_measured_speedup_taken_apart() -> None:
         made = tuple(Token(1, "a", "accepted") for _ in range(tokens))
         return RoundEvent(0, 0, "near", (1,) * 4, chain(4), (), tokens - 1, made, draft_ms, verify_ms, host_ms)
 
-    spec, target = LaneTally(), LaneTally()
+    speculative, target = LaneTally(), LaneTally()
     busy_s = 0.0
     for tokens, draft_ms, verify_ms, host_ms in [(3, 50, 400, 5), (5, 20, 120, 10), (2, 20, 110, 20), (0, 1, 90, 1)]:
         busy_s += (draft_ms + verify_ms + host_ms) / 1000
-        spec.add(timed_round(tokens, draft_ms, verify_ms, host_ms), busy_s)
+        speculative.add(timed_round(tokens, draft_ms, verify_ms, host_ms), busy_s)
     busy_s = 0.0
     for step_ms in (300.0, 100.0, 100.0, 100.0):  # the first step follows the prefill
         busy_s += step_ms / 1000
         target.add(StepEvent(0, None, Token(1, "a", "target"), step_ms=step_ms), busy_s)
     assert target.mean_step_ms == pytest.approx(100.0)  # the steps tokens/s counts
-    comparison = compare(spec, target)
+    comparison = compare(speculative, target)
     account = comparison.account
     assert account is not None and comparison.speedup is not None
     assert (account.draft_steps, account.verify_steps, account.host_steps) == pytest.approx((0.2, 1.15, 0.15))
@@ -125,16 +125,16 @@ def test_the_first_token_time_counts_the_prefill_before_the_start_event() -> Non
 
 
 def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
-    spec = LaneTally()
+    speculative = LaneTally()
     bounded = tuple(
         DraftPosition(1, 0.5, 0.5, 0.1, 0.2, 0.0, outcome, 0.1, bound)  # type: ignore[arg-type]
         for outcome, bound in (("accepted", 0.01), ("rejected", 0.02), ("unreached", 0.5))
     )
     tokens = (Token(1, "a", "accepted"), Token(2, "b", "corrected"))
-    spec.add(RoundEvent(0, 0, "near", (1, 1, 1), chain(3), bounded, 1, tokens, 6.0, 12.0, 0), busy_s=1.0)
-    spec.add(_round(["accepted", "accepted"], draft_ms=4.0), busy_s=2.0)  # verify_ms 1
-    assert spec.error_bound_total == pytest.approx(0.03)  # unreached positions emitted nothing
-    comparison = compare(spec, None)
+    speculative.add(RoundEvent(0, 0, "near", (1, 1, 1), chain(3), bounded, 1, tokens, 6.0, 12.0, 0), busy_s=1.0)
+    speculative.add(_round(["accepted", "accepted"], draft_ms=4.0), busy_s=2.0)  # verify_ms 1
+    assert speculative.error_bound_total == pytest.approx(0.03)  # unreached positions emitted nothing
+    comparison = compare(speculative, None)
     p = comparison.prediction
     assert comparison.speedup is None  # HTTP round trips are not speculative speed
     assert p.cost_ratio == pytest.approx((10.0 / 5) / (13.0 / 2))  # per drafted token / per verify
@@ -143,7 +143,7 @@ def test_remote_lanes_model_the_speedup_and_sum_the_error_bounds() -> None:
     # `specplay run --json` models the same speedup from the lane's metrics as the playground does
     from specplay.backends.vllm.report import inspection_report
 
-    report = inspection_report(spec.counters.to_dict() | {"vllm": {"approximate": True}})
+    report = inspection_report(speculative.counters.to_dict() | {"vllm": {"approximate": True}})
     assert report["cost_ratio"] == pytest.approx(p.cost_ratio)
     assert report["modelled_speedup"] == pytest.approx(p.speedup)
 

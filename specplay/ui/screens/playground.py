@@ -262,15 +262,15 @@ class PlaygroundScreen(Screen[None]):
     def _show_stats(self) -> None:
         playground = self.playground
         tallies, lanes = playground.tallies, playground.lanes
-        spec, target = tallies["speculative"], tallies["target"]
+        speculative, target = tallies["speculative"], tallies["target"]
         # A reopened session is shown as it ran, whatever backend is loaded now.
         caps = playground.shown_capabilities
         baseline = target if "target" in lanes and caps.wall_time_is_speed else None
-        comparison = compare(spec, baseline, playground.costs)
+        comparison = compare(speculative, baseline, playground.costs)
         if caps.server_judges:  # the server's own account, measured against a baseline
-            stats = {"speculative": server_account_stats(spec, comparison if baseline else None)}
+            stats = {"speculative": server_account_stats(speculative, comparison if baseline else None)}
         else:
-            stats = {"speculative": speculative_stats(spec, comparison, remote=not caps.wall_time_is_speed)}
+            stats = {"speculative": speculative_stats(speculative, comparison, remote=not caps.wall_time_is_speed)}
         stats |= {lane: target_stats(tallies[lane]) for lane in ("target", DRAFT_LANE) if lane in lanes}
         if len(playground.turn_tallies("speculative")) > 1:  # a conversation's later turn
             figures = {name: conversation_figures(playground.turn_tallies(name)) for name in stats}
@@ -283,8 +283,8 @@ class PlaygroundScreen(Screen[None]):
                 stats[name] = in_conversation(stats[name], figures[name], against, judged, speed)
         for name, content in stats.items():
             self.query_one(f"#{name}", LaneView).set_stats(content)
-        self.query_one(Plots).show(spec, playground.costs, comparison.k_in_use)
-        self.query_one(ControlsPanel).show_route_stats(route_stats(spec))
+        self.query_one(Plots).show(speculative, playground.costs, comparison.k_in_use)
+        self.query_one(ControlsPanel).show_route_stats(route_stats(speculative))
 
     def _show_no_baseline(self) -> None:
         if not self.playground.capabilities.baseline:

@@ -66,34 +66,34 @@ def verify_curve(costs: RoundCosts, k: int | None) -> list[Content | str]:
     return lines
 
 
-def no_acceptance(spec: LaneTally) -> str:
+def no_acceptance(speculative: LaneTally) -> str:
     """Why the lane has no acceptance by position to show: none of its rounds yet, a run that ended
     before its first round, or rounds that drafted nothing (route `none`)."""
-    rounds = spec.rounds
+    rounds = speculative.rounds
     if rounds == 0:
-        if spec.finish_reason is not None:
+        if speculative.finish_reason is not None:
             return "the run ended before its first round: no drafts to judge"
         return "no rounds yet"
-    if spec.drafted == 0:
+    if speculative.drafted == 0:
         counted = f"{rounds} round{'s' if rounds != 1 else ''}"
-        if spec.drafting == f"route {NONE_ROUTE}":
+        if speculative.drafting == f"route {NONE_ROUTE}":
             return f"route {NONE_ROUTE} drafts nothing: {counted} of the target alone, no drafts to judge"
-        return f"{spec.drafting} drafted nothing in {counted}: no drafts to judge"
+        return f"{speculative.drafting} drafted nothing in {counted}: no drafts to judge"
     return "no position judged yet"
 
 
-def plots_content(spec: LaneTally, width: int, costs: RoundCosts | None = None, k: int | None = None) -> Content:
+def plots_content(speculative: LaneTally, width: int, costs: RoundCosts | None = None, k: int | None = None) -> Content:
     lines: list[Content | str] = [Content.styled("acceptance by draft position", "bold")]
-    rates = spec.acceptance_per_position()
+    rates = speculative.acceptance_per_position()
     bar_width = max(4, width - 12)
     for i, rate in enumerate(rates[:16], 1):
         lines.append(
             Content.assemble(f"{i:>2} ", Content.styled(bar(rate, bar_width), "$spec-accepted"), f" {rate:.2f}")
         )
     if not rates:
-        lines.append(Content.styled(no_acceptance(spec), "dim"))
-    series = throughput(spec.samples, max(4, width - 2))
-    tps = spec.tokens_per_s
+        lines.append(Content.styled(no_acceptance(speculative), "dim"))
+    series = throughput(speculative.samples, max(4, width - 2))
+    tps = speculative.tokens_per_s
     lines.append(Content.styled("tokens/s over time" + (f"  (now {tps:.1f})" if tps else ""), "bold"))
     lines.append(Content.styled(sparkline(series), "$spec-bonus") if series else Content.styled("no tokens yet", "dim"))
     if costs is not None:
@@ -111,7 +111,7 @@ class Plots(Static):
         self.border_title = "speculative lane"
         self._lines = 0
 
-    def show(self, spec: LaneTally, costs: RoundCosts | None = None, k: int | None = None) -> None:
+    def show(self, speculative: LaneTally, costs: RoundCosts | None = None, k: int | None = None) -> None:
         """`k`: the k in use, marked on the verify curve."""
-        content = plots_content(spec, max(16, self.content_size.width or 32), costs, k)
+        content = plots_content(speculative, max(16, self.content_size.width or 32), costs, k)
         self._lines = steady_update(self, content, content.plain.count("\n") + 1, self._lines)

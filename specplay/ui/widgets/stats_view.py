@@ -30,8 +30,8 @@ STATS_KEY = "\n".join(
 """What each number of a lane's stats is, where it stands (the stats' tooltip; docs/playground.md)."""
 
 
-def _num(value: float | None, spec: str, unit: str = "") -> str:
-    return "–" if value is None else f"{value:{spec}}{unit}"
+def _num(value: float | None, fmt: str, unit: str = "") -> str:
+    return "–" if value is None else f"{value:{fmt}}{unit}"
 
 
 def _speed(tally: LaneTally) -> tuple[str, ...]:
@@ -151,10 +151,10 @@ def server_account_stats(tally: LaneTally, comparison: Comparison | None) -> Phr
     (the server's streaming), the acceptance numbers are the server's once the run ends (exact),
     the chunk-size guess before."""
     server = tally.server or {}
-    spec = server.get("speculative_decoding") or {}
-    exact = "mean_acceptance_length" in spec
-    length = spec["mean_acceptance_length"] if exact else tally.mean_acceptance_length
-    rate = spec.get("draft_acceptance_rate") if exact else tally.draft_acceptance_rate
+    speculative_decoding = server.get("speculative_decoding") or {}
+    exact = "mean_acceptance_length" in speculative_decoding
+    length = speculative_decoding["mean_acceptance_length"] if exact else tally.mean_acceptance_length
+    rate = speculative_decoding.get("draft_acceptance_rate") if exact else tally.draft_acceptance_rate
     approx = "" if exact else "≈"
     length_shown = _num(length, ".2f")
     lines = [
