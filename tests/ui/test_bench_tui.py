@@ -1,4 +1,4 @@
-"""benchmarks/bench_tui.py takes every drafter kind and any model source, and prints a ratio per kind.
+"""benchmarks/bench_tui.py takes every drafter kind and any model location, and prints a ratio per kind.
 
 The ratios themselves are speed, which lives in the benchmark's own runs (README, Benchmarks); here
 the bounds only catch a reading off by a whole factor (a lane clock that counts the wrong span)."""
