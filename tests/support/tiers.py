@@ -78,5 +78,16 @@ SLOW = {
     "tests/cli/test_costs_advice.py::test_acceptance_is_measured": "the demo models timed row count by row count",
     "tests/ui/test_ui_app.py::test_a_tree_under_typical": "a live change while a run goes, in both orders (the "
     "controller's tests refuse each value quick)",
+    "tests/cli/test_costs.py::test_max_rows_below": "the demo models timed row count by row count",
+    "tests/cli/test_costs.py::test_a_tree_session_reads": "a tree run, then the demo models timed row count by row "
+    "count",
+    "tests/cli/test_costs.py::test_prompt_lookup_alone": "the demo models timed row count by row count",
+    "tests/ui/test_ui_conversation.py::test_a_follow_up_continues": "a live change while a run goes, over two turns",
+    "tests/cli/test_bench_out.py::test_the_measurements_are_written": "a benchmark run writing every report",
+    "tests/backends/vllm/test_vllm_lying_target.py::test_an_honest_target": "fake vLLM servers over HTTP, each running "
+    "a tiny MLX model, in every verify strategy",
+    "tests/cli/test_hostile_inputs.py::test_distill_takes": "training a drafter",
+    "tests/router_training/test_train.py::test_too_few_or_one_sided": "routers trained and cross-validated on twenty "
+    "sessions",
 }
 """The slow tier, by test id prefix, each with why it is not in the quick tier."""

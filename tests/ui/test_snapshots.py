@@ -25,6 +25,7 @@ from specplay.errors import ModelError
 from specplay.store import writer
 from specplay.ui.app import PlaygroundApp, create_app
 from specplay.ui.protocols import RunState
+from specplay.ui.widgets.tape import DraftTape
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import SCRIPTED, ScriptedBackend, scripted_backend
 from tests.support.svg_colours import contrast, text_runs
@@ -48,6 +49,8 @@ def after_the_run(app: PlaygroundApp, then: Before | None = None) -> Before:
         app.query_one("#prompt", TextArea).cursor_blink = False
         if then is not None:
             await then(pilot)
+        tape = app.query_one(DraftTape)  # a run's tape ends scrolled to its last round, once laid out
+        await wait_for(pilot, lambda: tape.scroll_y == tape.max_scroll_y, "the tape scrolled to its end")
         await pilot.pause()
 
     return run_before

@@ -254,9 +254,12 @@ class PlaygroundScreen(Screen[None]):
         if not self._dirty:
             return
         self._dirty = False
+        # Events drained after a run ended (a lane's last ones can arrive after its full redraw)
+        # are shown in the full, scrollable form, not as a running tail over it.
+        full = not self.playground.state.generating
         for lane in self.playground.lanes:
-            self.query_one(f"#{lane}", LaneView).flush()
-        self.query_one(DraftTape).flush()
+            self.query_one(f"#{lane}", LaneView).flush(full=full)
+        self.query_one(DraftTape).flush(full=full)
         self._show_stats()
 
     def _show_stats(self) -> None:

@@ -131,6 +131,9 @@ class DraftTape(VerticalScroll):
         self._rounds: deque[tuple[RoundEvent | None, tuple[str, ...]]] = deque(maxlen=MAX_ROUNDS)
         """Each line's round (None: where a conversation's turn begins)."""
         self._lines: deque[Content] = deque(maxlen=MAX_ROUNDS)
+        self._changes = 0
+        self._shown_in_full: int | None = None
+        """The change count the full text shows (None: the running tail shows)."""
 
     def compose(self) -> ComposeResult:
         yield Static("")
@@ -139,17 +142,20 @@ class DraftTape(VerticalScroll):
         """Empty the tape for a run, already in its fixed-height form (see LaneView.clear)."""
         self._rounds.clear()
         self._lines.clear()
+        self._changes += 1
         self._show_recent(Content(""))
 
     def add(self, event: RoundEvent, drafted_text: tuple[str, ...]) -> None:
         """Take a round; the tape shows it at the next `flush`."""
         self._rounds.append((event, drafted_text))
         self._lines.append(round_line(event, drafted_text))
+        self._changes += 1
 
     def start_turn(self, index: int) -> None:
         """A conversation's turn `index` (from 0) begins: its rounds, numbered from 0 again, follow a line saying so."""
         self._rounds.append((None, ()))
         self._lines.append(Content.styled(f"── turn {index + 1} ──", "dim"))
+        self._changes += 1
 
     def refresh_texts(self, decode: Callable[[int], str]) -> None:
         """Decode again the drafted tokens whose text was not known when their round came (a
@@ -161,11 +167,15 @@ class DraftTape(VerticalScroll):
                 texts = tuple(map(decode, event.drafted))
                 self._rounds[i] = (event, texts)
                 self._lines[i] = round_line(event, texts)
+                self._changes += 1
 
     def flush(self, full: bool = False) -> None:
         """Show all the rounds kept, or, while generating, the lines of the last ones that fit, in a
         text of fixed height (an update then needs no layout: see LaneView)."""
         if full:
+            if self._shown_in_full == self._changes:  # shown already: laid out again it would scroll home
+                return
+            self._shown_in_full = self._changes
             text = self.query_one(Static)
             text.styles.height = "auto"
             text.update(Content("\n").join(self._lines))
@@ -179,4 +189,5 @@ class DraftTape(VerticalScroll):
         self._show_recent(Content("\n").join(lines))
 
     def _show_recent(self, recent: Content) -> None:
+        self._shown_in_full = None
         show_in_view(self.query_one(Static), self, recent)
