@@ -178,8 +178,11 @@ class DraftTape(VerticalScroll):
             self._shown_in_full = self._changes
             text = self.query_one(Static)
             text.styles.height = "auto"
+            text.styles.min_height = "100%"  # never shorter than the view: anchored, it would sit below its top
             text.update(Content("\n").join(self._lines))
-            self.scroll_end(animate=False, immediate=False)
+            # Anchored, the layout itself scrolls to the end (a scroll asked for now may read the
+            # height from before that layout and stay at the top); a user's scroll releases it.
+            self.anchor()
             return
         width, height = self.scrollable_content_region.size
         if width <= 0 or height <= 0:
