@@ -89,5 +89,15 @@ SLOW = {
     "tests/cli/test_hostile_inputs.py::test_distill_takes": "training a drafter",
     "tests/router_training/test_train.py::test_too_few_or_one_sided": "routers trained and cross-validated on twenty "
     "sessions",
+    "tests/config/test_add_a_control.py::test_the_panel_shows_it": "a live change while a run goes (its flag and "
+    "its live re-application are tested quick beside it)",
+    "tests/ui/test_ui_conversation.py::test_a_follow_up_on_real_mlx": "two turns of the tiny MLX models in the "
+    "playground (the scripted conversation runs quick)",
+    "tests/cli/test_run_conversation.py::test_a_replay_runs": "a conversation run twice on the demo models",
+    "tests/cli/test_run_conversation.py::test_every_greedy_turn_equals_target_only_and_is_saved_and_reported[demo]": (
+        "a conversation on the demo models (on the tiny chat-template models it runs quick)"
+    ),
+    "tests/backends/mlx/test_suffix_drafter.py::test_the_demo_models_remember": "the demo models run three times, "
+    "each a command of its own (the tiny models remember quick)",
 }
 """The slow tier, by test id prefix, each with why it is not in the quick tier."""
