@@ -173,7 +173,7 @@ class DraftTape(VerticalScroll):
         """Show all the rounds kept, or, while generating, the lines of the last ones that fit, in a
         text of fixed height (an update then needs no layout: see LaneView)."""
         if full:
-            if self._shown_in_full == self._changes:  # shown already: laid out again it would scroll home
+            if self._shown_in_full == self._changes:  # shown already: leave it where the user scrolled it
                 return
             self._shown_in_full = self._changes
             text = self.query_one(Static)
