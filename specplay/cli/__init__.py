@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 from specplay import __version__
-from specplay.cli import (
-    bench,
-    costs,
-    diff,
-    distill,
-    export,
-    fetch,
-    fidelity,
-    router,
-    run,
-    sessions,
-    tui,
-    vllm_launch,
-)
-from specplay.cli.flags import Parser
+from specplay.cli.early_keys import keys_kept
 from specplay.errors import SpecplayError, error_line
+
+if TYPE_CHECKING:
+    from specplay.cli.flags import Parser
 
 TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 PIPE_CLOSED = 141
@@ -39,6 +30,24 @@ def tolerate_narrow_encodings() -> None:
 
 
 def build_parser() -> Parser:
+    # The commands import the models' libraries (about half a second, seconds on a loaded machine):
+    # imported here, after main holds the keys typed while the playground starts.
+    from specplay.cli import (
+        bench,
+        costs,
+        diff,
+        distill,
+        export,
+        fetch,
+        fidelity,
+        router,
+        run,
+        sessions,
+        tui,
+        vllm_launch,
+    )
+    from specplay.cli.flags import Parser
+
     parser = Parser(prog="specplay", description="A playground for seeing speculative decoding.")
     parser.add_argument("--version", action="version", version=f"specplay {__version__}")
     subparsers = parser.add_subparsers(metavar="COMMAND", parser_class=Parser)
@@ -61,9 +70,11 @@ def build_parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     """The command's exit status. A reader that left stdout (`| head -c 10`) ends any command
     quietly with PIPE_CLOSED: no traceback, and no error line on a stderr that may share the pipe."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:
-            return _main(argv)
+            with keys_kept(sys.stdin) if opens_playground(argv) else nullcontext():
+                return _main(argv)
         finally:
             sys.stdout.flush()  # output still buffered meets the closed pipe here, not at exit
     except BrokenPipeError:
@@ -83,11 +94,16 @@ def _stdout_to_devnull() -> None:
     os.close(devnull)
 
 
-def _main(argv: list[str] | None) -> int:
+def opens_playground(argv: list[str]) -> bool:
+    """Whether `argv` opens the playground, told before the commands are imported: no command, `tui`,
+    or the playground's flags alone (`specplay --target smollm2`)."""
+    return not argv or argv[0] == "tui" or (argv[0].startswith("-") and argv[0] not in TOP_LEVEL_FLAGS)
+
+
+def _main(argv: list[str]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from folders or the local cache only
     tolerate_narrow_encodings()
     parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in parser.commands and argv[0] not in TOP_LEVEL_FLAGS):
         argv = ["tui", *argv]  # no command: the playground (on the default models when none are named)
     args = parser.parse_args(argv)

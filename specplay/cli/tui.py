@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from specplay.backends import blas_warning
 from specplay.cli.configure import given, replay_base, run_config, sessions_dir_from, with_recorded_routes
-from specplay.cli.early_keys import keys_kept
 from specplay.cli.flags import (
     UNSET,
     add_backend_flags,
@@ -93,17 +92,17 @@ def terminal_problem() -> str | None:
 
 
 def tui(args: argparse.Namespace) -> int:
-    # ctrl+r typed while the command starts (checking the models, loading Textual) reaches the playground.
-    with keys_kept(sys.stdin):
-        config, opened = configure(args)
-        if problem := terminal_problem():
-            raise SpecplayError(problem)
-        if message := blas_warning(config):
-            warn(message)
-        from specplay.ui.app import create_app
+    # Keys typed while the command starts (imports, checking the models, loading Textual) reach the
+    # playground: `specplay.cli.main` holds them from its first line.
+    config, opened = configure(args)
+    if problem := terminal_problem():
+        raise SpecplayError(problem)
+    if message := blas_warning(config):
+        warn(message)
+    from specplay.ui.app import create_app
 
-        app = create_app(config, playground_options(args, config, opened))
-        app.run()
+    app = create_app(config, playground_options(args, config, opened))
+    app.run()
     if app.crash is not None:
         print(f"specplay: error: the playground crashed: {error_line(app.crash)}", file=sys.stderr)
         return 1
