@@ -11,7 +11,7 @@ from rich.text import Text
 
 from specplay.cli.diff import ONLY_A, ONLY_B, VLLM_CAVEAT, render_diff
 from specplay.cli.render import colourless, make_console
-from specplay.display.text import token_repr
+from specplay.display.text import counted, token_repr
 from specplay.files.json_text import dump_json
 from specplay.store import LaneRecord, Session
 from specplay.store.changes import skipped_changes
@@ -103,9 +103,9 @@ def _numbers(t: TurnComparison) -> str:
 
 def _missing(t: TurnComparison, count_a: int, count_b: int) -> str:
     if t.prompt_a is None:
-        return f"only B has this turn (A has {count_a} turn{'s' * (count_a != 1)})"
+        return f"only B has this turn (A has {counted(count_a, 'turn')})"
     if t.prompt_b is None:
-        return f"only A has this turn (B has {count_b} turn{'s' * (count_b != 1)})"
+        return f"only A has this turn (B has {counted(count_b, 'turn')})"
     return f"{'A' if t.lane_a is None else 'B'} has no answer to it: its run was cut short first"
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from specplay.display.source_styles import SOURCE_STYLES
-from specplay.display.text import one_line, visible
+from specplay.display.text import counted, one_line, visible
 from specplay.engine.disturbance import speedup_disturbance
 from specplay.engine.events import Token
 from specplay.engine.routers.routing import RouteChoice
@@ -178,15 +178,15 @@ def summary(record: LaneRecord, baseline: LaneRecord | None, speed_measured: boo
     elif record.start.mode == "speculative" and record.start.drafter == NONE_ROUTE and s.route != ADAPTIVE_ROUTE:
         parts.append("no speculation")  # k, policy and rule judge nothing: every round drafts none
     elif record.start.mode == "speculative":
-        parts += [f"k {s.k} {s.policy}", *([tree_shape(s)] if s.width > 1 else []), s.acceptance_rule.describe()]
-    parts += [f"temperature {s.sampling.temperature:g}", f"seed {record.start.seed}", f"{m['num_tokens']} tokens"]
+        parts += [f"k {s.k} {s.policy}", *([tree_shape(s)] if s.width > 1 else []), s.acceptance_rule.named()]
+    parts += [f"temperature {s.sampling.temperature:g}", f"seed {record.start.seed}", counted(m["num_tokens"], "token")]
     if m["tokens_per_s"] is not None:
         parts.append(f"{m['tokens_per_s']:.1f} tokens/s")
     if m["num_spec_steps"]:
         parts.append(f"mean acceptance length {m['mean_acceptance_length']:.2f}")
         if m["draft_acceptance_rate"] is not None:  # None when no round drafted (prompt lookup found nothing)
             parts.append(f"draft acceptance rate {100 * m['draft_acceptance_rate']:.1f}%")
-        parts.append(f"{m['num_spec_steps']} rounds")
+        parts.append(counted(m["num_spec_steps"], "round"))
         if m["tv_spent"]:
             parts.append(f"TV spent {m['tv_spent']:.2f}")
         if m.get("second_branch_share") is not None:  # sessions older than the field lack it

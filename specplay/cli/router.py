@@ -12,6 +12,7 @@ from typing import Any
 
 from specplay.cli.configure import path_flag
 from specplay.cli.flags import Parser
+from specplay.display.text import counted
 from specplay.files.json_text import dump_json
 from specplay.router_training.evaluate import evaluate, report
 from specplay.router_training.examples import read_examples, score_kind
@@ -157,7 +158,7 @@ def _confidence_line(confidences: Sequence[float | None], threshold: float, foll
 
 
 def _sessions(count: int) -> str:
-    return f"{count} session{'s' if count != 1 else ''}"
+    return counted(count, "session")
 
 
 def _seen(trained_on: Mapping[str, Any], prompts: list[str]) -> int:

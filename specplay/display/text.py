@@ -50,3 +50,8 @@ def token_repr(text: str, limit: int | None = None) -> str:
     if limit is not None and len(shown) > limit:
         shown = shown[: limit - 1] + "…"
     return f"‹{shown or '∅'}›"
+
+
+def counted(count: int, noun: str) -> str:
+    """`count` and `noun`, plural unless one: "1 round", "3 rounds"."""
+    return f"{count:,} {noun}{'s' * (count != 1)}"

@@ -158,6 +158,10 @@ class AcceptanceRule:
         """The rule and its knob in a few words, as the papers write them."""
         return f"{self.name} {self.knob.symbol} {self.value:g}"
 
+    def named(self) -> str:
+        """What a run's line and the playground call the rule: "lossless" first where it is exactly that."""
+        return f"{LOSSLESS} ({self.describe()})" if self.lossless else self.describe()
+
     def row_label(self) -> str:
         """The rule's row in a fidelity sweep."""
         return f"{self.name} {self.knob.symbol}={self.value:g}"

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specplay.display.text import counted
 from specplay.engine.settings import GROUPS
 from specplay.engine.speedup import measured_speedup, predict, predict_modelled
 from specplay.review.columns import Column, target_step_ms
@@ -113,8 +114,8 @@ def drafters_text(lane: LaneRecord) -> str:
         return lane.start.drafter
     ranked = sorted(served.items(), key=lambda item: -item[1])
     switches = len(lane.route_switches)
-    counted = ", ".join(f"{name} {rounds} round{'s' * (rounds != 1)}" for name, rounds in ranked)
-    return f"{counted} ({switches} switch{'es' * (switches != 1)})"
+    served_rounds = ", ".join(f"{name} {counted(rounds, 'round')}" for name, rounds in ranked)
+    return f"{served_rounds} ({switches} switch{'es' * (switches != 1)})"
 
 
 def sampled(lane: LaneRecord) -> bool:

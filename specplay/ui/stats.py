@@ -96,8 +96,7 @@ class LaneTally:
         self.settings = settings
         self.temperature = settings.sampling.temperature
         rule = settings.acceptance_rule
-        # The docs' lossless rule is mentored decoding at D 0 (or any rule at its lossless end).
-        self.rule = f"lossless ({rule.describe()})" if rule.lossless else rule.describe()
+        self.rule = rule.named()
 
     @property
     def drafting(self) -> str:

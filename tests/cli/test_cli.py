@@ -70,6 +70,17 @@ def test_text_output_ends_with_a_stats_line(tiny: TinyModels, capsys: pytest.Cap
     assert re.search(r" · rejection ranks 1:\d+ 2:\d+ 3:\d+ 4:\d+ other:\d+; a second branch saves \d+% · ", stats)
 
 
+def test_the_stats_line_calls_the_default_rule_lossless_and_counts_rounds(
+    tiny: TinyModels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One token is one round; the rule is named as the playground names it.
+    args = [*models(tiny), "--prompt", "hello", "--raw", "--ignore-eos"]
+    code, out, _ = run_cli(capsys, *args, "--max-tokens", "1")
+    assert code == 0 and " · lossless (mentored D 0) · " in out and " · 1 token · " in out and " · 1 round · " in out
+    code, out, _ = run_cli(capsys, *args, "--max-tokens", "12", "--k", "1")
+    assert code == 0 and re.search(r" · 12 tokens · .* · ([2-9]|1[0-2]) rounds · ", out)
+
+
 def test_counterfactual_routes_and_a_relaxed_rule_in_json(tiny: TinyModels, capsys: pytest.CaptureFixture[str]) -> None:
     args = [*models(tiny), "--prompt", CODE_PROMPT, "--raw", "--max-tokens", "24", "--json", "--ignore-eos"]
     code, out, _ = run_cli(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from textual.content import Content
 from textual.widgets import Static
 
+from specplay.display.text import counted
 from specplay.engine.costs import RoundCosts
 from specplay.engine.settings import NONE_ROUTE
 from specplay.ui.stats import LaneTally
@@ -75,10 +76,10 @@ def no_acceptance(speculative: LaneTally) -> str:
             return "the run ended before its first round: no drafts to judge"
         return "no rounds yet"
     if speculative.drafted == 0:
-        counted = f"{rounds} round{'s' if rounds != 1 else ''}"
+        spent = counted(rounds, "round")
         if speculative.drafting == f"route {NONE_ROUTE}":
-            return f"route {NONE_ROUTE} drafts nothing: {counted} of the target alone, no drafts to judge"
-        return f"{speculative.drafting} drafted nothing in {counted}: no drafts to judge"
+            return f"route {NONE_ROUTE} drafts nothing: {spent} of the target alone, no drafts to judge"
+        return f"{speculative.drafting} drafted nothing in {spent}: no drafts to judge"
     return "no position judged yet"
 
 
