@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specplay.display.text import counted
 from specplay.drafters.kind import DrafterKind, Proposal, options
 from specplay.drafters.memory import EarlierOutputs
 from specplay.drafters.model_config import ModelConfig, Role
@@ -325,6 +324,6 @@ class SuffixProposer:
         where = "this request" if draft.index is self.request else self.memory.label(sequence)
         seen, total = draft.first
         return (
-            f"matched {counted(draft.matched, 'token')} of {where}; "
+            f"matched {draft.matched} token{'s' * (draft.matched != 1)} of {where}; "
             f"the first drafted token followed it {seen} of {total} times"
         )

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specplay.config.run_config import TARGET, prompt_format
-from specplay.display.text import counted
 from specplay.engine.events import round_fault
 from specplay.errors import ConfigError
 from specplay.router_training.scores import UNITS, ScoreKind, SessionScores, session_scores
@@ -57,7 +56,7 @@ class Examples:
         return self.examples[0].drafters if self.examples else ()
 
     def skipped_lines(self) -> list[str]:
-        return [f"skipped {counted(n, 'session')} {why}" for why, n in self.skipped.items()]
+        return [f"skipped {n} session{'s' if n != 1 else ''} {why}" for why, n in self.skipped.items()]
 
     def prompt_format_line(self) -> str:
         """How the sessions' prompts became tokens: a router learns one workload, so a mix is said."""
