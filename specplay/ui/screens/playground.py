@@ -286,7 +286,8 @@ class PlaygroundScreen(Screen[None]):
                 # tokens/s where it is a speed (the speculative lane's are HTTP round trips remotely).
                 judged, speed = drafts and not caps.server_judges, not drafts or caps.wall_time_is_speed
                 against = figures.get("target") if drafts and baseline is not None else None
-                stats[name] = in_conversation(stats[name], figures[name], against, judged, speed, disturbed.get(name))
+                busy = disturbed.get(name)
+                stats[name] = in_conversation(stats[name], figures[name], against, judged, speed, disturbed=busy)
         for name, content in stats.items():
             self.query_one(f"#{name}", LaneView).set_stats(content, disturbed.get(name))
         self.query_one(Plots).show(speculative, playground.costs, comparison.k_in_use)
