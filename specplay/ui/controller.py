@@ -29,12 +29,13 @@ from specplay.errors import ConfigError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
 from specplay.runner.recording import RunRecorder
 from specplay.store import Session
+from specplay.ui.costs_ask import costs_ask, measured_words
 from specplay.ui.lane_board import ALL_LANES, LaneBoard
 from specplay.ui.lane_run import LaneRun, draft_lane_switched, first_lanes, route_choice, routed_drafter
 from specplay.ui.opened import opened_settings, opened_status
 from specplay.ui.pending_run import PendingRun
 from specplay.ui.protocols import Outbox, RunState, View
-from specplay.ui.stats import LaneTally, verify_steps
+from specplay.ui.stats import LaneTally
 from specplay.ui.turns import Conversation
 
 
@@ -139,7 +140,7 @@ class PlaygroundController:
     # --- round costs -------------------------------------------------------------------------
 
     def measure_costs(self) -> None:
-        """Time the verify pass by rows, a target step and the drafters between runs (for k)."""
+        """Time the verify pass by rows, a target step and the drafters, at the next turn's length (for k)."""
         prompt = self._view.current_prompt()
         if self.state != RunState.READY:
             self._view.notify_user(f"cannot measure round costs while {self.state.value}", error=True)
@@ -147,12 +148,10 @@ class PlaygroundController:
         if not prompt.strip():
             self.set_status("type a prompt first: costs are measured at its length", error=True)
             return
-        rows = max(self.settings.policy_params.k_max, self.settings.k) + 1
-        route = routed_drafter(self.host.stream, prompt, self.settings.route)  # its rounds are measured too
+        ask = costs_ask(self.config.request, self.settings, self.host.stream, self.conversation, prompt)
         self.state = RunState.MEASURING
-        self.set_status(f"measuring round costs: the verify pass over 1..{rows} rows, a target step, the drafters…")
-        request = replace(self.config.request, prompt=prompt)
-        self.host.measure_costs(request, self.settings, rows, route, self.outbox.costs_measured)
+        self.set_status(ask.words())
+        ask.start(self.host, self.outbox.costs_measured)
 
     def costs_measured(self, costs: RoundCosts | None, error: BaseException | None) -> None:
         """UI thread: the measurement ended."""
@@ -161,7 +160,7 @@ class PlaygroundController:
             self.set_status(f"round costs not measured: {error_line(error) if error else 'no result'}", error=True)
             return
         self.costs = costs
-        self.set_status(f"round costs measured ({verify_steps(costs)}); a run's stats now say which k would pay")
+        self.set_status(measured_words(costs))
         self._view.redraw(full=True)
 
     # --- runs --------------------------------------------------------------------------------
