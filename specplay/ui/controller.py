@@ -23,7 +23,7 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.costs import RoundCosts
 from specplay.engine.events import Event
 from specplay.engine.live_controls import checked_change
-from specplay.engine.routers.routing import describe_route
+from specplay.engine.routers.routing import RouteChoice, describe_route
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
@@ -194,22 +194,23 @@ class PlaygroundController:
             return
         self.run_id += 1
         self.opened = None
+        choice = route_choice(self.host.stream, prompt, self.settings.route)  # its session records it
         if follows:
-            self.conversation.next_turn(prompt)
+            self.conversation.next_turn(prompt, choice)
         else:
-            self._new_conversation(prompt, queued or [])
+            self._new_conversation(prompt, queued or [], choice)
         run = self.lane_run = LaneRun(self.run_id, prompt, self.lanes, self.settings, self.drafters)
         request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
         earlier = self.conversation.earlier() if follows else None
         self.state = RunState.RUNNING
-        self._say_route(prompt)
+        self._say_route(choice)
         ended = partial(self.outbox.run_ended, run.run_id)
         # The models start after the screen's next refresh, so the cleared lanes' layout, the
         # costliest frame of a run, mostly falls before them rather than in the lanes' time.
         self._view.when_drawn(lambda: run.start(self.host, request, self.board, ended, earlier))
 
-    def _new_conversation(self, prompt: str, queued: list[str]) -> None:
-        """The lanes of a conversation's first turn, cleared, and its session."""
+    def _new_conversation(self, prompt: str, queued: list[str], choice: RouteChoice | None) -> None:
+        """The lanes of a conversation's first turn, cleared, and its session (`choice`: the route's)."""
         draft_cannot = self._draft_cannot(prompt, self.settings.route) if self.draft_lane else None
         self.lanes, notice = first_lanes(self.draft_lane, draft_cannot, self.capabilities.modes)
         if notice:
@@ -223,6 +224,7 @@ class PlaygroundController:
             route_map=self.route_map,
             token_text=self.host.decode if self.capabilities.local_token_text else None,
             on_unsaved=lambda why: self.set_status(f"not saving: this run will not be saved: {why}", error=True),
+            route_choice=choice,
         )
         self.conversation.begin(self.lanes, recorder, queued)
 
@@ -330,11 +332,10 @@ class PlaygroundController:
         for notice in notices:
             self._view.notify_user(notice)
         if setting == "route" and "speculative" in running:
-            self._say_route(prompt)
+            self._say_route(route_choice(self.host.stream, prompt, self.settings.route))
 
-    def _say_route(self, prompt: str) -> None:
-        """The status line while a run goes: where the speculative lane's route sends this prompt."""
-        choice = route_choice(self.host.stream, prompt, self.settings.route)
+    def _say_route(self, choice: RouteChoice | None) -> None:
+        """The status line while a run goes: where the speculative lane's route sends its prompt."""
         self._route_note = describe_route(self.settings.route, choice)
         turn = self.conversation.turn_words()
         self.set_status(f"generating{turn} (seed {self.seed}) · {self._route_note}… escape stops")
