@@ -44,9 +44,9 @@ def summarize(session: Session) -> dict[str, Any]:
         "target": Path(models.get("target", {}).get("source", "?")).name,
         "mode": lane.start.mode if lane.start else None,
         "route": lane.start.drafter if lane.start else None,
-        "route_why": _text(_route_choice(session).get("why")),
-        "route_chosen_by": _text(_route_choice(session).get("chosen_by")),
-        "route_deferred": _text(_route_choice(session).get("deferred")),
+        "route_why": session.turns[0].route_text("why"),
+        "route_chosen_by": session.turns[0].route_text("chosen_by"),
+        "route_deferred": session.turns[0].route_text("deferred"),
         "k": settings.k,
         "policy": settings.policy,
         "width": settings.width,
@@ -117,16 +117,6 @@ def _rate(lanes: Sequence[LaneRecord]) -> float | None:
 def _turns_mark(turns: int) -> str:
     """Before a conversation's first prompt in the listing: how many turns it has."""
     return f"[{turns} turns] " if turns > 1 else ""
-
-
-def _route_choice(session: Session) -> dict[str, Any]:
-    """Where the router sent the prompt and why, as the run said it (`run_sample` records it)."""
-    choice = (session.header.get("request") or {}).get("route_choice")
-    return choice if isinstance(choice, dict) else {}
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _cell(text: str) -> Text:

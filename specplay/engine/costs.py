@@ -84,7 +84,7 @@ class Timing:
 
 @dataclass(frozen=True)
 class RoundCosts:
-    """Measured at one context length (the prompt's), on one machine."""
+    """Measured at one context length (the prompt's: `context_tokens`), on one machine."""
 
     target_step_ms: Timing
     """One target-only step as the engine times it, host work included (the yardstick of every
@@ -108,6 +108,9 @@ class RoundCosts:
     draft_step_in_rounds_ms: dict[str, float] = field(default_factory=dict)
     """Each drafter's time per drafted token as real rounds of the prompt paid it, where measured
     (`measure_drafting`): on a loaded machine it can be half again the step timed alone."""
+    context_tokens: int | None = None
+    """The tokens every time was measured after (the prompt's, a conversation's earlier turns
+    included): a verify pass costs more the longer its context."""
 
     def call_ms(self, drafter: str) -> float:
         """`drafter`'s time per draft call (0 where it was not measured apart)."""
@@ -354,6 +357,7 @@ def measure_costs(
         includes_http=not backend.capabilities.wall_time_is_speed,
         passes=tuple(passes),
         target_runs_ms=tuple(statistics.median(run) for run in runs),
+        context_tokens=len(prompt_token_ids),
     )
 
 

@@ -267,10 +267,24 @@ def _turn_group(
         reference_lane,
     )
     reference = next((c for c in columns if c.lane is reference_lane), None)
-    title, prompt = (None, None) if turns == 1 else (f"Turn {turn + 1} of {turns}", records[0].prompt)
+    title = None if turns == 1 else f"Turn {turn + 1} of {turns}{_routed(sessions, turn)}"
+    prompt = None if turns == 1 else records[0].prompt
     group = Group(title, columns, reference, baselines=baselines, prompt=prompt)
     slots = {c.key: f"{column_of[c.key].id}/{c.lane.name}" for c in columns}
     return _TurnGroup(group, common, {c.key: own[i] for i, c in enumerate(columns)}, slots, notes)
+
+
+def _routed(sessions: Sequence[Session], turn: int) -> str:
+    """Where each run's route sent the turn's prompt and why, as the run recorded it (`auto`,
+    `adaptive`): once where every run recorded the same, else each by its session's id; "" where
+    none recorded one (another route, or a session older than the record)."""
+    whys = [(session.id, session.turns[turn].route_text("why")) for session in sessions]
+    recorded = [(name, why) for name, why in whys if why is not None]
+    if not recorded:
+        return ""
+    if len(recorded) == len(whys) and len({why for _, why in recorded}) == 1:
+        return f" · {recorded[0][1]}"
+    return " · " + "; ".join(f"{name}: {why}" for name, why in recorded)
 
 
 def _kind(lane: LaneRecord) -> Kind:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from rapidfuzz.distance import Levenshtein
 
+from specplay.engine.disturbance import speedup_disturbance
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, measured_speedup
 from specplay.review.columns import Column
 from specplay.review.summary import ColumnNumbers, summary_cells
@@ -66,11 +67,13 @@ def _numbers(
     speculative = head.kind == "speculative"
     speed = all(column.wall_time_is_speed for _, column in columns)
     tokens_per_s = conversation_tokens_per_s(lanes) if speed else None
-    measured = None
+    measured = disturbed = None
     if speculative and speed:
         yardstick = baselines or [references[turn].lane for turn, _ in columns if turn in references]
         if yardstick and all(references[turn].wall_time_is_speed for turn, _ in columns if turn in references):
             measured = measured_speedup(tokens_per_s, conversation_tokens_per_s(yardstick))
+        if measured is not None:
+            disturbed = _disturbed(columns, baselines, references)
     accepted = _total(lanes, "num_accepted_draft_tokens")
     similarity = None
     if all(column.divergence is not None for _, column in columns):
@@ -93,7 +96,24 @@ def _numbers(
         tv_spent=_total(lanes, "tv_spent") if speculative else None,
         similarity=similarity,
         first_divergence=None,
+        disturbed_reason=disturbed,
     )
+
+
+def _disturbed(
+    columns: Sequence[tuple[int, Column]], baselines: Sequence[LaneRecord], references: Mapping[int, Column]
+) -> str | None:
+    """Why the whole conversation's measured speedup is disturbed: each turn's where its lane's or
+    its yardstick's timings drifted (`speedup_disturbance`), named by its turn. The yardstick is
+    as `_numbers` takes it: the run's own target-only lanes, else each turn's reference."""
+    against = dict(zip((turn for turn, _ in columns), baselines, strict=True)) if baselines else {}
+    against = against or {turn: column.lane for turn, column in references.items()}
+    reasons = (
+        (turn, speedup_disturbance(column.lane.metrics, against[turn].metrics))
+        for turn, column in columns
+        if turn in against
+    )
+    return "; ".join(f"turn {turn + 1}: {why}" for turn, why in reasons if why) or None
 
 
 def conversation_rows(groups: Sequence[Group], slots: Mapping[str, str]) -> list[list[str]]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specplay.display.text import counted
+from specplay.engine.disturbance import speedup_disturbance
 from specplay.engine.settings import GROUPS
 from specplay.engine.speedup import measured_speedup, predict, predict_modelled
 from specplay.review.columns import Column, target_step_ms
@@ -195,6 +196,10 @@ class ColumnNumbers:
     similarity: float | None
     """Normalized Levenshtein similarity of the token ids to the target-only text."""
     first_divergence: int | None
+    disturbed_reason: str | None = None
+    """Why the measured speedup is disturbed: the machine's speed moved while either lane ran
+    (`speedup_disturbance`, as `specplay run` and `specplay sessions` say it); None: it did not,
+    or the lanes were recorded without their drift."""
 
 
 def column_numbers(column: Column, reference: Column | None, baseline: LaneRecord | None = None) -> ColumnNumbers:
@@ -205,13 +210,13 @@ def column_numbers(column: Column, reference: Column | None, baseline: LaneRecor
     speed = column.wall_time_is_speed
     tokens_per_s = metrics.get("tokens_per_s") if speed else None
     ref_speed = reference is not None and reference.wall_time_is_speed and reference is not column
-    measured = None
-    predicted = None
+    measured = predicted = disturbed = None
     if speculative:
         if speed and (baseline is not None or ref_speed):
             against = baseline if baseline is not None else reference.lane  # type: ignore[union-attr]
             measured = measured_speedup(tokens_per_s, against.metrics.get("tokens_per_s"))
             predicted = predict(metrics, target_step_ms(against)).speedup
+            disturbed = speedup_disturbance(metrics, against.metrics) if measured is not None else None
         elif not speed:  # remote: modelled on the speculative lane's own verify calls
             predicted = predict_modelled(metrics).speedup
     against = column.divergence
@@ -225,6 +230,7 @@ def column_numbers(column: Column, reference: Column | None, baseline: LaneRecor
         tv_spent=metrics.get("tv_spent") if speculative else None,
         similarity=against.diff.similarity if against is not None else (1.0 if column is reference else None),
         first_divergence=against.diff.first_divergence if against is not None else None,
+        disturbed_reason=disturbed,
     )
 
 
@@ -246,6 +252,14 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def measured_cell(numbers: ColumnNumbers) -> str:
+    """The measured speedup, and where the machine's speed moved while it was measured, why."""
+    if numbers.measured_speedup is None:
+        return "-"
+    busy = f" busy: {numbers.disturbed_reason}" if numbers.disturbed_reason else ""
+    return f"{numbers.measured_speedup:.2f}x{busy}"
+
+
 def summary_cells(column: Column, numbers: ColumnNumbers) -> list[str]:
     """One summary row, in SUMMARY_HEADERS' order."""
     divergence = "-" if column.divergence is None else "none"
@@ -257,7 +271,7 @@ def summary_cells(column: Column, numbers: ColumnNumbers) -> list[str]:
         _num(numbers.draft_acceptance_rate, ".2f"),
         _num(numbers.mean_acceptance_length, ".2f"),
         _num(numbers.tokens_per_s, ".1f"),
-        _num(numbers.measured_speedup, ".2f") + ("x" if numbers.measured_speedup is not None else ""),
+        measured_cell(numbers),
         _num(numbers.predicted_speedup, ".2f") + ("x" if numbers.predicted_speedup is not None else ""),
         _num(numbers.tv_spent, ".3f"),
         _num(numbers.similarity, ".3f"),

@@ -169,10 +169,12 @@ class ModelHost:
         max_rows: int,
         route: str,
         done: Callable[[RoundCosts | None, BaseException | None], None],
+        earlier: Sequence[Exchange] = (),
     ) -> None:
         """Time what a round costs at the prompt's length, on the model thread (between runs), and
         the rounds of `route` where it is a drafter; `done` is called there with the costs or the
-        error."""
+        error. `earlier`: the prompt follows up these exchanges (a lane's conversation so far), so
+        it is encoded after them, as the next turn's lane encodes it: the costs are that length's."""
 
         def measure() -> RoundCosts:
             stream = self.stream
@@ -189,7 +191,7 @@ class ModelHost:
             assert request_config.prompt is not None
             if self._refit is not None:
                 self._refit("as the measurement started")
-            ids = stream.encode(request_config.prompt, raw=request_config.raw)
+            ids = stream.encode(request_config.prompt, request_config.raw, earlier)
             rule = settings.acceptance_rule
             # The playground's lanes take turns and do not pipeline: the target step is timed alike.
             costs = measure_costs(stream, ids, settings.sampling, rule, max_rows=max_rows, pipeline=False)

@@ -19,6 +19,7 @@ from specplay.backends import blas_threads
 from specplay.config.run_config import RunConfig
 from specplay.engine.capabilities import Capabilities
 from specplay.engine.events import Event, StartEvent
+from specplay.engine.routers.routing import RouteChoice
 from specplay.errors import SpecplayError, error_line
 from specplay.runner.session_run import open_writer
 from specplay.store import SessionWriter
@@ -39,8 +40,12 @@ class RunRecorder:
         route_map: Mapping[str, str],
         token_text: Callable[[int], str] | None,
         on_unsaved: Callable[[str], None],
+        route_choice: RouteChoice | None = None,
     ) -> None:
+        """`route_choice`: where the route setting sent the first turn's prompt and why, recorded in
+        the request as `specplay run --save` records it."""
         self.config, self.prompt, self.lanes = config, prompt, lanes
+        self.route_choice = route_choice
         self.identity, self.capabilities, self.route_map = dict(identity), capabilities, dict(route_map)
         self.token_text, self.on_unsaved = token_text, on_unsaved
         self.writer: SessionWriter | None = None
@@ -67,14 +72,15 @@ class RunRecorder:
             except SpecplayError as error:
                 self._drop(error)
 
-    def start_turn(self, prompt: str) -> None:
+    def start_turn(self, prompt: str, route_choice: RouteChoice | None = None) -> None:
         """A follow-up begins: the session, finished by the run before, goes on with a turn record
-        for `prompt`; the lanes' events from here answer it."""
+        for `prompt` (and where the route setting sent it: `route_choice`); the lanes' events from
+        here answer it."""
         if self.writer is None:  # never opened, or given up: said when the run began or ended
             return
         try:
             self.writer.reopen()
-            self.writer.start_turn(prompt)
+            self.writer.start_turn(prompt, route_choice.record() if route_choice is not None else None)
         except SpecplayError as error:
             self._drop(error)
 
@@ -123,6 +129,7 @@ class RunRecorder:
                 token_text=self.token_text,
                 source="tui",
                 lanes_run_side_by_side=True,
+                **({"route_choice": self.route_choice.record()} if self.route_choice is not None else {}),
             )
         except SpecplayError as error:  # the run goes on unsaved
             self._not_saving(error)

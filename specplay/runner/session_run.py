@@ -136,15 +136,16 @@ def run_sample(
     no later lane or turn runs), calling `on_interrupt`; a second Ctrl-C raises KeyboardInterrupt
     at once (the session stays, incomplete). `identity` is the stream's description, asked once
     per run; `about` adds to a saved session's request record (a prompt's category and name), as
-    does where the router sent the prompt and why, where the route setting asked it (auto, adaptive)."""
+    does where the router sent the prompt and why, where the route setting asked it (auto, adaptive);
+    a later turn's own choice goes in its turn record (`route_record`)."""
     lanes = [request.mode]
     if baseline and request.mode == "speculative" and stream.capabilities.baseline:
         lanes.append("target")
     writer = None
     if save:
         request_config = replace(config.request, prompt=request.prompt, seed=request.seed, mode=request.mode)
-        if request.mode != "target" and config.settings.route in ROUTE_SETTINGS:
-            about = {"route_choice": stream.routing.choice(request.prompt).record(), **(about or {})}
+        if (choice := route_record(stream, config.settings.route, request.mode, request.prompt)) is not None:
+            about = {"route_choice": choice, **(about or {})}
         writer = open_writer(
             config,
             request_config,
@@ -160,8 +161,8 @@ def run_sample(
     earlier: dict[str, list[Exchange]] = {lane: [] for lane in lanes}
     try:
         for index, prompt in enumerate([request.prompt, *follow_ups]):
-            if index and writer is not None:
-                writer.start_turn(prompt)
+            if index and writer is not None:  # each turn's prompt is routed anew: its own choice
+                writer.start_turn(prompt, route_record(stream, config.settings.route, request.mode, prompt))
             on_turn(index, prompt)
             records: list[LaneRecord] = []
             for mode in lanes:
@@ -189,6 +190,15 @@ def run_sample(
     finally:
         if writer is not None:
             writer.close()
+
+
+def route_record(stream: EventStream, route: str, mode: str, prompt: str) -> dict[str, object] | None:
+    """What a session records of where the route setting sent `prompt` and why (`auto`, and
+    `adaptive`'s first drafter), as the engine chooses it for a lane of `mode`; None where the
+    setting chooses nothing (a named drafter, or no drafter at all: target-only)."""
+    if mode == "target" or route not in ROUTE_SETTINGS:
+        return None
+    return stream.routing.choice(prompt).record()
 
 
 def stream_lane(

@@ -11,7 +11,8 @@ reads as incomplete, and a last line torn by a kill is ignored.
      "data": {...}}
     ("recolour": vLLM's native mode, the server's exact sources for the tokens streamed so far)
     {"type": "texts", "texts": {"token id": text, ...}}   (drafted and candidate tokens, where known)
-    {"type": "turn", "turn": 1, "prompt": ...}   (a conversation's next turn: the events after it answer it)
+    {"type": "turn", "turn": 1, "prompt": ..., "route_choice": {...}}   (a conversation's next turn: the
+     events after it answer it; route_choice, where the route setting chose per prompt: the turn's)
     {"type": "end"}
 
 A session is a conversation of one turn or more; the header holds the first turn's prompt, and
@@ -130,6 +131,16 @@ class TurnRecord:
     prompt: str
     lanes: dict[str, LaneRecord]
     """In the header's order: the run's lane first."""
+    route_choice: dict[str, Any] | None = None
+    """Where `--route auto` (or adaptive) sent the turn's prompt and why (`RouteChoice.record()`),
+    as the run recorded it: the first turn's in the header's request, a later turn's in its turn
+    record. None where none was recorded (another route, or a session older than the record).
+    Read as written: its fields may hold anything (`route_text` reads one)."""
+
+    def route_text(self, field: str) -> str | None:
+        """A text field of the turn's route choice ("why", "drafter", "chosen_by", "deferred")."""
+        value = (self.route_choice or {}).get(field)
+        return value if isinstance(value, str) else None
 
     @property
     def main(self) -> LaneRecord:
@@ -223,6 +234,12 @@ def _parse_line(path: Path, number: int, line: str, last: bool) -> dict[str, Any
     return record
 
 
+def _choice(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The route choice a request or turn record holds, where it holds one."""
+    choice = record.get("route_choice")
+    return choice if isinstance(choice, dict) else None
+
+
 def load_session(path: Path) -> Session:
     """A session file, checked record by record; any damage is one SessionError naming the file
     and the record."""
@@ -261,7 +278,8 @@ def load_session(path: Path) -> Session:
     names = checked.lanes
     if not names:
         raise SessionError(f"session {path} is corrupt: its header names no lanes")
-    turns = [TurnRecord(0, checked.prompt, {name: LaneRecord(name) for name in names})]
+    first = TurnRecord(0, checked.prompt, {name: LaneRecord(name) for name in names}, _choice(checked.request))
+    turns = [first]
     lanes = turns[0].lanes
     complete = False
     for number, record in enumerate(records[1:], 2):
@@ -269,7 +287,7 @@ def load_session(path: Path) -> Session:
             prompt = record.get("prompt")
             if not isinstance(prompt, str) or record.get("turn") != len(turns):
                 raise SessionError(f"session {path} is corrupt: record {number} is not turn {len(turns)} with a prompt")
-            turns.append(TurnRecord(len(turns), prompt, {name: LaneRecord(name) for name in names}))
+            turns.append(TurnRecord(len(turns), prompt, {name: LaneRecord(name) for name in names}, _choice(record)))
             lanes = turns[-1].lanes
         elif record["type"] == "event":
             lane = record.get("lane")

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -126,9 +126,13 @@ class SessionWriter:
             f"cannot write the session {self.path}: {exc.strerror or exc}; what was written before is kept"
         ) from None
 
-    def start_turn(self, prompt: str) -> None:
-        """Begin the conversation's next turn: the lanes' events from here on answer `prompt`."""
-        self._write({"type": "turn", "turn": self.turns, "prompt": prompt})
+    def start_turn(self, prompt: str, route_choice: Mapping[str, Any] | None = None) -> None:
+        """Begin the conversation's next turn: the lanes' events from here on answer `prompt`;
+        `route_choice`: where the route setting sent it and why (`RouteChoice.record()`), if it chose."""
+        record: dict[str, Any] = {"type": "turn", "turn": self.turns, "prompt": prompt}
+        if route_choice is not None:
+            record["route_choice"] = dict(route_choice)
+        self._write(record)
         self.turns += 1
 
     def write_event(self, lane: str, event: Event, flush: bool = True) -> None:

@@ -23,18 +23,19 @@ from specplay.engine.capabilities import Capabilities
 from specplay.engine.costs import RoundCosts
 from specplay.engine.events import Event
 from specplay.engine.live_controls import checked_change
-from specplay.engine.routers.routing import describe_route
+from specplay.engine.routers.routing import RouteChoice, describe_route
 from specplay.engine.stream import EventStream
 from specplay.errors import ConfigError, error_line
 from specplay.runner.host import DRAFT_LANE, LANES, ModelHost
 from specplay.runner.recording import RunRecorder
 from specplay.store import Session
+from specplay.ui.costs_ask import costs_ask, measured_words
 from specplay.ui.lane_board import ALL_LANES, LaneBoard
 from specplay.ui.lane_run import LaneRun, draft_lane_switched, first_lanes, route_choice, routed_drafter
 from specplay.ui.opened import opened_settings, opened_status
 from specplay.ui.pending_run import PendingRun
 from specplay.ui.protocols import Outbox, RunState, View
-from specplay.ui.stats import LaneTally, verify_steps
+from specplay.ui.stats import LaneTally
 from specplay.ui.turns import Conversation
 
 
@@ -139,7 +140,7 @@ class PlaygroundController:
     # --- round costs -------------------------------------------------------------------------
 
     def measure_costs(self) -> None:
-        """Time the verify pass by rows, a target step and the drafters between runs (for k)."""
+        """Time the verify pass by rows, a target step and the drafters, at the next turn's length (for k)."""
         prompt = self._view.current_prompt()
         if self.state != RunState.READY:
             self._view.notify_user(f"cannot measure round costs while {self.state.value}", error=True)
@@ -147,12 +148,10 @@ class PlaygroundController:
         if not prompt.strip():
             self.set_status("type a prompt first: costs are measured at its length", error=True)
             return
-        rows = max(self.settings.policy_params.k_max, self.settings.k) + 1
-        route = routed_drafter(self.host.stream, prompt, self.settings.route)  # its rounds are measured too
+        ask = costs_ask(self.config.request, self.settings, self.host.stream, self.conversation, prompt)
         self.state = RunState.MEASURING
-        self.set_status(f"measuring round costs: the verify pass over 1..{rows} rows, a target step, the drafters…")
-        request = replace(self.config.request, prompt=prompt)
-        self.host.measure_costs(request, self.settings, rows, route, self.outbox.costs_measured)
+        self.set_status(ask.words())
+        ask.start(self.host, self.outbox.costs_measured)
 
     def costs_measured(self, costs: RoundCosts | None, error: BaseException | None) -> None:
         """UI thread: the measurement ended."""
@@ -161,7 +160,7 @@ class PlaygroundController:
             self.set_status(f"round costs not measured: {error_line(error) if error else 'no result'}", error=True)
             return
         self.costs = costs
-        self.set_status(f"round costs measured ({verify_steps(costs)}); a run's stats now say which k would pay")
+        self.set_status(measured_words(costs))
         self._view.redraw(full=True)
 
     # --- runs --------------------------------------------------------------------------------
@@ -195,22 +194,23 @@ class PlaygroundController:
             return
         self.run_id += 1
         self.opened = None
+        choice = route_choice(self.host.stream, prompt, self.settings.route)  # its session records it
         if follows:
-            self.conversation.next_turn(prompt)
+            self.conversation.next_turn(prompt, choice)
         else:
-            self._new_conversation(prompt, queued or [])
+            self._new_conversation(prompt, queued or [], choice)
         run = self.lane_run = LaneRun(self.run_id, prompt, self.lanes, self.settings, self.drafters)
         request = replace(self.config.request, prompt=prompt, seed=self.seed, mode="speculative")
         earlier = self.conversation.earlier() if follows else None
         self.state = RunState.RUNNING
-        self._say_route(prompt)
+        self._say_route(choice)
         ended = partial(self.outbox.run_ended, run.run_id)
         # The models start after the screen's next refresh, so the cleared lanes' layout, the
         # costliest frame of a run, mostly falls before them rather than in the lanes' time.
         self._view.when_drawn(lambda: run.start(self.host, request, self.board, ended, earlier))
 
-    def _new_conversation(self, prompt: str, queued: list[str]) -> None:
-        """The lanes of a conversation's first turn, cleared, and its session."""
+    def _new_conversation(self, prompt: str, queued: list[str], choice: RouteChoice | None) -> None:
+        """The lanes of a conversation's first turn, cleared, and its session (`choice`: the route's)."""
         draft_cannot = self._draft_cannot(prompt, self.settings.route) if self.draft_lane else None
         self.lanes, notice = first_lanes(self.draft_lane, draft_cannot, self.capabilities.modes)
         if notice:
@@ -224,6 +224,7 @@ class PlaygroundController:
             route_map=self.route_map,
             token_text=self.host.decode if self.capabilities.local_token_text else None,
             on_unsaved=lambda why: self.set_status(f"not saving: this run will not be saved: {why}", error=True),
+            route_choice=choice,
         )
         self.conversation.begin(self.lanes, recorder, queued)
 
@@ -331,11 +332,10 @@ class PlaygroundController:
         for notice in notices:
             self._view.notify_user(notice)
         if setting == "route" and "speculative" in running:
-            self._say_route(prompt)
+            self._say_route(route_choice(self.host.stream, prompt, self.settings.route))
 
-    def _say_route(self, prompt: str) -> None:
-        """The status line while a run goes: where the speculative lane's route sends this prompt."""
-        choice = route_choice(self.host.stream, prompt, self.settings.route)
+    def _say_route(self, choice: RouteChoice | None) -> None:
+        """The status line while a run goes: where the speculative lane's route sends its prompt."""
         self._route_note = describe_route(self.settings.route, choice)
         turn = self.conversation.turn_words()
         self.set_status(f"generating{turn} (seed {self.seed}) · {self._route_note}… escape stops")

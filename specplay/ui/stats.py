@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specplay.engine.costs import RoundCosts, RoundsMeasured
+from specplay.engine.disturbance import speedup_disturbance
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent, TokenSource
 from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SpecSettings
@@ -102,6 +103,12 @@ class LaneTally:
     def drafting(self) -> str:
         """Who drafted the lane's drafts, in words (`speedup.who_drafted`)."""
         return who_drafted(self.drafted_by, self.last_round.drafter if self.last_round is not None else None)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The lane's metrics: as the run's end recorded them once it has ended, its counters' so far
+        before (the same counts: the engine's own Metrics over the same events)."""
+        return self.final_metrics or self.counters.to_dict()
 
     @property
     def server(self) -> dict[str, Any] | None:
@@ -224,6 +231,9 @@ class Comparison:
     """With measured round costs: the speedup each k would give on this lane's acceptance so far."""
     k_in_use: int | None = None
     """The k set (a fixed policy) or the rounds' mean k (an adaptive one)."""
+    disturbed: str | None = None
+    """Why the measured speedup is disturbed (`disturbance`): the machine's speed moved while the
+    lanes ran; None where it did not, or no speedup was measured."""
 
 
 def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts | None = None) -> Comparison:
@@ -234,7 +244,9 @@ def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts 
     if target is None:
         return Comparison(None, predict_modelled(metrics))
     speedup = measured_speedup(speculative.tokens_per_s, target.tokens_per_s)
-    comparison = Comparison(speedup, predict(metrics, target.mean_step_ms), round_account(metrics, target.mean_step_ms))
+    disturbed = disturbance([speculative], [target]) if speedup is not None else None
+    prediction, account = predict(metrics, target.mean_step_ms), round_account(metrics, target.mean_step_ms)
+    comparison = Comparison(speedup, prediction, account, disturbed=disturbed)
     last = speculative.last_round
     if costs is None or last is None or last.drafter not in costs.draft_step_ms:
         return comparison
@@ -250,6 +262,17 @@ def compare(speculative: LaneTally, target: LaneTally | None, costs: RoundCosts 
     # adaptive policy's k moves, and its mean says where it has been.
     k = settings.k if settings is not None and settings.policy == "fixed" else round(mean_k) if mean_k else None
     return replace(comparison, by_k=by_k, k_in_use=k)
+
+
+def disturbance(speculative: Sequence[LaneTally], target: Sequence[LaneTally]) -> str | None:
+    """Why a speedup measured between speculative lanes and the target-only lanes beside them (a
+    conversation's turns, in order) is disturbed, by the one definition `specplay run` and
+    `specplay sessions` use (`speedup_disturbance`): each turn's where its lanes' timings drifted,
+    named by its number where there are several; None where none did."""
+    pairs = zip(speculative, target, strict=True)
+    reasons = [speedup_disturbance(lane.metrics, baseline.metrics) for lane, baseline in pairs]
+    several = len(reasons) > 1
+    return "; ".join(f"turn {turn}: {why}" if several else why for turn, why in enumerate(reasons, 1) if why) or None
 
 
 def _sources(event: Event) -> list[TokenSource]:

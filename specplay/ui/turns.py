@@ -14,6 +14,7 @@ from pathlib import Path
 
 from specplay.engine.conversation import Exchange
 from specplay.engine.events import DoneEvent, Event
+from specplay.engine.routers.routing import RouteChoice
 from specplay.errors import error_line
 from specplay.runner.host import DRAFT_LANE
 from specplay.runner.recording import RunRecorder
@@ -93,13 +94,13 @@ class Conversation:
         self.forget()
         self.lanes, self.recorder, self.queued = lanes, recorder, list(queued)
 
-    def next_turn(self, prompt: str) -> None:
+    def next_turn(self, prompt: str, route_choice: RouteChoice | None = None) -> None:
         """The lanes go on below the turns before, each marked where the turn begins, and so does
-        the session."""
+        the session, with where the route setting sent `prompt` and why (`route_choice`), if it chose."""
         self.board.next_turn()
         self._view().start_turn(len(self.turns), prompt)
         if self.recorder is not None:
-            self.recorder.start_turn(prompt)
+            self.recorder.start_turn(prompt, route_choice)
 
     def take(self, item: LaneItem, save: bool = True) -> None:
         self.board.add(item)

@@ -14,35 +14,10 @@ from specplay.cli import main
 from specplay.cli.render import json_line, summary
 from specplay.cli.sessions import summarize
 from specplay.engine.disturbance import DRIFT_LIMIT, TIMING_DRIFT, busy_reason, drift, grouped_drift
-from specplay.engine.live_controls import LiveControls
-from specplay.engine.loop import SpecEngine
-from specplay.engine.request import Request
-from specplay.engine.settings import SpecSettings
-from specplay.store import LaneRecord, load_session
-from tests.support.costs_clock import LoadedClock
+from specplay.store import load_session
+from tests.support.disturbed import LANE_S, measured_lanes
 from tests.support.prompts import CODE_PROMPT
-from tests.support.scripted import scripted_backend
 from tests.support.session_events import write_session
-
-TOKENS = 60
-LANE_S = TOKENS * 0.011
-"""A lane's simulated time: a step of the scripted target costs 10 ms and 1 ms a row."""
-
-
-def _lanes(slow_from_s: float = 0.0, slow_until_s: float = 0.0, route: str = "none") -> tuple[LaneRecord, LaneRecord]:
-    """`run --compare`'s two lanes, the speculative one first, on a clock slowed 3x from
-    `slow_from_s` to `slow_until_s` of simulated time."""
-    backend = scripted_backend(drafters=("near",))
-    engine = SpecEngine(backend, clock=LoadedClock(backend.clock, slow_from_s=slow_from_s, slow_until_s=slow_until_s))
-    ids = tuple(backend.encode(CODE_PROMPT, raw=True))
-    records = []
-    for mode in ("speculative", "target"):
-        record = LaneRecord(mode)
-        request = Request(CODE_PROMPT, ids, mode, 0, TOKENS, ignore_eos=True)  # type: ignore[arg-type]
-        for event in engine.generate(request, LiveControls(SpecSettings(route=route, k=4), engine.drafters)):
-            record.add(event)
-        records.append(record)
-    return records[0], records[1]
 
 
 def test_the_drift_is_costs_quartile_range_over_groups_of_steps() -> None:
@@ -57,7 +32,7 @@ def test_the_drift_is_costs_quartile_range_over_groups_of_steps() -> None:
 
 
 def test_a_quiet_run_reads_its_speedup_plainly() -> None:
-    main_lane, baseline = _lanes()
+    main_lane, baseline = measured_lanes()
     assert main_lane.metrics[TIMING_DRIFT] == pytest.approx(0.0) and baseline.metrics[TIMING_DRIFT] == pytest.approx(0)
     line = summary(main_lane, baseline, speed_measured=True)
     assert "speedup" in line and "disturbed" not in line
@@ -68,7 +43,7 @@ def test_a_quiet_run_reads_its_speedup_plainly() -> None:
 def test_a_slow_phase_in_the_target_only_lane_is_said_where_the_speedup_is_read() -> None:
     """Nothing drafted (route none): a true speedup near 1, read far above it because the
     target-only lane ran slow for its second half."""
-    main_lane, baseline = _lanes(slow_from_s=1.5 * LANE_S, slow_until_s=100.0)
+    main_lane, baseline = measured_lanes(slow_from_s=1.5 * LANE_S, slow_until_s=100.0)
     parts = summary(main_lane, baseline, speed_measured=True).split(" · ")
     speedup = float(next(p for p in parts if "speedup" in p).rsplit("speedup ", 1)[1].rstrip("x"))
     assert speedup > 1.5  # what a busy machine reads for no speculation at all
@@ -82,7 +57,7 @@ def test_a_slow_phase_in_the_target_only_lane_is_said_where_the_speedup_is_read(
 
 
 def test_a_slow_phase_in_the_speculative_lane_is_said_of_its_verify_passes() -> None:
-    main_lane, baseline = _lanes(slow_from_s=0.5 * LANE_S, slow_until_s=LANE_S, route="near")
+    main_lane, baseline = measured_lanes(slow_from_s=0.5 * LANE_S, slow_until_s=LANE_S, route="near")
     line = summary(main_lane, baseline, speed_measured=True)
     assert "disturbed: the speculative lane's verify pass moved by " in line
 
@@ -91,7 +66,7 @@ def test_sessions_marks_a_disturbed_speedup_and_says_why_in_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name, slow in (("quiet", (0.0, 0.0)), ("busy", (1.5 * LANE_S, 100.0))):
-        main_lane, baseline = _lanes(*slow)
+        main_lane, baseline = measured_lanes(*slow)
         write_session(tmp_path / name, {"speculative": main_lane.events, "target": baseline.events}, CODE_PROMPT)
     rows = {name: summarize(load_session(next((tmp_path / name).glob("*.jsonl")))) for name in ("quiet", "busy")}
     assert rows["quiet"]["disturbed_reason"] is None and rows["quiet"]["speedup"] is not None

@@ -634,3 +634,37 @@ def test_measuring_round_costs_between_turns_keeps_the_conversations_caches(tmp_
         assert {id(g) for g in backend.generations[measured:]} == {id(g) for g in turn_1}
     finally:
         playground.close()
+
+
+def test_round_costs_are_measured_at_the_length_the_next_turn_would_have(tmp_path: Path) -> None:
+    """In a conversation a follow-up's verify pass runs after the speculative lane's earlier
+    exchanges: the costs are measured there, and the status line says at how many tokens."""
+    harness = Harness(tmp_path, raw=True, max_tokens=16, ignore_eos=True, settings=SpecSettings(route="near"))
+    playground, screen, backend = harness.playground, harness.screen, harness.backend
+
+    def measured(prompt: str) -> list[int]:
+        """Measure with `prompt` on screen: the tokens the measurement's first generation began with
+        (as many as the costs say they were measured at)."""
+        screen.prompt = prompt
+        opened = len(backend.generations)
+        playground.measure_costs()
+        harness.until(lambda: playground.status.startswith("round costs measured"), "the round costs", timeout_s=60)
+        assert playground.costs is not None and playground.costs.context_tokens is not None
+        tokens = playground.costs.context_tokens
+        assert f"round costs measured at {tokens} tokens (verify in target steps: " in playground.status
+        return backend.generations[opened].tokens[:tokens]
+
+    try:
+        playground.load()
+        harness.until(lambda: playground.state == RunState.READY, "the models to load")
+        assert measured(CODE_PROMPT) == backend.encode(CODE_PROMPT, True)  # no conversation yet: the prompt
+        playground.run()
+        harness.until(lambda: playground.status.startswith("finished"), "turn 1")
+        (turn,) = playground.conversation.turns
+        follow_up = backend.encode("go on", True, [Exchange(CODE_PROMPT, turn.answers["speculative"])])
+        assert measured("go on") == follow_up and len(follow_up) > 2 * len(backend.encode("go on", True))
+        assert "after the conversation's earlier turn" in screen.said("status")[-2][0]  # while it measured
+        # the first turn's prompt again starts the conversation over: measured at its own length
+        assert measured(CODE_PROMPT) == backend.encode(CODE_PROMPT, True)
+    finally:
+        playground.close()

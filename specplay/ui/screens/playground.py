@@ -27,7 +27,7 @@ from specplay.ui.lane_board import ALL_LANES
 from specplay.ui.messages import LaneEventsArrived, ModelsWaiting, TokenTextsArrived
 from specplay.ui.phrased import lines_of, prose
 from specplay.ui.protocols import RunReadout
-from specplay.ui.stats import compare, conversation_figures
+from specplay.ui.stats import compare, conversation_figures, disturbance
 from specplay.ui.tokens import legend
 from specplay.ui.widgets.controls_panel import ControlsPanel
 from specplay.ui.widgets.inspector import Inspector
@@ -275,17 +275,21 @@ class PlaygroundScreen(Screen[None]):
         else:
             stats = {"speculative": speculative_stats(speculative, comparison, remote=not caps.wall_time_is_speed)}
         stats |= {lane: target_stats(tallies[lane]) for lane in ("target", DRAFT_LANE) if lane in lanes}
+        disturbed = {"speculative": comparison.disturbed}
         if len(playground.turn_tallies("speculative")) > 1:  # a conversation's later turn
             figures = {name: conversation_figures(playground.turn_tallies(name)) for name in stats}
+            if baseline is not None:  # the speedup over every turn: busy where any turn's was
+                disturbed["speculative"] = disturbance(*map(playground.turn_tallies, ("speculative", "target")))
             for name in stats:
                 drafts = name == "speculative"
                 # Acceptance where the lane's rounds say it (not a server's guess from chunks), and
                 # tokens/s where it is a speed (the speculative lane's are HTTP round trips remotely).
                 judged, speed = drafts and not caps.server_judges, not drafts or caps.wall_time_is_speed
                 against = figures.get("target") if drafts and baseline is not None else None
-                stats[name] = in_conversation(stats[name], figures[name], against, judged, speed)
+                busy = disturbed.get(name)
+                stats[name] = in_conversation(stats[name], figures[name], against, judged, speed, disturbed=busy)
         for name, content in stats.items():
-            self.query_one(f"#{name}", LaneView).set_stats(content)
+            self.query_one(f"#{name}", LaneView).set_stats(content, disturbed.get(name))
         self.query_one(Plots).show(speculative, playground.costs, comparison.k_in_use)
         self.query_one(ControlsPanel).show_route_stats(route_stats(speculative))
 

@@ -26,7 +26,7 @@ from textual.widgets import Static
 from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, StepEvent, Token, TokenSource
 from specplay.ui.phrased import Phrased
 from specplay.ui.tokens import marker_content, token_content, turn_content
-from specplay.ui.widgets.stats_view import STATS_KEY, StatsText
+from specplay.ui.widgets.stats_view import StatsText, stats_key
 from specplay.ui.widgets.steady import show_in_view
 
 MIN_TAIL_CHARS = 400
@@ -91,7 +91,7 @@ class LaneView(Vertical, can_focus=True):
         with VerticalScroll(classes="lane-scroll", can_focus=False):
             yield Static("", classes="lane-text")
         stats = StatsText(classes="lane-stats")
-        stats.tooltip = STATS_KEY
+        stats.tooltip = stats_key()
         yield stats
 
     @property
@@ -141,8 +141,12 @@ class LaneView(Vertical, can_focus=True):
         self._pick_parts.append(len(self._parts))
         self._parts.append(token_content(token))
 
-    def set_stats(self, stats: Phrased) -> None:
-        self.query_one(StatsText).show(stats)
+    def set_stats(self, stats: Phrased, disturbed: str | None = None) -> None:
+        """`disturbed`: why the lane's measured speedup is marked busy, said in the stats' tooltip."""
+        widget = self.query_one(StatsText)
+        widget.show(stats)
+        if (key := stats_key(disturbed)) != widget.tooltip:
+            widget.tooltip = key
 
     def flush(self, full: bool = False) -> None:
         """Show the text: the lines of its tail that fill the view, or all of it (also while a

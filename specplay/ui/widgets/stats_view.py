@@ -6,6 +6,7 @@ from __future__ import annotations
 from textual.content import Content
 from textual.widgets import Static
 
+from specplay.engine.disturbance import DRIFT_LIMIT
 from specplay.engine.speedup import loss_reason, measured_speedup
 from specplay.engine.tree import drafted_as_chains
 from specplay.ui.phrased import Line, Phrased, lines_of, phrases, prose
@@ -21,6 +22,8 @@ STATS_KEY = "\n".join(
         "TV a position: how far, in total variation, the rule moved a judged position's output from the "
         "target, on average (the TV budget D bounds each one; 0 is lossless)",
         "speedup measured: this lane's tokens/s over the target-only lane's; predicted: Leviathan's formula",
+        f"busy (after a measured speedup): a lane's repeated timings drifted more than {DRIFT_LIMIT:.0%} as "
+        "it ran, the machine's speed moved, so the speedup is not speculation's alone (why: the last line here)",
         "per-token acceptance α: accepted over judged positions; k: drafted a round; c: a draft step's cost "
         "in target steps",
         "a round: its draft, verify and host time in target steps, against the tokens it commits",
@@ -32,6 +35,17 @@ STATS_KEY = "\n".join(
 
 def _num(value: float | None, fmt: str, unit: str = "") -> str:
     return "–" if value is None else f"{value:{fmt}}{unit}"
+
+
+def _measured(speedup: float | None, disturbed: str | None) -> str:
+    """The measured speedup, marked `busy` where the machine's speed moved while it was measured
+    (the stats' tooltip says why: `stats_key`)."""
+    return f"speedup {_num(speedup, '.2f', '×')} measured" + (" busy" if disturbed else "")
+
+
+def stats_key(disturbed: str | None = None) -> str:
+    """The stats' tooltip: what each number is, and why a measured speedup is marked busy."""
+    return STATS_KEY if disturbed is None else f"{STATS_KEY}\n\nbusy: {disturbed}"
 
 
 def _speed(tally: LaneTally) -> tuple[str, ...]:
@@ -62,9 +76,7 @@ def speculative_stats(tally: LaneTally, comparison: Comparison, remote: bool = F
         speed = phrases(f"speedup {_num(p.speedup, '.2f', '×')} modelled")
     else:
         first = phrases(*_speed(tally), f"{tally.rounds} rounds", _finish(tally))
-        speed = phrases(
-            f"speedup {_num(comparison.speedup, '.2f', '×')} measured", f"{_num(p.speedup, '.2f', '×')} predicted"
-        )
+        speed = phrases(_measured(comparison.speedup, comparison.disturbed), f"{_num(p.speedup, '.2f', '×')} predicted")
     lines: list[Line] = [
         first,
         phrases(
@@ -163,7 +175,7 @@ def server_account_stats(tally: LaneTally, comparison: Comparison | None) -> Phr
     ]
     if comparison is not None:
         lines.append(
-            phrases(f"speedup {_num(comparison.speedup, '.2f', '×')} measured", "against the baseline server", sep=" ")
+            phrases(_measured(comparison.speedup, comparison.disturbed), "against the baseline server", sep=" ")
         )
     if tally.server is None:
         notes = ["colours from chunk sizes until the run ends"]
@@ -179,11 +191,17 @@ def server_account_stats(tally: LaneTally, comparison: Comparison | None) -> Phr
 
 
 def in_conversation(
-    stats: Phrased, lane: ConversationFigures, baseline: ConversationFigures | None, acceptance: bool, speed: bool
+    stats: Phrased,
+    lane: ConversationFigures,
+    baseline: ConversationFigures | None,
+    acceptance: bool,
+    speed: bool,
+    disturbed: str | None = None,
 ) -> Phrased:
     """A lane's stats in a conversation's later turn: the turn's, named, and a line for every turn
     so far (`acceptance`: a lane whose rounds say what was accepted; `baseline`: the target-only
-    lane's, to measure against; `speed`: tokens/s is one, not HTTP round trips)."""
+    lane's, to measure against; `speed`: tokens/s is one, not HTTP round trips; `disturbed`: why
+    a turn's speedup was measured on a busy machine, `stats.disturbance`)."""
     figures = [f"{_num(lane.tokens_per_s, '.1f')} tokens/s"] if speed else []
     figures.append(f"{lane.tokens} tokens")
     if acceptance:
@@ -193,7 +211,7 @@ def in_conversation(
         )
     if baseline is not None:
         speedup = measured_speedup(lane.tokens_per_s, baseline.tokens_per_s)
-        figures.append(f"speedup {_num(speedup, '.2f', '×')} measured")
+        figures.append(_measured(speedup, disturbed if speedup is not None else None))
     figures[0] = f"all {lane.turns} turns: {figures[0]}"
     return stats.prefixed(f"turn {lane.turns}: ") + lines_of(phrases(*figures))
 
