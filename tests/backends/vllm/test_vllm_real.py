@@ -25,7 +25,8 @@ from tests.support.prompts import CODE_PROMPT
 from tests.support.real_vllm import RealServers
 from tests.support.tiny_models import TinyModels
 
-pytestmark = pytest.mark.real_vllm
+# One worker runs them all when the suite runs on several (--dist loadgroup): one set of servers.
+pytestmark = [pytest.mark.real_vllm, pytest.mark.xdist_group("real_vllm")]
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
