@@ -188,3 +188,55 @@ async def test_with_no_model_flags_the_playground_writes_english_on_smollm2(
         words = "".join(t.text for t in tokens).split()
         english = {"the", "a", "to", "of", "and", "is", "it", "this", "in", "def", "return", "with", "for"}
         assert len(words) >= 8 and english & {w.lower().strip(".,:`") for w in words}, (lane, words)
+
+
+FOLLOW_UP = "Say that again in one short sentence."
+
+
+async def test_a_playground_conversation_on_smollm2_answers_every_turn_as_target_only(
+    smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The playground on the real chat model, greedy and lossless (its defaults): a follow-up typed
+    after the first answer is each lane's second turn on its kept caches, and in both turns the
+    speculative lane's tokens are target-only's; the session holds both turns."""
+    from textual.widgets import TextArea
+
+    from specplay.cli import build_parser
+    from specplay.cli.tui import configure
+    from specplay.engine.events import DoneEvent
+    from specplay.ui.app import create_app
+    from tests.support.ui_helpers import wait_for
+
+    monkeypatch.setenv("SPECPLAY_CACHE_DIR", str(smollm2.parents[1]))
+    flags = ["--max-tokens", "24", "--sessions-dir", str(tmp_path), "--route", "lookup"]
+    args = build_parser().parse_args(["tui", *flags])
+    args.argv = []
+    config, _ = configure(args)
+    app = create_app(config)
+    playground = app.playground
+
+    def answers() -> dict[str, list[int]]:
+        ends = {lane: playground.events[lane][-1] for lane in ("speculative", "target")}
+        assert all(isinstance(end, DoneEvent) for end in ends.values()), ends
+        return {lane: list(end.token_ids) for lane, end in ends.items()}  # type: ignore[union-attr]
+
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: playground.state == RunState.READY, "the models to load", timeout_s=120)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: playground.last_session is not None, "turn 1 in both lanes", 240)
+        first = answers()
+        assert first["speculative"] and first["speculative"] == first["target"]
+        prompt = app.query_one("#prompt", TextArea)
+        prompt.focus()
+        await pilot.press(*FOLLOW_UP)  # the run left the prompt selected: typing replaces it
+        await pilot.press("ctrl+r")
+
+        def turn_2_ended() -> bool:
+            return playground.state == RunState.READY and "turn 2" in playground.status
+
+        await wait_for(pilot, turn_2_ended, "turn 2 in both lanes", 240)
+        second = answers()
+        assert second["speculative"] and second["speculative"] == second["target"]
+    session = load_session(playground.last_session)  # type: ignore[arg-type]
+    assert session.complete and [turn.prompt for turn in session.turns][1:] == [FOLLOW_UP]
+    assert all(turn.main.text == turn.lanes["target"].text for turn in session.turns)
