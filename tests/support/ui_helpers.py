@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from textual.app import App
+from textual.geometry import Region
 from textual.pilot import Pilot
 
 from specplay.config.run_config import RequestConfig, RunConfig, VllmOptions
@@ -133,6 +134,12 @@ def screen_rows(app: App[Any]) -> list[str]:
     console = Console(width=width, height=height, file=io.StringIO(), record=True, force_terminal=True, safe_box=False)
     console.print(app.screen._compositor.render_update(full=True))
     return console.export_text().split("\n")[:height]
+
+
+def drawn(app: App[Any], region: Region) -> list[str]:
+    """The rows of `region` (a widget's content region, say) as drawn on screen, trailing blanks left out."""
+    rows = screen_rows(app)
+    return [rows[y][region.x : region.right].rstrip() for y in range(region.y, region.bottom)]
 
 
 def spec_rounds(app: PlaygroundApp) -> list[RoundEvent]:

@@ -7,17 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.geometry import Region
 from textual.widgets import Select
 
 from specplay.engine.settings import SpecSettings
-from specplay.ui.app import PlaygroundApp
 from specplay.ui.protocols import RunState
 from specplay.ui.widgets.lane_view import MIN_TEXT_ROWS, LaneView
 from specplay.ui.widgets.stats_view import StatsBox, StatsText
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import Cost, ScriptedBackend, ScriptedModel, scripted_backend, seeded
-from tests.support.ui_helpers import screen_rows, scripted_app, wait_for
+from tests.support.ui_helpers import drawn, scripted_app, wait_for
 
 
 async def test_the_prompt_library_lists_each_description_on_one_line(tmp_path: Path) -> None:
@@ -57,11 +55,6 @@ async def test_a_finished_lane_shows_its_last_line(tmp_path: Path) -> None:
         for name in ("tokens/s", "first token", "draft acceptance rate", "mean acceptance length", "a position"):
             assert name in shown and name in str(stats.tooltip), name
         assert "per-token acceptance α" in shown and "per-token acceptance α" in str(stats.tooltip)
-
-
-def _drawn(app: PlaygroundApp, region: Region) -> list[str]:
-    rows = screen_rows(app)
-    return [rows[y][region.x : region.right].rstrip() for y in range(region.y, region.bottom)]
 
 
 @pytest.mark.parametrize(
@@ -106,9 +99,9 @@ async def test_every_stats_line_is_drawn_and_the_text_gives_way_first(
             for top in sorted({*range(0, box.max_scroll_y, box.scrollable_content_region.height), box.max_scroll_y}):
                 box.scroll_to(y=top, animate=False, immediate=True)
                 await pilot.pause()
-                drawn = _drawn(app, box.scrollable_content_region)
+                rows = drawn(app, box.scrollable_content_region)
                 at = round(box.scroll_y)
-                shown = lines[at : at + len(drawn)]
-                assert drawn[: len(shown)] == shown, (name, at, drawn, lines)
+                shown = lines[at : at + len(rows)]
+                assert rows[: len(shown)] == shown, (name, at, rows, lines)
                 seen.update(range(at, at + len(shown)))
             assert seen == set(range(len(lines))), (name, sorted(seen), lines)
