@@ -117,10 +117,10 @@ def _prob(top: Sequence[Candidate] | None, token_id: int) -> float | None:
 class Inspector(Static):
     """The drill-down, wrapped between phrases at the width it has, and again when that changes."""
 
-    # Beside a narrow tape it narrows rather than running under the controls: at 80 columns it
-    # keeps 30 cells, "min(1, p_target/p_draft) 0.456" whole.
+    # Beside a narrow tape it narrows rather than running under the controls: at 80 columns (the
+    # screen scrolled, or not) it keeps 30 cells or more, "min(1, p_target/p_draft) 0.456" whole.
     DEFAULT_CSS = """
-    Inspector { border: round $spec-border; padding: 0 1; width: 56; max-width: 78%; height: 100%; }
+    Inspector { border: round $spec-border; padding: 0 1; width: 56; max-width: 82%; height: 100%; }
     """
 
     def __init__(self, id: str | None = None) -> None:
