@@ -3,22 +3,31 @@
 
 A phrase carries its own leading separator ("  40 tokens", " k 2.6,"): joined, the phrases read
 as the line; at a break the separator goes and the phrase starts the next line. Pure text, so
-the stats are composed and tested without a screen.
+the stats are composed and tested without a screen; `wrap_styled` wraps styled phrases (the
+drill-down's) by the same rule.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rich.cells import cell_len
+from textual.content import Content
 
 Line = tuple[str, ...]
 
 # A number (or its placeholder "–"), and a sign or arrow, stays with the word before it: prose
 # keeps "costs 0.60" and "k 8 → 1.05×" whole.
 _GLUED = re.compile(r"[\d–≤≈×]|[+=→]$")
+# A call's arguments stay with it: "min(1, p_target/p_draft)" is one formula (a "(" that opens a
+# word, as in "(per-token acceptance", may break).
+_CALL_OPEN = re.compile(r"\w\(")
+
+
+def _in_call(word: str) -> bool:
+    return bool(_CALL_OPEN.search(word)) and word.count("(") > word.count(")")
 
 
 def phrases(*parts: str, sep: str = "  ") -> Line:
@@ -28,10 +37,10 @@ def phrases(*parts: str, sep: str = "  ") -> Line:
 
 
 def prose(text: str) -> Line:
-    """A sentence as a line of words, a number kept with the word before it."""
+    """A sentence as a line of words, a number kept with the word before it, a call with its arguments."""
     line: list[str] = []
     for word in text.split(" "):
-        if line and _GLUED.match(word):
+        if line and (_GLUED.match(word) or _in_call(line[-1])):
             line[-1] += " " + word
         else:
             line.append(word if not line else " " + word)
@@ -69,16 +78,29 @@ def lines_of(*lines: Line | Iterable[str]) -> Phrased:
     return Phrased(tuple(tuple(line) for line in lines))
 
 
+def wrap_styled(line: Sequence[Content], width: int) -> list[Content]:
+    """A line of styled phrases as it fits `width` cells: broken where `Phrased.wrap` breaks
+    their text, each row keeping its styles."""
+    whole = Content.assemble(*line)
+    rows: list[Content] = []
+    at = 0
+    for text in lines_of(tuple(part.plain for part in line)).wrap(width):
+        start = whole.plain.index(text, at)  # past the separator a break dropped
+        rows.append(whole[start : start + len(text)])
+        at = start + len(text)
+    return rows
+
+
 def _pack(line: Line, width: int) -> list[str]:
     out: list[str] = []
     current = ""
     for phrase in line:
-        if current and cell_len(current + phrase) <= width:
+        if current and cell_len((current + phrase).rstrip(" ")) <= width:  # trailing blanks may run over
             current += phrase
             continue
-        if current:
+        if current:  # a break: the phrase's separator goes (a line's own indent stays)
             out.append(current)
-        phrase = phrase.lstrip(" ")
+            phrase = phrase.lstrip(" ")
         if cell_len(phrase) > width and len(words := prose(phrase)) > 1:
             *whole, current = _pack(words, width)
             out += whole

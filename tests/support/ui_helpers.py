@@ -3,12 +3,16 @@ waiting on its state."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+from textual.app import App
+from textual.geometry import Region
 from textual.pilot import Pilot
 
 from specplay.config.run_config import RequestConfig, RunConfig, VllmOptions
@@ -121,6 +125,21 @@ async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], what: str,
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await pilot.pause(0.02)
+
+
+def screen_rows(app: App[Any]) -> list[str]:
+    """The screen as drawn, one string a row: what a screenshot shows, as text (as Textual's own
+    export_screenshot renders it)."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True, force_terminal=True, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text().split("\n")[:height]
+
+
+def drawn(app: App[Any], region: Region) -> list[str]:
+    """The rows of `region` (a widget's content region, say) as drawn on screen, trailing blanks left out."""
+    rows = screen_rows(app)
+    return [rows[y][region.x : region.right].rstrip() for y in range(region.y, region.bottom)]
 
 
 def spec_rounds(app: PlaygroundApp) -> list[RoundEvent]:

@@ -74,8 +74,9 @@ async def test_the_drill_down_says_where_a_suffix_draft_came_from(
 
 
 async def _shown(app: PlaygroundApp, pilot: Pilot[None], round: RoundEvent) -> str:
-    """The drill-down of the first token of `round`, picked in the speculative lane."""
+    """The drill-down of the first token of `round`, picked in the speculative lane, its words
+    joined again where it wraps them at its width."""
     lane = app.query_one("#speculative", LaneView)
     lane.select(next(p for p in lane.picks if p.round is round).index)
     await pilot.pause()
-    return str(app.query_one(Inspector).render())
+    return " ".join(str(app.query_one(Inspector).render()).split())

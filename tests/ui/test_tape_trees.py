@@ -1,13 +1,18 @@
-"""The draft tape draws a tree as a tree: each round labelled by what it drafted (`draft_size`),
-a tree's kept path on its first line and each losing sibling below, under the token it lost to;
-a chain (prompt lookup at any width, a round with nothing to draft) as a chain."""
+"""The draft tape draws every round as a tree: each round labelled by what it drafted
+(`draft_size`), a tree's kept path on its first line and each losing sibling below, under the
+token it lost to; a chain (prompt lookup at any width, a round with nothing to draft), the tree of
+width 1, through the same path, on one line."""
 
 from __future__ import annotations
 
+from textual.content import Content
+
+from specplay.display.text import visible
 from specplay.engine.events import Event, RoundEvent, draft_size
 from specplay.engine.layout import depths, is_chain
 from specplay.engine.tree import kept_nodes
-from specplay.ui.widgets.tape import TITLE, round_line
+from specplay.ui.tokens import source_style
+from specplay.ui.widgets.tape import TITLE, rank_mark, round_line, trunk
 from tests.support.engine_runs import run
 from tests.support.prompts import CODE_PROMPT, PROSE_PROMPT
 from tests.support.scripted import ScriptedBackend, scripted_backend
@@ -58,3 +63,46 @@ def test_prompt_lookup_at_width_2_drafts_chains_and_says_k() -> None:
         assert lines[0].startswith(f"#{event.index:<4} lookup k {event.nodes} │ ")
         if event.nodes == 0:
             assert "k 0 │ nothing drafted → " in lines[0]
+
+
+OUTCOMES = {
+    "accepted": source_style("accepted"),
+    "relaxed": source_style("relaxed"),
+    "rejected": "strike $spec-corrected",
+    "unreached": "strike dim",
+}
+"""How a chain's line styles each drafted token, as users have seen it."""
+
+
+def _chain_line(backend: ScriptedBackend, event: RoundEvent) -> Content:
+    """A chain's line as the tape drew it before trees: the head, every drafted token in order with
+    its correction's rank, then `→` the round's own token."""
+    parts: list[Content | str] = [Content.styled(f"#{event.index:<4} {event.drafter} k {event.nodes} │ ", "dim")]
+    for position, token_id in zip(event.positions, event.drafted, strict=True):
+        parts.append(
+            Content.styled(visible(backend.token_text(token_id)).replace("\n", "⏎") or "∅", OUTCOMES[position.outcome])
+        )
+        if mark := rank_mark(position):
+            parts.append(Content.styled(mark, "$spec-corrected"))
+        parts.append(" ")
+    own = event.tokens[-1]
+    if own.source in ("corrected", "bonus"):
+        parts += ["→ ", Content.styled(visible(own.text).replace("\n", "⏎") or "∅", source_style(own.source))]
+    return Content.assemble(*parts)
+
+
+def test_a_chain_drawn_as_a_tree_of_width_one_is_the_chain_line() -> None:
+    backend = scripted_backend(drafters=("near", "far"))
+    chains = [e for e in _rounds(backend, "far", PROSE_PROMPT, width=1) if e.positions]
+    assert chains and all(is_chain(e.parents) for e in chains)
+    assert {p.outcome for e in chains for p in e.positions} >= {"accepted", "rejected", "unreached"}
+    assert any(rank_mark(p) for e in chains for p in e.positions)
+    for event in chains:
+        # its trunk, the first line's nodes, is its whole draft: no loser is left to draw below
+        assert trunk(event, depths(event.parents)) == list(range(event.nodes))
+        drawn = round_line(event, tuple(backend.token_text(t) for t in event.drafted))
+        expected = _chain_line(backend, event)
+        assert drawn.plain == expected.plain and "\n" not in drawn.plain
+        assert drawn.markup == expected.markup, (drawn.markup, expected.markup)
+    trees = [e for e in _rounds(backend, "near", PROSE_PROMPT, width=2) if not is_chain(e.parents)]
+    assert trees and all(trunk(e, depths(e.parents)) == kept_nodes(e) for e in trees)

@@ -26,10 +26,14 @@ from textual.widgets import Static
 from specplay.engine.events import ControlEvent, Event, RecolourEvent, RoundEvent, StepEvent, Token, TokenSource
 from specplay.ui.phrased import Phrased
 from specplay.ui.tokens import marker_content, token_content, turn_content
-from specplay.ui.widgets.stats_view import StatsText, stats_key
+from specplay.ui.widgets.stats_view import StatsBox, StatsText, stats_key
 from specplay.ui.widgets.steady import show_in_view
 
 MIN_TAIL_CHARS = 400
+MIN_TEXT_ROWS = 1
+"""What a lane's text keeps where its stats want every other row: the numbers come first."""
+MIN_STATS_ROWS = 2
+"""The stats' box at the least, its top border and a line (it scrolls to the rest)."""
 SELECTED_STYLE = "reverse"
 
 
@@ -51,7 +55,8 @@ class LaneView(Vertical, can_focus=True):
     LaneView:focus-within { border: round $primary; }
     LaneView > .lane-scroll { height: 1fr; }
     LaneView .lane-text { height: auto; }
-    LaneView > .lane-stats { height: auto; color: $text-muted; border-top: solid $spec-border; }
+    LaneView > .lane-stats-box { height: auto; border-top: solid $spec-border; scrollbar-size-vertical: 1; }
+    LaneView .lane-stats { height: auto; color: $text-muted; }
     LaneView > .lane-legend { height: auto; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -90,9 +95,19 @@ class LaneView(Vertical, can_focus=True):
         # The lane is the tab stop (when its tokens can be picked), not its scroll area: the wheel scrolls.
         with VerticalScroll(classes="lane-scroll", can_focus=False):
             yield Static("", classes="lane-text")
-        stats = StatsText(classes="lane-stats")
-        stats.tooltip = stats_key()
-        yield stats
+        with StatsBox(classes="lane-stats-box"):
+            stats = StatsText(classes="lane-stats")
+            stats.tooltip = stats_key()
+            yield stats
+
+    def on_resize(self) -> None:
+        """The stats take the rows they need and the text what is left, down to MIN_TEXT_ROWS;
+        stats taller than that scroll in their box (Textual would give the text no rows and cut
+        the stats' last lines at the lane's border)."""
+        width, rows = self.content_size
+        if self._legend is not None:
+            rows -= len(self._legend.wrap(width)) if width > 0 else 1
+        self.query_one(StatsBox).styles.max_height = max(MIN_STATS_ROWS, rows - MIN_TEXT_ROWS)
 
     @property
     def text(self) -> str:

@@ -3,6 +3,7 @@ between phrases at its width."""
 
 from __future__ import annotations
 
+from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
@@ -241,3 +242,12 @@ class StatsText(Static):
         if self.content_size.width != self._width:
             self._lines = 0  # a new width: the height the stats need there, not the most shown
             self.show(self.stats)
+
+
+class StatsBox(VerticalScroll, can_focus=False):
+    """Holds a lane's StatsText: as tall as the stats, up to the rows the lane leaves it (its
+    `max_height`); past those the stats scroll, with a scrollbar that says so, never cut."""
+
+    def allow_focus(self) -> bool:
+        """A tab stop only while it scrolls: then the keys scroll it to the lines out of view."""
+        return self.max_scroll_y > 0

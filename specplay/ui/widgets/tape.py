@@ -1,11 +1,11 @@
 """The draft tape: per round, the drafted tokens with rejected ones struck through, with its drafter
 and size; a rejected token carries, as a superscript, the correction's rank among the drafter's
-tokens. A draft tree's round shows its kept path on its first line and, below each kept token,
-the siblings that lost to it."""
+tokens. Every round is drawn as a tree (a chain is the tree of width 1): its trunk on its first
+line and, below each of its tokens, the siblings that lost to it."""
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 
 from textual.app import ComposeResult
@@ -16,7 +16,7 @@ from textual.widgets import Static
 from specplay.display.text import visible
 from specplay.engine.correction_rank import OTHER, RANK_TOP_N, rank_key
 from specplay.engine.events import DraftPosition, RoundEvent, draft_size
-from specplay.engine.layout import depths, is_chain
+from specplay.engine.layout import depths
 from specplay.engine.tree import kept_nodes
 from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
@@ -53,24 +53,21 @@ def _shown(text: str) -> str:
 
 
 def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
-    """A round, labelled by what it drafted (`draft_size`). A chain (a round that did not branch)
-    on one line: its whole draft, kept, struck, dim where never reached. A tree (a round that
-    branched): its kept path on the first line, and below, each depth's other nodes under the
-    token they lost to (`╰`: the kept node there, or the round's own token after the path), the
-    nodes beneath losing ones further right; then `→` the round's own token."""
+    """A round, labelled by what it drafted (`draft_size`), drawn as a tree (a chain is the tree of
+    width 1): its `trunk` on the first line (kept, struck where rejected, dim where never reached),
+    then `→` the round's own token; below, each depth's other nodes under the token they lost to
+    (`╰`: the trunk's node at that depth, or the round's own token past the trunk), the nodes
+    beneath losing ones further right. A chain is all trunk: its whole draft on one line."""
     head = f"#{event.index:<4} {event.drafter} {draft_size(event)} │ "
     first: list[Content | str] = [Content.styled(head, "dim")]
     if not event.positions:  # route none, or prompt lookup found no match: the round was one target step
         return Content.assemble(*first, Content.styled("nothing drafted ", "dim"), *_round_end(event))
-    if is_chain(event.parents):
-        for node in range(len(event.positions)):
-            first += _drafted(event.positions[node], _text(drafted_text, node))
-        return Content.assemble(*first, *_round_end(event))
-    path = kept_nodes(event)
+    levels = depths(event.parents)
+    line = trunk(event, levels)
     columns: list[int] = []
-    """Where each depth's token starts on the first line, after the head: the kept path's, then the round's own."""
+    """Where each depth's token starts on the first line, after the head: the trunk's, then the round's own."""
     width = 0
-    for node in path:
+    for node in line:
         cell = Content.assemble(*_drafted(event.positions[node], _text(drafted_text, node)))
         columns.append(width)
         first.append(cell)
@@ -79,10 +76,9 @@ def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
     if end:
         columns.append(width + 2)  # after "→ "
     lines = [Content.assemble(*first, *end)]
-    levels = depths(event.parents)
     margin = Content.styled(" " * (len(head) - 2) + "│ ", "dim")
     for depth in range(1, event.depth + 1):
-        lost = [n for n, d in enumerate(levels) if d == depth and n not in path and n < len(event.positions)]
+        lost = [n for n, d in enumerate(levels[: len(event.positions)]) if d == depth and n not in line]
         if not lost:
             continue
         # Beneath a losing node, past the round's own token: indented one step a depth further.
@@ -96,6 +92,16 @@ def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
             below += _drafted(event.positions[node], _text(drafted_text, node))
         lines.append(Content.assemble(*below))
     return Content("\n").join(lines)
+
+
+def trunk(event: RoundEvent, levels: list[int]) -> list[int]:
+    """The nodes on a round's first line. Where the round branched, its kept path: the nodes that
+    lost go under the token they lost to. In a round of width 1 (a chain) no loser has a sibling to
+    be drawn under: the whole draft, its kept path and then what it drafted past it."""
+    drafted = len(event.positions)
+    if max(Counter(levels[:drafted]).values(), default=0) > 1:
+        return kept_nodes(event)
+    return list(range(drafted))
 
 
 def _text(texts: tuple[str, ...], node: int) -> str:
