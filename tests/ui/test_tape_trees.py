@@ -9,7 +9,7 @@ from textual.content import Content
 
 from specplay.display.text import visible
 from specplay.engine.events import Event, RoundEvent, draft_size
-from specplay.engine.layout import depths, is_chain
+from specplay.engine.layout import ROOT, depths, is_chain, siblings_under
 from specplay.engine.tree import kept_nodes
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.tape import TITLE, rank_mark, round_line, trunk
@@ -99,10 +99,19 @@ def test_a_chain_drawn_as_a_tree_of_width_one_is_the_chain_line() -> None:
     assert any(rank_mark(p) for e in chains for p in e.positions)
     for event in chains:
         # its trunk, the first line's nodes, is its whole draft: no loser is left to draw below
-        assert trunk(event, depths(event.parents)) == list(range(event.nodes))
+        assert trunk(event) == list(range(event.nodes))
         drawn = round_line(event, tuple(backend.token_text(t) for t in event.drafted))
         expected = _chain_line(backend, event)
         assert drawn.plain == expected.plain and "\n" not in drawn.plain
         assert drawn.markup == expected.markup, (drawn.markup, expected.markup)
     trees = [e for e in _rounds(backend, "near", PROSE_PROMPT, width=2) if not is_chain(e.parents)]
-    assert trees and all(trunk(e, depths(e.parents)) == kept_nodes(e) for e in trees)
+    assert trees
+    for event in trees:
+        # a tree's trunk: its kept path, then on through lone children, never past a branch
+        line, kept = trunk(event), kept_nodes(event)
+        assert line[: len(kept)] == kept
+        for above, node in zip([ROOT, *line], line, strict=False):
+            if node not in kept:
+                assert siblings_under(event.parents, above) == [node]
+        end = siblings_under(event.parents, line[-1] if line else ROOT)
+        assert len(end) != 1

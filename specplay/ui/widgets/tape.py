@@ -5,7 +5,7 @@ line and, below each of its tokens, the siblings that lost to it."""
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 
 from textual.app import ComposeResult
@@ -16,7 +16,7 @@ from textual.widgets import Static
 from specplay.display.text import visible
 from specplay.engine.correction_rank import OTHER, RANK_TOP_N, rank_key
 from specplay.engine.events import DraftPosition, RoundEvent, draft_size
-from specplay.engine.layout import depths
+from specplay.engine.layout import ROOT, depths, siblings_under
 from specplay.engine.tree import kept_nodes
 from specplay.runner.host import unknown_text
 from specplay.ui.tokens import source_style
@@ -63,7 +63,7 @@ def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
     if not event.positions:  # route none, or prompt lookup found no match: the round was one target step
         return Content.assemble(*first, Content.styled("nothing drafted ", "dim"), *_round_end(event))
     levels = depths(event.parents)
-    line = trunk(event, levels)
+    line = trunk(event)
     columns: list[int] = []
     """Where each depth's token starts on the first line, after the head: the trunk's, then the round's own."""
     width = 0
@@ -94,14 +94,15 @@ def round_line(event: RoundEvent, drafted_text: tuple[str, ...]) -> Content:
     return Content("\n").join(lines)
 
 
-def trunk(event: RoundEvent, levels: list[int]) -> list[int]:
-    """The nodes on a round's first line. Where the round branched, its kept path: the nodes that
-    lost go under the token they lost to. In a round of width 1 (a chain) no loser has a sibling to
-    be drawn under: the whole draft, its kept path and then what it drafted past it."""
+def trunk(event: RoundEvent) -> list[int]:
+    """The nodes on a round's first line: its kept path, then on from its end while the draft does
+    not branch there (a lone child: struck where rejected, dim where never reached). Siblings go
+    under the token they lost to, so a chain, where no node has one, is all trunk."""
     drafted = len(event.positions)
-    if max(Counter(levels[:drafted]).values(), default=0) > 1:
-        return kept_nodes(event)
-    return list(range(drafted))
+    line = kept_nodes(event)
+    while len(below := [n for n in siblings_under(event.parents, line[-1] if line else ROOT) if n < drafted]) == 1:
+        line.append(below[0])
+    return line
 
 
 def _text(texts: tuple[str, ...], node: int) -> str:
