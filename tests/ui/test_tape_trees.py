@@ -104,8 +104,11 @@ def test_a_chain_drawn_as_a_tree_of_width_one_is_the_chain_line() -> None:
         expected = _chain_line(backend, event)
         assert drawn.plain == expected.plain and "\n" not in drawn.plain
         assert drawn.markup == expected.markup, (drawn.markup, expected.markup)
-    trees = [e for e in _rounds(backend, "near", PROSE_PROMPT, width=2) if not is_chain(e.parents)]
-    assert trees
+    capped = run(backend, PROSE_PROMPT, route="far", k=3, width=2, tree_nodes=4, max_tokens=60)
+    rounds = [*_rounds(backend, "near", PROSE_PROMPT, width=2), *(e for e in capped if isinstance(e, RoundEvent))]
+    trees = [e for e in rounds if not is_chain(e.parents)]
+    # capped trees hold lone children past the kept path: drawn on the first line, as a chain's
+    assert trees and any(len(trunk(e)) > len(kept_nodes(e)) for e in trees)
     for event in trees:
         # a tree's trunk: its kept path, then on through lone children, never past a branch
         line, kept = trunk(event), kept_nodes(event)
