@@ -14,6 +14,7 @@ from rich.console import Console
 from textual.app import App
 from textual.geometry import Region
 from textual.pilot import Pilot
+from textual.widget import Widget
 
 from specplay.config.run_config import RequestConfig, RunConfig, VllmOptions
 from specplay.drafters import ModelConfig
@@ -140,6 +141,19 @@ def drawn(app: App[Any], region: Region) -> list[str]:
     """The rows of `region` (a widget's content region, say) as drawn on screen, trailing blanks left out."""
     rows = screen_rows(app)
     return [rows[y][region.x : region.right].rstrip() for y in range(region.y, region.bottom)]
+
+
+async def every_row(pilot: Pilot[None], box: Widget) -> list[str]:
+    """The rows drawn inside a scrolling `box`, scrolled a view at a time from its top to its
+    end, each row once."""
+    rows: list[str] = []
+    height = box.scrollable_content_region.height
+    for top in range(0, box.max_scroll_y + height, height):
+        box.scroll_to(y=min(top, box.max_scroll_y), animate=False, immediate=True)
+        await pilot.pause()
+        shown = drawn(pilot.app, box.scrollable_content_region)
+        rows += shown[len(rows) - round(box.scroll_y) :]
+    return rows
 
 
 def spec_rounds(app: PlaygroundApp) -> list[RoundEvent]:

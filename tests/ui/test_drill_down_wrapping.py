@@ -1,6 +1,7 @@
 """The token drill-down wraps between its phrases, never inside a formula: "min(1, p_target/p_draft)
 0.828" and "TV spent 0.100" stay whole with their values, on a wide terminal and on a narrow one,
-where the drill-down narrows beside the tape rather than running under the controls."""
+where the drill-down narrows beside the tape rather than running under the controls (and scrolls
+to the lines its box has no rows for)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from specplay.engine.rules import RuleParams
 from specplay.engine.settings import SamplingParams, SpecSettings
 from specplay.ui.app import PlaygroundApp
 from specplay.ui.phrased import lines_of, phrases, prose
-from specplay.ui.widgets.inspector import Inspector
+from specplay.ui.widgets.inspector import Inspector, InspectorBox
 from specplay.ui.widgets.lane_view import LaneView
 from tests.support.prompts import CODE_PROMPT
 from tests.support.scripted import scripted_backend
-from tests.support.ui_helpers import drawn, scripted_app, wait_for
+from tests.support.ui_helpers import every_row, scripted_app, wait_for
 
 SAMPLED = SpecSettings(k=4, route="near", rule_params=RuleParams(tv_budget=0.1), sampling=SamplingParams(0.7))
 """As the drill-down's snapshot: the TV budget adds the line of what the rule kept and spent."""
@@ -54,10 +55,10 @@ async def _pick_a_kept_draft(app: PlaygroundApp, pilot: Pilot[None]) -> DraftPos
     raise AssertionError("no drafted token kept by the rule")
 
 
-@pytest.mark.parametrize(("size", "shown"), [((160, 50), 8), ((100, 50), 8), ((80, 50), 6)])
-async def test_a_formula_is_kept_whole_with_its_value(tmp_path: Path, size: tuple[int, int], shown: int) -> None:
-    """`shown`: the formulas on screen at that size (at 80 columns the last lines fall below the
-    drill-down's 12 rows)."""
+@pytest.mark.parametrize("size", [(160, 50), (100, 50), (80, 50)])
+async def test_a_formula_is_kept_whole_with_its_value(tmp_path: Path, size: tuple[int, int]) -> None:
+    """Every formula, drawn whole, the drill-down scrolled from its top to its end (at 80 columns
+    the last formulas are below its box's 12 rows)."""
     app = scripted_app(
         scripted_backend(drafters=("near", "far")),
         tmp_path,
@@ -71,12 +72,13 @@ async def test_a_formula_is_kept_whole_with_its_value(tmp_path: Path, size: tupl
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: app.playground.last_session is not None, "the run to end")
         position = await _pick_a_kept_draft(app, pilot)
-        inspector, side = app.query_one(Inspector), app.query_one("#side")
-        assert inspector.region.right <= side.region.x  # beside the controls, not under them
+        inspector, box, side = app.query_one(Inspector), app.query_one(InspectorBox), app.query_one("#side")
+        assert box.region.right <= side.region.x  # beside the controls, not under them
         width = inspector.content_size.width
-        rows = drawn(app, inspector.content_region)
+        assert box.max_scroll_y > 0  # its top-5 table below the box's rows: read scrolled
+        rows = await every_row(pilot, box)
         assert all(len(row) <= width for row in rows)
-        for formula in _formulas(position)[:shown]:
+        for formula in _formulas(position):
             assert any(formula in row for row in rows), (formula, width, "\n".join(rows))
         if width < len("u 0.000  min(1, p_target/p_draft) 0.000"):  # the line breaks between its two formulas
             assert f"u {position.uniform:.3f}" in rows

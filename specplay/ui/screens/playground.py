@@ -30,7 +30,7 @@ from specplay.ui.protocols import RunReadout
 from specplay.ui.stats import compare, conversation_figures, disturbance
 from specplay.ui.tokens import legend
 from specplay.ui.widgets.controls_panel import ControlsPanel
-from specplay.ui.widgets.inspector import Inspector
+from specplay.ui.widgets.inspector import Inspector, InspectorBox
 from specplay.ui.widgets.lane_view import LaneView
 from specplay.ui.widgets.plots import Plots
 from specplay.ui.widgets.stats_view import (
@@ -88,7 +88,7 @@ class PlaygroundScreen(Screen[None]):
                 yield draft
             with Horizontal(id="bottom"):
                 yield DraftTape(id="tape")
-                yield Inspector(id="inspector")
+                yield InspectorBox(id="inspector")
         yield Footer()
 
     def on_mount(self) -> None:

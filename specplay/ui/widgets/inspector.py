@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import Static
 
@@ -18,6 +19,7 @@ from specplay.engine.tree import judged_at
 from specplay.ui.phrased import Line, phrases, prose, wrap_styled
 from specplay.ui.tokens import source_style
 from specplay.ui.widgets.lane_view import Pick
+from specplay.ui.widgets.scroll_box import ScrollBox
 
 Decode = Callable[[int], str]
 Row = tuple[Content, ...]
@@ -115,17 +117,11 @@ def _prob(top: Sequence[Candidate] | None, token_id: int) -> float | None:
 
 
 class Inspector(Static):
-    """The drill-down, wrapped between phrases at the width it has, and again when that changes."""
+    """The drill-down, wrapped between phrases at the width it has, and again when that changes
+    (narrower by the scrollbar's column while its box scrolls)."""
 
-    # Beside a narrow tape it narrows rather than running under the controls: at 80 columns (the
-    # screen scrolled, or not) it keeps 30 cells or more, "min(1, p_target/p_draft) 0.456" whole.
-    DEFAULT_CSS = """
-    Inspector { border: round $spec-border; padding: 0 1; width: 56; max-width: 82%; height: 100%; }
-    """
-
-    def __init__(self, id: str | None = None) -> None:
-        super().__init__(self.hint(), id=id)
-        self.border_title = "token"
+    def __init__(self) -> None:
+        super().__init__(self.hint())
         self.pick: Pick | None = None
         self._rows: list[Row] = [(self.hint(),)]
         self._width = 0
@@ -135,8 +131,11 @@ class Inspector(Static):
         return Content.styled("click a token of the speculative lane, or focus it (tab) and use ← →", "dim")
 
     def show(self, pick: Pick | None, decode: Decode) -> None:
+        """Another token's drill-down, from its first line."""
         self.pick = pick
         self._show([(self.hint(),)] if pick is None else describe(pick, decode))
+        if isinstance(self.parent, InspectorBox):
+            self.parent.scroll_home(animate=False, immediate=True)
 
     def refresh_texts(self, decode: Decode) -> None:
         """The same pick again, with token texts that were still on their way."""
@@ -151,3 +150,26 @@ class Inspector(Static):
     def on_resize(self) -> None:
         if self.content_size.width != self._width:
             self._show(self._rows)
+
+
+class InspectorBox(ScrollBox):
+    """The drill-down's bordered box, as tall as the bottom row: a longer drill-down (a tree's
+    siblings over the top-5 table, at 80 columns most of them) scrolls in it, every line read."""
+
+    # Beside a narrow tape it narrows rather than running under the controls: at 80 columns (the
+    # screen scrolled, or not) it keeps 30 cells or more beside its scrollbar, "min(1,
+    # p_target/p_draft) 0.456" whole.
+    DEFAULT_CSS = """
+    InspectorBox {
+        border: round $spec-border; padding: 0 1; width: 56; max-width: 82%; height: 100%;
+        scrollbar-size-vertical: 1;
+    }
+    InspectorBox:focus { border: round $primary; }
+    """
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.border_title = "token"
+
+    def compose(self) -> ComposeResult:
+        yield Inspector()

@@ -3,7 +3,6 @@ between phrases at its width."""
 
 from __future__ import annotations
 
-from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
@@ -12,6 +11,7 @@ from specplay.engine.speedup import loss_reason, measured_speedup
 from specplay.engine.tree import drafted_as_chains
 from specplay.ui.phrased import Line, Phrased, lines_of, phrases, prose
 from specplay.ui.stats import Comparison, ConversationFigures, LaneTally, k_advice
+from specplay.ui.widgets.scroll_box import ScrollBox
 from specplay.ui.widgets.steady import steady_update
 
 STATS_KEY = "\n".join(
@@ -244,10 +244,6 @@ class StatsText(Static):
             self.show(self.stats)
 
 
-class StatsBox(VerticalScroll, can_focus=False):
+class StatsBox(ScrollBox):
     """Holds a lane's StatsText: as tall as the stats, up to the rows the lane leaves it (its
-    `max_height`); past those the stats scroll, with a scrollbar that says so, never cut."""
-
-    def allow_focus(self) -> bool:
-        """A tab stop only while it scrolls: then the keys scroll it to the lines out of view."""
-        return self.max_scroll_y > 0
+    `max_height`); past those the stats scroll."""
