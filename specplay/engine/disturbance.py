@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 GROUP_STEPS = 3
@@ -73,3 +73,15 @@ def _recorded_drift(metrics: Mapping[str, Any]) -> float | None:
 def _work_of(metrics: Mapping[str, Any]) -> str:
     """What a lane's drift timed: a speculative lane's verify passes, a target-only lane's steps."""
     return "the speculative lane's verify pass" if metrics.get("num_spec_steps") is not None else "the lane's step"
+
+
+TurnMetrics = tuple[int, Mapping[str, Any], Mapping[str, Any]]
+"""A turn's number, its lane's metrics and its yardstick's."""
+
+
+def turns_disturbance(turns: Iterable[TurnMetrics], named: bool = True) -> str | None:
+    """Why a conversation's speedup is disturbed: each turn's (its number, its lane's and its
+    yardstick's metrics) where `speedup_disturbance` says so, named by its turn unless `named` is
+    False (a conversation of one turn); None where no turn was."""
+    reasons = ((turn, speedup_disturbance(lane, baseline)) for turn, lane, baseline in turns)
+    return "; ".join(f"turn {turn}: {why}" if named else why for turn, why in reasons if why) or None

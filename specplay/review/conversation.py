@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from rapidfuzz.distance import Levenshtein
 
-from specplay.engine.disturbance import speedup_disturbance
+from specplay.engine.disturbance import turns_disturbance
 from specplay.engine.speedup import draft_acceptance_rate, mean_acceptance_length, measured_speedup
 from specplay.review.columns import Column
 from specplay.review.summary import ColumnNumbers, summary_cells
@@ -108,12 +108,8 @@ def _disturbed(
     as `_numbers` takes it: the run's own target-only lanes, else each turn's reference."""
     against = dict(zip((turn for turn, _ in columns), baselines, strict=True)) if baselines else {}
     against = against or {turn: column.lane for turn, column in references.items()}
-    reasons = (
-        (turn, speedup_disturbance(column.lane.metrics, against[turn].metrics))
-        for turn, column in columns
-        if turn in against
-    )
-    return "; ".join(f"turn {turn + 1}: {why}" for turn, why in reasons if why) or None
+    turns = ((turn + 1, column.lane.metrics, against[turn].metrics) for turn, column in columns if turn in against)
+    return turns_disturbance(turns)
 
 
 def conversation_rows(groups: Sequence[Group], slots: Mapping[str, str]) -> list[list[str]]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specplay.engine.costs import RoundCosts, RoundsMeasured
-from specplay.engine.disturbance import speedup_disturbance
+from specplay.engine.disturbance import turns_disturbance
 from specplay.engine.events import ControlEvent, DoneEvent, Event, RoundEvent, StartEvent, StepEvent, TokenSource
 from specplay.engine.metrics import Metrics
 from specplay.engine.settings import SpecSettings
@@ -269,10 +269,9 @@ def disturbance(speculative: Sequence[LaneTally], target: Sequence[LaneTally]) -
     conversation's turns, in order) is disturbed, by the one definition `specplay run` and
     `specplay sessions` use (`speedup_disturbance`): each turn's where its lanes' timings drifted,
     named by its number where there are several; None where none did."""
-    pairs = zip(speculative, target, strict=True)
-    reasons = [speedup_disturbance(lane.metrics, baseline.metrics) for lane, baseline in pairs]
-    several = len(reasons) > 1
-    return "; ".join(f"turn {turn}: {why}" if several else why for turn, why in enumerate(reasons, 1) if why) or None
+    pairs = enumerate(zip(speculative, target, strict=True), 1)
+    turns = ((turn, lane.metrics, baseline.metrics) for turn, (lane, baseline) in pairs)
+    return turns_disturbance(turns, named=len(speculative) > 1)
 
 
 def _sources(event: Event) -> list[TokenSource]:
